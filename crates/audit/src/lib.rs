@@ -1,0 +1,2 @@
+//! mcpbox audit (placeholder until its issue lands).
+#![forbid(unsafe_code)]

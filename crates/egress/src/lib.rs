@@ -1,0 +1,2 @@
+//! mcpbox egress (placeholder until its issue lands).
+#![forbid(unsafe_code)]

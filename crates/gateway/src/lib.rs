@@ -1,0 +1,2 @@
+//! mcpbox gateway (placeholder until its issue lands).
+#![forbid(unsafe_code)]

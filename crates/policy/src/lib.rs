@@ -1,0 +1,2 @@
+//! mcpbox policy (placeholder until its issue lands).
+#![forbid(unsafe_code)]

@@ -1,0 +1,2 @@
+//! mcpbox sandbox (placeholder until its issue lands).
+#![forbid(unsafe_code)]

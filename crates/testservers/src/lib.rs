@@ -1,0 +1,2 @@
+//! hostile test MCP servers
+#![forbid(unsafe_code)]
