@@ -1,2 +1,128 @@
-//! mcpbox sandbox (placeholder until its issue lands).
-#![forbid(unsafe_code)]
+//! The mcpbox Linux sandbox.
+//!
+//! [`Spec`] says what one sandbox may see and use; [`spawn`] builds it and
+//! starts the command. The set-up is one linear, synchronous sequence run in
+//! forked children before any thread exists (see ARCHITECTURE.md, "The
+//! sandbox sequence"); the mount layout is computed first as data
+//! ([`plan::plan`]) so it can be unit-tested without root.
+//!
+//! Every `unsafe` block of the project is in [`sys`].
+#![deny(unsafe_code)]
+
+pub mod cgroup;
+pub mod doctor;
+mod init;
+mod landlock;
+mod launch;
+pub mod plan;
+pub mod seccomp;
+mod sys;
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Duration;
+
+pub use launch::{exec, spawn, Sandbox, Status};
+
+/// The uid and gid the command runs as inside the sandbox.
+pub const SANDBOX_UID: u32 = 1000;
+/// The host uid/gid the sandbox user maps to when mcpbox runs as root: never
+/// host root, so that a hostile server owns nothing of the host.
+pub const ROOT_RUN_HOST_ID: u32 = 65534;
+
+/// Where things appear inside the sandbox.
+pub const WORKSPACE: &str = "/workspace";
+pub const INPUT: &str = "/workspace/input";
+pub const OUTPUT: &str = "/workspace/output";
+pub const TMP: &str = "/workspace/tmp";
+pub const HOME: &str = "/workspace/tmp/home";
+
+/// One extra bind mount.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BindMount {
+    /// Host path (already canonical and checked by the caller).
+    pub host: PathBuf,
+    /// Absolute path inside the sandbox.
+    pub at: PathBuf,
+    pub writable: bool,
+}
+
+/// Resource limits. `None` means not limited.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Limits {
+    pub memory: Option<u64>,
+    pub pids: Option<u64>,
+    /// CPU in cores (1.5 = one and a half cores).
+    pub cpu: Option<f64>,
+    /// Wall-clock limit for the whole sandbox.
+    pub timeout: Option<Duration>,
+}
+
+/// How the command's stdio is connected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stdio {
+    /// The command uses mcpbox's own stdin, stdout and stderr.
+    Inherit,
+    /// Pipes, returned in [`Sandbox`], for the relay.
+    Piped,
+}
+
+/// Everything one sandbox is given. Paths are host paths the caller has
+/// canonicalised and checked; the sandbox trusts them.
+#[derive(Debug, Clone)]
+pub struct Spec {
+    pub argv: Vec<OsString>,
+    /// The complete environment of the command (nothing else is passed).
+    pub env: Vec<(OsString, OsString)>,
+    pub input: Option<PathBuf>,
+    pub output: Option<PathBuf>,
+    /// Size of the tmpfs at /workspace/tmp, in bytes.
+    pub tmp_size: u64,
+    pub mounts: Vec<BindMount>,
+    pub limits: Limits,
+    /// When set, only these paths (inside the sandbox) may be executed.
+    pub allow_exec: Option<Vec<PathBuf>>,
+    /// Accept the weaker tier (rlimits for memory, no cgroup for cpu).
+    pub allow_degraded: bool,
+    pub stdio: Stdio,
+}
+
+/// Errors of the sandbox, each naming the step that failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{step}: {source}")]
+    Setup {
+        step: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("sandbox set-up failed at {step}: {detail}")]
+    Child { step: String, detail: String },
+    #[error("cannot run {command}: {detail}")]
+    Exec { command: String, detail: String, code: i32 },
+    #[error("{0}")]
+    Unenforceable(String),
+    #[error("cgroup {path}: {source}")]
+    Cgroup {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl Error {
+    pub(crate) fn setup(step: impl Into<String>, source: std::io::Error) -> Error {
+        Error::Setup { step: step.into(), source }
+    }
+
+    /// The exit code mcpbox should use for this error: 127 command not
+    /// found, 126 not executable, 125 for mcpbox's own failures (as env(1)).
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            Error::Exec { code, .. } => *code,
+            _ => 125,
+        }
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

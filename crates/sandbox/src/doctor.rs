@@ -1,0 +1,1 @@
+//! Kernel feature probes for `mcpbox doctor` (filled in below).

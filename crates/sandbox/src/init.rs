@@ -1,0 +1,63 @@
+//! The sandbox's pid 1: reaps every process, forwards signals to the
+//! command's process group, and exits with the command's status.
+//!
+//! It runs our own code, never the command's: pid 1 of a pid namespace is
+//! immune to signals it has no handler for from inside the namespace
+//! (pid_namespaces(7)), so a hostile command cannot kill it, and when it
+//! exits the kernel kills everything left in the namespace.
+
+use crate::sys::{self, SigSet, Wait};
+
+/// Signals forwarded from outside to the command's process group.
+pub const FORWARDED: &[libc::c_int] = &[
+    libc::SIGTERM,
+    libc::SIGINT,
+    libc::SIGHUP,
+    libc::SIGQUIT,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+    libc::SIGWINCH,
+    libc::SIGCONT,
+];
+
+/// Every signal the init (and the supervisor) waits for.
+pub fn waited() -> SigSet {
+    let mut all = FORWARDED.to_vec();
+    all.push(libc::SIGCHLD);
+    SigSet::of(&all)
+}
+
+/// Runs until `command` (pid in this namespace) ends; never returns.
+pub fn run(command: libc::pid_t) -> ! {
+    let set = waited();
+    loop {
+        let sig = match sys::sigtimedwait(&set, None) {
+            Ok(Some(sig)) => sig,
+            Ok(None) => continue,
+            Err(_) => sys::exit_now(125),
+        };
+        if sig != libc::SIGCHLD {
+            // Negative pid: the whole process group the command leads.
+            let _ = sys::kill(-command, sig);
+            continue;
+        }
+        loop {
+            match sys::waitpid(-1, true) {
+                Ok(Wait::Exited(pid, code)) if pid == command => finish(code),
+                Ok(Wait::Signaled(pid, sig)) if pid == command => finish(128 + sig),
+                Ok(Wait::Exited(..)) | Ok(Wait::Signaled(..)) => continue,
+                Ok(Wait::None) => break,
+                // ECHILD: nothing left at all.
+                Err(_) => break,
+            }
+        }
+    }
+}
+
+/// The command is gone: kill whatever it left behind and leave with its
+/// status. kill(-1) from pid 1 reaches every other process of the namespace.
+fn finish(code: i32) -> ! {
+    let _ = sys::kill(-1, libc::SIGKILL);
+    while let Ok(Wait::Exited(..) | Wait::Signaled(..)) = sys::waitpid(-1, false) {}
+    sys::exit_now(code)
+}
