@@ -1,1 +1,281 @@
-fn main() {}
+//! `mcpbox-probe ACTION [ARGS]`: run inside a sandbox by the integration
+//! tests, tries one thing a hostile server might try, and prints one line:
+//! `ok <detail>` when the attempt worked, `err <errno> <detail>` when the
+//! kernel refused it. The tests decide what is expected.
+//!
+//! This is an attack tool for tests only, not part of mcpbox: it makes raw
+//! system calls on purpose, so it is the one crate besides the sandbox that
+//! may use `unsafe` (docs/conventions.md).
+#![allow(unsafe_code)]
+#![allow(clippy::undocumented_unsafe_blocks)]
+
+use std::io::{Read, Write};
+use std::time::Duration;
+
+fn errno() -> std::io::Error {
+    std::io::Error::last_os_error()
+}
+
+fn result(r: std::io::Result<String>) {
+    match r {
+        Ok(detail) => println!("ok {detail}"),
+        Err(e) => println!("err {} {e}", e.raw_os_error().unwrap_or(0)),
+    }
+}
+
+fn ret(v: libc::c_long) -> std::io::Result<String> {
+    if v < 0 {
+        Err(errno())
+    } else {
+        Ok(format!("returned {v}"))
+    }
+}
+
+fn arg(args: &[String], i: usize) -> &str {
+    args.get(i).map(String::as_str).unwrap_or("")
+}
+
+fn cstr(s: &str) -> std::ffi::CString {
+    std::ffi::CString::new(s).unwrap_or_default()
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let action = arg(&args, 1);
+    match action {
+        "read" => result(std::fs::File::open(arg(&args, 2)).and_then(|mut f| {
+            let mut buf = Vec::new();
+            f.read_to_end(&mut buf)?;
+            Ok(format!("{} bytes: {}", buf.len(), String::from_utf8_lossy(&buf[..buf.len().min(64)])))
+        })),
+        "write" => result(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(arg(&args, 2))
+                .and_then(|mut f| f.write_all(b"probe\n"))
+                .map(|()| "written".into()),
+        ),
+        "list" => result(std::fs::read_dir(arg(&args, 2)).map(|rd| {
+            let mut names: Vec<String> =
+                rd.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+            names.sort();
+            names.join(",")
+        })),
+        "exec" => result(
+            std::process::Command::new(arg(&args, 2))
+                .args(&args[3.min(args.len())..])
+                .status()
+                .map(|s| format!("status {s}")),
+        ),
+        "status" => {
+            let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+            let keep = ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb", "NoNewPrivs", "Seccomp:", "Uid", "Gid"];
+            let lines: Vec<String> = status
+                .lines()
+                .filter(|l| keep.iter().any(|k| l.starts_with(k)))
+                .map(|l| l.split_whitespace().collect::<Vec<_>>().join("="))
+                .collect();
+            println!("ok {}", lines.join(" "));
+        }
+        "mount" => {
+            let r = unsafe {
+                libc::mount(
+                    cstr("none").as_ptr(),
+                    cstr("/workspace/tmp").as_ptr(),
+                    cstr("tmpfs").as_ptr(),
+                    0,
+                    std::ptr::null(),
+                )
+            };
+            result(ret(r.into()))
+        }
+        "remount-rw" => {
+            let r = unsafe {
+                libc::mount(
+                    std::ptr::null(),
+                    cstr(arg(&args, 2)).as_ptr(),
+                    std::ptr::null(),
+                    libc::MS_REMOUNT | libc::MS_BIND,
+                    std::ptr::null(),
+                )
+            };
+            result(ret(r.into()))
+        }
+        "ptrace" => {
+            let pid = unsafe { libc::fork() };
+            if pid == 0 {
+                std::thread::sleep(Duration::from_secs(5));
+                unsafe { libc::_exit(0) };
+            }
+            let r = unsafe { libc::ptrace(libc::PTRACE_ATTACH, pid, 0, 0) };
+            let out = ret(r);
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            result(out)
+        }
+        "ptrace-init" => {
+            let r = unsafe { libc::ptrace(libc::PTRACE_ATTACH, 1, 0, 0) };
+            result(ret(r))
+        }
+        "unshare" => {
+            let flag = match arg(&args, 2) {
+                "user" => libc::CLONE_NEWUSER,
+                "net" => libc::CLONE_NEWNET,
+                "mount" => libc::CLONE_NEWNS,
+                "pid" => libc::CLONE_NEWPID,
+                _ => libc::CLONE_NEWUSER | libc::CLONE_NEWNS,
+            };
+            result(ret(unsafe { libc::unshare(flag) }.into()))
+        }
+        "clone-newuser" => {
+            let r = unsafe {
+                libc::syscall(libc::SYS_clone, (libc::CLONE_NEWUSER | libc::SIGCHLD) as libc::c_ulong, 0, 0, 0, 0)
+            };
+            if r == 0 {
+                unsafe { libc::_exit(0) };
+            }
+            result(ret(r))
+        }
+        "setns" => {
+            let fd = unsafe { libc::open(cstr("/proc/1/ns/net").as_ptr(), libc::O_RDONLY) };
+            result(ret(unsafe { libc::setns(fd, 0) }.into()))
+        }
+        "io_uring" => {
+            let mut params = [0u8; 120];
+            result(ret(unsafe { libc::syscall(libc::SYS_io_uring_setup, 8u32, params.as_mut_ptr()) }))
+        }
+        "keyctl" => {
+            const KEY_SPEC_PROCESS_KEYRING: i32 = -2;
+            result(ret(unsafe {
+                libc::syscall(
+                    libc::SYS_add_key,
+                    cstr("user").as_ptr(),
+                    cstr("probe").as_ptr(),
+                    b"x".as_ptr(),
+                    1usize,
+                    KEY_SPEC_PROCESS_KEYRING,
+                )
+            }))
+        }
+        "bpf" => {
+            let mut attr = [0u8; 128];
+            result(ret(unsafe { libc::syscall(libc::SYS_bpf, 0, attr.as_mut_ptr(), attr.len()) }))
+        }
+        "perf" => {
+            let mut attr = [0u8; 128];
+            attr[4..8].copy_from_slice(&128u32.to_le_bytes());
+            result(ret(unsafe { libc::syscall(libc::SYS_perf_event_open, attr.as_mut_ptr(), 0, -1, -1, 0) }))
+        }
+        "userfaultfd" => result(ret(unsafe { libc::syscall(libc::SYS_userfaultfd, 0) })),
+        "chroot" => result(ret(unsafe { libc::chroot(cstr("/workspace/tmp").as_ptr()) }.into())),
+        "setuid0" => result(ret(unsafe { libc::setuid(0) }.into())),
+        "sethostname" => result(ret(unsafe { libc::sethostname(b"evil".as_ptr().cast(), 4) }.into())),
+        "tiocsti" => {
+            let c = b'x';
+            result(ret(unsafe { libc::ioctl(0, libc::TIOCSTI, &c) }.into()))
+        }
+        "mknod" => result(ret(unsafe {
+            libc::mknod(cstr("/workspace/tmp/sda").as_ptr(), libc::S_IFBLK | 0o600, libc::makedev(8, 0))
+        }
+        .into())),
+        "alloc" => {
+            // Allocates and touches N MiB, one MiB at a time.
+            let mib: usize = arg(&args, 2).parse().unwrap_or(1);
+            let mut keep: Vec<Vec<u8>> = Vec::new();
+            for _ in 0..mib {
+                let mut v = Vec::new();
+                if v.try_reserve_exact(1 << 20).is_err() {
+                    println!("err 12 allocation refused after {} MiB", keep.len());
+                    return;
+                }
+                v.resize(1 << 20, 1u8);
+                keep.push(v);
+            }
+            println!("ok allocated {} MiB", keep.len());
+        }
+        "fork" => {
+            // Forks N children that wait; reports how many forks worked.
+            let n: usize = arg(&args, 2).parse().unwrap_or(1);
+            let mut pids = Vec::new();
+            let mut failure = None;
+            for _ in 0..n {
+                let pid = unsafe { libc::fork() };
+                if pid == 0 {
+                    std::thread::sleep(Duration::from_secs(10));
+                    unsafe { libc::_exit(0) };
+                }
+                if pid < 0 {
+                    failure = Some(errno());
+                    break;
+                }
+                pids.push(pid);
+            }
+            for p in &pids {
+                unsafe { libc::kill(*p, libc::SIGKILL) };
+            }
+            match failure {
+                Some(e) => println!("err {} forked {} before: {e}", e.raw_os_error().unwrap_or(0), pids.len()),
+                None => println!("ok forked {}", pids.len()),
+            }
+        }
+        "connect" => result(
+            arg(&args, 2)
+                .parse::<std::net::SocketAddr>()
+                .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))
+                .and_then(|a| std::net::TcpStream::connect_timeout(&a, Duration::from_secs(2)))
+                .map(|_| "connected".into()),
+        ),
+        "pids" => {
+            let mut pids: Vec<u32> = std::fs::read_dir("/proc")
+                .map(|rd| rd.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect())
+                .unwrap_or_default();
+            pids.sort();
+            println!("ok {}", pids.iter().map(u32::to_string).collect::<Vec<_>>().join(","));
+        }
+        "env" => {
+            let vars: Vec<String> = std::env::vars().map(|(k, v)| format!("{k}={v}")).collect();
+            println!("ok {}", vars.join(" "));
+        }
+        "sleep" => {
+            let secs: u64 = arg(&args, 2).parse().unwrap_or(1);
+            std::thread::sleep(Duration::from_secs(secs));
+            println!("ok slept");
+        }
+        "spawn-tree" => {
+            // Leaves a tree of sleeping descendants (children and a
+            // double-forked "daemon") that all carry this argv, then sleeps.
+            let secs: u64 = arg(&args, 2).parse().unwrap_or(30);
+            for _ in 0..3 {
+                if unsafe { libc::fork() } == 0 {
+                    if unsafe { libc::fork() } == 0 {
+                        unsafe { libc::setsid() };
+                        std::thread::sleep(Duration::from_secs(secs));
+                        unsafe { libc::_exit(0) };
+                    }
+                    std::thread::sleep(Duration::from_secs(secs));
+                    unsafe { libc::_exit(0) };
+                }
+            }
+            println!("ok spawned");
+            let _ = std::io::stdout().flush();
+            std::thread::sleep(Duration::from_secs(secs));
+        }
+        "exit" => std::process::exit(arg(&args, 2).parse().unwrap_or(0)),
+        "kill-self" => {
+            let sig: i32 = arg(&args, 2).parse().unwrap_or(libc::SIGKILL);
+            unsafe { libc::kill(libc::getpid(), sig) };
+            std::thread::sleep(Duration::from_secs(5));
+        }
+        "kill-init" => result(ret(unsafe { libc::kill(1, libc::SIGKILL) }.into())),
+        "cat" => {
+            // stdin to stdout, untouched.
+            let mut buf = Vec::new();
+            let _ = std::io::stdin().read_to_end(&mut buf);
+            let _ = std::io::stdout().write_all(&buf);
+        }
+        _ => {
+            eprintln!("usage: mcpbox-probe ACTION [ARGS]");
+            std::process::exit(2);
+        }
+    }
+}

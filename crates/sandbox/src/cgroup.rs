@@ -123,6 +123,25 @@ impl Layout {
     }
 }
 
+impl Layout {
+    /// Whether a group for `ctrl` could be made by this process: the
+    /// controller exists and our group in its hierarchy is writable.
+    pub fn usable(&self, ctrl: Controller) -> std::result::Result<(), String> {
+        match self.locate(ctrl) {
+            None => Err(format!("the {} cgroup controller is not available to mcpbox", ctrl.name())),
+            Some((version, dir)) => {
+                let writable = crate::sys::cstr(&dir).map(|c| crate::sys::access_w(&c)).unwrap_or(false);
+                if writable {
+                    Ok(())
+                } else {
+                    let v = if version == Version::V2 { "v2" } else { "v1" };
+                    Err(format!("the {} cgroup ({v}) at {} is not writable by this user", ctrl.name(), dir.display()))
+                }
+            }
+        }
+    }
+}
+
 fn join(mount: &Path, group: &str) -> PathBuf {
     mount.join(group.trim_start_matches('/'))
 }

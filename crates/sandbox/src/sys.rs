@@ -510,3 +510,9 @@ pub fn poll_hup(fd: RawFd) -> bool {
     let n = unsafe { libc::poll(&mut pfd, 1, 0) };
     n > 0 && (pfd.revents & libc::POLLHUP) != 0
 }
+
+/// access(path, W_OK) for the real uid.
+pub fn access_w(path: &CStr) -> bool {
+    // SAFETY: valid NUL-terminated path.
+    unsafe { libc::access(path.as_ptr(), libc::W_OK) == 0 }
+}

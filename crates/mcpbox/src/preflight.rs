@@ -1,0 +1,223 @@
+//! From a policy to a sandbox [`Spec`]: the checks that need the host
+//! (paths exist, symlinks resolved, credential locations refused, limits
+//! enforceable here). The policy crate is pure; this is where I/O happens.
+//! Every error names the policy file, line and key, and says what to do.
+
+use std::ffi::OsString;
+use std::fmt;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use mcpbox_policy::{credential_kind, Diagnostic, Policy};
+use mcpbox_sandbox::{BindMount, Limits, Spec, Stdio};
+
+/// A policy and where it came from.
+pub struct Loaded {
+    pub policy: Policy,
+    /// The policy file; None for the embedded default.
+    pub file: Option<PathBuf>,
+}
+
+/// A preflight failure: a policy diagnostic, or a plain message.
+#[derive(Debug)]
+pub enum Error {
+    Policy(Box<Diagnostic>),
+    Io { path: PathBuf, source: std::io::Error },
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Policy(d) => write!(f, "{d}"),
+            Error::Io { path, source } => write!(f, "cannot read policy {}: {source}", path.display()),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// Reads and parses the policy file, or returns the embedded default.
+pub fn load(file: Option<&Path>) -> Result<Loaded, Error> {
+    let Some(file) = file else {
+        return Ok(Loaded { policy: mcpbox_policy::default_policy(), file: None });
+    };
+    let text = std::fs::read_to_string(file).map_err(|source| Error::Io { path: file.to_path_buf(), source })?;
+    // Absolute, so relative paths in the policy resolve to absolute paths.
+    let abs = std::path::absolute(file).unwrap_or_else(|_| file.to_path_buf());
+    let policy = mcpbox_policy::parse(&text, &abs).map_err(|d| Error::Policy(Box::new(d)))?;
+    Ok(Loaded { policy, file: Some(abs) })
+}
+
+impl Loaded {
+    fn diag(&self, key: &str, message: impl Into<String>, hint: impl Into<String>) -> Error {
+        let file = self.file.clone().unwrap_or_else(|| PathBuf::from("<default policy>"));
+        Error::Policy(Box::new(
+            Diagnostic::new(file, self.policy.location(key), key, message).with_hint(hint),
+        ))
+    }
+
+    /// Canonical host path for a directory or file the policy names: it must
+    /// exist, and neither it nor anything below it may be a credential
+    /// location unless `allow_credentials`.
+    fn host_path(&self, key: &str, path: &Path, want_dir: bool, allow_credentials: bool) -> Result<PathBuf, Error> {
+        let real = std::fs::canonicalize(path).map_err(|e| {
+            self.diag(
+                key,
+                format!("{} does not exist or cannot be resolved: {e}", path.display()),
+                if want_dir { "create the directory, or fix the path (relative paths are relative to the policy file)" } else { "fix the path (relative paths are relative to the policy file)" },
+            )
+        })?;
+        if want_dir && !real.is_dir() {
+            return Err(self.diag(key, format!("{} is not a directory", real.display()), "point it at a directory"));
+        }
+        if let Some(kind) = credential_kind(&real) {
+            if !allow_credentials {
+                let shown = if real == path { real.display().to_string() } else { format!("{} (resolves to {})", path.display(), real.display()) };
+                return Err(self.diag(
+                    key,
+                    format!("{shown} is or contains the credential location {kind}; refusing to mount it"),
+                    "mount a narrower directory that holds no credentials (for an extra mount, \
+                     `dangerously_allow_credentials = true` overrides this after review)",
+                ));
+            }
+            tracing::warn!(path = %real.display(), kind, "mounting a credential location: dangerously_allow_credentials is set");
+        }
+        Ok(real)
+    }
+
+    /// As root, the sandbox user is host uid 65534: it must be able to use
+    /// the directories it is given, or the server fails in confusing ways.
+    fn check_root_access(&self, key: &str, path: &Path, write: bool) -> Result<(), Error> {
+        if !is_root() {
+            return Ok(());
+        }
+        let Ok(meta) = std::fs::metadata(path) else { return Ok(()) };
+        let id = mcpbox_sandbox::ROOT_RUN_HOST_ID;
+        let mode = meta.mode();
+        let (r, w, x) = if meta.uid() == id {
+            (0o400, 0o200, 0o100)
+        } else if meta.gid() == id {
+            (0o040, 0o020, 0o010)
+        } else {
+            (0o004, 0o002, 0o001)
+        };
+        let ok = mode & r != 0 && mode & x != 0 && (!write || mode & w != 0);
+        if ok {
+            return Ok(());
+        }
+        let need = if write { "read, write and search" } else { "read and search" };
+        Err(self.diag(
+            key,
+            format!("{} is not usable by uid {id}: mcpbox runs as root, so the sandbox runs as host uid {id} (nobody), which needs {need} access", path.display()),
+            format!("`chown {id}:{id} {}` or `chmod o+{}x` it, or run mcpbox as an ordinary user", path.display(), if write { "rw" } else { "r" }),
+        ))
+    }
+}
+
+pub fn is_root() -> bool {
+    // The effective uid of this process, read without unsafe.
+    std::fs::metadata("/proc/self").map(|m| m.uid() == 0).unwrap_or(false)
+}
+
+/// The sandbox's environment: PATH, HOME, LANG, TERM, then the policy's
+/// `env.pass` and `env.set` (set wins). Nothing else of ours leaks in.
+pub fn environment(policy: &Policy) -> Vec<(OsString, OsString)> {
+    let mut env: Vec<(OsString, OsString)> = vec![
+        ("PATH".into(), "/usr/local/bin:/usr/bin:/bin".into()),
+        ("HOME".into(), mcpbox_sandbox::HOME.into()),
+        ("LANG".into(), std::env::var_os("LANG").unwrap_or_else(|| "C.UTF-8".into())),
+    ];
+    if let Some(term) = std::env::var_os("TERM") {
+        env.push(("TERM".into(), term));
+    }
+    let mut put = |k: OsString, v: OsString| {
+        env.retain(|(key, _)| *key != k);
+        env.push((k, v));
+    };
+    for name in &policy.env.pass {
+        if let Some(v) = std::env::var_os(name) {
+            put(name.into(), v);
+        }
+    }
+    for (k, v) in &policy.env.set {
+        put(k.into(), v.into());
+    }
+    env
+}
+
+/// Checks the policy against the host and builds the sandbox spec.
+pub fn spec(loaded: &Loaded, argv: Vec<OsString>, stdio: Stdio) -> Result<Spec, Error> {
+    let p = &loaded.policy;
+    let fs = &p.filesystem;
+    let input = match &fs.input {
+        Some(dir) => {
+            let real = loaded.host_path("filesystem.input", dir, true, false)?;
+            loaded.check_root_access("filesystem.input", &real, false)?;
+            Some(real)
+        }
+        None => None,
+    };
+    let output = match &fs.output {
+        Some(dir) => {
+            let real = loaded.host_path("filesystem.output", dir, true, false)?;
+            loaded.check_root_access("filesystem.output", &real, true)?;
+            Some(real)
+        }
+        None => None,
+    };
+    let mut mounts = Vec::new();
+    for (i, m) in fs.mounts.iter().enumerate() {
+        let key = format!("filesystem.mounts[{i}].host");
+        let real = loaded.host_path(&key, &m.host, false, m.dangerously_allow_credentials)?;
+        let writable = m.mode == mcpbox_policy::MountMode::Rw;
+        if real.is_dir() {
+            loaded.check_root_access(&key, &real, writable)?;
+        }
+        mounts.push(BindMount { host: real, at: m.at.clone(), writable });
+    }
+    let limits = Limits {
+        memory: p.process.memory,
+        pids: Some(u64::from(p.process.pids)),
+        cpu: p.process.cpu,
+        timeout: p.process.timeout,
+    };
+    check_limits(loaded, &limits)?;
+    Ok(Spec {
+        argv,
+        env: environment(p),
+        input,
+        output,
+        tmp_size: fs.tmp,
+        mounts,
+        limits,
+        allow_exec: p.process.allow_exec.clone(),
+        allow_degraded: p.sandbox.dangerously_allow_degraded,
+        stdio,
+    })
+}
+
+/// Refuses limits this host cannot enforce, before anything runs.
+fn check_limits(loaded: &Loaded, limits: &Limits) -> Result<(), Error> {
+    if loaded.policy.sandbox.dangerously_allow_degraded {
+        return Ok(());
+    }
+    let layout = mcpbox_sandbox::cgroup::Layout::read();
+    for (key, ctrl, set) in [
+        ("process.memory", mcpbox_sandbox::cgroup::Controller::Memory, limits.memory.is_some()),
+        ("process.cpu", mcpbox_sandbox::cgroup::Controller::Cpu, limits.cpu.is_some()),
+    ] {
+        if !set {
+            continue;
+        }
+        if let Err(why) = layout.usable(ctrl) {
+            return Err(loaded.diag(
+                key,
+                format!("this limit cannot be enforced here: {why}"),
+                "run mcpbox as root or in a delegated cgroup v2 scope \
+                 (`systemd-run --user --scope -p Delegate=yes mcpbox ...`), remove the limit, or set \
+                 sandbox.dangerously_allow_degraded = true to accept rlimits instead (see `mcpbox doctor`)",
+            ));
+        }
+    }
+    Ok(())
+}
