@@ -31,7 +31,10 @@ pub fn run(file: &Path, schema: bool) -> ExitCode {
         eprintln!("mcpbox: {e}");
         return ExitCode::from(1);
     }
-    println!("# effective policy for {} (defaults filled in, paths resolved)", file.display());
+    println!(
+        "# effective policy for {} (defaults filled in, paths resolved)",
+        file.display()
+    );
     print!("{}", loaded.policy.to_toml());
     ExitCode::SUCCESS
 }

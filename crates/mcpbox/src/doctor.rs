@@ -6,7 +6,11 @@ use mcpbox_sandbox::doctor::{self, Level};
 
 pub fn run() -> ExitCode {
     let checks = doctor::run();
-    let who = if crate::preflight::is_root() { "root" } else { "an ordinary user" };
+    let who = if crate::preflight::is_root() {
+        "root"
+    } else {
+        "an ordinary user"
+    };
     println!("mcpbox doctor (running as {who})\n");
     let mut full = true;
     for c in &checks {

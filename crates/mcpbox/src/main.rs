@@ -53,7 +53,11 @@ fn init_logging() {
         "error" => tracing::Level::ERROR,
         _ => tracing::Level::WARN,
     };
-    tracing_subscriber::fmt().with_writer(std::io::stderr).with_max_level(level).with_target(false).init();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_max_level(level)
+        .with_target(false)
+        .init();
 }
 
 fn main() -> ExitCode {

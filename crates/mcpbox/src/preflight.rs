@@ -22,14 +22,19 @@ pub struct Loaded {
 #[derive(Debug)]
 pub enum Error {
     Policy(Box<Diagnostic>),
-    Io { path: PathBuf, source: std::io::Error },
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
 }
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Error::Policy(d) => write!(f, "{d}"),
-            Error::Io { path, source } => write!(f, "cannot read policy {}: {source}", path.display()),
+            Error::Io { path, source } => {
+                write!(f, "cannot read policy {}: {source}", path.display())
+            }
         }
     }
 }
@@ -39,18 +44,30 @@ impl std::error::Error for Error {}
 /// Reads and parses the policy file, or returns the embedded default.
 pub fn load(file: Option<&Path>) -> Result<Loaded, Error> {
     let Some(file) = file else {
-        return Ok(Loaded { policy: mcpbox_policy::default_policy(), file: None });
+        return Ok(Loaded {
+            policy: mcpbox_policy::default_policy(),
+            file: None,
+        });
     };
-    let text = std::fs::read_to_string(file).map_err(|source| Error::Io { path: file.to_path_buf(), source })?;
+    let text = std::fs::read_to_string(file).map_err(|source| Error::Io {
+        path: file.to_path_buf(),
+        source,
+    })?;
     // Absolute, so relative paths in the policy resolve to absolute paths.
     let abs = std::path::absolute(file).unwrap_or_else(|_| file.to_path_buf());
     let policy = mcpbox_policy::parse(&text, &abs).map_err(|d| Error::Policy(Box::new(d)))?;
-    Ok(Loaded { policy, file: Some(abs) })
+    Ok(Loaded {
+        policy,
+        file: Some(abs),
+    })
 }
 
 impl Loaded {
     fn diag(&self, key: &str, message: impl Into<String>, hint: impl Into<String>) -> Error {
-        let file = self.file.clone().unwrap_or_else(|| PathBuf::from("<default policy>"));
+        let file = self
+            .file
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("<default policy>"));
         Error::Policy(Box::new(
             Diagnostic::new(file, self.policy.location(key), key, message).with_hint(hint),
         ))
@@ -59,7 +76,13 @@ impl Loaded {
     /// Canonical host path for a directory or file the policy names: it must
     /// exist, and neither it nor anything below it may be a credential
     /// location unless `allow_credentials`.
-    fn host_path(&self, key: &str, path: &Path, want_dir: bool, allow_credentials: bool) -> Result<PathBuf, Error> {
+    fn host_path(
+        &self,
+        key: &str,
+        path: &Path,
+        want_dir: bool,
+        allow_credentials: bool,
+    ) -> Result<PathBuf, Error> {
         let real = std::fs::canonicalize(path).map_err(|e| {
             self.diag(
                 key,
@@ -68,14 +91,25 @@ impl Loaded {
             )
         })?;
         if want_dir && !real.is_dir() {
-            return Err(self.diag(key, format!("{} is not a directory", real.display()), "point it at a directory"));
+            return Err(self.diag(
+                key,
+                format!("{} is not a directory", real.display()),
+                "point it at a directory",
+            ));
         }
-        if let Some(kind) = credential_kind(&real) {
+        let found = credential_kind(&real)
+            .map(|k| (k, real.clone()))
+            .or_else(|| find_credentials_below(&real));
+        if let Some((kind, at)) = found {
             if !allow_credentials {
-                let shown = if real == path { real.display().to_string() } else { format!("{} (resolves to {})", path.display(), real.display()) };
+                let shown = if real == path {
+                    real.display().to_string()
+                } else {
+                    format!("{} (resolves to {})", path.display(), real.display())
+                };
                 return Err(self.diag(
                     key,
-                    format!("{shown} is or contains the credential location {kind}; refusing to mount it"),
+                    format!("{shown} is or contains the credential location {kind} ({}); refusing to mount it", at.display()),
                     "mount a narrower directory that holds no credentials (for an extra mount, \
                      `dangerously_allow_credentials = true` overrides this after review)",
                 ));
@@ -91,7 +125,9 @@ impl Loaded {
         if !is_root() {
             return Ok(());
         }
-        let Ok(meta) = std::fs::metadata(path) else { return Ok(()) };
+        let Ok(meta) = std::fs::metadata(path) else {
+            return Ok(());
+        };
         let id = mcpbox_sandbox::ROOT_RUN_HOST_ID;
         let mode = meta.mode();
         let (r, w, x) = if meta.uid() == id {
@@ -105,7 +141,11 @@ impl Loaded {
         if ok {
             return Ok(());
         }
-        let need = if write { "read, write and search" } else { "read and search" };
+        let need = if write {
+            "read, write and search"
+        } else {
+            "read and search"
+        };
         Err(self.diag(
             key,
             format!("{} is not usable by uid {id}: mcpbox runs as root, so the sandbox runs as host uid {id} (nobody), which needs {need} access", path.display()),
@@ -114,9 +154,62 @@ impl Loaded {
     }
 }
 
+/// How deep and how wide the search for credential locations below a
+/// mount source goes: deep enough for a home directory copied elsewhere
+/// (`u/.ssh`, `u/.config/gcloud`), bounded so a huge tree stays cheap.
+const CREDENTIAL_SCAN_DEPTH: usize = 3;
+const CREDENTIAL_SCAN_ENTRIES: usize = 20_000;
+
+/// Looks below `dir` for a credential location (a `.ssh` folder, a
+/// `.netrc` file...), breadth first, without following symlinks.
+fn find_credentials_below(dir: &Path) -> Option<(&'static str, PathBuf)> {
+    if !dir.is_dir() {
+        return None;
+    }
+    let mut queue = std::collections::VecDeque::from([(dir.to_path_buf(), 0usize)]);
+    let mut seen = 0usize;
+    while let Some((d, depth)) = queue.pop_front() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            seen += 1;
+            if seen > CREDENTIAL_SCAN_ENTRIES {
+                return None;
+            }
+            let path = entry.path();
+            // Only the names below `dir` count: `dir` itself was checked
+            // with its full path already.
+            let rel = path.strip_prefix(dir).unwrap_or(&path);
+            if let Some(kind) = names_credential_location(rel) {
+                return Some((kind, path));
+            }
+            let is_dir = entry.file_type().map(|t| t.is_dir()).unwrap_or(false);
+            if is_dir && depth + 1 < CREDENTIAL_SCAN_DEPTH {
+                queue.push_back((path, depth + 1));
+            }
+        }
+    }
+    None
+}
+
+/// Whether the relative path contains a credential location's components.
+fn names_credential_location(rel: &Path) -> Option<&'static str> {
+    let parts: Vec<&str> = rel.iter().filter_map(|c| c.to_str()).collect();
+    mcpbox_policy::CREDENTIAL_LOCATIONS
+        .iter()
+        .copied()
+        .find(|loc| {
+            let seq: Vec<&str> = loc.split('/').collect();
+            parts.windows(seq.len()).any(|w| w == seq.as_slice())
+        })
+}
+
 pub fn is_root() -> bool {
     // The effective uid of this process, read without unsafe.
-    std::fs::metadata("/proc/self").map(|m| m.uid() == 0).unwrap_or(false)
+    std::fs::metadata("/proc/self")
+        .map(|m| m.uid() == 0)
+        .unwrap_or(false)
 }
 
 /// The sandbox's environment: PATH, HOME, LANG, TERM, then the policy's
@@ -125,7 +218,10 @@ pub fn environment(policy: &Policy) -> Vec<(OsString, OsString)> {
     let mut env: Vec<(OsString, OsString)> = vec![
         ("PATH".into(), "/usr/local/bin:/usr/bin:/bin".into()),
         ("HOME".into(), mcpbox_sandbox::HOME.into()),
-        ("LANG".into(), std::env::var_os("LANG").unwrap_or_else(|| "C.UTF-8".into())),
+        (
+            "LANG".into(),
+            std::env::var_os("LANG").unwrap_or_else(|| "C.UTF-8".into()),
+        ),
     ];
     if let Some(term) = std::env::var_os("TERM") {
         env.push(("TERM".into(), term));
@@ -173,7 +269,11 @@ pub fn spec(loaded: &Loaded, argv: Vec<OsString>, stdio: Stdio) -> Result<Spec, 
         if real.is_dir() {
             loaded.check_root_access(&key, &real, writable)?;
         }
-        mounts.push(BindMount { host: real, at: m.at.clone(), writable });
+        mounts.push(BindMount {
+            host: real,
+            at: m.at.clone(),
+            writable,
+        });
     }
     let limits = Limits {
         memory: p.process.memory,
@@ -203,8 +303,16 @@ fn check_limits(loaded: &Loaded, limits: &Limits) -> Result<(), Error> {
     }
     let layout = mcpbox_sandbox::cgroup::Layout::read();
     for (key, ctrl, set) in [
-        ("process.memory", mcpbox_sandbox::cgroup::Controller::Memory, limits.memory.is_some()),
-        ("process.cpu", mcpbox_sandbox::cgroup::Controller::Cpu, limits.cpu.is_some()),
+        (
+            "process.memory",
+            mcpbox_sandbox::cgroup::Controller::Memory,
+            limits.memory.is_some(),
+        ),
+        (
+            "process.cpu",
+            mcpbox_sandbox::cgroup::Controller::Cpu,
+            limits.cpu.is_some(),
+        ),
     ] {
         if !set {
             continue;

@@ -46,7 +46,11 @@ fn main() {
         "read" => result(std::fs::File::open(arg(&args, 2)).and_then(|mut f| {
             let mut buf = Vec::new();
             f.read_to_end(&mut buf)?;
-            Ok(format!("{} bytes: {}", buf.len(), String::from_utf8_lossy(&buf[..buf.len().min(64)])))
+            Ok(format!(
+                "{} bytes: {}",
+                buf.len(),
+                String::from_utf8_lossy(&buf[..buf.len().min(64)])
+            ))
         })),
         "write" => result(
             std::fs::OpenOptions::new()
@@ -57,8 +61,10 @@ fn main() {
                 .map(|()| "written".into()),
         ),
         "list" => result(std::fs::read_dir(arg(&args, 2)).map(|rd| {
-            let mut names: Vec<String> =
-                rd.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+            let mut names: Vec<String> = rd
+                .filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect();
             names.sort();
             names.join(",")
         })),
@@ -70,7 +76,17 @@ fn main() {
         ),
         "status" => {
             let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-            let keep = ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb", "NoNewPrivs", "Seccomp:", "Uid", "Gid"];
+            let keep = [
+                "CapInh",
+                "CapPrm",
+                "CapEff",
+                "CapBnd",
+                "CapAmb",
+                "NoNewPrivs",
+                "Seccomp:",
+                "Uid",
+                "Gid",
+            ];
             let lines: Vec<String> = status
                 .lines()
                 .filter(|l| keep.iter().any(|k| l.starts_with(k)))
@@ -129,7 +145,14 @@ fn main() {
         }
         "clone-newuser" => {
             let r = unsafe {
-                libc::syscall(libc::SYS_clone, (libc::CLONE_NEWUSER | libc::SIGCHLD) as libc::c_ulong, 0, 0, 0, 0)
+                libc::syscall(
+                    libc::SYS_clone,
+                    (libc::CLONE_NEWUSER | libc::SIGCHLD) as libc::c_ulong,
+                    0,
+                    0,
+                    0,
+                    0,
+                )
             };
             if r == 0 {
                 unsafe { libc::_exit(0) };
@@ -142,7 +165,9 @@ fn main() {
         }
         "io_uring" => {
             let mut params = [0u8; 120];
-            result(ret(unsafe { libc::syscall(libc::SYS_io_uring_setup, 8u32, params.as_mut_ptr()) }))
+            result(ret(unsafe {
+                libc::syscall(libc::SYS_io_uring_setup, 8u32, params.as_mut_ptr())
+            }))
         }
         "keyctl" => {
             const KEY_SPEC_PROCESS_KEYRING: i32 = -2;
@@ -159,23 +184,37 @@ fn main() {
         }
         "bpf" => {
             let mut attr = [0u8; 128];
-            result(ret(unsafe { libc::syscall(libc::SYS_bpf, 0, attr.as_mut_ptr(), attr.len()) }))
+            result(ret(unsafe {
+                libc::syscall(libc::SYS_bpf, 0, attr.as_mut_ptr(), attr.len())
+            }))
         }
         "perf" => {
             let mut attr = [0u8; 128];
             attr[4..8].copy_from_slice(&128u32.to_le_bytes());
-            result(ret(unsafe { libc::syscall(libc::SYS_perf_event_open, attr.as_mut_ptr(), 0, -1, -1, 0) }))
+            result(ret(unsafe {
+                libc::syscall(libc::SYS_perf_event_open, attr.as_mut_ptr(), 0, -1, -1, 0)
+            }))
         }
         "userfaultfd" => result(ret(unsafe { libc::syscall(libc::SYS_userfaultfd, 0) })),
-        "chroot" => result(ret(unsafe { libc::chroot(cstr("/workspace/tmp").as_ptr()) }.into())),
+        "chroot" => result(ret(unsafe {
+            libc::chroot(cstr("/workspace/tmp").as_ptr())
+        }
+        .into())),
         "setuid0" => result(ret(unsafe { libc::setuid(0) }.into())),
-        "sethostname" => result(ret(unsafe { libc::sethostname(b"evil".as_ptr().cast(), 4) }.into())),
+        "sethostname" => result(ret(unsafe {
+            libc::sethostname(b"evil".as_ptr().cast(), 4)
+        }
+        .into())),
         "tiocsti" => {
             let c = b'x';
             result(ret(unsafe { libc::ioctl(0, libc::TIOCSTI, &c) }.into()))
         }
         "mknod" => result(ret(unsafe {
-            libc::mknod(cstr("/workspace/tmp/sda").as_ptr(), libc::S_IFBLK | 0o600, libc::makedev(8, 0))
+            libc::mknod(
+                cstr("/workspace/tmp/sda").as_ptr(),
+                libc::S_IFBLK | 0o600,
+                libc::makedev(8, 0),
+            )
         }
         .into())),
         "alloc" => {
@@ -214,7 +253,11 @@ fn main() {
                 unsafe { libc::kill(*p, libc::SIGKILL) };
             }
             match failure {
-                Some(e) => println!("err {} forked {} before: {e}", e.raw_os_error().unwrap_or(0), pids.len()),
+                Some(e) => println!(
+                    "err {} forked {} before: {e}",
+                    e.raw_os_error().unwrap_or(0),
+                    pids.len()
+                ),
                 None => println!("ok forked {}", pids.len()),
             }
         }
@@ -227,10 +270,19 @@ fn main() {
         ),
         "pids" => {
             let mut pids: Vec<u32> = std::fs::read_dir("/proc")
-                .map(|rd| rd.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect())
+                .map(|rd| {
+                    rd.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                        .collect()
+                })
                 .unwrap_or_default();
             pids.sort();
-            println!("ok {}", pids.iter().map(u32::to_string).collect::<Vec<_>>().join(","));
+            println!(
+                "ok {}",
+                pids.iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(",")
+            );
         }
         "env" => {
             let vars: Vec<String> = std::env::vars().map(|(k, v)| format!("{k}={v}")).collect();
@@ -266,7 +318,23 @@ fn main() {
             unsafe { libc::kill(libc::getpid(), sig) };
             std::thread::sleep(Duration::from_secs(5));
         }
-        "kill-init" => result(ret(unsafe { libc::kill(1, libc::SIGKILL) }.into())),
+        "kill-init" => {
+            // pid 1 of a pid namespace ignores signals it has no handler for
+            // when they come from inside (kill may even return 0): the
+            // attack worked only if the init is gone afterwards (and then
+            // this process is gone too, and prints nothing).
+            let r = unsafe { libc::kill(1, libc::SIGKILL) };
+            let e = errno();
+            std::thread::sleep(Duration::from_millis(100));
+            if std::path::Path::new("/proc/1/status").exists() {
+                println!(
+                    "err {} init survived (kill returned {r}: {e})",
+                    e.raw_os_error().unwrap_or(0)
+                );
+            } else {
+                println!("ok init killed");
+            }
+        }
         "cat" => {
             // stdin to stdout, untouched.
             let mut buf = Vec::new();

@@ -62,8 +62,11 @@ impl Layout {
         let mut layout = Layout::parse(&mountinfo, &cgroup);
         if let Some((mnt, path)) = &layout.v2 {
             let file = join(mnt, path).join("cgroup.controllers");
-            layout.v2_controllers =
-                fs::read_to_string(file).unwrap_or_default().split_whitespace().map(String::from).collect();
+            layout.v2_controllers = fs::read_to_string(file)
+                .unwrap_or_default()
+                .split_whitespace()
+                .map(String::from)
+                .collect();
         }
         layout
     }
@@ -74,10 +77,14 @@ impl Layout {
         let mut v1_mounts: Vec<(Vec<String>, PathBuf)> = Vec::new();
         for line in mountinfo.lines() {
             // "... mountpoint opts ... - fstype source superopts"
-            let Some((left, right)) = line.split_once(" - ") else { continue };
+            let Some((left, right)) = line.split_once(" - ") else {
+                continue;
+            };
             let fields: Vec<&str> = left.split(' ').collect();
             let right: Vec<&str> = right.split(' ').collect();
-            let (Some(mnt), Some(fstype)) = (fields.get(4), right.first()) else { continue };
+            let (Some(mnt), Some(fstype)) = (fields.get(4), right.first()) else {
+                continue;
+            };
             match *fstype {
                 "cgroup2" => v2_mount = Some(PathBuf::from(mnt)),
                 "cgroup" => {
@@ -91,7 +98,8 @@ impl Layout {
         let mut layout = Layout::default();
         for line in cgroup.lines() {
             let mut parts = line.splitn(3, ':');
-            let (Some(_id), Some(ctrls), Some(path)) = (parts.next(), parts.next(), parts.next()) else {
+            let (Some(_id), Some(ctrls), Some(path)) = (parts.next(), parts.next(), parts.next())
+            else {
                 continue;
             };
             if ctrls.is_empty() {
@@ -101,8 +109,11 @@ impl Layout {
                 continue;
             }
             for ctrl in ctrls.split(',') {
-                if let Some((_, mnt)) = v1_mounts.iter().find(|(c, _)| c.iter().any(|x| x == ctrl)) {
-                    layout.v1.push((ctrl.to_string(), mnt.clone(), path.to_string()));
+                if let Some((_, mnt)) = v1_mounts.iter().find(|(c, _)| c.iter().any(|x| x == ctrl))
+                {
+                    layout
+                        .v1
+                        .push((ctrl.to_string(), mnt.clone(), path.to_string()));
                 }
             }
         }
@@ -128,14 +139,23 @@ impl Layout {
     /// controller exists and our group in its hierarchy is writable.
     pub fn usable(&self, ctrl: Controller) -> std::result::Result<(), String> {
         match self.locate(ctrl) {
-            None => Err(format!("the {} cgroup controller is not available to mcpbox", ctrl.name())),
+            None => Err(format!(
+                "the {} cgroup controller is not available to mcpbox",
+                ctrl.name()
+            )),
             Some((version, dir)) => {
-                let writable = crate::sys::cstr(&dir).map(|c| crate::sys::access_w(&c)).unwrap_or(false);
+                let writable = crate::sys::cstr(&dir)
+                    .map(|c| crate::sys::access_w(&c))
+                    .unwrap_or(false);
                 if writable {
                     Ok(())
                 } else {
                     let v = if version == Version::V2 { "v2" } else { "v1" };
-                    Err(format!("the {} cgroup ({v}) at {} is not writable by this user", ctrl.name(), dir.display()))
+                    Err(format!(
+                        "the {} cgroup ({v}) at {} is not writable by this user",
+                        ctrl.name(),
+                        dir.display()
+                    ))
                 }
             }
         }
@@ -218,7 +238,11 @@ impl Group {
                     }
                 }
                 (Version::V2, Controller::Memory) => {
-                    write(&dir, "memory.max", &limits.memory.unwrap_or(u64::MAX).to_string())?;
+                    write(
+                        &dir,
+                        "memory.max",
+                        &limits.memory.unwrap_or(u64::MAX).to_string(),
+                    )?;
                     if dir.join("memory.swap.max").exists() {
                         write(&dir, "memory.swap.max", "0")?;
                     }
@@ -265,7 +289,10 @@ impl Group {
                 Version::V2 => ("memory.events", "oom_kill "),
             };
             if let Ok(text) = fs::read_to_string(dir.join(file)) {
-                if text.lines().any(|l| l.starts_with(key) && l[key.len()..].trim() != "0") {
+                if text
+                    .lines()
+                    .any(|l| l.starts_with(key) && l[key.len()..].trim() != "0")
+                {
                     return true;
                 }
             }
@@ -363,16 +390,25 @@ mod tests {
     #[test]
     fn pure_v2_host_uses_unified_group() {
         let mountinfo = "27 22 0:23 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n";
-        let mut layout = Layout::parse(mountinfo, "0::/user.slice/user-1000.slice/session-2.scope\n");
+        let mut layout = Layout::parse(
+            mountinfo,
+            "0::/user.slice/user-1000.slice/session-2.scope\n",
+        );
         layout.v2_controllers = vec!["memory".into(), "pids".into(), "cpu".into()];
         let (v, dir) = layout.locate(Controller::Cpu).unwrap();
         assert_eq!(v, Version::V2);
-        assert_eq!(dir, PathBuf::from("/sys/fs/cgroup/user.slice/user-1000.slice/session-2.scope"));
+        assert_eq!(
+            dir,
+            PathBuf::from("/sys/fs/cgroup/user.slice/user-1000.slice/session-2.scope")
+        );
     }
 
     #[test]
     fn pids_alone_needs_no_cgroup() {
-        let limits = Limits { pids: Some(10), ..Limits::default() };
+        let limits = Limits {
+            pids: Some(10),
+            ..Limits::default()
+        };
         assert!(needed(&limits).is_empty());
     }
 

@@ -31,7 +31,9 @@ pub struct Check {
 }
 
 fn read_trim(path: &str) -> Option<String> {
-    std::fs::read_to_string(path).ok().map(|s| s.trim().to_string())
+    std::fs::read_to_string(path)
+        .ok()
+        .map(|s| s.trim().to_string())
 }
 
 /// Forks a child that tries `unshare(flags)`; Ok(()) or the errno it got.
@@ -67,7 +69,10 @@ fn userns() -> Check {
         Ok(()) => Check {
             name: "user namespaces",
             level: Level::Ok,
-            detail: format!("unshare(user, mount, pid, net) works ({})", notes.join(", ")),
+            detail: format!(
+                "unshare(user, mount, pid, net) works ({})",
+                notes.join(", ")
+            ),
             advice: "the full sandbox (own root, pid and network namespaces) is available".into(),
         },
         Err(errno) => {
@@ -82,7 +87,11 @@ fn userns() -> Check {
             Check {
                 name: "user namespaces",
                 level: Level::Fail,
-                detail: format!("unshare failed: {} ({})", std::io::Error::from_raw_os_error(errno), notes.join(", ")),
+                detail: format!(
+                    "unshare failed: {} ({})",
+                    std::io::Error::from_raw_os_error(errno),
+                    notes.join(", ")
+                ),
                 advice: format!(
                     "without them mcpbox can only offer the weaker tier (Landlock, seccomp, \
                      no_new_privs, rlimits), and only for policies that set \
@@ -115,9 +124,10 @@ fn landlock() -> Check {
             name: "landlock",
             level: Level::Fail,
             detail: format!("unavailable: {e}"),
-            advice: "boot with Landlock enabled (CONFIG_SECURITY_LANDLOCK=y and `lsm=landlock,...` \
+            advice:
+                "boot with Landlock enabled (CONFIG_SECURITY_LANDLOCK=y and `lsm=landlock,...` \
                      on the kernel command line); mcpbox refuses to start without it"
-                .into(),
+                    .into(),
         },
     }
 }
@@ -129,7 +139,10 @@ fn seccomp() -> Check {
             name: "seccomp",
             level: Level::Ok,
             detail: format!("filter mode available (actions: {actions})"),
-            advice: format!("{} system calls refused inside the sandbox", crate::seccomp::refused_names().len()),
+            advice: format!(
+                "{} system calls refused inside the sandbox",
+                crate::seccomp::refused_names().len()
+            ),
         },
         (r, a) => Check {
             name: "seccomp",
@@ -147,7 +160,11 @@ fn cgroups() -> Vec<Check> {
         Some((mnt, path)) => format!(
             "v2 at {} (group {path}, controllers: {})",
             mnt.display(),
-            if layout.v2_controllers.is_empty() { "none".to_string() } else { layout.v2_controllers.join(" ") }
+            if layout.v2_controllers.is_empty() {
+                "none".to_string()
+            } else {
+                layout.v2_controllers.join(" ")
+            }
         ),
         None => "no v2 hierarchy".into(),
     };
@@ -161,7 +178,14 @@ fn cgroups() -> Vec<Check> {
     checks.push(Check {
         name: "cgroups",
         level: Level::Ok,
-        detail: format!("{mode}: {v2}; v1 controllers: {}", if v1.is_empty() { "none".into() } else { v1.join(" ") }),
+        detail: format!(
+            "{mode}: {v2}; v1 controllers: {}",
+            if v1.is_empty() {
+                "none".into()
+            } else {
+                v1.join(" ")
+            }
+        ),
         advice: "mcpbox uses v2 where it offers a controller and v1 otherwise".into(),
     });
     for ctrl in [Controller::Memory, Controller::Cpu, Controller::Pids] {
@@ -170,7 +194,11 @@ fn cgroups() -> Vec<Check> {
                 let writable = is_writable(&dir);
                 let v = if version == Version::V2 { "v2" } else { "v1" };
                 if writable {
-                    (Level::Ok, format!("{v} at {}", dir.display()), "enforced with a cgroup".to_string())
+                    (
+                        Level::Ok,
+                        format!("{v} at {}", dir.display()),
+                        "enforced with a cgroup".to_string(),
+                    )
                 } else {
                     (
                         Level::Warn,
@@ -181,7 +209,12 @@ fn cgroups() -> Vec<Check> {
             }
             None => (Level::Warn, "not available".into(), fallback_advice(ctrl)),
         };
-        checks.push(Check { name: ctrl_check_name(ctrl), level, detail, advice });
+        checks.push(Check {
+            name: ctrl_check_name(ctrl),
+            level,
+            detail,
+            advice,
+        });
     }
     checks
 }
@@ -222,14 +255,20 @@ fn overlayfs() -> Check {
     Check {
         name: "overlayfs",
         level: if ok { Level::Ok } else { Level::Warn },
-        detail: if ok { "available".into() } else { "not listed in /proc/filesystems".into() },
+        detail: if ok {
+            "available".into()
+        } else {
+            "not listed in /proc/filesystems".into()
+        },
         advice: "not used yet; later workspace snapshots will use it".into(),
     }
 }
 
 fn kernel() -> Check {
     let release = read_trim("/proc/sys/kernel/osrelease").unwrap_or_default();
-    let mut parts = release.split(|c: char| !c.is_ascii_digit()).filter_map(|p| p.parse::<u32>().ok());
+    let mut parts = release
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|p| p.parse::<u32>().ok());
     let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
     let ok = (major, minor) >= (5, 14);
     Check {

@@ -35,7 +35,11 @@ pub fn restrict(
 ) -> Result<Enforced, String> {
     let all = AccessFs::from_all(TARGET);
     let read_exec = AccessFs::from_read(TARGET);
-    let read: BitFlags<AccessFs> = if allow_exec.is_some() { read_exec & !AccessFs::Execute } else { read_exec };
+    let read: BitFlags<AccessFs> = if allow_exec.is_some() {
+        read_exec & !AccessFs::Execute
+    } else {
+        read_exec
+    };
     let dev = AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::ReadDir | AccessFs::IoctlDev;
 
     let mut exec_files: Vec<PathBuf> = Vec::new();
@@ -49,7 +53,11 @@ pub fn restrict(
     }
     // Without an allow list, written files may be executed too (scripts in
     // tmp); with one, nothing writable is executable.
-    let write: BitFlags<AccessFs> = if allow_exec.is_some() { all & !AccessFs::Execute } else { all };
+    let write: BitFlags<AccessFs> = if allow_exec.is_some() {
+        all & !AccessFs::Execute
+    } else {
+        all
+    };
 
     let status = Ruleset::default()
         .handle_access(all)
@@ -66,7 +74,10 @@ pub fn restrict(
         .map_err(|e| e.to_string())?
         .add_rules(path_beneath_rules(writable, write))
         .map_err(|e| e.to_string())?
-        .add_rules(path_beneath_rules(&exec_files, AccessFs::Execute | AccessFs::ReadFile))
+        .add_rules(path_beneath_rules(
+            &exec_files,
+            AccessFs::Execute | AccessFs::ReadFile,
+        ))
         .map_err(|e| e.to_string())?
         .restrict_self()
         .map_err(|e| e.to_string())?;

@@ -29,7 +29,9 @@ use std::time::{Duration, Instant};
 use crate::cgroup::{Group, Layout};
 use crate::plan::{self, Access, HostFacts, Step};
 use crate::sys::{self, Fork, Wait};
-use crate::{init, landlock, seccomp, Error, Result, Spec, Stdio, ROOT_RUN_HOST_ID, SANDBOX_UID, WORKSPACE};
+use crate::{
+    init, landlock, seccomp, Error, Result, Spec, Stdio, ROOT_RUN_HOST_ID, SANDBOX_UID, WORKSPACE,
+};
 
 /// How a sandbox ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,14 +89,17 @@ struct Prepared {
 }
 
 fn env_value<'a>(env: &'a [(OsString, OsString)], key: &str) -> Option<&'a OsStr> {
-    env.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_os_str())
+    env.iter()
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| v.as_os_str())
 }
 
 /// The command's candidate paths: as given when it contains a slash, else
 /// each PATH entry of the sandbox's own environment, as execvp(3) would.
 fn exec_candidates(argv0: &OsStr, env: &[(OsString, OsString)]) -> Result<Vec<CString>> {
     let bytes = argv0.as_bytes();
-    let to_c = |p: &[u8]| sys::cstr(OsStr::from_bytes(p)).map_err(|e| Error::setup("command name", e));
+    let to_c =
+        |p: &[u8]| sys::cstr(OsStr::from_bytes(p)).map_err(|e| Error::setup("command name", e));
     if bytes.contains(&b'/') {
         return Ok(vec![to_c(bytes)?]);
     }
@@ -112,7 +117,11 @@ fn exec_candidates(argv0: &OsStr, env: &[(OsString, OsString)]) -> Result<Vec<CS
 
 fn prepare(spec: &Spec) -> Result<Prepared> {
     let Some(argv0) = spec.argv.first() else {
-        return Err(Error::Exec { command: String::new(), detail: "no command given".into(), code: 125 });
+        return Err(Error::Exec {
+            command: String::new(),
+            detail: "no command given".into(),
+            code: 125,
+        });
     };
     let argv = spec
         .argv
@@ -160,7 +169,11 @@ fn report(fd: RawFd, step: &str, err: &std::io::Error) -> ! {
 
 /// Creates the cgroup `spec` needs, or refuses, or accepts rlimits when the
 /// policy allows the weaker tier.
-fn limits_group(spec: &Spec, prepared: &mut Prepared, notes: &mut Vec<String>) -> Result<Option<Group>> {
+fn limits_group(
+    spec: &Spec,
+    prepared: &mut Prepared,
+    notes: &mut Vec<String>,
+) -> Result<Option<Group>> {
     if crate::cgroup::needed(&spec.limits).is_empty() {
         return Ok(None);
     }
@@ -211,7 +224,14 @@ pub fn spawn(spec: &Spec) -> Result<Sandbox> {
             });
             drop(report_r);
             drop(sync_w);
-            holder(&prepared, group.as_ref(), supervisor, report_w, sync_r, child_stdio)
+            holder(
+                &prepared,
+                group.as_ref(),
+                supervisor,
+                report_w,
+                sync_r,
+                child_stdio,
+            )
         }
         Fork::Parent(holder_pid) => {
             drop(report_w);
@@ -219,7 +239,11 @@ pub fn spawn(spec: &Spec) -> Result<Sandbox> {
             let (stdin, stdout, stderr) = match stdio {
                 Some([a, b, c]) => {
                     drop((a.1, b.1, c.1));
-                    (Some(File::from(a.0)), Some(File::from(b.0)), Some(File::from(c.0)))
+                    (
+                        Some(File::from(a.0)),
+                        Some(File::from(b.0)),
+                        Some(File::from(c.0)),
+                    )
                 }
                 None => (None, None, None),
             };
@@ -250,7 +274,12 @@ pub fn spawn(spec: &Spec) -> Result<Sandbox> {
 
 /// The supervisor's side of start-up: id maps, then the init's pid, then
 /// EOF on the report pipe once the command has exec'd.
-fn supervise_startup(sb: &mut Sandbox, prepared: &Prepared, report_r: OwnedFd, sync_w: OwnedFd) -> Result<()> {
+fn supervise_startup(
+    sb: &mut Sandbox,
+    prepared: &Prepared,
+    report_r: OwnedFd,
+    sync_w: OwnedFd,
+) -> Result<()> {
     let mut lines = BufReader::new(File::from(report_r));
     let mut line = String::new();
     let mut next = |line: &mut String| -> Result<Option<String>> {
@@ -265,19 +294,33 @@ fn supervise_startup(sb: &mut Sandbox, prepared: &Prepared, report_r: OwnedFd, s
     match next(&mut line)? {
         Some(l) if l == "U" => {}
         Some(l) => return Err(child_error(&l)),
-        None => return Err(Error::Child { step: "start".into(), detail: "holder exited".into() }),
+        None => {
+            return Err(Error::Child {
+                step: "start".into(),
+                detail: "holder exited".into(),
+            })
+        }
     }
     write_id_maps(sb.holder, prepared.as_root)?;
     let mut sync = File::from(sync_w);
-    sync.write_all(b"G").map_err(|e| Error::setup("sync pipe", e))?;
+    sync.write_all(b"G")
+        .map_err(|e| Error::setup("sync pipe", e))?;
     drop(sync);
     // 2. The init's pid, as seen from here.
     match next(&mut line)? {
         Some(l) if l.starts_with('P') => {
-            sb.init = l[1..].parse().map_err(|_| Error::Child { step: "init".into(), detail: l.clone() })?;
+            sb.init = l[1..].parse().map_err(|_| Error::Child {
+                step: "init".into(),
+                detail: l.clone(),
+            })?;
         }
         Some(l) => return Err(child_error(&l)),
-        None => return Err(Error::Child { step: "init".into(), detail: "holder exited".into() }),
+        None => {
+            return Err(Error::Child {
+                step: "init".into(),
+                detail: "holder exited".into(),
+            })
+        }
     }
     // 3. EOF: every write end is closed, the last one by execve.
     match next(&mut line)? {
@@ -292,7 +335,11 @@ fn child_error(line: &str) -> Error {
         let code = parts.next().and_then(|c| c.parse().ok()).unwrap_or(126);
         let command = parts.next().unwrap_or("").to_string();
         let detail = parts.next().unwrap_or("").to_string();
-        return Error::Exec { command, detail, code };
+        return Error::Exec {
+            command,
+            detail,
+            code,
+        };
     }
     let rest = line.strip_prefix('E').unwrap_or(line);
     let (step, detail) = rest.split_once('\x1f').unwrap_or((rest, ""));
@@ -302,7 +349,10 @@ fn child_error(line: &str) -> Error {
              here (run `mcpbox doctor` for the cause and the fix)"
         ));
     }
-    Error::Child { step: step.to_string(), detail: detail.to_string() }
+    Error::Child {
+        step: step.to_string(),
+        detail: detail.to_string(),
+    }
 }
 
 /// Writes the holder's uid/gid maps. Unprivileged: our own ids appear as
@@ -316,8 +366,14 @@ fn write_id_maps(holder: libc::pid_t, as_root: bool) -> Result<()> {
         std::fs::write(dir.join(file), text).map_err(|e| Error::setup(format!("writing {file}"), e))
     };
     if as_root {
-        w("uid_map", &format!("0 0 1\n{SANDBOX_UID} {ROOT_RUN_HOST_ID} 1\n"))?;
-        w("gid_map", &format!("0 0 1\n{SANDBOX_UID} {ROOT_RUN_HOST_ID} 1\n"))?;
+        w(
+            "uid_map",
+            &format!("0 0 1\n{SANDBOX_UID} {ROOT_RUN_HOST_ID} 1\n"),
+        )?;
+        w(
+            "gid_map",
+            &format!("0 0 1\n{SANDBOX_UID} {ROOT_RUN_HOST_ID} 1\n"),
+        )?;
     } else {
         w("setgroups", "deny")?;
         w("uid_map", &format!("{SANDBOX_UID} {} 1\n", sys::geteuid()))?;
@@ -457,14 +513,26 @@ fn init_process(prepared: &Prepared, report_w: OwnedFd, alive_r: OwnedFd) -> ! {
 fn build_root(steps: &[Step]) -> Result<(), (String, std::io::Error)> {
     let at = |what: &str, p: &Path| format!("{what} {}", p.display());
     // Nothing we mount may propagate back to the host (mount_namespaces(7)).
-    sys::mount(None, Path::new("/"), None, libc::MS_REC | libc::MS_PRIVATE, None)
-        .map_err(|e| ("make / private".to_string(), e))?;
+    sys::mount(
+        None,
+        Path::new("/"),
+        None,
+        libc::MS_REC | libc::MS_PRIVATE,
+        None,
+    )
+    .map_err(|e| ("make / private".to_string(), e))?;
     // A staging tmpfs holds the new root and the old one during the build;
     // binds then name their sources under /oldroot, so a source under the
     // host's /tmp stays reachable.
     let base = Path::new("/tmp");
-    sys::mount(Some(Path::new("mcpbox")), base, Some("tmpfs"), libc::MS_NOSUID | libc::MS_NODEV, Some("mode=0755,size=65536"))
-        .map_err(|e| ("staging tmpfs on /tmp".to_string(), e))?;
+    sys::mount(
+        Some(Path::new("mcpbox")),
+        base,
+        Some("tmpfs"),
+        libc::MS_NOSUID | libc::MS_NODEV,
+        Some("mode=0755,size=65536"),
+    )
+    .map_err(|e| ("staging tmpfs on /tmp".to_string(), e))?;
     for d in ["/tmp/newroot", "/tmp/oldroot"] {
         std::fs::create_dir(d).map_err(|e| (at("mkdir", Path::new(d)), e))?;
     }
@@ -477,7 +545,8 @@ fn build_root(steps: &[Step]) -> Result<(), (String, std::io::Error)> {
     )
     .map_err(|e| ("root tmpfs".to_string(), e))?;
     sys::chdir(base).map_err(|e| ("chdir /tmp".to_string(), e))?;
-    sys::pivot_root(Path::new("."), Path::new("oldroot")).map_err(|e| ("pivot_root to staging".to_string(), e))?;
+    sys::pivot_root(Path::new("."), Path::new("oldroot"))
+        .map_err(|e| ("pivot_root to staging".to_string(), e))?;
     sys::chdir(Path::new("/")).map_err(|e| ("chdir /".to_string(), e))?;
 
     let new = |p: &Path| Path::new("/newroot").join(p.strip_prefix("/").unwrap_or(p));
@@ -497,28 +566,44 @@ fn build_root(steps: &[Step]) -> Result<(), (String, std::io::Error)> {
             }
             Step::Tmpfs { path, size, mode } => {
                 let data = format!("size={size},mode={mode:o}");
-                sys::mount(Some(Path::new("mcpbox")), &new(path), Some("tmpfs"), libc::MS_NOSUID | libc::MS_NODEV, Some(&data))
-                    .map_err(|e| (at("tmpfs", path), e))?;
+                sys::mount(
+                    Some(Path::new("mcpbox")),
+                    &new(path),
+                    Some("tmpfs"),
+                    libc::MS_NOSUID | libc::MS_NODEV,
+                    Some(&data),
+                )
+                .map_err(|e| (at("tmpfs", path), e))?;
             }
             Step::Bind { host, path, access } => {
                 let target = new(path);
                 if !target.exists() {
                     File::create(&target).map_err(|e| (at("bind target", path), e))?;
                 }
-                sys::mount(Some(&old(host)), &target, None, libc::MS_BIND | libc::MS_REC, None)
-                    .map_err(|e| (format!("bind {} -> {}", host.display(), path.display()), e))?;
+                sys::mount(
+                    Some(&old(host)),
+                    &target,
+                    None,
+                    libc::MS_BIND | libc::MS_REC,
+                    None,
+                )
+                .map_err(|e| (format!("bind {} -> {}", host.display(), path.display()), e))?;
                 let attrs = match access {
-                    Access::ReadOnly => sys::MOUNT_ATTR_RDONLY | sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV,
+                    Access::ReadOnly => {
+                        sys::MOUNT_ATTR_RDONLY | sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV
+                    }
                     Access::ReadWrite => sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV,
                     Access::Device => sys::MOUNT_ATTR_NOSUID,
                 };
-                sys::mount_setattr_recursive(&target, attrs).map_err(|e| (at("mount attributes", path), e))?;
+                sys::mount_setattr_recursive(&target, attrs)
+                    .map_err(|e| (at("mount attributes", path), e))?;
             }
             Step::File { path, contents } => {
                 std::fs::write(new(path), contents).map_err(|e| (at("write", path), e))?;
             }
             Step::Symlink { path, target } => {
-                std::os::unix::fs::symlink(target, new(path)).map_err(|e| (at("symlink", path), e))?;
+                std::os::unix::fs::symlink(target, new(path))
+                    .map_err(|e| (at("symlink", path), e))?;
             }
             Step::Proc { path } => {
                 sys::mount(
@@ -536,10 +621,12 @@ fn build_root(steps: &[Step]) -> Result<(), (String, std::io::Error)> {
         }
     }
     // Drop the host's root, then make the new root the only root.
-    sys::umount2(Path::new("/oldroot"), libc::MNT_DETACH).map_err(|e| ("detach host root".to_string(), e))?;
+    sys::umount2(Path::new("/oldroot"), libc::MNT_DETACH)
+        .map_err(|e| ("detach host root".to_string(), e))?;
     sys::chdir(Path::new("/newroot")).map_err(|e| ("chdir new root".to_string(), e))?;
     sys::pivot_root(Path::new("."), Path::new(".")).map_err(|e| ("pivot_root".to_string(), e))?;
-    sys::umount2(Path::new("."), libc::MNT_DETACH).map_err(|e| ("detach staging root".to_string(), e))?;
+    sys::umount2(Path::new("."), libc::MNT_DETACH)
+        .map_err(|e| ("detach staging root".to_string(), e))?;
     sys::chdir(Path::new("/")).map_err(|e| ("chdir /".to_string(), e))?;
     // The root itself (with /etc) becomes read-only; /workspace/tmp,
     // /workspace/output and /dev are separate mounts and keep their modes.
@@ -586,7 +673,11 @@ fn command_process(prepared: &Prepared, rep: RawFd) -> ! {
             }
         }
     }
-    if let Err(e) = sys::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong, 0) {
+    if let Err(e) = sys::prctl(
+        libc::PR_CAP_AMBIENT,
+        libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong,
+        0,
+    ) {
         report(rep, "clear ambient capabilities", &e);
     }
     if prepared.as_root {
@@ -606,11 +697,17 @@ fn command_process(prepared: &Prepared, rep: RawFd) -> ! {
     if let Err(e) = sys::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0) {
         report(rep, "no_new_privs", &e);
     }
-    match landlock::restrict(&prepared.readable, &prepared.writable, prepared.allow_exec.as_deref()) {
+    match landlock::restrict(
+        &prepared.readable,
+        &prepared.writable,
+        prepared.allow_exec.as_deref(),
+    ) {
         Ok(landlock::Enforced::Fully) | Ok(landlock::Enforced::Partially) => {}
-        Ok(landlock::Enforced::Not) => {
-            report(rep, "landlock", &std::io::Error::other("landlock is not supported by this kernel"))
-        }
+        Ok(landlock::Enforced::Not) => report(
+            rep,
+            "landlock",
+            &std::io::Error::other("landlock is not supported by this kernel"),
+        ),
         Err(e) => report(rep, "landlock", &std::io::Error::other(e)),
     }
     // seccomp last: the filter refuses calls (mount, unshare...) that the
@@ -632,9 +729,17 @@ fn command_process(prepared: &Prepared, rep: RawFd) -> ! {
             }
         }
     }
-    let code = if last.raw_os_error() == Some(libc::ENOENT) { 127 } else { 126 };
+    let code = if last.raw_os_error() == Some(libc::ENOENT) {
+        127
+    } else {
+        126
+    };
     let name = String::from_utf8_lossy(prepared.argv[0].as_bytes()).into_owned();
-    let detail = if code == 127 { "command not found in the sandbox".to_string() } else { last.to_string() };
+    let detail = if code == 127 {
+        "command not found in the sandbox".to_string()
+    } else {
+        last.to_string()
+    };
     let _ = sys::write_all(rep, format!("X{code}\x1f{name}\x1f{detail}\n").as_bytes());
     sys::exit_now(code)
 }
@@ -680,14 +785,16 @@ impl Sandbox {
                 Some(d) if Instant::now() >= d => {
                     self.timed_out = true;
                     self.kill();
-                    let w = sys::waitpid(self.holder, false).map_err(|e| Error::setup("waitpid", e))?;
+                    let w =
+                        sys::waitpid(self.holder, false).map_err(|e| Error::setup("waitpid", e))?;
                     if let Some(s) = self.record(w) {
                         return Ok(s);
                     }
                 }
                 Some(_) => std::thread::sleep(Duration::from_millis(5)),
                 None => {
-                    let w = sys::waitpid(self.holder, false).map_err(|e| Error::setup("waitpid", e))?;
+                    let w =
+                        sys::waitpid(self.holder, false).map_err(|e| Error::setup("waitpid", e))?;
                     if let Some(s) = self.record(w) {
                         return Ok(s);
                     }
@@ -737,7 +844,9 @@ pub fn exec(spec: &Spec) -> Result<(Status, Vec<String>)> {
         if let Some(s) = sb.try_wait()? {
             return Ok((s, notes));
         }
-        let timeout = sb.deadline.map(|d| d.saturating_duration_since(Instant::now()).as_millis() as u64);
+        let timeout = sb
+            .deadline
+            .map(|d| d.saturating_duration_since(Instant::now()).as_millis() as u64);
         match sys::sigtimedwait(&set, timeout).map_err(|e| Error::setup("sigtimedwait", e))? {
             Some(libc::SIGCHLD) => continue,
             Some(sig) => sb.signal(sig),
@@ -750,4 +859,3 @@ pub fn exec(spec: &Spec) -> Result<(Status, Vec<String>)> {
         }
     }
 }
-

@@ -99,7 +99,11 @@ pub enum Error {
     #[error("sandbox set-up failed at {step}: {detail}")]
     Child { step: String, detail: String },
     #[error("cannot run {command}: {detail}")]
-    Exec { command: String, detail: String, code: i32 },
+    Exec {
+        command: String,
+        detail: String,
+        code: i32,
+    },
     #[error("{0}")]
     Unenforceable(String),
     #[error("cgroup {path}: {source}")]
@@ -112,7 +116,10 @@ pub enum Error {
 
 impl Error {
     pub(crate) fn setup(step: impl Into<String>, source: std::io::Error) -> Error {
-        Error::Setup { step: step.into(), source }
+        Error::Setup {
+            step: step.into(),
+            source,
+        }
     }
 
     /// The exit code mcpbox should use for this error: 127 command not

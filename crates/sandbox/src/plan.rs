@@ -23,14 +23,37 @@ pub enum Access {
 /// One step of building the new root. Paths are inside the sandbox.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Step {
-    Dir { path: PathBuf, mode: u32 },
-    Tmpfs { path: PathBuf, size: u64, mode: u32 },
-    Bind { host: PathBuf, path: PathBuf, access: Access },
+    Dir {
+        path: PathBuf,
+        mode: u32,
+    },
+    Tmpfs {
+        path: PathBuf,
+        size: u64,
+        mode: u32,
+    },
+    Bind {
+        host: PathBuf,
+        path: PathBuf,
+        access: Access,
+    },
     /// A file whose contents mcpbox writes (passwd, hosts, ...).
-    File { path: PathBuf, contents: String },
-    Symlink { path: PathBuf, target: PathBuf },
-    Proc { path: PathBuf },
-    Chown { path: PathBuf, uid: u32, gid: u32 },
+    File {
+        path: PathBuf,
+        contents: String,
+    },
+    Symlink {
+        path: PathBuf,
+        target: PathBuf,
+    },
+    Proc {
+        path: PathBuf,
+    },
+    Chown {
+        path: PathBuf,
+        uid: u32,
+        gid: u32,
+    },
 }
 
 /// What a host path is.
@@ -55,7 +78,9 @@ pub struct HostFacts {
 
 /// System directories shown read-only. On merged-/usr systems (Debian 12)
 /// most are symlinks into /usr, and are recreated as the same symlinks.
-pub const SYSTEM_DIRS: &[&str] = &["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"];
+pub const SYSTEM_DIRS: &[&str] = &[
+    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32",
+];
 
 /// The parts of the host's /etc a program needs: the dynamic linker's cache,
 /// CA certificates, time zone, alternatives symlinks, protocol tables. Not
@@ -98,8 +123,14 @@ impl HostFacts {
             Err(_) => Kind::Missing,
         };
         HostFacts {
-            system: SYSTEM_DIRS.iter().map(|d| (*d, kind(Path::new(d)))).collect(),
-            etc: ETC_ENTRIES.iter().map(|e| (*e, kind(&Path::new("/etc").join(e)))).collect(),
+            system: SYSTEM_DIRS
+                .iter()
+                .map(|d| (*d, kind(Path::new(d))))
+                .collect(),
+            etc: ETC_ENTRIES
+                .iter()
+                .map(|e| (*e, kind(&Path::new("/etc").join(e))))
+                .collect(),
             mount_is_file: spec.mounts.iter().map(|m| !m.host.is_dir()).collect(),
         }
     }
@@ -129,89 +160,204 @@ pub fn plan(spec: &Spec, host: &HostFacts) -> Vec<Step> {
     for (dir, kind) in &host.system {
         match kind {
             Kind::Dir => {
-                steps.push(Step::Dir { path: p(dir), mode: 0o755 });
-                steps.push(Step::Bind { host: p(dir), path: p(dir), access: Access::ReadOnly });
+                steps.push(Step::Dir {
+                    path: p(dir),
+                    mode: 0o755,
+                });
+                steps.push(Step::Bind {
+                    host: p(dir),
+                    path: p(dir),
+                    access: Access::ReadOnly,
+                });
             }
-            Kind::Symlink(target) => steps.push(Step::Symlink { path: p(dir), target: target.clone() }),
+            Kind::Symlink(target) => steps.push(Step::Symlink {
+                path: p(dir),
+                target: target.clone(),
+            }),
             Kind::File | Kind::Missing => {}
         }
     }
 
     // A minimal /etc: generated identity files plus read-only host entries.
-    steps.push(Step::Dir { path: p("/etc"), mode: 0o755 });
-    steps.push(Step::File { path: p("/etc/passwd"), contents: passwd() });
-    steps.push(Step::File { path: p("/etc/group"), contents: group() });
+    steps.push(Step::Dir {
+        path: p("/etc"),
+        mode: 0o755,
+    });
+    steps.push(Step::File {
+        path: p("/etc/passwd"),
+        contents: passwd(),
+    });
+    steps.push(Step::File {
+        path: p("/etc/group"),
+        contents: group(),
+    });
     steps.push(Step::File {
         path: p("/etc/hosts"),
         contents: "127.0.0.1\tlocalhost mcpbox\n::1\tlocalhost ip6-localhost\n".into(),
     });
-    steps.push(Step::File { path: p("/etc/hostname"), contents: "mcpbox\n".into() });
+    steps.push(Step::File {
+        path: p("/etc/hostname"),
+        contents: "mcpbox\n".into(),
+    });
     steps.push(Step::File {
         path: p("/etc/nsswitch.conf"),
         contents: "passwd: files\ngroup: files\nshadow: files\nhosts: files dns\n".into(),
     });
-    steps.push(Step::Symlink { path: p("/etc/mtab"), target: p("../proc/self/mounts") });
+    steps.push(Step::Symlink {
+        path: p("/etc/mtab"),
+        target: p("../proc/self/mounts"),
+    });
     for (entry, kind) in &host.etc {
         let inside = Path::new("/etc").join(entry);
         match kind {
             Kind::Dir => {
-                steps.push(Step::Dir { path: inside.clone(), mode: 0o755 });
-                steps.push(Step::Bind { host: inside.clone(), path: inside, access: Access::ReadOnly });
+                steps.push(Step::Dir {
+                    path: inside.clone(),
+                    mode: 0o755,
+                });
+                steps.push(Step::Bind {
+                    host: inside.clone(),
+                    path: inside,
+                    access: Access::ReadOnly,
+                });
             }
-            Kind::File => {
-                steps.push(Step::Bind { host: inside.clone(), path: inside, access: Access::ReadOnly })
-            }
-            Kind::Symlink(target) => steps.push(Step::Symlink { path: inside, target: target.clone() }),
+            Kind::File => steps.push(Step::Bind {
+                host: inside.clone(),
+                path: inside,
+                access: Access::ReadOnly,
+            }),
+            Kind::Symlink(target) => steps.push(Step::Symlink {
+                path: inside,
+                target: target.clone(),
+            }),
             Kind::Missing => {}
         }
     }
 
     // The workspace.
-    steps.push(Step::Dir { path: p(WORKSPACE), mode: 0o755 });
+    steps.push(Step::Dir {
+        path: p(WORKSPACE),
+        mode: 0o755,
+    });
     if let Some(input) = &spec.input {
-        steps.push(Step::Dir { path: p(INPUT), mode: 0o755 });
-        steps.push(Step::Bind { host: input.clone(), path: p(INPUT), access: Access::ReadOnly });
+        steps.push(Step::Dir {
+            path: p(INPUT),
+            mode: 0o755,
+        });
+        steps.push(Step::Bind {
+            host: input.clone(),
+            path: p(INPUT),
+            access: Access::ReadOnly,
+        });
     }
     if let Some(output) = &spec.output {
-        steps.push(Step::Dir { path: p(OUTPUT), mode: 0o755 });
-        steps.push(Step::Bind { host: output.clone(), path: p(OUTPUT), access: Access::ReadWrite });
+        steps.push(Step::Dir {
+            path: p(OUTPUT),
+            mode: 0o755,
+        });
+        steps.push(Step::Bind {
+            host: output.clone(),
+            path: p(OUTPUT),
+            access: Access::ReadWrite,
+        });
     }
-    steps.push(Step::Dir { path: p(TMP), mode: 0o755 });
-    steps.push(Step::Tmpfs { path: p(TMP), size: spec.tmp_size, mode: 0o755 });
-    steps.push(Step::Dir { path: p(HOME), mode: 0o700 });
-    steps.push(Step::Chown { path: p(TMP), uid: SANDBOX_UID, gid: SANDBOX_UID });
-    steps.push(Step::Chown { path: p(HOME), uid: SANDBOX_UID, gid: SANDBOX_UID });
+    steps.push(Step::Dir {
+        path: p(TMP),
+        mode: 0o755,
+    });
+    steps.push(Step::Tmpfs {
+        path: p(TMP),
+        size: spec.tmp_size,
+        mode: 0o755,
+    });
+    steps.push(Step::Dir {
+        path: p(HOME),
+        mode: 0o700,
+    });
+    steps.push(Step::Chown {
+        path: p(TMP),
+        uid: SANDBOX_UID,
+        gid: SANDBOX_UID,
+    });
+    steps.push(Step::Chown {
+        path: p(HOME),
+        uid: SANDBOX_UID,
+        gid: SANDBOX_UID,
+    });
     // Programs that hard-code /tmp get the sandbox's own tmp.
-    steps.push(Step::Symlink { path: p("/tmp"), target: p(TMP) });
+    steps.push(Step::Symlink {
+        path: p("/tmp"),
+        target: p(TMP),
+    });
 
     // Extra mounts from the policy.
     for (i, m) in spec.mounts.iter().enumerate() {
         let is_file = host.mount_is_file.get(i).copied().unwrap_or(false);
-        for parent in m.at.ancestors().skip(1).collect::<Vec<_>>().into_iter().rev() {
+        for parent in
+            m.at.ancestors()
+                .skip(1)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+        {
             if parent != Path::new("/") && parent != Path::new(WORKSPACE) {
-                steps.push(Step::Dir { path: parent.to_path_buf(), mode: 0o755 });
+                steps.push(Step::Dir {
+                    path: parent.to_path_buf(),
+                    mode: 0o755,
+                });
             }
         }
         if is_file {
-            steps.push(Step::File { path: m.at.clone(), contents: String::new() });
+            steps.push(Step::File {
+                path: m.at.clone(),
+                contents: String::new(),
+            });
         } else {
-            steps.push(Step::Dir { path: m.at.clone(), mode: 0o755 });
+            steps.push(Step::Dir {
+                path: m.at.clone(),
+                mode: 0o755,
+            });
         }
-        let access = if m.writable { Access::ReadWrite } else { Access::ReadOnly };
-        steps.push(Step::Bind { host: m.host.clone(), path: m.at.clone(), access });
+        let access = if m.writable {
+            Access::ReadWrite
+        } else {
+            Access::ReadOnly
+        };
+        steps.push(Step::Bind {
+            host: m.host.clone(),
+            path: m.at.clone(),
+            access,
+        });
     }
 
     // A fresh /proc for the sandbox's own pid namespace.
-    steps.push(Step::Dir { path: p("/proc"), mode: 0o555 });
+    steps.push(Step::Dir {
+        path: p("/proc"),
+        mode: 0o555,
+    });
     steps.push(Step::Proc { path: p("/proc") });
 
     // A minimal /dev: a few host device nodes, no block devices, no pts.
-    steps.push(Step::Dir { path: p("/dev"), mode: 0o755 });
-    steps.push(Step::Tmpfs { path: p("/dev"), size: DEV_SIZE, mode: 0o755 });
+    steps.push(Step::Dir {
+        path: p("/dev"),
+        mode: 0o755,
+    });
+    steps.push(Step::Tmpfs {
+        path: p("/dev"),
+        size: DEV_SIZE,
+        mode: 0o755,
+    });
     for dev in DEVICES {
         let path = Path::new("/dev").join(dev);
-        steps.push(Step::File { path: path.clone(), contents: String::new() });
-        steps.push(Step::Bind { host: path.clone(), path, access: Access::Device });
+        steps.push(Step::File {
+            path: path.clone(),
+            contents: String::new(),
+        });
+        steps.push(Step::Bind {
+            host: path.clone(),
+            path,
+            access: Access::Device,
+        });
     }
     for (name, target) in [
         ("fd", "/proc/self/fd"),
@@ -219,10 +365,20 @@ pub fn plan(spec: &Spec, host: &HostFacts) -> Vec<Step> {
         ("stdout", "/proc/self/fd/1"),
         ("stderr", "/proc/self/fd/2"),
     ] {
-        steps.push(Step::Symlink { path: Path::new("/dev").join(name), target: p(target) });
+        steps.push(Step::Symlink {
+            path: Path::new("/dev").join(name),
+            target: p(target),
+        });
     }
-    steps.push(Step::Dir { path: p("/dev/shm"), mode: 0o1777 });
-    steps.push(Step::Tmpfs { path: p("/dev/shm"), size: spec.tmp_size, mode: 0o1777 });
+    steps.push(Step::Dir {
+        path: p("/dev/shm"),
+        mode: 0o1777,
+    });
+    steps.push(Step::Tmpfs {
+        path: p("/dev/shm"),
+        size: spec.tmp_size,
+        mode: 0o1777,
+    });
     steps
 }
 
@@ -232,17 +388,23 @@ pub fn writable_paths(spec: &Spec) -> Vec<PathBuf> {
     if spec.output.is_some() {
         paths.push(PathBuf::from(OUTPUT));
     }
-    paths.extend(spec.mounts.iter().filter(|m| m.writable).map(|m| m.at.clone()));
+    paths.extend(
+        spec.mounts
+            .iter()
+            .filter(|m| m.writable)
+            .map(|m| m.at.clone()),
+    );
     paths
 }
 
 /// Paths the command may read below (Landlock's read-only set).
 pub fn readable_paths(spec: &Spec) -> Vec<PathBuf> {
-    let mut paths: Vec<PathBuf> =
-        ["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/proc", WORKSPACE]
-            .iter()
-            .map(PathBuf::from)
-            .collect();
+    let mut paths: Vec<PathBuf> = [
+        "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/proc", WORKSPACE,
+    ]
+    .iter()
+    .map(PathBuf::from)
+    .collect();
     paths.extend(spec.mounts.iter().map(|m| m.at.clone()));
     paths
 }
@@ -259,7 +421,11 @@ mod tests {
             input: Some("/host/in".into()),
             output: Some("/host/out".into()),
             tmp_size: 1 << 20,
-            mounts: vec![BindMount { host: "/host/data".into(), at: "/data/set".into(), writable: false }],
+            mounts: vec![BindMount {
+                host: "/host/data".into(),
+                at: "/data/set".into(),
+                writable: false,
+            }],
             limits: Limits::default(),
             allow_exec: None,
             allow_degraded: false,
@@ -278,7 +444,10 @@ mod tests {
             etc: vec![
                 ("ld.so.cache", Kind::File),
                 ("ssl", Kind::Dir),
-                ("localtime", Kind::Symlink("/usr/share/zoneinfo/Etc/UTC".into())),
+                (
+                    "localtime",
+                    Kind::Symlink("/usr/share/zoneinfo/Etc/UTC".into()),
+                ),
                 ("timezone", Kind::Missing),
             ],
             mount_is_file: vec![false],
@@ -289,9 +458,11 @@ mod tests {
         steps
             .iter()
             .filter_map(|s| match s {
-                Step::Bind { host, path, access } => {
-                    Some((host.display().to_string(), path.display().to_string(), *access))
-                }
+                Step::Bind { host, path, access } => Some((
+                    host.display().to_string(),
+                    path.display().to_string(),
+                    *access,
+                )),
                 _ => None,
             })
             .collect()
@@ -317,8 +488,19 @@ mod tests {
             assert!(allowed, "unexpected host path bound: {host}");
         }
         // Nothing of /home, /root, /tmp, /run, /var or the host's /etc/passwd.
-        for forbidden in ["/home", "/root", "/tmp", "/run", "/var", "/etc/passwd", "/etc/shadow"] {
-            assert!(!b.iter().any(|(h, _, _)| h == forbidden), "{forbidden} must not be bound");
+        for forbidden in [
+            "/home",
+            "/root",
+            "/tmp",
+            "/run",
+            "/var",
+            "/etc/passwd",
+            "/etc/shadow",
+        ] {
+            assert!(
+                !b.iter().any(|(h, _, _)| h == forbidden),
+                "{forbidden} must not be bound"
+            );
         }
     }
 
@@ -334,7 +516,10 @@ mod tests {
     #[test]
     fn merged_usr_symlinks_are_recreated_not_bound() {
         let steps = plan(&spec(), &debian());
-        assert!(steps.contains(&Step::Symlink { path: "/bin".into(), target: "usr/bin".into() }));
+        assert!(steps.contains(&Step::Symlink {
+            path: "/bin".into(),
+            target: "usr/bin".into()
+        }));
         assert!(!binds(&steps).iter().any(|(h, _, _)| h == "/bin"));
     }
 
@@ -346,14 +531,26 @@ mod tests {
         s.mounts.clear();
         let b = binds(&plan(&s, &debian()));
         assert!(!b.iter().any(|(_, p, _)| p.starts_with(WORKSPACE)));
-        assert_eq!(writable_paths(&s), vec![PathBuf::from(TMP), PathBuf::from("/dev/shm")]);
+        assert_eq!(
+            writable_paths(&s),
+            vec![PathBuf::from(TMP), PathBuf::from("/dev/shm")]
+        );
     }
 
     #[test]
     fn proc_is_fresh_and_mounted_after_its_dir() {
         let steps = plan(&spec(), &debian());
-        let dir = steps.iter().position(|s| *s == Step::Dir { path: "/proc".into(), mode: 0o555 });
-        let proc_ = steps.iter().position(|s| *s == Step::Proc { path: "/proc".into() });
+        let dir = steps.iter().position(|s| {
+            *s == Step::Dir {
+                path: "/proc".into(),
+                mode: 0o555,
+            }
+        });
+        let proc_ = steps.iter().position(|s| {
+            *s == Step::Proc {
+                path: "/proc".into(),
+            }
+        });
         assert!(dir.is_some() && proc_.is_some() && dir < proc_);
     }
 
@@ -361,7 +558,9 @@ mod tests {
     fn generated_passwd_names_no_host_user() {
         let steps = plan(&spec(), &debian());
         let passwd = steps.iter().find_map(|s| match s {
-            Step::File { path, contents } if path == Path::new("/etc/passwd") => Some(contents.clone()),
+            Step::File { path, contents } if path == Path::new("/etc/passwd") => {
+                Some(contents.clone())
+            }
             _ => None,
         });
         let passwd = passwd.unwrap_or_default();
@@ -372,8 +571,18 @@ mod tests {
     #[test]
     fn extra_mount_parents_are_created_in_order() {
         let steps = plan(&spec(), &debian());
-        let data = steps.iter().position(|s| *s == Step::Dir { path: "/data".into(), mode: 0o755 });
-        let set = steps.iter().position(|s| *s == Step::Dir { path: "/data/set".into(), mode: 0o755 });
+        let data = steps.iter().position(|s| {
+            *s == Step::Dir {
+                path: "/data".into(),
+                mode: 0o755,
+            }
+        });
+        let set = steps.iter().position(|s| {
+            *s == Step::Dir {
+                path: "/data/set".into(),
+                mode: 0o755,
+            }
+        });
         assert!(data.is_some() && data < set);
     }
 }

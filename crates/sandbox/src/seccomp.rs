@@ -50,10 +50,20 @@ const CLONE_NS_FLAGS: u32 = (libc::CLONE_NEWUSER
 
 macro_rules! rule {
     ($name:ident, $action:expr) => {
-        Rule { name: stringify!($name), nr: libc::$name, cond: None, action: $action }
+        Rule {
+            name: stringify!($name),
+            nr: libc::$name,
+            cond: None,
+            action: $action,
+        }
     };
     ($name:ident, $cond:expr, $action:expr) => {
-        Rule { name: stringify!($name), nr: libc::$name, cond: Some($cond), action: $action }
+        Rule {
+            name: stringify!($name),
+            nr: libc::$name,
+            cond: Some($cond),
+            action: $action,
+        }
     };
 }
 
@@ -104,7 +114,14 @@ pub const RULES: &[Rule] = &[
     // mounts and widens the kernel surface (CVE-2022-0185 and friends).
     rule!(SYS_unshare, EPERM),
     rule!(SYS_setns, EPERM),
-    rule!(SYS_clone, ArgCond::AnyBit { arg: 0, mask: CLONE_NS_FLAGS }, EPERM),
+    rule!(
+        SYS_clone,
+        ArgCond::AnyBit {
+            arg: 0,
+            mask: CLONE_NS_FLAGS
+        },
+        EPERM
+    ),
     // clone3 passes its flags in memory, which seccomp cannot read; ENOSYS
     // makes libc fall back to clone, which is checked above.
     rule!(SYS_clone3, ENOSYS),
@@ -124,8 +141,22 @@ pub const RULES: &[Rule] = &[
     // fanotify can watch whole mounts; never needed by a server.
     rule!(SYS_fanotify_init, EPERM),
     // Pushing input into a terminal (CVE-2017-5226) and console ioctls.
-    rule!(SYS_ioctl, ArgCond::Equals { arg: 1, value: libc::TIOCSTI as u32 }, EPERM),
-    rule!(SYS_ioctl, ArgCond::Equals { arg: 1, value: libc::TIOCLINUX as u32 }, EPERM),
+    rule!(
+        SYS_ioctl,
+        ArgCond::Equals {
+            arg: 1,
+            value: libc::TIOCSTI as u32
+        },
+        EPERM
+    ),
+    rule!(
+        SYS_ioctl,
+        ArgCond::Equals {
+            arg: 1,
+            value: libc::TIOCLINUX as u32
+        },
+        EPERM
+    ),
     // Obsolete or x86-only privileged calls.
     #[cfg(target_arch = "x86_64")]
     rule!(SYS_iopl, EPERM),
@@ -155,17 +186,27 @@ fn off_arg_lo(arg: u8) -> u32 {
 }
 
 fn stmt(code: u32, k: u32) -> libc::sock_filter {
-    libc::sock_filter { code: code as u16, jt: 0, jf: 0, k }
+    libc::sock_filter {
+        code: code as u16,
+        jt: 0,
+        jf: 0,
+        k,
+    }
 }
 fn jump(code: u32, k: u32, jt: u8, jf: u8) -> libc::sock_filter {
-    libc::sock_filter { code: code as u16, jt, jf, k }
+    libc::sock_filter {
+        code: code as u16,
+        jt,
+        jf,
+        k,
+    }
 }
 
-const LD_W_ABS: u32 = (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u32;
-const JEQ_K: u32 = (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u32;
-const JGE_K: u32 = (libc::BPF_JMP | libc::BPF_JGE | libc::BPF_K) as u32;
-const JSET_K: u32 = (libc::BPF_JMP | libc::BPF_JSET | libc::BPF_K) as u32;
-const RET_K: u32 = (libc::BPF_RET | libc::BPF_K) as u32;
+const LD_W_ABS: u32 = libc::BPF_LD | libc::BPF_W | libc::BPF_ABS;
+const JEQ_K: u32 = libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K;
+const JGE_K: u32 = libc::BPF_JMP | libc::BPF_JGE | libc::BPF_K;
+const JSET_K: u32 = libc::BPF_JMP | libc::BPF_JSET | libc::BPF_K;
+const RET_K: u32 = libc::BPF_RET | libc::BPF_K;
 
 fn ret(action: Action) -> libc::sock_filter {
     match action {
@@ -218,7 +259,10 @@ pub fn compile(rules: &[Rule]) -> Vec<libc::sock_filter> {
 
 /// Names of the refused calls, for `doctor` and the docs.
 pub fn refused_names() -> Vec<&'static str> {
-    let mut names: Vec<&str> = RULES.iter().map(|r| r.name.trim_start_matches("SYS_")).collect();
+    let mut names: Vec<&str> = RULES
+        .iter()
+        .map(|r| r.name.trim_start_matches("SYS_"))
+        .collect();
     names.dedup();
     names
 }
@@ -230,7 +274,7 @@ mod tests {
     /// A tiny classic-BPF interpreter for the instructions `compile` emits,
     /// so the program's decisions are checked without loading it.
     fn run(prog: &[libc::sock_filter], arch: u32, nr: u32, args: [u64; 6]) -> u32 {
-        let mut data = vec![0u8; 64];
+        let mut data = [0u8; 64];
         data[0..4].copy_from_slice(&nr.to_le_bytes());
         data[4..8].copy_from_slice(&arch.to_le_bytes());
         for (i, a) in args.iter().enumerate() {
@@ -266,7 +310,12 @@ mod tests {
     #[test]
     fn ordinary_calls_are_allowed() {
         let p = compile(RULES);
-        for nr in [libc::SYS_read, libc::SYS_write, libc::SYS_openat, libc::SYS_execve] {
+        for nr in [
+            libc::SYS_read,
+            libc::SYS_write,
+            libc::SYS_openat,
+            libc::SYS_execve,
+        ] {
             assert_eq!(run(&p, AUDIT_ARCH, nr as u32, [0; 6]), SECCOMP_RET_ALLOW);
         }
     }
@@ -275,7 +324,12 @@ mod tests {
     fn every_listed_call_is_refused() {
         let p = compile(RULES);
         for r in RULES.iter().filter(|r| r.cond.is_none()) {
-            assert_ne!(run(&p, AUDIT_ARCH, r.nr as u32, [0; 6]), SECCOMP_RET_ALLOW, "{}", r.name);
+            assert_ne!(
+                run(&p, AUDIT_ARCH, r.nr as u32, [0; 6]),
+                SECCOMP_RET_ALLOW,
+                "{}",
+                r.name
+            );
         }
     }
 
@@ -283,7 +337,10 @@ mod tests {
     fn clone_with_namespace_flag_is_refused_but_plain_clone_allowed() {
         let p = compile(RULES);
         let nr = libc::SYS_clone as u32;
-        assert_eq!(run(&p, AUDIT_ARCH, nr, [libc::SIGCHLD as u64, 0, 0, 0, 0, 0]), SECCOMP_RET_ALLOW);
+        assert_eq!(
+            run(&p, AUDIT_ARCH, nr, [libc::SIGCHLD as u64, 0, 0, 0, 0, 0]),
+            SECCOMP_RET_ALLOW
+        );
         let flags = (libc::CLONE_NEWUSER | libc::SIGCHLD) as u64;
         assert_eq!(run(&p, AUDIT_ARCH, nr, [flags, 0, 0, 0, 0, 0]), eperm());
     }
@@ -292,9 +349,12 @@ mod tests {
     fn tiocsti_ioctl_is_refused_other_ioctls_allowed() {
         let p = compile(RULES);
         let nr = libc::SYS_ioctl as u32;
-        assert_eq!(run(&p, AUDIT_ARCH, nr, [0, libc::TIOCSTI as u64, 0, 0, 0, 0]), eperm());
         assert_eq!(
-            run(&p, AUDIT_ARCH, nr, [0, libc::TIOCGWINSZ as u64, 0, 0, 0, 0]),
+            run(&p, AUDIT_ARCH, nr, [0, libc::TIOCSTI, 0, 0, 0, 0]),
+            eperm()
+        );
+        assert_eq!(
+            run(&p, AUDIT_ARCH, nr, [0, libc::TIOCGWINSZ, 0, 0, 0, 0]),
             SECCOMP_RET_ALLOW
         );
     }

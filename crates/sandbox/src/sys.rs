@@ -178,7 +178,12 @@ pub const MOUNT_ATTR_NODEV: u64 = 0x0000_0004;
 /// behind (Linux 5.12+).
 pub fn mount_setattr_recursive(target: &Path, attr_set: u64) -> io::Result<()> {
     let target = cstr(target)?;
-    let attr = MountAttr { attr_set, attr_clr: 0, propagation: 0, userns_fd: 0 };
+    let attr = MountAttr {
+        attr_set,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: 0,
+    };
     // SAFETY: target is a valid string, attr a valid struct of the size we
     // pass; the kernel only reads from it.
     check_long(unsafe {
@@ -228,7 +233,8 @@ pub fn sethostname(name: &str) -> io::Result<()> {
 /// (SIOCGIFFLAGS / SIOCSIFFLAGS, netdevice(7)).
 pub fn loopback_up() -> io::Result<()> {
     // SAFETY: socket with integer arguments.
-    let sock = check(unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) })?;
+    let sock =
+        check(unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) })?;
     // SAFETY: the kernel just returned this fd and we own it.
     let sock = unsafe { OwnedFd::from_raw_fd(sock) };
     // SAFETY: ifreq is plain old data; all-zero is a valid value.
@@ -249,7 +255,10 @@ pub fn loopback_up() -> io::Result<()> {
 
 /// setrlimit(2) with soft = hard = `value`.
 pub fn setrlimit(resource: libc::__rlimit_resource_t, value: u64) -> io::Result<()> {
-    let lim = libc::rlimit { rlim_cur: value, rlim_max: value };
+    let lim = libc::rlimit {
+        rlim_cur: value,
+        rlim_max: value,
+    };
     // SAFETY: lim is a valid rlimit struct.
     check(unsafe { libc::setrlimit(resource, &lim) }).map(drop)
 }
@@ -284,8 +293,15 @@ pub fn clear_capabilities() -> io::Result<()> {
         inheritable: u32,
     }
     const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
-    let header = Header { version: LINUX_CAPABILITY_VERSION_3, pid: 0 };
-    let data = [Data { effective: 0, permitted: 0, inheritable: 0 }; 2];
+    let header = Header {
+        version: LINUX_CAPABILITY_VERSION_3,
+        pid: 0,
+    };
+    let data = [Data {
+        effective: 0,
+        permitted: 0,
+        inheritable: 0,
+    }; 2];
     // SAFETY: header and a two-element data array, as capset(2) requires for
     // version 3; the kernel only reads them.
     check_long(unsafe { libc::syscall(libc::SYS_capset, &header as *const Header, data.as_ptr()) })
@@ -417,7 +433,9 @@ pub fn sigtimedwait(set: &SigSet, timeout_ms: Option<u64>) -> io::Result<Option<
         tv_sec: (ms / 1000) as libc::time_t,
         tv_nsec: ((ms % 1000) * 1_000_000) as libc::c_long,
     });
-    let ts_ptr = ts.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    let ts_ptr = ts
+        .as_ref()
+        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
     // SAFETY: set, info and (optional) ts are valid for the call.
     let ret = unsafe { libc::sigtimedwait(&set.0, &mut info, ts_ptr) };
     if ret == -1 {
@@ -444,7 +462,7 @@ pub fn execve(path: &CStr, argv: &[CString], envp: &[CString]) -> io::Error {
 
 /// landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION): the
 /// Landlock ABI version, or an error when Landlock is unavailable.
-pub fn landlock_abi_version() -> io::Result<i64> {
+pub fn landlock_abi_version() -> io::Result<libc::c_long> {
     const LANDLOCK_CREATE_RULESET_VERSION: u32 = 1;
     // SAFETY: a null attr with size 0 and the VERSION flag is the documented
     // way to query the ABI (landlock_create_ruleset(2)).
@@ -456,7 +474,6 @@ pub fn landlock_abi_version() -> io::Result<i64> {
             LANDLOCK_CREATE_RULESET_VERSION,
         )
     })
-    .map(i64::from)
 }
 
 /// Writes all of `buf` to a raw descriptor, retrying on EINTR. Used to
@@ -499,13 +516,19 @@ pub fn read(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
 pub fn cloexec_fds_from(first: u32) -> io::Result<()> {
     const CLOSE_RANGE_CLOEXEC: u32 = 1 << 2;
     // SAFETY: integer arguments.
-    check_long(unsafe { libc::syscall(libc::SYS_close_range, first, u32::MAX, CLOSE_RANGE_CLOEXEC) })
-        .map(drop)
+    check_long(unsafe {
+        libc::syscall(libc::SYS_close_range, first, u32::MAX, CLOSE_RANGE_CLOEXEC)
+    })
+    .map(drop)
 }
 
 /// Whether the other end of a pipe is closed (poll(2) reports POLLHUP).
 pub fn poll_hup(fd: RawFd) -> bool {
-    let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    let mut pfd = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
     // SAFETY: one valid pollfd, zero timeout.
     let n = unsafe { libc::poll(&mut pfd, 1, 0) };
     n > 0 && (pfd.revents & libc::POLLHUP) != 0

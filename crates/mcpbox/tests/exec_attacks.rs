@@ -1,0 +1,634 @@
+//! Attacks on the sandbox of `mcpbox exec`, each run through the real
+//! binary with the probe inside. They run as root and, in CI, again as an
+//! ordinary user (scripts/test). Named after the attack they try.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{assert_refused, assert_worked, is_root, mcpbox, run, Workspace};
+
+// ---- filesystem ----
+
+#[test]
+fn reading_host_file_by_absolute_path_fails() {
+    let ws = Workspace::new();
+    let secret = ws.path().join("host-secret.txt");
+    std::fs::write(&secret, "top secret").unwrap();
+    let p = ws.policy("");
+    for path in [
+        secret.to_str().unwrap(),
+        "/etc/shadow",
+        "/etc/sudoers",
+        "/var/log/syslog",
+        "/root/.bashrc",
+    ] {
+        let line = ws.probe_line(&p, &["read", path]);
+        assert_refused(&line);
+        assert!(!line.contains("top secret"));
+    }
+}
+
+#[test]
+fn symlink_in_input_cannot_reach_host_file() {
+    let ws = Workspace::new();
+    let secret = ws.path().join("host-secret.txt");
+    std::fs::write(&secret, "top secret").unwrap();
+    std::os::unix::fs::symlink(&secret, ws.input().join("abs-link")).unwrap();
+    std::os::unix::fs::symlink("../host-secret.txt", ws.input().join("rel-link")).unwrap();
+    std::os::unix::fs::symlink("/etc/shadow", ws.input().join("shadow-link")).unwrap();
+    let p = ws.policy("");
+    for link in ["abs-link", "rel-link", "shadow-link"] {
+        let line = ws.probe_line(&p, &["read", &format!("/workspace/input/{link}")]);
+        assert_refused(&line);
+        assert!(!line.contains("top secret"), "{link}: {line}");
+    }
+}
+
+#[test]
+fn dotdot_from_input_cannot_reach_host() {
+    let ws = Workspace::new();
+    std::fs::write(ws.path().join("host-secret.txt"), "top secret").unwrap();
+    let p = ws.policy("");
+    let line = ws.probe_line(&p, &["read", "/workspace/input/../host-secret.txt"]);
+    assert_refused(&line);
+    let line = ws.probe_line(&p, &["read", "/workspace/input/../../../../../etc/shadow"]);
+    assert_refused(&line);
+}
+
+#[test]
+fn input_directory_is_readable() {
+    let ws = Workspace::new();
+    let line = ws.probe_line(&ws.policy(""), &["read", "/workspace/input/hello.txt"]);
+    assert!(line.contains("hello from the host"), "{line}");
+}
+
+#[test]
+fn root_home_and_host_tmp_are_not_visible() {
+    let ws = Workspace::new();
+    let p = ws.policy("");
+    for dir in ["/root", "/home", "/run", "/var", "/sys", "/mnt", "/boot"] {
+        assert_refused(&ws.probe_line(&p, &["list", dir]));
+    }
+    // /tmp is the sandbox's own tmp, empty but for HOME.
+    let line = ws.probe_line(&p, &["list", "/tmp"]);
+    assert_eq!(line, "ok home");
+    // The test's own workspace (on the host's /tmp) is not reachable.
+    assert_refused(&ws.probe_line(&p, &["list", ws.path().to_str().unwrap()]));
+}
+
+#[test]
+fn only_the_minimal_dev_exists() {
+    let ws = Workspace::new();
+    let line = ws.probe_line(&ws.policy(""), &["list", "/dev"]);
+    assert_eq!(
+        line,
+        "ok fd,full,null,random,shm,stderr,stdin,stdout,tty,urandom,zero"
+    );
+    assert_refused(&ws.probe_line(&ws.policy(""), &["read", "/dev/sda"]));
+}
+
+#[test]
+fn etc_passwd_names_no_host_user() {
+    let ws = Workspace::new();
+    let line = ws.probe_line(&ws.policy(""), &["read", "/etc/passwd"]);
+    assert_worked(&line);
+    assert!(!line.contains("mcpbox-test"), "{line}");
+    assert!(!line.contains("/root"), "{line}");
+}
+
+#[test]
+fn credential_folder_as_input_is_refused() {
+    let ws = Workspace::new();
+    let ssh = ws.path().join("home/u/.ssh");
+    std::fs::create_dir_all(&ssh).unwrap();
+    std::fs::write(ssh.join("id_rsa"), "PRIVATE").unwrap();
+    let p = ws.raw_policy("[filesystem]\ninput = \"home/u/.ssh\"\n");
+    let out = run(&["exec", "--policy", p.to_str().unwrap(), "--", "true"]);
+    assert_eq!(out.status.code(), Some(125));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("policy.toml:2:"), "{err}");
+    assert!(
+        err.contains("filesystem.input") && err.contains(".ssh"),
+        "{err}"
+    );
+}
+
+#[test]
+fn home_directory_containing_credentials_is_refused_as_mount() {
+    let ws = Workspace::new();
+    let home = ws.path().join("home/u");
+    std::fs::create_dir_all(home.join(".aws")).unwrap();
+    let p = ws.policy("[[filesystem.mounts]]\nhost = \"home/u\"\nat = \"/data\"\n");
+    let out = run(&["exec", "--policy", p.to_str().unwrap(), "--", "true"]);
+    assert_eq!(out.status.code(), Some(125));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("filesystem.mounts[0].host") && err.contains(".aws"),
+        "{err}"
+    );
+}
+
+#[test]
+fn symlink_to_credential_folder_is_refused() {
+    let ws = Workspace::new();
+    std::fs::create_dir_all(ws.path().join("home/u/.kube")).unwrap();
+    std::os::unix::fs::symlink(ws.path().join("home/u/.kube"), ws.path().join("innocent")).unwrap();
+    let p = ws.raw_policy("[filesystem]\ninput = \"innocent\"\n");
+    let out = run(&["exec", "--policy", p.to_str().unwrap(), "--", "true"]);
+    assert_eq!(out.status.code(), Some(125));
+    assert!(String::from_utf8_lossy(&out.stderr).contains(".kube"));
+}
+
+#[test]
+fn credential_override_mounts_read_only_when_asked_explicitly() {
+    let ws = Workspace::new();
+    let docker = ws.path().join("cfg/.docker");
+    std::fs::create_dir_all(&docker).unwrap();
+    std::fs::write(docker.join("config.json"), "{}").unwrap();
+    std::fs::set_permissions(
+        ws.path().join("cfg"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    std::fs::set_permissions(&docker, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(
+        docker.join("config.json"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o644),
+    )
+    .unwrap();
+    let p = ws.policy(
+        "[[filesystem.mounts]]\nhost = \"cfg/.docker\"\nat = \"/data/docker\"\ndangerously_allow_credentials = true\n",
+    );
+    assert_worked(&ws.probe_line(&p, &["read", "/data/docker/config.json"]));
+    assert_refused(&ws.probe_line(&p, &["write", "/data/docker/config.json"]));
+}
+
+#[test]
+fn missing_input_directory_is_a_clear_error() {
+    let ws = Workspace::new();
+    let p = ws.raw_policy("[filesystem]\ninput = \"nope\"\n");
+    let out = run(&["exec", "--policy", p.to_str().unwrap(), "--", "true"]);
+    assert_eq!(out.status.code(), Some(125));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("policy.toml:2:") && err.contains("does not exist") && err.contains("hint:"),
+        "{err}"
+    );
+}
+
+#[test]
+fn writing_to_input_fails() {
+    let ws = Workspace::new();
+    let p = ws.policy("");
+    assert_refused(&ws.probe_line(&p, &["write", "/workspace/input/hello.txt"]));
+    assert_refused(&ws.probe_line(&p, &["write", "/workspace/input/new.txt"]));
+    assert_eq!(
+        std::fs::read_to_string(ws.input().join("hello.txt")).unwrap(),
+        "hello from the host\n"
+    );
+}
+
+#[test]
+fn writing_to_system_directories_fails() {
+    let ws = Workspace::new();
+    let p = ws.policy("");
+    for path in [
+        "/usr/bin/evil",
+        "/etc/passwd",
+        "/etc/evil",
+        "/bin/evil",
+        "/lib/evil",
+        "/evil",
+        "/workspace/evil",
+    ] {
+        assert_refused(&ws.probe_line(&p, &["write", path]));
+    }
+}
+
+#[test]
+fn remounting_input_read_write_is_refused() {
+    let ws = Workspace::new();
+    let p = ws.policy("");
+    assert_refused(&ws.probe_line(&p, &["remount-rw", "/workspace/input"]));
+    assert_refused(&ws.probe_line(&p, &["write", "/workspace/input/hello.txt"]));
+}
+
+#[test]
+fn output_is_writable_and_lands_on_the_host() {
+    let ws = Workspace::new();
+    assert_worked(&ws.probe_line(&ws.policy(""), &["write", "/workspace/output/result.txt"]));
+    assert_eq!(
+        std::fs::read_to_string(ws.output().join("result.txt")).unwrap(),
+        "probe\n"
+    );
+}
+
+#[test]
+fn tmp_is_private_empty_and_size_limited() {
+    let ws = Workspace::new();
+    let p = ws.policy("tmp = \"1MiB\"\n");
+    let out = Command::new(mcpbox())
+        .args(["exec", "--policy", p.to_str().unwrap(), "--", "sh", "-c"])
+        .arg("dd if=/dev/zero of=/workspace/tmp/big bs=1024 count=2048 2>/dev/null; echo rc=$?")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("rc=1"),
+        "writing 2MiB into a 1MiB tmp must fail: {stdout}"
+    );
+    // A second sandbox starts with an empty tmp again.
+    let line = ws.probe_line(&ws.policy(""), &["list", "/workspace/tmp"]);
+    assert_eq!(line, "ok home");
+}
+
+#[test]
+fn allow_exec_blocks_other_executables() {
+    let ws = Workspace::new();
+    let p = ws.policy("[process]\nallow_exec = [\"/workspace/input/probe\"]\n");
+    let line = ws.probe_line(&p, &["exec", "/bin/true"]);
+    assert_refused(&line);
+    let line = ws.probe_line(&p, &["exec", "/workspace/input/probe", "exit", "0"]);
+    assert_worked(&line);
+}
+
+// ---- processes ----
+
+#[test]
+fn host_processes_are_invisible() {
+    let ws = Workspace::new();
+    let line = ws.probe_line(&ws.policy(""), &["pids"]);
+    // Only the init (1) and the probe itself.
+    assert_eq!(line, "ok 1,2");
+}
+
+#[test]
+fn host_environment_does_not_leak() {
+    let ws = Workspace::new();
+    let p = ws.policy("[env]\nset = { GREETING = \"hi\" }\npass = [\"MCPBOX_TEST_PASSED\"]\n");
+    let out = Command::new(mcpbox())
+        .args([
+            "exec",
+            "--policy",
+            p.to_str().unwrap(),
+            "--",
+            "/workspace/input/probe",
+            "env",
+        ])
+        .env("MCPBOX_TEST_HOST_SECRET", "hunter2")
+        .env("MCPBOX_TEST_PASSED", "yes")
+        .env("LD_PRELOAD", "/tmp/evil.so")
+        .output()
+        .unwrap();
+    let line = String::from_utf8_lossy(&out.stdout);
+    assert!(!line.contains("hunter2"), "{line}");
+    assert!(!line.contains("LD_PRELOAD"), "{line}");
+    assert!(line.contains("GREETING=hi"), "{line}");
+    assert!(line.contains("MCPBOX_TEST_PASSED=yes"), "{line}");
+    assert!(line.contains("HOME=/workspace/tmp/home"), "{line}");
+    let names: Vec<&str> = line
+        .trim()
+        .trim_start_matches("ok ")
+        .split(' ')
+        .filter_map(|kv| kv.split('=').next())
+        .collect();
+    for n in &names {
+        assert!(
+            [
+                "PATH",
+                "HOME",
+                "LANG",
+                "TERM",
+                "GREETING",
+                "MCPBOX_TEST_PASSED"
+            ]
+            .contains(n),
+            "unexpected variable {n} in {line}"
+        );
+    }
+}
+
+#[test]
+fn capabilities_are_dropped_and_no_new_privs_set() {
+    let ws = Workspace::new();
+    let line = ws.probe_line(&ws.policy(""), &["status"]);
+    for want in [
+        "CapInh:=0000000000000000",
+        "CapPrm:=0000000000000000",
+        "CapEff:=0000000000000000",
+        "CapBnd:=0000000000000000",
+        "CapAmb:=0000000000000000",
+        "NoNewPrivs:=1",
+        "Seccomp:=2",
+    ] {
+        assert!(line.contains(want), "missing {want} in {line}");
+    }
+    assert_refused(&ws.probe_line(&ws.policy(""), &["setuid0"]));
+}
+
+#[test]
+fn mounting_is_refused() {
+    let ws = Workspace::new();
+    assert_refused(&ws.probe_line(&ws.policy(""), &["mount"]));
+    assert_refused(&ws.probe_line(&ws.policy(""), &["chroot"]));
+}
+
+#[test]
+fn tracing_is_refused() {
+    let ws = Workspace::new();
+    assert_refused(&ws.probe_line(&ws.policy(""), &["ptrace"]));
+    assert_refused(&ws.probe_line(&ws.policy(""), &["ptrace-init"]));
+}
+
+#[test]
+fn creating_namespaces_is_refused() {
+    let ws = Workspace::new();
+    let p = ws.policy("");
+    for kind in ["user", "net", "mount", "pid"] {
+        assert_refused(&ws.probe_line(&p, &["unshare", kind]));
+    }
+    assert_refused(&ws.probe_line(&p, &["clone-newuser"]));
+    assert_refused(&ws.probe_line(&p, &["setns"]));
+}
+
+#[test]
+fn io_uring_keyrings_bpf_perf_and_userfaultfd_are_refused() {
+    let ws = Workspace::new();
+    let p = ws.policy("");
+    for action in [
+        "io_uring",
+        "keyctl",
+        "bpf",
+        "perf",
+        "userfaultfd",
+        "mknod",
+        "sethostname",
+    ] {
+        assert_refused(&ws.probe_line(&p, &[action]));
+    }
+}
+
+#[test]
+fn terminal_injection_with_tiocsti_is_refused() {
+    let ws = Workspace::new();
+    assert_refused(&ws.probe_line(&ws.policy(""), &["tiocsti"]));
+}
+
+#[test]
+fn killing_the_sandbox_init_from_inside_fails() {
+    let ws = Workspace::new();
+    assert_refused(&ws.probe_line(&ws.policy(""), &["kill-init"]));
+}
+
+// ---- limits ----
+
+#[test]
+fn exceeding_the_memory_limit_is_stopped() {
+    let ws = Workspace::new();
+    // Without cgroups (rootless here) the policy must accept rlimits.
+    let degraded = if is_root() {
+        ""
+    } else {
+        "[sandbox]\ndangerously_allow_degraded = true\n"
+    };
+    let p = ws.policy(&format!("[process]\nmemory = \"64MiB\"\n{degraded}"));
+    let out = ws.probe(&p, &["alloc", "256"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        !stdout.contains("ok allocated 256"),
+        "allocation beyond the limit succeeded: {stdout}"
+    );
+    if is_root() {
+        assert_eq!(
+            out.status.code(),
+            Some(137),
+            "the cgroup's OOM kill should end the probe"
+        );
+        assert!(String::from_utf8_lossy(&out.stderr).contains("process.memory"));
+    }
+}
+
+#[test]
+fn memory_limit_without_cgroup_is_refused_unless_degraded_accepted() {
+    if is_root() {
+        return; // root has cgroups here; the refusal path is the rootless one.
+    }
+    let ws = Workspace::new();
+    let p = ws.policy("[process]\nmemory = \"64MiB\"\n");
+    let out = run(&["exec", "--policy", p.to_str().unwrap(), "--", "true"]);
+    assert_eq!(out.status.code(), Some(125));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("process.memory") && err.contains("cannot be enforced"),
+        "{err}"
+    );
+}
+
+#[test]
+fn fork_bomb_stops_at_the_pids_limit() {
+    let ws = Workspace::new();
+    let p = ws.policy("[process]\npids = 16\n");
+    let line = ws.probe_line(&p, &["fork", "200"]);
+    assert_refused(&line);
+    let forked: usize = line
+        .split_whitespace()
+        .nth(3)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(999);
+    assert!(forked < 16, "{line}");
+}
+
+#[test]
+fn timeout_kills_a_sandbox_that_runs_too_long() {
+    let ws = Workspace::new();
+    let p = ws.policy("[process]\ntimeout = \"1s\"\n");
+    let out = ws.probe(&p, &["sleep", "60"]);
+    assert_eq!(out.status.code(), Some(124));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("process.timeout"));
+}
+
+// ---- network ----
+
+#[test]
+fn host_loopback_services_are_unreachable() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let ws = Workspace::new();
+    let line = ws.probe_line(&ws.policy(""), &["connect", &addr.to_string()]);
+    assert_refused(&line);
+}
+
+#[test]
+fn sandbox_loopback_works_inside() {
+    let ws = Workspace::new();
+    // python3 is on the host's /usr; it listens and connects inside.
+    let out = Command::new(mcpbox())
+        .args(["exec", "--policy", ws.policy("").to_str().unwrap(), "--", "python3", "-c"])
+        .arg("import socket;s=socket.socket();s.bind(('127.0.0.1',0));s.listen();c=socket.create_connection(s.getsockname());print('connected')")
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "connected",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+// ---- lifecycle ----
+
+#[test]
+fn exit_code_and_signal_death_pass_through() {
+    let ws = Workspace::new();
+    let p = ws.policy("");
+    assert_eq!(ws.probe(&p, &["exit", "7"]).status.code(), Some(7));
+    assert_eq!(ws.probe(&p, &["kill-self", "9"]).status.code(), Some(137));
+    assert_eq!(ws.probe(&p, &["kill-self", "15"]).status.code(), Some(143));
+    let out = run(&["exec", "--", "/no/such/command"]);
+    assert_eq!(out.status.code(), Some(127));
+}
+
+#[test]
+fn stdio_passes_through_untouched() {
+    let ws = Workspace::new();
+    let mut child = Command::new(mcpbox())
+        .args([
+            "exec",
+            "--policy",
+            ws.policy("").to_str().unwrap(),
+            "--",
+            "/workspace/input/probe",
+            "cat",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let data: Vec<u8> = (0..=255u8).cycle().take(1 << 20).collect();
+    let mut stdin = child.stdin.take().unwrap();
+    let writer = {
+        let data = data.clone();
+        std::thread::spawn(move || stdin.write_all(&data))
+    };
+    let out = child.wait_with_output().unwrap();
+    writer.join().unwrap().unwrap();
+    assert!(
+        out.stdout == data,
+        "stdout differs from stdin ({} bytes back)",
+        out.stdout.len()
+    );
+}
+
+fn processes_with(marker: &str) -> Vec<u32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        if let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) {
+            if String::from_utf8_lossy(&cmdline).contains(marker) {
+                found.push(pid);
+            }
+        }
+    }
+    found
+}
+
+fn killing_mcpbox_leaves_nothing(signal: i32) {
+    let ws = Workspace::new();
+    let marker = format!(
+        "marker-{}-{signal}-{}",
+        std::process::id(),
+        ws.path().display().to_string().len()
+    );
+    // The marker goes in argv, which every forked descendant keeps.
+    let mut child = Command::new(mcpbox())
+        .args([
+            "exec",
+            "--policy",
+            ws.policy("").to_str().unwrap(),
+            "--",
+            "/workspace/input/probe",
+            "spawn-tree",
+            "60",
+        ])
+        .arg(&marker)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line.trim(), "ok spawned");
+    assert!(
+        processes_with(&marker).len() >= 7,
+        "the tree should be running"
+    );
+    Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(child.id().to_string())
+        .status()
+        .unwrap();
+    let _ = child.wait();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !processes_with(&marker).is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(
+        processes_with(&marker),
+        Vec::<u32>::new(),
+        "sandbox processes survived signal {signal}"
+    );
+}
+
+#[test]
+fn killing_mcpbox_with_sigkill_leaves_no_sandbox_process() {
+    killing_mcpbox_leaves_nothing(9);
+}
+
+#[test]
+fn killing_mcpbox_with_sigterm_leaves_no_sandbox_process() {
+    killing_mcpbox_leaves_nothing(15);
+}
+
+#[test]
+fn hostname_is_the_sandboxs_own() {
+    let ws = Workspace::new();
+    let out = Command::new(mcpbox())
+        .args([
+            "exec",
+            "--policy",
+            ws.policy("").to_str().unwrap(),
+            "--",
+            "hostname",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "mcpbox");
+}
+
+#[test]
+fn default_policy_has_no_input_or_output_and_a_working_tmp() {
+    let out = Command::new(mcpbox())
+        .args([
+            "exec",
+            "--",
+            "sh",
+            "-c",
+            "ls /workspace; echo x > /workspace/tmp/f && cat /workspace/tmp/f; pwd",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "tmp\nx\n/workspace\n",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

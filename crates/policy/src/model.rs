@@ -1,0 +1,381 @@
+//! The policy model: one set of types for the file, the schema and the
+//! effective policy. Every field's doc comment is also its schema description.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use schemars::{JsonSchema, Schema, SchemaGenerator};
+use serde::{Deserialize, Serialize};
+
+use crate::examples::Example;
+use crate::locate::Locations;
+use crate::network::NetworkRules;
+use crate::tools::ToolRules;
+use crate::units::{self, DurationText, SizeText};
+use crate::HINT_MARK;
+
+/// Default size of the `/workspace/tmp` tmpfs: 64 MiB.
+pub const DEFAULT_TMP: u64 = 64 << 20;
+/// Default pids limit.
+pub const DEFAULT_PIDS: u32 = 256;
+/// Default limit on one tool result: 1 MiB.
+pub const DEFAULT_MAX_RESULT: u64 = 1 << 20;
+/// Default limit on one JSON-RPC line: 16 MiB.
+pub const DEFAULT_MAX_LINE: u64 = 16 << 20;
+
+fn default_tmp() -> u64 {
+    DEFAULT_TMP
+}
+fn default_pids() -> u32 {
+    DEFAULT_PIDS
+}
+fn default_max_result() -> u64 {
+    DEFAULT_MAX_RESULT
+}
+fn default_max_line() -> u64 {
+    DEFAULT_MAX_LINE
+}
+
+/// An mcpbox policy: what one MCP server's sandbox may see and do.
+/// Every section is optional; what is left out takes the strictest default.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Policy {
+    /// Who this policy is for.
+    #[serde(default)]
+    pub server: Server,
+    /// What of the host's filesystem the sandbox sees.
+    #[serde(default)]
+    pub filesystem: Filesystem,
+    /// The sandbox's environment variables (it starts from an empty environment).
+    #[serde(default)]
+    pub env: Env,
+    /// Process limits and the executable allowlist.
+    #[serde(default)]
+    pub process: Process,
+    /// Sandbox strength settings.
+    #[serde(default)]
+    pub sandbox: Sandbox,
+    /// Egress through mcpbox's filtering proxy; none by default.
+    #[serde(default)]
+    pub network: NetworkRules,
+    /// Secrets injected as environment variables at start: NAME = { from_env | from_file | from_command, ttl }.
+    #[serde(default)]
+    pub secrets: BTreeMap<String, Secret>,
+    /// Per-tool rules applied by the relay.
+    #[serde(default)]
+    pub tools: ToolRules,
+    /// Limits and screening of what the server sends back.
+    #[serde(default)]
+    pub output: Output,
+    /// The audit log.
+    #[serde(default)]
+    pub audit: Audit,
+    /// Example decisions checked when the policy is loaded: [[tests]] tables.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tests: Vec<Example>,
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub(crate) locations: Locations,
+}
+
+/// The `[server]` section.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Server {
+    /// Name used in the audit log and in state paths: letters, digits, '.', '_' and '-',
+    /// at most 64 characters. Default: the policy file's stem.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}
+
+/// The `[filesystem]` section.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Filesystem {
+    /// Host directory mounted read-only at /workspace/input; relative to the policy file's
+    /// directory. Default: none (no input).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<PathBuf>,
+    /// Host directory mounted read-write at /workspace/output; relative to the policy file's
+    /// directory. Default: none (no output).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<PathBuf>,
+    /// Size of the empty tmpfs at /workspace/tmp, discarded at the end (also HOME).
+    /// More than 0 and at most 64GiB. Default "64MiB".
+    #[serde(default = "default_tmp", with = "units::size")]
+    #[schemars(with = "SizeText")]
+    pub tmp: u64,
+    /// Extra bind mounts, as [[filesystem.mounts]] tables.
+    #[serde(default)]
+    pub mounts: Vec<Mount>,
+}
+
+impl Default for Filesystem {
+    fn default() -> Self {
+        Filesystem {
+            input: None,
+            output: None,
+            tmp: DEFAULT_TMP,
+            mounts: Vec::new(),
+        }
+    }
+}
+
+/// Read-only or read-write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum MountMode {
+    /// Read-only (the default).
+    #[default]
+    Ro,
+    /// Read-write.
+    Rw,
+}
+
+/// One extra bind mount.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Mount {
+    /// Host path; relative to the policy file's directory. Credential locations
+    /// (and their ancestors, such as a home directory) are refused.
+    pub host: PathBuf,
+    /// Absolute path inside the sandbox. Not "/", not under /proc, /dev or /sys, not
+    /// /workspace or under /workspace/input, /workspace/output, /workspace/tmp; no "..".
+    pub at: PathBuf,
+    /// "ro" (default) or "rw".
+    #[serde(default)]
+    pub mode: MountMode,
+    /// Mount this path even though it is or contains a credential location.
+    /// Logged; meant for a deliberate, reviewed exception.
+    #[serde(default)]
+    pub dangerously_allow_credentials: bool,
+}
+
+/// The `[env]` section. The sandbox's environment holds only PATH, HOME, LANG, TERM
+/// and what is listed here (plus secrets).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Env {
+    /// Variables set to fixed values. Names must be valid environment names;
+    /// dynamic-loader variables (LD_*) are refused.
+    #[serde(default)]
+    pub set: BTreeMap<String, String>,
+    /// Variables passed through, by name, from mcpbox's own environment (skipped when unset).
+    #[serde(default)]
+    pub pass: Vec<String>,
+}
+
+/// The `[process]` section.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Process {
+    /// Memory limit for the whole sandbox, e.g. "512MiB". Default: none.
+    #[serde(
+        default,
+        with = "units::opt_size",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schemars(with = "Option<SizeText>")]
+    pub memory: Option<u64>,
+    /// Maximum number of processes and threads, 1 to 65536. Default 256.
+    #[serde(default = "default_pids")]
+    #[schemars(range(min = 1, max = 65536))]
+    pub pids: u32,
+    /// CPU limit in cores, more than 0 and at most 1024 (e.g. 1.5). Default: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<f64>,
+    /// Wall-clock limit for the whole sandbox, e.g. "1h". Default: none.
+    #[serde(
+        default,
+        with = "units::opt_duration",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schemars(with = "Option<DurationText>")]
+    pub timeout: Option<Duration>,
+    /// Limit for one tool call, enforced by the relay, e.g. "60s". Default: none.
+    #[serde(
+        default,
+        with = "units::opt_duration",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schemars(with = "Option<DurationText>")]
+    pub call_timeout: Option<Duration>,
+    /// When present, only these absolute paths (inside the sandbox) may be executed.
+    /// Default: absent (any executable the sandbox can see).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allow_exec: Option<Vec<PathBuf>>,
+}
+
+impl Default for Process {
+    fn default() -> Self {
+        Process {
+            memory: None,
+            pids: DEFAULT_PIDS,
+            cpu: None,
+            timeout: None,
+            call_timeout: None,
+            allow_exec: None,
+        }
+    }
+}
+
+/// The `[sandbox]` section.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Sandbox {
+    /// Accept the weaker tier where user namespaces or cgroups are unavailable
+    /// (Landlock, seccomp, no_new_privs and rlimits only). Default false: refuse to start.
+    #[serde(default)]
+    pub dangerously_allow_degraded: bool,
+}
+
+/// Where a secret's value comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SecretSource {
+    /// mcpbox's own environment variable of this name.
+    Env(String),
+    /// The contents of this host file (trailing newline trimmed by the binary).
+    File(PathBuf),
+    /// The standard output of this command (program and arguments).
+    Command(Vec<String>),
+}
+
+/// One secret, validated: exactly one source.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "SecretTable", into = "SecretTable")]
+pub struct Secret {
+    /// Where the value comes from.
+    pub source: SecretSource,
+    /// Refresh the value (restarting the server) after this long.
+    pub ttl: Option<Duration>,
+}
+
+/// A secret as written in the file: exactly one of `from_env`, `from_file`, `from_command`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(rename = "Secret")]
+pub(crate) struct SecretTable {
+    /// Name of an environment variable of mcpbox (the gateway) holding the value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    from_env: Option<String>,
+    /// Host file holding the value; relative to the policy file's directory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    from_file: Option<PathBuf>,
+    /// Command (program and arguments, no shell) whose standard output is the value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    from_command: Option<Vec<String>>,
+    /// Refresh the value after this long (the server is restarted with the fresh value).
+    #[serde(
+        default,
+        with = "units::opt_duration",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schemars(with = "Option<DurationText>")]
+    ttl: Option<Duration>,
+}
+
+const SECRET_HINT: &str =
+    "write exactly one of from_env = \"VAR\", from_file = \"path\" or from_command = [\"prog\", \"arg\"]";
+
+impl TryFrom<SecretTable> for Secret {
+    type Error = String;
+    fn try_from(t: SecretTable) -> Result<Self, String> {
+        let mut sources = Vec::new();
+        if let Some(v) = t.from_env {
+            sources.push(SecretSource::Env(v));
+        }
+        if let Some(v) = t.from_file {
+            sources.push(SecretSource::File(v));
+        }
+        if let Some(v) = t.from_command {
+            sources.push(SecretSource::Command(v));
+        }
+        if sources.len() > 1 {
+            return Err(format!(
+                "secret has {} sources{HINT_MARK}{SECRET_HINT}",
+                sources.len()
+            ));
+        }
+        match sources.pop() {
+            Some(source) => Ok(Secret { source, ttl: t.ttl }),
+            None => Err(format!("secret has no source{HINT_MARK}{SECRET_HINT}")),
+        }
+    }
+}
+
+impl From<Secret> for SecretTable {
+    fn from(s: Secret) -> Self {
+        let mut t = SecretTable {
+            from_env: None,
+            from_file: None,
+            from_command: None,
+            ttl: s.ttl,
+        };
+        match s.source {
+            SecretSource::Env(v) => t.from_env = Some(v),
+            SecretSource::File(v) => t.from_file = Some(v),
+            SecretSource::Command(v) => t.from_command = Some(v),
+        }
+        t
+    }
+}
+
+impl JsonSchema for Secret {
+    fn schema_name() -> Cow<'static, str> {
+        SecretTable::schema_name()
+    }
+    fn json_schema(g: &mut SchemaGenerator) -> Schema {
+        let mut schema = SecretTable::json_schema(g);
+        if let Some(obj) = schema.as_object_mut() {
+            obj.insert(
+                "oneOf".into(),
+                serde_json::json!([
+                    { "required": ["from_env"] },
+                    { "required": ["from_file"] },
+                    { "required": ["from_command"] }
+                ]),
+            );
+        }
+        schema
+    }
+}
+
+/// The `[output]` section.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Output {
+    /// Tool results larger than this are truncated with a marker. Default "1MiB".
+    #[serde(default = "default_max_result", with = "units::size")]
+    #[schemars(with = "SizeText")]
+    pub max_result: u64,
+    /// JSON-RPC lines larger than this are refused. Default "16MiB".
+    #[serde(default = "default_max_line", with = "units::size")]
+    #[schemars(with = "SizeText")]
+    pub max_line: u64,
+    /// Also redact (not only flag in the audit log) token-shaped strings in results. Default false.
+    #[serde(default)]
+    pub redact_credential_shapes: bool,
+}
+
+impl Default for Output {
+    fn default() -> Self {
+        Output {
+            max_result: DEFAULT_MAX_RESULT,
+            max_line: DEFAULT_MAX_LINE,
+            redact_credential_shapes: false,
+        }
+    }
+}
+
+/// The `[audit]` section.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Audit {
+    /// Audit database file; relative to the policy file's directory. Default: chosen by
+    /// mcpbox in its state directory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<PathBuf>,
+}

@@ -1,0 +1,395 @@
+//! `[tools]`: per-tool rules over tool names and the decision engine.
+//!
+//! The strictest matching rule wins (deny > approve > allow); the default
+//! applies only when no pattern matches. Annotations come from the untrusted
+//! server, so they may only make a decision stricter, never looser.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
+use serde::de::{self, MapAccess, Visitor};
+use serde::ser::SerializeMap;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::locate::key_segment;
+use crate::{with_sub_key, HINT_MARK};
+
+/// What happens to a tool call. Ordered from loosest to strictest.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Default,
+    Serialize,
+    Deserialize,
+    JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Action {
+    /// The call is relayed to the server.
+    #[default]
+    Allow,
+    /// The call waits for a human's approval and is denied without one.
+    Approve,
+    /// The call never reaches the server.
+    Deny,
+}
+
+impl Action {
+    /// The word used in policy files.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Allow => "allow",
+            Action::Approve => "approve",
+            Action::Deny => "deny",
+        }
+    }
+}
+
+/// What the (untrusted) server's tool annotations claim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ToolHints {
+    /// `readOnlyHint`. Never loosens a decision; recorded only.
+    pub read_only: Option<bool>,
+    /// `destructiveHint`. `Some(true)` raises the decision to `tools.destructive`.
+    pub destructive: Option<bool>,
+}
+
+/// A tool decision with its machine-readable reason and the policy key that made it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    /// Allow, deny or approve.
+    pub action: Action,
+    /// `tool.rule`, `tool.default` or `tool.destructive_hint`.
+    pub reason: &'static str,
+    /// The deciding key, e.g. `tools."delete_*"` or `tools.default`.
+    pub source: String,
+}
+
+/// One `"pattern" = "action"` entry of `[tools]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolRule {
+    /// A glob over tool names: `*` matches any run of characters, `?` one character.
+    pub pattern: String,
+    /// What a matching call gets.
+    pub action: Action,
+}
+
+/// The `[tools]` section.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ToolRules {
+    /// Action for a tool no pattern matches; "allow" by default.
+    pub default: Action,
+    /// Keep denied tools in `tools/list` (calls are still refused).
+    pub show_denied: bool,
+    /// Decision floor for tools whose annotations say `destructiveHint = true`.
+    pub destructive: Action,
+    /// The pattern rules, in file order.
+    pub rules: Vec<ToolRule>,
+}
+
+/// Keys of `[tools]` that are settings, not patterns.
+pub(crate) const TOOL_SETTINGS: &[&str] = &["default", "show_denied", "destructive"];
+
+/// Matches a glob (`*`, `?`) against a tool name, over characters, iteratively
+/// (no backtracking blow-up on hostile names).
+pub fn glob_match(pattern: &str, name: &str) -> bool {
+    let p: Vec<char> = pattern.chars().collect();
+    let n: Vec<char> = name.chars().collect();
+    let (mut pi, mut ni) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while ni < n.len() {
+        match p.get(pi) {
+            Some('*') => {
+                star = Some((pi, ni));
+                pi += 1;
+            }
+            Some(&c) if c == '?' || c == n[ni] => {
+                pi += 1;
+                ni += 1;
+            }
+            _ => match star {
+                Some((sp, sn)) => {
+                    pi = sp + 1;
+                    ni = sn + 1;
+                    star = Some((sp, sn + 1));
+                }
+                None => return false,
+            },
+        }
+    }
+    p[pi..].iter().all(|&c| c == '*')
+}
+
+impl ToolRules {
+    /// Decides a call to `tool`. The strictest matching pattern wins; with none,
+    /// the default applies; a destructive hint can then only raise the result.
+    pub fn decide(&self, tool: &str, hints: &ToolHints) -> Decision {
+        let strictest = self
+            .rules
+            .iter()
+            .filter(|r| glob_match(&r.pattern, tool))
+            // max_by_key keeps the last of equals; rev() makes the first in file order win ties
+            .rev()
+            .max_by_key(|r| r.action);
+        let mut decision = match strictest {
+            Some(rule) => Decision {
+                action: rule.action,
+                reason: "tool.rule",
+                source: format!("tools.{}", key_segment(&rule.pattern)),
+            },
+            None => Decision {
+                action: self.default,
+                reason: "tool.default",
+                source: "tools.default".into(),
+            },
+        };
+        if hints.destructive == Some(true) && self.destructive > decision.action {
+            decision = Decision {
+                action: self.destructive,
+                reason: "tool.destructive_hint",
+                source: "tools.destructive".into(),
+            };
+        }
+        decision
+    }
+
+    /// Whether `tool` should appear in `tools/list`: denied tools are hidden unless `show_denied`.
+    pub fn visible_in_list(&self, tool: &str, hints: &ToolHints) -> bool {
+        self.show_denied || self.decide(tool, hints).action != Action::Deny
+    }
+}
+
+/// Checks a tool-name pattern; returns a message on error.
+pub(crate) fn check_pattern(p: &str) -> Result<(), String> {
+    if p.is_empty() {
+        return Err("empty tool pattern".into());
+    }
+    if p.chars().any(|c| c.is_control() || c.is_whitespace()) {
+        return Err(format!(
+            "tool pattern \"{}\" contains whitespace or control characters",
+            p.escape_debug()
+        ));
+    }
+    Ok(())
+}
+
+impl<'de> Deserialize<'de> for ToolRules {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_map(ToolsVisitor)
+    }
+}
+
+struct ToolsVisitor;
+
+impl<'de> Visitor<'de> for ToolsVisitor {
+    type Value = ToolRules;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a table of tool-name patterns to \"allow\", \"deny\" or \"approve\"")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<ToolRules, A::Error> {
+        let mut out = ToolRules::default();
+        while let Some(key) = map.next_key::<String>()? {
+            match key.as_str() {
+                "default" => out.default = map.next_value()?,
+                "destructive" => out.destructive = map.next_value()?,
+                "show_denied" => out.show_denied = map.next_value()?,
+                _ => {
+                    if let Err(m) = check_pattern(&key) {
+                        let msg = format!(
+                            "{m}{HINT_MARK}a key of [tools] is a glob over tool names (`*`, `?`) or one of: {}",
+                            TOOL_SETTINGS.join(", ")
+                        );
+                        return Err(de::Error::custom(with_sub_key(
+                            &format!(".{}", key_segment(&key)),
+                            msg,
+                        )));
+                    }
+                    let action: Action = map.next_value()?;
+                    out.rules.push(ToolRule {
+                        pattern: key,
+                        action,
+                    });
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+impl Serialize for ToolRules {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(Some(3 + self.rules.len()))?;
+        m.serialize_entry("default", &self.default)?;
+        m.serialize_entry("show_denied", &self.show_denied)?;
+        m.serialize_entry("destructive", &self.destructive)?;
+        for r in &self.rules {
+            m.serialize_entry(&r.pattern, &r.action)?;
+        }
+        m.end()
+    }
+}
+
+impl JsonSchema for ToolRules {
+    fn schema_name() -> Cow<'static, str> {
+        "Tools".into()
+    }
+    fn json_schema(g: &mut SchemaGenerator) -> Schema {
+        let action = g.subschema_for::<Action>();
+        json_schema!({
+            "type": "object",
+            "description": "per-tool rules: every key other than the settings below is a glob (`*`, `?`) over tool names mapped to an action; the strictest matching rule wins (deny > approve > allow)",
+            "properties": {
+                "default": { "allOf": [action], "default": "allow", "description": "action for a tool no pattern matches" },
+                "show_denied": { "type": "boolean", "default": false, "description": "keep denied tools in tools/list (calls are still refused)" },
+                "destructive": { "allOf": [action], "default": "allow", "description": "decision floor for tools whose untrusted annotations say destructiveHint = true; it can only make a decision stricter" }
+            },
+            "additionalProperties": action
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rules(default: Action, r: &[(&str, Action)]) -> ToolRules {
+        ToolRules {
+            default,
+            rules: r
+                .iter()
+                .map(|(p, a)| ToolRule {
+                    pattern: (*p).into(),
+                    action: *a,
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    const NONE: ToolHints = ToolHints {
+        read_only: None,
+        destructive: None,
+    };
+
+    #[test]
+    fn glob_matching() {
+        assert!(glob_match("write_*", "write_file"));
+        assert!(glob_match("write_*", "write_"));
+        assert!(!glob_match("write_*", "overwrite_file"));
+        assert!(glob_match("*_file", "read_file"));
+        assert!(glob_match("re?d", "read"));
+        assert!(!glob_match("re?d", "reaad"));
+        assert!(glob_match("*", ""));
+        assert!(glob_match("a*b*c", "aXXbYYc"));
+        assert!(!glob_match("a*b*c", "aXXbYY"));
+        assert!(glob_match("é?", "éé"));
+        // pathological pattern finishes quickly (linear-ish matcher)
+        assert!(!glob_match(&"*a".repeat(50), &"a".repeat(40)));
+    }
+
+    #[test]
+    fn strictest_matching_rule_wins() {
+        let r = rules(
+            Action::Allow,
+            &[
+                ("*", Action::Allow),
+                ("delete_*", Action::Deny),
+                ("*_file", Action::Approve),
+            ],
+        );
+        let d = r.decide("delete_file", &NONE);
+        assert_eq!(
+            d,
+            Decision {
+                action: Action::Deny,
+                reason: "tool.rule",
+                source: "tools.\"delete_*\"".into()
+            }
+        );
+        let d = r.decide("write_file", &NONE);
+        assert_eq!(
+            (d.action, d.source.as_str()),
+            (Action::Approve, "tools.\"*_file\"")
+        );
+        let d = r.decide("list", &NONE);
+        assert_eq!((d.action, d.reason), (Action::Allow, "tool.rule"));
+    }
+
+    #[test]
+    fn default_applies_only_without_a_match() {
+        let r = rules(Action::Deny, &[("read_*", Action::Allow)]);
+        assert_eq!(r.decide("read_file", &NONE).action, Action::Allow);
+        let d = r.decide("write_file", &NONE);
+        assert_eq!(
+            d,
+            Decision {
+                action: Action::Deny,
+                reason: "tool.default",
+                source: "tools.default".into()
+            }
+        );
+    }
+
+    #[test]
+    fn empty_rules_with_default_deny_block_everything() {
+        let r = rules(Action::Deny, &[]);
+        for t in ["", "read", "anything", "*"] {
+            assert_eq!(r.decide(t, &NONE).action, Action::Deny);
+            assert!(!r.visible_in_list(t, &NONE));
+        }
+    }
+
+    #[test]
+    fn hints_only_make_decisions_stricter() {
+        let mut r = rules(
+            Action::Deny,
+            &[("safe", Action::Allow), ("boom", Action::Deny)],
+        );
+        r.destructive = Action::Approve;
+        let benign = ToolHints {
+            read_only: Some(true),
+            destructive: Some(false),
+        };
+        // a read-only claim never opens a denied tool
+        assert_eq!(r.decide("other", &benign).action, Action::Deny);
+        assert_eq!(r.decide("boom", &benign).action, Action::Deny);
+        // a destructive claim raises allow to approve...
+        let destructive = ToolHints {
+            read_only: Some(true),
+            destructive: Some(true),
+        };
+        let d = r.decide("safe", &destructive);
+        assert_eq!(
+            d,
+            Decision {
+                action: Action::Approve,
+                reason: "tool.destructive_hint",
+                source: "tools.destructive".into()
+            }
+        );
+        // ...and never lowers deny
+        assert_eq!(r.decide("boom", &destructive).action, Action::Deny);
+        // default floor (allow) changes nothing
+        let plain = rules(Action::Allow, &[]);
+        assert_eq!(plain.decide("x", &destructive).reason, "tool.default");
+    }
+
+    #[test]
+    fn denied_tools_hidden_unless_show_denied() {
+        let mut r = rules(
+            Action::Allow,
+            &[("delete_*", Action::Deny), ("write_*", Action::Approve)],
+        );
+        assert!(!r.visible_in_list("delete_all", &NONE));
+        assert!(r.visible_in_list("write_file", &NONE));
+        r.show_denied = true;
+        assert!(r.visible_in_list("delete_all", &NONE));
+    }
+}

@@ -1,0 +1,469 @@
+//! Checks that need the whole policy (ranges, cross-field rules, names) and the
+//! lexical resolution of relative paths. No I/O: existence, symlinks and
+//! credential folders behind symlinks are the binary's checks.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::path::{Component, Path, PathBuf};
+
+use crate::credentials::credential_kind;
+use crate::diagnostic::Diagnostic;
+use crate::locate::{join, Locations};
+use crate::model::{Policy, SecretSource};
+use crate::network::normalize_name;
+
+/// Largest allowed tmpfs: 64 GiB.
+pub const MAX_TMP: u64 = 64 << 30;
+
+struct Ctx<'a> {
+    file: &'a Path,
+    locs: &'a Locations,
+    base: PathBuf,
+}
+
+impl Ctx<'_> {
+    fn err(&self, key: &str, message: impl Into<String>, hint: impl Into<String>) -> Diagnostic {
+        Diagnostic::new(self.file, self.locs.get(key), key, message).with_hint(hint)
+    }
+
+    /// Checks a host path and makes it absolute against the policy file's directory.
+    fn host_path(&self, key: &str, p: &Path) -> Result<PathBuf, Diagnostic> {
+        let s = p.to_string_lossy();
+        if s.is_empty() {
+            return Err(self.err(
+                key,
+                "empty path",
+                "write a directory, absolute or relative to the policy file",
+            ));
+        }
+        if s.contains('\0') {
+            return Err(self.err(key, "path contains a NUL character", "write a plain path"));
+        }
+        if s.starts_with('~') {
+            return Err(self.err(
+                key,
+                format!(
+                    "\"{}\" starts with \"~\", which is not expanded",
+                    s.escape_debug()
+                ),
+                "write an absolute path or one relative to the policy file",
+            ));
+        }
+        Ok(resolve(&self.base, p))
+    }
+}
+
+/// Joins `p` to `base` unless absolute and drops "." components. ".." is kept:
+/// popping it lexically could disagree with the real path when a symlink is
+/// involved, and the binary canonicalizes anyway.
+pub(crate) fn resolve(base: &Path, p: &Path) -> PathBuf {
+    let joined = if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        base.join(p)
+    };
+    let mut out = PathBuf::new();
+    for c in joined.components() {
+        match c {
+            Component::CurDir => {}
+            other => out.push(other.as_os_str()),
+        }
+    }
+    if out.as_os_str().is_empty() {
+        out.push(".");
+    }
+    out
+}
+
+/// True for a valid environment variable name.
+pub(crate) fn valid_env_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && name.len() <= 255
+}
+
+const ENV_NAME_HINT: &str =
+    "an environment name is letters, digits and '_', not starting with a digit, e.g. \"LOG_LEVEL\"";
+const LD_HINT: &str = "dynamic-loader variables (LD_PRELOAD, LD_LIBRARY_PATH, LD_AUDIT, any LD_*) can inject code into every program in the sandbox and are refused";
+
+fn check_env_name(ctx: &Ctx, key: &str, name: &str) -> Result<(), Diagnostic> {
+    if !valid_env_name(name) {
+        return Err(ctx.err(
+            key,
+            format!(
+                "invalid environment variable name \"{}\"",
+                name.escape_debug()
+            ),
+            ENV_NAME_HINT,
+        ));
+    }
+    if name.starts_with("LD_") {
+        return Err(ctx.err(key, format!("{name} is a dynamic-loader variable"), LD_HINT));
+    }
+    Ok(())
+}
+
+/// Checks a path inside the sandbox (absolute, no ".."), returning it normalized.
+fn sandbox_path(ctx: &Ctx, key: &str, p: &Path) -> Result<(PathBuf, Vec<String>), Diagnostic> {
+    let s = p.to_string_lossy();
+    if !p.has_root() || s.contains('\0') {
+        return Err(ctx.err(
+            key,
+            format!(
+                "\"{}\" is not an absolute path inside the sandbox",
+                s.escape_debug()
+            ),
+            "write an absolute path such as \"/data\"",
+        ));
+    }
+    let mut parts = Vec::new();
+    for c in p.components() {
+        match c {
+            Component::Normal(n) => parts.push(n.to_string_lossy().into_owned()),
+            Component::ParentDir => {
+                return Err(ctx.err(
+                    key,
+                    format!("\"{}\" contains \"..\"", s.escape_debug()),
+                    "write the path without \"..\" components",
+                ))
+            }
+            _ => {}
+        }
+    }
+    let mut norm = PathBuf::from("/");
+    norm.extend(&parts);
+    Ok((norm, parts))
+}
+
+pub(crate) fn validate(p: &mut Policy, file: &Path, locs: &Locations) -> Result<(), Diagnostic> {
+    let base = file.parent().map(Path::to_path_buf).unwrap_or_default();
+    let ctx = Ctx { file, locs, base };
+
+    // [server]
+    match &p.server.name {
+        Some(name) => {
+            let ok = !name.is_empty()
+                && name.len() <= 64
+                && !name.starts_with('.')
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+            if !ok {
+                return Err(ctx.err(
+                    "server.name",
+                    format!("invalid server name \"{}\"", name.escape_debug()),
+                    "use 1 to 64 letters, digits, '.', '_' or '-', not starting with '.'",
+                ));
+            }
+        }
+        None => p.server.name = Some(name_from_file(file)),
+    }
+
+    // [filesystem]
+    let fs = &mut p.filesystem;
+    if let Some(input) = &fs.input {
+        fs.input = Some(ctx.host_path("filesystem.input", input)?);
+    }
+    if let Some(output) = &fs.output {
+        fs.output = Some(ctx.host_path("filesystem.output", output)?);
+    }
+    if fs.input.is_some() && fs.input == fs.output {
+        return Err(ctx.err(
+            "filesystem.output",
+            "output is the same directory as input, which would make the input writable",
+            "use a separate directory for output",
+        ));
+    }
+    if fs.tmp == 0 || fs.tmp > MAX_TMP {
+        return Err(ctx.err(
+            "filesystem.tmp",
+            "tmp size must be more than 0 and at most 64GiB",
+            "e.g. tmp = \"256MiB\"",
+        ));
+    }
+    let mut targets: BTreeMap<PathBuf, usize> = BTreeMap::new();
+    for (i, m) in fs.mounts.iter_mut().enumerate() {
+        let key = format!("filesystem.mounts[{i}]");
+        m.host = ctx.host_path(&format!("{key}.host"), &m.host)?;
+        let at_key = format!("{key}.at");
+        let (at, parts) = sandbox_path(&ctx, &at_key, &m.at)?;
+        let parts: Vec<&str> = parts.iter().map(String::as_str).collect();
+        let reserved = match parts.as_slice() {
+            [] => Some("the sandbox root"),
+            ["proc", ..] => Some("the sandbox's /proc"),
+            ["dev", ..] => Some("the sandbox's /dev"),
+            ["sys", ..] => Some("/sys"),
+            ["workspace"] => Some("/workspace"),
+            ["workspace", "input" | "output" | "tmp", ..] => Some("a workspace directory"),
+            _ => None,
+        };
+        if let Some(what) = reserved {
+            return Err(ctx.err(
+                &at_key,
+                format!("\"{}\" would cover {what}", m.at.display()),
+                "mount somewhere else, e.g. at = \"/data\"; use filesystem.input/output for the workspace",
+            ));
+        }
+        if let Some(first) = targets.insert(at.clone(), i) {
+            return Err(ctx.err(
+                &at_key,
+                format!(
+                    "\"{}\" is already the target of filesystem.mounts[{first}]",
+                    at.display()
+                ),
+                "give each mount its own target",
+            ));
+        }
+        m.at = at;
+    }
+    // credential locations recognisable from the path as written (the binary re-checks
+    // after canonicalizing, which also catches symlinks)
+    for (key, path) in [
+        ("filesystem.input", fs.input.as_ref()),
+        ("filesystem.output", fs.output.as_ref()),
+    ] {
+        if let Some(kind) = path.and_then(|p| credential_kind(p)) {
+            return Err(ctx.err(
+                key,
+                format!("\"{}\" is or contains the credential location {kind}", path.map(|p| p.display().to_string()).unwrap_or_default()),
+                "point it at a project directory; credential folders are only mountable through a [[filesystem.mounts]] entry with dangerously_allow_credentials = true",
+            ));
+        }
+    }
+    for (i, m) in fs.mounts.iter().enumerate() {
+        if m.dangerously_allow_credentials {
+            continue;
+        }
+        if let Some(kind) = credential_kind(&m.host) {
+            return Err(ctx.err(
+                &format!("filesystem.mounts[{i}].host"),
+                format!("\"{}\" is or contains the credential location {kind}", m.host.display()),
+                "mount a directory that holds no credentials, or set dangerously_allow_credentials = true on this mount",
+            ));
+        }
+    }
+
+    // [env]
+    for (name, value) in &p.env.set {
+        let key = join("env.set", name);
+        check_env_name(&ctx, &key, name)?;
+        if value.contains('\0') {
+            return Err(ctx.err(
+                &key,
+                "value contains a NUL character",
+                "environment values cannot hold NUL",
+            ));
+        }
+    }
+    for (i, name) in p.env.pass.iter().enumerate() {
+        let key = format!("env.pass[{i}]");
+        check_env_name(&ctx, &key, name)?;
+        if p.env.set.contains_key(name) {
+            return Err(ctx.err(
+                &key,
+                format!("{name} is both set and passed"),
+                "keep it in env.set or in env.pass, not both",
+            ));
+        }
+        if p.env.pass[..i].contains(name) {
+            return Err(ctx.err(
+                &key,
+                format!("{name} is listed twice"),
+                "list each name once",
+            ));
+        }
+    }
+
+    // [process]
+    let pr = &p.process;
+    if pr.pids == 0 || pr.pids > 65_536 {
+        return Err(ctx.err(
+            "process.pids",
+            format!("pids {} is out of range", pr.pids),
+            "use 1 to 65536, e.g. pids = 64",
+        ));
+    }
+    if pr.memory == Some(0) {
+        return Err(ctx.err(
+            "process.memory",
+            "memory limit is 0",
+            "e.g. memory = \"512MiB\"; leave it out for no limit",
+        ));
+    }
+    if let Some(cpu) = pr.cpu {
+        if !cpu.is_finite() || cpu <= 0.0 || cpu > 1024.0 {
+            return Err(ctx.err(
+                "process.cpu",
+                format!("cpu {cpu} is out of range"),
+                "use cores more than 0 and at most 1024, e.g. cpu = 1.5",
+            ));
+        }
+    }
+    for (key, d) in [
+        ("process.timeout", pr.timeout),
+        ("process.call_timeout", pr.call_timeout),
+    ] {
+        if d.is_some_and(|d| d.is_zero()) {
+            return Err(ctx.err(
+                key,
+                "timeout is 0",
+                "e.g. \"60s\"; leave it out for no limit",
+            ));
+        }
+    }
+    if let Some(list) = &pr.allow_exec {
+        if list.is_empty() {
+            return Err(ctx.err(
+                "process.allow_exec",
+                "empty allow_exec list would let nothing run, not even the command",
+                "list the executables, e.g. [\"/usr/bin/node\"], or leave the key out",
+            ));
+        }
+        let mut seen = Vec::new();
+        for (i, exe) in list.iter().enumerate() {
+            let (norm, _) = sandbox_path(&ctx, &format!("process.allow_exec[{i}]"), exe)?;
+            seen.push(norm);
+        }
+        p.process.allow_exec = Some(seen);
+    }
+
+    // [network]
+    let net = &p.network;
+    for (i, d) in net.deny.iter().enumerate() {
+        if net.allow.iter().any(|a| a.canonical() == d.canonical()) {
+            return Err(ctx.err(
+                &format!("network.deny[{i}]"),
+                format!("\"{d}\" is both allowed and denied"),
+                "remove it from network.allow (deny wins) or from network.deny",
+            ));
+        }
+    }
+    for (name, ip) in &net.hosts {
+        let key = join("network.hosts", name);
+        if normalize_name(name).is_none() {
+            return Err(ctx.err(
+                &key,
+                format!("invalid host name \"{}\"", name.escape_debug()),
+                "write a host name such as \"internal.api\"",
+            ));
+        }
+        if ip.is_unspecified()
+            || ip.is_multicast()
+            || matches!(ip, IpAddr::V4(v4) if v4.is_broadcast())
+        {
+            return Err(ctx.err(
+                &key,
+                format!("{ip} is not a host address"),
+                "map the name to the service's unicast address, e.g. \"10.1.2.3\"",
+            ));
+        }
+    }
+
+    // [secrets]
+    for (name, secret) in &mut p.secrets {
+        let key = join("secrets", name);
+        check_env_name(&ctx, &key, name)?;
+        if p.env.set.contains_key(name) || p.env.pass.contains(name) {
+            return Err(ctx.err(
+                &key,
+                format!("{name} is both a secret and an env variable"),
+                "remove it from [env]",
+            ));
+        }
+        match &mut secret.source {
+            SecretSource::Env(var) => {
+                if !valid_env_name(var) {
+                    return Err(ctx.err(
+                        &format!("{key}.from_env"),
+                        format!(
+                            "invalid environment variable name \"{}\"",
+                            var.escape_debug()
+                        ),
+                        ENV_NAME_HINT,
+                    ));
+                }
+            }
+            SecretSource::File(path) => *path = ctx.host_path(&format!("{key}.from_file"), path)?,
+            SecretSource::Command(argv) => {
+                if !matches!(argv.first(), Some(p) if !p.is_empty())
+                    || argv.iter().any(|a| a.contains('\0'))
+                {
+                    return Err(ctx.err(
+                        &format!("{key}.from_command"),
+                        "from_command needs a program",
+                        "write the program and its arguments, e.g. [\"op\", \"read\", \"op://vault/item\"]",
+                    ));
+                }
+            }
+        }
+        if secret.ttl.is_some_and(|t| t.is_zero()) {
+            return Err(ctx.err(
+                &format!("{key}.ttl"),
+                "ttl is 0",
+                "e.g. ttl = \"1h\"; leave it out to keep the value",
+            ));
+        }
+    }
+
+    // [output]
+    if p.output.max_result == 0 {
+        return Err(ctx.err(
+            "output.max_result",
+            "max_result is 0",
+            "e.g. max_result = \"1MiB\"",
+        ));
+    }
+    if p.output.max_line < 1024 {
+        return Err(ctx.err(
+            "output.max_line",
+            "max_line is below 1KiB",
+            "e.g. max_line = \"16MiB\"",
+        ));
+    }
+
+    // [audit]
+    if let Some(path) = &p.audit.path {
+        p.audit.path = Some(ctx.host_path("audit.path", path)?);
+    }
+
+    // [[tests]]: last, against the fully validated policy
+    for (i, example) in p.tests.iter().enumerate() {
+        if let Err((suffix, message, hint)) = example.check(p) {
+            let key = if suffix.is_empty() {
+                format!("tests[{i}]")
+            } else {
+                format!("tests[{i}].{suffix}")
+            };
+            return Err(ctx.err(&key, message, hint));
+        }
+    }
+    Ok(())
+}
+
+/// A server name from the policy file's stem, with unusable characters replaced.
+fn name_from_file(file: &Path) -> String {
+    let stem = file
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let mut name: String = stem
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '-'
+            }
+        })
+        .take(64)
+        .collect();
+    while name.starts_with('.') {
+        name.remove(0);
+    }
+    if name.is_empty() {
+        "policy".into()
+    } else {
+        name
+    }
+}

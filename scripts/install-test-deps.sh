@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Installs what the test suite needs, pinned and idempotent. Needs root for
+# the Debian packages (skipped with SKIP_APT=1).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+APT_PKGS=(python3 util-linux passwd iproute2)
+if [ "${SKIP_APT:-0}" != 1 ] && [ "$(id -u)" -eq 0 ]; then
+  missing=()
+  for p in "${APT_PKGS[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
+  fi
+fi
+if ! cargo nextest --version >/dev/null 2>&1; then
+  cargo install --locked cargo-nextest@0.9.143
+fi
