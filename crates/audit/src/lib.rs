@@ -1,2 +1,259 @@
-//! mcpbox audit (placeholder until its issue lands).
+//! The mcpbox audit log: one structured record per event, stored so that a
+//! crash loses no committed record, and readable back with filters.
+//!
+//! This file fixes the record shape that the gateway and the egress proxy
+//! emit; the stores behind [`Sink`] live in their own modules:
+//!
+//! - [`SqliteStore`]: the default, an embedded SQLite database with a
+//!   tamper-evident hash chain ([`SqliteStore::verify`]) and filters
+//!   ([`SqliteStore::query`]).
+//! - [`JsonlStore`]: an append-only JSON Lines file, one `fsync` per record.
+//! - [`MemorySink`]: a vector, for the tests of other crates.
+//!
+//! The CLI helpers ([`parse_time`], [`format_table`], [`to_json_line`]) only
+//! build strings: the binary decides what reaches the terminal.
+//!
+//! Architecture invariant: there is no column and no field for raw tool
+//! arguments, results, prompts, file contents or secret values. Only digests,
+//! sizes and names are stored.
 #![forbid(unsafe_code)]
+
+mod canonical;
+mod error;
+mod format;
+mod jsonl;
+mod memory;
+mod pending;
+mod query;
+mod sqlite;
+mod time;
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+pub use error::{Error, Result};
+pub use format::{format_table, to_json_line};
+pub use jsonl::JsonlStore;
+pub use memory::MemorySink;
+pub use query::Query;
+pub use sqlite::{Record, SqliteStore, VerifyReport, SCHEMA_VERSION};
+pub use time::{format_time, now_ms, parse_time};
+
+/// What happened. Kept as a short, stable, lowercase string in the store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    /// A host connected and a session with a server began.
+    SessionStart,
+    /// A session ended (host closed, server exited, teardown).
+    SessionEnd,
+    /// A `tools/call`, with its decision.
+    ToolCall,
+    /// A `tools/list` answer passed to the host.
+    ToolList,
+    /// A pinned tool definition changed (a possible rug pull) or was accepted.
+    PinChange,
+    /// A secret value (or one of its encodings) was redacted.
+    Redaction,
+    /// Something suspicious was flagged (hidden instructions, token-shaped output).
+    Flag,
+    /// The server process exited.
+    ServerExit,
+    /// An egress connection through the proxy, allowed or denied.
+    Network,
+}
+
+impl Kind {
+    /// Every kind, in declaration order.
+    pub const ALL: [Kind; 9] = [
+        Kind::SessionStart,
+        Kind::SessionEnd,
+        Kind::ToolCall,
+        Kind::ToolList,
+        Kind::PinChange,
+        Kind::Redaction,
+        Kind::Flag,
+        Kind::ServerExit,
+        Kind::Network,
+    ];
+
+    /// The stable string stored in the database and printed by the CLI.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::SessionStart => "session_start",
+            Kind::SessionEnd => "session_end",
+            Kind::ToolCall => "tool_call",
+            Kind::ToolList => "tool_list",
+            Kind::PinChange => "pin_change",
+            Kind::Redaction => "redaction",
+            Kind::Flag => "flag",
+            Kind::ServerExit => "server_exit",
+            Kind::Network => "network",
+        }
+    }
+}
+
+impl std::fmt::Display for Kind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for Kind {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        Kind::ALL
+            .into_iter()
+            .find(|k| k.as_str() == s)
+            .ok_or_else(|| Error::UnknownValue {
+                what: "kind",
+                value: s.to_owned(),
+            })
+    }
+}
+
+/// The decision attached to an event, when there is one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Decision {
+    /// Let through.
+    Allow,
+    /// Refused.
+    Deny,
+    /// Held for a human, or let through after a human approved it.
+    Approve,
+}
+
+impl Decision {
+    /// Every decision, in declaration order.
+    pub const ALL: [Decision; 3] = [Decision::Allow, Decision::Deny, Decision::Approve];
+
+    /// The stable string stored in the database and printed by the CLI.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Decision::Allow => "allow",
+            Decision::Deny => "deny",
+            Decision::Approve => "approve",
+        }
+    }
+}
+
+impl std::fmt::Display for Decision {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for Decision {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        Decision::ALL
+            .into_iter()
+            .find(|d| d.as_str() == s)
+            .ok_or_else(|| Error::UnknownValue {
+                what: "decision",
+                value: s.to_owned(),
+            })
+    }
+}
+
+/// One audit record. Never raw arguments, results, file contents or secret
+/// values: only digests, sizes and names.
+///
+/// Adding a field later: make it an `Option` (or skip it when it holds its
+/// default) with `#[serde(default)]`, so that records written before it keep
+/// their hash (the chain hashes the record without its null fields).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    /// Unix time in milliseconds; filled by the store when zero.
+    pub time_ms: i64,
+    /// What happened.
+    pub kind: Option<Kind>,
+    /// The sandbox the event belongs to.
+    pub sandbox_id: String,
+    /// The workspace the sandbox uses.
+    pub workspace_id: String,
+    /// The MCP server's name, as the policy or config names it.
+    pub server: String,
+    /// Who asked: the agent or host identity the gateway authenticated.
+    pub caller: String,
+    /// The tool, for tool events.
+    pub tool: Option<String>,
+    /// The decision, when one was taken.
+    pub decision: Option<Decision>,
+    /// Machine-readable reason code, e.g. `tool.deny_rule`.
+    pub reason: Option<String>,
+    /// Where the decision came from, e.g. `policy:tools."delete_*"`.
+    pub source: Option<String>,
+    /// Hex SHA-256 of the canonical JSON of the arguments.
+    pub args_digest: Option<String>,
+    /// Size of the result in bytes (after redaction and truncation).
+    pub result_bytes: Option<u64>,
+    /// Exit status of the server or command, for exit events.
+    pub exit_status: Option<i32>,
+    /// How long the call took, in milliseconds.
+    pub duration_ms: Option<u64>,
+    /// Paths (relative to /workspace/output) written during the call.
+    pub files_written: Vec<String>,
+    /// Free-form structured detail (pin digests, network host/port, ...).
+    /// Must never hold secrets, arguments or results.
+    pub detail: serde_json::Value,
+}
+
+/// Anything that takes audit events. The gateway and the egress proxy write
+/// through this; the binary decides which store is behind it.
+pub trait Sink: Send + Sync {
+    /// Records one event durably before returning.
+    fn record(&self, event: Event);
+}
+
+impl<S: Sink + ?Sized> Sink for Arc<S> {
+    fn record(&self, event: Event) {
+        (**self).record(event)
+    }
+}
+
+impl<S: Sink + ?Sized> Sink for Box<S> {
+    fn record(&self, event: Event) {
+        (**self).record(event)
+    }
+}
+
+impl<S: Sink + ?Sized> Sink for &S {
+    fn record(&self, event: Event) {
+        (**self).record(event)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kind_and_decision_strings_match_serde() {
+        for k in Kind::ALL {
+            let json = serde_json::to_value(k).unwrap();
+            assert_eq!(json, serde_json::Value::String(k.as_str().into()));
+            assert_eq!(k.as_str().parse::<Kind>().unwrap(), k);
+        }
+        for d in Decision::ALL {
+            let json = serde_json::to_value(d).unwrap();
+            assert_eq!(json, serde_json::Value::String(d.as_str().into()));
+            assert_eq!(d.as_str().parse::<Decision>().unwrap(), d);
+        }
+        assert!("Allow".parse::<Decision>().is_err());
+        assert!("".parse::<Kind>().is_err());
+    }
+
+    #[test]
+    fn arc_dyn_sink_is_a_sink() {
+        let mem = Arc::new(MemorySink::new());
+        let sink: Arc<dyn Sink> = mem.clone();
+        sink.record(Event::default());
+        assert_eq!(mem.len(), 1);
+    }
+}

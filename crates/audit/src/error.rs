@@ -1,0 +1,84 @@
+//! The audit crate's errors: each variant names the step and the input that failed.
+
+use std::path::PathBuf;
+
+/// The audit crate's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in the audit stores and helpers.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A file or directory could not be created, opened, written or synced.
+    #[error("audit {step} {path}: {source}")]
+    Io {
+        /// What was being done, e.g. `create dir`.
+        step: &'static str,
+        /// The path involved.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// SQLite refused a step.
+    #[error("audit database {step}: {source}")]
+    Sqlite {
+        /// What was being done, e.g. `insert event`.
+        step: &'static str,
+        /// The underlying error.
+        #[source]
+        source: rusqlite::Error,
+    },
+    /// The database was written by a newer mcpbox with a schema this one does not know.
+    #[error(
+        "audit database schema version {found} is newer than this mcpbox supports ({supported})"
+    )]
+    SchemaTooNew {
+        /// The version found in the database.
+        found: i64,
+        /// The newest version this build knows.
+        supported: i64,
+    },
+    /// A stored row could not be turned back into an event.
+    #[error("audit record seq {seq} is corrupt: {what}")]
+    Corrupt {
+        /// The row's sequence number.
+        seq: i64,
+        /// What was wrong with it.
+        what: String,
+    },
+    /// An event could not be serialized.
+    #[error("audit event serialization: {0}")]
+    Json(#[from] serde_json::Error),
+    /// A string did not name a known kind or decision.
+    #[error("unknown {what} {value:?}")]
+    UnknownValue {
+        /// `kind` or `decision`.
+        what: &'static str,
+        /// The string given.
+        value: String,
+    },
+    /// A time given on the command line could not be parsed.
+    #[error(
+        "bad time {input:?}: {why} (expected 2026-11-29T10:00:00Z, 2026-11-29, or -30m/-1h/-7d)"
+    )]
+    BadTime {
+        /// The string given.
+        input: String,
+        /// What was wrong with it.
+        why: &'static str,
+    },
+}
+
+impl Error {
+    pub(crate) fn sqlite(step: &'static str) -> impl FnOnce(rusqlite::Error) -> Error {
+        move |source| Error::Sqlite { step, source }
+    }
+
+    pub(crate) fn io(
+        step: &'static str,
+        path: &std::path::Path,
+    ) -> impl FnOnce(std::io::Error) -> Error {
+        let path = path.to_path_buf();
+        move |source| Error::Io { step, path, source }
+    }
+}

@@ -1,0 +1,158 @@
+//! Output for `mcpbox audit`: the library builds the strings, the binary prints.
+
+use crate::time::format_time;
+use crate::Event;
+
+/// Longest cell in the table; longer values are cut with `…`.
+const MAX_CELL: usize = 60;
+
+/// One event as a single line of JSON (no trailing newline): the form of
+/// `mcpbox audit --json` and of [`crate::JsonlStore`] files. Control
+/// characters are escaped by the JSON encoder, so the line is safe to print.
+pub fn to_json_line(event: &Event) -> String {
+    // Serializing plain data with string keys cannot fail; never panic anyway.
+    serde_json::to_string(event).unwrap_or_else(|e| {
+        tracing::error!(error = %e, "audit event could not be serialized");
+        String::from("{}")
+    })
+}
+
+/// Replaces what a terminal would interpret (control characters, escape
+/// sequences, bidirectional overrides, zero-width marks) with `?`, and cuts
+/// long values. Server and tool names come from untrusted servers.
+fn cell(s: &str) -> String {
+    let mut out = String::new();
+    for (n, c) in s.chars().enumerate() {
+        if n == MAX_CELL {
+            out.push('…');
+            break;
+        }
+        let invisible = matches!(c,
+            '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2060}'..='\u{2069}' | '\u{feff}');
+        out.push(if c.is_control() || invisible { '?' } else { c });
+    }
+    out
+}
+
+/// An aligned text table, one event per line, with a header: time (UTC ISO
+/// 8601), kind, server, tool, decision, reason, duration. Missing values show
+/// as `-`. Ends with a newline.
+pub fn format_table(events: &[Event]) -> String {
+    const HEADER: [&str; 7] = [
+        "TIME", "KIND", "SERVER", "TOOL", "DECISION", "REASON", "DURATION",
+    ];
+    let dash = || "-".to_owned();
+    let rows: Vec<[String; 7]> = events
+        .iter()
+        .map(|e| {
+            [
+                format_time(e.time_ms),
+                e.kind.map_or_else(dash, |k| k.as_str().to_owned()),
+                if e.server.is_empty() {
+                    dash()
+                } else {
+                    cell(&e.server)
+                },
+                e.tool.as_deref().map_or_else(dash, cell),
+                e.decision.map_or_else(dash, |d| d.as_str().to_owned()),
+                e.reason.as_deref().map_or_else(dash, cell),
+                e.duration_ms.map_or_else(dash, |d| format!("{d}ms")),
+            ]
+        })
+        .collect();
+    let mut widths = HEADER.map(|h| h.chars().count());
+    for row in &rows {
+        for (w, c) in widths.iter_mut().zip(row) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let mut push_row = |cells: &[&str]| {
+        let last = cells.len() - 1;
+        for (i, (c, w)) in cells.iter().zip(widths).enumerate() {
+            out.push_str(c);
+            if i < last {
+                let pad = w.saturating_sub(c.chars().count()) + 2;
+                out.push_str(&" ".repeat(pad));
+            }
+        }
+        out.push('\n');
+    };
+    push_row(&HEADER);
+    for row in &rows {
+        let cells: Vec<&str> = row.iter().map(String::as_str).collect();
+        push_row(&cells);
+    }
+    out
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::{Decision, Kind};
+
+    fn ev(server: &str, tool: &str) -> Event {
+        Event {
+            time_ms: 1_795_946_400_123,
+            kind: Some(Kind::ToolCall),
+            server: server.into(),
+            tool: Some(tool.into()),
+            decision: Some(Decision::Deny),
+            reason: Some("tool.deny_rule".into()),
+            duration_ms: Some(12),
+            ..Event::default()
+        }
+    }
+
+    #[test]
+    fn table_columns_line_up() {
+        let t = format_table(&[ev("fs", "write_file"), ev("everything-server", "x")]);
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines.len(), 3);
+        assert!(lines[0].starts_with("TIME"));
+        assert!(lines[1].starts_with("2026-11-29T10:00:00.123Z  tool_call  fs "));
+        let col = |l: &str, word: &str| l.find(word).unwrap();
+        assert_eq!(col(lines[0], "TOOL"), col(lines[1], "write_file"));
+        assert_eq!(col(lines[0], "TOOL"), col(lines[2], " x ") + 1);
+        assert_eq!(col(lines[0], "DECISION"), col(lines[2], "deny"));
+        assert!(lines[1].ends_with("12ms"));
+    }
+
+    #[test]
+    fn terminal_escapes_in_untrusted_names_are_neutralised() {
+        let t = format_table(&[ev("evil\u{1b}]0;pwned\u{7}", "rm\u{202e}fdp.exe\r\n")]);
+        assert!(!t.contains('\u{1b}'));
+        assert!(!t.contains('\u{7}'));
+        assert!(!t.contains('\u{202e}'));
+        assert!(!t.contains('\r'));
+        assert_eq!(t.lines().count(), 2);
+    }
+
+    #[test]
+    fn long_values_are_cut() {
+        let long = "a".repeat(500);
+        let t = format_table(&[ev(&long, "t")]);
+        assert!(t.lines().all(|l| l.chars().count() < 250));
+        assert!(t.contains('…'));
+    }
+
+    #[test]
+    fn empty_and_missing_fields_show_dashes() {
+        let t = format_table(&[Event::default()]);
+        let row = t.lines().nth(1).unwrap();
+        assert!(row.starts_with("1970-01-01T00:00:00.000Z  -"));
+        assert_eq!(row.split_whitespace().filter(|c| *c == "-").count(), 6);
+    }
+
+    #[test]
+    fn json_line_is_one_line_and_round_trips() {
+        let mut e = ev("s\nx", "t");
+        e.detail = serde_json::json!({"host": "a\u{1b}b"});
+        let line = to_json_line(&e);
+        assert!(!line.contains('\n'));
+        assert!(!line.contains('\u{1b}'));
+        let back: Event = serde_json::from_str(&line).unwrap();
+        assert_eq!(back, e);
+    }
+}

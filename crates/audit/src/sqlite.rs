@@ -1,0 +1,552 @@
+//! The default audit store: an embedded SQLite database with a hash chain.
+//!
+//! Durability: WAL journal with `synchronous=FULL`, one transaction per event,
+//! so a `record` that returned is on disk and survives a crash of the process
+//! (and of the machine, as far as the disk honours `fsync`). Where WAL is not
+//! available (some network filesystems) SQLite keeps its rollback journal,
+//! which with `synchronous=FULL` gives the same guarantee.
+//!
+//! Tamper evidence: each row stores `prev_hash` and
+//! `hash = sha256(prev_hash || canonical JSON of the record)`, the record
+//! being the event without its null fields plus its `seq`; the first row's
+//! `prev_hash` is 64 zeros. A `chain_head` row holds the last seq and hash,
+//! updated in the same transaction, so deleting the newest rows shows too.
+//! [`SqliteStore::verify`] walks the chain and names the first broken seq.
+//! Limitation: someone who can write the file and recomputes every hash after
+//! an edit is not caught by the chain alone; keep a copy of
+//! [`VerifyReport::head_hash`] elsewhere to anchor it.
+//!
+//! Write errors in [`Sink::record`]: logged with `tracing`, and the event is
+//! kept in a bounded in-memory queue that the next successful write flushes
+//! first, in order (see `pending.rs`).
+//!
+//! Several processes may share one file: the next seq and prev hash are read
+//! inside the same `BEGIN IMMEDIATE` transaction that inserts the row.
+
+use std::fs::OpenOptions;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use rusqlite::types::Value as SqlValue;
+use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
+
+use crate::canonical::{chain_hash, record_json, GENESIS};
+use crate::pending::{write_through, Pending};
+use crate::{Error, Event, Query, Result, Sink};
+
+/// The schema version this build writes. Stored in the `schema_version`
+/// table; a database from a newer build is refused rather than misread.
+pub const SCHEMA_VERSION: i64 = 1;
+
+/// How long a write waits for another process holding the write lock.
+const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// `MIGRATIONS[i]` takes the schema from version `i` to `i + 1`.
+const MIGRATIONS: &[&str] = &[
+    // 0 -> 1: the first schema. No column may ever hold raw arguments,
+    // results, prompts or secrets: `args_digest` and `result_bytes` only.
+    "CREATE TABLE events (
+        seq           INTEGER PRIMARY KEY,
+        time_ms       INTEGER NOT NULL,
+        kind          TEXT,
+        sandbox_id    TEXT NOT NULL,
+        workspace_id  TEXT NOT NULL,
+        server        TEXT NOT NULL,
+        caller        TEXT NOT NULL,
+        tool          TEXT,
+        decision      TEXT,
+        reason        TEXT,
+        source        TEXT,
+        args_digest   TEXT,
+        result_bytes  INTEGER,
+        exit_status   INTEGER,
+        duration_ms   INTEGER,
+        files_written TEXT NOT NULL,
+        detail        TEXT NOT NULL,
+        prev_hash     TEXT NOT NULL,
+        hash          TEXT NOT NULL
+     );
+     CREATE INDEX events_time ON events (time_ms);
+     CREATE INDEX events_server_tool ON events (server, tool);
+     CREATE TABLE chain_head (
+        id   INTEGER PRIMARY KEY CHECK (id = 1),
+        seq  INTEGER NOT NULL,
+        hash TEXT NOT NULL
+     );",
+];
+
+const SELECT_COLUMNS: &str = "seq, time_ms, kind, sandbox_id, workspace_id, server, caller, tool, \
+     decision, reason, source, args_digest, result_bytes, exit_status, duration_ms, files_written, \
+     detail, prev_hash, hash";
+
+/// A stored event with its place in the chain.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Record {
+    /// Position in the log, from 1, without gaps.
+    pub seq: i64,
+    /// Hex `sha256(prev_hash || canonical record)`.
+    pub hash: String,
+    /// The event as stored (its `time_ms` filled in).
+    pub event: Event,
+}
+
+/// The outcome of [`SqliteStore::verify`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VerifyReport {
+    /// Rows checked and found intact, in seq order, before any break.
+    pub records: u64,
+    /// The hash of the last intact row (64 zeros for an empty log). Keep it
+    /// elsewhere to anchor the chain against a wholesale rewrite.
+    pub head_hash: String,
+    /// The first seq at which the chain is broken (an edited, deleted or
+    /// reordered row), or `None` when the whole log is intact.
+    pub first_broken_seq: Option<i64>,
+    /// Machine-readable reason for the break: `chain.seq_gap` (row missing),
+    /// `chain.prev_mismatch` (row does not follow its predecessor),
+    /// `chain.hash_mismatch` (row edited), `chain.undecodable_row`,
+    /// `chain.tail_missing` (newest rows deleted), `chain.head_mismatch`,
+    /// `chain.head_missing`.
+    pub reason: Option<&'static str>,
+}
+
+impl VerifyReport {
+    /// Whether the whole log is intact.
+    pub fn is_intact(&self) -> bool {
+        self.first_broken_seq.is_none()
+    }
+}
+
+/// The SQLite audit store. Thread-safe: one connection behind a mutex.
+#[derive(Debug)]
+pub struct SqliteStore {
+    path: PathBuf,
+    inner: Mutex<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    conn: Connection,
+    pending: Pending,
+}
+
+impl SqliteStore {
+    /// Opens the database at `path`, creating it (mode 0600, with missing
+    /// parent directories) and its schema when absent, and migrating an older
+    /// schema. Refuses a schema newer than [`SCHEMA_VERSION`].
+    pub fn open(path: &Path) -> Result<SqliteStore> {
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent).map_err(Error::io("create dir", parent))?;
+        }
+        // Create the file ourselves so it is private from the start; SQLite
+        // gives its -wal and -shm files the same permissions.
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(path)
+            .map_err(Error::io("create", path))?;
+        let mut conn = Connection::open(path).map_err(Error::sqlite("open"))?;
+        conn.busy_timeout(DEFAULT_BUSY_TIMEOUT)
+            .map_err(Error::sqlite("set busy timeout"))?;
+        let mode: String = conn
+            .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
+            .map_err(Error::sqlite("set journal mode"))?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            tracing::warn!(path = %path.display(), mode, "audit database not in WAL mode; using its rollback journal with synchronous=FULL");
+        }
+        conn.pragma_update(None, "synchronous", "FULL")
+            .map_err(Error::sqlite("set synchronous"))?;
+        migrate(&mut conn)?;
+        Ok(SqliteStore {
+            path: path.to_path_buf(),
+            inner: Mutex::new(Inner {
+                conn,
+                pending: Pending::default(),
+            }),
+        })
+    }
+
+    /// The database file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic elsewhere while holding the lock leaves the connection
+        // usable (every write is its own transaction): carry on.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// How long a write waits for another process holding the write lock
+    /// before failing (default 5 s).
+    pub fn set_busy_timeout(&self, timeout: Duration) -> Result<()> {
+        self.lock()
+            .conn
+            .busy_timeout(timeout)
+            .map_err(Error::sqlite("set busy timeout"))
+    }
+
+    /// Appends one event durably and returns its seq. Errors are returned,
+    /// not queued; [`Sink::record`] is the variant that never fails. Events
+    /// queued by earlier failed `record` calls are written first.
+    pub fn append(&self, mut event: Event) -> Result<i64> {
+        if event.time_ms == 0 {
+            event.time_ms = crate::now_ms();
+        }
+        let mut guard = self.lock();
+        let inner = &mut *guard;
+        while let Some(front) = inner.pending.front() {
+            append_row(&mut inner.conn, front)?;
+            inner.pending.pop_front();
+        }
+        append_row(&mut inner.conn, &event)
+    }
+
+    /// Writes the events queued by failed `record` calls; returns how many
+    /// are still queued (0 when all were written).
+    pub fn flush(&self) -> Result<usize> {
+        let mut guard = self.lock();
+        let inner = &mut *guard;
+        while let Some(front) = inner.pending.front() {
+            append_row(&mut inner.conn, front)?;
+            inner.pending.pop_front();
+        }
+        Ok(inner.pending.len())
+    }
+
+    /// How many events wait in memory after failed writes.
+    pub fn pending_len(&self) -> usize {
+        self.lock().pending.len()
+    }
+
+    /// How many events were dropped because the in-memory queue was full.
+    pub fn dropped_count(&self) -> u64 {
+        self.lock().pending.dropped()
+    }
+
+    /// The events matching `query`, oldest first (by seq).
+    pub fn query(&self, query: &Query) -> Result<Vec<Event>> {
+        Ok(self
+            .query_records(query)?
+            .into_iter()
+            .map(|r| r.event)
+            .collect())
+    }
+
+    /// Like [`SqliteStore::query`], with each event's seq and hash.
+    pub fn query_records(&self, query: &Query) -> Result<Vec<Record>> {
+        let mut clauses: Vec<&str> = Vec::new();
+        let mut args: Vec<SqlValue> = Vec::new();
+        if let Some(server) = &query.server {
+            clauses.push("server = ?");
+            args.push(SqlValue::Text(server.clone()));
+        }
+        if let Some(tool) = &query.tool {
+            clauses.push("tool = ?");
+            args.push(SqlValue::Text(tool.clone()));
+        }
+        if let Some(decision) = query.decision {
+            clauses.push("decision = ?");
+            args.push(SqlValue::Text(decision.as_str().to_owned()));
+        }
+        if let Some(kind) = query.kind {
+            clauses.push("kind = ?");
+            args.push(SqlValue::Text(kind.as_str().to_owned()));
+        }
+        if let Some(since) = query.since_ms {
+            clauses.push("time_ms >= ?");
+            args.push(SqlValue::Integer(since));
+        }
+        if let Some(until) = query.until_ms {
+            clauses.push("time_ms < ?");
+            args.push(SqlValue::Integer(until));
+        }
+        let mut sql = format!("SELECT {SELECT_COLUMNS} FROM events");
+        if !clauses.is_empty() {
+            sql.push_str(" WHERE ");
+            sql.push_str(&clauses.join(" AND "));
+        }
+        // With a limit, take the newest rows and turn them back to seq order.
+        sql.push_str(" ORDER BY seq DESC");
+        if let Some(limit) = query.limit {
+            sql.push_str(" LIMIT ?");
+            args.push(SqlValue::Integer(i64::try_from(limit).unwrap_or(i64::MAX)));
+        }
+        let guard = self.lock();
+        let mut stmt = guard
+            .conn
+            .prepare(&sql)
+            .map_err(Error::sqlite("prepare query"))?;
+        let mut rows = stmt
+            .query(rusqlite::params_from_iter(args))
+            .map_err(Error::sqlite("run query"))?;
+        let mut out = Vec::new();
+        while let Some(row) = rows.next().map_err(Error::sqlite("read query row"))? {
+            let (record, _prev) = decode_row(row)?;
+            out.push(record);
+        }
+        out.reverse();
+        Ok(out)
+    }
+
+    /// Walks the whole hash chain in seq order and reports the first break.
+    pub fn verify(&self) -> Result<VerifyReport> {
+        let mut guard = self.lock();
+        // One read transaction: a consistent snapshot even while other
+        // processes append.
+        let tx = guard
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Deferred)
+            .map_err(Error::sqlite("begin verify"))?;
+        let mut report = VerifyReport {
+            records: 0,
+            head_hash: GENESIS.to_owned(),
+            first_broken_seq: None,
+            reason: None,
+        };
+        let mut expected_seq: i64 = 1;
+        {
+            let mut stmt = tx
+                .prepare(&format!("SELECT {SELECT_COLUMNS} FROM events ORDER BY seq"))
+                .map_err(Error::sqlite("prepare verify"))?;
+            let mut rows = stmt.query([]).map_err(Error::sqlite("run verify"))?;
+            while let Some(row) = rows.next().map_err(Error::sqlite("read verify row"))? {
+                let seq: i64 = row.get(0).map_err(Error::sqlite("read seq"))?;
+                let mut brk = |at: i64, reason: &'static str| {
+                    report.first_broken_seq = Some(at);
+                    report.reason = Some(reason);
+                };
+                if seq != expected_seq {
+                    brk(expected_seq.min(seq), "chain.seq_gap");
+                    return Ok(report);
+                }
+                let (record, prev_hash) = match decode_row(row) {
+                    Ok(decoded) => decoded,
+                    Err(e) => {
+                        tracing::warn!(seq, error = %e, "audit row cannot be decoded");
+                        brk(seq, "chain.undecodable_row");
+                        return Ok(report);
+                    }
+                };
+                if prev_hash != report.head_hash {
+                    brk(seq, "chain.prev_mismatch");
+                    return Ok(report);
+                }
+                let json = record_json(seq, &record.event)?;
+                if chain_hash(&prev_hash, &json) != record.hash {
+                    brk(seq, "chain.hash_mismatch");
+                    return Ok(report);
+                }
+                report.records += 1;
+                report.head_hash = record.hash;
+                expected_seq += 1;
+            }
+        }
+        let last_seq = expected_seq - 1;
+        let head: Option<(i64, String)> = tx
+            .query_row("SELECT seq, hash FROM chain_head WHERE id = 1", [], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
+            .optional()
+            .map_err(Error::sqlite("read chain head"))?;
+        match head {
+            None if last_seq > 0 => {
+                report.first_broken_seq = Some(last_seq);
+                report.reason = Some("chain.head_missing");
+            }
+            Some((seq, _)) if seq > last_seq => {
+                report.first_broken_seq = Some(last_seq + 1);
+                report.reason = Some("chain.tail_missing");
+            }
+            Some((seq, hash)) if seq != last_seq || hash != report.head_hash => {
+                report.first_broken_seq = Some(seq.max(1));
+                report.reason = Some("chain.head_mismatch");
+            }
+            _ => {}
+        }
+        Ok(report)
+    }
+}
+
+impl Sink for SqliteStore {
+    fn record(&self, mut event: Event) {
+        if event.time_ms == 0 {
+            event.time_ms = crate::now_ms();
+        }
+        let mut guard = self.lock();
+        let inner = &mut *guard;
+        let conn = &mut inner.conn;
+        write_through(&mut inner.pending, event, "sqlite", |e| {
+            append_row(conn, e).map(|_| ())
+        });
+    }
+}
+
+/// Creates or migrates the schema, in one transaction.
+fn migrate(conn: &mut Connection) -> Result<()> {
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(Error::sqlite("begin migration"))?;
+    tx.execute_batch(
+        "CREATE TABLE IF NOT EXISTS schema_version (
+            id         INTEGER PRIMARY KEY CHECK (id = 1),
+            version    INTEGER NOT NULL,
+            updated_ms INTEGER NOT NULL
+         )",
+    )
+    .map_err(Error::sqlite("create schema_version"))?;
+    let found: i64 = tx
+        .query_row("SELECT version FROM schema_version WHERE id = 1", [], |r| {
+            r.get(0)
+        })
+        .optional()
+        .map_err(Error::sqlite("read schema version"))?
+        .unwrap_or(0);
+    if found > SCHEMA_VERSION {
+        return Err(Error::SchemaTooNew {
+            found,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    if found == SCHEMA_VERSION {
+        return Ok(());
+    }
+    let from = usize::try_from(found).map_err(|_| Error::Corrupt {
+        seq: 0,
+        what: format!("negative schema version {found}"),
+    })?;
+    for (step, sql) in MIGRATIONS.iter().enumerate().skip(from) {
+        tracing::info!(
+            from = step,
+            to = step + 1,
+            "migrating audit database schema"
+        );
+        tx.execute_batch(sql)
+            .map_err(Error::sqlite("migrate schema"))?;
+    }
+    tx.execute(
+        "INSERT INTO schema_version (id, version, updated_ms) VALUES (1, ?1, ?2)
+         ON CONFLICT (id) DO UPDATE SET version = excluded.version, updated_ms = excluded.updated_ms",
+        params![SCHEMA_VERSION, crate::now_ms()],
+    )
+    .map_err(Error::sqlite("write schema version"))?;
+    tx.commit().map_err(Error::sqlite("commit migration"))
+}
+
+fn to_i64(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+/// Appends one row and moves the chain head, in one IMMEDIATE transaction.
+fn append_row(conn: &mut Connection, event: &Event) -> Result<i64> {
+    // SQLite integers are signed: clamp before hashing so the stored row
+    // and the hashed record agree.
+    let mut event = event.clone();
+    event.result_bytes = event.result_bytes.map(|v| v.min(i64::MAX.unsigned_abs()));
+    event.duration_ms = event.duration_ms.map(|v| v.min(i64::MAX.unsigned_abs()));
+
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(Error::sqlite("begin insert"))?;
+    let (prev_seq, prev_hash): (i64, String) = tx
+        .query_row("SELECT seq, hash FROM chain_head WHERE id = 1", [], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
+        .optional()
+        .map_err(Error::sqlite("read chain head"))?
+        .unwrap_or((0, GENESIS.to_owned()));
+    let seq = prev_seq + 1;
+    let json = record_json(seq, &event)?;
+    let hash = chain_hash(&prev_hash, &json);
+    let files_written = serde_json::to_string(&event.files_written)?;
+    let detail = crate::canonical::canonical(&event.detail);
+    tx.execute(
+        "INSERT INTO events (seq, time_ms, kind, sandbox_id, workspace_id, server, caller, tool,
+            decision, reason, source, args_digest, result_bytes, exit_status, duration_ms,
+            files_written, detail, prev_hash, hash)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)",
+        params![
+            seq,
+            event.time_ms,
+            event.kind.map(|k| k.as_str()),
+            event.sandbox_id,
+            event.workspace_id,
+            event.server,
+            event.caller,
+            event.tool,
+            event.decision.map(|d| d.as_str()),
+            event.reason,
+            event.source,
+            event.args_digest,
+            event.result_bytes.map(to_i64),
+            event.exit_status,
+            event.duration_ms.map(to_i64),
+            files_written,
+            detail,
+            prev_hash,
+            hash,
+        ],
+    )
+    .map_err(Error::sqlite("insert event"))?;
+    tx.execute(
+        "INSERT INTO chain_head (id, seq, hash) VALUES (1, ?1, ?2)
+         ON CONFLICT (id) DO UPDATE SET seq = excluded.seq, hash = excluded.hash",
+        params![seq, hash],
+    )
+    .map_err(Error::sqlite("move chain head"))?;
+    tx.commit().map_err(Error::sqlite("commit event"))?;
+    Ok(seq)
+}
+
+/// Turns a row selected with [`SELECT_COLUMNS`] back into a record and its
+/// stored `prev_hash`.
+fn decode_row(row: &rusqlite::Row<'_>) -> Result<(Record, String)> {
+    let seq: i64 = row.get(0).map_err(Error::sqlite("read seq"))?;
+    let corrupt = |what: String| Error::Corrupt { seq, what };
+    let get_err = |e: rusqlite::Error| Error::Corrupt {
+        seq,
+        what: e.to_string(),
+    };
+    let kind: Option<String> = row.get(2).map_err(get_err)?;
+    let decision: Option<String> = row.get(8).map_err(get_err)?;
+    let result_bytes: Option<i64> = row.get(12).map_err(get_err)?;
+    let duration_ms: Option<i64> = row.get(14).map_err(get_err)?;
+    let files_written: String = row.get(15).map_err(get_err)?;
+    let detail: String = row.get(16).map_err(get_err)?;
+    let to_u64 = |v: Option<i64>, name: &str| {
+        v.map(|v| u64::try_from(v).map_err(|_| corrupt(format!("negative {name}"))))
+            .transpose()
+    };
+    let event = Event {
+        time_ms: row.get(1).map_err(get_err)?,
+        kind: kind
+            .map(|k| k.parse())
+            .transpose()
+            .map_err(|e: Error| corrupt(e.to_string()))?,
+        sandbox_id: row.get(3).map_err(get_err)?,
+        workspace_id: row.get(4).map_err(get_err)?,
+        server: row.get(5).map_err(get_err)?,
+        caller: row.get(6).map_err(get_err)?,
+        tool: row.get(7).map_err(get_err)?,
+        decision: decision
+            .map(|d| d.parse())
+            .transpose()
+            .map_err(|e: Error| corrupt(e.to_string()))?,
+        reason: row.get(9).map_err(get_err)?,
+        source: row.get(10).map_err(get_err)?,
+        args_digest: row.get(11).map_err(get_err)?,
+        result_bytes: to_u64(result_bytes, "result_bytes")?,
+        exit_status: row.get(13).map_err(get_err)?,
+        duration_ms: to_u64(duration_ms, "duration_ms")?,
+        files_written: serde_json::from_str(&files_written)
+            .map_err(|e| corrupt(format!("files_written: {e}")))?,
+        detail: serde_json::from_str(&detail).map_err(|e| corrupt(format!("detail: {e}")))?,
+    };
+    let prev_hash: String = row.get(17).map_err(get_err)?;
+    let hash: String = row.get(18).map_err(get_err)?;
+    Ok((Record { seq, hash, event }, prev_hash))
+}

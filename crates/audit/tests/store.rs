@@ -1,0 +1,540 @@
+//! The audit stores under attack: crashes, edits, deletions, contention.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use mcpbox_audit::{Decision, Event, JsonlStore, Kind, Query, Sink, SqliteStore, SCHEMA_VERSION};
+use serde_json::json;
+
+fn ev(n: i64, server: &str, tool: &str, decision: Decision) -> Event {
+    Event {
+        time_ms: 1_000_000 + n * 1000,
+        kind: Some(Kind::ToolCall),
+        sandbox_id: "sb-1".into(),
+        workspace_id: "ws-1".into(),
+        server: server.into(),
+        caller: "agent-a".into(),
+        tool: Some(tool.into()),
+        decision: Some(decision),
+        reason: Some(format!("tool.{}_rule", decision.as_str())),
+        source: Some("policy:tools.default".into()),
+        args_digest: Some("ab".repeat(32)),
+        result_bytes: Some(10 * n.unsigned_abs()),
+        exit_status: None,
+        duration_ms: Some(n.unsigned_abs()),
+        files_written: vec![format!("out/{n}.txt")],
+        detail: json!({"n": n, "nested": {"b": [1, 2.5, null], "a": "x"}}),
+    }
+}
+
+fn fill(store: &SqliteStore, n: i64) {
+    for i in 1..=n {
+        store.record(ev(i, "fs", "read_file", Decision::Allow));
+    }
+}
+
+fn raw(path: &Path) -> rusqlite::Connection {
+    rusqlite::Connection::open(path).unwrap()
+}
+
+#[test]
+fn records_survive_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.db");
+    {
+        let store = SqliteStore::open(&path).unwrap();
+        fill(&store, 3);
+    }
+    let store = SqliteStore::open(&path).unwrap();
+    let events = store.query(&Query::default()).unwrap();
+    assert_eq!(events.len(), 3);
+    assert_eq!(events[0], ev(1, "fs", "read_file", Decision::Allow));
+    store.record(ev(4, "fs", "read_file", Decision::Allow));
+    let records = store.query_records(&Query::default()).unwrap();
+    assert_eq!(
+        records.iter().map(|r| r.seq).collect::<Vec<_>>(),
+        [1, 2, 3, 4]
+    );
+    let report = store.verify().unwrap();
+    assert!(report.is_intact(), "{report:?}");
+    assert_eq!(report.records, 4);
+    assert_eq!(report.head_hash, records[3].hash);
+}
+
+#[test]
+fn every_field_round_trips_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(&dir.path().join("a.db")).unwrap();
+    let mut e = ev(
+        7,
+        "srv\u{1b}[31m'; DROP TABLE events; --",
+        "t\u{202e}x",
+        Decision::Approve,
+    );
+    e.kind = Some(Kind::ServerExit);
+    e.exit_status = Some(-9);
+    e.result_bytes = Some(u64::MAX); // clamped to i64::MAX by the store
+    e.detail = json!({"z": 1, "a": {"y": "é", "x": [true, false]}, "big": u64::MAX});
+    store.record(e.clone());
+    store.record(Event::default());
+    let back = store.query(&Query::default()).unwrap();
+    e.result_bytes = Some(i64::MAX.unsigned_abs());
+    assert_eq!(back[0], e);
+    assert_eq!(back[1].kind, None);
+    assert!(back[1].time_ms > 0, "zero time is filled by the store");
+    assert!(store.verify().unwrap().is_intact());
+}
+
+/// When run as the child of `record_survives_sigkill_of_the_writing_process`,
+/// records events, says so, and waits to be killed.
+#[test]
+fn crash_child_records_then_waits_for_sigkill() {
+    let Ok(path) = std::env::var("MCPBOX_AUDIT_CRASH_CHILD_DB") else {
+        return;
+    };
+    let store = SqliteStore::open(Path::new(&path)).unwrap();
+    fill(&store, 5);
+    println!("recorded");
+    // Killed here: no destructor, no checkpoint, no close.
+    std::thread::sleep(Duration::from_secs(30));
+    panic!("the parent should have killed this process");
+}
+
+#[test]
+fn record_survives_sigkill_of_the_writing_process() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("crash.db");
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "crash_child_records_then_waits_for_sigkill",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("MCPBOX_AUDIT_CRASH_CHILD_DB", &path)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let ready = std::io::BufReader::new(stdout)
+        .lines()
+        .map_while(Result::ok)
+        .any(|l| l.contains("recorded"));
+    child.kill().unwrap(); // SIGKILL
+    let status = child.wait().unwrap();
+    assert!(ready, "the child never reported its records");
+    assert!(!status.success());
+    let store = SqliteStore::open(&path).unwrap();
+    assert_eq!(store.query(&Query::default()).unwrap().len(), 5);
+    assert!(store.verify().unwrap().is_intact());
+}
+
+#[test]
+fn edited_row_is_named_by_verify() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.db");
+    let store = SqliteStore::open(&path).unwrap();
+    fill(&store, 5);
+    raw(&path)
+        .execute(
+            "UPDATE events SET decision = 'allow', server = 'other' WHERE seq = 3",
+            [],
+        )
+        .unwrap();
+    let report = store.verify().unwrap();
+    assert_eq!(report.first_broken_seq, Some(3));
+    assert_eq!(report.reason, Some("chain.hash_mismatch"));
+    assert_eq!(report.records, 2);
+}
+
+#[test]
+fn edit_with_correctly_recomputed_hash_breaks_the_next_link() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.db");
+    let store = SqliteStore::open(&path).unwrap();
+    fill(&store, 4);
+    // The forger knows the algorithm: a twin log with the same first row and
+    // a forged second row yields the hash the forged row 2 must carry.
+    let forged = ev(2, "fs", "read_file", Decision::Deny);
+    let twin_path = dir.path().join("twin.db");
+    let twin = SqliteStore::open(&twin_path).unwrap();
+    twin.record(ev(1, "fs", "read_file", Decision::Allow));
+    twin.record(forged);
+    let forged_hash = twin.query_records(&Query::default()).unwrap()[1]
+        .hash
+        .clone();
+    raw(&path)
+        .execute(
+            "UPDATE events SET decision = 'deny', reason = 'tool.deny_rule', hash = ?1 WHERE seq = 2",
+            [&forged_hash],
+        )
+        .unwrap();
+    let report = store.verify().unwrap();
+    assert_eq!(report.first_broken_seq, Some(3));
+    assert_eq!(report.reason, Some("chain.prev_mismatch"));
+    assert_eq!(report.records, 2);
+}
+
+#[test]
+fn deleted_row_is_named_by_verify() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.db");
+    let store = SqliteStore::open(&path).unwrap();
+    fill(&store, 5);
+    raw(&path)
+        .execute("DELETE FROM events WHERE seq = 2", [])
+        .unwrap();
+    let report = store.verify().unwrap();
+    assert_eq!(report.first_broken_seq, Some(2));
+    assert_eq!(report.reason, Some("chain.seq_gap"));
+}
+
+#[test]
+fn deleted_and_renumbered_rows_are_detected() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.db");
+    let store = SqliteStore::open(&path).unwrap();
+    fill(&store, 5);
+    let conn = raw(&path);
+    conn.execute("DELETE FROM events WHERE seq = 2", [])
+        .unwrap();
+    conn.execute("UPDATE events SET seq = seq - 1 WHERE seq > 2", [])
+        .unwrap();
+    let report = store.verify().unwrap();
+    assert_eq!(report.first_broken_seq, Some(2));
+    assert_eq!(report.reason, Some("chain.prev_mismatch"));
+}
+
+#[test]
+fn deleted_newest_rows_are_detected() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.db");
+    let store = SqliteStore::open(&path).unwrap();
+    fill(&store, 5);
+    raw(&path)
+        .execute("DELETE FROM events WHERE seq >= 4", [])
+        .unwrap();
+    let report = store.verify().unwrap();
+    assert_eq!(report.first_broken_seq, Some(4));
+    assert_eq!(report.reason, Some("chain.tail_missing"));
+}
+
+#[test]
+fn row_with_an_unknown_kind_is_named_by_verify_and_refused_by_query() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.db");
+    let store = SqliteStore::open(&path).unwrap();
+    fill(&store, 3);
+    raw(&path)
+        .execute("UPDATE events SET kind = 'bogus' WHERE seq = 2", [])
+        .unwrap();
+    let report = store.verify().unwrap();
+    assert_eq!(report.first_broken_seq, Some(2));
+    assert_eq!(report.reason, Some("chain.undecodable_row"));
+    let err = store.query(&Query::default()).unwrap_err().to_string();
+    assert!(err.contains("seq 2"), "{err}");
+}
+
+#[test]
+fn empty_log_verifies() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(&dir.path().join("a.db")).unwrap();
+    let report = store.verify().unwrap();
+    assert!(report.is_intact());
+    assert_eq!(report.records, 0);
+}
+
+#[test]
+fn filters_select_exactly_the_matching_events() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(&dir.path().join("a.db")).unwrap();
+    store.record(ev(1, "fs", "read_file", Decision::Allow));
+    store.record(ev(2, "fs", "write_file", Decision::Deny));
+    store.record(ev(3, "git", "git_log", Decision::Allow));
+    let mut net = ev(4, "fetch", "fetch", Decision::Deny);
+    net.kind = Some(Kind::Network);
+    store.record(net);
+    store.record(ev(5, "fs", "write_file", Decision::Approve));
+
+    let n = |q: Query| {
+        store
+            .query(&q)
+            .unwrap()
+            .iter()
+            .map(|e| e.duration_ms.unwrap())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(n(Query::default()), [1, 2, 3, 4, 5]);
+    assert_eq!(
+        n(Query {
+            server: Some("fs".into()),
+            ..Query::default()
+        }),
+        [1, 2, 5]
+    );
+    assert_eq!(
+        n(Query {
+            tool: Some("write_file".into()),
+            ..Query::default()
+        }),
+        [2, 5]
+    );
+    assert_eq!(
+        n(Query {
+            decision: Some(Decision::Deny),
+            ..Query::default()
+        }),
+        [2, 4]
+    );
+    assert_eq!(
+        n(Query {
+            kind: Some(Kind::Network),
+            ..Query::default()
+        }),
+        [4]
+    );
+    // ev(n) is at 1_000_000 + n*1000: since is inclusive, until exclusive.
+    assert_eq!(
+        n(Query {
+            since_ms: Some(1_002_000),
+            until_ms: Some(1_004_000),
+            ..Query::default()
+        }),
+        [2, 3]
+    );
+    assert_eq!(
+        n(Query {
+            server: Some("fs".into()),
+            decision: Some(Decision::Deny),
+            since_ms: Some(1_002_000),
+            ..Query::default()
+        }),
+        [2]
+    );
+    assert_eq!(
+        n(Query {
+            limit: Some(2),
+            ..Query::default()
+        }),
+        [4, 5]
+    );
+    assert_eq!(
+        n(Query {
+            limit: Some(0),
+            ..Query::default()
+        }),
+        Vec::<u64>::new()
+    );
+    assert_eq!(
+        n(Query {
+            server: Some("fs' OR '1'='1".into()),
+            ..Query::default()
+        }),
+        Vec::<u64>::new(),
+        "filter values are bound, never spliced into SQL"
+    );
+}
+
+#[test]
+fn concurrent_records_from_threads_lose_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.db");
+    let store = Arc::new(SqliteStore::open(&path).unwrap());
+    let threads: Vec<_> = (0..4)
+        .map(|t| {
+            let store = Arc::clone(&store);
+            std::thread::spawn(move || {
+                for i in 0..25 {
+                    store.record(ev(t * 100 + i, &format!("s{t}"), "x", Decision::Allow));
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let records = store.query_records(&Query::default()).unwrap();
+    assert_eq!(records.len(), 100);
+    assert!(records
+        .iter()
+        .enumerate()
+        .all(|(i, r)| r.seq == i as i64 + 1));
+    for t in 0..4 {
+        let q = Query {
+            server: Some(format!("s{t}")),
+            ..Query::default()
+        };
+        assert_eq!(store.query(&q).unwrap().len(), 25);
+    }
+    assert!(store.verify().unwrap().is_intact());
+    assert_eq!(store.pending_len(), 0);
+}
+
+#[test]
+fn two_stores_on_one_file_keep_one_chain() {
+    // Two handles stand in for two mcpbox processes sharing a database.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.db");
+    let a = Arc::new(SqliteStore::open(&path).unwrap());
+    let b = Arc::new(SqliteStore::open(&path).unwrap());
+    let handles: Vec<_> = [a.clone(), b.clone()]
+        .into_iter()
+        .enumerate()
+        .map(|(n, s)| {
+            std::thread::spawn(move || {
+                for i in 0..20 {
+                    s.record(ev(i, &format!("p{n}"), "x", Decision::Allow));
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    assert_eq!(a.query(&Query::default()).unwrap().len(), 40);
+    let report = b.verify().unwrap();
+    assert!(report.is_intact(), "{report:?}");
+    assert_eq!(report.records, 40);
+}
+
+#[test]
+fn failed_write_is_kept_and_flushed_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.db");
+    let store = SqliteStore::open(&path).unwrap();
+    store.set_busy_timeout(Duration::from_millis(10)).unwrap();
+    store.record(ev(1, "fs", "a", Decision::Allow));
+
+    // Another writer holds the write lock: the next record cannot commit.
+    let mut blocker = raw(&path);
+    let tx = blocker
+        .transaction_with_behavior(rusqlite::TransactionBehavior::Exclusive)
+        .unwrap();
+    store.record(ev(2, "fs", "b", Decision::Allow));
+    store.record(ev(3, "fs", "c", Decision::Allow));
+    assert_eq!(store.pending_len(), 2);
+    tx.rollback().unwrap();
+
+    store.record(ev(4, "fs", "d", Decision::Allow));
+    assert_eq!(store.pending_len(), 0);
+    let tools: Vec<String> = store
+        .query(&Query::default())
+        .unwrap()
+        .into_iter()
+        .map(|e| e.tool.unwrap())
+        .collect();
+    assert_eq!(tools, ["a", "b", "c", "d"]);
+    assert!(store.verify().unwrap().is_intact());
+    assert_eq!(store.dropped_count(), 0);
+}
+
+#[test]
+fn schema_has_no_column_for_raw_arguments_or_results() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.db");
+    SqliteStore::open(&path).unwrap();
+    let conn = raw(&path);
+    let mut stmt = conn
+        .prepare("SELECT name FROM pragma_table_info('events')")
+        .unwrap();
+    let columns: Vec<String> = stmt
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(
+        columns,
+        [
+            "seq",
+            "time_ms",
+            "kind",
+            "sandbox_id",
+            "workspace_id",
+            "server",
+            "caller",
+            "tool",
+            "decision",
+            "reason",
+            "source",
+            "args_digest",
+            "result_bytes",
+            "exit_status",
+            "duration_ms",
+            "files_written",
+            "detail",
+            "prev_hash",
+            "hash"
+        ]
+    );
+    for forbidden in [
+        "args",
+        "arguments",
+        "params",
+        "result",
+        "output",
+        "prompt",
+        "secret",
+        "content",
+    ] {
+        assert!(!columns.iter().any(|c| c == forbidden), "{forbidden}");
+    }
+    let version: i64 = conn
+        .query_row("SELECT version FROM schema_version", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(version, SCHEMA_VERSION);
+    let mode: String = conn
+        .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(mode, "wal");
+}
+
+#[test]
+fn database_from_a_newer_mcpbox_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.db");
+    SqliteStore::open(&path).unwrap();
+    raw(&path)
+        .execute("UPDATE schema_version SET version = version + 1", [])
+        .unwrap();
+    let err = SqliteStore::open(&path).unwrap_err().to_string();
+    assert!(err.contains("newer"), "{err}");
+}
+
+#[test]
+fn database_is_private_and_parents_are_created() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("deep/er/audit.db");
+    let store = SqliteStore::open(&path).unwrap();
+    store.record(Event::default());
+    let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+}
+
+#[test]
+fn jsonl_store_appends_one_synced_line_per_event() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sub/audit.jsonl");
+    {
+        let store = JsonlStore::open(&path).unwrap();
+        store.record(ev(1, "fs", "a\nb", Decision::Deny));
+        store.record(ev(2, "fs", "c", Decision::Allow));
+    }
+    let store = JsonlStore::open(&path).unwrap();
+    store.record(ev(3, "fs", "d", Decision::Allow));
+    assert_eq!(store.pending_len(), 0);
+    let text = std::fs::read_to_string(&path).unwrap();
+    let events: Vec<Event> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(events.len(), 3);
+    assert_eq!(events[0], ev(1, "fs", "a\nb", Decision::Deny));
+    assert_eq!(events[2].tool.as_deref(), Some("d"));
+    let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+}
