@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use crate::preflight;
 
-pub fn run(file: &Path, schema: bool) -> ExitCode {
+pub fn run(file: Option<&Path>, schema: bool) -> ExitCode {
     if schema {
         match serde_json::to_string_pretty(&mcpbox_policy::json_schema()) {
             Ok(s) => {
@@ -19,6 +19,10 @@ pub fn run(file: &Path, schema: bool) -> ExitCode {
             }
         }
     }
+    let Some(file) = file else {
+        eprintln!("mcpbox: check needs a policy file");
+        return ExitCode::from(2);
+    };
     let loaded = match preflight::load(Some(file)) {
         Ok(l) => l,
         Err(e) => {

@@ -35,8 +35,9 @@ enum Command {
     /// Validate a policy and print the effective policy; runs nothing.
     Check {
         /// Policy file (TOML).
-        file: PathBuf,
-        /// Print the policy's JSON Schema instead.
+        #[arg(required_unless_present = "schema")]
+        file: Option<PathBuf>,
+        /// Print the policy file's JSON Schema instead.
         #[arg(long)]
         schema: bool,
     },
@@ -67,7 +68,7 @@ fn main() -> ExitCode {
             let code = exec(policy, command);
             ExitCode::from(code.clamp(0, 255) as u8)
         }
-        Command::Check { file, schema } => check::run(&file, schema),
+        Command::Check { file, schema } => check::run(file.as_deref(), schema),
         Command::Doctor => doctor::run(),
     }
 }

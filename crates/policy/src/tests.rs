@@ -69,10 +69,7 @@ fn default_example_is_the_default_policy_plus_a_workspace() {
         p.filesystem.input,
         Some(PathBuf::from("/repo/examples/workspace/input"))
     );
-    assert_eq!(
-        p.filesystem.output,
-        Some(PathBuf::from("/repo/examples/workspace/output"))
-    );
+    assert_eq!(p.filesystem.output, None);
     let d = default_policy();
     assert_eq!(p.server, d.server);
     assert_eq!(p.filesystem.tmp, d.filesystem.tmp);
