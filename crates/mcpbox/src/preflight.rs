@@ -298,7 +298,9 @@ pub fn spec(loaded: &Loaded, argv: Vec<OsString>, stdio: Stdio) -> Result<Spec, 
 
 /// Refuses limits this host cannot enforce, before anything runs.
 fn check_limits(loaded: &Loaded, limits: &Limits) -> Result<(), Error> {
-    if loaded.policy.sandbox.dangerously_allow_degraded {
+    if loaded.policy.sandbox.dangerously_allow_degraded
+        || (limits.memory.is_none() && limits.cpu.is_none())
+    {
         return Ok(());
     }
     let layout = mcpbox_sandbox::cgroup::Layout::read();

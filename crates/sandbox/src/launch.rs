@@ -24,7 +24,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::cgroup::{Group, Layout};
 use crate::plan::{self, Access, HostFacts, Step};
@@ -65,6 +65,9 @@ pub struct Sandbox {
     pub stdout: Option<File>,
     pub stderr: Option<File>,
     group: Option<Group>,
+    /// The holder writes `S<code>` here as soon as the init is gone, before
+    /// its own (slow) exit tears the namespaces down; see `holder`.
+    status_pipe: Option<File>,
     deadline: Option<Instant>,
     timed_out: bool,
     status: Option<Status>,
@@ -205,6 +208,7 @@ pub fn spawn(spec: &Spec) -> Result<Sandbox> {
 
     let (report_r, report_w) = sys::pipe().map_err(|e| Error::setup("report pipe", e))?;
     let (sync_r, sync_w) = sys::pipe().map_err(|e| Error::setup("sync pipe", e))?;
+    let (status_r, status_w) = sys::pipe().map_err(|e| Error::setup("status pipe", e))?;
     // With piped stdio: (parent end, child end) for each of 0, 1, 2.
     let stdio = if prepared.piped {
         let (in_r, in_w) = sys::pipe().map_err(|e| Error::setup("stdin pipe", e))?;
@@ -224,18 +228,21 @@ pub fn spawn(spec: &Spec) -> Result<Sandbox> {
             });
             drop(report_r);
             drop(sync_w);
+            drop(status_r);
             holder(
                 &prepared,
                 group.as_ref(),
                 supervisor,
                 report_w,
                 sync_r,
+                status_w,
                 child_stdio,
             )
         }
         Fork::Parent(holder_pid) => {
             drop(report_w);
             drop(sync_r);
+            drop(status_w);
             let (stdin, stdout, stderr) = match stdio {
                 Some([a, b, c]) => {
                     drop((a.1, b.1, c.1));
@@ -254,6 +261,7 @@ pub fn spawn(spec: &Spec) -> Result<Sandbox> {
                 stdout,
                 stderr,
                 group,
+                status_pipe: Some(File::from(status_r)),
                 deadline,
                 timed_out: false,
                 status: None,
@@ -390,6 +398,7 @@ fn holder(
     supervisor: libc::pid_t,
     report_w: OwnedFd,
     sync_r: OwnedFd,
+    status_w: OwnedFd,
     stdio: Option<[OwnedFd; 3]>,
 ) -> ! {
     let rep = report_w.as_raw_fd();
@@ -454,6 +463,11 @@ fn holder(
                 Ok(Wait::Signaled(_, sig)) => 128 + sig,
                 _ => 125,
             };
+            // Report the status first: our own exit drops the last reference
+            // to the mount and network namespaces, and their teardown
+            // (synchronize_rcu, netns cleanup) takes milliseconds that the
+            // supervisor need not wait for.
+            let _ = sys::write_all(status_w.as_raw_fd(), format!("S{code}\n").as_bytes());
             drop(alive_w);
             sys::exit_now(code)
         }
@@ -588,15 +602,19 @@ fn build_root(steps: &[Step]) -> Result<(), (String, std::io::Error)> {
                     None,
                 )
                 .map_err(|e| (format!("bind {} -> {}", host.display(), path.display()), e))?;
+                // Device nodes keep the host /dev mount's own flags (nosuid,
+                // and necessarily not nodev).
                 let attrs = match access {
-                    Access::ReadOnly => {
-                        sys::MOUNT_ATTR_RDONLY | sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV
-                    }
-                    Access::ReadWrite => sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV,
-                    Access::Device => sys::MOUNT_ATTR_NOSUID,
+                    Access::ReadOnly => Some(
+                        sys::MOUNT_ATTR_RDONLY | sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV,
+                    ),
+                    Access::ReadWrite => Some(sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV),
+                    Access::Device => None,
                 };
-                sys::mount_setattr_recursive(&target, attrs)
-                    .map_err(|e| (at("mount attributes", path), e))?;
+                if let Some(attrs) = attrs {
+                    sys::mount_setattr_recursive(&target, attrs)
+                        .map_err(|e| (at("mount attributes", path), e))?;
+                }
             }
             Step::File { path, contents } => {
                 std::fs::write(new(path), contents).map_err(|e| (at("write", path), e))?;
@@ -766,39 +784,62 @@ impl Sandbox {
         self.deadline
     }
 
-    /// Non-blocking: the status if the sandbox has ended.
-    pub fn try_wait(&mut self) -> Result<Option<Status>> {
+    /// Waits up to `timeout_ms` (None: forever) for the sandbox to end and
+    /// records its status. Ok(None) when it is still running.
+    fn poll_status(&mut self, timeout_ms: Option<u64>) -> Result<Option<Status>> {
         if let Some(s) = self.status {
             return Ok(Some(s));
         }
-        let w = sys::waitpid(self.holder, true).map_err(|e| Error::setup("waitpid", e))?;
-        Ok(self.record(w))
+        let Some(pipe) = self.status_pipe.as_mut() else {
+            let w = sys::waitpid(self.holder, timeout_ms.is_some())
+                .map_err(|e| Error::setup("waitpid", e))?;
+            return Ok(self.record(w));
+        };
+        let ready = sys::poll_readable(&[pipe.as_raw_fd()], timeout_ms)
+            .map_err(|e| Error::setup("poll", e))?;
+        if !ready[0] {
+            return Ok(None);
+        }
+        let mut buf = [0u8; 16];
+        let n =
+            sys::read(pipe.as_raw_fd(), &mut buf).map_err(|e| Error::setup("status pipe", e))?;
+        let code = std::str::from_utf8(&buf[..n])
+            .ok()
+            .and_then(|t| t.trim().strip_prefix('S'))
+            .and_then(|c| c.parse::<i32>().ok());
+        self.status_pipe = None;
+        match code {
+            Some(code) => {
+                // The holder is still tearing the namespaces down; reap it if
+                // it is already done, otherwise later.
+                let _ = sys::waitpid(self.holder, true);
+                Ok(self.record(Wait::Exited(self.holder, code)))
+            }
+            // EOF without a status: the holder itself died (killed).
+            None => {
+                let w = sys::waitpid(self.holder, false).map_err(|e| Error::setup("waitpid", e))?;
+                Ok(self.record(w))
+            }
+        }
+    }
+
+    /// Non-blocking: the status if the sandbox has ended.
+    pub fn try_wait(&mut self) -> Result<Option<Status>> {
+        self.poll_status(Some(0))
     }
 
     /// Blocks until the sandbox ends, enforcing the timeout.
     pub fn wait(&mut self) -> Result<Status> {
         loop {
-            if let Some(s) = self.try_wait()? {
+            let left = self
+                .deadline
+                .map(|d| d.saturating_duration_since(Instant::now()).as_millis() as u64);
+            if let Some(s) = self.poll_status(left)? {
                 return Ok(s);
             }
-            match self.deadline {
-                Some(d) if Instant::now() >= d => {
-                    self.timed_out = true;
-                    self.kill();
-                    let w =
-                        sys::waitpid(self.holder, false).map_err(|e| Error::setup("waitpid", e))?;
-                    if let Some(s) = self.record(w) {
-                        return Ok(s);
-                    }
-                }
-                Some(_) => std::thread::sleep(Duration::from_millis(5)),
-                None => {
-                    let w =
-                        sys::waitpid(self.holder, false).map_err(|e| Error::setup("waitpid", e))?;
-                    if let Some(s) = self.record(w) {
-                        return Ok(s);
-                    }
-                }
+            if self.deadline.is_some_and(|d| Instant::now() >= d) {
+                self.timed_out = true;
+                self.kill();
             }
         }
     }
@@ -835,9 +876,11 @@ impl Drop for Sandbox {
 pub fn exec(spec: &Spec) -> Result<(Status, Vec<String>)> {
     // Block the forwarded signals before forking, so none is lost between
     // fork and the wait loop; the init keeps them blocked (it waits for them
-    // too) and the command unblocks them before execve.
+    // too) and the command unblocks them before execve. They arrive here
+    // through a signalfd, polled together with the status pipe.
     let set = init::waited();
     sys::block_signals(&set).map_err(|e| Error::setup("block signals", e))?;
+    let sigfd = sys::signalfd(&set).map_err(|e| Error::setup("signalfd", e))?;
     let mut sb = spawn(spec)?;
     let notes = std::mem::take(&mut sb.notes);
     loop {
@@ -847,15 +890,20 @@ pub fn exec(spec: &Spec) -> Result<(Status, Vec<String>)> {
         let timeout = sb
             .deadline
             .map(|d| d.saturating_duration_since(Instant::now()).as_millis() as u64);
-        match sys::sigtimedwait(&set, timeout).map_err(|e| Error::setup("sigtimedwait", e))? {
-            Some(libc::SIGCHLD) => continue,
-            Some(sig) => sb.signal(sig),
-            None => {
-                if sb.deadline.is_some_and(|d| Instant::now() >= d) {
-                    sb.timed_out = true;
-                    sb.kill();
-                }
+        let mut fds = vec![sigfd.as_raw_fd()];
+        if let Some(p) = &sb.status_pipe {
+            fds.push(p.as_raw_fd());
+        }
+        let ready = sys::poll_readable(&fds, timeout).map_err(|e| Error::setup("poll", e))?;
+        if ready[0] {
+            match sys::read_signal(sigfd.as_raw_fd()).map_err(|e| Error::setup("signalfd", e))? {
+                Some(libc::SIGCHLD) | None => {}
+                Some(sig) => sb.signal(sig),
             }
+        }
+        if !ready.iter().any(|r| *r) && sb.deadline.is_some_and(|d| Instant::now() >= d) {
+            sb.timed_out = true;
+            sb.kill();
         }
     }
 }

@@ -60,7 +60,10 @@ pub enum Step {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Kind {
     Dir,
-    File,
+    /// A regular file; for /etc entries, with its contents (copied into the
+    /// sandbox rather than bind-mounted: a copy of a small file is cheaper
+    /// than a mount, and cannot change under the sandbox).
+    File(Option<String>),
     Symlink(PathBuf),
     Missing,
 }
@@ -107,6 +110,9 @@ pub const ETC_ENTRIES: &[&str] = &[
     "terminfo",
 ];
 
+/// /etc files up to this size are copied, larger ones bind-mounted.
+const MAX_COPIED: u64 = 256 * 1024;
+
 /// Host device nodes bound into the sandbox's /dev.
 pub const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
 
@@ -119,8 +125,18 @@ impl HostFacts {
                 Err(_) => Kind::Missing,
             },
             Ok(m) if m.is_dir() => Kind::Dir,
-            Ok(_) => Kind::File,
+            Ok(_) => Kind::File(None),
             Err(_) => Kind::Missing,
+        };
+        let with_contents = |p: &Path| match kind(p) {
+            Kind::File(_) => match std::fs::metadata(p) {
+                Ok(m) if m.len() <= MAX_COPIED => match std::fs::read(p) {
+                    Ok(bytes) => Kind::File(String::from_utf8(bytes).ok()),
+                    Err(_) => Kind::File(None),
+                },
+                _ => Kind::File(None),
+            },
+            other => other,
         };
         HostFacts {
             system: SYSTEM_DIRS
@@ -129,7 +145,7 @@ impl HostFacts {
                 .collect(),
             etc: ETC_ENTRIES
                 .iter()
-                .map(|e| (*e, kind(&Path::new("/etc").join(e))))
+                .map(|e| (*e, with_contents(&Path::new("/etc").join(e))))
                 .collect(),
             mount_is_file: spec.mounts.iter().map(|m| !m.host.is_dir()).collect(),
         }
@@ -174,7 +190,7 @@ pub fn plan(spec: &Spec, host: &HostFacts) -> Vec<Step> {
                 path: p(dir),
                 target: target.clone(),
             }),
-            Kind::File | Kind::Missing => {}
+            Kind::File(_) | Kind::Missing => {}
         }
     }
 
@@ -221,7 +237,11 @@ pub fn plan(spec: &Spec, host: &HostFacts) -> Vec<Step> {
                     access: Access::ReadOnly,
                 });
             }
-            Kind::File => steps.push(Step::Bind {
+            Kind::File(Some(contents)) => steps.push(Step::File {
+                path: inside,
+                contents: contents.clone(),
+            }),
+            Kind::File(None) => steps.push(Step::Bind {
                 host: inside.clone(),
                 path: inside,
                 access: Access::ReadOnly,
@@ -442,7 +462,8 @@ mod tests {
                 ("/libx32", Kind::Missing),
             ],
             etc: vec![
-                ("ld.so.cache", Kind::File),
+                ("ld.so.cache", Kind::File(None)),
+                ("protocols", Kind::File(Some("ip 0 IP\n".into()))),
                 ("ssl", Kind::Dir),
                 (
                     "localtime",
@@ -502,6 +523,16 @@ mod tests {
                 "{forbidden} must not be bound"
             );
         }
+    }
+
+    #[test]
+    fn small_etc_files_are_copied_not_bound() {
+        let steps = plan(&spec(), &debian());
+        assert!(steps.contains(&Step::File {
+            path: "/etc/protocols".into(),
+            contents: "ip 0 IP\n".into()
+        }));
+        assert!(!binds(&steps).iter().any(|(h, _, _)| h == "/etc/protocols"));
     }
 
     #[test]

@@ -539,3 +539,64 @@ pub fn access_w(path: &CStr) -> bool {
     // SAFETY: valid NUL-terminated path.
     unsafe { libc::access(path.as_ptr(), libc::W_OK) == 0 }
 }
+
+/// signalfd(2) for `set` (which the caller has blocked), close-on-exec.
+pub fn signalfd(set: &SigSet) -> io::Result<OwnedFd> {
+    // SAFETY: set is a valid sigset_t; -1 asks for a new descriptor.
+    let fd = check(unsafe { libc::signalfd(-1, &set.0, libc::SFD_CLOEXEC) })?;
+    // SAFETY: the kernel just returned this descriptor and we own it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Reads one signal number from a signalfd, if one is pending.
+pub fn read_signal(fd: RawFd) -> io::Result<Option<i32>> {
+    // SAFETY: signalfd_siginfo is plain data.
+    let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
+    let size = std::mem::size_of::<libc::signalfd_siginfo>();
+    // SAFETY: info is a valid, writable buffer of `size` bytes.
+    let n = unsafe {
+        libc::read(
+            fd,
+            &mut info as *mut libc::signalfd_siginfo as *mut libc::c_void,
+            size,
+        )
+    };
+    if n < 0 {
+        let err = io::Error::last_os_error();
+        return match err.raw_os_error() {
+            Some(libc::EAGAIN) | Some(libc::EINTR) => Ok(None),
+            _ => Err(err),
+        };
+    }
+    Ok(if n as usize == size {
+        Some(info.ssi_signo as i32)
+    } else {
+        None
+    })
+}
+
+/// poll(2) on up to a few descriptors for input; returns which are ready
+/// (readable, hung up or in error). `timeout_ms` None waits forever.
+pub fn poll_readable(fds: &[RawFd], timeout_ms: Option<u64>) -> io::Result<Vec<bool>> {
+    let mut pfds: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|&fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    let timeout = timeout_ms.map_or(-1, |ms| ms.min(i32::MAX as u64) as libc::c_int);
+    loop {
+        // SAFETY: pfds is a valid array of pollfd of the given length.
+        let n = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, timeout) };
+        if n < 0 {
+            let err = io::Error::last_os_error();
+            if err.raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            return Err(err);
+        }
+        return Ok(pfds.iter().map(|p| p.revents != 0).collect());
+    }
+}
