@@ -54,7 +54,9 @@ fn init_logging() {
         "error" => tracing::Level::ERROR,
         _ => tracing::Level::WARN,
     };
+    use std::io::IsTerminal;
     tracing_subscriber::fmt()
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr)
         .with_max_level(level)
         .with_target(false)
@@ -89,11 +91,13 @@ fn exec(policy: Option<PathBuf>, command: Vec<OsString>) -> i32 {
             return 125;
         }
     };
-    match mcpbox_sandbox::exec(&spec) {
-        Ok((status, notes)) => {
-            for n in notes {
-                eprintln!("mcpbox: warning: {n}");
-            }
+    let warn = |notes: &[String]| {
+        for n in notes {
+            eprintln!("mcpbox: warning: {n}");
+        }
+    };
+    match mcpbox_sandbox::exec(&spec, warn) {
+        Ok(status) => {
             match status {
                 mcpbox_sandbox::Status::TimedOut => eprintln!(
                     "mcpbox: process.timeout of {} reached; the sandbox was killed",

@@ -206,10 +206,7 @@ fn names_credential_location(rel: &Path) -> Option<&'static str> {
 }
 
 pub fn is_root() -> bool {
-    // The effective uid of this process, read without unsafe.
-    std::fs::metadata("/proc/self")
-        .map(|m| m.uid() == 0)
-        .unwrap_or(false)
+    mcpbox_sandbox::is_host_root()
 }
 
 /// The sandbox's environment: PATH, HOME, LANG, TERM, then the policy's

@@ -632,3 +632,82 @@ fn default_policy_has_no_input_or_output_and_a_working_tmp() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+// ---- the degraded tier (no user namespaces) ----
+
+/// Runs mcpbox where user namespaces are unavailable: inside an outer user
+/// namespace whose `user.max_user_namespaces` is 0, so mcpbox's own
+/// unshare fails with ENOSPC, as on a host that forbids them.
+fn exec_without_userns(policy: &std::path::Path, args: &[&str]) -> std::process::Output {
+    let mut script = String::from(
+        "echo 0 > /proc/sys/user/max_user_namespaces && exec \"$0\" exec --policy \"$1\" --",
+    );
+    for i in 0..args.len() {
+        script.push_str(&format!(" \"${}\"", i + 2));
+    }
+    Command::new("unshare")
+        .args(["--user", "--map-root-user", "sh", "-c", &script])
+        .arg(mcpbox())
+        .arg(policy)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("unshare (util-linux) is needed for the degraded-tier tests")
+}
+
+#[test]
+fn without_user_namespaces_a_policy_is_refused_unless_it_accepts_the_degraded_tier() {
+    let ws = Workspace::new();
+    let out = exec_without_userns(&ws.policy(""), &["true"]);
+    assert_eq!(out.status.code(), Some(125));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("user namespaces") && err.contains("dangerously_allow_degraded"),
+        "{err}"
+    );
+}
+
+#[test]
+fn degraded_tier_still_refuses_host_files_network_capabilities_and_syscalls() {
+    let ws = Workspace::new();
+    let secret = ws.path().join("host-secret.txt");
+    std::fs::write(&secret, "top secret").unwrap();
+    let p = ws.policy("[sandbox]\ndangerously_allow_degraded = true\n");
+    let probe = ws.input().join("probe");
+    let probe = probe.to_str().unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let run = |args: &[&str]| {
+        let mut all = vec![probe];
+        all.extend_from_slice(args);
+        let out = exec_without_userns(&p, &all);
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(
+            err.contains("degraded tier"),
+            "mcpbox must say it runs degraded: {err}"
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    assert_refused(&run(&["read", secret.to_str().unwrap()]));
+    assert_refused(&run(&[
+        "write",
+        &ws.input().join("new").display().to_string(),
+    ]));
+    assert_refused(&run(&["write", "/usr/evil"]));
+    assert_refused(&run(&["connect", &addr]));
+    assert_refused(&run(&["unshare", "user"]));
+    assert_refused(&run(&["ptrace"]));
+    let status = run(&["status"]);
+    for want in [
+        "CapEff:=0000000000000000",
+        "CapBnd:=0000000000000000",
+        "NoNewPrivs:=1",
+        "Seccomp:=2",
+    ] {
+        assert!(status.contains(want), "missing {want} in {status}");
+    }
+    assert!(
+        run(&["read", &ws.input().join("hello.txt").display().to_string()])
+            .contains("hello from the host")
+    );
+}

@@ -73,22 +73,25 @@ pub struct Sandbox {
     status: Option<Status>,
     /// Human-readable notes on weaker enforcement that was accepted.
     pub notes: Vec<String>,
+    /// The degraded tier's host directory for tmp, held only to be removed
+    /// when the sandbox is dropped.
+    _tmp: Option<crate::degraded::TmpDir>,
 }
 
 /// Everything the children need, prepared before forking so that the
 /// children only execute.
-struct Prepared {
-    steps: Vec<Step>,
-    argv: Vec<CString>,
-    envp: Vec<CString>,
-    candidates: Vec<CString>,
-    readable: Vec<PathBuf>,
-    writable: Vec<PathBuf>,
-    allow_exec: Option<Vec<PathBuf>>,
-    filter: Vec<libc::sock_filter>,
-    rlimits: Vec<(libc::__rlimit_resource_t, u64)>,
-    as_root: bool,
-    piped: bool,
+pub(crate) struct Prepared {
+    pub(crate) steps: Vec<Step>,
+    pub(crate) argv: Vec<CString>,
+    pub(crate) envp: Vec<CString>,
+    pub(crate) candidates: Vec<CString>,
+    pub(crate) readable: Vec<PathBuf>,
+    pub(crate) writable: Vec<PathBuf>,
+    pub(crate) allow_exec: Option<Vec<PathBuf>>,
+    pub(crate) filter: Vec<libc::sock_filter>,
+    pub(crate) rlimits: Vec<(libc::__rlimit_resource_t, u64)>,
+    pub(crate) as_root: bool,
+    pub(crate) piped: bool,
 }
 
 fn env_value<'a>(env: &'a [(OsString, OsString)], key: &str) -> Option<&'a OsStr> {
@@ -158,13 +161,13 @@ fn prepare(spec: &Spec) -> Result<Prepared> {
         allow_exec: spec.allow_exec.clone(),
         filter: seccomp::compile(seccomp::RULES),
         rlimits,
-        as_root: sys::geteuid() == 0,
+        as_root: sys::is_host_root(),
         piped: spec.stdio == Stdio::Piped,
     })
 }
 
 /// A child's report of a failed step, written to the report pipe.
-fn report(fd: RawFd, step: &str, err: &std::io::Error) -> ! {
+pub(crate) fn report(fd: RawFd, step: &str, err: &std::io::Error) -> ! {
     let line = format!("E{step}\x1f{err}\n");
     let _ = sys::write_all(fd, line.as_bytes());
     sys::exit_now(125)
@@ -199,8 +202,80 @@ fn limits_group(
     }
 }
 
-/// Builds the sandbox and starts the command in it.
+/// Builds the sandbox and starts the command in it. Where user namespaces
+/// are unavailable, falls back to the degraded tier if the policy accepts it.
 pub fn spawn(spec: &Spec) -> Result<Sandbox> {
+    match spawn_full(spec) {
+        Err(Error::NoUserNamespaces(why)) if spec.allow_degraded => {
+            tracing::debug!(%why, "user namespaces unavailable; degraded tier accepted by the policy");
+            let mut prepared = prepare(spec)?;
+            let mut notes = Vec::new();
+            if let Some(mem) = spec.limits.memory {
+                prepared.rlimits.push((libc::RLIMIT_AS, mem));
+                notes.push(
+                    "memory limit is per-process address space (RLIMIT_AS) in the degraded tier"
+                        .into(),
+                );
+            }
+            if spec.limits.cpu.is_some() {
+                notes.push("cpu limit is not enforced in the degraded tier".into());
+            }
+            crate::degraded::spawn(spec, prepared, notes)
+        }
+        other => other,
+    }
+}
+
+/// Pipes for stdio with [`Stdio::Piped`]: (parent end, child end) for each
+/// of 0, 1 and 2.
+pub(crate) type StdioPipes = Option<[(OwnedFd, OwnedFd); 3]>;
+
+pub(crate) fn make_stdio(prepared: &Prepared) -> Result<StdioPipes> {
+    if !prepared.piped {
+        return Ok(None);
+    }
+    let (in_r, in_w) = sys::pipe().map_err(|e| Error::setup("stdin pipe", e))?;
+    let (out_r, out_w) = sys::pipe().map_err(|e| Error::setup("stdout pipe", e))?;
+    let (err_r, err_w) = sys::pipe().map_err(|e| Error::setup("stderr pipe", e))?;
+    Ok(Some([(in_w, in_r), (out_r, out_w), (err_r, err_w)]))
+}
+
+/// The supervisor's ends of the stdio pipes (the children's ends closed).
+pub(crate) fn parent_stdio(stdio: StdioPipes) -> (Option<File>, Option<File>, Option<File>) {
+    match stdio {
+        Some([a, b, c]) => {
+            drop((a.1, b.1, c.1));
+            (
+                Some(File::from(a.0)),
+                Some(File::from(b.0)),
+                Some(File::from(c.0)),
+            )
+        }
+        None => (None, None, None),
+    }
+}
+
+/// Reads the report pipe to EOF (the command's execve closed it); a line
+/// before that is a failed step, and the start is undone.
+pub(crate) fn await_exec(sb: &mut Sandbox, report_r: OwnedFd) -> Result<()> {
+    let mut text = String::new();
+    let read = std::io::Read::read_to_string(&mut File::from(report_r), &mut text);
+    let failure = match read {
+        Err(e) => Some(Error::setup("reading the report pipe", e)),
+        Ok(_) => text.lines().next().map(child_error),
+    };
+    match failure {
+        None => Ok(()),
+        Some(e) => {
+            sb.kill();
+            let _ = sys::waitpid(sb.holder, false);
+            sb.status = Some(Status::Exited(125));
+            Err(e)
+        }
+    }
+}
+
+fn spawn_full(spec: &Spec) -> Result<Sandbox> {
     let mut prepared = prepare(spec)?;
     let mut notes = Vec::new();
     let group = limits_group(spec, &mut prepared, &mut notes)?;
@@ -209,15 +284,7 @@ pub fn spawn(spec: &Spec) -> Result<Sandbox> {
     let (report_r, report_w) = sys::pipe().map_err(|e| Error::setup("report pipe", e))?;
     let (sync_r, sync_w) = sys::pipe().map_err(|e| Error::setup("sync pipe", e))?;
     let (status_r, status_w) = sys::pipe().map_err(|e| Error::setup("status pipe", e))?;
-    // With piped stdio: (parent end, child end) for each of 0, 1, 2.
-    let stdio = if prepared.piped {
-        let (in_r, in_w) = sys::pipe().map_err(|e| Error::setup("stdin pipe", e))?;
-        let (out_r, out_w) = sys::pipe().map_err(|e| Error::setup("stdout pipe", e))?;
-        let (err_r, err_w) = sys::pipe().map_err(|e| Error::setup("stderr pipe", e))?;
-        Some([(in_w, in_r), (out_r, out_w), (err_r, err_w)])
-    } else {
-        None
-    };
+    let stdio = make_stdio(&prepared)?;
     let supervisor = sys::getpid();
 
     match sys::fork().map_err(|e| Error::setup("fork", e))? {
@@ -243,17 +310,7 @@ pub fn spawn(spec: &Spec) -> Result<Sandbox> {
             drop(report_w);
             drop(sync_r);
             drop(status_w);
-            let (stdin, stdout, stderr) = match stdio {
-                Some([a, b, c]) => {
-                    drop((a.1, b.1, c.1));
-                    (
-                        Some(File::from(a.0)),
-                        Some(File::from(b.0)),
-                        Some(File::from(c.0)),
-                    )
-                }
-                None => (None, None, None),
-            };
+            let (stdin, stdout, stderr) = parent_stdio(stdio);
             let mut sb = Sandbox {
                 holder: holder_pid,
                 init: 0,
@@ -266,6 +323,7 @@ pub fn spawn(spec: &Spec) -> Result<Sandbox> {
                 timed_out: false,
                 status: None,
                 notes,
+                _tmp: None,
             };
             match supervise_startup(&mut sb, &prepared, report_r, sync_w) {
                 Ok(()) => Ok(sb),
@@ -352,10 +410,7 @@ fn child_error(line: &str) -> Error {
     let rest = line.strip_prefix('E').unwrap_or(line);
     let (step, detail) = rest.split_once('\x1f').unwrap_or((rest, ""));
     if step == "unshare" {
-        return Error::Unenforceable(format!(
-            "cannot create the sandbox's namespaces: {detail}; user namespaces look unavailable \
-             here (run `mcpbox doctor` for the cause and the fix)"
-        ));
+        return Error::NoUserNamespaces(detail.to_string());
     }
     Error::Child {
         step: step.to_string(),
@@ -733,6 +788,12 @@ fn command_process(prepared: &Prepared, rep: RawFd) -> ! {
     if let Err(e) = sys::seccomp_load(&prepared.filter) {
         report(rep, "seccomp", &e);
     }
+    exec_command(prepared, rep)
+}
+
+/// execve with execvp(3)'s PATH search over the prepared candidates; on
+/// failure reports 127 (not found) or 126 (not executable). Never returns.
+pub(crate) fn exec_command(prepared: &Prepared, rep: RawFd) -> ! {
     let mut last = std::io::Error::from_raw_os_error(libc::ENOENT);
     for candidate in &prepared.candidates {
         let err = sys::execve(candidate, &prepared.argv, &prepared.envp);
@@ -763,6 +824,36 @@ fn command_process(prepared: &Prepared, rep: RawFd) -> ! {
 }
 
 impl Sandbox {
+    /// A degraded-tier sandbox: the command is our direct child and leads
+    /// its own session and process group, which stands in for the init.
+    pub(crate) fn degraded(
+        pid: libc::pid_t,
+        stdin: Option<File>,
+        stdout: Option<File>,
+        stderr: Option<File>,
+        notes: Vec<String>,
+        tmp: crate::degraded::TmpDir,
+    ) -> Sandbox {
+        Sandbox {
+            holder: pid,
+            init: -pid,
+            stdin,
+            stdout,
+            stderr,
+            group: None,
+            status_pipe: None,
+            deadline: None,
+            timed_out: false,
+            status: None,
+            notes,
+            _tmp: Some(tmp),
+        }
+    }
+
+    pub(crate) fn set_deadline(&mut self, deadline: Option<Instant>) {
+        self.deadline = deadline;
+    }
+
     /// The sandbox's pid 1, as seen from mcpbox.
     pub fn init_pid(&self) -> libc::pid_t {
         self.init
@@ -791,9 +882,7 @@ impl Sandbox {
             return Ok(Some(s));
         }
         let Some(pipe) = self.status_pipe.as_mut() else {
-            let w = sys::waitpid(self.holder, timeout_ms.is_some())
-                .map_err(|e| Error::setup("waitpid", e))?;
-            return Ok(self.record(w));
+            return self.poll_child(timeout_ms);
         };
         let ready = sys::poll_readable(&[pipe.as_raw_fd()], timeout_ms)
             .map_err(|e| Error::setup("poll", e))?;
@@ -820,6 +909,26 @@ impl Sandbox {
                 let w = sys::waitpid(self.holder, false).map_err(|e| Error::setup("waitpid", e))?;
                 Ok(self.record(w))
             }
+        }
+    }
+
+    /// Without a status pipe (degraded tier, or after it closed): waitpid,
+    /// polling every few milliseconds while a timeout is given.
+    fn poll_child(&mut self, timeout_ms: Option<u64>) -> Result<Option<Status>> {
+        let Some(ms) = timeout_ms else {
+            let w = sys::waitpid(self.holder, false).map_err(|e| Error::setup("waitpid", e))?;
+            return Ok(self.record(w));
+        };
+        let until = Instant::now() + std::time::Duration::from_millis(ms);
+        loop {
+            let w = sys::waitpid(self.holder, true).map_err(|e| Error::setup("waitpid", e))?;
+            if let Some(s) = self.record(w) {
+                return Ok(Some(s));
+            }
+            if Instant::now() >= until {
+                return Ok(None);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
         }
     }
 
@@ -873,7 +982,7 @@ impl Drop for Sandbox {
 
 /// `mcpbox exec`: runs the command with mcpbox's own stdio, forwards
 /// signals, enforces the timeout, and returns how it ended.
-pub fn exec(spec: &Spec) -> Result<(Status, Vec<String>)> {
+pub fn exec(spec: &Spec, on_start: impl FnOnce(&[String])) -> Result<Status> {
     // Block the forwarded signals before forking, so none is lost between
     // fork and the wait loop; the init keeps them blocked (it waits for them
     // too) and the command unblocks them before execve. They arrive here
@@ -881,11 +990,19 @@ pub fn exec(spec: &Spec) -> Result<(Status, Vec<String>)> {
     let set = init::waited();
     sys::block_signals(&set).map_err(|e| Error::setup("block signals", e))?;
     let sigfd = sys::signalfd(&set).map_err(|e| Error::setup("signalfd", e))?;
-    let mut sb = spawn(spec)?;
-    let notes = std::mem::take(&mut sb.notes);
+    let sb = spawn(spec);
+    // Whatever happens next, the caller's signals are its own again after.
+    let mut sb = match sb {
+        Ok(sb) => sb,
+        Err(e) => {
+            let _ = sys::unblock_all_signals();
+            return Err(e);
+        }
+    };
+    on_start(&sb.notes);
     loop {
         if let Some(s) = sb.try_wait()? {
-            return Ok((s, notes));
+            return Ok(s);
         }
         let timeout = sb
             .deadline

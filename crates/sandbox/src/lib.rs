@@ -10,6 +10,7 @@
 #![deny(unsafe_code)]
 
 pub mod cgroup;
+mod degraded;
 pub mod doctor;
 mod init;
 mod landlock;
@@ -23,6 +24,12 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub use launch::{exec, spawn, Sandbox, Status};
+
+/// Whether mcpbox runs as root of the host (euid 0 in the initial user
+/// namespace): then the sandbox user maps to host uid [`ROOT_RUN_HOST_ID`].
+pub fn is_host_root() -> bool {
+    sys::is_host_root()
+}
 
 /// The uid and gid the command runs as inside the sandbox.
 pub const SANDBOX_UID: u32 = 1000;
@@ -106,6 +113,12 @@ pub enum Error {
     },
     #[error("{0}")]
     Unenforceable(String),
+    #[error(
+        "cannot create the sandbox's namespaces: {0}; user namespaces look unavailable here \
+         (run `mcpbox doctor` for the cause and the fix, or set \
+         sandbox.dangerously_allow_degraded = true to accept the weaker tier)"
+    )]
+    NoUserNamespaces(String),
     #[error("cgroup {path}: {source}")]
     Cgroup {
         path: PathBuf,

@@ -600,3 +600,13 @@ pub fn poll_readable(fds: &[RawFd], timeout_ms: Option<u64>) -> io::Result<Vec<b
         return Ok(pfds.iter().map(|p| p.revents != 0).collect());
     }
 }
+
+/// Whether this process is root of the host: euid 0 in the initial user
+/// namespace (whose uid_map is the identity over the whole range). Root of
+/// an inner user namespace is an ordinary user of the host.
+pub fn is_host_root() -> bool {
+    geteuid() == 0
+        && std::fs::read_to_string("/proc/self/uid_map")
+            .map(|m| m.split_whitespace().collect::<Vec<_>>() == ["0", "0", "4294967295"])
+            .unwrap_or(false)
+}

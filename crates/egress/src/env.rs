@@ -1,0 +1,64 @@
+//! The environment that points programs inside the sandbox at the proxy.
+
+/// Hosts that never go through the proxy. The sandbox's loopback is its own
+/// (its own network namespace), so local servers inside it stay direct; the
+/// proxy itself is reached on loopback without proxying.
+pub const NO_PROXY: &str = "localhost,127.0.0.1,::1";
+
+/// Environment variables for a sandbox whose bridge listens on
+/// `127.0.0.1:port`: the usual proxy variables in both cases, npm's, pip's,
+/// global-agent's, Node's (`NODE_USE_ENV_PROXY`, honoured by Node 24+), and
+/// git's `http.proxy` through `GIT_CONFIG_COUNT`. A program that ignores all
+/// of them simply has no network.
+///
+/// The git entries use index 0: a caller that sets its own `GIT_CONFIG_*`
+/// must renumber.
+pub fn proxy_env(port: u16) -> Vec<(String, String)> {
+    let url = format!("http://127.0.0.1:{port}");
+    let mut env: Vec<(&str, String)> = Vec::new();
+    for name in ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"] {
+        env.push((name, url.clone()));
+    }
+    for name in ["http_proxy", "https_proxy", "all_proxy"] {
+        env.push((name, url.clone()));
+    }
+    env.push(("NO_PROXY", NO_PROXY.into()));
+    env.push(("no_proxy", NO_PROXY.into()));
+    env.push(("npm_config_proxy", url.clone()));
+    env.push(("npm_config_https_proxy", url.clone()));
+    env.push(("npm_config_noproxy", NO_PROXY.into()));
+    env.push(("PIP_PROXY", url.clone()));
+    env.push(("GLOBAL_AGENT_HTTP_PROXY", url.clone()));
+    env.push(("GLOBAL_AGENT_NO_PROXY", NO_PROXY.into()));
+    env.push(("NODE_USE_ENV_PROXY", "1".into()));
+    env.push(("GIT_CONFIG_COUNT", "1".into()));
+    env.push(("GIT_CONFIG_KEY_0", "http.proxy".into()));
+    env.push(("GIT_CONFIG_VALUE_0", url));
+    env.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_tool_is_pointed_at_the_bridge() {
+        let env = proxy_env(3128);
+        let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+        for k in [
+            "HTTP_PROXY",
+            "https_proxy",
+            "ALL_PROXY",
+            "npm_config_https_proxy",
+            "PIP_PROXY",
+            "GLOBAL_AGENT_HTTP_PROXY",
+            "GIT_CONFIG_VALUE_0",
+        ] {
+            assert_eq!(get(k), Some("http://127.0.0.1:3128"), "{k}");
+        }
+        assert_eq!(get("NO_PROXY"), Some("localhost,127.0.0.1,::1"));
+        assert_eq!(get("GIT_CONFIG_KEY_0"), Some("http.proxy"));
+        assert_eq!(get("NODE_USE_ENV_PROXY"), Some("1"));
+    }
+}

@@ -1,0 +1,490 @@
+//! HTTP/1.x request heads as the proxy needs them: read a head without
+//! reading past it by more than one buffer, parse it strictly, parse the
+//! target, rewrite a plain-HTTP request to origin form, and write responses.
+
+use std::io::{self, Read};
+use std::net::IpAddr;
+
+/// Largest request head accepted; bigger ones are a malformed request.
+pub const MAX_HEAD: usize = 64 * 1024;
+
+/// Why a request could not be taken.
+#[derive(Debug, thiserror::Error)]
+pub enum HeadError {
+    /// The peer closed before sending anything.
+    #[error("the client closed the connection before sending a request")]
+    Empty,
+    /// Reading failed (including the head timeout).
+    #[error("reading the request head failed: {0}")]
+    Read(#[source] io::Error),
+    /// The bytes are not an acceptable HTTP/1.x request.
+    #[error("malformed request: {0}")]
+    Malformed(&'static str),
+}
+
+/// A parsed request head.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestHead {
+    /// Request method, e.g. `CONNECT` or `GET`.
+    pub method: String,
+    /// Request target as sent.
+    pub target: String,
+    /// `HTTP/1.1` or `HTTP/1.0`.
+    pub version: String,
+    /// Header fields in order, names as sent.
+    pub headers: Vec<(String, String)>,
+}
+
+/// Reads from `r` into `buf` until a full head (`\r\n\r\n`) is present.
+/// Returns the head length; bytes after it (`buf[len..]`) belong to the body
+/// or the tunnel and must be forwarded.
+pub fn read_head<R: Read>(r: &mut R, buf: &mut Vec<u8>) -> Result<usize, HeadError> {
+    let mut chunk = [0u8; 4096];
+    loop {
+        if let Some(end) = find_head_end(buf) {
+            return Ok(end);
+        }
+        if buf.len() >= MAX_HEAD {
+            return Err(HeadError::Malformed("request head too large"));
+        }
+        let n = match r.read(&mut chunk) {
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(HeadError::Read(e)),
+        };
+        if n == 0 {
+            return Err(if buf.is_empty() {
+                HeadError::Empty
+            } else {
+                HeadError::Malformed("connection closed inside the request head")
+            });
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+fn find_head_end(buf: &[u8]) -> Option<usize> {
+    buf.windows(4).position(|w| w == b"\r\n\r\n").map(|p| p + 4)
+}
+
+fn is_token(s: &str) -> bool {
+    !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+}
+
+/// Parses a head (including its final empty line) strictly: CRLF line ends,
+/// no obs-fold, no control characters, no whitespace before the colon.
+pub fn parse_head(head: &[u8]) -> Result<RequestHead, HeadError> {
+    let text = std::str::from_utf8(head).map_err(|_| HeadError::Malformed("head is not utf-8"))?;
+    let text = text
+        .strip_suffix("\r\n\r\n")
+        .ok_or(HeadError::Malformed("head does not end with an empty line"))?;
+    let mut lines = text.split("\r\n");
+    let request_line = lines
+        .next()
+        .ok_or(HeadError::Malformed("no request line"))?;
+    let mut parts = request_line.split(' ');
+    let (method, target, version) = match (parts.next(), parts.next(), parts.next(), parts.next()) {
+        (Some(m), Some(t), Some(v), None) => (m, t, v),
+        _ => {
+            return Err(HeadError::Malformed(
+                "request line is not `METHOD TARGET VERSION`",
+            ))
+        }
+    };
+    if !is_token(method) {
+        return Err(HeadError::Malformed("bad method"));
+    }
+    if target.is_empty() || target.bytes().any(|b| b <= b' ' || b == 0x7f) {
+        return Err(HeadError::Malformed("bad request target"));
+    }
+    if version != "HTTP/1.1" && version != "HTTP/1.0" {
+        return Err(HeadError::Malformed("unsupported http version"));
+    }
+    let mut headers = Vec::new();
+    for line in lines {
+        if line.starts_with([' ', '\t']) {
+            return Err(HeadError::Malformed("obsolete header line folding"));
+        }
+        let (name, value) = line
+            .split_once(':')
+            .ok_or(HeadError::Malformed("header line without a colon"))?;
+        if !is_token(name) {
+            return Err(HeadError::Malformed("bad header name"));
+        }
+        if value.bytes().any(|b| (b < b' ' && b != b'\t') || b == 0x7f) {
+            return Err(HeadError::Malformed("control character in a header value"));
+        }
+        headers.push((
+            name.to_string(),
+            value.trim_matches([' ', '\t']).to_string(),
+        ));
+    }
+    Ok(RequestHead {
+        method: method.to_string(),
+        target: target.to_string(),
+        version: version.to_string(),
+        headers,
+    })
+}
+
+/// A checked host: a lowercase DNS name or an IP literal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Host {
+    /// A DNS name, lowercase, without a trailing dot.
+    Name(String),
+    /// An IP literal.
+    Ip(IpAddr),
+}
+
+impl Host {
+    /// The form handed to the policy: the name, or the canonical IP text.
+    pub fn policy_form(&self) -> String {
+        match self {
+            Self::Name(n) => n.clone(),
+            Self::Ip(ip) => ip.to_string(),
+        }
+    }
+
+    /// The form for a `Host` header or authority (IPv6 in brackets).
+    pub fn authority_form(&self) -> String {
+        match self {
+            Self::Name(n) => n.clone(),
+            Self::Ip(IpAddr::V6(v6)) => format!("[{v6}]"),
+            Self::Ip(ip) => ip.to_string(),
+        }
+    }
+}
+
+/// Parses `host[:port]` (IPv6 in brackets), with `default_port` when absent.
+pub fn parse_authority(auth: &str, default_port: u16) -> Result<(Host, u16), HeadError> {
+    if auth.contains('@') {
+        return Err(HeadError::Malformed("userinfo in the authority"));
+    }
+    let (host_text, port_text) = if let Some(rest) = auth.strip_prefix('[') {
+        let (h, after) = rest
+            .split_once(']')
+            .ok_or(HeadError::Malformed("unclosed bracket in the authority"))?;
+        let port = match after {
+            "" => None,
+            p => Some(
+                p.strip_prefix(':')
+                    .ok_or(HeadError::Malformed("junk after the bracketed host"))?,
+            ),
+        };
+        let ip: std::net::Ipv6Addr = h
+            .parse()
+            .map_err(|_| HeadError::Malformed("bad ipv6 literal"))?;
+        let port = parse_port(port, default_port)?;
+        return Ok((Host::Ip(IpAddr::V6(ip)), port));
+    } else {
+        match auth.rsplit_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (auth, None),
+        }
+    };
+    let port = parse_port(port_text, default_port)?;
+    Ok((parse_host(host_text)?, port))
+}
+
+fn parse_port(text: Option<&str>, default_port: u16) -> Result<u16, HeadError> {
+    match text {
+        None => Ok(default_port),
+        Some(p) if !p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit()) => {
+            match p.parse::<u16>() {
+                Ok(0) | Err(_) => Err(HeadError::Malformed("bad port")),
+                Ok(port) => Ok(port),
+            }
+        }
+        Some(_) => Err(HeadError::Malformed("bad port")),
+    }
+}
+
+/// Checks a host name or IPv4 literal. Names that a resolver might read as
+/// a number (`2130706433`, `0x7f.1`, `127.1`) are refused as ambiguous, so
+/// that the policy and the resolver can never disagree about what a host is.
+pub fn parse_host(text: &str) -> Result<Host, HeadError> {
+    if let Ok(ip) = text.parse::<std::net::Ipv4Addr>() {
+        return Ok(Host::Ip(IpAddr::V4(ip)));
+    }
+    let name = text.strip_suffix('.').unwrap_or(text).to_ascii_lowercase();
+    if name.is_empty() || name.len() > 253 {
+        return Err(HeadError::Malformed("bad host name length"));
+    }
+    for label in name.split('.') {
+        if label.is_empty()
+            || label.len() > 63
+            || !label
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        {
+            return Err(HeadError::Malformed("bad host name"));
+        }
+    }
+    let last = name.rsplit('.').next().unwrap_or_default();
+    if last.bytes().all(|b| b.is_ascii_digit()) || last.starts_with("0x") {
+        return Err(HeadError::Malformed(
+            "numeric host that is not a plain ip literal",
+        ));
+    }
+    Ok(Host::Name(name))
+}
+
+/// Headers that belong to one hop and are never forwarded (RFC 9110 §7.6.1),
+/// plus the proxy credentials. `Transfer-Encoding` is kept: the body is
+/// streamed as sent, so the upstream needs its framing.
+const HOP_BY_HOP: [&str; 8] = [
+    "connection",
+    "proxy-connection",
+    "keep-alive",
+    "proxy-authorization",
+    "proxy-authenticate",
+    "te",
+    "trailer",
+    "upgrade",
+];
+
+/// A plain-HTTP request ready to forward.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Forward {
+    /// Target host.
+    pub host: Host,
+    /// Target port.
+    pub port: u16,
+    /// Path and query in origin form (`/a/b?c`).
+    pub path: String,
+    /// The rewritten head to send upstream.
+    pub head: Vec<u8>,
+}
+
+/// Rewrites an absolute-form request (`GET http://host/path HTTP/1.1`) to
+/// origin form: `Host` set from the target, hop-by-hop headers and those
+/// named in `Connection` dropped, `Connection: close` added (one request per
+/// upstream connection).
+pub fn rewrite_absolute(req: &RequestHead) -> Result<Forward, HeadError> {
+    let target = &req.target;
+    let rest = match target.get(..7) {
+        Some(s) if s.eq_ignore_ascii_case("http://") => &target[7..],
+        _ => {
+            return Err(HeadError::Malformed(
+                "a plain request must use an absolute http:// target (use CONNECT for https)",
+            ))
+        }
+    };
+    let rest = rest.split('#').next().unwrap_or_default();
+    let split = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, path) = rest.split_at(split);
+    let (host, port) = parse_authority(authority, 80)?;
+    let path = if path.is_empty() {
+        "/".to_string()
+    } else if path.starts_with('?') {
+        format!("/{path}")
+    } else {
+        path.to_string()
+    };
+
+    let mut named: Vec<String> = Vec::new();
+    let mut content_lengths: Vec<&str> = Vec::new();
+    let mut chunked = false;
+    for (name, value) in &req.headers {
+        if name.eq_ignore_ascii_case("connection") {
+            named.extend(value.split(',').map(|v| v.trim().to_ascii_lowercase()));
+        }
+        if name.eq_ignore_ascii_case("content-length") {
+            content_lengths.push(value);
+        }
+        if name.eq_ignore_ascii_case("transfer-encoding") {
+            chunked = true;
+        }
+    }
+    if chunked && !content_lengths.is_empty() {
+        return Err(HeadError::Malformed(
+            "both content-length and transfer-encoding",
+        ));
+    }
+    if content_lengths.windows(2).any(|w| w[0] != w[1]) {
+        return Err(HeadError::Malformed("conflicting content-length headers"));
+    }
+
+    let host_header = if port == 80 {
+        host.authority_form()
+    } else {
+        format!("{}:{port}", host.authority_form())
+    };
+    let mut out = format!(
+        "{} {} {}\r\nHost: {host_header}\r\n",
+        req.method, path, req.version
+    );
+    for (name, value) in &req.headers {
+        let lower = name.to_ascii_lowercase();
+        if lower == "host" || HOP_BY_HOP.contains(&lower.as_str()) || named.contains(&lower) {
+            continue;
+        }
+        out.push_str(name);
+        out.push_str(": ");
+        out.push_str(value);
+        out.push_str("\r\n");
+    }
+    out.push_str("Connection: close\r\n\r\n");
+    Ok(Forward {
+        host,
+        port,
+        path,
+        head: out.into_bytes(),
+    })
+}
+
+/// Whose fault a failed request was, said in the `X-Mcpbox-Fault` header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// The policy refused it: nobody's fault, by design.
+    Policy,
+    /// The client sent something malformed.
+    Client,
+    /// The upstream server could not be resolved or reached.
+    Upstream,
+    /// mcpbox itself failed.
+    Proxy,
+}
+
+impl Fault {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Policy => "policy",
+            Self::Client => "client",
+            Self::Upstream => "upstream",
+            Self::Proxy => "mcpbox",
+        }
+    }
+}
+
+fn header_safe(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_control() || !c.is_ascii() {
+                '?'
+            } else {
+                c
+            }
+        })
+        .collect()
+}
+
+/// An error response with the reason, source and fault headers and a short
+/// text body.
+pub fn error_response(
+    status: u16,
+    reason: &str,
+    source: &str,
+    fault: Fault,
+    body: &str,
+) -> Vec<u8> {
+    let text = match status {
+        400 => "Bad Request",
+        403 => "Forbidden",
+        502 => "Bad Gateway",
+        503 => "Service Unavailable",
+        _ => "Internal Server Error",
+    };
+    let body = format!("{}\n", header_safe(body));
+    format!(
+        "HTTP/1.1 {status} {text}\r\nX-Mcpbox-Reason: {}\r\nX-Mcpbox-Source: {}\r\nX-Mcpbox-Fault: {}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        header_safe(reason),
+        header_safe(source),
+        fault.as_str(),
+        body.len(),
+    )
+    .into_bytes()
+}
+
+/// The answer to a CONNECT that will be tunnelled.
+pub const CONNECT_OK: &[u8] = b"HTTP/1.1 200 Connection Established\r\n\r\n";
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn head(s: &str) -> RequestHead {
+        parse_head(s.as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn head_is_read_without_swallowing_the_body() {
+        let mut src: &[u8] = b"CONNECT a.b:443 HTTP/1.1\r\nHost: a.b\r\n\r\n\x16\x03\x01";
+        let mut buf = Vec::new();
+        let n = read_head(&mut src, &mut buf).unwrap();
+        assert_eq!(&buf[n..], b"\x16\x03\x01");
+    }
+
+    #[test]
+    fn smuggling_shapes_are_malformed() {
+        for bad in [
+            "GET http://a/ HTTP/1.1\r\nHost : a\r\n\r\n",
+            "GET http://a/ HTTP/1.1\r\nX: a\r\n b\r\n\r\n",
+            "GET  http://a/ HTTP/1.1\r\n\r\n",
+            "GET http://a/ HTTP/2\r\n\r\n",
+            "GET http://a/ HTTP/1.1\nX: y\r\n\r\n",
+        ] {
+            assert!(parse_head(bad.as_bytes()).is_err(), "{bad:?}");
+        }
+        let h = head(
+            "POST http://a/ HTTP/1.1\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n",
+        );
+        assert!(rewrite_absolute(&h).is_err());
+    }
+
+    #[test]
+    fn authority_forms() {
+        assert_eq!(
+            parse_authority("Example.COM.:8443", 443).unwrap(),
+            (Host::Name("example.com".into()), 8443)
+        );
+        assert_eq!(
+            parse_authority("[::1]:443", 80).unwrap(),
+            (Host::Ip("::1".parse().unwrap()), 443)
+        );
+        assert_eq!(
+            parse_authority("1.2.3.4", 80).unwrap(),
+            (Host::Ip("1.2.3.4".parse().unwrap()), 80)
+        );
+        for bad in [
+            "user@a.b:443",
+            "a.b:0",
+            "a.b:99999",
+            "a.b:",
+            "2130706433:80",
+            "127.1:80",
+            "0x7f.0.0.1:80",
+            "a..b:1",
+            "a b:1",
+            "[::1",
+        ] {
+            assert!(parse_authority(bad, 443).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn absolute_form_is_rewritten_to_origin_form() {
+        let h = head("GET http://Pkg.Test:8080/a/b?c=1 HTTP/1.1\r\nHost: evil.test\r\nProxy-Authorization: Basic eA==\r\nProxy-Connection: keep-alive\r\nConnection: keep-alive, X-Drop\r\nX-Drop: 1\r\nX-Keep: 2\r\n\r\n");
+        let f = rewrite_absolute(&h).unwrap();
+        assert_eq!(f.host, Host::Name("pkg.test".into()));
+        assert_eq!(f.port, 8080);
+        assert_eq!(
+            String::from_utf8(f.head).unwrap(),
+            "GET /a/b?c=1 HTTP/1.1\r\nHost: pkg.test:8080\r\nX-Keep: 2\r\nConnection: close\r\n\r\n"
+        );
+        let h = head("GET http://a.test HTTP/1.1\r\n\r\n");
+        assert_eq!(rewrite_absolute(&h).unwrap().path, "/");
+        let h = head("GET https://a.test/ HTTP/1.1\r\n\r\n");
+        assert!(rewrite_absolute(&h).is_err());
+    }
+
+    #[test]
+    fn error_headers_cannot_be_split() {
+        let r =
+            String::from_utf8(error_response(403, "a\r\nX: y", "s", Fault::Policy, "b")).unwrap();
+        assert!(r.contains("X-Mcpbox-Reason: a??X: y\r\n"));
+    }
+}

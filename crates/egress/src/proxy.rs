@@ -1,0 +1,762 @@
+//! The proxy itself: accept loop, the per-connection check sequence, the
+//! relay, and the one audit record per connection.
+//!
+//! The order of checks is the security argument, so it is one linear
+//! sequence in [`Proxy::admit`]:
+//!
+//! 1. parse the target strictly (400 on anything odd, client's fault);
+//! 2. refuse metadata service names outright;
+//! 3. ask the policy about the name (or IP literal) and port; ask a human
+//!    for `Ask`, remembering `Session` answers;
+//! 4. take the explicit `[network.hosts]` mapping if there is one (it may
+//!    point at loopback or a private address, never at a metadata endpoint);
+//!    otherwise resolve once and refuse if ANY answer is not public unicast;
+//! 5. connect to exactly a checked address (never a fresh lookup);
+//! 6. for a tunnel, check the TLS ClientHello's SNI against the CONNECT host
+//!    before the first client byte goes upstream.
+
+use std::collections::HashSet;
+use std::io::{self, Write};
+use std::net::{IpAddr, Shutdown as How, SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use mcpbox_audit::{Decision, Event, Kind, Sink};
+use serde_json::{json, Map, Value};
+
+use crate::addr::{classify, is_metadata_name};
+use crate::http::{self, error_response, Fault, HeadError, Host, CONNECT_OK};
+use crate::package::{parse_package, registry_for_host};
+use crate::pool::Pool;
+use crate::stream::{pump, ClientStream, Listener, Socket, WakeTarget};
+use crate::tls::{self, Hello, ALERT_ACCESS_DENIED};
+use crate::traits::{ApprovalAnswer, Approver, Connector, EgressPolicy, Resolver, Verdict};
+use crate::{Error, Result};
+
+/// Which sandbox and server the proxy serves; copied into every record.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Ids {
+    /// Sandbox id.
+    pub sandbox_id: String,
+    /// Workspace id.
+    pub workspace_id: String,
+    /// Server name from the policy/config.
+    pub server: String,
+}
+
+/// Stops [`Proxy::serve`]: set the flag and wake the blocked `accept`.
+/// Clone it freely; every clone controls the same proxy.
+#[derive(Debug, Clone, Default)]
+pub struct Shutdown {
+    inner: Arc<ShutdownInner>,
+}
+
+#[derive(Debug, Default)]
+struct ShutdownInner {
+    flag: AtomicBool,
+    wake: Mutex<Vec<WakeTarget>>,
+}
+
+impl Shutdown {
+    /// A shutdown handle that has not fired.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Stops accepting. Connections already accepted run to completion.
+    pub fn trigger(&self) {
+        self.inner.flag.store(true, Ordering::SeqCst);
+        let targets = match self.inner.wake.lock() {
+            Ok(t) => t.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        };
+        for t in targets {
+            t.poke();
+        }
+    }
+
+    /// Whether [`Shutdown::trigger`] was called.
+    pub fn is_triggered(&self) -> bool {
+        self.inner.flag.load(Ordering::SeqCst)
+    }
+
+    fn register(&self, target: WakeTarget) {
+        match self.inner.wake.lock() {
+            Ok(mut t) => t.push(target),
+            Err(poisoned) => poisoned.into_inner().push(target),
+        }
+    }
+}
+
+/// The egress proxy. Cheap to clone (shared state behind an `Arc`).
+#[derive(Clone)]
+pub struct Proxy {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Proxy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Proxy")
+            .field("ids", &self.inner.ids)
+            .finish_non_exhaustive()
+    }
+}
+
+struct Inner {
+    policy: Arc<dyn EgressPolicy>,
+    resolver: Arc<dyn Resolver>,
+    connector: Arc<dyn Connector>,
+    approver: Arc<dyn Approver>,
+    audit: Arc<dyn Sink>,
+    ids: Ids,
+    /// `host:port` pairs a human allowed for the session.
+    session: Mutex<HashSet<(String, u16)>>,
+    /// How long a client may take to send its request head (or to finish a
+    /// ClientHello it started).
+    head_timeout: Duration,
+    /// Threads for connections and their client-to-upstream relays.
+    pool: Pool,
+}
+
+/// Default time a client has to send its request head.
+pub const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A refusal, mapped to a response in one place ([`error_response`]).
+struct Refusal {
+    status: u16,
+    reason: String,
+    source: String,
+    fault: Fault,
+    message: String,
+}
+
+impl Refusal {
+    fn policy(reason: &str, source: &str, message: String) -> Self {
+        Self {
+            status: 403,
+            reason: reason.into(),
+            source: source.into(),
+            fault: Fault::Policy,
+            message,
+        }
+    }
+}
+
+/// What is known about one connection; becomes its audit record.
+struct Record {
+    start: Instant,
+    method: Option<String>,
+    /// The proxy's own answer (200 for an open tunnel, or the refusal);
+    /// `None` for a forwarded request, whose status is the upstream's.
+    status: Option<u16>,
+    host: Option<String>,
+    port: Option<u16>,
+    address: Option<SocketAddr>,
+    mapped: bool,
+    decision: Option<Decision>,
+    reason: Option<String>,
+    source: Option<String>,
+    error: Option<String>,
+    bytes_up: u64,
+    bytes_down: u64,
+    sni: Option<String>,
+    extra: Map<String, Value>,
+}
+
+impl Record {
+    fn new() -> Self {
+        Self {
+            start: Instant::now(),
+            method: None,
+            status: None,
+            host: None,
+            port: None,
+            address: None,
+            mapped: false,
+            decision: None,
+            reason: None,
+            source: None,
+            error: None,
+            bytes_up: 0,
+            bytes_down: 0,
+            sni: None,
+            extra: Map::new(),
+        }
+    }
+
+    fn decide(&mut self, decision: Decision, reason: &str, source: &str) {
+        self.decision = Some(decision);
+        self.reason = Some(reason.into());
+        self.source = Some(source.into());
+    }
+}
+
+/// How the request will be carried once admitted.
+enum Mode {
+    /// CONNECT: answer 200, check the ClientHello, then relay.
+    Tunnel,
+    /// Plain HTTP: send the rewritten head, then relay the rest.
+    Forward { head: Vec<u8> },
+}
+
+impl Proxy {
+    /// A proxy over the given policy, resolver, connector, approver and
+    /// audit sink, recording under `ids`.
+    pub fn new(
+        policy: Arc<dyn EgressPolicy>,
+        resolver: Arc<dyn Resolver>,
+        connector: Arc<dyn Connector>,
+        approver: Arc<dyn Approver>,
+        audit: Arc<dyn Sink>,
+        ids: Ids,
+    ) -> Self {
+        Self::with_head_timeout(
+            policy,
+            resolver,
+            connector,
+            approver,
+            audit,
+            ids,
+            HEAD_TIMEOUT,
+        )
+    }
+
+    /// As [`Proxy::new`], with the time a client has to send its request head.
+    pub fn with_head_timeout(
+        policy: Arc<dyn EgressPolicy>,
+        resolver: Arc<dyn Resolver>,
+        connector: Arc<dyn Connector>,
+        approver: Arc<dyn Approver>,
+        audit: Arc<dyn Sink>,
+        ids: Ids,
+        head_timeout: Duration,
+    ) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                policy,
+                resolver,
+                connector,
+                approver,
+                audit,
+                ids,
+                session: Mutex::new(HashSet::new()),
+                head_timeout,
+                pool: Pool::new("egress-conn"),
+            }),
+        }
+    }
+
+    /// Accepts clients on `listener` until `shutdown` fires, one thread per
+    /// connection. Returns `Ok` on shutdown; connections already accepted
+    /// keep running to completion on their own threads.
+    pub fn serve(&self, listener: impl Into<Listener>, shutdown: &Shutdown) -> Result<()> {
+        let listener = listener.into();
+        if let Some(target) = listener.wake_target().map_err(Error::Listener)? {
+            shutdown.register(target);
+        }
+        loop {
+            if shutdown.is_triggered() {
+                return Ok(());
+            }
+            let stream = match listener.accept() {
+                Ok(s) => s,
+                Err(e) if is_transient(&e) => {
+                    tracing::warn!(error = %e, "egress accept failed; retrying");
+                    std::thread::sleep(Duration::from_millis(20));
+                    continue;
+                }
+                Err(e) => return Err(Error::Accept(e)),
+            };
+            if shutdown.is_triggered() {
+                return Ok(());
+            }
+            let proxy = self.clone();
+            if let Err(e) = self.inner.pool.run(move || proxy.handle(stream)) {
+                tracing::warn!(error = %e, "egress could not start a connection thread; dropping it");
+            }
+        }
+    }
+
+    /// Handles one client connection to completion and records it. `serve`
+    /// calls this on a fresh thread; it is public for callers that accept
+    /// connections themselves.
+    pub fn handle(&self, mut client: ClientStream) {
+        let mut rec = Record::new();
+        self.handle_inner(&mut client, &mut rec);
+        client.shutdown_socket(How::Both);
+        self.emit(rec);
+    }
+
+    fn handle_inner(&self, client: &mut ClientStream, rec: &mut Record) {
+        let _ = client.read_timeout(Some(self.inner.head_timeout));
+        let mut buf = Vec::new();
+        let parsed = http::read_head(client, &mut buf).and_then(|n| {
+            let head = http::parse_head(&buf[..n])?;
+            rec.method = Some(head.method.clone());
+            if head.method == "CONNECT" {
+                let (host, port) = http::parse_authority(&head.target, 443)?;
+                Ok((host, port, Mode::Tunnel, None, n))
+            } else {
+                let fwd = http::rewrite_absolute(&head)?;
+                Ok((
+                    fwd.host,
+                    fwd.port,
+                    Mode::Forward { head: fwd.head },
+                    Some(fwd.path),
+                    n,
+                ))
+            }
+        });
+        let (host, port, mode, path, head_len) = match parsed {
+            Ok(p) => p,
+            Err(HeadError::Empty) => {
+                rec.error = Some("request.empty".into());
+                return;
+            }
+            Err(e) => {
+                let reason = match e {
+                    HeadError::Read(_) => "request.read_failed",
+                    _ => "request.malformed",
+                };
+                let r = Refusal {
+                    status: 400,
+                    reason: reason.into(),
+                    source: "egress:parser".into(),
+                    fault: Fault::Client,
+                    message: format!(
+                        "the client's request was refused before any policy check: {e}"
+                    ),
+                };
+                self.refuse(client, rec, &r, None);
+                return;
+            }
+        };
+        let leftover = buf[head_len..].to_vec();
+        drop(buf);
+        let name = host.policy_form();
+        rec.host = Some(name.clone());
+        rec.port = Some(port);
+        if let Some(eco) = registry_for_host(&name) {
+            rec.extra.insert("registry".into(), eco.as_str().into());
+            match &path {
+                Some(p) => {
+                    if let Some(pkg) = parse_package(&name, p) {
+                        rec.extra.insert("package".into(), pkg.to_json());
+                    }
+                }
+                None => {
+                    rec.extra.insert(
+                        "package_note".into(),
+                        "tls tunnel: only the registry host is known, not the package".into(),
+                    );
+                }
+            }
+        }
+
+        let upstream = match self.admit(&host, port, rec) {
+            Ok(s) => s,
+            Err(r) => {
+                let display = format!("{}:{port}", host.authority_form());
+                self.refuse(client, rec, &r, Some(&display));
+                return;
+            }
+        };
+        let _ = client.read_timeout(None);
+        match mode {
+            Mode::Tunnel => {
+                if client.write_all(CONNECT_OK).is_err() {
+                    rec.error = Some("client.gone".into());
+                    upstream.shutdown_socket(How::Both);
+                    return;
+                }
+                rec.status = Some(200);
+                self.relay(client, upstream, leftover, Some(host), false, rec);
+            }
+            Mode::Forward { head } => {
+                let mut first = head;
+                first.extend_from_slice(&leftover);
+                self.relay(client, upstream, first, None, true, rec);
+            }
+        }
+    }
+
+    /// Steps 2 to 5 of the check sequence; returns a connected upstream.
+    fn admit(&self, host: &Host, port: u16, rec: &mut Record) -> Result<TcpStream, Refusal> {
+        let name = host.policy_form();
+        let guard = "egress:address_guard";
+        if let Host::Name(n) = host {
+            if is_metadata_name(n) {
+                return Err(Refusal::policy(
+                    "network.metadata_endpoint",
+                    guard,
+                    format!("{n} is a cloud metadata service name, never reachable from a sandbox"),
+                ));
+            }
+        }
+
+        match self.inner.policy.decide(&name, port) {
+            Verdict::Allow { reason, source } => rec.decide(Decision::Allow, &reason, &source),
+            Verdict::Deny { reason, source } => {
+                return Err(Refusal::policy(
+                    &reason,
+                    &source,
+                    format!("the network policy does not allow {name}:{port}"),
+                ))
+            }
+            Verdict::Ask { source, .. } => {
+                rec.extra.insert("asked_by".into(), source.clone().into());
+                let key = (name.clone(), port);
+                let remembered = self.session_contains(&key);
+                if remembered {
+                    rec.decide(
+                        Decision::Approve,
+                        "network.approved_session",
+                        "approval:session",
+                    );
+                } else {
+                    match self.inner.approver.ask(&name, port) {
+                        ApprovalAnswer::Once => {
+                            rec.decide(Decision::Approve, "network.approved_once", "approval")
+                        }
+                        ApprovalAnswer::Session => {
+                            self.session_insert(key);
+                            rec.decide(Decision::Approve, "network.approved_session", "approval")
+                        }
+                        ApprovalAnswer::Deny => {
+                            return Err(Refusal::policy(
+                                "network.approval_denied",
+                                "approval",
+                                format!("{name}:{port} is not listed and the approval was denied (or timed out)"),
+                            ))
+                        }
+                    }
+                }
+            }
+        }
+
+        let candidates: Vec<SocketAddr> = if let Some(ip) = self.inner.policy.mapped_address(&name)
+        {
+            rec.mapped = true;
+            if let Some(class) = classify(ip).filter(|c| !c.allowed_for_mapping()) {
+                return Err(Refusal::policy(
+                    class.reason(),
+                    guard,
+                    format!("the mapping of {name} points at {ip}, {}", class.describe()),
+                ));
+            }
+            vec![SocketAddr::new(ip, port)]
+        } else {
+            let addrs: Vec<IpAddr> = match host {
+                Host::Ip(ip) => vec![*ip],
+                Host::Name(n) => match self.inner.resolver.resolve(n, port) {
+                    Ok(a) if !a.is_empty() => a.into_iter().map(|s| s.ip()).collect(),
+                    Ok(_) => return Err(resolve_failed(n, "no addresses")),
+                    Err(e) => return Err(resolve_failed(n, &e.to_string())),
+                },
+            };
+            if let Some((ip, class)) = addrs.iter().find_map(|ip| classify(*ip).map(|c| (*ip, c))) {
+                rec.address = Some(SocketAddr::new(ip, port));
+                return Err(Refusal::policy(
+                    class.reason(),
+                    guard,
+                    format!(
+                        "{name} resolved to {ip}, {}; allowed names may only reach public addresses (an internal service needs an explicit [network.hosts] mapping)",
+                        class.describe()
+                    ),
+                ));
+            }
+            addrs
+                .into_iter()
+                .map(|ip| SocketAddr::new(ip, port))
+                .collect()
+        };
+
+        let mut last = None;
+        for addr in candidates {
+            rec.address = Some(addr);
+            match self.inner.connector.connect(addr) {
+                Ok(s) => return Ok(s),
+                Err(e) => last = Some(format!("{addr}: {e}")),
+            }
+        }
+        Err(Refusal {
+            status: 502,
+            reason: "upstream.connect_failed".into(),
+            source: "egress:connect".into(),
+            fault: Fault::Upstream,
+            message: format!(
+                "the upstream server {name}:{port} could not be reached ({}); the fault is on the upstream side, not the client's or mcpbox's",
+                last.unwrap_or_default()
+            ),
+        })
+    }
+
+    fn session_contains(&self, key: &(String, u16)) -> bool {
+        match self.inner.session.lock() {
+            Ok(s) => s.contains(key),
+            Err(p) => p.into_inner().contains(key),
+        }
+    }
+
+    fn session_insert(&self, key: (String, u16)) {
+        match self.inner.session.lock() {
+            Ok(mut s) => s.insert(key),
+            Err(p) => p.into_inner().insert(key),
+        };
+    }
+
+    fn refuse(
+        &self,
+        client: &mut ClientStream,
+        rec: &mut Record,
+        r: &Refusal,
+        target: Option<&str>,
+    ) {
+        let body = match target {
+            Some(t) => format!(
+                "mcpbox egress: {t} refused by {} (reason {}): {}",
+                r.source, r.reason, r.message
+            ),
+            None => format!(
+                "mcpbox egress: refused by {} (reason {}): {}",
+                r.source, r.reason, r.message
+            ),
+        };
+        let _ = client.write_all(&error_response(
+            r.status, &r.reason, &r.source, r.fault, &body,
+        ));
+        rec.status = Some(r.status);
+        if r.status == 403 || r.status == 400 {
+            rec.decide(Decision::Deny, &r.reason, &r.source);
+        } else {
+            // The policy allowed it; the failure is recorded beside that.
+            rec.error = Some(r.reason.clone());
+        }
+        tracing::debug!(status = r.status, reason = %r.reason, source = %r.source, "egress refused a connection");
+    }
+
+    /// Relays both ways: this thread carries upstream→client, one extra
+    /// thread carries client→upstream, each through one fixed buffer. For a
+    /// tunnel (`sni_host` set) the first client bytes are checked as a TLS
+    /// ClientHello before anything goes upstream.
+    fn relay(
+        &self,
+        client: &mut ClientStream,
+        upstream: TcpStream,
+        first: Vec<u8>,
+        sni_host: Option<Host>,
+        close_after_down: bool,
+        rec: &mut Record,
+    ) {
+        let (mut c_read, mut u_write) = match (client.clone_socket(), upstream.clone_socket()) {
+            (Ok(c), Ok(u)) => (c, u),
+            _ => {
+                rec.error = Some("mcpbox.clone_failed".into());
+                upstream.shutdown_socket(How::Both);
+                return;
+            }
+        };
+        let head_timeout = self.inner.head_timeout;
+        let (done_tx, done_rx) = std::sync::mpsc::sync_channel::<UpResult>(1);
+        let spawned = self.inner.pool.run(move || {
+            let mut up = UpResult::default();
+            let mut buf = Vec::new();
+            let res = (|| -> io::Result<()> {
+                let first = match &sni_host {
+                    Some(h) => match gate(&mut c_read, first, h, head_timeout, &mut up)? {
+                        Some(bytes) => {
+                            c_read.read_timeout(None)?;
+                            bytes
+                        }
+                        None => {
+                            // Refused: tell the TLS client, then close both.
+                            let _ = c_read.write_all(ALERT_ACCESS_DENIED);
+                            c_read.shutdown_socket(How::Both);
+                            u_write.shutdown_socket(How::Both);
+                            return Ok(());
+                        }
+                    },
+                    None => first,
+                };
+                u_write.write_all(&first)?;
+                up.bytes += first.len() as u64;
+                pump(&mut c_read, &mut u_write, &mut buf, &mut up.bytes)
+            })();
+            match res {
+                Ok(()) => u_write.shutdown_socket(How::Write),
+                Err(_) => {
+                    c_read.shutdown_socket(How::Both);
+                    u_write.shutdown_socket(How::Both);
+                }
+            }
+            let _ = done_tx.send(up);
+        });
+        if let Err(e) = spawned {
+            tracing::warn!(error = %e, "egress could not start a relay thread");
+            rec.error = Some("mcpbox.thread_spawn_failed".into());
+            upstream.shutdown_socket(How::Both);
+            return;
+        }
+        let mut u_read = upstream;
+        let mut buf = Vec::new();
+        let mut down = 0u64;
+        match pump(&mut u_read, client, &mut buf, &mut down) {
+            Ok(()) if !close_after_down => client.shutdown_socket(How::Write),
+            _ => {
+                // Plain HTTP is one request per connection: when the upstream
+                // is done, so is the client. Errors close both ends.
+                client.shutdown_socket(How::Both);
+                u_read.shutdown_socket(How::Both);
+            }
+        }
+        let up = done_rx.recv().unwrap_or_default();
+        rec.bytes_up = up.bytes;
+        rec.bytes_down = down;
+        rec.sni = up.sni;
+        if let Some((reason, message)) = up.refused {
+            rec.status = Some(403);
+            rec.decide(Decision::Deny, reason, "egress:sni_check");
+            rec.extra.insert("refusal".into(), message.into());
+        }
+    }
+
+    fn emit(&self, rec: Record) {
+        let duration = rec.start.elapsed();
+        let mut detail = rec.extra;
+        detail.insert("host".into(), json!(rec.host));
+        detail.insert("port".into(), json!(rec.port));
+        detail.insert("method".into(), json!(rec.method));
+        detail.insert("address".into(), json!(rec.address.map(|a| a.to_string())));
+        detail.insert("mapped".into(), json!(rec.mapped));
+        detail.insert("status".into(), json!(rec.status));
+        detail.insert("bytes_up".into(), json!(rec.bytes_up));
+        detail.insert("bytes_down".into(), json!(rec.bytes_down));
+        detail.insert(
+            "duration_us".into(),
+            json!(u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)),
+        );
+        if let Some(e) = rec.error {
+            detail.insert("error".into(), e.into());
+        }
+        if let Some(s) = rec.sni {
+            detail.insert("sni".into(), s.into());
+        }
+        if rec.decision.is_none() && rec.host.is_none() {
+            // A connection that never sent a request: nothing to record.
+            return;
+        }
+        let ids = &self.inner.ids;
+        self.inner.audit.record(Event {
+            kind: Some(Kind::Network),
+            sandbox_id: ids.sandbox_id.clone(),
+            workspace_id: ids.workspace_id.clone(),
+            server: ids.server.clone(),
+            decision: rec.decision,
+            reason: rec.reason,
+            source: rec.source,
+            duration_ms: Some(u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)),
+            detail: Value::Object(detail),
+            ..Event::default()
+        });
+    }
+}
+
+#[derive(Default)]
+struct UpResult {
+    bytes: u64,
+    sni: Option<String>,
+    refused: Option<(&'static str, String)>,
+}
+
+/// Reads the first client bytes of a tunnel until they are known to be a
+/// complete ClientHello or not TLS at all. `Ok(Some(bytes))`: forward them
+/// and carry on; `Ok(None)`: refused (recorded in `up`).
+fn gate(
+    client: &mut ClientStream,
+    mut first: Vec<u8>,
+    host: &Host,
+    head_timeout: Duration,
+    up: &mut UpResult,
+) -> io::Result<Option<Vec<u8>>> {
+    let mut chunk = vec![0u8; 16 * 1024];
+    loop {
+        match tls::inspect(&first) {
+            Hello::NotTls => return Ok(Some(first)),
+            Hello::ClientHello { sni } => {
+                up.sni = sni.clone();
+                let want = host.policy_form();
+                return Ok(match sni {
+                    Some(s) if !matches!(host, Host::Name(n) if *n == s) => {
+                        up.refused = Some((
+                            "network.sni_mismatch",
+                            format!("tls server name {s} differs from the CONNECT host {want} (domain fronting)"),
+                        ));
+                        None
+                    }
+                    _ => Some(first),
+                });
+            }
+            Hello::Malformed(why) => {
+                up.refused = Some((
+                    "network.tls_malformed",
+                    format!("unreadable tls client hello: {why}"),
+                ));
+                return Ok(None);
+            }
+            Hello::Incomplete => {}
+        }
+        if first.len() >= tls::MAX_HELLO {
+            up.refused = Some(("network.tls_malformed", "tls client hello too large".into()));
+            return Ok(None);
+        }
+        // A silent client may be waiting for a server-first protocol: no
+        // timeout until it has started a TLS record, then the head timeout.
+        client.read_timeout(if first.is_empty() {
+            None
+        } else {
+            Some(head_timeout)
+        })?;
+        let n = loop {
+            match std::io::Read::read(client, &mut chunk) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                other => break other?,
+            }
+        };
+        if n == 0 {
+            if first.is_empty() {
+                return Ok(Some(first)); // closed without a byte: nothing to check
+            }
+            up.refused = Some((
+                "network.tls_malformed",
+                "client closed inside its tls client hello".into(),
+            ));
+            return Ok(None);
+        }
+        first.extend_from_slice(&chunk[..n]);
+    }
+}
+
+fn resolve_failed(name: &str, why: &str) -> Refusal {
+    Refusal {
+        status: 502,
+        reason: "upstream.resolve_failed".into(),
+        source: "egress:resolver".into(),
+        fault: Fault::Upstream,
+        message: format!(
+            "{name} could not be resolved ({why}); the fault is on the upstream (dns) side"
+        ),
+    }
+}
+
+fn is_transient(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::ConnectionReset
+            | io::ErrorKind::Interrupted
+            | io::ErrorKind::WouldBlock
+            | io::ErrorKind::TimedOut
+            | io::ErrorKind::OutOfMemory
+    ) || matches!(e.raw_os_error(), Some(23 | 24 | 105)) // ENFILE, EMFILE, ENOBUFS
+}
