@@ -1,2 +1,182 @@
-//! mcpbox gateway (placeholder until its issue lands).
+//! The mcpbox gateway: a relay for newline-delimited JSON-RPC (MCP over
+//! stdio) between a host and one server, enforcing tool policy, approvals,
+//! tool pinning, description screening, secret redaction, output limits and
+//! the audit log on the way.
+//!
+//! Entry point: [`Relay`] (or the [`relay`] shorthand). The relay uses std
+//! threads and blocking I/O: one thread reads the host, one the server's
+//! stdout, one the server's stderr, one writes the server's stdin; a single
+//! session loop owns all state.
+//!
+//! Wiring, as `mcpbox run` does it (the sandbox supplies its own
+//! [`Launcher`]; [`CommandLauncher`] runs the server unsandboxed):
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use mcpbox_gateway::{AllowAll, CommandLauncher, Config, Relay, Secrets};
+//!
+//! struct NoAudit;
+//! impl mcpbox_audit::Sink for NoAudit {
+//!     fn record(&self, _event: mcpbox_audit::Event) {}
+//! }
+//!
+//! # fn main() -> Result<(), mcpbox_gateway::Error> {
+//! let launcher = CommandLauncher::new("npx", ["-y", "@modelcontextprotocol/server-everything"]);
+//! let outcome = Relay::new(Config::default(), Box::new(launcher))
+//!     .policy(Arc::new(AllowAll))
+//!     .secrets(Secrets::from_pairs([("API_TOKEN", "value from the policy's [secrets]")]))
+//!     .audit(Arc::new(NoAudit))
+//!     .run(Box::new(std::io::stdin()), Box::new(std::io::stdout()))?;
+//! std::process::exit(outcome.server_exit.map_or(1, |e| e.status()));
+//! # }
+//! ```
+//!
+//! Error codes the relay itself answers with (outside the JSON-RPC reserved
+//! range -32768..=-32000 except where JSON-RPC defines the meaning):
+//!
+//! | code | meaning |
+//! |---|---|
+//! | -32700 | host sent invalid JSON |
+//! | -32600 | host sent a batch, a non-object, or a line over `max_line` |
+//! | -32602 | `tools/call` without a tool name |
+//! | [`CODE_POLICY_DENIED`] (-31001) | policy refusal, when `deny_as_error` is set |
+//! | [`CODE_SERVER_EXITED`] (-31002) | the server exited with the request in flight |
+//! | [`CODE_CALL_TIMEOUT`] (-31003) | the call exceeded `call_timeout` |
+//! | [`CODE_RESPONSE_TOO_LARGE`] (-31004) | the server's response line was over `max_line` |
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
+
+pub mod compact;
+pub mod digest;
+pub mod launcher;
+pub mod lines;
+pub mod pin;
+pub mod policy;
+pub mod redact;
+mod relay;
+pub mod screen;
+pub mod secrets;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+pub use launcher::{CommandLauncher, ExitInfo, Launcher, ProcessControl, ServerProcess};
+pub use pin::{accept_pins, pending_path, pin_list, tool_digest, PinError, PinStore, PinVerdict};
+pub use policy::{
+    Action, AllowAll, ApprovalAnswer, ApprovalRequest, Approver, Decision, ToolHints, ToolPolicy,
+};
+pub use relay::{relay, Relay, StderrHandler};
+pub use secrets::{load_secret, Secret, SecretError, SecretSource, Secrets};
+
+/// Policy refusal as a protocol error (only with [`Config::deny_as_error`];
+/// by default a denied call gets a tool result with `isError: true`).
+pub const CODE_POLICY_DENIED: i64 = -31001;
+/// The server exited while the request was in flight.
+pub const CODE_SERVER_EXITED: i64 = -31002;
+/// The call exceeded [`Config::call_timeout`].
+pub const CODE_CALL_TIMEOUT: i64 = -31003;
+/// The server's response was longer than [`Config::max_line`].
+pub const CODE_RESPONSE_TOO_LARGE: i64 = -31004;
+
+/// Key under a result's `_meta` that carries mcpbox's decision.
+pub const META_DECISION: &str = "mcpbox/decision";
+
+/// Errors that end a relay session.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The server could not be started (our side or the launcher's).
+    #[error("cannot start mcp server {server}: {source}")]
+    Launch {
+        /// Server name.
+        server: String,
+        /// Underlying error.
+        source: std::io::Error,
+    },
+    /// The pin file could not be opened.
+    #[error(transparent)]
+    Pin(#[from] PinError),
+    /// A relay thread could not be started.
+    #[error("cannot start relay thread: {0}")]
+    Thread(std::io::Error),
+}
+
+/// The gateway's result alias.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Relay settings. Defaults are the safe ones.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Server name, for audit records and approval prompts.
+    pub server_name: String,
+    /// Sandbox id, for audit records.
+    pub sandbox_id: String,
+    /// Workspace id, for audit records.
+    pub workspace_id: String,
+    /// Caller identity, for audit records (e.g. `stdio`).
+    pub caller: String,
+    /// Longest accepted line, either direction, in bytes. Longer host lines
+    /// get -32600; longer server lines are dropped (an in-flight request
+    /// whose id is found gets [`CODE_RESPONSE_TOO_LARGE`]).
+    pub max_line: usize,
+    /// Largest text content, summed over a tool result's `content`, in
+    /// bytes; more is cut at a char boundary with a marker.
+    pub max_result: usize,
+    /// Per-`tools/call` timeout; `None` waits forever.
+    pub call_timeout: Option<Duration>,
+    /// How long an approval may wait for a human before it is denied.
+    pub approval_timeout: Duration,
+    /// Grace between closing the server's stdin, SIGTERM and SIGKILL.
+    pub shutdown_grace: Duration,
+    /// Redact credential-shaped strings in results (they are flagged either way).
+    pub redact_credential_shapes: bool,
+    /// Where tool pins are kept; `None` disables pinning.
+    pub pin_file: Option<PathBuf>,
+    /// Accept changed or new tools into the pins instead of withholding them.
+    pub accept_pin_changes: bool,
+    /// Answer denied calls with a [`CODE_POLICY_DENIED`] protocol error
+    /// instead of a tool result with `isError: true`.
+    pub deny_as_error: bool,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            server_name: "server".to_string(),
+            sandbox_id: String::new(),
+            workspace_id: String::new(),
+            caller: "stdio".to_string(),
+            max_line: 16 * 1024 * 1024,
+            max_result: 1024 * 1024,
+            call_timeout: None,
+            approval_timeout: Duration::from_secs(120),
+            shutdown_grace: Duration::from_secs(2),
+            redact_credential_shapes: true,
+            pin_file: None,
+            accept_pin_changes: false,
+            deny_as_error: false,
+        }
+    }
+}
+
+/// Why a session ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EndReason {
+    /// The host closed our stdin (normal end).
+    HostClosed,
+    /// The server exited or closed its stdout on its own.
+    ServerExited,
+    /// Writing to the host failed (it went away).
+    HostGone,
+}
+
+/// How a session ended.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// Why it ended.
+    pub reason: EndReason,
+    /// How the (last) server process ended, if known.
+    pub server_exit: Option<ExitInfo>,
+    /// Number of times the server was started (1 + TTL restarts).
+    pub launches: u32,
+}

@@ -1,0 +1,253 @@
+//! Reading newline-delimited messages with a hard cap on line length: an
+//! over-long line is discarded as it streams by, so memory does not grow
+//! with it.
+
+use std::io::{self, Read};
+
+use crate::compact::Compactor;
+
+/// How much of an over-long line is kept (to find its JSON-RPC id).
+pub const TOO_LONG_PREFIX: usize = 4096;
+
+/// One item read from a stream.
+#[derive(Debug)]
+pub enum Line {
+    /// A complete line without its newline.
+    Data(Vec<u8>),
+    /// A line longer than the cap whose long strings were cut while it
+    /// streamed by (see [`crate::compact`]); only with
+    /// [`LineReader::with_compaction`].
+    Compacted {
+        /// The compacted line.
+        line: Vec<u8>,
+        /// Length of the original line.
+        len: usize,
+    },
+    /// A line longer than the cap, discarded; `prefix` holds its first bytes.
+    TooLong {
+        /// Length of the discarded line.
+        len: usize,
+        /// Its first [`TOO_LONG_PREFIX`] bytes.
+        prefix: Vec<u8>,
+    },
+    /// End of stream.
+    Eof,
+}
+
+/// Reads bounded lines from `R` in fixed-size chunks.
+pub struct LineReader<R> {
+    inner: R,
+    chunk: Box<[u8]>,
+    pos: usize,
+    filled: usize,
+    cur: Vec<u8>,
+    max: usize,
+    discarding: bool,
+    discarded: usize,
+    prefix: Vec<u8>,
+    compact_keep: Option<usize>,
+    compactor: Option<Compactor>,
+}
+
+const CHUNK: usize = 64 * 1024;
+
+/// Buffers above this size are released after the line is handed out.
+const SHRINK_ABOVE: usize = 1024 * 1024;
+
+impl<R: Read> LineReader<R> {
+    /// A reader refusing lines longer than `max` bytes.
+    pub fn new(inner: R, max: usize) -> LineReader<R> {
+        LineReader {
+            inner,
+            chunk: vec![0; CHUNK].into_boxed_slice(),
+            pos: 0,
+            filled: 0,
+            cur: Vec::new(),
+            max,
+            discarding: false,
+            discarded: 0,
+            prefix: Vec::new(),
+            compact_keep: None,
+            compactor: None,
+        }
+    }
+
+    /// A reader that, instead of refusing a line longer than `max`, cuts
+    /// its string values to about `keep` bytes as it streams by. Lines
+    /// whose compacted form is still over `max` are refused.
+    pub fn with_compaction(inner: R, max: usize, keep: usize) -> LineReader<R> {
+        let mut r = LineReader::new(inner, max);
+        r.compact_keep = Some(keep);
+        r
+    }
+
+    fn start_discard(&mut self, extra_from: usize, extra_to: usize) {
+        self.discarding = true;
+        self.prefix.clear();
+        let take = TOO_LONG_PREFIX.min(self.cur.len());
+        self.prefix.extend_from_slice(&self.cur[..take]);
+        let extra = &self.chunk[extra_from..extra_to];
+        let more = (TOO_LONG_PREFIX - self.prefix.len()).min(extra.len());
+        self.prefix.extend_from_slice(&extra[..more]);
+        self.discarded = self.cur.len() + extra.len();
+        if let Some(keep) = self.compact_keep {
+            let mut c = Compactor::new(keep, self.max);
+            c.feed(&self.cur);
+            c.feed(extra);
+            self.compactor = Some(c);
+        }
+        self.cur = Vec::new();
+    }
+
+    fn keep_discarding(&mut self, from: usize, to: usize) {
+        self.discarded += to - from;
+        if let Some(c) = self.compactor.as_mut() {
+            c.feed(&self.chunk[from..to]);
+        }
+    }
+
+    fn finish_discard(&mut self) -> Line {
+        self.discarding = false;
+        let len = self.discarded;
+        self.discarded = 0;
+        let prefix = std::mem::take(&mut self.prefix);
+        match self.compactor.take().map(Compactor::finish) {
+            Some(Some(line)) => Line::Compacted { line, len },
+            _ => Line::TooLong { len, prefix },
+        }
+    }
+
+    /// Reads the next line.
+    pub fn next_line(&mut self) -> io::Result<Line> {
+        loop {
+            if self.pos < self.filled {
+                let start = self.pos;
+                match memchr::memchr(b'\n', &self.chunk[start..self.filled]) {
+                    Some(i) => {
+                        self.pos = start + i + 1;
+                        if self.discarding {
+                            self.keep_discarding(start, start + i);
+                            return Ok(self.finish_discard());
+                        }
+                        if self.cur.len() + i > self.max {
+                            self.start_discard(start, start + i);
+                            return Ok(self.finish_discard());
+                        }
+                        let line = if self.cur.is_empty() {
+                            self.chunk[start..start + i].to_vec()
+                        } else {
+                            self.cur.extend_from_slice(&self.chunk[start..start + i]);
+                            let line = std::mem::take(&mut self.cur);
+                            if line.capacity() > SHRINK_ABOVE {
+                                self.cur = Vec::new();
+                            }
+                            line
+                        };
+                        return Ok(Line::Data(line));
+                    }
+                    None => {
+                        let end = self.filled;
+                        if self.discarding {
+                            self.keep_discarding(start, end);
+                        } else if self.cur.len() + (end - start) > self.max {
+                            self.start_discard(start, end);
+                        } else {
+                            self.cur.extend_from_slice(&self.chunk[start..end]);
+                        }
+                        self.pos = end;
+                    }
+                }
+            }
+            let n = loop {
+                match self.inner.read(&mut self.chunk) {
+                    Ok(n) => break n,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(e) => return Err(e),
+                }
+            };
+            if n == 0 {
+                if self.discarding {
+                    return Ok(self.finish_discard());
+                }
+                if !self.cur.is_empty() {
+                    return Ok(Line::Data(std::mem::take(&mut self.cur)));
+                }
+                return Ok(Line::Eof);
+            }
+            self.pos = 0;
+            self.filled = n;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Trickle<'a>(&'a [u8], usize);
+    impl Read for Trickle<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            let n = self.1.min(self.0.len()).min(buf.len());
+            buf[..n].copy_from_slice(&self.0[..n]);
+            self.0 = &self.0[n..];
+            Ok(n)
+        }
+    }
+
+    fn collect(data: &[u8], step: usize, max: usize) -> Vec<String> {
+        let mut r = LineReader::new(Trickle(data, step), max);
+        let mut out = Vec::new();
+        loop {
+            match r.next_line().unwrap() {
+                Line::Data(d) => out.push(String::from_utf8(d).unwrap()),
+                Line::TooLong { len, .. } => out.push(format!("<too long {len}>")),
+                Line::Compacted { line, len } => out.push(format!(
+                    "<compacted {len}> {}",
+                    String::from_utf8(line).unwrap()
+                )),
+                Line::Eof => return out,
+            }
+        }
+    }
+
+    #[test]
+    fn lines_split_across_reads_are_joined() {
+        for step in [1, 3, 7, 100] {
+            assert_eq!(
+                collect(b"ab\ncdef\n\ngh", step, 10),
+                vec!["ab", "cdef", "", "gh"]
+            );
+        }
+    }
+
+    #[test]
+    fn over_long_json_line_is_compacted_while_streaming() {
+        let long = format!("{{\"a\":\"{}\"}}\nok\n", "x".repeat(100));
+        for step in [1, 5, 1000] {
+            let mut r = LineReader::with_compaction(Trickle(long.as_bytes(), step), 50, 10);
+            match r.next_line().unwrap() {
+                Line::Compacted { line, len } => {
+                    assert_eq!(len, 108);
+                    let v: serde_json::Value = serde_json::from_slice(&line).unwrap();
+                    assert!(v["a"]
+                        .as_str()
+                        .unwrap()
+                        .starts_with("xxxxxxxxxx\n[mcpbox: truncated 90 bytes]"));
+                }
+                other => panic!("{other:?}"),
+            }
+            assert!(matches!(r.next_line().unwrap(), Line::Data(d) if d == b"ok"));
+        }
+    }
+
+    #[test]
+    fn over_long_line_is_discarded_and_next_line_survives() {
+        for step in [1, 5, 1000] {
+            assert_eq!(
+                collect(b"0123456789abc\nok\n", step, 8),
+                vec!["<too long 13>", "ok"]
+            );
+        }
+        assert_eq!(collect(b"12345678\n", 4, 8), vec!["12345678"]);
+    }
+}

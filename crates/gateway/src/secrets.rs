@@ -1,0 +1,259 @@
+//! Secrets injected into the server's environment, and where they come
+//! from. Values never appear in errors, logs or audit records: only names.
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+/// Errors while resolving a secret. They name the secret, never its value.
+#[derive(Debug, thiserror::Error)]
+pub enum SecretError {
+    /// The named environment variable of the gateway is not set or not UTF-8.
+    #[error("secret {name}: environment variable {var} is not set")]
+    EnvMissing {
+        /// Secret name.
+        name: String,
+        /// Variable that was read.
+        var: String,
+    },
+    /// The file could not be read.
+    #[error("secret {name}: cannot read {path}: {source}")]
+    File {
+        /// Secret name.
+        name: String,
+        /// File that was read.
+        path: PathBuf,
+        /// Underlying error.
+        source: std::io::Error,
+    },
+    /// The command could not be started.
+    #[error("secret {name}: cannot run {program}: {source}")]
+    CommandStart {
+        /// Secret name.
+        name: String,
+        /// Program that was started.
+        program: String,
+        /// Underlying error.
+        source: std::io::Error,
+    },
+    /// The command failed.
+    #[error("secret {name}: command {program} exited with {status}")]
+    CommandFailed {
+        /// Secret name.
+        name: String,
+        /// Program that was started.
+        program: String,
+        /// Its exit status.
+        status: String,
+    },
+    /// The command line was empty.
+    #[error("secret {name}: empty command")]
+    EmptyCommand {
+        /// Secret name.
+        name: String,
+    },
+    /// The value is not UTF-8 (environment values must be).
+    #[error("secret {name}: value is not valid utf-8")]
+    NotUtf8 {
+        /// Secret name.
+        name: String,
+    },
+}
+
+/// Where a secret's value comes from. Chosen by the policy file, never by
+/// the agent or an MCP message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SecretSource {
+    /// An environment variable of the gateway process.
+    Env(String),
+    /// A file (one trailing newline is trimmed).
+    File(PathBuf),
+    /// A command run without a shell (argv); its stdout, one trailing
+    /// newline trimmed.
+    Command(Vec<String>),
+}
+
+/// Resolves a secret. `name` is only used in error messages.
+pub fn load_secret(name: &str, source: &SecretSource) -> Result<String, SecretError> {
+    let value = match source {
+        SecretSource::Env(var) => std::env::var(var).map_err(|_| SecretError::EnvMissing {
+            name: name.to_string(),
+            var: var.clone(),
+        })?,
+        SecretSource::File(path) => {
+            let bytes = std::fs::read(path).map_err(|source| SecretError::File {
+                name: name.to_string(),
+                path: path.clone(),
+                source,
+            })?;
+            String::from_utf8(bytes).map_err(|_| SecretError::NotUtf8 {
+                name: name.to_string(),
+            })?
+        }
+        SecretSource::Command(argv) => {
+            let Some((program, args)) = argv.split_first() else {
+                return Err(SecretError::EmptyCommand {
+                    name: name.to_string(),
+                });
+            };
+            let out = Command::new(program)
+                .args(args)
+                .stdin(Stdio::null())
+                .stderr(Stdio::null())
+                .output()
+                .map_err(|source| SecretError::CommandStart {
+                    name: name.to_string(),
+                    program: program.clone(),
+                    source,
+                })?;
+            if !out.status.success() {
+                return Err(SecretError::CommandFailed {
+                    name: name.to_string(),
+                    program: program.clone(),
+                    status: out.status.to_string(),
+                });
+            }
+            String::from_utf8(out.stdout).map_err(|_| SecretError::NotUtf8 {
+                name: name.to_string(),
+            })?
+        }
+    };
+    Ok(trim_one_newline(value))
+}
+
+fn trim_one_newline(mut s: String) -> String {
+    if s.ends_with('\n') {
+        s.pop();
+        if s.ends_with('\r') {
+            s.pop();
+        }
+    }
+    s
+}
+
+/// One resolved secret.
+#[derive(Clone)]
+pub struct Secret {
+    /// Environment variable name inside the server, also the redaction label.
+    pub name: String,
+    /// The value.
+    pub value: String,
+    /// Restart the server with a fresh value after this long.
+    pub ttl: Option<Duration>,
+    /// Where to load a fresh value from when the TTL expires.
+    pub source: Option<SecretSource>,
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Secret")
+            .field("name", &self.name)
+            .field("value", &"[REDACTED]")
+            .field("ttl", &self.ttl)
+            .field("source", &self.source)
+            .finish()
+    }
+}
+
+/// The secrets of one server.
+#[derive(Debug, Clone, Default)]
+pub struct Secrets(pub Vec<Secret>);
+
+/// Values shorter than this draw a warning at load: they are redacted, but
+/// short values also match unrelated text.
+pub const SHORT_SECRET_WARN: usize = 8;
+
+impl Secrets {
+    /// Secrets with no TTL from `(name, value)` pairs.
+    pub fn from_pairs<N: Into<String>, V: Into<String>>(
+        pairs: impl IntoIterator<Item = (N, V)>,
+    ) -> Secrets {
+        Secrets(
+            pairs
+                .into_iter()
+                .map(|(n, v)| Secret {
+                    name: n.into(),
+                    value: v.into(),
+                    ttl: None,
+                    source: None,
+                })
+                .collect(),
+        )
+    }
+
+    /// Environment pairs for the launcher.
+    pub fn env(&self) -> Vec<(String, String)> {
+        self.0
+            .iter()
+            .map(|s| (s.name.clone(), s.value.clone()))
+            .collect()
+    }
+
+    /// The shortest TTL, if any secret has one.
+    pub fn min_ttl(&self) -> Option<Duration> {
+        self.0.iter().filter_map(|s| s.ttl).min()
+    }
+
+    /// Loads fresh values for every secret that has a source. Failed loads
+    /// keep the old value and are returned as errors.
+    pub fn refresh(&mut self) -> Vec<SecretError> {
+        let mut errors = Vec::new();
+        for s in &mut self.0 {
+            if let Some(source) = &s.source {
+                match load_secret(&s.name, source) {
+                    Ok(v) => s.value = v,
+                    Err(e) => errors.push(e),
+                }
+            }
+        }
+        errors
+    }
+
+    /// Warns (through `tracing`) about values too short to redact safely.
+    pub fn warn_short(&self) {
+        for s in &self.0 {
+            if s.value.len() < SHORT_SECRET_WARN {
+                tracing::warn!(secret = %s.name, "secret value is shorter than {SHORT_SECRET_WARN} bytes: redaction may hit unrelated text");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn command_source_runs_without_shell_and_trims_one_newline() {
+        let v = load_secret(
+            "T",
+            &SecretSource::Command(vec!["printf".into(), "a b\n\n".into()]),
+        )
+        .unwrap();
+        assert_eq!(v, "a b\n");
+        let v = load_secret(
+            "T",
+            &SecretSource::Command(vec!["echo".into(), "$HOME".into()]),
+        )
+        .unwrap();
+        assert_eq!(v, "$HOME");
+    }
+
+    #[test]
+    fn errors_name_the_secret_not_the_value() {
+        let e = load_secret(
+            "MY_TOKEN",
+            &SecretSource::Env("MCPBOX_TEST_SURELY_UNSET_VAR".into()),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("MY_TOKEN"));
+        let e = load_secret("MY_TOKEN", &SecretSource::Command(vec!["false".into()])).unwrap_err();
+        assert!(e.to_string().starts_with("secret MY_TOKEN"));
+    }
+
+    #[test]
+    fn debug_hides_value() {
+        let s = Secrets::from_pairs([("A", "topsecretvalue")]);
+        assert!(!format!("{s:?}").contains("topsecretvalue"));
+    }
+}

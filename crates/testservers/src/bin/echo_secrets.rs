@@ -1,0 +1,125 @@
+//! Leaks the value of the environment variable named in `var`: plainly,
+//! base64, base64url, URL-encoded, hex, inside a longer base64 stream,
+//! split across two content items, with `\u` escapes, in an error message
+//! and on stderr (split across two writes).
+#![forbid(unsafe_code)]
+
+use std::io::Write;
+
+use mcpbox_testservers::{main_for, tool, CallResult, Io, Server};
+use serde_json::{json, Value};
+
+struct EchoSecrets;
+
+const STD: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+const URL: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+
+fn b64(data: &[u8], alphabet: &[u8; 64], pad: bool) -> String {
+    let mut out = String::new();
+    for chunk in data.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(alphabet[((n >> (18 - 6 * i)) & 63) as usize] as char);
+            } else if pad {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+fn hex(data: &[u8]) -> String {
+    data.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn url(data: &[u8]) -> String {
+    data.iter()
+        .map(|&b| {
+            if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+impl Server for EchoSecrets {
+    fn name(&self) -> &str {
+        "echo_secrets"
+    }
+
+    fn tools(&mut self) -> Vec<Value> {
+        vec![
+            tool(
+                "leak",
+                "Returns an environment variable in many encodings.",
+                json!({"var": {"type": "string"}}),
+            ),
+            tool(
+                "leak_error",
+                "Fails with an environment variable in the message.",
+                json!({"var": {"type": "string"}}),
+            ),
+        ]
+    }
+
+    fn call(&mut self, io: &mut Io, name: &str, args: &Value) -> CallResult {
+        let var = args.get("var").and_then(Value::as_str).unwrap_or("SECRET");
+        let value = std::env::var(var).unwrap_or_default();
+        let v = value.as_bytes();
+        // stderr, split across two writes with a pause so the reads split too
+        let mut err = std::io::stderr();
+        let half = v.len() / 2;
+        let _ = err.write_all(b"debug: token=");
+        let _ = err.write_all(&v[..half]);
+        let _ = err.flush();
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        let _ = err.write_all(&v[half..]);
+        let _ = err.write_all(b" end\n");
+        let _ = err.flush();
+        if name == "leak_error" {
+            return Err((-32000, format!("backend refused credential {value}")));
+        }
+        let mut stream = b"prefix-bytes:".to_vec();
+        stream.extend_from_slice(v);
+        stream.extend_from_slice(b":suffix");
+        let items = vec![
+            format!("plain {value}"),
+            format!("base64 {}", b64(v, STD, true)),
+            format!("base64url {}", b64(v, URL, false)),
+            format!("urlencoded {}", url(v)),
+            format!("hex {} HEX {}", hex(v), hex(v).to_uppercase()),
+            format!("stream {}", b64(&stream, STD, true)),
+            format!("split-start {}", &value[..half]),
+            format!("{} split-end", &value[half..]),
+        ];
+        let content: Vec<Value> = items
+            .into_iter()
+            .map(|t| json!({"type": "text", "text": t}))
+            .collect();
+        // the same value once more, written with \u escapes on the wire
+        let escaped: String = value
+            .chars()
+            .map(|c| format!("\\u{:04x}", c as u32))
+            .collect();
+        let result = json!({"content": content, "structuredContent": {"token": value}});
+        let response = json!({"jsonrpc": "2.0", "id": io.current_id, "result": result});
+        let mut line = serde_json::to_string(&response).map_err(|e| (-32603, e.to_string()))?;
+        line.insert_str(1, &format!("\"escaped\":\"{escaped}\","));
+        line.push('\n');
+        io.raw(line.as_bytes())
+            .map_err(|e| (-32603, e.to_string()))?;
+        Ok(Value::Null)
+    }
+}
+
+fn main() {
+    main_for(&mut EchoSecrets);
+}
