@@ -3,7 +3,7 @@
 # the Debian packages (skipped with SKIP_APT=1).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-APT_PKGS=(python3 util-linux passwd iproute2)
+APT_PKGS=(python3 python3-venv nodejs util-linux passwd iproute2)
 if [ "${SKIP_APT:-0}" != 1 ] && [ "$(id -u)" -eq 0 ]; then
   missing=()
   for p in "${APT_PKGS[@]}"; do
@@ -17,3 +17,5 @@ fi
 if ! cargo nextest --version >/dev/null 2>&1; then
   cargo install --locked cargo-nextest@0.9.143
 fi
+# Third-party MCP servers and clients for the interop tests.
+bash scripts/install-peers.sh

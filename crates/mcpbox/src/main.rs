@@ -2,9 +2,13 @@
 //! the libraries together. It is the only place that prints.
 #![forbid(unsafe_code)]
 
+mod audit;
 mod check;
 mod doctor;
+mod egress;
 mod preflight;
+mod run;
+mod state;
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -21,6 +25,16 @@ struct Cli {
 }
 
 #[derive(Debug, Subcommand)]
+enum PinAction {
+    /// Accept the pending tool list recorded by `mcpbox run`.
+    Accept {
+        /// The server's policy file.
+        #[arg(long, short)]
+        policy: PathBuf,
+    },
+}
+
+#[derive(Debug, Subcommand)]
 enum Command {
     /// Run CMD in a fresh sandbox; its exit code passes through (128+N when
     /// killed by signal N, 124 on timeout, 125 when mcpbox itself fails).
@@ -31,6 +45,22 @@ enum Command {
         /// The command and its arguments.
         #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
         command: Vec<OsString>,
+    },
+    /// Run a stdio MCP server in the sandbox, speaking MCP on our stdin/stdout
+    /// through the policy-enforcing relay.
+    Run {
+        /// Policy file (TOML). Without it, the strictest default applies.
+        #[arg(long, short)]
+        policy: Option<PathBuf>,
+        /// The server command and its arguments.
+        #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+        command: Vec<OsString>,
+    },
+    /// Accept the current tool definitions of a policy's server after a
+    /// change was withheld (a new or changed tool).
+    Pin {
+        #[command(subcommand)]
+        action: PinAction,
     },
     /// Validate a policy and print the effective policy; runs nothing.
     Check {
@@ -43,6 +73,8 @@ enum Command {
     },
     /// Report which kernel features work here and how to fix what is missing.
     Doctor,
+    /// Query the audit log.
+    Audit(audit::Args),
 }
 
 fn init_logging() {
@@ -71,7 +103,71 @@ fn main() -> ExitCode {
             ExitCode::from(code.clamp(0, 255) as u8)
         }
         Command::Check { file, schema } => check::run(file.as_deref(), schema),
+        Command::Run { policy, command } => {
+            init_logging();
+            match run::run(policy, command) {
+                Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),
+                Err(e) => {
+                    eprintln!("mcpbox: {e:#}");
+                    ExitCode::from(125)
+                }
+            }
+        }
+        Command::Pin {
+            action: PinAction::Accept { policy },
+        } => pin_accept(&policy),
         Command::Doctor => doctor::run(),
+        Command::Audit(args) => audit::run(args),
+    }
+}
+
+/// Opens the audit log and starts the egress proxy for `spec`.
+fn start_egress(
+    loaded: &preflight::Loaded,
+    spec: &mut mcpbox_sandbox::Spec,
+) -> anyhow::Result<egress::Running> {
+    let store = state::open_audit(&state::audit_path(&loaded.policy))?;
+    let ids = mcpbox_egress::Ids {
+        sandbox_id: state::new_id(),
+        workspace_id: String::new(),
+        server: loaded.policy.name().to_string(),
+    };
+    let (running, egress, env) = egress::start(&loaded.policy.network, store, ids)?;
+    spec.env
+        .extend(env.into_iter().map(|(k, v)| (k.into(), v.into())));
+    spec.egress = Some(egress);
+    Ok(running)
+}
+
+fn pin_accept(policy: &std::path::Path) -> ExitCode {
+    let loaded = match preflight::load(Some(policy)) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("mcpbox: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let file = run::pin_file(&loaded);
+    match mcpbox_gateway::accept_pins(&file) {
+        Ok(true) => {
+            println!(
+                "accepted the pending tool definitions for {}",
+                loaded.policy.name()
+            );
+            ExitCode::SUCCESS
+        }
+        Ok(false) => {
+            println!(
+                "nothing pending for {} ({})",
+                loaded.policy.name(),
+                file.display()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("mcpbox: {e}");
+            ExitCode::from(1)
+        }
     }
 }
 
@@ -84,11 +180,29 @@ fn exec(policy: Option<PathBuf>, command: Vec<OsString>) -> i32 {
             return 125;
         }
     };
-    let spec = match preflight::spec(&loaded, command, mcpbox_sandbox::Stdio::Inherit) {
+    let mut spec = match preflight::spec(&loaded, command, mcpbox_sandbox::Stdio::Inherit) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("mcpbox: {e}");
             return 125;
+        }
+    };
+    // Egress, when the policy opens any: the proxy runs on a thread of ours,
+    // and every connection is audited. Signals are blocked first so that the
+    // proxy thread inherits the mask and they reach the sandbox loop.
+    let _proxy = if loaded.policy.network.is_closed() {
+        None
+    } else {
+        if let Err(e) = mcpbox_sandbox::block_forwarded_signals() {
+            eprintln!("mcpbox: {e}");
+            return 125;
+        }
+        match start_egress(&loaded, &mut spec) {
+            Ok(p) => Some(p),
+            Err(e) => {
+                eprintln!("mcpbox: egress: {e:#}");
+                return 125;
+            }
         }
     };
     let warn = |notes: &[String]| {

@@ -205,6 +205,13 @@ fn names_credential_location(rel: &Path) -> Option<&'static str> {
         })
 }
 
+/// This process's effective uid, read without unsafe.
+pub fn uid() -> u32 {
+    std::fs::metadata("/proc/self")
+        .map(|m| m.uid())
+        .unwrap_or(u32::MAX)
+}
+
 pub fn is_root() -> bool {
     mcpbox_sandbox::is_host_root()
 }
@@ -290,6 +297,7 @@ pub fn spec(loaded: &Loaded, argv: Vec<OsString>, stdio: Stdio) -> Result<Spec, 
         allow_exec: p.process.allow_exec.clone(),
         allow_degraded: p.sandbox.dangerously_allow_degraded,
         stdio,
+        egress: None,
     })
 }
 

@@ -3,6 +3,8 @@
 //! probe inside.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod mcp;
+
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};

@@ -1,0 +1,128 @@
+//! `mcpbox audit`: read the audit log back, filtered.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use mcpbox_audit::{format_table, now_ms, parse_time, to_json_line, Query, SqliteStore};
+
+/// Filters and output options of `mcpbox audit`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Audit database (default: the state directory's audit.db, or the policy's [audit] path).
+    #[arg(long)]
+    pub db: Option<PathBuf>,
+    /// Take the database path from this policy's [audit] section.
+    #[arg(long)]
+    pub policy: Option<PathBuf>,
+    /// Only this server.
+    #[arg(long)]
+    pub server: Option<String>,
+    /// Only this tool.
+    #[arg(long)]
+    pub tool: Option<String>,
+    /// Only this decision: allow, deny or approve.
+    #[arg(long)]
+    pub decision: Option<String>,
+    /// Only this kind of event (session_start, tool_call, network, ...).
+    #[arg(long)]
+    pub kind: Option<String>,
+    /// From this time: 2026-11-29T10:00:00Z, 2026-11-29, or relative like -1h.
+    #[arg(long)]
+    pub since: Option<String>,
+    /// Until this time (same forms).
+    #[arg(long)]
+    pub until: Option<String>,
+    /// At most this many (the newest).
+    #[arg(long)]
+    pub limit: Option<usize>,
+    /// JSON Lines instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Check the hash chain instead of listing; exit 1 when it is broken.
+    #[arg(long)]
+    pub verify: bool,
+}
+
+fn fail(msg: impl std::fmt::Display) -> ExitCode {
+    eprintln!("mcpbox: {msg}");
+    ExitCode::from(2)
+}
+
+pub fn run(args: Args) -> ExitCode {
+    let path = match (&args.db, &args.policy) {
+        (Some(db), _) => db.clone(),
+        (None, Some(p)) => match crate::preflight::load(Some(p)) {
+            Ok(l) => crate::state::audit_path(&l.policy),
+            Err(e) => return fail(e),
+        },
+        (None, None) => crate::state::state_dir().join("audit.db"),
+    };
+    if !path.exists() {
+        return fail(format!(
+            "no audit log at {} (nothing recorded yet, or pass --db)",
+            path.display()
+        ));
+    }
+    let store = match SqliteStore::open(&path) {
+        Ok(s) => s,
+        Err(e) => return fail(format!("{}: {e}", path.display())),
+    };
+    if args.verify {
+        return match store.verify() {
+            Ok(r) if r.first_broken_seq.is_none() => {
+                println!("intact: {} records, head {}", r.records, r.head_hash);
+                ExitCode::SUCCESS
+            }
+            Ok(r) => {
+                println!(
+                    "BROKEN at seq {} ({}); {} records intact before it",
+                    r.first_broken_seq.unwrap_or(0),
+                    r.reason.unwrap_or("unknown"),
+                    r.records
+                );
+                ExitCode::from(1)
+            }
+            Err(e) => fail(e),
+        };
+    }
+    let now = now_ms();
+    let time = |s: &Option<String>| s.as_deref().map(|t| parse_time(t, now)).transpose();
+    let (since, until) = match (time(&args.since), time(&args.until)) {
+        (Ok(a), Ok(b)) => (a, b),
+        (Err(e), _) | (_, Err(e)) => return fail(e),
+    };
+    let decision = match args.decision.as_deref().map(str::parse).transpose() {
+        Ok(d) => d,
+        Err(e) => return fail(format!("--decision: {e}")),
+    };
+    let kind = match args.kind.as_deref().map(str::parse).transpose() {
+        Ok(k) => k,
+        Err(e) => return fail(format!("--kind: {e}")),
+    };
+    let query = Query {
+        server: args.server,
+        tool: args.tool,
+        decision,
+        kind,
+        since_ms: since,
+        until_ms: until,
+        limit: args.limit,
+    };
+    match store.query(&query) {
+        Ok(events) => {
+            if args.json {
+                for e in &events {
+                    println!("{}", to_json_line(e));
+                }
+            } else {
+                let table = format_table(&events);
+                print!("{table}");
+                if !table.ends_with('\n') {
+                    println!();
+                }
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(e),
+    }
+}

@@ -1,0 +1,128 @@
+//! Network egress for one sandbox: mcpbox's filtering proxy on a unix
+//! socket outside, decided by the policy's `[network]` rules, and the
+//! settings that point programs inside at the bridge.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+use mcpbox_audit::Sink;
+use mcpbox_egress::{
+    DenyAllApprover, EgressPolicy, Ids, Proxy, Shutdown, SystemConnector, SystemResolver, Verdict,
+};
+use mcpbox_policy::{NetDecision, NetworkRules};
+
+/// The bridge's port on the sandbox's own loopback.
+pub const BRIDGE_PORT: u16 = 3128;
+
+/// The policy's network rules as the proxy sees them.
+struct Rules(NetworkRules);
+
+impl EgressPolicy for Rules {
+    fn decide(&self, host: &str, port: u16) -> Verdict {
+        match self.0.decide(host, port) {
+            NetDecision::Allow { reason, source } => Verdict::Allow {
+                reason: reason.into(),
+                source,
+            },
+            NetDecision::Deny { reason, source } => Verdict::Deny {
+                reason: reason.into(),
+                source,
+            },
+            NetDecision::Ask { reason, source } => Verdict::Ask {
+                reason: reason.into(),
+                source,
+            },
+        }
+    }
+
+    fn mapped_address(&self, host: &str) -> Option<std::net::IpAddr> {
+        self.0.mapped_address(host)
+    }
+}
+
+/// A running proxy; stopping it (on drop) also removes its socket directory.
+pub struct Running {
+    shutdown: Shutdown,
+    dir: PathBuf,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.shutdown.trigger();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Where per-sandbox socket directories live: `$XDG_RUNTIME_DIR/mcpbox`,
+/// else `/tmp/mcpbox-UID`.
+fn runtime_base() -> PathBuf {
+    match std::env::var_os("XDG_RUNTIME_DIR") {
+        Some(d) if !d.is_empty() => PathBuf::from(d).join("mcpbox"),
+        _ => std::env::temp_dir().join(format!("mcpbox-{}", crate::preflight::uid())),
+    }
+}
+
+/// Starts the proxy for `rules`; returns it, the sandbox's egress settings
+/// and the environment that points programs at the bridge.
+pub fn start(
+    rules: &NetworkRules,
+    sink: Arc<dyn Sink>,
+    ids: Ids,
+) -> anyhow::Result<(Running, mcpbox_sandbox::Egress, Vec<(String, String)>)> {
+    let root = crate::preflight::is_root();
+    let base = runtime_base();
+    std::fs::create_dir_all(&base).with_context(|| format!("creating {}", base.display()))?;
+    // The socket directory is bind-mounted into the sandbox; the sandbox
+    // user (host uid 65534 when we are root) must be able to traverse it.
+    let mode = if root { 0o711 } else { 0o700 };
+    std::fs::set_permissions(&base, std::fs::Permissions::from_mode(mode))
+        .with_context(|| format!("securing {}", base.display()))?;
+    let dir = base.join(&ids.sandbox_id);
+    std::fs::create_dir(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode))
+        .with_context(|| format!("securing {}", dir.display()))?;
+    let running = Running {
+        shutdown: Shutdown::new(),
+        dir: dir.clone(),
+    };
+    let socket = dir.join("egress.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&socket)
+        .with_context(|| format!("binding the egress proxy at {}", socket.display()))?;
+    if root {
+        std::os::unix::fs::chown(
+            &socket,
+            Some(mcpbox_sandbox::ROOT_RUN_HOST_ID),
+            Some(mcpbox_sandbox::ROOT_RUN_HOST_ID),
+        )
+        .context("handing the proxy socket to the sandbox user")?;
+    }
+    std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600))
+        .context("securing the proxy socket")?;
+    let proxy = Proxy::new(
+        Arc::new(Rules(rules.clone())),
+        Arc::new(SystemResolver),
+        Arc::new(SystemConnector::default()),
+        // Approval of unlisted hosts needs a human channel; `exec` has
+        // none, so an unlisted host is refused with network.approval_denied.
+        Arc::new(DenyAllApprover),
+        sink,
+        ids,
+    );
+    let shutdown = running.shutdown.clone();
+    std::thread::Builder::new()
+        .name("egress-proxy".into())
+        .spawn(move || {
+            if let Err(e) = proxy.serve(listener, &shutdown) {
+                tracing::error!(error = %e, "egress proxy stopped");
+            }
+        })
+        .context("starting the egress proxy thread")?;
+    let egress = mcpbox_sandbox::Egress {
+        socket_dir: dir,
+        port: BRIDGE_PORT,
+        bridge: mcpbox_egress::bridge,
+    };
+    Ok((running, egress, mcpbox_egress::proxy_env(BRIDGE_PORT)))
+}

@@ -1,0 +1,59 @@
+//! Where mcpbox keeps its state (audit log, tool pins), and ids.
+
+use std::io::Read;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+use mcpbox_audit::SqliteStore;
+use mcpbox_policy::Policy;
+
+/// `$MCPBOX_STATE_DIR`, else `$XDG_STATE_HOME/mcpbox`, else
+/// `$HOME/.local/state/mcpbox`, else `/var/lib/mcpbox`.
+pub fn state_dir() -> PathBuf {
+    let var = |k: &str| {
+        std::env::var_os(k)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
+    if let Some(d) = var("MCPBOX_STATE_DIR") {
+        return d;
+    }
+    if let Some(d) = var("XDG_STATE_HOME") {
+        return d.join("mcpbox");
+    }
+    if let Some(h) = var("HOME") {
+        return h.join(".local/state/mcpbox");
+    }
+    PathBuf::from("/var/lib/mcpbox")
+}
+
+/// The audit database for `policy`: its `[audit] path`, else the state dir's.
+pub fn audit_path(policy: &Policy) -> PathBuf {
+    policy
+        .audit
+        .path
+        .clone()
+        .unwrap_or_else(|| state_dir().join("audit.db"))
+}
+
+/// Opens (creating) the audit store.
+pub fn open_audit(path: &std::path::Path) -> anyhow::Result<Arc<SqliteStore>> {
+    let store = SqliteStore::open(path)
+        .with_context(|| format!("opening the audit log {}", path.display()))?;
+    Ok(Arc::new(store))
+}
+
+/// A fresh random id (12 hex digits) for a sandbox.
+pub fn new_id() -> String {
+    let mut bytes = [0u8; 6];
+    let filled = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut bytes));
+    if filled.is_err() {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        bytes.copy_from_slice(&(t as u64 ^ u64::from(std::process::id())).to_le_bytes()[..6]);
+    }
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}

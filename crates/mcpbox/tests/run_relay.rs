@@ -1,0 +1,292 @@
+//! `mcpbox run` through the real binary: the project's own hostile servers
+//! run inside the sandbox, a JSON-RPC client plays the host. Named after
+//! the attack each tries.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::mcp::{result_text, testserver, Session};
+use common::{mcpbox, Workspace};
+use serde_json::{json, Value};
+
+/// A workspace with the given test server copied into input/.
+fn server_ws(name: &str) -> Workspace {
+    let ws = Workspace::new();
+    std::fs::copy(testserver(name), ws.input().join(name)).unwrap();
+    std::fs::set_permissions(
+        ws.input().join(name),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    ws
+}
+
+/// Policy with an audit log and a state dir inside the workspace.
+fn policy(ws: &Workspace, extra: &str) -> PathBuf {
+    ws.policy(&format!("[audit]\npath = \"audit.db\"\n{extra}"))
+}
+
+fn state_env(ws: &Workspace) -> (String, String) {
+    (
+        "MCPBOX_STATE_DIR".into(),
+        ws.path().join("state").display().to_string(),
+    )
+}
+
+fn start(ws: &Workspace, p: &Path, server: &str, env: &[(&str, &str)]) -> Session {
+    let (k, v) = state_env(ws);
+    let mut all: Vec<(&str, &str)> = vec![(k.as_str(), v.as_str())];
+    all.extend_from_slice(env);
+    let exe = format!("/workspace/input/{server}");
+    Session::start(p, &[exe.as_str()], &all)
+}
+
+fn audit_json(ws: &Workspace) -> Vec<Value> {
+    let out = std::process::Command::new(mcpbox())
+        .args(["audit", "--json", "--db"])
+        .arg(ws.path().join("audit.db"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[test]
+fn denied_tool_never_reaches_the_sandboxed_server() {
+    let ws = server_ws("plain");
+    let p = policy(&ws, "[tools]\n\"write_*\" = \"deny\"\n");
+    let mut s = start(&ws, &p, "plain", &[]);
+    s.initialize();
+    let names = s.tool_names();
+    assert!(
+        !names.contains(&"write_file".to_string()),
+        "denied tool listed: {names:?}"
+    );
+    let r = s.call("write_file", json!({"path": "/workspace/output/x"}));
+    assert_eq!(r["result"]["isError"], json!(true), "{r}");
+    assert!(result_text(&r).contains("tool.rule"), "{r}");
+    // The server's own record of calls: the denied one never arrived.
+    let history = s.call("history", json!({}));
+    assert!(!history.to_string().contains("write_file"), "{history}");
+    let (status, _) = s.finish();
+    assert!(status.success());
+    let audit = audit_json(&ws);
+    assert!(
+        audit
+            .iter()
+            .any(|e| e["tool"] == json!("write_file") && e["decision"] == json!("deny")),
+        "{audit:?}"
+    );
+}
+
+#[test]
+fn secret_is_redacted_from_results_errors_and_stderr() {
+    let ws = server_ws("echo_secrets");
+    let secret = "s3cr3t-VALUE-4242-xyz";
+    let p = policy(
+        &ws,
+        "[secrets]\nAPI_TOKEN = { from_env = \"MCPBOX_TEST_TOKEN\" }\n",
+    );
+    let mut s = start(&ws, &p, "echo_secrets", &[("MCPBOX_TEST_TOKEN", secret)]);
+    s.initialize();
+    let names = s.tool_names();
+    let tool = names
+        .iter()
+        .find(|n| !n.contains("error"))
+        .cloned()
+        .unwrap();
+    let r = s.call(&tool, json!({"var": "API_TOKEN"}));
+    let text = r.to_string();
+    assert!(!text.contains(secret), "secret leaked: {text}");
+    assert!(text.contains("[REDACTED:API_TOKEN]"), "{text}");
+    if names.iter().any(|n| n == "leak_error") {
+        let r = s.call("leak_error", json!({"var": "API_TOKEN"}));
+        assert!(!r.to_string().contains(secret), "{r}");
+    }
+    let (_, stderr) = s.finish();
+    assert!(
+        !stderr.contains(secret),
+        "secret in mcpbox's stderr: {stderr}"
+    );
+    // Nothing of it in the audit log either.
+    let db = std::fs::read(ws.path().join("audit.db")).unwrap();
+    assert!(!String::from_utf8_lossy(&db).contains(secret));
+}
+
+#[test]
+fn rug_pull_is_withheld_until_pin_accept() {
+    let ws = server_ws("rugpull");
+    let p = policy(&ws, "");
+    let mut s = start(&ws, &p, "rugpull", &[]);
+    s.initialize();
+    let first = s.tool_names();
+    let second = s.tool_names();
+    assert!(
+        !second.contains(&"exfil".to_string()),
+        "a tool added after pinning must be withheld: {second:?}"
+    );
+    assert!(second.len() < first.len() + 1);
+    let r = s.call("exfil", json!({}));
+    assert!(r.to_string().contains("pin."), "{r}");
+    s.finish();
+    let audit = audit_json(&ws);
+    assert!(
+        audit.iter().any(|e| e["kind"] == json!("pin_change")),
+        "{audit:?}"
+    );
+    // A human accepts the change; the next session shows it.
+    let (k, v) = state_env(&ws);
+    let out = std::process::Command::new(mcpbox())
+        .args(["pin", "accept", "--policy"])
+        .arg(&p)
+        .env(k, v)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut s = start(&ws, &p, "rugpull", &[]);
+    s.initialize();
+    let _ = s.tool_names();
+    let again = s.tool_names();
+    assert!(again.contains(&"exfil".to_string()), "{again:?}");
+    s.finish();
+}
+
+#[test]
+fn server_crash_mid_call_answers_every_in_flight_request() {
+    let ws = server_ws("crasher");
+    let p = policy(&ws, "");
+    let mut s = start(&ws, &p, "crasher", &[]);
+    s.initialize();
+    s.send(&json!({"jsonrpc": "2.0", "id": 100, "method": "tools/call", "params": {"name": "crash", "arguments": {}}}));
+    s.send(&json!({"jsonrpc": "2.0", "id": 101, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": "x"}}}));
+    let mut answered = std::collections::HashSet::new();
+    while answered.len() < 2 {
+        let m = s.recv();
+        if let Some(id) = m.get("id").and_then(Value::as_u64) {
+            assert!(m.get("error").is_some() || m.get("result").is_some(), "{m}");
+            answered.insert(id);
+        }
+    }
+    assert!(answered.contains(&100) && answered.contains(&101));
+    let (status, _) = s.finish();
+    assert_eq!(
+        status.code(),
+        Some(3),
+        "mcpbox passes the server's exit status on"
+    );
+}
+
+#[test]
+fn garbage_on_server_stdout_never_reaches_the_host() {
+    let ws = server_ws("garbage");
+    let p = policy(&ws, "");
+    let mut s = start(&ws, &p, "garbage", &[]);
+    let init = s.initialize();
+    assert!(init.get("result").is_some(), "{init}");
+    let names = s.tool_names();
+    assert!(!names.is_empty());
+    s.finish();
+}
+
+#[test]
+fn flooding_result_is_truncated_with_a_marker() {
+    let ws = server_ws("flood");
+    let p = policy(&ws, "[output]\nmax_result = \"64KiB\"\n");
+    let mut s = start(&ws, &p, "flood", &[]);
+    s.initialize();
+    let r = s.call("big", json!({"mib": 8}));
+    let text = result_text(&r);
+    assert!(
+        text.len() < 128 * 1024,
+        "result not truncated: {} bytes",
+        text.len()
+    );
+    assert!(text.contains("truncated"), "no truncation marker");
+    s.finish();
+}
+
+#[test]
+fn batch_request_is_refused() {
+    let ws = server_ws("plain");
+    let p = policy(&ws, "");
+    let mut s = start(&ws, &p, "plain", &[]);
+    s.initialize();
+    s.send_raw(r#"[{"jsonrpc":"2.0","id":7,"method":"tools/list"}]"#);
+    let m = s.recv();
+    assert_eq!(m["error"]["code"], json!(-32600), "{m}");
+    s.finish();
+}
+
+#[test]
+fn host_closing_stdin_stops_the_server_and_leaves_nothing_running() {
+    let ws = server_ws("plain");
+    let p = policy(&ws, "");
+    let mut s = start(&ws, &p, "plain", &[]);
+    s.initialize();
+    let pid = s.child.id();
+    let (status, _) = s.finish();
+    assert!(status.success());
+    // No process whose parent chain led to that mcpbox survives: the plain
+    // server's binary path is unique to this workspace.
+    let marker = ws.input().join("plain").display().to_string();
+    let alive: Vec<String> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .map(|c| String::from_utf8_lossy(&c).into_owned())
+        .filter(|c| c.contains(&marker) || c.contains("/workspace/input/plain"))
+        .collect();
+    assert!(
+        alive.is_empty(),
+        "left running after mcpbox {pid} exited: {alive:?}"
+    );
+}
+
+#[test]
+fn audit_records_calls_with_digests_never_arguments() {
+    let ws = server_ws("plain");
+    let p = policy(&ws, "");
+    let mut s = start(&ws, &p, "plain", &[]);
+    s.initialize();
+    let r = s.call("echo", json!({"text": "very-private-argument-9731"}));
+    assert!(result_text(&r).contains("very-private-argument-9731"));
+    s.finish();
+    let audit = audit_json(&ws);
+    let call = audit
+        .iter()
+        .find(|e| e["tool"] == json!("echo"))
+        .expect("echo call audited");
+    assert_eq!(call["decision"], json!("allow"));
+    assert_eq!(
+        call["args_digest"].as_str().map(str::len),
+        Some(64),
+        "{call}"
+    );
+    assert!(audit.iter().any(|e| e["kind"] == json!("session_start")));
+    assert!(audit.iter().any(|e| e["kind"] == json!("session_end")));
+    let db = std::fs::read(ws.path().join("audit.db")).unwrap();
+    assert!(!String::from_utf8_lossy(&db).contains("very-private-argument-9731"));
+    let verify = std::process::Command::new(mcpbox())
+        .args(["audit", "--verify", "--db"])
+        .arg(ws.path().join("audit.db"))
+        .output()
+        .unwrap();
+    assert!(
+        verify.status.success(),
+        "{}",
+        String::from_utf8_lossy(&verify.stdout)
+    );
+}
