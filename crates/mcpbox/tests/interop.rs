@@ -1,0 +1,187 @@
+//! Interop: MCP servers and clients nobody here wrote, through `mcpbox run`.
+//! The reference servers (npm: server-everything, server-filesystem; PyPI:
+//! mcp-server-time) run inside the sandbox; the official Python SDK client
+//! drives them, in both protocol eras. `scripts/install-peers.sh` installs
+//! them (pinned) into .local/peers; `.ci/run` calls it. A missing peer is a
+//! failure, not a skip.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use common::{mcpbox, Workspace};
+
+fn peers() -> PathBuf {
+    let dir = std::env::var_os("MCPBOX_PEERS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("../../.local/peers")
+                .canonicalize()
+                .unwrap_or_default()
+        });
+    assert!(
+        dir.join("venv/bin/python").exists() && dir.join("npm/bin").exists(),
+        "interop peers missing at {}: run scripts/install-peers.sh",
+        dir.display()
+    );
+    dir
+}
+
+fn client_script() -> PathBuf {
+    std::env::var_os("MCPBOX_INTEROP_CLIENT")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/interop/client.py")
+        })
+}
+
+/// Runs the Python SDK client for `scenario` in `mode` against `server`.
+fn drive(
+    ws: &Workspace,
+    scenario: &str,
+    mode: &str,
+    policy: &str,
+    server: &[String],
+    env: &[(&str, String)],
+) {
+    let p = ws.raw_policy(policy);
+    let mut cmd = Command::new(peers().join("venv/bin/python"));
+    cmd.arg(client_script())
+        .args([scenario, mode])
+        .arg(mcpbox())
+        .arg(&p)
+        .arg("--")
+        .args(server);
+    cmd.env("MCPBOX_STATE_DIR", ws.path().join("state"));
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("run the python client");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("done"),
+        "{scenario} ({mode}) failed:\n{stdout}\nstderr:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn npm_mount() -> String {
+    let npm = peers().join("npm");
+    format!(
+        "[[filesystem.mounts]]\nhost = \"{0}\"\nat = \"{0}\"\n",
+        npm.display()
+    )
+}
+
+fn everything(mode: &str) {
+    let ws = Workspace::new();
+    let policy = format!(
+        "[filesystem]\ninput = \"input\"\n{}\n[secrets]\nAPI_KEY = {{ from_env = \"MCPBOX_INTEROP_SECRET\" }}\n\
+         [tools]\n\"get-sum\" = \"deny\"\n\"get-tiny-image\" = \"approve\"\n[audit]\npath = \"audit.db\"\n",
+        npm_mount()
+    );
+    let server = vec![peers()
+        .join("npm/bin/mcp-server-everything")
+        .display()
+        .to_string()];
+    drive(
+        &ws,
+        "everything",
+        mode,
+        &policy,
+        &server,
+        &[("MCPBOX_INTEROP_SECRET", "sk-interop-7f3a9c1e55".into())],
+    );
+    let out = Command::new(mcpbox())
+        .args(["audit", "--json", "--db"])
+        .arg(ws.path().join("audit.db"))
+        .output()
+        .unwrap();
+    let audit = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        audit.contains("\"get-sum\"") && audit.contains("\"deny\""),
+        "{audit}"
+    );
+    assert!(audit.contains("approval.required"), "{audit}");
+    assert!(
+        !audit.contains("sk-interop-7f3a9c1e55"),
+        "secret in the audit log"
+    );
+}
+
+#[test]
+fn server_everything_through_python_sdk_legacy_handshake() {
+    everything("legacy");
+}
+
+#[test]
+fn server_everything_through_python_sdk_auto_negotiation() {
+    // server-everything 2026.8.31 speaks only the initialize era; in "auto"
+    // mode the SDK tries the 2026-07-28 revision first and falls back, so
+    // the relay sees both.
+    everything("auto");
+}
+
+#[test]
+fn server_filesystem_cannot_reach_outside_its_workspace() {
+    let ws = Workspace::new();
+    let secret = ws.path().join("host-secret.txt");
+    std::fs::write(&secret, "top secret").unwrap();
+    std::os::unix::fs::symlink(&secret, ws.input().join("escape-link")).unwrap();
+    let policy = format!(
+        "[filesystem]\ninput = \"input\"\noutput = \"output\"\n{}\n[tools]\n\"move_file\" = \"approve\"\n\
+         [audit]\npath = \"audit.db\"\n",
+        npm_mount()
+    );
+    let server = vec![
+        peers()
+            .join("npm/bin/mcp-server-filesystem")
+            .display()
+            .to_string(),
+        "/workspace/input".into(),
+        "/workspace/output".into(),
+    ];
+    drive(
+        &ws,
+        "filesystem",
+        "legacy",
+        &policy,
+        &server,
+        &[("MCPBOX_INTEROP_HOST_SECRET", secret.display().to_string())],
+    );
+    assert_eq!(
+        std::fs::read_to_string(ws.output().join("written.txt")).unwrap(),
+        "from the server"
+    );
+    assert!(!ws.input().join("evil.txt").exists());
+}
+
+fn time_server(mode: &str) {
+    let ws = Workspace::new();
+    let venv = peers().join("venv");
+    let policy = format!(
+        "[[filesystem.mounts]]\nhost = \"{0}\"\nat = \"{0}\"\n[audit]\npath = \"audit.db\"\n",
+        venv.display()
+    );
+    let server = vec![
+        venv.join("bin/mcp-server-time").display().to_string(),
+        "--local-timezone".into(),
+        "UTC".into(),
+    ];
+    drive(&ws, "time", mode, &policy, &server, &[]);
+}
+
+#[test]
+fn python_time_server_runs_sandboxed_legacy_handshake() {
+    time_server("legacy");
+}
+
+#[test]
+fn python_time_server_runs_sandboxed_stateless_2026_revision() {
+    // mcp-server-time (Python SDK 2.x) speaks the stateless revision:
+    // server/discover and per-request _meta pass through the relay.
+    time_server("2026-07-28");
+}
