@@ -64,13 +64,14 @@ fn runtime_base() -> PathBuf {
     }
 }
 
-/// Starts the proxy for `rules`; returns it, the sandbox's egress settings
-/// and the environment that points programs at the bridge.
+/// Starts the proxy for `rules` and points `spec` at it: the sandbox gets
+/// the bridge and the proxy environment. Dropping the result stops it.
 pub fn start(
     rules: &NetworkRules,
     sink: Arc<dyn Sink>,
     ids: Ids,
-) -> anyhow::Result<(Running, mcpbox_sandbox::Egress, Vec<(String, String)>)> {
+    spec: &mut mcpbox_sandbox::Spec,
+) -> anyhow::Result<Running> {
     let root = crate::preflight::is_root();
     let base = runtime_base();
     std::fs::create_dir_all(&base).with_context(|| format!("creating {}", base.display()))?;
@@ -119,10 +120,13 @@ pub fn start(
             }
         })
         .context("starting the egress proxy thread")?;
-    let egress = mcpbox_sandbox::Egress {
+    spec.egress = Some(mcpbox_sandbox::Egress {
         socket_dir: dir,
         port: BRIDGE_PORT,
         bridge: mcpbox_egress::bridge,
-    };
-    Ok((running, egress, mcpbox_egress::proxy_env(BRIDGE_PORT)))
+    });
+    let env = mcpbox_egress::proxy_env(BRIDGE_PORT);
+    spec.env
+        .extend(env.into_iter().map(|(k, v)| (k.into(), v.into())));
+    Ok(running)
 }

@@ -132,11 +132,7 @@ fn start_egress(
         workspace_id: String::new(),
         server: loaded.policy.name().to_string(),
     };
-    let (running, egress, env) = egress::start(&loaded.policy.network, store, ids)?;
-    spec.env
-        .extend(env.into_iter().map(|(k, v)| (k.into(), v.into())));
-    spec.egress = Some(egress);
-    Ok(running)
+    egress::start(&loaded.policy.network, store, ids, spec)
 }
 
 fn pin_accept(policy: &std::path::Path) -> ExitCode {

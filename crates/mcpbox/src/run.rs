@@ -167,12 +167,12 @@ pub fn run(policy: Option<PathBuf>, command: Vec<OsString>) -> anyhow::Result<i3
             workspace_id: String::new(),
             server: loaded.policy.name().to_string(),
         };
-        let (running, egress, env) =
-            crate::egress::start(&loaded.policy.network, audit.clone(), ids)?;
-        spec.env
-            .extend(env.into_iter().map(|(k, v)| (k.into(), v.into())));
-        spec.egress = Some(egress);
-        Some(running)
+        Some(crate::egress::start(
+            &loaded.policy.network,
+            audit.clone(),
+            ids,
+            &mut spec,
+        )?)
     };
     let p = &loaded.policy;
     let pins = pin_file(&loaded);

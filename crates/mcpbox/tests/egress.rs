@@ -1,0 +1,213 @@
+//! Network egress through mcpbox's proxy, end to end: `mcpbox exec` with a
+//! `[network]` policy, a program inside the sandbox, a test server on the
+//! host's loopback. Only loopback addresses are ever used: names are mapped
+//! to 127.0.0.1 with `[network.hosts]`, and the refusal of other address
+//! classes is tested in crates/egress with a recording connector.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::process::Command;
+
+use common::{mcpbox, Workspace};
+
+/// A one-thread HTTP server on 127.0.0.1 that answers every request with
+/// `body`, until the test ends.
+fn upstream(body: &'static str) -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            let mut reader = BufReader::new(conn.try_clone().unwrap());
+            let mut line = String::new();
+            while reader.read_line(&mut line).map(|n| n > 2).unwrap_or(false) {
+                line.clear();
+            }
+            let _ = write!(
+                conn,
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    port
+}
+
+/// Python inside the sandbox fetching `url` through the proxy settings
+/// mcpbox gives it; prints the body, or `HTTP <code> <reason header>`.
+const FETCH: &str = r#"
+import os, sys, urllib.request, urllib.error
+# Loopback names bypass the proxy by default (the sandbox's loopback is its
+# own); these tests want the proxy's answer for them too.
+os.environ.pop("no_proxy", None); os.environ.pop("NO_PROXY", None)
+try:
+    print(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())
+except urllib.error.HTTPError as e:
+    print("HTTP", e.code, e.headers.get("X-Mcpbox-Reason"))
+except Exception as e:
+    print("ERROR", type(e).__name__, e)
+"#;
+
+fn fetch(ws: &Workspace, policy_extra: &str, url: &str) -> String {
+    let p = ws.policy(&format!("[audit]\npath = \"audit.db\"\n{policy_extra}"));
+    let out = Command::new(mcpbox())
+        .args([
+            "exec",
+            "--policy",
+            p.to_str().unwrap(),
+            "--",
+            "python3",
+            "-c",
+            FETCH,
+            url,
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+fn network(port: u16) -> String {
+    format!("[network]\nallow = [\"fetch.test:{port}\"]\n[network.hosts]\n\"fetch.test\" = \"127.0.0.1\"\n")
+}
+
+fn audit(ws: &Workspace) -> String {
+    let out = Command::new(mcpbox())
+        .args(["audit", "--json", "--db"])
+        .arg(ws.path().join("audit.db"))
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn allowed_name_reaches_a_local_server_through_the_proxy_and_is_audited() {
+    let port = upstream("hello from upstream");
+    let ws = Workspace::new();
+    let body = fetch(
+        &ws,
+        &network(port),
+        &format!("http://fetch.test:{port}/path"),
+    );
+    assert_eq!(body, "hello from upstream");
+    let audit = audit(&ws);
+    assert!(
+        audit.contains("\"network\"") && audit.contains("fetch.test"),
+        "{audit}"
+    );
+    assert!(audit.contains("\"allow\""), "{audit}");
+}
+
+#[test]
+fn unlisted_name_is_refused_with_the_rule_and_reason() {
+    let port = upstream("should not be seen");
+    let ws = Workspace::new();
+    let extra = format!("{}\"other.test\" = \"127.0.0.1\"\n", network(port));
+    let body = fetch(&ws, &extra, &format!("http://other.test:{port}/"));
+    assert_eq!(body, "HTTP 403 network.unlisted");
+    assert!(audit(&ws).contains("\"deny\""));
+}
+
+#[test]
+fn allowed_name_resolving_to_loopback_is_refused() {
+    // "localhost" is allowed by name, but resolves to a loopback address:
+    // the proxy refuses after resolving, before connecting.
+    let port = upstream("should not be seen");
+    let ws = Workspace::new();
+    let extra = format!("[network]\nallow = [\"localhost:{port}\"]\n");
+    let body = fetch(&ws, &extra, &format!("http://localhost:{port}/"));
+    assert_eq!(body, "HTTP 403 network.loopback_address");
+}
+
+#[test]
+fn ip_literal_is_refused_unless_listed() {
+    let port = upstream("should not be seen");
+    let ws = Workspace::new();
+    let body = fetch(&ws, &network(port), &format!("http://127.0.0.1:{port}/"));
+    assert!(body.starts_with("HTTP 403"), "{body}");
+}
+
+#[test]
+fn direct_connection_bypassing_the_proxy_fails() {
+    let port = upstream("should not be seen");
+    let ws = Workspace::new();
+    let p = ws.policy(&format!("[audit]\npath = \"audit.db\"\n{}", network(port)));
+    // No proxy settings: a direct connection to the host's loopback port
+    // (the sandbox's loopback is its own), and a name with no resolver.
+    let script = format!(
+        "import socket\nfor target in [('127.0.0.1', {port}), ('fetch.test', {port})]:\n    \
+         try:\n        socket.create_connection(target, timeout=3); print('connected', target)\n    \
+         except OSError as e:\n        print('refused', target[0], type(e).__name__)\n"
+    );
+    let out = Command::new(mcpbox())
+        .args([
+            "exec",
+            "--policy",
+            p.to_str().unwrap(),
+            "--",
+            "python3",
+            "-c",
+            &script,
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!stdout.contains("connected"), "{stdout}");
+    assert_eq!(stdout.matches("refused").count(), 2, "{stdout}");
+}
+
+#[test]
+fn large_download_streams_through_the_proxy() {
+    // 32 MiB from the host through bridge, unix socket and proxy.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            let mut buf = [0u8; 4096];
+            let _ = conn.read(&mut buf);
+            let size = 32usize << 20;
+            let _ = write!(
+                conn,
+                "HTTP/1.1 200 OK\r\nContent-Length: {size}\r\nConnection: close\r\n\r\n"
+            );
+            let chunk = vec![b'x'; 1 << 20];
+            for _ in 0..32 {
+                if conn.write_all(&chunk).is_err() {
+                    break;
+                }
+            }
+        }
+    });
+    let ws = Workspace::new();
+    let p = ws.policy(&format!("[audit]\npath = \"audit.db\"\n{}", network(port)));
+    let script = format!(
+        "import urllib.request\nn=0\nr=urllib.request.urlopen('http://fetch.test:{port}/big', timeout=30)\n\
+         while True:\n    b=r.read(1<<16)\n    if not b: break\n    n+=len(b)\nprint(n)\n"
+    );
+    let out = Command::new(mcpbox())
+        .args([
+            "exec",
+            "--policy",
+            p.to_str().unwrap(),
+            "--",
+            "python3",
+            "-c",
+            &script,
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        (32u64 << 20).to_string(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
