@@ -711,3 +711,68 @@ fn degraded_tier_still_refuses_host_files_network_capabilities_and_syscalls() {
             .contains("hello from the host")
     );
 }
+
+#[test]
+fn cpu_limit_is_written_to_the_sandboxs_cgroup() {
+    if !is_root() {
+        // Rootless here has no writable cgroup: the policy is refused
+        // (check_refuses_a_limit_that_cannot_be_enforced_here).
+        return;
+    }
+    let ws = Workspace::new();
+    let p = ws.policy("[process]\ncpu = 0.5\nmemory = \"128MiB\"\n");
+    let mut child = Command::new(mcpbox())
+        .args([
+            "exec",
+            "--policy",
+            p.to_str().unwrap(),
+            "--",
+            "/workspace/input/probe",
+            "sleep",
+            "5",
+        ])
+        .spawn()
+        .unwrap();
+    // mcpbox names the group after its pid, below its own group in each
+    // hierarchy; find it and read what the kernel will enforce.
+    let name = format!("mcpbox-{}", child.id());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut quota = None;
+    while quota.is_none() && Instant::now() < deadline {
+        let own = std::fs::read_to_string("/proc/self/cgroup").unwrap();
+        for line in own.lines() {
+            let mut parts = line.splitn(3, ':');
+            let (_, ctrls, path) = (
+                parts.next(),
+                parts.next().unwrap_or(""),
+                parts.next().unwrap_or(""),
+            );
+            let candidates = [
+                format!("/sys/fs/cgroup/cpu{path}/{name}/cpu.cfs_quota_us"),
+                format!("/sys/fs/cgroup{path}/{name}/cpu.max"),
+            ];
+            if !(ctrls.is_empty() || ctrls.split(',').any(|c| c == "cpu")) {
+                continue;
+            }
+            for c in candidates {
+                if let Ok(v) = std::fs::read_to_string(&c) {
+                    quota = Some(v.trim().to_string());
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // SIGTERM: mcpbox forwards it, the sandbox ends, and mcpbox removes its
+    // cgroups on the way out.
+    Command::new("kill")
+        .arg("-TERM")
+        .arg(child.id().to_string())
+        .status()
+        .unwrap();
+    let _ = child.wait();
+    let quota = quota.expect("the sandbox's cpu cgroup was not found");
+    assert!(
+        quota == "50000" || quota.starts_with("50000 "),
+        "cpu quota {quota}, want half a core"
+    );
+}

@@ -209,6 +209,7 @@ impl Group {
             };
             let dir = base.join(name);
             if !group.dirs.iter().any(|(_, d)| *d == dir) {
+                remove_stale(&base);
                 if version == Version::V2 {
                     enable_v2_controller(&base, ctrl)?;
                 }
@@ -331,6 +332,28 @@ impl Drop for Group {
                     Err(_) => break,
                 }
             }
+        }
+    }
+}
+
+/// Removes empty groups left by an mcpbox that was SIGKILLed (its Drop
+/// never ran): `mcpbox-PID` whose PID is gone. rmdir fails harmlessly on a
+/// group that still has processes.
+fn remove_stale(base: &Path) {
+    let Ok(entries) = fs::read_dir(base) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("mcpbox-"))
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = fs::remove_dir(entry.path());
         }
     }
 }

@@ -62,6 +62,13 @@ pub fn spawn(spec: &Spec, mut prepared: Prepared, mut notes: Vec<String>) -> Res
                 .into(),
         ));
     }
+    if spec.egress.is_some() {
+        return Err(Error::Unenforceable(
+            "network.allow needs a network namespace for the egress proxy, which this host does not allow \
+             (degraded tier); remove network.allow or enable user namespaces (see `mcpbox doctor`)"
+                .into(),
+        ));
+    }
     notes.push(NOTE.into());
     let base = std::env::temp_dir().join(format!("mcpbox-{}-{}", sys::getpid(), unique()));
     std::fs::create_dir(&base)

@@ -91,6 +91,7 @@ pub(crate) struct Prepared {
     pub(crate) filter: Vec<libc::sock_filter>,
     pub(crate) rlimits: Vec<(libc::__rlimit_resource_t, u64)>,
     pub(crate) as_root: bool,
+    pub(crate) egress: Option<crate::Egress>,
     pub(crate) piped: bool,
 }
 
@@ -162,6 +163,7 @@ fn prepare(spec: &Spec) -> Result<Prepared> {
         filter: seccomp::compile(seccomp::RULES),
         rlimits,
         as_root: sys::is_host_root(),
+        egress: spec.egress.clone(),
         piped: spec.stdio == Stdio::Piped,
     })
 }
@@ -565,6 +567,9 @@ fn init_process(prepared: &Prepared, report_w: OwnedFd, alive_r: OwnedFd) -> ! {
     if let Err(e) = sys::loopback_up() {
         report(rep, "loopback up", &e);
     }
+    if let Some(egress) = &prepared.egress {
+        start_bridge(prepared, egress, rep);
+    }
     match sys::fork() {
         Err(e) => report(rep, "fork command", &e),
         Ok(Fork::Child) => command_process(prepared, rep),
@@ -712,6 +717,54 @@ fn build_root(steps: &[Step]) -> Result<(), (String, std::io::Error)> {
     )
     .map_err(|e| ("remount / read-only".to_string(), e))?;
     Ok(())
+}
+
+/// Starts the egress bridge as a child of the init: it listens on the
+/// sandbox's own loopback and carries each connection to the proxy's unix
+/// socket. It keeps no capability and runs under the same seccomp filter
+/// as the command; the init kills it with everything else at the end.
+fn start_bridge(prepared: &Prepared, egress: &crate::Egress, rep: RawFd) {
+    let listener = match std::net::TcpListener::bind(("127.0.0.1", egress.port)) {
+        Ok(l) => l,
+        Err(e) => report(rep, "bind the egress bridge", &e),
+    };
+    match sys::fork() {
+        Err(e) => report(rep, "fork egress bridge", &e),
+        Ok(Fork::Parent(_)) => drop(listener),
+        Ok(Fork::Child) => {
+            let _ = sys::unblock_all_signals();
+            sys::reset_signal_dispositions();
+            detach_stdio();
+            // This process never execs: close every inherited descriptor
+            // (the report pipe above all, whose EOF the supervisor awaits)
+            // but the listener.
+            let keep = listener.as_raw_fd() as u32;
+            if sys::close_range(3, keep - 1).is_err()
+                || sys::close_range(keep + 1, u32::MAX).is_err()
+            {
+                sys::exit_now(125);
+            }
+            for cap in 0..=sys::last_cap() {
+                let _ = sys::prctl(libc::PR_CAPBSET_DROP, cap.into(), 0);
+            }
+            if prepared.as_root && sys::clear_groups().is_err() {
+                sys::exit_now(125);
+            }
+            if sys::set_ids(SANDBOX_UID, SANDBOX_UID).is_err()
+                || sys::clear_capabilities().is_err()
+                || sys::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0).is_err()
+                || sys::seccomp_load(&prepared.filter).is_err()
+            {
+                sys::exit_now(125);
+            }
+            let socket = Path::new(crate::EGRESS_DIR).join("egress.sock");
+            let code = match (egress.bridge)(listener, &socket) {
+                Ok(()) => 0,
+                Err(_) => 1,
+            };
+            sys::exit_now(code)
+        }
+    }
 }
 
 /// The command: from here on nothing is given back. Never returns.

@@ -25,6 +25,13 @@ use std::time::Duration;
 
 pub use launch::{exec, spawn, Sandbox, Status};
 
+/// Blocks the signals that `exec` forwards, in the calling thread; call it
+/// before starting any thread so that the threads inherit the mask and the
+/// signals reach `exec`'s loop instead of killing the process.
+pub fn block_forwarded_signals() -> Result<()> {
+    sys::block_signals(&init::waited()).map_err(|e| Error::setup("block signals", e))
+}
+
 /// Whether mcpbox runs as root of the host (euid 0 in the initial user
 /// namespace): then the sandbox user maps to host uid [`ROOT_RUN_HOST_ID`].
 pub fn is_host_root() -> bool {
@@ -65,6 +72,25 @@ pub struct Limits {
     pub timeout: Option<Duration>,
 }
 
+/// Where the sandbox's network egress goes: a unix socket of mcpbox's
+/// proxy, outside, reached through a bridge inside the sandbox's network
+/// namespace listening on `127.0.0.1:port`.
+#[derive(Debug, Clone)]
+pub struct Egress {
+    /// Host directory holding the proxy's socket `egress.sock`; it appears
+    /// read-only at [`EGRESS_DIR`] inside.
+    pub socket_dir: PathBuf,
+    /// Port of the bridge on the sandbox's own loopback.
+    pub port: u16,
+    /// The bridge: forwards each accepted connection to the socket at the
+    /// given path. Runs in a small process of its own inside the sandbox,
+    /// without capabilities; returns only on a fatal error.
+    pub bridge: fn(std::net::TcpListener, &std::path::Path) -> std::io::Result<()>,
+}
+
+/// Where the proxy's socket directory appears inside the sandbox.
+pub const EGRESS_DIR: &str = "/run/mcpbox";
+
 /// How the command's stdio is connected.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stdio {
@@ -92,6 +118,8 @@ pub struct Spec {
     /// Accept the weaker tier (rlimits for memory, no cgroup for cpu).
     pub allow_degraded: bool,
     pub stdio: Stdio,
+    /// Egress through mcpbox's proxy; None: loopback only.
+    pub egress: Option<Egress>,
 }
 
 /// Errors of the sandbox, each naming the step that failed.

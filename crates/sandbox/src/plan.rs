@@ -350,6 +350,23 @@ pub fn plan(spec: &Spec, host: &HostFacts) -> Vec<Step> {
         });
     }
 
+    // The egress proxy's socket directory, when the policy opens egress.
+    if let Some(egress) = &spec.egress {
+        steps.push(Step::Dir {
+            path: p("/run"),
+            mode: 0o755,
+        });
+        steps.push(Step::Dir {
+            path: p(crate::EGRESS_DIR),
+            mode: 0o755,
+        });
+        steps.push(Step::Bind {
+            host: egress.socket_dir.clone(),
+            path: p(crate::EGRESS_DIR),
+            access: Access::ReadOnly,
+        });
+    }
+
     // A fresh /proc for the sandbox's own pid namespace.
     steps.push(Step::Dir {
         path: p("/proc"),
@@ -450,6 +467,7 @@ mod tests {
             allow_exec: None,
             allow_degraded: false,
             stdio: Stdio::Inherit,
+            egress: None,
         }
     }
 

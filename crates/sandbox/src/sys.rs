@@ -610,3 +610,13 @@ pub fn is_host_root() -> bool {
             .map(|m| m.split_whitespace().collect::<Vec<_>>() == ["0", "0", "4294967295"])
             .unwrap_or(false)
 }
+
+/// close_range(2) over [first, last]: used where a child that never execs
+/// must not hold descriptors (pipe ends) of its parent.
+pub fn close_range(first: u32, last: u32) -> io::Result<()> {
+    if first > last {
+        return Ok(());
+    }
+    // SAFETY: integer arguments.
+    check_long(unsafe { libc::syscall(libc::SYS_close_range, first, last, 0u32) }).map(drop)
+}
