@@ -207,30 +207,17 @@ fn command(
         fail("close fds", e);
     }
     // Capabilities, where we have any (root, or root of an outer user
-    // namespace): bounding set, ambient, identity, then explicit capset.
-    for cap in 0..=sys::last_cap() {
-        let _ = sys::prctl(libc::PR_CAPBSET_DROP, cap.into(), 0);
+    // namespace); as host root, also the identity of host nobody.
+    let uid = host_root.then_some(ROOT_RUN_HOST_ID);
+    if let Err((step, e)) = crate::launch::drop_privileges(host_root, uid, false) {
+        fail(step, e);
     }
-    let _ = sys::prctl(
-        libc::PR_CAP_AMBIENT,
-        libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong,
-        0,
-    );
-    if host_root {
-        if let Err(e) = sys::clear_groups() {
-            fail("setgroups", e);
-        }
-        if let Err(e) = sys::set_ids(ROOT_RUN_HOST_ID, ROOT_RUN_HOST_ID) {
-            fail("setresuid", e);
-        }
-    }
-    if let Err(e) = sys::clear_capabilities() {
-        fail("capset", e);
-    }
-    if let Err(e) = sys::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0) {
-        fail("no_new_privs", e);
-    }
-    match landlock::restrict_degraded(readable, writable, prepared.allow_exec.as_deref()) {
+    match landlock::restrict(
+        landlock::Tier::Degraded,
+        readable,
+        writable,
+        prepared.allow_exec.as_deref(),
+    ) {
         Ok(landlock::Enforced::Fully) | Ok(landlock::Enforced::Partially) => {}
         Ok(landlock::Enforced::Not) => fail(
             "landlock",

@@ -25,23 +25,40 @@ pub enum Enforced {
     Not,
 }
 
+/// Which tier a ruleset is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tier {
+    /// Inside the full sandbox: the mount namespace already hides the host,
+    /// so directory listing is allowed everywhere (it reveals only what the
+    /// new root shows) and the network namespace does the network.
+    Full,
+    /// The degraded tier (no namespaces): no listing of the host's
+    /// directories, no TCP bind or connect at all (ABI 4), and no signals
+    /// or abstract unix sockets outside the sandbox (ABI 6), standing in for
+    /// the missing network and pid namespaces.
+    Degraded,
+}
+
 /// Restricts the calling process: read (and, without an allow list,
 /// execute) below `readable`, everything below `writable`, device access
-/// below /dev, and execute only for `allow_exec` when given.
+/// below /dev, and execute only for `allow_exec` (plus the dynamic loader)
+/// when given. Older kernels get what their ABI has; the status says how
+/// much was enforced.
 pub fn restrict(
+    tier: Tier,
     readable: &[PathBuf],
     writable: &[PathBuf],
     allow_exec: Option<&[PathBuf]>,
 ) -> Result<Enforced, String> {
     let all = AccessFs::from_all(TARGET);
     let read_exec = AccessFs::from_read(TARGET);
-    let read: BitFlags<AccessFs> = if allow_exec.is_some() {
-        read_exec & !AccessFs::Execute
-    } else {
-        read_exec
+    let (read, write): (BitFlags<AccessFs>, BitFlags<AccessFs>) = match allow_exec {
+        // With an allow list nothing else, and nothing writable, executes.
+        Some(_) => (read_exec & !AccessFs::Execute, all & !AccessFs::Execute),
+        // Without one, written files may be executed too (scripts in tmp).
+        None => (read_exec, all),
     };
     let dev = AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::ReadDir | AccessFs::IoctlDev;
-
     let mut exec_files: Vec<PathBuf> = Vec::new();
     if let Some(list) = allow_exec {
         exec_files.extend(list.iter().cloned());
@@ -51,88 +68,35 @@ pub fn restrict(
             }
         }
     }
-    // Without an allow list, written files may be executed too (scripts in
-    // tmp); with one, nothing writable is executable.
-    let write: BitFlags<AccessFs> = if allow_exec.is_some() {
-        all & !AccessFs::Execute
-    } else {
-        all
-    };
-
-    let status = Ruleset::default()
-        .handle_access(all)
-        .map_err(|e| e.to_string())?
-        .create()
-        .map_err(|e| e.to_string())?
+    let err = |e: landlock::RulesetError| e.to_string();
+    let mut ruleset = Ruleset::default().handle_access(all).map_err(err)?;
+    if tier == Tier::Degraded {
+        ruleset = ruleset
+            .handle_access(AccessNet::from_all(ABI::V4))
+            .map_err(err)?
+            .scope(Scope::AbstractUnixSocket | Scope::Signal)
+            .map_err(err)?;
+    }
+    let mut created = ruleset.create().map_err(err)?;
+    if tier == Tier::Full {
+        created = created
+            .add_rules(path_beneath_rules([Path::new("/")], AccessFs::ReadDir))
+            .map_err(err)?;
+    }
+    let status = created
         .add_rules(path_beneath_rules(readable, read))
-        .map_err(|e| e.to_string())?
-        // Listing directories reveals only what the mount namespace already
-        // shows; without it `ls /` fails and confuses programs.
-        .add_rules(path_beneath_rules([Path::new("/")], AccessFs::ReadDir))
-        .map_err(|e| e.to_string())?
+        .map_err(err)?
         .add_rules(path_beneath_rules([Path::new("/dev")], dev))
-        .map_err(|e| e.to_string())?
+        .map_err(err)?
         .add_rules(path_beneath_rules(writable, write))
-        .map_err(|e| e.to_string())?
+        .map_err(err)?
         .add_rules(path_beneath_rules(
             &exec_files,
             AccessFs::Execute | AccessFs::ReadFile,
         ))
-        .map_err(|e| e.to_string())?
+        .map_err(err)?
         .restrict_self()
-        .map_err(|e| e.to_string())?;
-    Ok(match status.ruleset {
-        RulesetStatus::FullyEnforced => Enforced::Fully,
-        RulesetStatus::PartiallyEnforced => Enforced::Partially,
-        RulesetStatus::NotEnforced => Enforced::Not,
-    })
-}
-
-/// The degraded tier's ruleset: as [`restrict`] on host paths, plus (where
-/// the kernel has them) no TCP bind or connect at all (ABI 4) and no signals
-/// or abstract unix sockets outside the sandbox (ABI 6), standing in for the
-/// missing network and pid namespaces.
-pub fn restrict_degraded(
-    readable: &[PathBuf],
-    writable: &[PathBuf],
-    allow_exec: Option<&[PathBuf]>,
-) -> Result<Enforced, String> {
-    let all = AccessFs::from_all(TARGET);
-    let read_exec = AccessFs::from_read(TARGET);
-    let read: BitFlags<AccessFs> = if allow_exec.is_some() {
-        read_exec & !AccessFs::Execute
-    } else {
-        read_exec
-    };
-    let write: BitFlags<AccessFs> = if allow_exec.is_some() {
-        all & !AccessFs::Execute
-    } else {
-        all
-    };
-    let dev = AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::ReadDir | AccessFs::IoctlDev;
-    let exec_files: Vec<PathBuf> = allow_exec.map(|l| l.to_vec()).unwrap_or_default();
-    let status = Ruleset::default()
-        .handle_access(all)
-        .map_err(|e| e.to_string())?
-        .handle_access(AccessNet::from_all(ABI::V4))
-        .map_err(|e| e.to_string())?
-        .scope(Scope::AbstractUnixSocket | Scope::Signal)
-        .map_err(|e| e.to_string())?
-        .create()
-        .map_err(|e| e.to_string())?
-        .add_rules(path_beneath_rules(readable, read))
-        .map_err(|e| e.to_string())?
-        .add_rules(path_beneath_rules([Path::new("/dev")], dev))
-        .map_err(|e| e.to_string())?
-        .add_rules(path_beneath_rules(writable, write))
-        .map_err(|e| e.to_string())?
-        .add_rules(path_beneath_rules(
-            &exec_files,
-            AccessFs::Execute | AccessFs::ReadFile,
-        ))
-        .map_err(|e| e.to_string())?
-        .restrict_self()
-        .map_err(|e| e.to_string())?;
+        .map_err(err)?;
     Ok(match status.ruleset {
         RulesetStatus::FullyEnforced => Enforced::Fully,
         RulesetStatus::PartiallyEnforced => Enforced::Partially,

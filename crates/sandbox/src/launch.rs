@@ -744,15 +744,7 @@ fn start_bridge(prepared: &Prepared, egress: &crate::Egress, rep: RawFd) {
             {
                 sys::exit_now(125);
             }
-            for cap in 0..=sys::last_cap() {
-                let _ = sys::prctl(libc::PR_CAPBSET_DROP, cap.into(), 0);
-            }
-            if prepared.as_root && sys::clear_groups().is_err() {
-                sys::exit_now(125);
-            }
-            if sys::set_ids(SANDBOX_UID, SANDBOX_UID).is_err()
-                || sys::clear_capabilities().is_err()
-                || sys::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0).is_err()
+            if drop_privileges(prepared.as_root, Some(SANDBOX_UID), true).is_err()
                 || sys::seccomp_load(&prepared.filter).is_err()
             {
                 sys::exit_now(125);
@@ -765,6 +757,45 @@ fn start_bridge(prepared: &Prepared, egress: &crate::Egress, rep: RawFd) {
             sys::exit_now(code)
         }
     }
+}
+
+/// Gives up every privilege, in the order that makes each step possible:
+/// the bounding set first (needs CAP_SETPCAP, which we may still have), then
+/// ambient, then groups and ids, then whatever capabilities are left,
+/// cleared explicitly: an unprivileged caller's uid never was 0, so
+/// setresuid alone would not clear anything (capabilities(7), "Effect of
+/// user ID changes on capabilities"). Last, no_new_privs: execve can never
+/// grant privileges again (setuid bits, file capabilities), and an
+/// unprivileged seccomp filter needs it.
+///
+/// `clear_groups` where setgroups is allowed (a namespace made by root);
+/// `uid` to switch to (both uid and gid); `strict` makes a bounding-set
+/// failure other than EINVAL an error (the degraded tier may have no
+/// CAP_SETPCAP to drop with, and then has no capabilities to drop either).
+pub(crate) fn drop_privileges(
+    clear_groups: bool,
+    uid: Option<u32>,
+    strict: bool,
+) -> Result<(), (&'static str, std::io::Error)> {
+    for cap in 0..=sys::last_cap() {
+        if let Err(e) = sys::prctl(libc::PR_CAPBSET_DROP, cap.into(), 0) {
+            if strict && e.raw_os_error() != Some(libc::EINVAL) {
+                return Err(("drop bounding set", e));
+            }
+        }
+    }
+    let clear_all = libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong;
+    sys::prctl(libc::PR_CAP_AMBIENT, clear_all, 0)
+        .map_err(|e| ("clear ambient capabilities", e))?;
+    if clear_groups {
+        sys::clear_groups().map_err(|e| ("setgroups", e))?;
+    }
+    if let Some(id) = uid {
+        sys::set_ids(id, id).map_err(|e| ("setresuid", e))?;
+    }
+    sys::clear_capabilities().map_err(|e| ("capset", e))?;
+    sys::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0).map_err(|e| ("no_new_privs", e))?;
+    Ok(())
 }
 
 /// The command: from here on nothing is given back. Never returns.
@@ -787,43 +818,11 @@ fn command_process(prepared: &Prepared, rep: RawFd) -> ! {
     if let Err(e) = sys::cloexec_fds_from(3) {
         report(rep, "close fds", &e);
     }
-    // Capabilities: the bounding set first (needs CAP_SETPCAP, which we still
-    // have), then ambient, then the identity change, then clear whatever is
-    // left explicitly: an unprivileged caller's uid never was 0, so setresuid
-    // alone would not clear anything (capabilities(7), "Effect of user ID
-    // changes on capabilities").
-    for cap in 0..=sys::last_cap() {
-        if let Err(e) = sys::prctl(libc::PR_CAPBSET_DROP, cap.into(), 0) {
-            if e.raw_os_error() != Some(libc::EINVAL) {
-                report(rep, "drop bounding set", &e);
-            }
-        }
-    }
-    if let Err(e) = sys::prctl(
-        libc::PR_CAP_AMBIENT,
-        libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong,
-        0,
-    ) {
-        report(rep, "clear ambient capabilities", &e);
-    }
-    if prepared.as_root {
-        // setgroups is allowed in a root-made namespace: drop host groups.
-        if let Err(e) = sys::clear_groups() {
-            report(rep, "setgroups", &e);
-        }
-    }
-    if let Err(e) = sys::set_ids(SANDBOX_UID, SANDBOX_UID) {
-        report(rep, "setresuid", &e);
-    }
-    if let Err(e) = sys::clear_capabilities() {
-        report(rep, "capset", &e);
-    }
-    // no_new_privs: execve can never grant privileges again (setuid bits,
-    // file capabilities); also required for an unprivileged seccomp filter.
-    if let Err(e) = sys::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0) {
-        report(rep, "no_new_privs", &e);
+    if let Err((step, e)) = drop_privileges(prepared.as_root, Some(SANDBOX_UID), true) {
+        report(rep, step, &e);
     }
     match landlock::restrict(
+        landlock::Tier::Full,
         &prepared.readable,
         &prepared.writable,
         prepared.allow_exec.as_deref(),
