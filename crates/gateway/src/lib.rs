@@ -31,6 +31,12 @@
 //! # }
 //! ```
 //!
+//! Other threads can ask the host a question through the same elicitation
+//! path tool approvals use: [`Relay::host_asker`] gives a cloneable
+//! [`HostAsker`] (the egress proxy's network approvals go through it).
+//! With [`Config::output_dir`] set, each call's audit record lists the
+//! files it wrote there ([`written`]).
+//!
 //! Error codes the relay itself answers with (outside the JSON-RPC reserved
 //! range -32768..=-32000 except where JSON-RPC defines the meaning):
 //!
@@ -57,6 +63,7 @@ pub mod redact;
 mod relay;
 pub mod screen;
 pub mod secrets;
+pub mod written;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -66,7 +73,7 @@ pub use pin::{accept_pins, pending_path, pin_list, tool_digest, PinError, PinSto
 pub use policy::{
     Action, AllowAll, ApprovalAnswer, ApprovalRequest, Approver, Decision, ToolHints, ToolPolicy,
 };
-pub use relay::{relay, Relay, StderrHandler};
+pub use relay::{relay, HostAsker, NetworkAnswer, Relay, StderrHandler};
 pub use secrets::{load_secret, Secret, SecretError, SecretSource, Secrets};
 
 /// Policy refusal as a protocol error (only with [`Config::deny_as_error`];
@@ -137,6 +144,11 @@ pub struct Config {
     /// Answer denied calls with a [`CODE_POLICY_DENIED`] protocol error
     /// instead of a tool result with `isError: true`.
     pub deny_as_error: bool,
+    /// Host path of the server's output directory (`/workspace/output`
+    /// inside the sandbox). When set, each finished `tools/call` is audited
+    /// with the regular files in it changed during the call
+    /// ([`written::files_written_since`]); `None` records none.
+    pub output_dir: Option<PathBuf>,
 }
 
 impl Default for Config {
@@ -155,6 +167,7 @@ impl Default for Config {
             pin_file: None,
             accept_pin_changes: false,
             deny_as_error: false,
+            output_dir: None,
         }
     }
 }

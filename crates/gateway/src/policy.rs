@@ -123,7 +123,7 @@ pub enum ApprovalAnswer {
 /// run on its own thread) and must return by `request.expires_at`.
 /// Elicitation through the host is one implementation, built into the
 /// relay; a console or CLI approver plugs in through
-/// [`crate::RelayOptions::fallback_approver`].
+/// [`crate::Relay::fallback_approver`].
 pub trait Approver: Send + Sync {
     /// Asks about one call and waits for the answer.
     fn approve(&self, request: &ApprovalRequest) -> ApprovalAnswer;

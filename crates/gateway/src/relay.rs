@@ -47,16 +47,36 @@ enum Ev {
         key: u64,
         answer: ApprovalAnswer,
     },
-    Elicit {
-        id: String,
-        message: String,
-        expires: Instant,
-        reply: Sender<ApprovalAnswer>,
-    },
+    /// Send an `elicitation/create` to the host and route its answer back.
+    Elicit(ElicitRequest),
+}
+
+/// One question for the host, sent by a thread outside the session.
+struct ElicitRequest {
+    /// Prefix of the request id (the session adds its nonce and a counter).
+    prefix: &'static str,
+    message: String,
+    /// The form's `requestedSchema`.
+    schema: Value,
+    expires: Instant,
+    /// Ask only if the host's last word was that it answers elicitation
+    /// (for questions not bound to a host request, such as network
+    /// approvals); otherwise answer [`Elicited::Unavailable`] at once.
+    needs_capability: bool,
+    reply: Sender<Elicited>,
+}
+
+/// What came back for an [`ElicitRequest`].
+enum Elicited {
+    /// The host's whole JSON-RPC response (result or error).
+    Response(Value),
+    /// The question could not be asked (no capability, host gone).
+    Unavailable,
 }
 
 /// A relay session, configured with a builder.
 pub struct Relay {
+    shared: Arc<Shared>,
     config: Config,
     launcher: Box<dyn Launcher>,
     policy: Arc<dyn ToolPolicy>,
@@ -83,6 +103,10 @@ impl Relay {
     /// no secrets and no audit sink until set.
     pub fn new(config: Config, launcher: Box<dyn Launcher>) -> Relay {
         Relay {
+            shared: Arc::new(Shared {
+                session: Mutex::new(None),
+                cv: Condvar::new(),
+            }),
             config,
             launcher,
             policy: Arc::new(crate::policy::AllowAll),
@@ -126,6 +150,18 @@ impl Relay {
     pub fn fallback_approver(mut self, approver: Arc<dyn Approver>) -> Relay {
         self.approver = Some(approver);
         self
+    }
+
+    /// A handle through which other threads (the egress proxy's) can ask
+    /// the host a question through MCP elicitation while this relay runs.
+    /// Before [`Relay::run`] starts and after it returns, every question
+    /// gets [`NetworkAnswer::Unavailable`].
+    pub fn host_asker(&self) -> HostAsker {
+        HostAsker {
+            dispatch: Dispatch(Arc::downgrade(&self.shared)),
+            server: self.config.server_name.clone(),
+            timeout: self.config.approval_timeout,
+        }
     }
 
     /// Runs the session until the host closes its input or the server
@@ -248,6 +284,8 @@ enum Pending {
         tool: String,
         args_digest: String,
         started: Instant,
+        /// The start on the file systems' clock, for `files_written`.
+        since: SystemTime,
         deadline: Option<Instant>,
         decision: Decision,
     },
@@ -302,9 +340,14 @@ struct Session {
     inflight: HashMap<String, InFlight>,
     approvals: HashMap<u64, WaitingApproval>,
     next_key: u64,
-    elicits: HashMap<String, (Sender<ApprovalAnswer>, Instant)>,
+    next_elicit: u64,
+    elicits: HashMap<String, (Sender<Elicited>, Instant)>,
     nonce: String,
+    /// Elicitation as declared at `initialize`.
     host_elicitation: bool,
+    /// Elicitation as the host last declared it, at `initialize` or in a
+    /// request's `_meta` (2026-07-28): what questions outside a request go by.
+    last_elicitation: bool,
     hints: HashMap<String, ToolHints>,
     withheld: HashMap<String, &'static str>,
     pins: Option<PinStore>,
@@ -360,6 +403,7 @@ impl Session {
         host_out: Box<dyn Write + Send>,
     ) -> Result<Arc<Shared>> {
         let Relay {
+            shared,
             config,
             launcher,
             policy,
@@ -369,10 +413,6 @@ impl Session {
             stderr,
         } = relay;
         secrets.warn_short();
-        let shared = Arc::new(Shared {
-            session: Mutex::new(None),
-            cv: Condvar::new(),
-        });
         let dispatch = Dispatch(Arc::downgrade(&shared));
         let pins = match &config.pin_file {
             Some(p) => Some(PinStore::open(p)?),
@@ -413,9 +453,11 @@ impl Session {
             inflight: HashMap::new(),
             approvals: HashMap::new(),
             next_key: 0,
+            next_elicit: 0,
             elicits: HashMap::new(),
             nonce: make_nonce(),
             host_elicitation: false,
+            last_elicitation: false,
             hints: HashMap::new(),
             withheld: HashMap::new(),
             pins,
@@ -563,11 +605,29 @@ impl Session {
     }
 
     fn audit_event(&self, kind: Kind, fill: impl FnOnce(&mut AuditEvent)) {
+        self.audit.record(self.event(kind, fill));
+    }
+
+    fn event(&self, kind: Kind, fill: impl FnOnce(&mut AuditEvent)) -> AuditEvent {
         let mut e = self.template();
         e.time_ms = now_ms();
         e.kind = Some(kind);
         fill(&mut e);
-        self.audit.record(e);
+        e
+    }
+
+    /// Fills `files_written` of a finished call's record from the output
+    /// directory, when the config names one. Bounded (see
+    /// [`crate::written`]); runs after the response went to the host.
+    fn add_files_written(&self, since: SystemTime, e: &mut AuditEvent) {
+        let Some(dir) = &self.config.output_dir else {
+            return;
+        };
+        let w = crate::written::files_written_since(dir, since);
+        e.files_written = w.paths;
+        if w.truncated {
+            e.detail = json!({"files_written_truncated": true});
+        }
     }
 
     fn flag(&mut self, tool: Option<&str>, rule: &'static str, source: &str) {
@@ -692,39 +752,32 @@ impl Session {
             }
             Ev::Server { .. } | Ev::ServerError { .. } => Ok(()),
             Ev::ApprovalDone { key, answer } => self.approval_done(key, answer),
-            Ev::Elicit {
-                id,
-                message,
-                expires,
-                reply,
-            } => {
-                let request = json!({
-                    "jsonrpc": "2.0",
-                    "id": id,
-                    "method": "elicitation/create",
-                    "params": {
-                        "mode": "form",
-                        "message": message,
-                        "requestedSchema": {
-                            "type": "object",
-                            "properties": {
-                                "approve": {
-                                    "type": "boolean",
-                                    "title": "Approve this tool call",
-                                    "description": "true runs exactly this call once; anything else denies it",
-                                    "default": false
-                                }
-                            },
-                            "required": ["approve"]
-                        }
-                    }
-                });
-                self.elicits
-                    .insert(id_key(&Value::String(id)), (reply, expires));
-                let ok = self.send_host_value(&request);
-                req(ok)
-            }
+            Ev::Elicit(q) => self.elicit(q),
         }
+    }
+
+    /// Sends one `elicitation/create` to the host, with an id no server
+    /// can guess, and remembers where its answer goes.
+    fn elicit(&mut self, q: ElicitRequest) -> Result<(), EndReason> {
+        if self.host_closed.is_some() || (q.needs_capability && !self.last_elicitation) {
+            let _ = q.reply.send(Elicited::Unavailable);
+            return Ok(());
+        }
+        let id = format!("{}-{}-{}", q.prefix, self.nonce, self.next_elicit);
+        self.next_elicit += 1;
+        let request = json!({
+            "jsonrpc": "2.0",
+            "id": id,
+            "method": "elicitation/create",
+            "params": {
+                "mode": "form",
+                "message": q.message,
+                "requestedSchema": q.schema,
+            }
+        });
+        self.elicits
+            .insert(id_key(&Value::String(id)), (q.reply, q.expires));
+        req(self.send_host_value(&request))
     }
 
     fn host_eof(&mut self) -> Result<(), EndReason> {
@@ -733,6 +786,8 @@ impl Session {
             self.host_closed = Some(Instant::now());
             self.server.stdin = None;
             self.approvals.clear();
+            // nobody will answer now: wake the threads waiting on the host
+            self.elicits.clear();
         }
         Ok(())
     }
@@ -754,6 +809,7 @@ impl Session {
                     tool,
                     args_digest,
                     started,
+                    since,
                     decision,
                     ..
                 } = f.pending
@@ -771,6 +827,7 @@ impl Session {
                         e.source = Some(decision.source);
                         e.args_digest = Some(args_digest);
                         e.duration_ms = Some(ms(started.elapsed()));
+                        self.add_files_written(since, e);
                     });
                     let msg = format!("tool call timed out after {limit:?}");
                     let ok = self.host_error(
@@ -873,6 +930,7 @@ impl Session {
                 tool,
                 args_digest,
                 started,
+                since,
                 decision,
                 ..
             } = f.pending
@@ -885,6 +943,7 @@ impl Session {
                     e.args_digest = Some(args_digest);
                     e.duration_ms = Some(ms(started.elapsed()));
                     e.exit_status = Some(info.status());
+                    self.add_files_written(since, e);
                 });
             }
             if self.host_closed.is_none() || ok {
@@ -1076,7 +1135,7 @@ impl Session {
             (None, Some(id)) => {
                 let key = id_key(id);
                 if let Some((reply, _)) = self.elicits.remove(&key) {
-                    let _ = reply.send(elicitation_answer(&v));
+                    let _ = reply.send(Elicited::Response(v));
                     return Ok(());
                 }
                 if key.contains(&self.nonce) {
@@ -1097,11 +1156,20 @@ impl Session {
         line: Vec<u8>,
     ) -> Result<(), EndReason> {
         let params = v.get("params");
+        if let Some(caps) = params
+            .and_then(|p| p.get("_meta"))
+            .and_then(|m| m.get(META_CLIENT_CAPS))
+        {
+            self.last_elicitation = caps
+                .get("elicitation")
+                .is_some_and(supports_form_elicitation);
+        }
         match method.as_str() {
             "initialize" => {
                 self.host_elicitation = params
                     .and_then(|p| p.pointer("/capabilities/elicitation"))
                     .is_some_and(supports_form_elicitation);
+                self.last_elicitation = self.host_elicitation;
                 self.initialize_params = params.cloned();
                 self.track(id, Pending::Handshake);
                 self.send_server(&line);
@@ -1181,7 +1249,6 @@ impl Session {
                     Some((
                         Arc::new(ElicitationApprover {
                             dispatch: self.dispatch.clone(),
-                            id: format!("mcpbox-approval-{}-{}", self.nonce, self.next_key),
                         }),
                         "approval:elicitation",
                     ))
@@ -1265,12 +1332,18 @@ impl Session {
     ) {
         let now = Instant::now();
         let deadline = self.config.call_timeout.map(|t| now + t);
+        let since = if self.config.output_dir.is_some() {
+            crate::written::coarse_now()
+        } else {
+            UNIX_EPOCH
+        };
         self.track(
             id,
             Pending::ToolsCall {
                 tool,
                 args_digest,
                 started: now,
+                since,
                 deadline,
                 decision,
             },
@@ -1347,6 +1420,7 @@ impl Session {
                     tool,
                     args_digest,
                     started,
+                    since,
                     decision,
                     ..
                 } = f.pending
@@ -1359,6 +1433,7 @@ impl Session {
                         e.args_digest = Some(args_digest);
                         e.result_bytes = Some(len as u64);
                         e.duration_ms = Some(ms(started.elapsed()));
+                        self.add_files_written(since, e);
                     });
                 }
                 let msg = format!(
@@ -1401,6 +1476,8 @@ impl Session {
             changed |= self.strip_cut_secrets(&mut v);
         }
         let mut tool_name = None;
+        // a finished call's record, written once the response is out
+        let mut finished: Option<(AuditEvent, SystemTime)> = None;
         if !has_method {
             let Some(id) = v.get("id") else {
                 tracing::warn!(server = %self.config.server_name, "server message without id or method dropped");
@@ -1421,6 +1498,7 @@ impl Session {
                     tool,
                     args_digest,
                     started,
+                    since,
                     decision,
                     ..
                 } => {
@@ -1428,7 +1506,7 @@ impl Session {
                     let is_error = v.get("error").is_some()
                         || v.pointer("/result/isError") == Some(&Value::Bool(true));
                     let bytes = original_len.unwrap_or(line.len()) as u64;
-                    self.audit_event(Kind::ToolCall, |e| {
+                    let event = self.event(Kind::ToolCall, |e| {
                         e.tool = Some(tool.clone());
                         e.decision = Some(audit_decision(decision.action));
                         e.reason = Some(if is_error {
@@ -1441,6 +1519,7 @@ impl Session {
                         e.result_bytes = Some(bytes);
                         e.duration_ms = Some(ms(started.elapsed()));
                     });
+                    finished = Some((event, since));
                     tool_name = Some(tool);
                 }
                 Pending::Other => {}
@@ -1452,6 +1531,10 @@ impl Session {
         } else {
             self.send_host(&line)
         };
+        if let Some((mut event, since)) = finished {
+            self.add_files_written(since, &mut event);
+            self.audit.record(event);
+        }
         req(ok)
     }
 
@@ -1899,7 +1982,6 @@ fn sniff_id(prefix: &[u8]) -> Option<String> {
 /// session loop sends the request and routes the host's answer back.
 struct ElicitationApprover {
     dispatch: Dispatch,
-    id: String,
 }
 
 impl Approver for ElicitationApprover {
@@ -1916,21 +1998,204 @@ impl Approver for ElicitationApprover {
             "mcpbox: approve one call to tool `{}` on server `{}`?\narguments sha256: {}\npolicy: {} ({})\nexpires: unix time {} (in {}s)",
             request.tool, request.server, request.args_digest, request.decision.reason, request.decision.source, expires_unix, secs.as_secs()
         );
-        let (reply_tx, reply_rx) = mpsc::channel();
-        let expires = Instant::now() + secs;
-        if !self.dispatch.send(Ev::Elicit {
-            id: self.id.clone(),
+        let schema = json!({
+            "type": "object",
+            "properties": {
+                "approve": {
+                    "type": "boolean",
+                    "title": "Approve this tool call",
+                    "description": "true runs exactly this call once; anything else denies it",
+                    "default": false
+                }
+            },
+            "required": ["approve"]
+        });
+        match ask_host(
+            &self.dispatch,
+            "mcpbox-approval",
             message,
-            expires,
-            reply: reply_tx,
-        }) {
-            return ApprovalAnswer::Unavailable;
+            schema,
+            secs,
+            false,
+        ) {
+            Asked::Response(v) => elicitation_answer(&v),
+            Asked::Unavailable => ApprovalAnswer::Unavailable,
+            Asked::Timeout => ApprovalAnswer::Timeout,
         }
-        match reply_rx.recv_timeout(secs) {
-            Ok(a) => a,
-            Err(RecvTimeoutError::Timeout) => ApprovalAnswer::Timeout,
-            Err(RecvTimeoutError::Disconnected) => ApprovalAnswer::Timeout,
+    }
+}
+
+/// How [`ask_host`] ended.
+enum Asked {
+    Response(Value),
+    Unavailable,
+    Timeout,
+}
+
+/// Sends one elicitation through the session and waits for the host's
+/// answer, at most `wait`.
+fn ask_host(
+    dispatch: &Dispatch,
+    prefix: &'static str,
+    message: String,
+    schema: Value,
+    wait: Duration,
+    needs_capability: bool,
+) -> Asked {
+    let (reply, rx) = mpsc::channel();
+    let expires = Instant::now() + wait;
+    let sent = dispatch.send(Ev::Elicit(ElicitRequest {
+        prefix,
+        message,
+        schema,
+        expires,
+        needs_capability,
+        reply,
+    }));
+    if !sent {
+        return Asked::Unavailable;
+    }
+    match rx.recv_timeout(wait) {
+        Ok(Elicited::Response(v)) => Asked::Response(v),
+        Ok(Elicited::Unavailable) => Asked::Unavailable,
+        Err(RecvTimeoutError::Timeout) => Asked::Timeout,
+        // the session dropped the question: it expired, or the host or
+        // the session went away first
+        Err(RecvTimeoutError::Disconnected) => {
+            if Instant::now() >= expires {
+                Asked::Timeout
+            } else {
+                Asked::Unavailable
+            }
         }
+    }
+}
+
+/// The host's answer to a network question ([`HostAsker::ask_network`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NetworkAnswer {
+    /// Allow this one connection.
+    Once,
+    /// Allow this host and port for the rest of the session.
+    Session,
+    /// The human accepted the form and chose to deny (or sent a choice
+    /// that is not one of the offered ones).
+    Denied,
+    /// The human declined or cancelled the form, or the host answered
+    /// with an error.
+    Declined,
+    /// Nobody answered before the approval timeout.
+    Timeout,
+    /// The question could not be asked: the host did not declare form
+    /// elicitation (at `initialize` or, in the 2026-07-28 era, in the last
+    /// request's `_meta`), the session is not running, or the host is gone.
+    Unavailable,
+}
+
+impl NetworkAnswer {
+    /// Machine-readable reason, for logs and audit detail.
+    pub fn reason(self) -> &'static str {
+        match self {
+            NetworkAnswer::Once => "approval.granted_once",
+            NetworkAnswer::Session => "approval.granted_session",
+            NetworkAnswer::Denied => "approval.denied",
+            NetworkAnswer::Declined => "approval.declined",
+            NetworkAnswer::Timeout => "approval.timeout",
+            NetworkAnswer::Unavailable => "approval.required",
+        }
+    }
+}
+
+/// A cloneable, thread-safe handle that asks the host a question through
+/// MCP elicitation (form mode) on behalf of a running [`Relay`]; made with
+/// [`Relay::host_asker`]. Each question goes out as its own
+/// `elicitation/create` request with an id bound to this session (a nonce
+/// the server cannot guess), names the server, and lapses after the relay's
+/// `approval_timeout`.
+#[derive(Clone)]
+pub struct HostAsker {
+    dispatch: Dispatch,
+    server: String,
+    timeout: Duration,
+}
+
+impl std::fmt::Debug for HostAsker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostAsker")
+            .field("server", &self.server)
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Longest host name quoted in a question.
+const MAX_QUOTED_HOST: usize = 253;
+
+impl HostAsker {
+    /// Asks whether the sandboxed server may connect to `host:port`, which
+    /// the network policy does not list. Blocks until the host answers or
+    /// the approval timeout passes; never longer.
+    pub fn ask_network(&self, host: &str, port: u16) -> NetworkAnswer {
+        // the name comes from the sandboxed server: quote it inertly
+        let mut quoted: String = host
+            .chars()
+            .take(MAX_QUOTED_HOST)
+            .flat_map(char::escape_default)
+            .collect();
+        if host.chars().count() > MAX_QUOTED_HOST {
+            quoted.push_str("...");
+        }
+        let expires_unix = SystemTime::now()
+            .checked_add(self.timeout)
+            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+            .map_or(0, |d| d.as_secs());
+        let message = format!(
+            "mcpbox: server `{}` wants to connect to {quoted} port {port}, which its network policy does not list.\nonce: allow this one connection; session: allow {quoted}:{port} until the server stops; deny: refuse it.\nexpires: unix time {expires_unix} (in {}s)",
+            self.server,
+            self.timeout.as_secs()
+        );
+        let schema = json!({
+            "type": "object",
+            "properties": {
+                "decision": {
+                    "type": "string",
+                    "title": format!("Allow a connection to {quoted}:{port}?"),
+                    "description": "once: this connection only; session: every connection to this host and port until the server stops; deny: refuse",
+                    "enum": ["once", "session", "deny"],
+                    "default": "deny"
+                }
+            },
+            "required": ["decision"]
+        });
+        let answer = match ask_host(
+            &self.dispatch,
+            "mcpbox-network",
+            message,
+            schema,
+            self.timeout,
+            true,
+        ) {
+            Asked::Response(v) => network_answer(&v),
+            Asked::Unavailable => NetworkAnswer::Unavailable,
+            Asked::Timeout => NetworkAnswer::Timeout,
+        };
+        tracing::info!(server = %self.server, host = %quoted, port, answer = answer.reason(), "network approval");
+        answer
+    }
+}
+
+/// Reads the host's answer to a network question.
+fn network_answer(v: &Value) -> NetworkAnswer {
+    if v.pointer("/result/action").and_then(Value::as_str) != Some("accept") {
+        return NetworkAnswer::Declined;
+    }
+    match v
+        .pointer("/result/content/decision")
+        .and_then(Value::as_str)
+    {
+        Some("once") => NetworkAnswer::Once,
+        Some("session") => NetworkAnswer::Session,
+        _ => NetworkAnswer::Denied,
     }
 }
 

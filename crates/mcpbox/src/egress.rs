@@ -4,13 +4,15 @@
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use anyhow::Context;
 use mcpbox_audit::Sink;
 use mcpbox_egress::{
-    DenyAllApprover, EgressPolicy, Ids, Proxy, Shutdown, SystemConnector, SystemResolver, Verdict,
+    ApprovalAnswer, Approver, DenyAllApprover, EgressPolicy, Ids, Proxy, Shutdown, SystemConnector,
+    SystemResolver, Verdict,
 };
+use mcpbox_gateway::{HostAsker, NetworkAnswer};
 use mcpbox_policy::{NetDecision, NetworkRules};
 
 /// The bridge's port on the sandbox's own loopback.
@@ -42,6 +44,51 @@ impl EgressPolicy for Rules {
     }
 }
 
+/// Asks the host about unlisted hosts (`network.unlisted = "approve"`)
+/// through the relay's elicitation path, the one tool approvals use. The
+/// relay is made after the proxy (the sandbox spec the proxy fills in goes
+/// into the relay's launcher), so the asker is set once it exists; until
+/// then, and whenever the host cannot or does not say yes, the answer is
+/// deny.
+#[derive(Clone, Default)]
+pub struct HostApprover {
+    asker: Arc<OnceLock<HostAsker>>,
+}
+
+impl HostApprover {
+    /// An approver that denies until [`HostApprover::connect`] is called.
+    pub fn new() -> HostApprover {
+        HostApprover::default()
+    }
+
+    /// Routes questions to `asker` from now on (the first call wins).
+    pub fn connect(&self, asker: HostAsker) {
+        let _ = self.asker.set(asker);
+    }
+}
+
+impl Approver for HostApprover {
+    fn ask(&self, host: &str, port: u16) -> ApprovalAnswer {
+        let Some(asker) = self.asker.get() else {
+            tracing::info!(host, port, "network approval: no host channel yet; denied");
+            return ApprovalAnswer::Deny;
+        };
+        match asker.ask_network(host, port) {
+            NetworkAnswer::Once => ApprovalAnswer::Once,
+            NetworkAnswer::Session => ApprovalAnswer::Session,
+            other => {
+                tracing::info!(
+                    host,
+                    port,
+                    reason = other.reason(),
+                    "network approval denied"
+                );
+                ApprovalAnswer::Deny
+            }
+        }
+    }
+}
+
 /// A running proxy; stopping it (on drop) also removes its socket directory.
 pub struct Running {
     shutdown: Shutdown,
@@ -66,11 +113,25 @@ fn runtime_base() -> PathBuf {
 
 /// Starts the proxy for `rules` and points `spec` at it: the sandbox gets
 /// the bridge and the proxy environment. Dropping the result stops it.
+/// Unlisted hosts are refused even under `network.unlisted = "approve"`:
+/// `exec` has no channel to a human (network.approval_denied).
 pub fn start(
     rules: &NetworkRules,
     sink: Arc<dyn Sink>,
     ids: Ids,
     spec: &mut mcpbox_sandbox::Spec,
+) -> anyhow::Result<Running> {
+    start_with_approver(rules, sink, ids, spec, Arc::new(DenyAllApprover))
+}
+
+/// [`start`], with `approver` asked about unlisted hosts when the policy
+/// says `network.unlisted = "approve"` (`run` passes a [`HostApprover`]).
+pub fn start_with_approver(
+    rules: &NetworkRules,
+    sink: Arc<dyn Sink>,
+    ids: Ids,
+    spec: &mut mcpbox_sandbox::Spec,
+    approver: Arc<dyn Approver>,
 ) -> anyhow::Result<Running> {
     let root = crate::preflight::is_root();
     let base = runtime_base();
@@ -105,9 +166,7 @@ pub fn start(
         Arc::new(Rules(rules.clone())),
         Arc::new(SystemResolver),
         Arc::new(SystemConnector::default()),
-        // Approval of unlisted hosts needs a human channel; `exec` has
-        // none, so an unlisted host is refused with network.approval_denied.
-        Arc::new(DenyAllApprover),
+        approver,
         sink,
         ids,
     );

@@ -159,6 +159,8 @@ pub fn run(policy: Option<PathBuf>, command: Vec<OsString>) -> anyhow::Result<i3
     let mut spec = preflight::spec(&loaded, command, mcpbox_sandbox::Stdio::Piped)?;
     let sandbox_id = state::new_id();
     let audit = state::open_audit(&state::audit_path(&loaded.policy))?;
+    // unlisted hosts are asked about through the relay's host channel
+    let approver = crate::egress::HostApprover::new();
     let _proxy = if loaded.policy.network.is_closed() {
         None
     } else {
@@ -167,11 +169,12 @@ pub fn run(policy: Option<PathBuf>, command: Vec<OsString>) -> anyhow::Result<i3
             workspace_id: String::new(),
             server: loaded.policy.name().to_string(),
         };
-        Some(crate::egress::start(
+        Some(crate::egress::start_with_approver(
             &loaded.policy.network,
             audit.clone(),
             ids,
             &mut spec,
+            Arc::new(approver.clone()),
         )?)
     };
     let p = &loaded.policy;
@@ -188,9 +191,12 @@ pub fn run(policy: Option<PathBuf>, command: Vec<OsString>) -> anyhow::Result<i3
         call_timeout: p.process.call_timeout,
         redact_credential_shapes: p.output.redact_credential_shapes,
         pin_file: Some(pins),
+        output_dir: spec.output.clone(),
         ..Config::default()
     };
-    let outcome = Relay::new(config, Box::new(SandboxLauncher { spec }))
+    let relay = Relay::new(config, Box::new(SandboxLauncher { spec }));
+    approver.connect(relay.host_asker());
+    let outcome = relay
         .policy(Arc::new(Tools(p.tools.clone())))
         .secrets(secrets(&loaded)?)
         .audit(audit)

@@ -11,24 +11,8 @@ mod common;
 use std::path::PathBuf;
 use std::process::Command;
 
+use common::peers::{mount_same_path, peers};
 use common::{mcpbox, Workspace};
-
-fn peers() -> PathBuf {
-    let dir = std::env::var_os("MCPBOX_PEERS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                .join("../../.local/peers")
-                .canonicalize()
-                .unwrap_or_default()
-        });
-    assert!(
-        dir.join("venv/bin/python").exists() && dir.join("npm/bin").exists(),
-        "interop peers missing at {}: run scripts/install-peers.sh",
-        dir.display()
-    );
-    dir
-}
 
 fn client_script() -> PathBuf {
     std::env::var_os("MCPBOX_INTEROP_CLIENT")
@@ -69,11 +53,7 @@ fn drive(
 }
 
 fn npm_mount() -> String {
-    let npm = peers().join("npm");
-    format!(
-        "[[filesystem.mounts]]\nhost = \"{0}\"\nat = \"{0}\"\n",
-        npm.display()
-    )
+    mount_same_path(&peers().join("npm"))
 }
 
 fn everything(mode: &str) {
@@ -162,10 +142,7 @@ fn server_filesystem_cannot_reach_outside_its_workspace() {
 fn time_server(mode: &str) {
     let ws = Workspace::new();
     let venv = peers().join("venv");
-    let policy = format!(
-        "[[filesystem.mounts]]\nhost = \"{0}\"\nat = \"{0}\"\n[audit]\npath = \"audit.db\"\n",
-        venv.display()
-    );
+    let policy = format!("{}[audit]\npath = \"audit.db\"\n", mount_same_path(&venv));
     let server = vec![
         venv.join("bin/mcp-server-time").display().to_string(),
         "--local-timezone".into(),

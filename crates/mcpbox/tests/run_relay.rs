@@ -44,20 +44,7 @@ fn start(ws: &Workspace, p: &Path, server: &str, env: &[(&str, &str)]) -> Sessio
 }
 
 fn audit_json(ws: &Workspace) -> Vec<Value> {
-    let out = std::process::Command::new(mcpbox())
-        .args(["audit", "--json", "--db"])
-        .arg(ws.path().join("audit.db"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
+    common::audit::events(&ws.path().join("audit.db"))
 }
 
 #[test]

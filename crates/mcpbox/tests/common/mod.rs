@@ -3,7 +3,10 @@
 //! probe inside.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod audit;
+pub mod http;
 pub mod mcp;
+pub mod peers;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
