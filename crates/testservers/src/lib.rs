@@ -143,7 +143,17 @@ pub fn serve(server: &mut dyn Server) -> io::Result<()> {
                 Ok(r)
             }
             "server/discover" => {
-                let mut r = json!({"supportedVersions": VERSIONS, "capabilities": caps, "serverInfo": info});
+                // The 2026-07-28 shape: a complete, privately cacheable result
+                // with the server's identity in _meta (as the Python SDK's
+                // servers answer).
+                let mut r = json!({
+                    "resultType": "complete",
+                    "ttlMs": 0,
+                    "cacheScope": "private",
+                    "supportedVersions": VERSIONS,
+                    "capabilities": caps,
+                    "_meta": {"io.modelcontextprotocol/serverInfo": info},
+                });
                 if let Some(i) = server.instructions() {
                     r["instructions"] = json!(i);
                 }
