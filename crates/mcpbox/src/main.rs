@@ -129,7 +129,7 @@ fn start_egress(
     let store = state::open_audit(&state::audit_path(&loaded.policy))?;
     let ids = mcpbox_egress::Ids {
         sandbox_id: state::new_id(),
-        workspace_id: String::new(),
+        workspace_id: state::workspace_id(spec),
         server: loaded.policy.name().to_string(),
     };
     egress::start(&loaded.policy.network, store, ids, spec)

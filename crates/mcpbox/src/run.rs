@@ -100,7 +100,7 @@ fn exit_info(s: Status) -> ExitInfo {
 
 impl ProcessControl for Control {
     fn terminate(&mut self) -> std::io::Result<()> {
-        self.0.signal(libc_sigterm());
+        self.0.signal(libc::SIGTERM);
         Ok(())
     }
     fn kill(&mut self) -> std::io::Result<()> {
@@ -119,11 +119,6 @@ impl ProcessControl for Control {
             .map(exit_info)
             .map_err(|e| std::io::Error::other(e.to_string()))
     }
-}
-
-/// SIGTERM's number, without a libc dependency in the binary.
-fn libc_sigterm() -> i32 {
-    15
 }
 
 /// Where the tool pins of this policy are kept.
@@ -158,6 +153,7 @@ pub fn run(policy: Option<PathBuf>, command: Vec<OsString>) -> anyhow::Result<i3
     let loaded = preflight::load(policy.as_deref())?;
     let mut spec = preflight::spec(&loaded, command, mcpbox_sandbox::Stdio::Piped)?;
     let sandbox_id = state::new_id();
+    let workspace_id = state::workspace_id(&spec);
     let audit = state::open_audit(&state::audit_path(&loaded.policy))?;
     // unlisted hosts are asked about through the relay's host channel
     let approver = crate::egress::HostApprover::new();
@@ -166,7 +162,7 @@ pub fn run(policy: Option<PathBuf>, command: Vec<OsString>) -> anyhow::Result<i3
     } else {
         let ids = mcpbox_egress::Ids {
             sandbox_id: sandbox_id.clone(),
-            workspace_id: String::new(),
+            workspace_id: workspace_id.clone(),
             server: loaded.policy.name().to_string(),
         };
         Some(crate::egress::start_with_approver(
@@ -185,7 +181,7 @@ pub fn run(policy: Option<PathBuf>, command: Vec<OsString>) -> anyhow::Result<i3
     let config = Config {
         server_name: p.name().to_string(),
         sandbox_id,
-        workspace_id: String::new(),
+        workspace_id,
         max_line: usize::try_from(p.output.max_line).unwrap_or(usize::MAX),
         max_result: usize::try_from(p.output.max_result).unwrap_or(usize::MAX),
         call_timeout: p.process.call_timeout,

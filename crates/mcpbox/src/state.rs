@@ -57,3 +57,26 @@ pub fn new_id() -> String {
     }
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
+
+/// The workspace's id: a stable digest of the host directories it exposes
+/// (input, output, mounts), so records of the same workspace group
+/// together across sandboxes. 12 hex digits of FNV-1a; an id, not a secret.
+pub fn workspace_id(spec: &mcpbox_sandbox::Spec) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut feed = |bytes: &[u8]| {
+        for b in bytes.iter().chain(b"\0") {
+            h ^= u64::from(*b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+    };
+    use std::os::unix::ffi::OsStrExt;
+    for p in spec
+        .input
+        .iter()
+        .chain(spec.output.iter())
+        .chain(spec.mounts.iter().map(|m| &m.host))
+    {
+        feed(p.as_os_str().as_bytes());
+    }
+    format!("{:012x}", h & 0xffff_ffff_ffff)
+}
