@@ -5,7 +5,7 @@
 #   .local/peers/venv/bin/     python with the mcp SDK, mcp-server-time, mcp-server-fetch
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-PEERS="$ROOT/.local/peers"
+PEERS="${MCPBOX_PEERS_DIR:-$ROOT/.local/peers}"
 NPM_PKGS=(
   "@modelcontextprotocol/server-everything@2026.8.31"
   "@modelcontextprotocol/server-filesystem@2026.8.31"
