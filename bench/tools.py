@@ -4,6 +4,13 @@
   tools.py mem --name NAME --out FILE -- CMD [ARGS...]
       Runs CMD and samples VmRSS/VmHWM of that process (not its children)
       from /proc/PID/status until it exits; writes JSON to FILE.
+  tools.py relay DIR
+      Pools DIR/relay/{latency,coldstart,memory}/*.json (written by
+      mcpclient.py) into tables under DIR/extra/.
+  tools.py egress DIR
+      Parses DIR/egress/egress_bench.txt (the stdout of crates/egress's
+      egress_bench example) and DIR/egress/e2e/*.json (httpbench.py client
+      lines) into tables under DIR/extra/.
   tools.py report DIR
       Prints the tables for one bench/run result directory and writes
       DIR/summary.json.
@@ -11,6 +18,8 @@
 
 import json
 import os
+import re
+import statistics
 import subprocess
 import sys
 import time
@@ -205,12 +214,212 @@ def cmd_report(argv):
     return 0
 
 
+# ---------------------------------------------------------------------------
+# relay (issue 3) and egress (issue 4) tables
+# ---------------------------------------------------------------------------
+RELAY_ORDER = ["direct", "direct-clean-env", "mcpbox", "mcpbox-audit-tmpfs", "supergateway", "mcp-proxy"]
+RELAY_TARGET = ("target (issue 3): mcpbox under 0.1 ms added per call at the median with policy, "
+                "redaction and audit on; many times the calls/s of either bridge")
+COLD_TARGET = "target (issue 3): cold start within 10 ms of the unsandboxed server's"
+RMEM_TARGET = ("target (issue 3): mcpbox run's own resident memory under 20 MiB at idle and "
+               "under 64 MiB while a server sends a 64 MiB result")
+
+
+def relay_key(name):
+    return (RELAY_ORDER.index(name) if name in RELAY_ORDER else len(RELAY_ORDER), name)
+
+
+def pooled(dirpath):
+    """{name: [row dicts]} from NAME.rN.json files (mcpclient.py output)."""
+    rows = {}
+    for f in sorted(Path(dirpath).glob("*.json")) if Path(dirpath).is_dir() else []:
+        try:
+            d = json.loads(f.read_text())
+        except ValueError:
+            d = {"name": f.stem.split(".")[0], "status": "failed", "why": f"unreadable {f.name}"}
+        rows.setdefault(d.get("name", f.stem.split(".")[0]), []).append(d)
+    return rows
+
+
+def nearest_rank(vals, p):
+    vals = sorted(vals)
+    k = max(0, min(len(vals) - 1, int(round(p / 100.0 * len(vals) + 0.5)) - 1))
+    return vals[k]
+
+
+def write_table(out, stem, title, columns, rows, notes):
+    (out / "extra").mkdir(parents=True, exist_ok=True)
+    (out / "extra" / f"{stem}.json").write_text(json.dumps(
+        {"title": title, "columns": columns, "rows": rows, "notes": notes}, indent=2))
+
+
+def first_failure(runs):
+    for r in runs:
+        if r.get("status") != "ok":
+            return r.get("why", "unknown")
+    return None
+
+
+def cmd_relay(argv):
+    if len(argv) != 1:
+        sys.exit("usage: tools.py relay DIR")
+    out = Path(argv[0])
+    rel = out / "relay"
+
+    # --- latency ---
+    lat = pooled(rel / "latency")
+    stats = {}
+    for name, runs in lat.items():
+        ok = [r for r in runs if r.get("status") == "ok"]
+        why = first_failure(runs)
+        if not ok:
+            stats[name] = {"failed": why}
+            continue
+        samples = [x for r in ok for x in r["samples_ms"]]
+        total_s = sum(r["calls"] / r["calls_per_s"] for r in ok)
+        stats[name] = {"p50": statistics.median(samples), "p99": nearest_rank(samples, 99),
+                       "cps": sum(r["calls"] for r in ok) / total_s,
+                       "round_p50s": [r["p50_ms"] for r in ok], "rounds": len(ok),
+                       "calls": len(samples), "partial": why}
+    if stats:
+        d = stats.get("direct", {}).get("p50")
+        m = stats.get("mcpbox", {}).get("p50")
+        rows = []
+        for name in sorted(stats, key=relay_key):
+            s = stats[name]
+            if "failed" in s:
+                rows.append([name, f"failed: {s['failed']}"])
+                continue
+            spread = f"{min(s['round_p50s']):.3f}-{max(s['round_p50s']):.3f}"
+            rows.append([name, s["p50"], s["p99"], round(s["cps"]),
+                         s["p50"] - d if d else None, s["p50"] / d if d else None,
+                         s["p50"] / m if m else None, spread, s["calls"]])
+        notes = ["p50/p99 over all calls of all rounds pooled; 'round p50s' shows the spread between rounds",
+                 "direct and mcpbox: stdio; supergateway (--stateful) and mcp-proxy: Streamable HTTP on loopback, one keep-alive connection",
+                 "mcpbox: [secrets] (redaction on) and the SQLite audit log on disk; mcpbox-audit-tmpfs: the same with the audit database on /dev/shm (shows the cost of fsync per record)",
+                 RELAY_TARGET]
+        if d and m:
+            notes.insert(0, f"mcpbox adds {(m - d) * 1e3:.0f} us per call at the median over direct")
+        for name, s in sorted(stats.items()):
+            if s.get("partial"):
+                notes.append(f"{name}: some rounds failed: {s['partial']}")
+        write_table(out, "relay-1-latency", "relay overhead: tools/call echo round trip, server-everything",
+                    ["path", "p50 ms", "p99 ms", "calls/s", "+ms vs direct", "x direct", "x mcpbox",
+                     "round p50s", "calls"], rows, notes)
+
+    # --- cold start ---
+    cold = pooled(rel / "coldstart")
+    if cold:
+        rows, base = [], None
+        for name in sorted(cold, key=relay_key):
+            ok = [r for r in cold[name] if r.get("status") == "ok"]
+            if not ok:
+                rows.append([name, f"failed: {first_failure(cold[name])}"])
+                continue
+            samples = [x for r in ok for x in r["samples_ms"]]
+            med = statistics.median(samples)
+            if name == "direct":
+                base = med
+            listed = sorted({r.get("tools") for r in ok if r.get("tools") is not None})
+            rows.append([name, med, min(samples), max(samples), med - base if base else None, len(samples),
+                         "/".join(str(x) for x in listed) or "-"])
+        write_table(out, "relay-2-coldstart", "cold start: spawn to the answer of the first tools/list",
+                    ["path", "median ms", "min ms", "max ms", "+ms vs direct", "runs", "tools listed"], rows,
+                    ["each run: spawn, initialize, notifications/initialized, tools/list; runs interleaved",
+                     "direct-clean-env: the server unsandboxed with only PATH, HOME and LANG, near what mcpbox gives "
+                     "its sandbox (the host's NODE_EXTRA_CA_CERTS alone costs node ~100 ms at start)",
+                     COLD_TARGET])
+
+    # --- memory ---
+    mem = pooled(rel / "memory")
+    if mem:
+        rows = []
+        for name in sorted(mem):
+            for r in mem[name]:
+                if r.get("status") != "ok":
+                    rows.append([name, f"failed: {r.get('why')}"])
+                    continue
+                kib = 1024.0
+                rows.append([name, r["idle_vmrss_kib"] / kib,
+                             (r.get("idle_own_tree_vmrss_kib") or 0) / kib,
+                             r["big_vmhwm_kib"] / kib, r["big_vmrss_max_kib"] / kib,
+                             r["after_vmrss_kib"] / kib, r["answer_bytes"] / kib / kib,
+                             r["call_ms"]])
+        write_table(out, "relay-3-memory",
+                    "memory of mcpbox run itself (the relay process, not the server) with flood's 64 MiB result",
+                    ["policy", "idle RSS MiB", "idle all mcpbox MiB", "VmHWM MiB", "RSS max MiB",
+                     "RSS after MiB", "answer MiB", "call ms"], rows,
+                    ["idle: after initialize + tools/list and 1 s; VmHWM: the relay's peak after `tools/call big {\"mib\": 64}`",
+                     "'all mcpbox': the relay plus mcpbox's supervisor and in-sandbox helper processes, at idle",
+                     "max_line-128MiB: the whole 64 MiB line is accepted, then cut to [output] max_result (1 MiB); "
+                     "max_line-default: 16 MiB, over-long strings are cut while streaming",
+                     RMEM_TARGET])
+    return 0
+
+
+EGRESS_LINE = re.compile(
+    r"^(?P<path>\S.*?)\s+(?P<tput>[\d.]+) GB/s\s+(?P<pct>[\d.]+)%\s+(?P<p50>[\d.]+) us\s+"
+    r"(?P<p99>[\d.]+) us\s+(?P<added>-?[\d.]+) us\s*$")
+
+
+def cmd_egress(argv):
+    if len(argv) != 1:
+        sys.exit("usage: tools.py egress DIR")
+    out = Path(argv[0])
+    eg = out / "egress"
+    txt = eg / "egress_bench.txt"
+    failed = eg / "egress_bench.failed"
+    rows, notes = [], []
+    if failed.exists():
+        rows.append(["egress_bench", f"failed: {failed.read_text().strip()}"])
+    elif txt.exists():
+        for line in txt.read_text().splitlines():
+            m = EGRESS_LINE.match(line)
+            if m:
+                rows.append([m["path"], float(m["tput"]), float(m["pct"]), float(m["p50"]),
+                             float(m["p99"]), float(m["added"])])
+            elif line.startswith("egress_bench:"):
+                notes.append(line)
+        if not rows:
+            rows.append(["egress_bench", "failed: no result lines in its output (see egress/egress_bench.txt)"])
+    if rows:
+        notes.append("target (issue 4): >= 90% of direct throughput; < 200 us added per new connection at the median")
+        write_table(out, "egress-1-proxy", "egress proxy in-process (crates/egress example egress_bench)",
+                    ["path", "GB/s", "% of direct", "connect p50 us", "connect p99 us", "added p50 us"], rows, notes)
+
+    e2e = pooled(eg / "e2e")
+    if e2e:
+        rows, base = [], {}
+        for name in ("direct", "mcpbox-exec"):
+            if name not in e2e:
+                continue
+            ok = [r for r in e2e[name] if r.get("status") == "ok"]
+            if not ok:
+                rows.append([name, f"failed: {first_failure(e2e[name])}"])
+                continue
+            mbs = statistics.median(r["mb_per_s"] for r in ok)
+            p50 = statistics.median(r["request_p50_ms"] for r in ok)
+            p99 = statistics.median(r["request_p99_ms"] for r in ok)
+            if name == "direct":
+                base = {"mbs": mbs, "p50": p50}
+            rows.append([name, mbs, mbs / base["mbs"] * 100 if base else None, p50, p99,
+                         (p50 - base["p50"]) * 1e3 if base else None,
+                         ok[0]["bytes"] / 2 ** 20, len(ok)])
+        write_table(out, "egress-2-e2e",
+                    "egress end to end: python urllib download on the host vs inside `mcpbox exec` through the proxy",
+                    ["path", "MB/s", "% of direct", "request p50 ms", "request p99 ms", "added p50 us", "MiB", "rounds"],
+                    rows,
+                    ["plain-HTTP forwarding (HTTP_PROXY) to a loopback server named bench.test via [network.hosts]; "
+                     "requests: GET of 1 byte, a new connection each; medians over rounds",
+                     "both ends are Python: the ratio, not the MB/s, is the figure"])
+    return 0
+
+
 def main():
-    if len(sys.argv) < 2 or sys.argv[1] not in ("mem", "report"):
+    cmds = {"mem": cmd_mem, "report": cmd_report, "relay": cmd_relay, "egress": cmd_egress}
+    if len(sys.argv) < 2 or sys.argv[1] not in cmds:
         sys.exit(__doc__)
-    if sys.argv[1] == "mem":
-        return cmd_mem(sys.argv[2:])
-    return cmd_report(sys.argv[2:])
+    return cmds[sys.argv[1]](sys.argv[2:])
 
 
 if __name__ == "__main__":
