@@ -114,6 +114,16 @@ impl std::str::FromStr for Kind {
     }
 }
 
+/// When a record counts as written (see [`SqliteStore::open_with`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Durability {
+    /// In the write-ahead log: survives a crash of the process.
+    #[default]
+    Process,
+    /// Flushed to disk: survives a crash of the machine.
+    Machine,
+}
+
 /// The decision attached to an event, when there is one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

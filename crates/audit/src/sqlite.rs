@@ -1,10 +1,13 @@
 //! The default audit store: an embedded SQLite database with a hash chain.
 //!
-//! Durability: WAL journal with `synchronous=FULL`, one transaction per event,
-//! so a `record` that returned is on disk and survives a crash of the process
-//! (and of the machine, as far as the disk honours `fsync`). Where WAL is not
-//! available (some network filesystems) SQLite keeps its rollback journal,
-//! which with `synchronous=FULL` gives the same guarantee.
+//! Durability: WAL journal, one transaction per event. With
+//! [`Durability::Process`] (`synchronous=NORMAL`, the default) a `record`
+//! that returned is in the write-ahead log and survives a crash or kill of
+//! the process; a crash of the machine may lose the last few records. With
+//! [`Durability::Machine`] (`synchronous=FULL`) it is also on disk, as far as
+//! the disk honours `fsync`, at the price of a flush per event. Where WAL is
+//! not available (some network filesystems) SQLite keeps its rollback
+//! journal, always with `synchronous=FULL`.
 //!
 //! Tamper evidence: each row stores `prev_hash` and
 //! `hash = sha256(prev_hash || canonical JSON of the record)`, the record
@@ -34,7 +37,7 @@ use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 
 use crate::canonical::{chain_hash, record_json, GENESIS};
 use crate::pending::{write_through, Pending};
-use crate::{Error, Event, Query, Result, Sink};
+use crate::{Durability, Error, Event, Query, Result, Sink};
 
 /// The schema version this build writes. Stored in the `schema_version`
 /// table; a database from a newer build is refused rather than misread.
@@ -136,6 +139,11 @@ impl SqliteStore {
     /// parent directories) and its schema when absent, and migrating an older
     /// schema. Refuses a schema newer than [`SCHEMA_VERSION`].
     pub fn open(path: &Path) -> Result<SqliteStore> {
+        Self::open_with(path, Durability::Machine)
+    }
+
+    /// Opens (creating) the store with the given durability.
+    pub fn open_with(path: &Path, durability: Durability) -> Result<SqliteStore> {
         if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
             std::fs::create_dir_all(parent).map_err(Error::io("create dir", parent))?;
         }
@@ -155,10 +163,18 @@ impl SqliteStore {
         let mode: String = conn
             .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
             .map_err(Error::sqlite("set journal mode"))?;
-        if !mode.eq_ignore_ascii_case("wal") {
+        let wal = mode.eq_ignore_ascii_case("wal");
+        if !wal {
             tracing::warn!(path = %path.display(), mode, "audit database not in WAL mode; using its rollback journal with synchronous=FULL");
         }
-        conn.pragma_update(None, "synchronous", "FULL")
+        // NORMAL is only crash-safe for the process in WAL mode; anything
+        // else gets FULL.
+        let sync = if wal && durability == Durability::Process {
+            "NORMAL"
+        } else {
+            "FULL"
+        };
+        conn.pragma_update(None, "synchronous", sync)
             .map_err(Error::sqlite("set synchronous"))?;
         migrate(&mut conn)?;
         Ok(SqliteStore {

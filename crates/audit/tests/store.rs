@@ -95,7 +95,11 @@ fn crash_child_records_then_waits_for_sigkill() {
     let Ok(path) = std::env::var("MCPBOX_AUDIT_CRASH_CHILD_DB") else {
         return;
     };
-    let store = SqliteStore::open(Path::new(&path)).unwrap();
+    let durability = match std::env::var("MCPBOX_AUDIT_CRASH_CHILD_DURABILITY").as_deref() {
+        Ok("process") => mcpbox_audit::Durability::Process,
+        _ => mcpbox_audit::Durability::Machine,
+    };
+    let store = SqliteStore::open_with(Path::new(&path), durability).unwrap();
     fill(&store, 5);
     println!("recorded");
     // Killed here: no destructor, no checkpoint, no close.
@@ -105,6 +109,17 @@ fn crash_child_records_then_waits_for_sigkill() {
 
 #[test]
 fn record_survives_sigkill_of_the_writing_process() {
+    sigkill_after_records("machine");
+}
+
+#[test]
+fn record_survives_sigkill_with_process_durability() {
+    // The default: commits go to the write-ahead log without an fsync; a
+    // killed process still loses nothing.
+    sigkill_after_records("process");
+}
+
+fn sigkill_after_records(durability: &str) {
     use std::io::BufRead;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("crash.db");
@@ -116,6 +131,7 @@ fn record_survives_sigkill_of_the_writing_process() {
             "--test-threads=1",
         ])
         .env("MCPBOX_AUDIT_CRASH_CHILD_DB", &path)
+        .env("MCPBOX_AUDIT_CRASH_CHILD_DURABILITY", durability)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
         .spawn()

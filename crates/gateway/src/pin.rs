@@ -33,20 +33,35 @@ pub enum PinError {
 pub struct Pins {
     /// Tool name to hex SHA-256 of its definition.
     pub tools: BTreeMap<String, String>,
+    /// Whether a tool list has been pinned at all. A session that only
+    /// initialized pins the instructions but not the (unseen) tool set, which
+    /// must not read as "the server has no tools" (an empty pinned set would
+    /// withhold every tool forever after).
+    pub tools_pinned: bool,
     /// Hex SHA-256 of the server instructions, when it gave any.
     pub instructions: Option<String>,
 }
 
 impl Pins {
     fn to_json(&self) -> Value {
-        json!({ "version": 1, "tools": self.tools, "instructions": self.instructions })
+        let tools = if self.tools_pinned {
+            json!(self.tools)
+        } else {
+            Value::Null
+        };
+        json!({ "version": 1, "tools": tools, "instructions": self.instructions })
     }
 
     fn from_json(v: &Value) -> Option<Pins> {
-        let tools = v.get("tools")?.as_object()?;
         let mut out = Pins::default();
-        for (k, d) in tools {
-            out.tools.insert(k.clone(), d.as_str()?.to_string());
+        match v.get("tools") {
+            None | Some(Value::Null) => {}
+            Some(tools) => {
+                out.tools_pinned = true;
+                for (k, d) in tools.as_object()? {
+                    out.tools.insert(k.clone(), d.as_str()?.to_string());
+                }
+            }
         }
         out.instructions = v
             .get("instructions")
@@ -181,7 +196,10 @@ pub fn pin_list(
     list_result: &Value,
     instructions: Option<&str>,
 ) -> Result<(), PinError> {
-    let mut pins = Pins::default();
+    let mut pins = Pins {
+        tools_pinned: true,
+        ..Pins::default()
+    };
     for tool in list_result
         .get("tools")
         .and_then(Value::as_array)
@@ -208,9 +226,9 @@ impl PinStore {
         })
     }
 
-    /// True once pins exist (on disk or established in this session).
+    /// True once a tool list is pinned (on disk or in this session).
     pub fn established(&self) -> bool {
-        self.pins.is_some()
+        self.pins.as_ref().is_some_and(|p| p.tools_pinned)
     }
 
     /// The current pins.
@@ -256,6 +274,10 @@ impl PinStore {
             }
             self.pending.tools.insert(name.to_string(), digest);
             verdicts.push(verdict);
+        }
+        if establish && !pins.tools_pinned {
+            pins.tools_pinned = true;
+            dirty = true;
         }
         if dirty {
             write_atomic(&self.path, &pins.to_json())?;
@@ -319,6 +341,47 @@ mod tests {
 
     fn tool(name: &str, desc: &str) -> Value {
         json!({"name": name, "description": desc, "inputSchema": {"type": "object"}})
+    }
+
+    #[test]
+    fn instructions_only_session_does_not_pin_an_empty_tool_set() {
+        let dir = std::env::temp_dir().join(format!("mcpbox-pin-empty-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("pins.json");
+        let _ = std::fs::remove_file(&file);
+        let mut store = PinStore::open(&file).unwrap();
+        assert_eq!(
+            store.check_instructions("hello", true, false).unwrap(),
+            None
+        );
+        // A later session has pinned instructions but no tool set yet: its
+        // first list establishes the tools instead of withholding them all.
+        let store = PinStore::open(&file).unwrap();
+        assert!(!store.established());
+        let mut store = PinStore::open(&file).unwrap();
+        let v = store
+            .check_tools(&[tool("a", "adds")], !store.established(), false)
+            .unwrap();
+        assert_eq!(v, vec![PinVerdict::Pinned]);
+        assert!(PinStore::open(&file).unwrap().established());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn empty_pinned_tool_set_still_counts_as_pinned() {
+        let dir = std::env::temp_dir().join(format!("mcpbox-pin-none-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("pins.json");
+        let _ = std::fs::remove_file(&file);
+        let mut store = PinStore::open(&file).unwrap();
+        store.check_tools(&[], true, false).unwrap();
+        let mut store = PinStore::open(&file).unwrap();
+        assert!(store.established());
+        let v = store
+            .check_tools(&[tool("sneaky", "new")], false, false)
+            .unwrap();
+        assert_eq!(v[0].reason(), Some("pin.new"));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

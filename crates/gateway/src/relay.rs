@@ -1316,7 +1316,9 @@ impl Session {
         }
         let store = self.pins.as_ref()?;
         let pins = store.pins()?;
-        if !self.pin_establishing && !pins.tools.is_empty() && !pins.tools.contains_key(tool) {
+        // A call to a tool outside a pinned set is refused even when the host
+        // never listed tools in this session (a pinned set may be empty).
+        if !self.pin_establishing && pins.tools_pinned && !pins.tools.contains_key(tool) {
             return Some("pin.new");
         }
         None

@@ -126,7 +126,7 @@ fn start_egress(
     loaded: &preflight::Loaded,
     spec: &mut mcpbox_sandbox::Spec,
 ) -> anyhow::Result<egress::Running> {
-    let store = state::open_audit(&state::audit_path(&loaded.policy))?;
+    let store = state::open_audit(&loaded.policy)?;
     let ids = mcpbox_egress::Ids {
         sandbox_id: state::new_id(),
         workspace_id: state::workspace_id(spec),

@@ -154,7 +154,7 @@ pub fn run(policy: Option<PathBuf>, command: Vec<OsString>) -> anyhow::Result<i3
     let mut spec = preflight::spec(&loaded, command, mcpbox_sandbox::Stdio::Piped)?;
     let sandbox_id = state::new_id();
     let workspace_id = state::workspace_id(&spec);
-    let audit = state::open_audit(&state::audit_path(&loaded.policy))?;
+    let audit = state::open_audit(&loaded.policy)?;
     // unlisted hosts are asked about through the relay's host channel
     let approver = crate::egress::HostApprover::new();
     let _proxy = if loaded.policy.network.is_closed() {

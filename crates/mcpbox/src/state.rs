@@ -37,9 +37,14 @@ pub fn audit_path(policy: &Policy) -> PathBuf {
         .unwrap_or_else(|| state_dir().join("audit.db"))
 }
 
-/// Opens (creating) the audit store.
-pub fn open_audit(path: &std::path::Path) -> anyhow::Result<Arc<SqliteStore>> {
-    let store = SqliteStore::open(path)
+/// Opens (creating) the audit store of `policy`, with its durability.
+pub fn open_audit(policy: &Policy) -> anyhow::Result<Arc<SqliteStore>> {
+    let path = audit_path(policy);
+    let durability = match policy.audit.durability {
+        mcpbox_policy::Durability::Process => mcpbox_audit::Durability::Process,
+        mcpbox_policy::Durability::Machine => mcpbox_audit::Durability::Machine,
+    };
+    let store = SqliteStore::open_with(&path, durability)
         .with_context(|| format!("opening the audit log {}", path.display()))?;
     Ok(Arc::new(store))
 }

@@ -277,3 +277,42 @@ fn audit_records_calls_with_digests_never_arguments() {
         String::from_utf8_lossy(&verify.stdout)
     );
 }
+
+#[test]
+fn session_without_tools_list_does_not_pin_an_empty_tool_set() {
+    // Regression: an initialize-only session once pinned "no tools", and
+    // every later session withheld every tool as new.
+    let ws = server_ws("plain");
+    let p = policy(&ws, "");
+    let mut s = start(&ws, &p, "plain", &[]);
+    s.initialize();
+    let r = s.call("echo", json!({"text": "before any list"}));
+    assert_eq!(result_text(&r), "before any list");
+    s.finish();
+    let mut s = start(&ws, &p, "plain", &[]);
+    s.initialize();
+    let names = s.tool_names();
+    assert!(
+        names.contains(&"echo".to_string()),
+        "tools withheld after an initialize-only session: {names:?}"
+    );
+    s.finish();
+}
+
+#[test]
+fn call_to_a_tool_outside_the_pins_is_refused_even_without_a_list() {
+    let ws = server_ws("rugpull");
+    let p = policy(&ws, "");
+    let mut s = start(&ws, &p, "rugpull", &[]);
+    s.initialize();
+    let first = s.tool_names();
+    assert!(!first.contains(&"exfil".to_string()));
+    s.finish();
+    // A new session calls the unpinned tool straight away, never listing.
+    let mut s = start(&ws, &p, "rugpull", &[]);
+    s.initialize();
+    let r = s.call("exfil", json!({"data": "x"}));
+    assert_eq!(r["result"]["isError"], json!(true), "{r}");
+    assert!(r.to_string().contains("pin.new"), "{r}");
+    s.finish();
+}

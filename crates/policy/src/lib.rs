@@ -26,7 +26,7 @@ pub use credentials::{credential_kind, CREDENTIAL_LOCATIONS};
 pub use diagnostic::{Diagnostic, Location};
 pub use examples::Example;
 pub use model::{
-    Audit, Env, Filesystem, Mount, MountMode, Output, Policy, Process, Sandbox, Secret,
+    Audit, Durability, Env, Filesystem, Mount, MountMode, Output, Policy, Process, Sandbox, Secret,
     SecretSource, Server, DEFAULT_MAX_LINE, DEFAULT_MAX_RESULT, DEFAULT_PIDS, DEFAULT_TMP,
 };
 pub use network::{HostPattern, HostRule, NetDecision, NetworkRules, Unlisted};

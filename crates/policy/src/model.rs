@@ -378,4 +378,21 @@ pub struct Audit {
     /// mcpbox in its state directory.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<PathBuf>,
+    /// When a record counts as written: "process" (default: committed to the
+    /// database's write-ahead log, so a crash of mcpbox loses nothing) or "machine"
+    /// (also flushed to disk before the call goes on, so a power loss loses nothing;
+    /// costs a disk flush per event).
+    #[serde(default)]
+    pub durability: Durability,
+}
+
+/// How durable an audit record is when the relay moves on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Durability {
+    /// Survives a crash of mcpbox (SQLite WAL, synchronous=NORMAL).
+    #[default]
+    Process,
+    /// Survives a crash of the machine (synchronous=FULL: an fsync per event).
+    Machine,
 }
