@@ -631,7 +631,16 @@ fn build_root(steps: &[Step]) -> Result<(), (String, std::io::Error)> {
                 let target = new(path);
                 match std::fs::create_dir(&target) {
                     Ok(()) => {}
-                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                        // Never chmod through a symlink of the new root: it
+                        // would resolve against the staging root.
+                        let is_dir = std::fs::symlink_metadata(&target)
+                            .map(|m| m.is_dir())
+                            .unwrap_or(false);
+                        if !is_dir {
+                            return Err((at("mkdir (exists and is not a directory)", path), e));
+                        }
+                    }
                     Err(e) => return Err((at("mkdir", path), e)),
                 }
                 use std::os::unix::fs::PermissionsExt;

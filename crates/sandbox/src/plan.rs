@@ -304,12 +304,21 @@ pub fn plan(spec: &Spec, host: &HostFacts) -> Vec<Step> {
         uid: SANDBOX_UID,
         gid: SANDBOX_UID,
     });
-    // Programs that hard-code /tmp get the sandbox's own tmp.
-    steps.push(Step::Symlink {
-        path: p("/tmp"),
-        target: p(TMP),
-    });
-
+    // Programs that hard-code /tmp get the sandbox's own tmp, unless an
+    // extra mount lives below /tmp (a tool installed under the host's /tmp,
+    // mounted at the same path): then /tmp is a plain directory holding the
+    // mount points, and programs use HOME or /workspace/tmp.
+    if spec.mounts.iter().any(|m| m.at.starts_with("/tmp")) {
+        steps.push(Step::Dir {
+            path: p("/tmp"),
+            mode: 0o755,
+        });
+    } else {
+        steps.push(Step::Symlink {
+            path: p("/tmp"),
+            target: p(TMP),
+        });
+    }
     // Extra mounts from the policy.
     for (i, m) in spec.mounts.iter().enumerate() {
         let is_file = host.mount_is_file.get(i).copied().unwrap_or(false);
@@ -584,6 +593,31 @@ mod tests {
             writable_paths(&s),
             vec![PathBuf::from(TMP), PathBuf::from("/dev/shm")]
         );
+    }
+
+    #[test]
+    fn mount_below_tmp_makes_tmp_a_directory_not_the_symlink() {
+        // Regression: a mount at /tmp/x once tried to chmod through the
+        // /tmp -> /workspace/tmp symlink while building the root.
+        let mut s = spec();
+        s.mounts.push(BindMount {
+            host: "/tmp/ci/venv".into(),
+            at: "/tmp/ci/venv".into(),
+            writable: false,
+        });
+        let steps = plan(&s, &debian());
+        assert!(steps.contains(&Step::Dir {
+            path: "/tmp".into(),
+            mode: 0o755
+        }));
+        assert!(!steps
+            .iter()
+            .any(|st| matches!(st, Step::Symlink { path, .. } if path == Path::new("/tmp"))));
+        let plain = plan(&spec(), &debian());
+        assert!(plain.contains(&Step::Symlink {
+            path: "/tmp".into(),
+            target: TMP.into()
+        }));
     }
 
     #[test]
