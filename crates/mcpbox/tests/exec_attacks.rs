@@ -786,8 +786,15 @@ fn mount_at_the_same_path_below_tmp_works() {
     std::fs::create_dir(&data).unwrap();
     std::fs::write(data.join("tool.txt"), "tool").unwrap();
     std::fs::set_permissions(&data, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    std::fs::set_permissions(data.join("tool.txt"), std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
-    let p = ws.policy(&format!("[[filesystem.mounts]]\nhost = \"{0}\"\nat = \"{0}\"\n", data.display()));
+    std::fs::set_permissions(
+        data.join("tool.txt"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o644),
+    )
+    .unwrap();
+    let p = ws.policy(&format!(
+        "[[filesystem.mounts]]\nhost = \"{0}\"\nat = \"{0}\"\n",
+        data.display()
+    ));
     let line = ws.probe_line(&p, &["read", &data.join("tool.txt").display().to_string()]);
     assert!(line.contains("tool"), "{line}");
 }
