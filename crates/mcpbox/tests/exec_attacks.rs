@@ -797,4 +797,7 @@ fn mount_at_the_same_path_below_tmp_works() {
     ));
     let line = ws.probe_line(&p, &["read", &data.join("tool.txt").display().to_string()]);
     assert!(line.contains("tool"), "{line}");
+    // /tmp stays the sandbox's writable tmp (programs' temp files go there).
+    assert_worked(&ws.probe_line(&p, &["write", "/tmp/scratch"]));
+    assert_refused(&ws.probe_line(&p, &["write", &data.join("evil").display().to_string()]));
 }

@@ -685,6 +685,16 @@ fn build_root(steps: &[Step]) -> Result<(), (String, std::io::Error)> {
                         .map_err(|e| (at("mount attributes", path), e))?;
                 }
             }
+            Step::Alias { from, path } => {
+                let target = new(path);
+                sys::mount(Some(&new(from)), &target, None, libc::MS_BIND, None)
+                    .map_err(|e| (format!("bind {} -> {}", from.display(), path.display()), e))?;
+                sys::mount_setattr_recursive(
+                    &target,
+                    sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV,
+                )
+                .map_err(|e| (at("mount attributes", path), e))?;
+            }
             Step::File { path, contents } => {
                 std::fs::write(new(path), contents).map_err(|e| (at("write", path), e))?;
             }

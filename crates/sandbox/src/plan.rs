@@ -23,6 +23,12 @@ pub enum Access {
 /// One step of building the new root. Paths are inside the sandbox.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Step {
+    /// Shows a directory of the new root at a second place too (a bind
+    /// within the sandbox), read-write, nosuid, nodev.
+    Alias {
+        from: PathBuf,
+        path: PathBuf,
+    },
     Dir {
         path: PathBuf,
         mode: u32,
@@ -304,14 +310,18 @@ pub fn plan(spec: &Spec, host: &HostFacts) -> Vec<Step> {
         uid: SANDBOX_UID,
         gid: SANDBOX_UID,
     });
-    // Programs that hard-code /tmp get the sandbox's own tmp, unless an
-    // extra mount lives below /tmp (a tool installed under the host's /tmp,
-    // mounted at the same path): then /tmp is a plain directory holding the
-    // mount points, and programs use HOME or /workspace/tmp.
+    // Programs that hard-code /tmp get the sandbox's own tmp: a symlink, or,
+    // when an extra mount lives below /tmp (a tool installed under the host's
+    // /tmp, mounted at the same path), the same tmpfs shown at /tmp too, so
+    // the mount points can be made in it and /tmp stays writable.
     if spec.mounts.iter().any(|m| m.at.starts_with("/tmp")) {
         steps.push(Step::Dir {
             path: p("/tmp"),
             mode: 0o755,
+        });
+        steps.push(Step::Alias {
+            from: p(TMP),
+            path: p("/tmp"),
         });
     } else {
         steps.push(Step::Symlink {
@@ -606,9 +616,9 @@ mod tests {
             writable: false,
         });
         let steps = plan(&s, &debian());
-        assert!(steps.contains(&Step::Dir {
-            path: "/tmp".into(),
-            mode: 0o755
+        assert!(steps.contains(&Step::Alias {
+            from: TMP.into(),
+            path: "/tmp".into()
         }));
         assert!(!steps
             .iter()
