@@ -468,11 +468,11 @@ fn append_row(conn: &mut Connection, event: &Event) -> Result<i64> {
     let tx = conn
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .map_err(Error::sqlite("begin insert"))?;
+    // Statements are prepared once per connection and cached: parsing the
+    // SQL again for every event was most of an audited call's cost.
     let (prev_seq, prev_hash): (i64, String) = tx
-        .query_row("SELECT seq, hash FROM chain_head WHERE id = 1", [], |r| {
-            Ok((r.get(0)?, r.get(1)?))
-        })
-        .optional()
+        .prepare_cached("SELECT seq, hash FROM chain_head WHERE id = 1")
+        .and_then(|mut st| st.query_row([], |r| Ok((r.get(0)?, r.get(1)?))).optional())
         .map_err(Error::sqlite("read chain head"))?
         .unwrap_or((0, GENESIS.to_owned()));
     let seq = prev_seq + 1;
@@ -480,12 +480,13 @@ fn append_row(conn: &mut Connection, event: &Event) -> Result<i64> {
     let hash = chain_hash(&prev_hash, &json);
     let files_written = serde_json::to_string(&event.files_written)?;
     let detail = crate::canonical::canonical(&event.detail);
-    tx.execute(
+    tx.prepare_cached(
         "INSERT INTO events (seq, time_ms, kind, sandbox_id, workspace_id, server, caller, tool,
             decision, reason, source, args_digest, result_bytes, exit_status, duration_ms,
             files_written, detail, prev_hash, hash)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)",
-        params![
+    )
+    .and_then(|mut st| st.execute(params![
             seq,
             event.time_ms,
             event.kind.map(|k| k.as_str()),
@@ -505,14 +506,13 @@ fn append_row(conn: &mut Connection, event: &Event) -> Result<i64> {
             detail,
             prev_hash,
             hash,
-        ],
-    )
+        ]))
     .map_err(Error::sqlite("insert event"))?;
-    tx.execute(
+    tx.prepare_cached(
         "INSERT INTO chain_head (id, seq, hash) VALUES (1, ?1, ?2)
          ON CONFLICT (id) DO UPDATE SET seq = excluded.seq, hash = excluded.hash",
-        params![seq, hash],
     )
+    .and_then(|mut st| st.execute(params![seq, hash]))
     .map_err(Error::sqlite("move chain head"))?;
     tx.commit().map_err(Error::sqlite("commit event"))?;
     Ok(seq)
