@@ -296,7 +296,7 @@ def cmd_relay(argv):
                          s["p50"] / m if m else None, spread, s["calls"]])
         notes = ["p50/p99 over all calls of all rounds pooled; 'round p50s' shows the spread between rounds",
                  "direct and mcpbox: stdio; supergateway (--stateful) and mcp-proxy: Streamable HTTP on loopback, one keep-alive connection",
-                 "mcpbox: [secrets] (redaction on) and the SQLite audit log on disk; mcpbox-audit-tmpfs: the same with the audit database on /dev/shm (the disk cost of an audit record; the default durability "process" writes the WAL without an fsync)",
+                 "mcpbox: [secrets] (redaction on) and the SQLite audit log on disk; mcpbox-audit-tmpfs: the same with the audit database on /dev/shm (the disk cost of an audit record; the default durability 'process' writes the WAL without an fsync)",
                  RELAY_TARGET]
         if d and m:
             notes.insert(0, f"mcpbox adds {(m - d) * 1e3:.0f} us per call at the median over direct")
