@@ -6,6 +6,7 @@
 
 use std::ffi::OsString;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Arc;
 
 use anyhow::Context;
@@ -48,6 +49,8 @@ impl ToolPolicy for Tools {
 /// Starts the server in a fresh sandbox with the given extra environment.
 pub struct SandboxLauncher {
     spec: Spec,
+    /// The current sandbox's init pid, for the signal thread.
+    current: Arc<AtomicI32>,
 }
 
 impl Launcher for SandboxLauncher {
@@ -63,6 +66,7 @@ impl Launcher for SandboxLauncher {
         for note in &sb.notes {
             tracing::warn!("{note}");
         }
+        self.current.store(sb.init_pid(), Ordering::SeqCst);
         let (Some(stdin), Some(stdout), Some(stderr)) =
             (sb.stdin.take(), sb.stdout.take(), sb.stderr.take())
         else {
@@ -149,7 +153,35 @@ fn secrets(loaded: &Loaded) -> anyhow::Result<Secrets> {
 }
 
 /// Runs the relay until the host closes stdin or the server ends.
+/// Turns SIGTERM, SIGINT and SIGHUP into an orderly end: the first asks
+/// the server to stop (the relay then answers what is in flight and writes
+/// the session's last audit records before mcpbox exits); a second one
+/// kills the sandbox. The signals were blocked in every thread before this
+/// one started, so only this thread sees them.
+fn spawn_signal_thread(current: Arc<AtomicI32>) -> anyhow::Result<()> {
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            let mut asked = false;
+            while let Ok(sig) = mcpbox_sandbox::wait_forwarded_signal() {
+                if ![libc::SIGTERM, libc::SIGINT, libc::SIGHUP].contains(&sig) {
+                    continue;
+                }
+                let pid = current.load(Ordering::SeqCst);
+                tracing::info!(sig, "signal received: stopping the server");
+                mcpbox_sandbox::signal_init(pid, if asked { libc::SIGKILL } else { libc::SIGTERM });
+                asked = true;
+            }
+        })
+        .context("starting the signal thread")?;
+    Ok(())
+}
+
 pub fn run(policy: Option<PathBuf>, command: Vec<OsString>) -> anyhow::Result<i32> {
+    // Before any thread exists, so every thread inherits the mask.
+    mcpbox_sandbox::block_forwarded_signals()?;
+    let current = Arc::new(AtomicI32::new(0));
+    spawn_signal_thread(current.clone())?;
     let loaded = preflight::load(policy.as_deref())?;
     let mut spec = preflight::spec(&loaded, command, mcpbox_sandbox::Stdio::Piped)?;
     let sandbox_id = state::new_id();
@@ -190,7 +222,7 @@ pub fn run(policy: Option<PathBuf>, command: Vec<OsString>) -> anyhow::Result<i3
         output_dir: spec.output.clone(),
         ..Config::default()
     };
-    let relay = Relay::new(config, Box::new(SandboxLauncher { spec }));
+    let relay = Relay::new(config, Box::new(SandboxLauncher { spec, current }));
     approver.connect(relay.host_asker());
     let outcome = relay
         .policy(Arc::new(Tools(p.tools.clone())))

@@ -11,6 +11,34 @@ use common::mcp::{result_text, testserver, Session};
 use common::{mcpbox, Workspace};
 use serde_json::{json, Value};
 
+/// The test server copied into input/ under a name unique to this test, so
+/// that a scan of the host's processes finds only this test's server.
+fn unique_server_ws(name: &str) -> (Workspace, String) {
+    let ws = Workspace::new();
+    let alias = format!(
+        "{name}-{}",
+        ws.path().file_name().unwrap().to_string_lossy()
+    );
+    std::fs::copy(testserver(name), ws.input().join(&alias)).unwrap();
+    std::fs::set_permissions(
+        ws.input().join(&alias),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    (ws, alias)
+}
+
+/// Host processes whose command line mentions `marker`.
+fn processes_with(marker: &str) -> Vec<String> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .map(|c| String::from_utf8_lossy(&c).into_owned())
+        .filter(|c| c.contains(marker))
+        .collect()
+}
+
 /// A workspace with the given test server copied into input/.
 fn server_ws(name: &str) -> Workspace {
     let ws = Workspace::new();
@@ -219,26 +247,20 @@ fn batch_request_is_refused() {
 
 #[test]
 fn host_closing_stdin_stops_the_server_and_leaves_nothing_running() {
-    let ws = server_ws("plain");
+    let (ws, alias) = unique_server_ws("plain");
     let p = policy(&ws, "");
-    let mut s = start(&ws, &p, "plain", &[]);
+    let mut s = start(&ws, &p, &alias, &[]);
     s.initialize();
-    let pid = s.child.id();
+    assert!(
+        !processes_with(&alias).is_empty(),
+        "the server should be running"
+    );
     let (status, _) = s.finish();
     assert!(status.success());
-    // No process whose parent chain led to that mcpbox survives: the plain
-    // server's binary path is unique to this workspace.
-    let marker = ws.input().join("plain").display().to_string();
-    let alive: Vec<String> = std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
-        .map(|c| String::from_utf8_lossy(&c).into_owned())
-        .filter(|c| c.contains(&marker) || c.contains("/workspace/input/plain"))
-        .collect();
-    assert!(
-        alive.is_empty(),
-        "left running after mcpbox {pid} exited: {alive:?}"
+    assert_eq!(
+        processes_with(&alias),
+        Vec::<String>::new(),
+        "left running after mcpbox exited"
     );
 }
 
@@ -315,4 +337,35 @@ fn call_to_a_tool_outside_the_pins_is_refused_even_without_a_list() {
     assert_eq!(r["result"]["isError"], json!(true), "{r}");
     assert!(r.to_string().contains("pin.new"), "{r}");
     s.finish();
+}
+
+#[test]
+fn sigterm_to_mcpbox_ends_the_session_without_losing_audit_records() {
+    let (ws, alias) = unique_server_ws("plain");
+    let p = policy(&ws, "");
+    let mut s = start(&ws, &p, &alias, &[]);
+    s.initialize();
+    assert_eq!(result_text(&s.call("echo", json!({"text": "hi"}))), "hi");
+    std::process::Command::new("kill")
+        .arg("-TERM")
+        .arg(s.child.id().to_string())
+        .status()
+        .unwrap();
+    // mcpbox stops the server, answers, writes its last records, exits.
+    let status = s.child.wait().unwrap();
+    assert!(
+        status.code().is_some(),
+        "mcpbox should exit, not die of the signal: {status:?}"
+    );
+    let audit = audit_json(&ws);
+    let kinds: Vec<&str> = audit.iter().filter_map(|e| e["kind"].as_str()).collect();
+    assert!(
+        kinds.contains(&"server_exit") && kinds.contains(&"session_end"),
+        "{kinds:?}"
+    );
+    assert_eq!(
+        processes_with(&alias),
+        Vec::<String>::new(),
+        "the server survived"
+    );
 }

@@ -32,6 +32,28 @@ pub fn block_forwarded_signals() -> Result<()> {
     sys::block_signals(&init::waited()).map_err(|e| Error::setup("block signals", e))
 }
 
+/// Waits for the next of the signals [`block_forwarded_signals`] blocked
+/// (SIGTERM, SIGINT, SIGHUP, ..., SIGCHLD) and returns its number. For a
+/// thread that turns signals into an orderly shutdown.
+pub fn wait_forwarded_signal() -> Result<i32> {
+    let set = init::waited();
+    loop {
+        if let Some(sig) =
+            sys::sigtimedwait(&set, None).map_err(|e| Error::setup("sigtimedwait", e))?
+        {
+            return Ok(sig);
+        }
+    }
+}
+
+/// Sends `sig` to a sandbox's init (see [`Sandbox::init_pid`]), which
+/// forwards it to the command's process group; SIGKILL ends the sandbox.
+pub fn signal_init(init_pid: i32, sig: i32) {
+    if init_pid > 0 {
+        let _ = sys::kill(init_pid, sig);
+    }
+}
+
 /// Whether mcpbox runs as root of the host (euid 0 in the initial user
 /// namespace): then the sandbox user maps to host uid [`ROOT_RUN_HOST_ID`].
 pub fn is_host_root() -> bool {
