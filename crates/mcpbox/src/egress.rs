@@ -136,6 +136,17 @@ pub fn start_with_approver(
     let root = crate::preflight::is_root();
     let base = runtime_base();
     std::fs::create_dir_all(&base).with_context(|| format!("creating {}", base.display()))?;
+    // In a shared /tmp another user could have made this directory first
+    // and own what is put in it: refuse anything not ours and not a real
+    // directory.
+    let meta =
+        std::fs::symlink_metadata(&base).with_context(|| format!("checking {}", base.display()))?;
+    if !meta.is_dir() || std::os::unix::fs::MetadataExt::uid(&meta) != crate::preflight::uid() {
+        anyhow::bail!(
+            "{} is not a directory owned by this user; remove it or set XDG_RUNTIME_DIR",
+            base.display()
+        );
+    }
     // The socket directory is bind-mounted into the sandbox; the sandbox
     // user (host uid 65534 when we are root) must be able to traverse it.
     let mode = if root { 0o711 } else { 0o700 };

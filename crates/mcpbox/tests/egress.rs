@@ -211,3 +211,23 @@ fn large_download_streams_through_the_proxy() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn proxy_socket_directory_planted_by_another_user_is_refused() {
+    if !common::is_root() {
+        return; // only root can make a directory owned by someone else here
+    }
+    let ws = Workspace::new();
+    let runtime = ws.path().join("runtime");
+    std::fs::create_dir_all(runtime.join("mcpbox")).unwrap();
+    // Another user got there first and owns the directory.
+    std::os::unix::fs::chown(runtime.join("mcpbox"), Some(65534), Some(65534)).unwrap();
+    let p = ws.policy(&format!("[audit]\npath = \"audit.db\"\n{}", network(8080)));
+    let out = Command::new(mcpbox())
+        .args(["exec", "--policy", p.to_str().unwrap(), "--", "true"])
+        .env("XDG_RUNTIME_DIR", &runtime)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a directory owned by this user"));
+}
