@@ -106,6 +106,7 @@ impl Relay {
             shared: Arc::new(Shared {
                 session: Mutex::new(None),
                 cv: Condvar::new(),
+                audit: Arc::new(Deferred::new()),
             }),
             config,
             launcher,
@@ -199,6 +200,72 @@ pub fn relay(
 struct Shared {
     session: Mutex<Option<Session>>,
     cv: Condvar,
+    /// Audit records made under the session lock, written after it is
+    /// released (see [`Deferred`]).
+    audit: Arc<Deferred>,
+}
+
+/// Audit records queued under the session lock and written by whichever
+/// thread released it, in the order they were made. A tool call's record
+/// (a SQLite transaction) then no longer holds up the next message, which
+/// waits on the session lock; the window in which a crash could lose a
+/// queued record is the few microseconds between unlock and write.
+struct Deferred {
+    inner: Mutex<Option<Arc<dyn Sink>>>,
+    queue: Mutex<std::collections::VecDeque<AuditEvent>>,
+    /// Held while writing, so that two threads never reorder records.
+    writer: Mutex<()>,
+}
+
+impl Deferred {
+    fn new() -> Deferred {
+        Deferred {
+            inner: Mutex::new(None),
+            queue: Mutex::new(std::collections::VecDeque::new()),
+            writer: Mutex::new(()),
+        }
+    }
+
+    fn set_inner(&self, sink: Arc<dyn Sink>) {
+        *self
+            .inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(sink);
+    }
+
+    /// Writes every queued record, oldest first.
+    fn flush(&self) {
+        let _writer = self
+            .writer
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let sink = self
+            .inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        loop {
+            let next = self
+                .queue
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .pop_front();
+            match (next, &sink) {
+                (Some(e), Some(sink)) => sink.record(e),
+                (Some(_), None) => {}
+                (None, _) => break,
+            }
+        }
+    }
+}
+
+impl Sink for Deferred {
+    fn record(&self, event: AuditEvent) {
+        self.queue
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push_back(event);
+    }
 }
 
 impl Shared {
@@ -228,7 +295,7 @@ impl Dispatch {
         if session.ended.is_some() {
             return false;
         }
-        match session.handle(ev).and_then(|()| session.tick()) {
+        let go_on = match session.handle(ev).and_then(|()| session.tick()) {
             Err(end) => {
                 session.ended = Some(end);
                 shared.cv.notify_all();
@@ -240,7 +307,10 @@ impl Dispatch {
                 }
                 true
             }
-        }
+        };
+        drop(guard);
+        shared.audit.flush();
+        go_on
     }
 }
 
@@ -262,20 +332,32 @@ fn run_timer(shared: &Arc<Shared>) -> Result<Outcome> {
         let deadline = session.next_deadline();
         session.wake_at = deadline;
         let wait = deadline.saturating_duration_since(Instant::now());
-        guard = shared
-            .cv
-            .wait_timeout(guard, wait)
-            .map_or_else(|e| e.into_inner().0, |(g, _)| g);
+        drop(guard);
+        shared.audit.flush();
+        guard = shared.lock();
+        // Unlocked while flushing: a thread may have moved a deadline
+        // earlier (its notify is then lost), so check before sleeping.
+        if guard
+            .as_ref()
+            .is_some_and(|s| s.ended.is_none() && s.next_deadline() >= deadline)
+        {
+            guard = shared
+                .cv
+                .wait_timeout(guard, wait)
+                .map_or_else(|e| e.into_inner().0, |(g, _)| g);
+        }
     }
     let session = guard.take();
     drop(guard);
-    match session {
+    let outcome = match session {
         Some(mut session) => {
             let reason = session.ended.take().unwrap_or(EndReason::HostClosed);
             session.finish(reason)
         }
         None => Err(Error::Thread(std::io::Error::other("session vanished"))),
-    }
+    };
+    shared.audit.flush();
+    outcome
 }
 
 /// What an in-flight host request was, for handling its response.
@@ -413,6 +495,10 @@ impl Session {
             stderr,
         } = relay;
         secrets.warn_short();
+        // The session writes audit records through the deferred queue; the
+        // threads flush it after releasing the session lock.
+        shared.audit.set_inner(audit);
+        let audit: Arc<dyn Sink> = shared.audit.clone();
         let dispatch = Dispatch(Arc::downgrade(&shared));
         let pins = match &config.pin_file {
             Some(p) => Some(PinStore::open(p)?),
