@@ -58,8 +58,9 @@ fn write_string(s: &str, out: &mut String) {
     }
 }
 
-/// Canonical JSON of a value.
-pub(crate) fn canonical(v: &Value) -> String {
+/// Canonical JSON of a value: object keys sorted by bytes, no whitespace.
+/// The relay's argument digests and tool pins use it too.
+pub fn canonical_json(v: &Value) -> String {
     let mut out = String::new();
     write_canonical(v, &mut out);
     out
@@ -74,7 +75,7 @@ pub(crate) fn record_json(seq: i64, event: &Event) -> Result<String> {
         map.retain(|_, v| !v.is_null());
         map.insert("seq".to_owned(), Value::from(seq));
     }
-    Ok(canonical(&value))
+    Ok(canonical_json(&value))
 }
 
 /// `sha256(prev_hash || record_json)`, hex.
@@ -105,7 +106,7 @@ mod tests {
     fn canonical_sorts_keys_at_every_depth() {
         let v = json!({"b": 1, "a": {"z": [1, {"y": null, "x": "q"}], "c": true}});
         assert_eq!(
-            canonical(&v),
+            canonical_json(&v),
             r#"{"a":{"c":true,"z":[1,{"x":"q","y":null}]},"b":1}"#
         );
     }
@@ -113,7 +114,7 @@ mod tests {
     #[test]
     fn canonical_escapes_control_characters() {
         let v = json!({"k\n": "\u{1b}[31m\"x\""});
-        assert_eq!(canonical(&v), r#"{"k\n":"\u001b[31m\"x\""}"#);
+        assert_eq!(canonical_json(&v), r#"{"k\n":"\u001b[31m\"x\""}"#);
     }
 
     #[test]

@@ -19,6 +19,7 @@
 #![forbid(unsafe_code)]
 
 mod canonical;
+pub use canonical::canonical_json;
 mod error;
 mod format;
 mod jsonl;

@@ -479,7 +479,7 @@ fn append_row(conn: &mut Connection, event: &Event) -> Result<i64> {
     let json = record_json(seq, &event)?;
     let hash = chain_hash(&prev_hash, &json);
     let files_written = serde_json::to_string(&event.files_written)?;
-    let detail = crate::canonical::canonical(&event.detail);
+    let detail = crate::canonical::canonical_json(&event.detail);
     tx.prepare_cached(
         "INSERT INTO events (seq, time_ms, kind, sandbox_id, workspace_id, server, caller, tool,
             decision, reason, source, args_digest, result_bytes, exit_status, duration_ms,

@@ -3,46 +3,9 @@
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-/// Writes `value` as canonical JSON: object keys sorted by their UTF-8
-/// bytes, no insignificant whitespace. Independent of serde_json's
-/// `preserve_order` feature, which another crate may turn on.
-pub fn canonical_json(value: &Value) -> String {
-    let mut out = String::new();
-    write_canonical(value, &mut out);
-    out
-}
-
-fn write_canonical(value: &Value, out: &mut String) {
-    match value {
-        Value::Object(map) => {
-            let mut keys: Vec<&String> = map.keys().collect();
-            keys.sort_unstable();
-            out.push('{');
-            for (i, key) in keys.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                out.push_str(&Value::String((*key).clone()).to_string());
-                out.push(':');
-                if let Some(v) = map.get(key.as_str()) {
-                    write_canonical(v, out);
-                }
-            }
-            out.push('}');
-        }
-        Value::Array(items) => {
-            out.push('[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                write_canonical(item, out);
-            }
-            out.push(']');
-        }
-        other => out.push_str(&other.to_string()),
-    }
-}
+/// Canonical JSON (object keys sorted by their UTF-8 bytes, no
+/// insignificant whitespace), the same form the audit log hashes.
+pub use mcpbox_audit::canonical_json;
 
 /// Lowercase hex SHA-256 of `bytes`.
 pub fn sha256_hex(bytes: &[u8]) -> String {

@@ -3,6 +3,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::io::{BufWriter, Read, Write};
+use std::path::PathBuf;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::Arc;
 use std::sync::{Condvar, Mutex, MutexGuard, Weak};
@@ -212,48 +213,64 @@ struct Shared {
 /// queued record is the few microseconds between unlock and write.
 struct Deferred {
     inner: Mutex<Option<Arc<dyn Sink>>>,
-    queue: Mutex<std::collections::VecDeque<AuditEvent>>,
+    /// The host output directory, for the `files_written` of call records.
+    output_dir: Mutex<Option<PathBuf>>,
+    /// Records, each with the start of its call for a call record: its
+    /// `files_written` is filled in when it is written, outside the session
+    /// lock (the walk of the output directory is the slow part of a record).
+    /// It lists what changed from the call's start to that moment, a few
+    /// microseconds after the response, so a call overlapping the next one
+    /// may list the other's files too (as overlapping calls always could).
+    queue: Mutex<std::collections::VecDeque<(AuditEvent, Option<SystemTime>)>>,
     /// Held while writing, so that two threads never reorder records.
     writer: Mutex<()>,
+}
+
+/// Locks, going on with the data of a thread that panicked while holding
+/// the lock (the queue stays consistent: each operation is one call).
+fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl Deferred {
     fn new() -> Deferred {
         Deferred {
             inner: Mutex::new(None),
+            output_dir: Mutex::new(None),
             queue: Mutex::new(std::collections::VecDeque::new()),
             writer: Mutex::new(()),
         }
     }
 
-    fn set_inner(&self, sink: Arc<dyn Sink>) {
-        *self
-            .inner
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(sink);
+    fn set_inner(&self, sink: Arc<dyn Sink>, output_dir: Option<PathBuf>) {
+        *locked(&self.inner) = Some(sink);
+        *locked(&self.output_dir) = output_dir;
+    }
+
+    /// Queues a finished call's record; its `files_written` is filled in
+    /// with the files changed since `since` when it is written.
+    fn record_call(&self, event: AuditEvent, since: SystemTime) {
+        locked(&self.queue).push_back((event, Some(since)));
     }
 
     /// Writes every queued record, oldest first.
     fn flush(&self) {
-        let _writer = self
-            .writer
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let sink = self
-            .inner
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone();
+        let _writer = locked(&self.writer);
+        let sink = locked(&self.inner).clone();
+        let dir = locked(&self.output_dir).clone();
         loop {
-            let next = self
-                .queue
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .pop_front();
-            match (next, &sink) {
-                (Some(e), Some(sink)) => sink.record(e),
-                (Some(_), None) => {}
-                (None, _) => break,
+            let next = locked(&self.queue).pop_front();
+            let Some((mut e, since)) = next else { break };
+            if let (Some(since), Some(dir)) = (since, &dir) {
+                // Bounded (see [`crate::written`]).
+                let w = crate::written::files_written_since(dir, since);
+                e.files_written = w.paths;
+                if w.truncated {
+                    e.detail = json!({"files_written_truncated": true});
+                }
+            }
+            if let Some(sink) = &sink {
+                sink.record(e);
             }
         }
     }
@@ -261,10 +278,7 @@ impl Deferred {
 
 impl Sink for Deferred {
     fn record(&self, event: AuditEvent) {
-        self.queue
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push_back(event);
+        locked(&self.queue).push_back((event, None));
     }
 }
 
@@ -362,18 +376,21 @@ fn run_timer(shared: &Arc<Shared>) -> Result<Outcome> {
 
 /// What an in-flight host request was, for handling its response.
 enum Pending {
-    ToolsCall {
-        tool: String,
-        args_digest: String,
-        started: Instant,
-        /// The start on the file systems' clock, for `files_written`.
-        since: SystemTime,
-        deadline: Option<Instant>,
-        decision: Decision,
-    },
+    ToolsCall(Call),
     ToolsList,
     Handshake,
     Other,
+}
+
+/// A forwarded tool call, until it ends.
+struct Call {
+    tool: String,
+    args_digest: String,
+    started: Instant,
+    /// The start on the file systems' clock, for `files_written`.
+    since: SystemTime,
+    deadline: Option<Instant>,
+    decision: Decision,
 }
 
 struct InFlight {
@@ -407,7 +424,7 @@ struct Session {
     launcher: Box<dyn Launcher>,
     policy: Arc<dyn ToolPolicy>,
     secrets: Secrets,
-    audit: Arc<dyn Sink>,
+    audit: Arc<Deferred>,
     approver: Option<Arc<dyn Approver>>,
     stderr: StderrHandler,
     stderr_done: Option<Receiver<()>>,
@@ -497,8 +514,8 @@ impl Session {
         secrets.warn_short();
         // The session writes audit records through the deferred queue; the
         // threads flush it after releasing the session lock.
-        shared.audit.set_inner(audit);
-        let audit: Arc<dyn Sink> = shared.audit.clone();
+        shared.audit.set_inner(audit, config.output_dir.clone());
+        let audit = shared.audit.clone();
         let dispatch = Dispatch(Arc::downgrade(&shared));
         let pins = match &config.pin_file {
             Some(p) => Some(PinStore::open(p)?),
@@ -702,18 +719,20 @@ impl Session {
         e
     }
 
-    /// Fills `files_written` of a finished call's record from the output
-    /// directory, when the config names one. Bounded (see
-    /// [`crate::written`]); runs after the response went to the host.
-    fn add_files_written(&self, since: SystemTime, e: &mut AuditEvent) {
-        let Some(dir) = &self.config.output_dir else {
-            return;
-        };
-        let w = crate::written::files_written_since(dir, since);
-        e.files_written = w.paths;
-        if w.truncated {
-            e.detail = json!({"files_written_truncated": true});
-        }
+    /// Queues the audit record of a call that ended: the tool, how it was
+    /// decided, how it ended (`reason`), its duration, what `fill` adds
+    /// (result size, exit status), and, when written, the files it wrote.
+    fn record_call(&self, call: Call, reason: String, fill: impl FnOnce(&mut AuditEvent)) {
+        let e = self.event(Kind::ToolCall, |e| {
+            e.tool = Some(call.tool);
+            e.decision = Some(audit_decision(call.decision.action));
+            e.reason = Some(reason);
+            e.source = Some(call.decision.source);
+            e.args_digest = Some(call.args_digest);
+            e.duration_ms = Some(ms(call.started.elapsed()));
+            fill(e);
+        });
+        self.audit.record_call(e, call.since);
     }
 
     fn flag(&mut self, tool: Option<&str>, rule: &'static str, source: &str) {
@@ -775,9 +794,9 @@ impl Session {
         let now = Instant::now();
         let mut d = now + EXIT_POLL;
         for f in self.inflight.values() {
-            if let Pending::ToolsCall {
+            if let Pending::ToolsCall(Call {
                 deadline: Some(t), ..
-            } = f.pending
+            }) = f.pending
             {
                 d = d.min(t);
             }
@@ -886,35 +905,19 @@ impl Session {
         let expired: Vec<String> = self
             .inflight
             .iter()
-            .filter(|(_, f)| matches!(f.pending, Pending::ToolsCall { deadline: Some(t), .. } if t <= now))
+            .filter(|(_, f)| matches!(f.pending, Pending::ToolsCall(Call { deadline: Some(t), .. }) if t <= now))
             .map(|(k, _)| k.clone())
             .collect();
         for key in expired {
             if let Some(f) = self.inflight.remove(&key) {
-                if let Pending::ToolsCall {
-                    tool,
-                    args_digest,
-                    started,
-                    since,
-                    decision,
-                    ..
-                } = f.pending
-                {
+                if let Pending::ToolsCall(call) = f.pending {
                     let limit = self.config.call_timeout.unwrap_or_default();
                     let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
                         "params": {"requestId": f.id, "reason": "mcpbox: call timed out"}});
                     if let Ok(b) = serde_json::to_vec(&cancel) {
                         self.send_server(&b);
                     }
-                    self.audit_event(Kind::ToolCall, |e| {
-                        e.tool = Some(tool);
-                        e.decision = Some(audit_decision(decision.action));
-                        e.reason = Some("call.timeout".into());
-                        e.source = Some(decision.source);
-                        e.args_digest = Some(args_digest);
-                        e.duration_ms = Some(ms(started.elapsed()));
-                        self.add_files_written(since, e);
-                    });
+                    self.record_call(call, "call.timeout".into(), |_| {});
                     let msg = format!("tool call timed out after {limit:?}");
                     let ok = self.host_error(
                         &f.id,
@@ -1012,24 +1015,9 @@ impl Session {
         let mut ok = true;
         let drained: Vec<InFlight> = self.inflight.drain().map(|(_, f)| f).collect();
         for f in drained {
-            if let Pending::ToolsCall {
-                tool,
-                args_digest,
-                started,
-                since,
-                decision,
-                ..
-            } = f.pending
-            {
-                self.audit_event(Kind::ToolCall, |e| {
-                    e.tool = Some(tool);
-                    e.decision = Some(audit_decision(decision.action));
-                    e.reason = Some("server.exited".into());
-                    e.source = Some(decision.source);
-                    e.args_digest = Some(args_digest);
-                    e.duration_ms = Some(ms(started.elapsed()));
+            if let Pending::ToolsCall(call) = f.pending {
+                self.record_call(call, "server.exited".into(), |e| {
                     e.exit_status = Some(info.status());
-                    self.add_files_written(since, e);
                 });
             }
             if self.host_closed.is_none() || ok {
@@ -1427,14 +1415,14 @@ impl Session {
         };
         self.track(
             id,
-            Pending::ToolsCall {
+            Pending::ToolsCall(Call {
                 tool,
                 args_digest,
                 started: now,
                 since,
                 deadline,
                 decision,
-            },
+            }),
         );
         self.send_server(line);
     }
@@ -1504,24 +1492,9 @@ impl Session {
         self.flag(None, "server.line_too_long", "relay");
         if let Some(key) = sniff_id(prefix) {
             if let Some(f) = self.inflight.remove(&key) {
-                if let Pending::ToolsCall {
-                    tool,
-                    args_digest,
-                    started,
-                    since,
-                    decision,
-                    ..
-                } = f.pending
-                {
-                    self.audit_event(Kind::ToolCall, |e| {
-                        e.tool = Some(tool);
-                        e.decision = Some(audit_decision(decision.action));
-                        e.reason = Some("result.too_large".into());
-                        e.source = Some(decision.source);
-                        e.args_digest = Some(args_digest);
+                if let Pending::ToolsCall(call) = f.pending {
+                    self.record_call(call, "result.too_large".into(), |e| {
                         e.result_bytes = Some(len as u64);
-                        e.duration_ms = Some(ms(started.elapsed()));
-                        self.add_files_written(since, e);
                     });
                 }
                 let msg = format!(
@@ -1565,7 +1538,7 @@ impl Session {
         }
         let mut tool_name = None;
         // a finished call's record, written once the response is out
-        let mut finished: Option<(AuditEvent, SystemTime)> = None;
+        let mut finished: Option<(Call, String, u64)> = None;
         if !has_method {
             let Some(id) = v.get("id") else {
                 tracing::warn!(server = %self.config.server_name, "server message without id or method dropped");
@@ -1582,33 +1555,18 @@ impl Session {
             match f.pending {
                 Pending::ToolsList => changed |= self.screen_tool_list(&mut v),
                 Pending::Handshake => changed |= self.screen_instructions(&mut v),
-                Pending::ToolsCall {
-                    tool,
-                    args_digest,
-                    started,
-                    since,
-                    decision,
-                    ..
-                } => {
-                    changed |= self.screen_result(&mut v, &tool);
+                Pending::ToolsCall(call) => {
+                    changed |= self.screen_result(&mut v, &call.tool);
                     let is_error = v.get("error").is_some()
                         || v.pointer("/result/isError") == Some(&Value::Bool(true));
+                    let reason = if is_error {
+                        "call.error".to_string()
+                    } else {
+                        call.decision.reason.clone()
+                    };
                     let bytes = original_len.unwrap_or(line.len()) as u64;
-                    let event = self.event(Kind::ToolCall, |e| {
-                        e.tool = Some(tool.clone());
-                        e.decision = Some(audit_decision(decision.action));
-                        e.reason = Some(if is_error {
-                            "call.error".to_string()
-                        } else {
-                            decision.reason
-                        });
-                        e.source = Some(decision.source);
-                        e.args_digest = Some(args_digest);
-                        e.result_bytes = Some(bytes);
-                        e.duration_ms = Some(ms(started.elapsed()));
-                    });
-                    finished = Some((event, since));
-                    tool_name = Some(tool);
+                    tool_name = Some(call.tool.clone());
+                    finished = Some((call, reason, bytes));
                 }
                 Pending::Other => {}
             }
@@ -1619,9 +1577,8 @@ impl Session {
         } else {
             self.send_host(&line)
         };
-        if let Some((mut event, since)) = finished {
-            self.add_files_written(since, &mut event);
-            self.audit.record(event);
+        if let Some((call, reason, bytes)) = finished {
+            self.record_call(call, reason, |e| e.result_bytes = Some(bytes));
         }
         req(ok)
     }

@@ -53,19 +53,7 @@ except Exception as e:
 
 fn fetch(ws: &Workspace, policy_extra: &str, url: &str) -> String {
     let p = ws.policy(&format!("[audit]\npath = \"audit.db\"\n{policy_extra}"));
-    let out = Command::new(mcpbox())
-        .args([
-            "exec",
-            "--policy",
-            p.to_str().unwrap(),
-            "--",
-            "python3",
-            "-c",
-            FETCH,
-            url,
-        ])
-        .output()
-        .unwrap();
+    let out = exec_python(&p, FETCH, &[url]);
     assert!(
         out.status.success(),
         "{}",
@@ -78,13 +66,29 @@ fn network(port: u16) -> String {
     format!("[network]\nallow = [\"fetch.test:{port}\"]\n[network.hosts]\n\"fetch.test\" = \"127.0.0.1\"\n")
 }
 
+/// The audit log as JSON Lines text.
 fn audit(ws: &Workspace) -> String {
-    let out = Command::new(mcpbox())
-        .args(["audit", "--json", "--db"])
-        .arg(ws.path().join("audit.db"))
+    common::audit::events(&ws.path().join("audit.db"))
+        .iter()
+        .map(|e| e.to_string() + "\n")
+        .collect()
+}
+
+/// Runs `python3 -c script ARGS` in the sandbox under `policy`.
+fn exec_python(policy: &std::path::Path, script: &str, args: &[&str]) -> std::process::Output {
+    Command::new(mcpbox())
+        .args([
+            "exec",
+            "--policy",
+            policy.to_str().unwrap(),
+            "--",
+            "python3",
+            "-c",
+            script,
+        ])
+        .args(args)
         .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout).into_owned()
+        .unwrap()
 }
 
 #[test]
@@ -146,18 +150,7 @@ fn direct_connection_bypassing_the_proxy_fails() {
          try:\n        socket.create_connection(target, timeout=3); print('connected', target)\n    \
          except OSError as e:\n        print('refused', target[0], type(e).__name__)\n"
     );
-    let out = Command::new(mcpbox())
-        .args([
-            "exec",
-            "--policy",
-            p.to_str().unwrap(),
-            "--",
-            "python3",
-            "-c",
-            &script,
-        ])
-        .output()
-        .unwrap();
+    let out = exec_python(&p, &script, &[]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(!stdout.contains("connected"), "{stdout}");
     assert_eq!(stdout.matches("refused").count(), 2, "{stdout}");
@@ -192,18 +185,7 @@ fn large_download_streams_through_the_proxy() {
         "import urllib.request\nn=0\nr=urllib.request.urlopen('http://fetch.test:{port}/big', timeout=30)\n\
          while True:\n    b=r.read(1<<16)\n    if not b: break\n    n+=len(b)\nprint(n)\n"
     );
-    let out = Command::new(mcpbox())
-        .args([
-            "exec",
-            "--policy",
-            p.to_str().unwrap(),
-            "--",
-            "python3",
-            "-c",
-            &script,
-        ])
-        .output()
-        .unwrap();
+    let out = exec_python(&p, &script, &[]);
     assert_eq!(
         String::from_utf8_lossy(&out.stdout).trim(),
         (32u64 << 20).to_string(),
@@ -230,4 +212,26 @@ fn proxy_socket_directory_planted_by_another_user_is_refused() {
         .unwrap();
     assert_eq!(out.status.code(), Some(125));
     assert!(String::from_utf8_lossy(&out.stderr).contains("not a directory owned by this user"));
+}
+
+#[test]
+fn egress_bridge_inside_the_sandbox_keeps_no_privileges() {
+    // The bridge is our code, but it lives inside the sandbox next to the
+    // server: it must hold nothing the server could borrow.
+    let ws = Workspace::new();
+    let p = ws.policy(&format!("[audit]\npath = \"audit.db\"\n{}", network(8080)));
+    let script = "import os\nfor pid in sorted(int(p) for p in os.listdir('/proc') if p.isdigit()):\n    \
+                  if pid in (1, os.getpid()): continue\n    \
+                  s = dict(l.split(':', 1) for l in open(f'/proc/{pid}/status') if ':' in l)\n    \
+                  print(pid, s['Name'].strip(), s['CapEff'].strip(), s['CapBnd'].strip(), s['NoNewPrivs'].strip(), s['Seccomp'].strip())\n";
+    let out = exec_python(&p, script, &[]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let bridge: Vec<&str> = stdout.lines().filter(|l| l.contains(" mcpbox ")).collect();
+    assert_eq!(bridge.len(), 1, "one bridge process expected: {stdout}");
+    assert_eq!(
+        bridge[0].split_whitespace().skip(2).collect::<Vec<_>>(),
+        ["0000000000000000", "0000000000000000", "1", "2"],
+        "bridge: {}",
+        bridge[0]
+    );
 }

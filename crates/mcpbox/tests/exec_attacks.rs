@@ -10,7 +10,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{assert_refused, assert_worked, is_root, mcpbox, run, Workspace};
+use common::{assert_refused, assert_worked, is_root, mcpbox, refused_start, run, Workspace};
 
 // ---- filesystem ----
 
@@ -108,9 +108,7 @@ fn credential_folder_as_input_is_refused() {
     std::fs::create_dir_all(&ssh).unwrap();
     std::fs::write(ssh.join("id_rsa"), "PRIVATE").unwrap();
     let p = ws.raw_policy("[filesystem]\ninput = \"home/u/.ssh\"\n");
-    let out = run(&["exec", "--policy", p.to_str().unwrap(), "--", "true"]);
-    assert_eq!(out.status.code(), Some(125));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = refused_start(&p);
     assert!(err.contains("policy.toml:2:"), "{err}");
     assert!(
         err.contains("filesystem.input") && err.contains(".ssh"),
@@ -124,9 +122,7 @@ fn home_directory_containing_credentials_is_refused_as_mount() {
     let home = ws.path().join("home/u");
     std::fs::create_dir_all(home.join(".aws")).unwrap();
     let p = ws.policy("[[filesystem.mounts]]\nhost = \"home/u\"\nat = \"/data\"\n");
-    let out = run(&["exec", "--policy", p.to_str().unwrap(), "--", "true"]);
-    assert_eq!(out.status.code(), Some(125));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = refused_start(&p);
     assert!(
         err.contains("filesystem.mounts[0].host") && err.contains(".aws"),
         "{err}"
@@ -139,9 +135,7 @@ fn symlink_to_credential_folder_is_refused() {
     std::fs::create_dir_all(ws.path().join("home/u/.kube")).unwrap();
     std::os::unix::fs::symlink(ws.path().join("home/u/.kube"), ws.path().join("innocent")).unwrap();
     let p = ws.raw_policy("[filesystem]\ninput = \"innocent\"\n");
-    let out = run(&["exec", "--policy", p.to_str().unwrap(), "--", "true"]);
-    assert_eq!(out.status.code(), Some(125));
-    assert!(String::from_utf8_lossy(&out.stderr).contains(".kube"));
+    assert!(refused_start(&p).contains(".kube"));
 }
 
 #[test]
@@ -172,9 +166,7 @@ fn credential_override_mounts_read_only_when_asked_explicitly() {
 fn missing_input_directory_is_a_clear_error() {
     let ws = Workspace::new();
     let p = ws.raw_policy("[filesystem]\ninput = \"nope\"\n");
-    let out = run(&["exec", "--policy", p.to_str().unwrap(), "--", "true"]);
-    assert_eq!(out.status.code(), Some(125));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = refused_start(&p);
     assert!(
         err.contains("policy.toml:2:") && err.contains("does not exist") && err.contains("hint:"),
         "{err}"
@@ -420,9 +412,7 @@ fn memory_limit_without_cgroup_is_refused_unless_degraded_accepted() {
     }
     let ws = Workspace::new();
     let p = ws.policy("[process]\nmemory = \"64MiB\"\n");
-    let out = run(&["exec", "--policy", p.to_str().unwrap(), "--", "true"]);
-    assert_eq!(out.status.code(), Some(125));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = refused_start(&p);
     assert!(
         err.contains("process.memory") && err.contains("cannot be enforced"),
         "{err}"

@@ -17,7 +17,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use common::mcp::{result_text, Session};
-use common::{mcpbox, Workspace};
+use common::Workspace;
 use serde_json::{json, Value};
 
 /// A stdio MCP server with two tools: `fetch {url}` (through the proxy
@@ -161,20 +161,7 @@ fn call_answering(
 }
 
 fn audit(ws: &Workspace) -> Vec<Value> {
-    let out = std::process::Command::new(mcpbox())
-        .args(["audit", "--json", "--db"])
-        .arg(ws.path().join("audit.db"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
+    common::audit::events(&ws.path().join("audit.db"))
 }
 
 fn network_to(events: &[Value], host: &str) -> Vec<Value> {

@@ -10,7 +10,7 @@
 //! host's network stack for UDP. A policy gets this tier only when it says
 //! `sandbox.dangerously_allow_degraded = true`; mcpbox says so on stderr.
 
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsString;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -100,16 +100,7 @@ pub fn spawn(spec: &Spec, mut prepared: Prepared, mut notes: Vec<String>) -> Res
     if let Some(o) = &spec.output {
         env.push(("MCPBOX_OUTPUT".into(), o.clone().into()));
     }
-    prepared.envp = env
-        .iter()
-        .map(|(k, v)| {
-            let mut kv = k.as_bytes().to_vec();
-            kv.push(b'=');
-            kv.extend_from_slice(v.as_bytes());
-            sys::cstr(OsStr::from_bytes(&kv))
-        })
-        .collect::<std::io::Result<Vec<_>>>()
-        .map_err(|e| Error::setup("environment", e))?;
+    prepared.envp = crate::launch::envp(&env)?;
 
     let mut readable: Vec<PathBuf> = SYSTEM_READ.iter().map(PathBuf::from).collect();
     readable.extend(spec.input.iter().cloned());

@@ -122,6 +122,19 @@ fn exec_candidates(argv0: &OsStr, env: &[(OsString, OsString)]) -> Result<Vec<CS
         .collect()
 }
 
+/// The environment as execve(2) takes it: `KEY=VALUE` strings.
+pub(crate) fn envp(env: &[(OsString, OsString)]) -> Result<Vec<CString>> {
+    env.iter()
+        .map(|(k, v)| {
+            let mut kv = k.as_bytes().to_vec();
+            kv.push(b'=');
+            kv.extend_from_slice(v.as_bytes());
+            sys::cstr(OsStr::from_bytes(&kv))
+        })
+        .collect::<std::io::Result<Vec<_>>>()
+        .map_err(|e| Error::setup("environment", e))
+}
+
 fn prepare(spec: &Spec) -> Result<Prepared> {
     let Some(argv0) = spec.argv.first() else {
         return Err(Error::Exec {
@@ -136,17 +149,7 @@ fn prepare(spec: &Spec) -> Result<Prepared> {
         .map(sys::cstr)
         .collect::<std::io::Result<Vec<_>>>()
         .map_err(|e| Error::setup("command arguments", e))?;
-    let envp = spec
-        .env
-        .iter()
-        .map(|(k, v)| {
-            let mut kv = k.as_bytes().to_vec();
-            kv.push(b'=');
-            kv.extend_from_slice(v.as_bytes());
-            sys::cstr(OsStr::from_bytes(&kv))
-        })
-        .collect::<std::io::Result<Vec<_>>>()
-        .map_err(|e| Error::setup("environment", e))?;
+    let envp = envp(&spec.env)?;
     let facts = HostFacts::read(spec);
     let mut rlimits = vec![(libc::RLIMIT_CORE, 0)];
     if let Some(pids) = spec.limits.pids {

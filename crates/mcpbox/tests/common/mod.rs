@@ -141,6 +141,25 @@ pub fn assert_worked(line: &str) {
     );
 }
 
+/// Runs `mcpbox exec -- true` under `policy`, asserts that mcpbox refused
+/// to start (exit 125), and returns its error message.
+#[track_caller]
+pub fn refused_start(policy: &Path) -> String {
+    let out = run(&[
+        "exec",
+        "--policy",
+        policy.to_str().expect("utf-8 path"),
+        "--",
+        "true",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(125),
+        "mcpbox should refuse to start"
+    );
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
 /// Runs `mcpbox` with arbitrary arguments.
 pub fn run(args: &[&str]) -> Output {
     Command::new(mcpbox())
