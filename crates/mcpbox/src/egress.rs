@@ -13,7 +13,7 @@ use mcpbox_egress::{
     SystemResolver, Verdict,
 };
 use mcpbox_gateway::{HostAsker, NetworkAnswer};
-use mcpbox_policy::{NetDecision, NetworkRules};
+use mcpbox_policy::{NetworkRules, Verdict as PolicyVerdict};
 
 /// The bridge's port on the sandbox's own loopback.
 pub const BRIDGE_PORT: u16 = 3128;
@@ -23,19 +23,12 @@ struct Rules(NetworkRules);
 
 impl EgressPolicy for Rules {
     fn decide(&self, host: &str, port: u16) -> Verdict {
-        match self.0.decide(host, port) {
-            NetDecision::Allow { reason, source } => Verdict::Allow {
-                reason: reason.into(),
-                source,
-            },
-            NetDecision::Deny { reason, source } => Verdict::Deny {
-                reason: reason.into(),
-                source,
-            },
-            NetDecision::Ask { reason, source } => Verdict::Ask {
-                reason: reason.into(),
-                source,
-            },
+        let d = self.0.decide(host, port);
+        let (reason, source) = (d.reason.as_str().to_string(), d.source);
+        match d.verdict {
+            PolicyVerdict::Allow => Verdict::Allow { reason, source },
+            PolicyVerdict::Deny => Verdict::Deny { reason, source },
+            PolicyVerdict::Approve => Verdict::Ask { reason, source },
         }
     }
 

@@ -27,18 +27,20 @@ fn hints(h: &ToolHints) -> mcpbox_policy::ToolHints {
     mcpbox_policy::ToolHints {
         read_only: h.read_only,
         destructive: h.destructive,
+        idempotent: h.idempotent,
+        open_world: h.open_world,
     }
 }
 
 impl ToolPolicy for Tools {
     fn decide(&self, tool: &str, h: &ToolHints) -> Decision {
         let d = self.0.decide(tool, &hints(h));
-        let action = match d.action {
-            mcpbox_policy::Action::Allow => Action::Allow,
-            mcpbox_policy::Action::Approve => Action::Approve,
-            mcpbox_policy::Action::Deny => Action::Deny,
+        let action = match d.verdict {
+            mcpbox_policy::Verdict::Allow => Action::Allow,
+            mcpbox_policy::Verdict::Approve => Action::Approve,
+            mcpbox_policy::Verdict::Deny => Action::Deny,
         };
-        Decision::new(action, d.reason, d.source)
+        Decision::new(action, d.reason.as_str(), d.source)
     }
 
     fn visible(&self, tool: &str, h: &ToolHints) -> bool {

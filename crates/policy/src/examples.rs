@@ -5,8 +5,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::network::NetDecision;
-use crate::tools::{Action, ToolHints};
+use crate::decision::{ToolHints, Verdict};
 use crate::Policy;
 
 /// One example decision (`[[tests]]`): exactly one of `tool` or `host`, and the expected action.
@@ -26,7 +25,7 @@ pub struct Example {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub read_only: Option<bool>,
     /// The decision the policy must make: "allow", "deny" or "approve" (for a host: ask a human).
-    pub expect: Action,
+    pub expect: Verdict,
 }
 
 /// Splits "host", "host:port", "[v6]:port" or a bare IPv6 literal; port 443 by default.
@@ -63,9 +62,10 @@ impl Example {
                 let hints = ToolHints {
                     read_only: self.read_only,
                     destructive: self.destructive,
+                    ..ToolHints::default()
                 };
                 let d = policy.tools.decide(tool, &hints);
-                (d.action, d.reason, d.source)
+                (d.verdict, d.reason, d.source)
             }
             (None, Some(host)) => {
                 if self.destructive.is_some() || self.read_only.is_some() {
@@ -82,11 +82,8 @@ impl Example {
                         "write \"name\" or \"name:port\"".to_string(),
                     )
                 })?;
-                match policy.network.decide(name, port) {
-                    NetDecision::Allow { reason, source } => (Action::Allow, reason, source),
-                    NetDecision::Ask { reason, source } => (Action::Approve, reason, source),
-                    NetDecision::Deny { reason, source } => (Action::Deny, reason, source),
-                }
+                let d = policy.network.decide(name, port);
+                (d.verdict, d.reason, d.source)
             }
             _ => {
                 return Err((

@@ -10,6 +10,7 @@
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 mod credentials;
+mod decision;
 mod diagnostic;
 mod examples;
 mod locate;
@@ -23,14 +24,15 @@ use std::ops::Range;
 use std::path::Path;
 
 pub use credentials::{credential_kind, CREDENTIAL_LOCATIONS};
+pub use decision::{Decision, Reason, ToolHints, Verdict};
 pub use diagnostic::{Diagnostic, Location};
 pub use examples::Example;
 pub use model::{
     Audit, Durability, Env, Filesystem, Mount, MountMode, Output, Policy, Process, Sandbox, Secret,
     SecretSource, Server, DEFAULT_MAX_LINE, DEFAULT_MAX_RESULT, DEFAULT_PIDS, DEFAULT_TMP,
 };
-pub use network::{HostPattern, HostRule, NetDecision, NetworkRules, Unlisted};
-pub use tools::{glob_match, Action, Decision, ToolHints, ToolRule, ToolRules};
+pub use network::{HostPattern, HostRule, NetworkRules, Unlisted};
+pub use tools::{glob_match, ToolRule, ToolRules};
 pub use units::{format_duration, format_size, parse_duration, parse_size};
 pub use validate::MAX_TMP;
 

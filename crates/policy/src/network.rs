@@ -11,6 +11,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::decision::{Decision, Reason};
 use crate::{with_sub_key, HINT_MARK};
 
 /// Hint shown for a malformed host pattern.
@@ -386,33 +387,6 @@ pub enum Unlisted {
     Approve,
 }
 
-/// The outcome of [`NetworkRules::decide`]. Every variant says why (`reason`,
-/// machine-readable) and which part of the policy decided (`source`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum NetDecision {
-    /// Connect. `reason` is `network.allow`.
-    Allow {
-        /// Machine-readable reason.
-        reason: &'static str,
-        /// The rule, e.g. `network.allow[0] "api.github.com"`.
-        source: String,
-    },
-    /// Refuse. `reason` is `network.deny`, `network.unlisted` or `network.invalid_host`.
-    Deny {
-        /// Machine-readable reason.
-        reason: &'static str,
-        /// The rule or setting that refused.
-        source: String,
-    },
-    /// Ask a human (the host is unlisted and `unlisted = "approve"`).
-    Ask {
-        /// Machine-readable reason: `network.unlisted`.
-        reason: &'static str,
-        /// `network.unlisted`.
-        source: String,
-    },
-}
-
 /// The `[network]` section: which hosts the sandbox may reach through the egress proxy.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -438,12 +412,10 @@ pub struct NetworkRules {
 impl NetworkRules {
     /// Decides a connection to `host:port`. Names compare case-insensitively with a
     /// trailing dot ignored; IP literals (also in brackets) match only IP and CIDR rules.
-    pub fn decide(&self, host: &str, port: u16) -> NetDecision {
+    /// `Approve` means: unlisted, and `unlisted = "approve"` asks a human.
+    pub fn decide(&self, host: &str, port: u16) -> Decision {
         let Some(h) = normalize_host(host) else {
-            return NetDecision::Deny {
-                reason: "network.invalid_host",
-                source: "network".into(),
-            };
+            return Decision::deny(Reason::NetworkInvalidHost, "network");
         };
         if let Some((i, rule)) = self
             .deny
@@ -451,10 +423,10 @@ impl NetworkRules {
             .enumerate()
             .find(|(_, r)| r.matches(&h, port))
         {
-            return NetDecision::Deny {
-                reason: "network.deny",
-                source: format!("network.deny[{i}] \"{}\"", rule.text.escape_debug()),
-            };
+            return Decision::deny(
+                Reason::NetworkDeny,
+                format!("network.deny[{i}] \"{}\"", rule.text.escape_debug()),
+            );
         }
         if let Some((i, rule)) = self
             .allow
@@ -462,20 +434,14 @@ impl NetworkRules {
             .enumerate()
             .find(|(_, r)| r.matches(&h, port))
         {
-            return NetDecision::Allow {
-                reason: "network.allow",
-                source: format!("network.allow[{i}] \"{}\"", rule.text.escape_debug()),
-            };
+            return Decision::allow(
+                Reason::NetworkAllow,
+                format!("network.allow[{i}] \"{}\"", rule.text.escape_debug()),
+            );
         }
         match self.unlisted {
-            Unlisted::Deny => NetDecision::Deny {
-                reason: "network.unlisted",
-                source: "network.unlisted".into(),
-            },
-            Unlisted::Approve => NetDecision::Ask {
-                reason: "network.unlisted",
-                source: "network.unlisted".into(),
-            },
+            Unlisted::Deny => Decision::deny(Reason::NetworkUnlisted, "network.unlisted"),
+            Unlisted::Approve => Decision::approve(Reason::NetworkUnlisted, "network.unlisted"),
         }
     }
 
@@ -497,6 +463,7 @@ impl NetworkRules {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{Reason, Verdict};
 
     fn rules(allow: &[&str], deny: &[&str]) -> NetworkRules {
         let p = |v: &[&str]| {
@@ -512,7 +479,7 @@ mod tests {
     }
 
     fn allowed(r: &NetworkRules, host: &str, port: u16) -> bool {
-        matches!(r.decide(host, port), NetDecision::Allow { .. })
+        r.decide(host, port).verdict == Verdict::Allow
     }
 
     #[test]
@@ -521,10 +488,7 @@ mod tests {
         assert!(r.is_closed());
         assert_eq!(
             r.decide("api.github.com", 443),
-            NetDecision::Deny {
-                reason: "network.unlisted",
-                source: "network.unlisted".into()
-            }
+            Decision::deny(Reason::NetworkUnlisted, "network.unlisted")
         );
     }
 
@@ -559,13 +523,13 @@ mod tests {
     fn deny_beats_allow() {
         let r = rules(&["*.example.com"], &["secret.example.com"]);
         assert!(allowed(&r, "www.example.com", 443));
-        match r.decide("SECRET.example.com", 443) {
-            NetDecision::Deny { reason, source } => {
-                assert_eq!(reason, "network.deny");
-                assert_eq!(source, "network.deny[0] \"secret.example.com\"");
-            }
-            other => panic!("expected deny, got {other:?}"),
-        }
+        assert_eq!(
+            r.decide("SECRET.example.com", 443),
+            Decision::deny(
+                Reason::NetworkDeny,
+                "network.deny[0] \"secret.example.com\""
+            )
+        );
     }
 
     #[test]
@@ -606,14 +570,9 @@ mod tests {
             "a.com:443",
             "\u{0}",
         ] {
-            assert!(
-                matches!(
-                    r.decide(h, 443),
-                    NetDecision::Deny {
-                        reason: "network.invalid_host",
-                        ..
-                    }
-                ),
+            assert_eq!(
+                r.decide(h, 443),
+                Decision::deny(Reason::NetworkInvalidHost, "network"),
                 "{h:?}"
             );
         }
@@ -623,14 +582,11 @@ mod tests {
     fn unlisted_approve_asks() {
         let mut r = rules(&["a.com"], &["b.com"]);
         r.unlisted = Unlisted::Approve;
-        assert!(matches!(
+        assert_eq!(
             r.decide("c.com", 443),
-            NetDecision::Ask {
-                reason: "network.unlisted",
-                ..
-            }
-        ));
-        assert!(matches!(r.decide("b.com", 443), NetDecision::Deny { .. }));
+            Decision::approve(Reason::NetworkUnlisted, "network.unlisted")
+        );
+        assert_eq!(r.decide("b.com", 443).verdict, Verdict::Deny);
     }
 
     #[test]

@@ -93,7 +93,7 @@ fn everything_example_has_a_secret_and_a_deny_rule() {
     let d = p
         .tools
         .decide("longRunningOperation", &ToolHints::default());
-    assert_eq!(d.action, Action::Deny);
+    assert_eq!(d.verdict, Verdict::Deny);
     assert_eq!(d.source, "tools.longRunningOperation");
 }
 
@@ -896,9 +896,9 @@ fn tools_bad_action_is_refused_with_valid_actions() {
 #[test]
 fn tools_rules_are_read_in_order() {
     let p = ok("[tools]\ndefault = \"deny\"\nshow_denied = true\ndestructive = \"approve\"\n\"write_*\" = \"approve\"\n\"delete_*\" = \"deny\"\n");
-    assert_eq!(p.tools.default, Action::Deny);
+    assert_eq!(p.tools.default, Verdict::Deny);
     assert!(p.tools.show_denied);
-    assert_eq!(p.tools.destructive, Action::Approve);
+    assert_eq!(p.tools.destructive, Verdict::Approve);
     let pats: Vec<&str> = p.tools.rules.iter().map(|r| r.pattern.as_str()).collect();
     assert_eq!(pats, ["write_*", "delete_*"]);
     assert_eq!(
@@ -1135,15 +1135,21 @@ fn docs_full_example_parses() {
     );
     assert!(matches!(
         p.network.decide("internal.api", 8443),
-        NetDecision::Allow { .. }
+        Decision {
+            verdict: Verdict::Allow,
+            ..
+        }
     ));
     assert!(matches!(
         p.network.decide("uploads.example.com", 443),
-        NetDecision::Deny { .. }
+        Decision {
+            verdict: Verdict::Deny,
+            ..
+        }
     ));
     assert_eq!(
-        p.tools.decide("delete_all", &ToolHints::default()).action,
-        Action::Deny
+        p.tools.decide("delete_all", &ToolHints::default()).verdict,
+        Verdict::Deny
     );
 }
 
@@ -1231,6 +1237,7 @@ fn garbage_values_never_panic_the_engines() {
             &ToolHints {
                 read_only: Some(true),
                 destructive: Some(true),
+                ..ToolHints::default()
             },
         );
     }

@@ -12,65 +12,9 @@ use serde::de::{self, MapAccess, Visitor};
 use serde::ser::SerializeMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use crate::decision::{Decision, Reason, ToolHints, Verdict};
 use crate::locate::key_segment;
 use crate::{with_sub_key, HINT_MARK};
-
-/// What happens to a tool call. Ordered from loosest to strictest.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    PartialOrd,
-    Ord,
-    Hash,
-    Default,
-    Serialize,
-    Deserialize,
-    JsonSchema,
-)]
-#[serde(rename_all = "lowercase")]
-pub enum Action {
-    /// The call is relayed to the server.
-    #[default]
-    Allow,
-    /// The call waits for a human's approval and is denied without one.
-    Approve,
-    /// The call never reaches the server.
-    Deny,
-}
-
-impl Action {
-    /// The word used in policy files.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Action::Allow => "allow",
-            Action::Approve => "approve",
-            Action::Deny => "deny",
-        }
-    }
-}
-
-/// What the (untrusted) server's tool annotations claim.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct ToolHints {
-    /// `readOnlyHint`. Never loosens a decision; recorded only.
-    pub read_only: Option<bool>,
-    /// `destructiveHint`. `Some(true)` raises the decision to `tools.destructive`.
-    pub destructive: Option<bool>,
-}
-
-/// A tool decision with its machine-readable reason and the policy key that made it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Decision {
-    /// Allow, deny or approve.
-    pub action: Action,
-    /// `tool.rule`, `tool.default` or `tool.destructive_hint`.
-    pub reason: &'static str,
-    /// The deciding key, e.g. `tools."delete_*"` or `tools.default`.
-    pub source: String,
-}
 
 /// One `"pattern" = "action"` entry of `[tools]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -78,18 +22,18 @@ pub struct ToolRule {
     /// A glob over tool names: `*` matches any run of characters, `?` one character.
     pub pattern: String,
     /// What a matching call gets.
-    pub action: Action,
+    pub action: Verdict,
 }
 
 /// The `[tools]` section.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ToolRules {
-    /// Action for a tool no pattern matches; "allow" by default.
-    pub default: Action,
+    /// Verdict for a tool no pattern matches; "allow" by default.
+    pub default: Verdict,
     /// Keep denied tools in `tools/list` (calls are still refused).
     pub show_denied: bool,
     /// Decision floor for tools whose annotations say `destructiveHint = true`.
-    pub destructive: Action,
+    pub destructive: Verdict,
     /// The pattern rules, in file order.
     pub rules: Vec<ToolRule>,
 }
@@ -139,30 +83,26 @@ impl ToolRules {
             .rev()
             .max_by_key(|r| r.action);
         let mut decision = match strictest {
-            Some(rule) => Decision {
-                action: rule.action,
-                reason: "tool.rule",
-                source: format!("tools.{}", key_segment(&rule.pattern)),
-            },
-            None => Decision {
-                action: self.default,
-                reason: "tool.default",
-                source: "tools.default".into(),
-            },
+            Some(rule) => Decision::new(
+                rule.action,
+                Reason::ToolRule,
+                format!("tools.{}", key_segment(&rule.pattern)),
+            ),
+            None => Decision::new(self.default, Reason::ToolDefault, "tools.default"),
         };
-        if hints.destructive == Some(true) && self.destructive > decision.action {
-            decision = Decision {
-                action: self.destructive,
-                reason: "tool.destructive_hint",
-                source: "tools.destructive".into(),
-            };
+        if hints.destructive == Some(true) && self.destructive > decision.verdict {
+            decision = Decision::new(
+                self.destructive,
+                Reason::ToolDestructiveHint,
+                "tools.destructive",
+            );
         }
         decision
     }
 
     /// Whether `tool` should appear in `tools/list`: denied tools are hidden unless `show_denied`.
     pub fn visible_in_list(&self, tool: &str, hints: &ToolHints) -> bool {
-        self.show_denied || self.decide(tool, hints).action != Action::Deny
+        self.show_denied || self.decide(tool, hints).verdict != Verdict::Deny
     }
 }
 
@@ -211,7 +151,7 @@ impl<'de> Visitor<'de> for ToolsVisitor {
                             msg,
                         )));
                     }
-                    let action: Action = map.next_value()?;
+                    let action: Verdict = map.next_value()?;
                     out.rules.push(ToolRule {
                         pattern: key,
                         action,
@@ -241,7 +181,7 @@ impl JsonSchema for ToolRules {
         "Tools".into()
     }
     fn json_schema(g: &mut SchemaGenerator) -> Schema {
-        let action = g.subschema_for::<Action>();
+        let action = g.subschema_for::<Verdict>();
         json_schema!({
             "type": "object",
             "description": "per-tool rules: every key other than the settings below is a glob (`*`, `?`) over tool names mapped to an action; the strictest matching rule wins (deny > approve > allow)",
@@ -258,8 +198,9 @@ impl JsonSchema for ToolRules {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{Reason, Verdict};
 
-    fn rules(default: Action, r: &[(&str, Action)]) -> ToolRules {
+    fn rules(default: Verdict, r: &[(&str, Verdict)]) -> ToolRules {
         ToolRules {
             default,
             rules: r
@@ -274,6 +215,8 @@ mod tests {
     }
 
     const NONE: ToolHints = ToolHints {
+        idempotent: None,
+        open_world: None,
         read_only: None,
         destructive: None,
     };
@@ -297,41 +240,41 @@ mod tests {
     #[test]
     fn strictest_matching_rule_wins() {
         let r = rules(
-            Action::Allow,
+            Verdict::Allow,
             &[
-                ("*", Action::Allow),
-                ("delete_*", Action::Deny),
-                ("*_file", Action::Approve),
+                ("*", Verdict::Allow),
+                ("delete_*", Verdict::Deny),
+                ("*_file", Verdict::Approve),
             ],
         );
         let d = r.decide("delete_file", &NONE);
         assert_eq!(
             d,
             Decision {
-                action: Action::Deny,
-                reason: "tool.rule",
+                verdict: Verdict::Deny,
+                reason: Reason::ToolRule,
                 source: "tools.\"delete_*\"".into()
             }
         );
         let d = r.decide("write_file", &NONE);
         assert_eq!(
-            (d.action, d.source.as_str()),
-            (Action::Approve, "tools.\"*_file\"")
+            (d.verdict, d.source.as_str()),
+            (Verdict::Approve, "tools.\"*_file\"")
         );
         let d = r.decide("list", &NONE);
-        assert_eq!((d.action, d.reason), (Action::Allow, "tool.rule"));
+        assert_eq!((d.verdict, d.reason), (Verdict::Allow, Reason::ToolRule));
     }
 
     #[test]
     fn default_applies_only_without_a_match() {
-        let r = rules(Action::Deny, &[("read_*", Action::Allow)]);
-        assert_eq!(r.decide("read_file", &NONE).action, Action::Allow);
+        let r = rules(Verdict::Deny, &[("read_*", Verdict::Allow)]);
+        assert_eq!(r.decide("read_file", &NONE).verdict, Verdict::Allow);
         let d = r.decide("write_file", &NONE);
         assert_eq!(
             d,
             Decision {
-                action: Action::Deny,
-                reason: "tool.default",
+                verdict: Verdict::Deny,
+                reason: Reason::ToolDefault,
                 source: "tools.default".into()
             }
         );
@@ -339,9 +282,9 @@ mod tests {
 
     #[test]
     fn empty_rules_with_default_deny_block_everything() {
-        let r = rules(Action::Deny, &[]);
+        let r = rules(Verdict::Deny, &[]);
         for t in ["", "read", "anything", "*"] {
-            assert_eq!(r.decide(t, &NONE).action, Action::Deny);
+            assert_eq!(r.decide(t, &NONE).verdict, Verdict::Deny);
             assert!(!r.visible_in_list(t, &NONE));
         }
     }
@@ -349,43 +292,45 @@ mod tests {
     #[test]
     fn hints_only_make_decisions_stricter() {
         let mut r = rules(
-            Action::Deny,
-            &[("safe", Action::Allow), ("boom", Action::Deny)],
+            Verdict::Deny,
+            &[("safe", Verdict::Allow), ("boom", Verdict::Deny)],
         );
-        r.destructive = Action::Approve;
+        r.destructive = Verdict::Approve;
         let benign = ToolHints {
             read_only: Some(true),
             destructive: Some(false),
+            ..ToolHints::default()
         };
         // a read-only claim never opens a denied tool
-        assert_eq!(r.decide("other", &benign).action, Action::Deny);
-        assert_eq!(r.decide("boom", &benign).action, Action::Deny);
+        assert_eq!(r.decide("other", &benign).verdict, Verdict::Deny);
+        assert_eq!(r.decide("boom", &benign).verdict, Verdict::Deny);
         // a destructive claim raises allow to approve...
         let destructive = ToolHints {
             read_only: Some(true),
             destructive: Some(true),
+            ..ToolHints::default()
         };
         let d = r.decide("safe", &destructive);
         assert_eq!(
             d,
             Decision {
-                action: Action::Approve,
-                reason: "tool.destructive_hint",
+                verdict: Verdict::Approve,
+                reason: Reason::ToolDestructiveHint,
                 source: "tools.destructive".into()
             }
         );
         // ...and never lowers deny
-        assert_eq!(r.decide("boom", &destructive).action, Action::Deny);
+        assert_eq!(r.decide("boom", &destructive).verdict, Verdict::Deny);
         // default floor (allow) changes nothing
-        let plain = rules(Action::Allow, &[]);
-        assert_eq!(plain.decide("x", &destructive).reason, "tool.default");
+        let plain = rules(Verdict::Allow, &[]);
+        assert_eq!(plain.decide("x", &destructive).reason, Reason::ToolDefault);
     }
 
     #[test]
     fn denied_tools_hidden_unless_show_denied() {
         let mut r = rules(
-            Action::Allow,
-            &[("delete_*", Action::Deny), ("write_*", Action::Approve)],
+            Verdict::Allow,
+            &[("delete_*", Verdict::Deny), ("write_*", Verdict::Approve)],
         );
         assert!(!r.visible_in_list("delete_all", &NONE));
         assert!(r.visible_in_list("write_file", &NONE));

@@ -1,0 +1,354 @@
+//! The one decision vocabulary of mcpbox: every layer that lets something
+//! through, asks a human or refuses (tool policy, the relay, the egress
+//! proxy, the audit log) speaks in these types.
+//!
+//! - [`Verdict`] is ordered: `Allow < Approve < Deny`, so "the strictest
+//!   wins" is `max`.
+//! - [`Reason`] is the catalogue of machine-readable reason codes. Each code
+//!   has a stable string (`as_str`, what clients, logs and the audit log
+//!   see) and a one-line meaning; `docs/reasons.md` lists them all (a test
+//!   keeps the two in step).
+//! - [`Decision`] is a verdict with its reason and its source (the policy
+//!   key or component that made it).
+
+use serde::{Deserialize, Serialize};
+
+/// What happens to a call, a connection or a message. Ordered from the
+/// most to the least permissive: `Allow < Approve < Deny`.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Default,
+    Serialize,
+    Deserialize,
+    schemars::JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Verdict {
+    /// Let it through.
+    #[default]
+    Allow,
+    /// Hold it for a human; refused without an approval. In an audit
+    /// record of a call that ran, it means a human approved it.
+    Approve,
+    /// Refuse it; it never reaches the other side.
+    Deny,
+}
+
+impl Verdict {
+    /// Every verdict, from the most to the least permissive.
+    pub const ALL: [Verdict; 3] = [Verdict::Allow, Verdict::Approve, Verdict::Deny];
+
+    /// The word used in policy files, audit records and on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Allow => "allow",
+            Verdict::Approve => "approve",
+            Verdict::Deny => "deny",
+        }
+    }
+
+    /// The verdict named `s` (`allow`, `approve`, `deny`).
+    pub fn from_name(s: &str) -> Option<Verdict> {
+        Verdict::ALL.into_iter().find(|v| v.as_str() == s)
+    }
+}
+
+impl std::fmt::Display for Verdict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Declares [`Reason`] with its code string and meaning in one table, so
+/// that a code cannot exist without its documentation.
+macro_rules! reasons {
+    ($($(#[$attr:meta])* $variant:ident = $code:literal, $meaning:literal;)*) => {
+        /// A machine-readable reason code. The string form (`as_str`) is
+        /// stable: clients, scripts and the audit log match on it.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum Reason {
+            $(
+                #[doc = $meaning]
+                $(#[$attr])*
+                $variant,
+            )*
+        }
+
+        impl Reason {
+            /// Every reason code, in catalogue order.
+            pub const ALL: &'static [Reason] = &[$(Reason::$variant),*];
+
+            /// The stable code, e.g. `tool.rule`.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $(Reason::$variant => $code,)*
+                }
+            }
+
+            /// What the code means, in one sentence.
+            pub fn meaning(self) -> &'static str {
+                match self {
+                    $(Reason::$variant => $meaning,)*
+                }
+            }
+
+            /// The reason whose code is `code`.
+            pub fn from_code(code: &str) -> Option<Reason> {
+                match code {
+                    $($code => Some(Reason::$variant),)*
+                    _ => None,
+                }
+            }
+        }
+    };
+}
+
+reasons! {
+    // ---- tool policy
+    ToolRule = "tool.rule", "a `[tools]` pattern matched the tool; the source names the pattern";
+    ToolDefault = "tool.default", "no `[tools]` pattern matched; `tools.default` decided";
+    ToolDefaultAllow = "tool.default_allow", "no policy was given: every tool is allowed";
+    ToolDestructiveHint = "tool.destructive_hint", "the server marked the tool destructive and `tools.destructive` is stricter than the rule that matched";
+    // ---- approvals
+    ApprovalRequired = "approval.required", "the call needs a human approval and no approval channel is available";
+    ApprovalGranted = "approval.granted", "a human approved this exact call";
+    ApprovalGrantedOnce = "approval.granted_once", "a human allowed this one network connection";
+    ApprovalGrantedSession = "approval.granted_session", "a human allowed this host and port for the rest of the session";
+    ApprovalDeclined = "approval.declined", "the human declined or cancelled the approval";
+    ApprovalDenied = "approval.denied", "the human answered the network question with deny";
+    ApprovalTimeout = "approval.timeout", "nobody answered the approval before it expired";
+    // ---- tool pinning
+    PinNew = "pin.new", "the tool appeared after the tool list was pinned; withheld until `mcpbox pin accept`";
+    PinChanged = "pin.changed", "the tool's definition differs from its pin (a possible rug pull); withheld until `mcpbox pin accept`";
+    PinInstructionsChanged = "pin.instructions_changed", "the server's instructions differ from the pinned ones; they are removed until `mcpbox pin accept`";
+    // ---- how a forwarded call ended
+    CallError = "call.error", "the server answered the call with an error or a result with `isError`";
+    CallTimeout = "call.timeout", "the call exceeded `process.call_timeout`; the server was sent a cancellation";
+    ResultTooLarge = "result.too_large", "the server's response line was longer than `output.max_line`";
+    // ---- host protocol errors
+    BatchRefused = "batch.refused", "the host sent a JSON-RPC batch, which MCP does not use";
+    RequestInvalid = "request.invalid", "the host sent invalid JSON, a non-object, or a message that is neither request, notification nor response";
+    RequestTooLarge = "request.too_large", "the host sent a line longer than `output.max_line`";
+    RequestNoTool = "request.no_tool", "the host sent `tools/call` without a tool name";
+    ServerRestarting = "server.restarting", "the server is being restarted (a secret's TTL ran out); the call may be retried";
+    // ---- server lifecycle
+    ServerExited = "server.exited", "the server exited on its own (with requests in flight, each gets this error)";
+    ServerStopped = "server.stopped", "mcpbox stopped the server at the end of the session";
+    HostGone = "host.gone", "the host stopped reading mcpbox's output";
+    SecretTtlRestart = "secret.ttl_restart", "the server was restarted to load fresh secret values after a TTL";
+    // ---- server output screening
+    ServerInvalidJson = "server.invalid_json", "the server wrote a line to stdout that is not a JSON-RPC object; dropped";
+    ServerLineTooLong = "server.line_too_long", "the server wrote a line longer than `output.max_line`; dropped";
+    ServerLineCompacted = "server.line_compacted", "the server wrote an over-long line whose long strings were cut to fit";
+    RedactionSecret = "redaction.secret", "a secret's value (or an encoding of it) was replaced in the server's output";
+    // ---- credential shapes found in results
+    CredentialGithubPat = "credential.github_pat", "a GitHub fine-grained personal access token";
+    CredentialGithub = "credential.github", "a GitHub token (`ghp_`, `gho_`, `ghu_`, `ghs_`, `ghr_`)";
+    CredentialAnthropic = "credential.anthropic", "an Anthropic API key";
+    CredentialOpenai = "credential.openai", "an OpenAI API key";
+    CredentialStripe = "credential.stripe", "a Stripe secret or restricted key";
+    CredentialSlack = "credential.slack", "a Slack token or webhook";
+    CredentialAwsAccessKey = "credential.aws_access_key", "an AWS access key id";
+    CredentialGoogleApiKey = "credential.google_api_key", "a Google API key";
+    CredentialGitlab = "credential.gitlab", "a GitLab personal access token";
+    CredentialNpm = "credential.npm", "an npm access token";
+    CredentialPrivateKey = "credential.private_key", "a PEM private key block";
+    // ---- text screening (descriptions, instructions, results)
+    TextTerminalEscape = "text.terminal_escape", "terminal escape sequences were stripped";
+    TextControlCharacter = "text.control_character", "control characters were stripped";
+    TextInvisibleUnicode = "text.invisible_unicode", "invisible or bidirectional Unicode was stripped";
+    InstructionOverride = "instruction.override", "text tells the model to ignore or override its instructions";
+    InstructionConceal = "instruction.conceal", "text tells the model to hide something from the user";
+    InstructionFakeSystem = "instruction.fake_system", "text poses as a system or developer message";
+    InstructionCredentialAccess = "instruction.credential_access", "text tells the model to read credentials or key files";
+    InstructionCrossTool = "instruction.cross_tool", "text tells the model how to use other tools or servers";
+    InstructionExfiltration = "instruction.exfiltration", "text tells the model to send data somewhere";
+    // ---- network policy and the egress proxy
+    NetworkAllow = "network.allow", "a `network.allow` entry matched the host and port";
+    NetworkDeny = "network.deny", "a `network.deny` entry matched the host";
+    NetworkUnlisted = "network.unlisted", "no `network.allow` entry matched and `network.unlisted` refuses (or asks)";
+    NetworkInvalidHost = "network.invalid_host", "the requested host name is not a valid DNS name or address";
+    NetworkApprovedOnce = "network.approved_once", "a human allowed this one connection";
+    NetworkApprovedSession = "network.approved_session", "a human allowed this host and port earlier in the session";
+    NetworkApprovalDenied = "network.approval_denied", "a human refused the connection, or nobody could be asked";
+    NetworkLoopbackAddress = "network.loopback_address", "the host resolved to a loopback address";
+    NetworkPrivateAddress = "network.private_address", "the host resolved to a private (RFC 1918, ULA) address";
+    NetworkLinkLocalAddress = "network.link_local_address", "the host resolved to a link-local address";
+    NetworkMulticastAddress = "network.multicast_address", "the host resolved to a multicast address";
+    NetworkUnspecifiedAddress = "network.unspecified_address", "the host resolved to the unspecified address";
+    NetworkBroadcastAddress = "network.broadcast_address", "the host resolved to the broadcast address";
+    NetworkDocumentationAddress = "network.documentation_address", "the host resolved to a documentation (TEST-NET) address";
+    NetworkReservedAddress = "network.reserved_address", "the host resolved to a reserved or otherwise non-public address";
+    NetworkMetadataEndpoint = "network.metadata_endpoint", "the host is a cloud metadata endpoint";
+    NetworkSniMismatch = "network.sni_mismatch", "the TLS server name differs from the host the tunnel was opened for";
+    NetworkTlsMalformed = "network.tls_malformed", "the client's first bytes in a tunnel are not a TLS ClientHello";
+    UpstreamResolveFailed = "upstream.resolve_failed", "the proxy could not resolve the host name";
+    UpstreamConnectFailed = "upstream.connect_failed", "the proxy could not connect to the checked address";
+    RequestEmpty = "request.empty", "the client closed the proxy connection before sending a request";
+    RequestReadFailed = "request.read_failed", "reading the client's proxy request failed";
+    RequestMalformed = "request.malformed", "the client sent a malformed proxy request";
+    // ---- mcpbox's own failures
+    ClientGone = "client.gone", "the sandboxed client closed the proxy connection";
+    McpboxThreadSpawnFailed = "mcpbox.thread_spawn_failed", "mcpbox could not start a thread to serve a connection";
+    McpboxCloneFailed = "mcpbox.clone_failed", "mcpbox could not duplicate a socket to serve a connection";
+}
+
+impl std::fmt::Display for Reason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for Reason {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for Reason {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Reason, D::Error> {
+        let code = String::deserialize(d)?;
+        Reason::from_code(&code)
+            .ok_or_else(|| serde::de::Error::custom(format!("unknown reason code `{code}`")))
+    }
+}
+
+/// A verdict with the reason that explains it and its source: the policy
+/// key (`tools."delete_*"`, `network.allow[0]`) or the component
+/// (`pin`, `approval:elicitation`, `relay`) that made it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Decision {
+    /// Allow, approve or deny.
+    pub verdict: Verdict,
+    /// Why, as a catalogued code.
+    pub reason: Reason,
+    /// Who decided.
+    pub source: String,
+}
+
+impl Decision {
+    /// A decision.
+    pub fn new(verdict: Verdict, reason: Reason, source: impl Into<String>) -> Decision {
+        Decision {
+            verdict,
+            reason,
+            source: source.into(),
+        }
+    }
+
+    /// Shorthand for an allowing decision.
+    pub fn allow(reason: Reason, source: impl Into<String>) -> Decision {
+        Decision::new(Verdict::Allow, reason, source)
+    }
+
+    /// Shorthand for a decision that asks a human.
+    pub fn approve(reason: Reason, source: impl Into<String>) -> Decision {
+        Decision::new(Verdict::Approve, reason, source)
+    }
+
+    /// Shorthand for a refusing decision.
+    pub fn deny(reason: Reason, source: impl Into<String>) -> Decision {
+        Decision::new(Verdict::Deny, reason, source)
+    }
+
+    /// The stricter of two decisions; on a tie, `self`.
+    pub fn stricter(self, other: Decision) -> Decision {
+        if other.verdict > self.verdict {
+            other
+        } else {
+            self
+        }
+    }
+}
+
+/// Tool annotations as the (untrusted) server declared them in
+/// `tools/list`. A policy may use them to make a decision stricter, never
+/// looser.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct ToolHints {
+    /// `annotations.readOnlyHint`. Never loosens a decision; recorded only.
+    pub read_only: Option<bool>,
+    /// `annotations.destructiveHint`. `Some(true)` raises the decision to
+    /// `tools.destructive`.
+    pub destructive: Option<bool>,
+    /// `annotations.idempotentHint`.
+    pub idempotent: Option<bool>,
+    /// `annotations.openWorldHint`.
+    pub open_world: Option<bool>,
+}
+
+impl ToolHints {
+    /// Reads hints from a tool definition's `annotations` (a `tools/list`
+    /// entry); absent or non-boolean values are `None`.
+    pub fn from_tool(tool: &serde_json::Value) -> ToolHints {
+        let a = tool.get("annotations");
+        let get = |k: &str| {
+            a.and_then(|a| a.get(k))
+                .and_then(serde_json::Value::as_bool)
+        };
+        ToolHints {
+            read_only: get("readOnlyHint"),
+            destructive: get("destructiveHint"),
+            idempotent: get("idempotentHint"),
+            open_world: get("openWorldHint"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn verdicts_are_ordered_from_allow_to_deny() {
+        assert!(Verdict::Allow < Verdict::Approve);
+        assert!(Verdict::Approve < Verdict::Deny);
+        assert_eq!(
+            [Verdict::Deny, Verdict::Allow, Verdict::Approve]
+                .into_iter()
+                .max(),
+            Some(Verdict::Deny)
+        );
+        for v in Verdict::ALL {
+            assert_eq!(Verdict::from_name(v.as_str()), Some(v));
+        }
+    }
+
+    #[test]
+    fn every_reason_code_round_trips_and_is_unique() {
+        let mut seen = std::collections::HashSet::new();
+        for r in Reason::ALL {
+            assert!(seen.insert(r.as_str()), "duplicate code {}", r.as_str());
+            assert_eq!(Reason::from_code(r.as_str()), Some(*r));
+            assert!(!r.meaning().is_empty());
+            let json = serde_json::to_string(r).unwrap();
+            assert_eq!(serde_json::from_str::<Reason>(&json).unwrap(), *r);
+        }
+        assert_eq!(Reason::from_code("no.such_code"), None);
+    }
+
+    #[test]
+    fn stricter_decision_wins_and_ties_keep_the_first() {
+        let allow = Decision::allow(Reason::ToolRule, "tools.a");
+        let deny = Decision::deny(Reason::ToolDefault, "tools.default");
+        assert_eq!(allow.clone().stricter(deny.clone()), deny);
+        assert_eq!(deny.clone().stricter(allow.clone()), deny);
+        let other = Decision::allow(Reason::ToolDefault, "tools.default");
+        assert_eq!(allow.clone().stricter(other), allow);
+    }
+
+    #[test]
+    fn hints_are_read_from_annotations() {
+        let tool = serde_json::json!({"name": "rm", "annotations": {"destructiveHint": true, "readOnlyHint": "yes"}});
+        let h = ToolHints::from_tool(&tool);
+        assert_eq!(h.destructive, Some(true));
+        assert_eq!(h.read_only, None);
+    }
+}
