@@ -90,7 +90,7 @@ pub fn format_table(events: &[Event]) -> String {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::{Decision, Kind};
+    use crate::{Kind, Verdict};
 
     fn ev(server: &str, tool: &str) -> Event {
         Event {
@@ -98,7 +98,7 @@ mod tests {
             kind: Some(Kind::ToolCall),
             server: server.into(),
             tool: Some(tool.into()),
-            decision: Some(Decision::Deny),
+            decision: Some(Verdict::Deny),
             reason: Some("tool.deny_rule".into()),
             duration_ms: Some(12),
             ..Event::default()

@@ -125,51 +125,14 @@ pub enum Durability {
     Machine,
 }
 
-/// The decision attached to an event, when there is one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Decision {
-    /// Let through.
-    Allow,
-    /// Refused.
-    Deny,
-    /// Held for a human, or let through after a human approved it.
-    Approve,
-}
+/// The decision attached to an event: the one vocabulary of
+/// `mcpbox-policy` ([`Verdict`], stored as `allow`, `approve` or `deny`).
+pub use mcpbox_policy::{Decision as Decided, Reason, Verdict};
 
-impl Decision {
-    /// Every decision, in declaration order.
-    pub const ALL: [Decision; 3] = [Decision::Allow, Decision::Deny, Decision::Approve];
-
-    /// The stable string stored in the database and printed by the CLI.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Decision::Allow => "allow",
-            Decision::Deny => "deny",
-            Decision::Approve => "approve",
-        }
-    }
-}
-
-impl std::fmt::Display for Decision {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl std::str::FromStr for Decision {
-    type Err = Error;
-
-    fn from_str(s: &str) -> Result<Self> {
-        Decision::ALL
-            .into_iter()
-            .find(|d| d.as_str() == s)
-            .ok_or_else(|| Error::UnknownValue {
-                what: "decision",
-                value: s.to_owned(),
-            })
-    }
-}
+/// Transitional name of [`Verdict`] for code written before the one
+/// vocabulary; new code says `Verdict`.
+#[doc(hidden)]
+pub use mcpbox_policy::Verdict as Decision;
 
 /// One audit record. Never raw arguments, results, file contents or secret
 /// values: only digests, sizes and names.
@@ -193,9 +156,10 @@ pub struct Event {
     pub caller: String,
     /// The tool, for tool events.
     pub tool: Option<String>,
-    /// The decision, when one was taken.
-    pub decision: Option<Decision>,
-    /// Machine-readable reason code, e.g. `tool.deny_rule`.
+    /// The verdict, when a decision was taken.
+    pub decision: Option<Verdict>,
+    /// Machine-readable reason code from the catalogue ([`Reason`]), e.g.
+    /// `tool.rule`. A string, so that records of older versions still read.
     pub reason: Option<String>,
     /// Where the decision came from, e.g. `policy:tools."delete_*"`.
     pub source: Option<String>,
@@ -212,6 +176,20 @@ pub struct Event {
     /// Free-form structured detail (pin digests, network host/port, ...).
     /// Must never hold secrets, arguments or results.
     pub detail: serde_json::Value,
+}
+
+impl Event {
+    /// Sets the verdict, reason and source of `d`.
+    pub fn decided(&mut self, d: &Decided) {
+        self.decision = Some(d.verdict);
+        self.reason = Some(d.reason.as_str().to_string());
+        self.source = Some(d.source.clone());
+    }
+
+    /// Sets the reason code alone (flags, exits, redactions).
+    pub fn reason(&mut self, r: Reason) {
+        self.reason = Some(r.as_str().to_string());
+    }
 }
 
 /// Anything that takes audit events. The gateway and the egress proxy write
@@ -251,12 +229,12 @@ mod tests {
             assert_eq!(json, serde_json::Value::String(k.as_str().into()));
             assert_eq!(k.as_str().parse::<Kind>().unwrap(), k);
         }
-        for d in Decision::ALL {
+        for d in Verdict::ALL {
             let json = serde_json::to_value(d).unwrap();
             assert_eq!(json, serde_json::Value::String(d.as_str().into()));
-            assert_eq!(d.as_str().parse::<Decision>().unwrap(), d);
+            assert_eq!(d.as_str().parse::<Verdict>().unwrap(), d);
         }
-        assert!("Allow".parse::<Decision>().is_err());
+        assert!("Allow".parse::<Verdict>().is_err());
         assert!("".parse::<Kind>().is_err());
     }
 

@@ -1,6 +1,6 @@
 //! Filters for reading the audit log back.
 
-use crate::{Decision, Kind};
+use crate::{Kind, Verdict};
 
 /// Filters for [`crate::SqliteStore::query`]. Every field that is set must
 /// match; an empty query returns everything.
@@ -11,7 +11,7 @@ pub struct Query {
     /// Only events of this tool (exact match).
     pub tool: Option<String>,
     /// Only events with this decision.
-    pub decision: Option<Decision>,
+    pub decision: Option<Verdict>,
     /// Only events of this kind.
     pub kind: Option<Kind>,
     /// Only events at or after this Unix time in milliseconds.

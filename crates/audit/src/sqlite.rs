@@ -551,7 +551,7 @@ fn decode_row(row: &rusqlite::Row<'_>) -> Result<(Record, String)> {
         decision: decision
             .map(|d| d.parse())
             .transpose()
-            .map_err(|e: Error| corrupt(e.to_string()))?,
+            .map_err(|e: String| corrupt(e))?,
         reason: row.get(9).map_err(get_err)?,
         source: row.get(10).map_err(get_err)?,
         args_digest: row.get(11).map_err(get_err)?,

@@ -6,10 +6,10 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use mcpbox_audit::{Decision, Event, JsonlStore, Kind, Query, Sink, SqliteStore, SCHEMA_VERSION};
+use mcpbox_audit::{Event, JsonlStore, Kind, Query, Sink, SqliteStore, Verdict, SCHEMA_VERSION};
 use serde_json::json;
 
-fn ev(n: i64, server: &str, tool: &str, decision: Decision) -> Event {
+fn ev(n: i64, server: &str, tool: &str, decision: Verdict) -> Event {
     Event {
         time_ms: 1_000_000 + n * 1000,
         kind: Some(Kind::ToolCall),
@@ -32,7 +32,7 @@ fn ev(n: i64, server: &str, tool: &str, decision: Decision) -> Event {
 
 fn fill(store: &SqliteStore, n: i64) {
     for i in 1..=n {
-        store.record(ev(i, "fs", "read_file", Decision::Allow));
+        store.record(ev(i, "fs", "read_file", Verdict::Allow));
     }
 }
 
@@ -51,8 +51,8 @@ fn records_survive_reopen() {
     let store = SqliteStore::open(&path).unwrap();
     let events = store.query(&Query::default()).unwrap();
     assert_eq!(events.len(), 3);
-    assert_eq!(events[0], ev(1, "fs", "read_file", Decision::Allow));
-    store.record(ev(4, "fs", "read_file", Decision::Allow));
+    assert_eq!(events[0], ev(1, "fs", "read_file", Verdict::Allow));
+    store.record(ev(4, "fs", "read_file", Verdict::Allow));
     let records = store.query_records(&Query::default()).unwrap();
     assert_eq!(
         records.iter().map(|r| r.seq).collect::<Vec<_>>(),
@@ -72,7 +72,7 @@ fn every_field_round_trips_exactly() {
         7,
         "srv\u{1b}[31m'; DROP TABLE events; --",
         "t\u{202e}x",
-        Decision::Approve,
+        Verdict::Approve,
     );
     e.kind = Some(Kind::ServerExit);
     e.exit_status = Some(-9);
@@ -176,10 +176,10 @@ fn edit_with_correctly_recomputed_hash_breaks_the_next_link() {
     fill(&store, 4);
     // The forger knows the algorithm: a twin log with the same first row and
     // a forged second row yields the hash the forged row 2 must carry.
-    let forged = ev(2, "fs", "read_file", Decision::Deny);
+    let forged = ev(2, "fs", "read_file", Verdict::Deny);
     let twin_path = dir.path().join("twin.db");
     let twin = SqliteStore::open(&twin_path).unwrap();
-    twin.record(ev(1, "fs", "read_file", Decision::Allow));
+    twin.record(ev(1, "fs", "read_file", Verdict::Allow));
     twin.record(forged);
     let forged_hash = twin.query_records(&Query::default()).unwrap()[1]
         .hash
@@ -269,13 +269,13 @@ fn empty_log_verifies() {
 fn filters_select_exactly_the_matching_events() {
     let dir = tempfile::tempdir().unwrap();
     let store = SqliteStore::open(&dir.path().join("a.db")).unwrap();
-    store.record(ev(1, "fs", "read_file", Decision::Allow));
-    store.record(ev(2, "fs", "write_file", Decision::Deny));
-    store.record(ev(3, "git", "git_log", Decision::Allow));
-    let mut net = ev(4, "fetch", "fetch", Decision::Deny);
+    store.record(ev(1, "fs", "read_file", Verdict::Allow));
+    store.record(ev(2, "fs", "write_file", Verdict::Deny));
+    store.record(ev(3, "git", "git_log", Verdict::Allow));
+    let mut net = ev(4, "fetch", "fetch", Verdict::Deny);
     net.kind = Some(Kind::Network);
     store.record(net);
-    store.record(ev(5, "fs", "write_file", Decision::Approve));
+    store.record(ev(5, "fs", "write_file", Verdict::Approve));
 
     let n = |q: Query| {
         store
@@ -302,7 +302,7 @@ fn filters_select_exactly_the_matching_events() {
     );
     assert_eq!(
         n(Query {
-            decision: Some(Decision::Deny),
+            decision: Some(Verdict::Deny),
             ..Query::default()
         }),
         [2, 4]
@@ -326,7 +326,7 @@ fn filters_select_exactly_the_matching_events() {
     assert_eq!(
         n(Query {
             server: Some("fs".into()),
-            decision: Some(Decision::Deny),
+            decision: Some(Verdict::Deny),
             since_ms: Some(1_002_000),
             ..Query::default()
         }),
@@ -366,7 +366,7 @@ fn concurrent_records_from_threads_lose_nothing() {
             let store = Arc::clone(&store);
             std::thread::spawn(move || {
                 for i in 0..25 {
-                    store.record(ev(t * 100 + i, &format!("s{t}"), "x", Decision::Allow));
+                    store.record(ev(t * 100 + i, &format!("s{t}"), "x", Verdict::Allow));
                 }
             })
         })
@@ -404,7 +404,7 @@ fn two_stores_on_one_file_keep_one_chain() {
         .map(|(n, s)| {
             std::thread::spawn(move || {
                 for i in 0..20 {
-                    s.record(ev(i, &format!("p{n}"), "x", Decision::Allow));
+                    s.record(ev(i, &format!("p{n}"), "x", Verdict::Allow));
                 }
             })
         })
@@ -424,19 +424,19 @@ fn failed_write_is_kept_and_flushed_in_order() {
     let path = dir.path().join("a.db");
     let store = SqliteStore::open(&path).unwrap();
     store.set_busy_timeout(Duration::from_millis(10)).unwrap();
-    store.record(ev(1, "fs", "a", Decision::Allow));
+    store.record(ev(1, "fs", "a", Verdict::Allow));
 
     // Another writer holds the write lock: the next record cannot commit.
     let mut blocker = raw(&path);
     let tx = blocker
         .transaction_with_behavior(rusqlite::TransactionBehavior::Exclusive)
         .unwrap();
-    store.record(ev(2, "fs", "b", Decision::Allow));
-    store.record(ev(3, "fs", "c", Decision::Allow));
+    store.record(ev(2, "fs", "b", Verdict::Allow));
+    store.record(ev(3, "fs", "c", Verdict::Allow));
     assert_eq!(store.pending_len(), 2);
     tx.rollback().unwrap();
 
-    store.record(ev(4, "fs", "d", Decision::Allow));
+    store.record(ev(4, "fs", "d", Verdict::Allow));
     assert_eq!(store.pending_len(), 0);
     let tools: Vec<String> = store
         .query(&Query::default())
@@ -537,11 +537,11 @@ fn jsonl_store_appends_one_synced_line_per_event() {
     let path = dir.path().join("sub/audit.jsonl");
     {
         let store = JsonlStore::open(&path).unwrap();
-        store.record(ev(1, "fs", "a\nb", Decision::Deny));
-        store.record(ev(2, "fs", "c", Decision::Allow));
+        store.record(ev(1, "fs", "a\nb", Verdict::Deny));
+        store.record(ev(2, "fs", "c", Verdict::Allow));
     }
     let store = JsonlStore::open(&path).unwrap();
-    store.record(ev(3, "fs", "d", Decision::Allow));
+    store.record(ev(3, "fs", "d", Verdict::Allow));
     assert_eq!(store.pending_len(), 0);
     let text = std::fs::read_to_string(&path).unwrap();
     let events: Vec<Event> = text
@@ -549,7 +549,7 @@ fn jsonl_store_appends_one_synced_line_per_event() {
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
     assert_eq!(events.len(), 3);
-    assert_eq!(events[0], ev(1, "fs", "a\nb", Decision::Deny));
+    assert_eq!(events[0], ev(1, "fs", "a\nb", Verdict::Deny));
     assert_eq!(events[2].tool.as_deref(), Some("d"));
     let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o600);

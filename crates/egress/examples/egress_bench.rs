@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use mcpbox_audit::{Event, Sink};
 use mcpbox_egress::*;
+use mcpbox_policy::{Decision, Reason};
 
 const BULK: u64 = 1 << 30;
 const CONNS: usize = 2000;
@@ -22,17 +23,11 @@ const WARMUP: usize = 100;
 
 struct Bench;
 impl EgressPolicy for Bench {
-    fn decide(&self, host: &str, _port: u16) -> Verdict {
+    fn decide(&self, host: &str, _port: u16) -> Decision {
         if host == "bench.test" {
-            Verdict::Allow {
-                reason: "network.allow_rule".into(),
-                source: "bench".into(),
-            }
+            Decision::allow(Reason::NetworkAllow, "bench")
         } else {
-            Verdict::Deny {
-                reason: "network.unlisted".into(),
-                source: "bench".into(),
-            }
+            Decision::deny(Reason::NetworkUnlisted, "bench")
         }
     }
     fn mapped_address(&self, host: &str) -> Option<IpAddr> {

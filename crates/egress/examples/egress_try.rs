@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use mcpbox_audit::{Event, Sink};
 use mcpbox_egress::*;
+use mcpbox_policy::{Decision, Reason};
 
 struct Args {
     allow: Vec<String>,
@@ -19,16 +20,10 @@ struct Args {
 }
 
 impl EgressPolicy for Args {
-    fn decide(&self, host: &str, _port: u16) -> Verdict {
+    fn decide(&self, host: &str, _port: u16) -> Decision {
         match self.allow.iter().position(|h| h == host) {
-            Some(i) => Verdict::Allow {
-                reason: "network.allow_rule".into(),
-                source: format!("args[{i}]"),
-            },
-            None => Verdict::Deny {
-                reason: "network.unlisted".into(),
-                source: "args:unlisted".into(),
-            },
+            Some(i) => Decision::allow(Reason::NetworkAllow, format!("args[{i}]")),
+            None => Decision::deny(Reason::NetworkUnlisted, "args:unlisted"),
         }
     }
     fn mapped_address(&self, host: &str) -> Option<IpAddr> {

@@ -4,6 +4,7 @@
 //! service). See SSRF write-ups such as CVE-2019-4142 / the Capital One
 //! metadata incident for why metadata endpoints are singled out.
 
+use mcpbox_policy::Reason;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// Why an address is refused.
@@ -35,17 +36,17 @@ pub enum AddressClass {
 
 impl AddressClass {
     /// The machine-readable reason code used in the 403 header and the audit.
-    pub fn reason(self) -> &'static str {
+    pub fn reason(self) -> Reason {
         match self {
-            Self::Loopback => "network.loopback_address",
-            Self::Private => "network.private_address",
-            Self::LinkLocal => "network.link_local_address",
-            Self::Multicast => "network.multicast_address",
-            Self::Unspecified => "network.unspecified_address",
-            Self::Broadcast => "network.broadcast_address",
-            Self::Documentation => "network.documentation_address",
-            Self::Reserved => "network.reserved_address",
-            Self::Metadata => "network.metadata_endpoint",
+            Self::Loopback => Reason::NetworkLoopbackAddress,
+            Self::Private => Reason::NetworkPrivateAddress,
+            Self::LinkLocal => Reason::NetworkLinkLocalAddress,
+            Self::Multicast => Reason::NetworkMulticastAddress,
+            Self::Unspecified => Reason::NetworkUnspecifiedAddress,
+            Self::Broadcast => Reason::NetworkBroadcastAddress,
+            Self::Documentation => Reason::NetworkDocumentationAddress,
+            Self::Reserved => Reason::NetworkReservedAddress,
+            Self::Metadata => Reason::NetworkMetadataEndpoint,
         }
     }
 

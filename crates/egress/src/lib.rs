@@ -40,8 +40,7 @@ pub use proxy::{Ids, Proxy, Shutdown, HEAD_TIMEOUT};
 pub use stream::{ClientStream, Listener, RELAY_BUFFER};
 pub use tls::{client_hello, inspect as inspect_client_hello, Hello, ALERT_ACCESS_DENIED};
 pub use traits::{
-    ApprovalAnswer, Approver, Connector, DenyAllApprover, EgressPolicy, Resolver, SystemConnector,
-    SystemResolver, Verdict,
+    Approver, Connector, DenyAllApprover, EgressPolicy, Resolver, SystemConnector, SystemResolver,
 };
 
 use std::io;

@@ -22,7 +22,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use mcpbox_audit::{Decision, Event, Kind, Sink};
+use mcpbox_audit::{Event, Kind, Sink};
+use mcpbox_policy::{Decision, NetworkAnswer, Reason, Verdict};
 use serde_json::{json, Map, Value};
 
 use crate::addr::{classify, is_metadata_name};
@@ -31,7 +32,7 @@ use crate::package::{parse_package, registry_for_host};
 use crate::pool::Pool;
 use crate::stream::{pump, ClientStream, Listener, Socket, WakeTarget};
 use crate::tls::{self, Hello, ALERT_ACCESS_DENIED};
-use crate::traits::{ApprovalAnswer, Approver, Connector, EgressPolicy, Resolver, Verdict};
+use crate::traits::{Approver, Connector, EgressPolicy, Resolver};
 use crate::{Error, Result};
 
 /// Which sandbox and server the proxy serves; copied into every record.
@@ -125,17 +126,17 @@ pub const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
 /// A refusal, mapped to a response in one place ([`error_response`]).
 struct Refusal {
     status: u16,
-    reason: String,
+    reason: Reason,
     source: String,
     fault: Fault,
     message: String,
 }
 
 impl Refusal {
-    fn policy(reason: &str, source: &str, message: String) -> Self {
+    fn policy(reason: Reason, source: &str, message: String) -> Self {
         Self {
             status: 403,
-            reason: reason.into(),
+            reason,
             source: source.into(),
             fault: Fault::Policy,
             message,
@@ -155,9 +156,9 @@ struct Record {
     address: Option<SocketAddr>,
     mapped: bool,
     decision: Option<Decision>,
-    reason: Option<String>,
-    source: Option<String>,
-    error: Option<String>,
+    /// What went wrong after the policy allowed the connection (upstream
+    /// failures), or why nothing was decided (the client sent nothing).
+    error: Option<Reason>,
     bytes_up: u64,
     bytes_down: u64,
     sni: Option<String>,
@@ -175,8 +176,6 @@ impl Record {
             address: None,
             mapped: false,
             decision: None,
-            reason: None,
-            source: None,
             error: None,
             bytes_up: 0,
             bytes_down: 0,
@@ -185,10 +184,8 @@ impl Record {
         }
     }
 
-    fn decide(&mut self, decision: Decision, reason: &str, source: &str) {
-        self.decision = Some(decision);
-        self.reason = Some(reason.into());
-        self.source = Some(source.into());
+    fn decide(&mut self, verdict: Verdict, reason: Reason, source: &str) {
+        self.decision = Some(Decision::new(verdict, reason, source));
     }
 }
 
@@ -311,17 +308,17 @@ impl Proxy {
         let (host, port, mode, path, head_len) = match parsed {
             Ok(p) => p,
             Err(HeadError::Empty) => {
-                rec.error = Some("request.empty".into());
+                rec.error = Some(Reason::RequestEmpty);
                 return;
             }
             Err(e) => {
                 let reason = match e {
-                    HeadError::Read(_) => "request.read_failed",
-                    _ => "request.malformed",
+                    HeadError::Read(_) => Reason::RequestReadFailed,
+                    _ => Reason::RequestMalformed,
                 };
                 let r = Refusal {
                     status: 400,
-                    reason: reason.into(),
+                    reason,
                     source: "egress:parser".into(),
                     fault: Fault::Client,
                     message: format!(
@@ -366,7 +363,7 @@ impl Proxy {
         match mode {
             Mode::Tunnel => {
                 if client.write_all(CONNECT_OK).is_err() {
-                    rec.error = Some("client.gone".into());
+                    rec.error = Some(Reason::ClientGone);
                     upstream.shutdown_socket(How::Both);
                     return;
                 }
@@ -388,48 +385,57 @@ impl Proxy {
         if let Host::Name(n) = host {
             if is_metadata_name(n) {
                 return Err(Refusal::policy(
-                    "network.metadata_endpoint",
+                    Reason::NetworkMetadataEndpoint,
                     guard,
                     format!("{n} is a cloud metadata service name, never reachable from a sandbox"),
                 ));
             }
         }
 
-        match self.inner.policy.decide(&name, port) {
-            Verdict::Allow { reason, source } => rec.decide(Decision::Allow, &reason, &source),
-            Verdict::Deny { reason, source } => {
+        let decision = self.inner.policy.decide(&name, port);
+        match decision.verdict {
+            Verdict::Allow => rec.decision = Some(decision),
+            Verdict::Deny => {
                 return Err(Refusal::policy(
-                    &reason,
-                    &source,
+                    decision.reason,
+                    &decision.source,
                     format!("the network policy does not allow {name}:{port}"),
                 ))
             }
-            Verdict::Ask { source, .. } => {
+            Verdict::Approve => {
+                let source = decision.source;
                 rec.extra.insert("asked_by".into(), source.clone().into());
                 let key = (name.clone(), port);
                 let remembered = self.session_contains(&key);
                 if remembered {
                     rec.decide(
-                        Decision::Approve,
-                        "network.approved_session",
+                        Verdict::Approve,
+                        Reason::NetworkApprovedSession,
                         "approval:session",
                     );
                 } else {
-                    match self.inner.approver.ask(&name, port) {
-                        ApprovalAnswer::Once => {
-                            rec.decide(Decision::Approve, "network.approved_once", "approval")
+                    let answer = self.inner.approver.ask(&name, port);
+                    rec.extra
+                        .insert("answer".into(), answer.reason().as_str().into());
+                    match answer {
+                        NetworkAnswer::Once => {
+                            rec.decide(Verdict::Approve, Reason::NetworkApprovedOnce, "approval")
                         }
-                        ApprovalAnswer::Session => {
+                        NetworkAnswer::Session => {
                             self.session_insert(key);
-                            rec.decide(Decision::Approve, "network.approved_session", "approval")
+                            rec.decide(Verdict::Approve, Reason::NetworkApprovedSession, "approval")
                         }
-                        ApprovalAnswer::Deny => {
-                            return Err(Refusal::policy(
-                                "network.approval_denied",
-                                "approval",
-                                format!("{name}:{port} is not listed and the approval was denied (or timed out)"),
-                            ))
-                        }
+                        NetworkAnswer::Denied
+                        | NetworkAnswer::Declined
+                        | NetworkAnswer::Timeout
+                        | NetworkAnswer::Unavailable => return Err(Refusal::policy(
+                            Reason::NetworkApprovalDenied,
+                            "approval",
+                            format!(
+                                "{name}:{port} is not listed and the approval was not given ({})",
+                                answer.reason()
+                            ),
+                        )),
                     }
                 }
             }
@@ -482,7 +488,7 @@ impl Proxy {
         }
         Err(Refusal {
             status: 502,
-            reason: "upstream.connect_failed".into(),
+            reason: Reason::UpstreamConnectFailed,
             source: "egress:connect".into(),
             fault: Fault::Upstream,
             message: format!(
@@ -524,14 +530,18 @@ impl Proxy {
             ),
         };
         let _ = client.write_all(&error_response(
-            r.status, &r.reason, &r.source, r.fault, &body,
+            r.status,
+            r.reason.as_str(),
+            &r.source,
+            r.fault,
+            &body,
         ));
         rec.status = Some(r.status);
         if r.status == 403 || r.status == 400 {
-            rec.decide(Decision::Deny, &r.reason, &r.source);
+            rec.decide(Verdict::Deny, r.reason, &r.source);
         } else {
             // The policy allowed it; the failure is recorded beside that.
-            rec.error = Some(r.reason.clone());
+            rec.error = Some(r.reason);
         }
         tracing::debug!(status = r.status, reason = %r.reason, source = %r.source, "egress refused a connection");
     }
@@ -552,7 +562,7 @@ impl Proxy {
         let (mut c_read, mut u_write) = match (client.clone_socket(), upstream.clone_socket()) {
             (Ok(c), Ok(u)) => (c, u),
             _ => {
-                rec.error = Some("mcpbox.clone_failed".into());
+                rec.error = Some(Reason::McpboxCloneFailed);
                 upstream.shutdown_socket(How::Both);
                 return;
             }
@@ -594,7 +604,7 @@ impl Proxy {
         });
         if let Err(e) = spawned {
             tracing::warn!(error = %e, "egress could not start a relay thread");
-            rec.error = Some("mcpbox.thread_spawn_failed".into());
+            rec.error = Some(Reason::McpboxThreadSpawnFailed);
             upstream.shutdown_socket(How::Both);
             return;
         }
@@ -616,7 +626,7 @@ impl Proxy {
         rec.sni = up.sni;
         if let Some((reason, message)) = up.refused {
             rec.status = Some(403);
-            rec.decide(Decision::Deny, reason, "egress:sni_check");
+            rec.decide(Verdict::Deny, reason, "egress:sni_check");
             rec.extra.insert("refusal".into(), message.into());
         }
     }
@@ -637,7 +647,7 @@ impl Proxy {
             json!(u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)),
         );
         if let Some(e) = rec.error {
-            detail.insert("error".into(), e.into());
+            detail.insert("error".into(), e.as_str().into());
         }
         if let Some(s) = rec.sni {
             detail.insert("sni".into(), s.into());
@@ -647,14 +657,22 @@ impl Proxy {
             return;
         }
         let ids = &self.inner.ids;
+        let (decision, reason, source) = match rec.decision {
+            Some(d) => (
+                Some(d.verdict),
+                Some(d.reason.as_str().to_string()),
+                Some(d.source),
+            ),
+            None => (None, None, None),
+        };
         self.inner.audit.record(Event {
             kind: Some(Kind::Network),
             sandbox_id: ids.sandbox_id.clone(),
             workspace_id: ids.workspace_id.clone(),
             server: ids.server.clone(),
-            decision: rec.decision,
-            reason: rec.reason,
-            source: rec.source,
+            decision,
+            reason,
+            source,
             duration_ms: Some(u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)),
             detail: Value::Object(detail),
             ..Event::default()
@@ -666,7 +684,7 @@ impl Proxy {
 struct UpResult {
     bytes: u64,
     sni: Option<String>,
-    refused: Option<(&'static str, String)>,
+    refused: Option<(Reason, String)>,
 }
 
 /// Reads the first client bytes of a tunnel until they are known to be a
@@ -689,7 +707,7 @@ fn gate(
                 return Ok(match sni {
                     Some(s) if !matches!(host, Host::Name(n) if *n == s) => {
                         up.refused = Some((
-                            "network.sni_mismatch",
+                            Reason::NetworkSniMismatch,
                             format!("tls server name {s} differs from the CONNECT host {want} (domain fronting)"),
                         ));
                         None
@@ -699,7 +717,7 @@ fn gate(
             }
             Hello::Malformed(why) => {
                 up.refused = Some((
-                    "network.tls_malformed",
+                    Reason::NetworkTlsMalformed,
                     format!("unreadable tls client hello: {why}"),
                 ));
                 return Ok(None);
@@ -707,7 +725,10 @@ fn gate(
             Hello::Incomplete => {}
         }
         if first.len() >= tls::MAX_HELLO {
-            up.refused = Some(("network.tls_malformed", "tls client hello too large".into()));
+            up.refused = Some((
+                Reason::NetworkTlsMalformed,
+                "tls client hello too large".into(),
+            ));
             return Ok(None);
         }
         // A silent client may be waiting for a server-first protocol: no
@@ -728,7 +749,7 @@ fn gate(
                 return Ok(Some(first)); // closed without a byte: nothing to check
             }
             up.refused = Some((
-                "network.tls_malformed",
+                Reason::NetworkTlsMalformed,
                 "client closed inside its tls client hello".into(),
             ));
             return Ok(None);
@@ -740,7 +761,7 @@ fn gate(
 fn resolve_failed(name: &str, why: &str) -> Refusal {
     Refusal {
         status: 502,
-        reason: "upstream.resolve_failed".into(),
+        reason: Reason::UpstreamResolveFailed,
         source: "egress:resolver".into(),
         fault: Fault::Upstream,
         message: format!(

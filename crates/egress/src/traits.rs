@@ -6,42 +6,17 @@ use std::io;
 use std::net::{IpAddr, SocketAddr, TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
-/// What the policy says about a host name (or IP literal) and port, before
-/// any resolution. Every variant carries a machine-readable `reason` and the
-/// `source` rule, so that the audit record says which rule let a connection
-/// through as well as which one refused it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
-    /// The host and port are allowed.
-    Allow {
-        /// Machine-readable reason code, e.g. `network.allow_rule`.
-        reason: String,
-        /// The rule that allowed it, e.g. `policy:network.allow[0]`.
-        source: String,
-    },
-    /// The host and port are refused; the proxy answers 403.
-    Deny {
-        /// Machine-readable reason code, e.g. `network.unlisted`.
-        reason: String,
-        /// The rule that refused it, e.g. `policy:network.unlisted`.
-        source: String,
-    },
-    /// The host is unlisted and the policy says to ask a human
-    /// (`network.unlisted = "approve"`).
-    Ask {
-        /// Machine-readable reason code, e.g. `network.unlisted`.
-        reason: String,
-        /// The rule that asked for approval, e.g. `policy:network.unlisted`.
-        source: String,
-    },
-}
+use mcpbox_policy::{Decision, NetworkAnswer};
 
 /// The network policy, as the proxy sees it.
 pub trait EgressPolicy: Send + Sync {
-    /// Decision for a host name or IP literal and port, before resolution.
+    /// Decision for a host name or IP literal and port, before resolution:
+    /// `Allow` connects, `Deny` refuses with 403, `Approve` asks the
+    /// [`Approver`]. The reason and source reach the audit record, so it
+    /// says which rule let a connection through as well as which refused it.
     /// Names arrive lowercased without a trailing dot; IPv6 literals arrive
     /// without brackets in their canonical text form.
-    fn decide(&self, host: &str, port: u16) -> Verdict;
+    fn decide(&self, host: &str, port: u16) -> Decision;
     /// Explicit `[network.hosts]` mapping: bypasses DNS and the
     /// private-address refusal for that name only.
     fn mapped_address(&self, host: &str) -> Option<IpAddr>;
@@ -60,23 +35,13 @@ pub trait Connector: Send + Sync {
     fn connect(&self, addr: SocketAddr) -> io::Result<TcpStream>;
 }
 
-/// A human's answer for an unlisted host.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ApprovalAnswer {
-    /// Allow this one connection.
-    Once,
-    /// Allow this host and port for the lifetime of the proxy.
-    Session,
-    /// Refuse (also the answer on timeout).
-    Deny,
-}
-
 /// Asks a human whether an unlisted host may be reached
 /// (`network.unlisted = "approve"`). The connection is held while this runs;
-/// the implementation owns the timeout and answers `Deny` when it expires.
+/// the implementation owns the timeout and answers [`NetworkAnswer::Timeout`]
+/// when it expires. Only `Once` and `Session` let the connection through.
 pub trait Approver: Send + Sync {
     /// Asks about `host:port` and blocks until answered.
-    fn ask(&self, host: &str, port: u16) -> ApprovalAnswer;
+    fn ask(&self, host: &str, port: u16) -> NetworkAnswer;
 }
 
 /// The system resolver (`getaddrinfo` through `ToSocketAddrs`).
@@ -118,7 +83,7 @@ impl Connector for SystemConnector {
 pub struct DenyAllApprover;
 
 impl Approver for DenyAllApprover {
-    fn ask(&self, _host: &str, _port: u16) -> ApprovalAnswer {
-        ApprovalAnswer::Deny
+    fn ask(&self, _host: &str, _port: u16) -> NetworkAnswer {
+        NetworkAnswer::Unavailable
     }
 }

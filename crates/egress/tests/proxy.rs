@@ -12,8 +12,9 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use common::*;
-use mcpbox_audit::{Decision, Kind};
+use mcpbox_audit::{Kind, Verdict};
 use mcpbox_egress::*;
+use mcpbox_policy::NetworkAnswer;
 use serde_json::json;
 
 fn allow(hosts: &[&str]) -> TestPolicy {
@@ -55,7 +56,7 @@ fn allowed_name_reaches_local_server() {
     let events = h.sink.wait_for(1);
     let e = &events[0];
     assert_eq!(e.kind, Some(Kind::Network));
-    assert_eq!(e.decision, Some(Decision::Allow));
+    assert_eq!(e.decision, Some(Verdict::Allow));
     assert_eq!(e.source.as_deref(), Some("policy:network.allow[0]"));
     assert_eq!((e.sandbox_id.as_str(), e.server.as_str()), ("sb-1", "srv"));
     assert_eq!(detail(e, "host"), "api.test");
@@ -85,7 +86,7 @@ fn unlisted_name_is_refused_with_reason() {
     );
     assert!(h.connector.attempts.lock().unwrap().is_empty());
     let e = &h.sink.wait_for(1)[0];
-    assert_eq!(e.decision, Some(Decision::Deny));
+    assert_eq!(e.decision, Some(Verdict::Deny));
     assert_eq!(e.reason.as_deref(), Some("network.unlisted"));
 }
 
@@ -273,7 +274,7 @@ fn connect_sni_mismatch_is_refused() {
         "not one byte of the fronted hello went upstream"
     );
     let e = &h.sink.wait_for(1)[0];
-    assert_eq!(e.decision, Some(Decision::Deny));
+    assert_eq!(e.decision, Some(Verdict::Deny));
     assert_eq!(e.reason.as_deref(), Some("network.sni_mismatch"));
     assert_eq!(e.source.as_deref(), Some("egress:sni_check"));
     assert_eq!(detail(e, "sni"), "evil.test");
@@ -293,7 +294,7 @@ fn connect_sni_match_is_relayed() {
     s.shutdown(std::net::Shutdown::Write).unwrap();
     assert_eq!(read_all(&mut s), hello);
     let e = &h.sink.wait_for(1)[0];
-    assert_eq!(e.decision, Some(Decision::Allow));
+    assert_eq!(e.decision, Some(Verdict::Allow));
     assert_eq!(detail(e, "sni"), "good.test");
 }
 
@@ -484,7 +485,7 @@ fn approval_once_allows_only_one_connection() {
         .answers
         .lock()
         .unwrap()
-        .extend([ApprovalAnswer::Once, ApprovalAnswer::Deny]);
+        .extend([NetworkAnswer::Once, NetworkAnswer::Declined]);
     let h = start_with(policy, FakeResolver::default(), approver);
     let (_, head) = connect(h.addr, &format!("new.test:{port}"));
     assert_eq!(status(&head), 200);
@@ -500,7 +501,7 @@ fn approval_once_allows_only_one_connection() {
         "once is not remembered"
     );
     let events = h.sink.wait_for(2);
-    assert!(events.iter().any(|e| e.decision == Some(Decision::Approve)));
+    assert!(events.iter().any(|e| e.decision == Some(Verdict::Approve)));
 }
 
 #[test]
@@ -516,7 +517,7 @@ fn approval_for_session_is_remembered_per_host_and_port() {
         .answers
         .lock()
         .unwrap()
-        .push_back(ApprovalAnswer::Session);
+        .push_back(NetworkAnswer::Session);
     let h = start_with(policy, FakeResolver::default(), approver);
     for _ in 0..3 {
         let (_, head) = connect(h.addr, &format!("new.test:{port}"));
@@ -554,7 +555,7 @@ fn denial_response_names_rule_and_reason() {
         "{body}"
     );
     let e = &h.sink.wait_for(1)[0];
-    assert_eq!(e.decision, Some(Decision::Deny));
+    assert_eq!(e.decision, Some(Verdict::Deny));
     assert_eq!(e.reason.as_deref(), Some("network.unlisted"));
     assert_eq!(e.source.as_deref(), Some("policy:network.unlisted"));
     assert_eq!(detail(e, "status"), 403);

@@ -9,11 +9,10 @@ use std::sync::{Arc, OnceLock};
 use anyhow::Context;
 use mcpbox_audit::Sink;
 use mcpbox_egress::{
-    ApprovalAnswer, Approver, DenyAllApprover, EgressPolicy, Ids, Proxy, Shutdown, SystemConnector,
-    SystemResolver, Verdict,
+    Approver, DenyAllApprover, EgressPolicy, Ids, Proxy, Shutdown, SystemConnector, SystemResolver,
 };
-use mcpbox_gateway::{HostAsker, NetworkAnswer};
-use mcpbox_policy::{NetworkRules, Verdict as PolicyVerdict};
+use mcpbox_gateway::HostAsker;
+use mcpbox_policy::{Decision, NetworkAnswer, NetworkRules};
 
 /// The bridge's port on the sandbox's own loopback.
 pub const BRIDGE_PORT: u16 = 3128;
@@ -22,14 +21,8 @@ pub const BRIDGE_PORT: u16 = 3128;
 struct Rules(NetworkRules);
 
 impl EgressPolicy for Rules {
-    fn decide(&self, host: &str, port: u16) -> Verdict {
-        let d = self.0.decide(host, port);
-        let (reason, source) = (d.reason.as_str().to_string(), d.source);
-        match d.verdict {
-            PolicyVerdict::Allow => Verdict::Allow { reason, source },
-            PolicyVerdict::Deny => Verdict::Deny { reason, source },
-            PolicyVerdict::Approve => Verdict::Ask { reason, source },
-        }
+    fn decide(&self, host: &str, port: u16) -> Decision {
+        self.0.decide(host, port)
     }
 
     fn mapped_address(&self, host: &str) -> Option<std::net::IpAddr> {
@@ -61,24 +54,24 @@ impl HostApprover {
 }
 
 impl Approver for HostApprover {
-    fn ask(&self, host: &str, port: u16) -> ApprovalAnswer {
+    fn ask(&self, host: &str, port: u16) -> NetworkAnswer {
         let Some(asker) = self.asker.get() else {
             tracing::info!(host, port, "network approval: no host channel yet; denied");
-            return ApprovalAnswer::Deny;
+            return NetworkAnswer::Unavailable;
         };
-        match asker.ask_network(host, port) {
-            NetworkAnswer::Once => ApprovalAnswer::Once,
-            NetworkAnswer::Session => ApprovalAnswer::Session,
-            other => {
-                tracing::info!(
-                    host,
-                    port,
-                    reason = other.reason(),
-                    "network approval denied"
-                );
-                ApprovalAnswer::Deny
-            }
+        // Transitional: the relay still has its own copy of the answer type.
+        let answer = match asker.ask_network(host, port) {
+            mcpbox_gateway::NetworkAnswer::Once => NetworkAnswer::Once,
+            mcpbox_gateway::NetworkAnswer::Session => NetworkAnswer::Session,
+            mcpbox_gateway::NetworkAnswer::Denied => NetworkAnswer::Denied,
+            mcpbox_gateway::NetworkAnswer::Declined => NetworkAnswer::Declined,
+            mcpbox_gateway::NetworkAnswer::Timeout => NetworkAnswer::Timeout,
+            mcpbox_gateway::NetworkAnswer::Unavailable => NetworkAnswer::Unavailable,
+        };
+        if !answer.allows() {
+            tracing::info!(host, port, reason = %answer.reason(), "network approval denied");
         }
+        answer
     }
 }
 

@@ -60,6 +60,16 @@ impl Verdict {
     }
 }
 
+impl std::str::FromStr for Verdict {
+    type Err = String;
+
+    /// Parses `allow`, `approve` or `deny`; the error names the valid words.
+    fn from_str(s: &str) -> Result<Verdict, String> {
+        Verdict::from_name(s)
+            .ok_or_else(|| format!("unknown decision `{s}` (expected allow, approve or deny)"))
+    }
+}
+
 impl std::fmt::Display for Verdict {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
@@ -200,6 +210,28 @@ reasons! {
     McpboxCloneFailed = "mcpbox.clone_failed", "mcpbox could not duplicate a socket to serve a connection";
 }
 
+impl Reason {
+    /// The reason catalogue as a Markdown document (`docs/reasons.md` is
+    /// this text; a test keeps it so).
+    pub fn catalogue_markdown() -> String {
+        let mut out = String::from(
+            "# Reason codes\n\n\
+             Every decision, refusal, flag and end of a session that mcpbox reports carries a\n\
+             machine-readable reason code: in the `_meta[\"mcpbox/decision\"]` of a refused\n\
+             call, in JSON-RPC error `data.reason`, in the egress proxy's `X-Mcpbox-Reason`\n\
+             header, and in the audit log's `reason` column. The codes are stable; match on\n\
+             them, not on messages. This file is generated from the catalogue in\n\
+             `crates/policy/src/decision.rs` (`MCPBOX_BLESS=1 cargo test -p mcpbox-policy\n\
+             reasons_doc` rewrites it).\n\n\
+             | code | meaning |\n|---|---|\n",
+        );
+        for r in Reason::ALL {
+            out.push_str(&format!("| `{}` | {} |\n", r.as_str(), r.meaning()));
+        }
+        out
+    }
+}
+
 impl std::fmt::Display for Reason {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
@@ -268,6 +300,50 @@ impl Decision {
     }
 }
 
+/// A human's answer to a network question: may the sandbox reach a host
+/// that its policy does not list (`network.unlisted = "approve"`)? Asked by
+/// the egress proxy, answered through the relay (MCP elicitation) or any
+/// other approval channel. Only `Once` and `Session` let the connection
+/// through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum NetworkAnswer {
+    /// Allow this one connection.
+    Once,
+    /// Allow this host and port for the rest of the session.
+    Session,
+    /// The human accepted the form and chose to deny (or sent a choice
+    /// that is not one of the offered ones).
+    Denied,
+    /// The human declined or cancelled the form, or the host answered
+    /// with an error.
+    Declined,
+    /// Nobody answered before the approval timeout.
+    Timeout,
+    /// The question could not be asked: no approval channel (the host did
+    /// not declare form elicitation), the session is not running, or the
+    /// host is gone.
+    Unavailable,
+}
+
+impl NetworkAnswer {
+    /// Whether the connection may go ahead.
+    pub fn allows(self) -> bool {
+        matches!(self, NetworkAnswer::Once | NetworkAnswer::Session)
+    }
+
+    /// The reason code of this answer, for logs and audit detail.
+    pub fn reason(self) -> Reason {
+        match self {
+            NetworkAnswer::Once => Reason::ApprovalGrantedOnce,
+            NetworkAnswer::Session => Reason::ApprovalGrantedSession,
+            NetworkAnswer::Denied => Reason::ApprovalDenied,
+            NetworkAnswer::Declined => Reason::ApprovalDeclined,
+            NetworkAnswer::Timeout => Reason::ApprovalTimeout,
+            NetworkAnswer::Unavailable => Reason::ApprovalRequired,
+        }
+    }
+}
+
 /// Tool annotations as the (untrusted) server declared them in
 /// `tools/list`. A policy may use them to make a decision stricter, never
 /// looser.
@@ -332,6 +408,20 @@ mod tests {
             assert_eq!(serde_json::from_str::<Reason>(&json).unwrap(), *r);
         }
         assert_eq!(Reason::from_code("no.such_code"), None);
+    }
+
+    #[test]
+    fn reasons_doc_lists_every_code_with_its_meaning() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/reasons.md");
+        let want = Reason::catalogue_markdown();
+        if std::env::var_os("MCPBOX_BLESS").is_some() {
+            std::fs::write(path, &want).unwrap();
+        }
+        let have = std::fs::read_to_string(path).unwrap_or_default();
+        assert!(
+            have == want,
+            "docs/reasons.md is out of date with the catalogue: run MCPBOX_BLESS=1 cargo test -p mcpbox-policy reasons_doc"
+        );
     }
 
     #[test]

@@ -24,7 +24,7 @@ use std::ops::Range;
 use std::path::Path;
 
 pub use credentials::{credential_kind, CREDENTIAL_LOCATIONS};
-pub use decision::{Decision, Reason, ToolHints, Verdict};
+pub use decision::{Decision, NetworkAnswer, Reason, ToolHints, Verdict};
 pub use diagnostic::{Diagnostic, Location};
 pub use examples::Example;
 pub use model::{

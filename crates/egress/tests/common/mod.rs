@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use mcpbox_audit::{Event, Sink};
 use mcpbox_egress::*;
+use mcpbox_policy::{Decision, NetworkAnswer, Reason};
 
 #[derive(Default)]
 pub struct TestPolicy {
@@ -20,22 +21,13 @@ pub struct TestPolicy {
 }
 
 impl EgressPolicy for TestPolicy {
-    fn decide(&self, host: &str, _port: u16) -> Verdict {
+    fn decide(&self, host: &str, _port: u16) -> Decision {
         if let Some(i) = self.allow.iter().position(|h| h == host) {
-            Verdict::Allow {
-                reason: "network.allow_rule".into(),
-                source: format!("policy:network.allow[{i}]"),
-            }
+            Decision::allow(Reason::NetworkAllow, format!("policy:network.allow[{i}]"))
         } else if self.ask_unlisted {
-            Verdict::Ask {
-                reason: "network.unlisted".into(),
-                source: "policy:network.unlisted".into(),
-            }
+            Decision::approve(Reason::NetworkUnlisted, "policy:network.unlisted")
         } else {
-            Verdict::Deny {
-                reason: "network.unlisted".into(),
-                source: "policy:network.unlisted".into(),
-            }
+            Decision::deny(Reason::NetworkUnlisted, "policy:network.unlisted")
         }
     }
     fn mapped_address(&self, host: &str) -> Option<IpAddr> {
@@ -97,18 +89,18 @@ impl Connector for RecordingConnector {
 
 #[derive(Default)]
 pub struct FakeApprover {
-    pub answers: Mutex<VecDeque<ApprovalAnswer>>,
+    pub answers: Mutex<VecDeque<NetworkAnswer>>,
     pub asked: Mutex<Vec<(String, u16)>>,
 }
 
 impl Approver for FakeApprover {
-    fn ask(&self, host: &str, port: u16) -> ApprovalAnswer {
+    fn ask(&self, host: &str, port: u16) -> NetworkAnswer {
         self.asked.lock().unwrap().push((host.to_string(), port));
         self.answers
             .lock()
             .unwrap()
             .pop_front()
-            .unwrap_or(ApprovalAnswer::Deny)
+            .unwrap_or(NetworkAnswer::Timeout)
     }
 }
 
