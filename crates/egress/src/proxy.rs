@@ -428,14 +428,16 @@ impl Proxy {
                         NetworkAnswer::Denied
                         | NetworkAnswer::Declined
                         | NetworkAnswer::Timeout
-                        | NetworkAnswer::Unavailable => return Err(Refusal::policy(
-                            Reason::NetworkApprovalDenied,
-                            "approval",
-                            format!(
+                        | NetworkAnswer::Unavailable => {
+                            return Err(Refusal::policy(
+                                Reason::NetworkApprovalDenied,
+                                "approval",
+                                format!(
                                 "{name}:{port} is not listed and the approval was not given ({})",
                                 answer.reason()
                             ),
-                        )),
+                            ))
+                        }
                     }
                 }
             }

@@ -60,18 +60,11 @@ pub enum SecretError {
     },
 }
 
-/// Where a secret's value comes from. Chosen by the policy file, never by
-/// the agent or an MCP message.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SecretSource {
-    /// An environment variable of the gateway process.
-    Env(String),
-    /// A file (one trailing newline is trimmed).
-    File(PathBuf),
-    /// A command run without a shell (argv); its stdout, one trailing
-    /// newline trimmed.
-    Command(Vec<String>),
-}
+/// Where a secret's value comes from: the policy's own type. Chosen by the
+/// policy file, never by the agent or an MCP message. A file loses one
+/// trailing newline; a command runs without a shell (argv) and its stdout,
+/// one trailing newline trimmed, is the value.
+pub use mcpbox_policy::SecretSource;
 
 /// Resolves a secret. `name` is only used in error messages.
 pub fn load_secret(name: &str, source: &SecretSource) -> Result<String, SecretError> {

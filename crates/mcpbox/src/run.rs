@@ -11,8 +11,8 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use mcpbox_gateway::{
-    Action, Config, Decision, ExitInfo, Launcher, ProcessControl, Relay, Secret, SecretSource,
-    Secrets, ServerProcess, ToolHints, ToolPolicy,
+    Action, Config, Decision, ExitInfo, Launcher, ProcessControl, Relay, Secret, Secrets,
+    ServerProcess, ToolHints, ToolPolicy,
 };
 use mcpbox_policy::ToolRules;
 use mcpbox_sandbox::{Sandbox, Spec, Status};
@@ -137,11 +137,7 @@ pub fn pin_file(loaded: &Loaded) -> PathBuf {
 fn secrets(loaded: &Loaded) -> anyhow::Result<Secrets> {
     let mut out = Vec::new();
     for (name, secret) in &loaded.policy.secrets {
-        let source = match &secret.source {
-            mcpbox_policy::SecretSource::Env(v) => SecretSource::Env(v.clone()),
-            mcpbox_policy::SecretSource::File(p) => SecretSource::File(p.clone()),
-            mcpbox_policy::SecretSource::Command(c) => SecretSource::Command(c.clone()),
-        };
+        let source = secret.source.clone();
         let value = mcpbox_gateway::load_secret(name, &source)
             .with_context(|| format!("secrets.{name}"))?;
         out.push(Secret {

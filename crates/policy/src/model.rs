@@ -232,7 +232,8 @@ pub struct Sandbox {
     pub dangerously_allow_degraded: bool,
 }
 
-/// Where a secret's value comes from.
+/// Where a secret's value comes from. The gateway loads it
+/// (`mcpbox_gateway::load_secret`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SecretSource {
     /// mcpbox's own environment variable of this name.
