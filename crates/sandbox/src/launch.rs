@@ -1289,3 +1289,186 @@ pub(crate) fn supervise(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::Step;
+
+    fn steps() -> Vec<Step> {
+        vec![
+            Step::Dir {
+                path: "/usr".into(),
+                mode: 0o755,
+            },
+            Step::Bind {
+                host: "/usr".into(),
+                path: "/usr".into(),
+                access: Access::ReadOnly,
+            },
+            Step::File {
+                path: "/etc/hostname".into(),
+                contents: "mcpbox\n".into(),
+            },
+            Step::Bind {
+                host: "/dev/null".into(),
+                path: "/dev/null".into(),
+                access: Access::Device,
+            },
+        ]
+    }
+
+    #[test]
+    fn the_root_starts_private_and_ends_read_only_with_one_detach() {
+        let ops = compile_root(&steps()).unwrap();
+        assert_eq!(ops.first().unwrap().label, "make / private");
+        assert_eq!(ops.last().unwrap().label, "remount / read-only");
+        let detaches = ops
+            .iter()
+            .filter(|o| matches!(o.call, Call::Umount { flags, .. } if flags == libc::MNT_DETACH))
+            .count();
+        assert_eq!(detaches, 1, "one RCU grace period, not two");
+    }
+
+    #[test]
+    fn a_read_only_bind_is_touched_mounted_from_oldroot_then_made_read_only() {
+        let ops = compile_root(&steps()).unwrap();
+        let i = ops
+            .iter()
+            .position(|o| o.label == "bind /usr -> /usr")
+            .unwrap();
+        assert!(
+            matches!(&ops[i - 1].call, Call::Touch { path } if path.as_bytes() == b"/newroot/usr")
+        );
+        match &ops[i].call {
+            Call::Mount { source, flags, .. } => {
+                assert_eq!(source.as_deref().unwrap().to_bytes(), b"/oldroot/usr");
+                assert_eq!(*flags, libc::MS_BIND | libc::MS_REC);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(&ops[i + 1].call, Call::SetAttr { attrs, .. }
+            if attrs & sys::MOUNT_ATTR_RDONLY != 0 && attrs & sys::MOUNT_ATTR_NOSUID != 0));
+    }
+
+    #[test]
+    fn a_device_bind_keeps_the_hosts_flags() {
+        let ops = compile_root(&steps()).unwrap();
+        let i = ops
+            .iter()
+            .position(|o| o.label == "bind /dev/null -> /dev/null")
+            .unwrap();
+        assert!(!matches!(ops[i + 1].call, Call::SetAttr { .. }));
+    }
+
+    #[test]
+    fn a_failed_root_operation_is_named_by_its_label() {
+        let ops = compile_root(&steps()).unwrap();
+        let i = ops
+            .iter()
+            .position(|o| o.label == "write /etc/hostname")
+            .unwrap();
+        let err = child_error(
+            Record::Failed {
+                step: ChildStep::Root,
+                errno: libc::EROFS,
+                arg: i as i32,
+            },
+            &ops,
+            &CString::new("true").unwrap(),
+        );
+        let text = err.to_string();
+        assert!(
+            text.contains("build the root") && text.contains("write /etc/hostname"),
+            "{text}"
+        );
+        assert!(text.contains("Read-only file system"), "{text}");
+    }
+
+    #[test]
+    fn exec_failures_map_to_127_and_126() {
+        let argv0 = CString::new("nope").unwrap();
+        let not_found = child_error(
+            Record::ExecFailed {
+                code: 127,
+                errno: libc::ENOENT,
+            },
+            &[],
+            &argv0,
+        );
+        assert_eq!(not_found.exit_code(), 127);
+        let denied = child_error(
+            Record::ExecFailed {
+                code: 126,
+                errno: libc::EACCES,
+            },
+            &[],
+            &argv0,
+        );
+        assert_eq!(denied.exit_code(), 126);
+        assert!(denied.to_string().contains("Permission denied"));
+    }
+
+    #[test]
+    fn the_last_miles_differ_only_as_data() {
+        let command = command_last_mile(vec![(libc::RLIMIT_CORE, 0)], false, 40);
+        let bridge = bridge_last_mile(false, 40);
+        let degraded = crate::degraded::command_last_mile(
+            vec![(libc::RLIMIT_CORE, 0)],
+            Some([5, 6, 7]),
+            CString::new("/tmp/x").unwrap(),
+            true,
+            40,
+        );
+        // The command: its own group, /workspace, close-on-exec, the
+        // sandbox user, Landlock; strict about the bounding set.
+        assert_eq!(command.session, Session::OwnGroup);
+        assert_eq!(
+            command.chdir.as_deref(),
+            CString::new(WORKSPACE).ok().as_deref()
+        );
+        assert_eq!(command.fds, Fds::CloseOnExec);
+        assert_eq!(command.uid, Some(SANDBOX_UID));
+        assert!(command.landlock && command.strict_bounding && !command.clear_groups);
+        // The bridge: no stdio of the command, nothing but its listener,
+        // no capability, no Landlock (it must reach the proxy's socket).
+        assert_eq!(bridge.stdio, StdioSetup::Null);
+        assert_eq!(bridge.fds, Fds::CloseAllButListener);
+        assert_eq!(bridge.uid, Some(SANDBOX_UID));
+        assert!(!bridge.landlock && bridge.rlimits.is_empty());
+        // The degraded command: a session of its own (no init), its pipes,
+        // host nobody when run as root, lenient bounding set.
+        assert_eq!(degraded.session, Session::NewSession);
+        assert_eq!(degraded.stdio, StdioSetup::Dup([5, 6, 7]));
+        assert_eq!(degraded.uid, Some(ROOT_RUN_HOST_ID));
+        assert!(degraded.landlock && !degraded.strict_bounding && degraded.clear_groups);
+    }
+
+    #[test]
+    fn spawn_refuses_to_fork_while_other_threads_are_alive() {
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let t = std::thread::spawn(move || {
+            let _ = rx.recv();
+        });
+        let spec = Spec {
+            argv: vec!["true".into()],
+            env: Vec::new(),
+            input: None,
+            output: None,
+            tmp_size: 1 << 20,
+            mounts: Vec::new(),
+            limits: crate::Limits::default(),
+            allow_exec: None,
+            allow_degraded: false,
+            stdio: Stdio::Piped,
+            egress: None,
+        };
+        let err = spawn(&spec).unwrap_err();
+        drop(tx);
+        t.join().unwrap();
+        assert!(
+            matches!(err, Error::Threaded { threads } if threads >= 2),
+            "{err}"
+        );
+    }
+}
