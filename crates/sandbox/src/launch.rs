@@ -150,6 +150,9 @@ pub(crate) enum Call {
     },
 }
 
+/// At most one group per controller (memory, cpu, pids, freezer).
+const MAX_GROUPS: usize = 4;
+
 /// The egress bridge's part of the preparation.
 pub(crate) struct BridgePrep {
     pub(crate) port: u16,
@@ -730,11 +733,14 @@ fn spawn_full(spec: &Spec) -> Result<Sandbox> {
     let mut notes = Vec::new();
     let group = limits_group(spec, &mut prepared, &mut notes)?;
     // The holder joins the group by writing "0" (itself) to each
-    // cgroup.procs, opened here so that it only has to write.
-    let procs = match &group {
-        Some(g) => g.open_procs()?,
-        None => Vec::new(),
-    };
+    // cgroup.procs, opened here so that it only has to write; a fixed array,
+    // so that the holder frees nothing either.
+    let mut procs: [Option<OwnedFd>; MAX_GROUPS] = Default::default();
+    if let Some(g) = &group {
+        for (slot, fd) in procs.iter_mut().zip(g.open_procs()?) {
+            *slot = Some(fd);
+        }
+    }
     let deadline = spec.limits.timeout.map(|t| Instant::now() + t);
 
     let (report_r, report_w) = sys::pipe().map_err(|e| Error::setup("report pipe", e))?;
@@ -867,7 +873,7 @@ fn write_id_maps(holder: libc::pid_t, as_root: bool) -> Result<()> {
 /// init and waits for it. Runs after fork: system calls only. Never returns.
 fn holder(
     prepared: &Prepared,
-    procs: Vec<OwnedFd>,
+    procs: [Option<OwnedFd>; MAX_GROUPS],
     supervisor: libc::pid_t,
     report_w: OwnedFd,
     sync_r: OwnedFd,
@@ -890,7 +896,7 @@ fn holder(
         }
     }
     // "0" moves the writing process (cgroups(7)), in v1 and v2 alike.
-    for fd in procs {
+    for fd in procs.into_iter().flatten() {
         if let Err(e) = sys::write_all(fd.as_raw_fd(), b"0") {
             report::fail(rep, ChildStep::CgroupJoin, &e);
         }

@@ -397,6 +397,13 @@ impl SigSet {
         }
         SigSet(set)
     }
+
+    /// The set with `sig` added.
+    pub fn with(mut self, sig: libc::c_int) -> SigSet {
+        // SAFETY: the set is valid; an invalid signal number only yields EINVAL.
+        unsafe { libc::sigaddset(&mut self.0, sig) };
+        self
+    }
 }
 
 /// sigprocmask(SIG_BLOCK / SIG_SETMASK).
