@@ -39,9 +39,11 @@ pub use report::ChildStep;
 /// listener to the unix socket at the path; returns only on a fatal error.
 pub type BridgeFn = fn(std::net::TcpListener, &std::path::Path) -> std::io::Result<()>;
 
-/// Blocks the signals that `exec` forwards, in the calling thread; call it
-/// before starting any thread so that the threads inherit the mask and the
-/// signals reach `exec`'s loop instead of killing the process.
+/// Blocks the signals that are forwarded to a sandbox, in the calling
+/// thread; call it once, first thing, before starting any thread, so that
+/// the threads inherit the mask and the signals reach
+/// [`Sandbox::wait_forwarding_signals`] (or a thread in
+/// [`wait_forwarded_signal`]) instead of killing the process.
 pub fn block_forwarded_signals() -> Result<()> {
     sys::block_signals(&init::waited()).map_err(|e| Error::setup("block signals", e))
 }
