@@ -214,7 +214,7 @@ fn killing_mcpbox_run_with_sigkill_takes_the_helper_and_the_sandbox_with_it() {
 
 #[test]
 fn killing_the_helper_takes_its_sandbox_with_it() {
-    let (_ws, alias, mut s) = start_run();
+    let (_ws, alias, s) = start_run();
     let helper = helper_of(s.child.id());
     let server = processes_with(&alias);
     assert!(!server.is_empty(), "the server should be running");

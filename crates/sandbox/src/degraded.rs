@@ -208,7 +208,7 @@ pub(crate) fn command_last_mile(
     last_cap: u32,
 ) -> LastMile {
     LastMile {
-        session: Session::NewSession,
+        session: Session::Setsid,
         stdio: pipes.map_or(StdioSetup::Keep, StdioSetup::Dup),
         chdir: Some(cwd),
         rlimits,

@@ -46,7 +46,7 @@ pub enum Session {
     /// setpgid(0, 0): the init signals the command's group.
     OwnGroup,
     /// setsid(): the degraded tier, where there is no init.
-    NewSession,
+    Setsid,
     /// As inherited (the bridge, in the init's session).
     Inherit,
 }
@@ -127,7 +127,7 @@ pub fn run(
     // 2. session
     let session = match m.session {
         Session::OwnGroup => sys::setpgid_self(),
-        Session::NewSession => sys::setsid(),
+        Session::Setsid => sys::setsid(),
         Session::Inherit => Ok(()),
     };
     if let Err(e) = session {

@@ -1444,7 +1444,7 @@ mod tests {
         assert!(!bridge.landlock && bridge.rlimits.is_empty());
         // The degraded command: a session of its own (no init), its pipes,
         // host nobody when run as root, lenient bounding set.
-        assert_eq!(degraded.session, Session::NewSession);
+        assert_eq!(degraded.session, Session::Setsid);
         assert_eq!(degraded.stdio, StdioSetup::Dup([5, 6, 7]));
         assert_eq!(degraded.uid, Some(ROOT_RUN_HOST_ID));
         assert!(degraded.landlock && !degraded.strict_bounding && degraded.clear_groups);
