@@ -90,6 +90,8 @@ pub struct Sandbox {
     /// The degraded tier's host directory for tmp, held only to be removed
     /// when the sandbox is dropped.
     _tmp: Option<crate::degraded::TmpDir>,
+    /// Started through the helper: `holder` is the helper's pid.
+    through_helper: bool,
 }
 
 /// One operation of building the root: a system call on prepared C strings,
@@ -787,6 +789,7 @@ fn spawn_full(spec: &Spec) -> Result<Sandbox> {
                 status: None,
                 notes,
                 _tmp: None,
+                through_helper: false,
             };
             match supervise_startup(&mut sb, &prepared, report_r, sync_w) {
                 Ok(()) => Ok(sb),
@@ -1071,6 +1074,7 @@ impl Sandbox {
             status: None,
             notes,
             _tmp: Some(tmp),
+            through_helper: false,
         }
     }
 
@@ -1096,6 +1100,7 @@ impl Sandbox {
             status: None,
             notes,
             _tmp: None,
+            through_helper: true,
         }
     }
 
@@ -1114,9 +1119,14 @@ impl Sandbox {
     }
 
     /// Kills the whole sandbox: the init's death empties the namespace.
+    /// Through the helper, only the init is killed: the helper sees the end,
+    /// reports it and removes the cgroup; dropping the sandbox before its
+    /// end kills the helper too.
     pub fn kill(&self) {
         let _ = sys::kill(self.init, libc::SIGKILL);
-        let _ = sys::kill(self.holder, libc::SIGKILL);
+        if !self.through_helper {
+            let _ = sys::kill(self.holder, libc::SIGKILL);
+        }
     }
 
     /// The deadline set by the policy's timeout, if any.
@@ -1229,7 +1239,8 @@ impl Sandbox {
 impl Drop for Sandbox {
     fn drop(&mut self) {
         if self.status.is_none() {
-            self.kill();
+            let _ = sys::kill(self.init, libc::SIGKILL);
+            let _ = sys::kill(self.holder, libc::SIGKILL);
             let _ = sys::waitpid(self.holder, false);
         }
     }
