@@ -92,6 +92,8 @@ pub struct Sandbox {
     _tmp: Option<crate::degraded::TmpDir>,
     /// Started through the helper: `holder` is the helper's pid.
     through_helper: bool,
+    /// Whether `holder` has been waited for.
+    reaped: bool,
 }
 
 /// One operation of building the root: a system call on prepared C strings,
@@ -790,6 +792,7 @@ fn spawn_full(spec: &Spec) -> Result<Sandbox> {
                 notes,
                 _tmp: None,
                 through_helper: false,
+                reaped: false,
             };
             match supervise_startup(&mut sb, &prepared, report_r, sync_w) {
                 Ok(()) => Ok(sb),
@@ -1075,6 +1078,7 @@ impl Sandbox {
             notes,
             _tmp: Some(tmp),
             through_helper: false,
+            reaped: false,
         }
     }
 
@@ -1101,6 +1105,7 @@ impl Sandbox {
             notes,
             _tmp: None,
             through_helper: true,
+            reaped: false,
         }
     }
 
@@ -1152,19 +1157,26 @@ impl Sandbox {
         self.status_pipe = None;
         match record {
             Ok(Some(Record::Ended(code))) => {
-                // The holder is still tearing the namespaces down; reap it if
-                // it is already done, otherwise later.
-                let _ = sys::waitpid(self.holder, true);
+                // The holder is still tearing the namespaces down (the
+                // helper, removing the cgroup); reap it if it is already
+                // done, otherwise on drop (helper) or never mind: `exec`
+                // exits right after.
+                self.reaped = matches!(
+                    sys::waitpid(self.holder, true),
+                    Ok(Wait::Exited(..) | Wait::Signaled(..))
+                );
                 Ok(self.record(Wait::Exited(self.holder, code)))
             }
             // Through the helper, which knows why its sandbox ended.
             Ok(Some(Record::TimedOut)) => {
                 let _ = sys::waitpid(self.holder, false);
+                self.reaped = true;
                 self.status = Some(Status::TimedOut);
                 Ok(self.status)
             }
             Ok(Some(Record::OutOfMemory(code))) => {
                 let _ = sys::waitpid(self.holder, false);
+                self.reaped = true;
                 self.status = Some(Status::OutOfMemory(code));
                 Ok(self.status)
             }
@@ -1172,6 +1184,7 @@ impl Sandbox {
             // itself died (killed).
             _ => {
                 let w = sys::waitpid(self.holder, false).map_err(|e| Error::setup("waitpid", e))?;
+                self.reaped = true;
                 Ok(self.record(w))
             }
         }
@@ -1241,6 +1254,12 @@ impl Drop for Sandbox {
         if self.status.is_none() {
             let _ = sys::kill(self.init, libc::SIGKILL);
             let _ = sys::kill(self.holder, libc::SIGKILL);
+            let _ = sys::waitpid(self.holder, false);
+        } else if self.through_helper && !self.reaped {
+            // The helper exits right after its report (once its cgroup is
+            // removed): reap it, so that a long `run` with TTL restarts
+            // leaves no zombies. Not the holder of an in-process sandbox,
+            // whose namespace teardown `exec` need not wait for.
             let _ = sys::waitpid(self.holder, false);
         }
     }
