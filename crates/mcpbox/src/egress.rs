@@ -97,21 +97,53 @@ fn runtime_base() -> PathBuf {
     }
 }
 
-/// Starts the proxy for `rules` and points `spec` at it: the sandbox gets
-/// the bridge and the proxy environment. Dropping the result stops it.
-/// Unlisted hosts are refused even under `network.unlisted = "approve"`:
-/// `exec` has no channel to a human (network.approval_denied).
-pub fn start(
+/// The proxy's socket, bound and ready, with no thread started yet: `exec`
+/// forks its sandbox in between (a sandbox is forked only while the process
+/// is single-threaded), and connections wait in the listen backlog.
+pub struct Bound {
+    running: Running,
+    listener: std::os::unix::net::UnixListener,
+    proxy: Proxy,
+}
+
+impl Bound {
+    /// Starts the proxy's thread; dropping the result stops it.
+    pub fn serve(self) -> anyhow::Result<Running> {
+        let Bound {
+            running,
+            listener,
+            proxy,
+        } = self;
+        let shutdown = running.shutdown.clone();
+        std::thread::Builder::new()
+            .name("egress-proxy".into())
+            .spawn(move || {
+                if let Err(e) = proxy.serve(listener, &shutdown) {
+                    tracing::error!(error = %e, "egress proxy stopped");
+                }
+            })
+            .context("starting the egress proxy thread")?;
+        Ok(running)
+    }
+}
+
+/// Binds the proxy for `rules` and points `spec` at it: the sandbox gets
+/// the bridge and the proxy environment. Unlisted hosts are refused even
+/// under `network.unlisted = "approve"`: `exec` has no channel to a human
+/// (network.approval_denied).
+pub fn bind(
     rules: &NetworkRules,
     sink: Arc<dyn Sink>,
     ids: Ids,
     spec: &mut mcpbox_sandbox::Spec,
-) -> anyhow::Result<Running> {
-    start_with_approver(rules, sink, ids, spec, Arc::new(DenyAllApprover))
+) -> anyhow::Result<Bound> {
+    bind_with_approver(rules, sink, ids, spec, Arc::new(DenyAllApprover))
 }
 
-/// [`start`], with `approver` asked about unlisted hosts when the policy
-/// says `network.unlisted = "approve"` (`run` passes a [`HostApprover`]).
+/// Binds and serves at once, with `approver` asked about unlisted hosts when
+/// the policy says `network.unlisted = "approve"` (`run` passes a
+/// [`HostApprover`]; its sandboxes start through the helper, so the
+/// proxy's threads may exist before them).
 pub fn start_with_approver(
     rules: &NetworkRules,
     sink: Arc<dyn Sink>,
@@ -119,6 +151,16 @@ pub fn start_with_approver(
     spec: &mut mcpbox_sandbox::Spec,
     approver: Arc<dyn Approver>,
 ) -> anyhow::Result<Running> {
+    bind_with_approver(rules, sink, ids, spec, approver)?.serve()
+}
+
+fn bind_with_approver(
+    rules: &NetworkRules,
+    sink: Arc<dyn Sink>,
+    ids: Ids,
+    spec: &mut mcpbox_sandbox::Spec,
+    approver: Arc<dyn Approver>,
+) -> anyhow::Result<Bound> {
     let root = crate::preflight::is_root();
     let base = runtime_base();
     std::fs::create_dir_all(&base).with_context(|| format!("creating {}", base.display()))?;
@@ -167,15 +209,6 @@ pub fn start_with_approver(
         sink,
         ids,
     );
-    let shutdown = running.shutdown.clone();
-    std::thread::Builder::new()
-        .name("egress-proxy".into())
-        .spawn(move || {
-            if let Err(e) = proxy.serve(listener, &shutdown) {
-                tracing::error!(error = %e, "egress proxy stopped");
-            }
-        })
-        .context("starting the egress proxy thread")?;
     spec.egress = Some(mcpbox_sandbox::Egress {
         socket_dir: dir,
         port: BRIDGE_PORT,
@@ -184,5 +217,9 @@ pub fn start_with_approver(
     let env = mcpbox_egress::proxy_env(BRIDGE_PORT);
     spec.env
         .extend(env.into_iter().map(|(k, v)| (k.into(), v.into())));
-    Ok(running)
+    Ok(Bound {
+        running,
+        listener,
+        proxy,
+    })
 }

@@ -6,9 +6,13 @@ mod audit;
 mod check;
 mod doctor;
 mod egress;
+mod failure;
+mod launch;
 mod preflight;
 mod run;
 mod state;
+
+use failure::Failure;
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -96,23 +100,16 @@ fn init_logging() {
 }
 
 fn main() -> ExitCode {
+    // First of all, before the command line, logging or any thread: a
+    // process started as the sandbox helper (`mcpbox run` re-executes
+    // itself to fork sandboxes from a single-threaded process) becomes it
+    // here and never returns.
+    mcpbox_sandbox::helper::enter_if_requested(mcpbox_egress::bridge);
     let cli = Cli::parse();
     match cli.command {
-        Command::Exec { policy, command } => {
-            let code = exec(policy, command);
-            ExitCode::from(code.clamp(0, 255) as u8)
-        }
+        Command::Exec { policy, command } => finish(sandboxed(Mode::Exec, policy, command)),
+        Command::Run { policy, command } => finish(sandboxed(Mode::Run, policy, command)),
         Command::Check { file, schema } => check::run(file.as_deref(), schema),
-        Command::Run { policy, command } => {
-            init_logging();
-            match run::run(policy, command) {
-                Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),
-                Err(e) => {
-                    eprintln!("mcpbox: {e:#}");
-                    ExitCode::from(125)
-                }
-            }
-        }
         Command::Pin {
             action: PinAction::Accept { policy },
         } => pin_accept(&policy),
@@ -121,18 +118,59 @@ fn main() -> ExitCode {
     }
 }
 
-/// Opens the audit log and starts the egress proxy for `spec`.
-fn start_egress(
+/// The two commands that start a sandbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Exec,
+    Run,
+}
+
+/// The one prepare path of `exec` and `run`: signals, logging, the policy
+/// and its host checks, the sandbox spec; then each its own way.
+fn sandboxed(mode: Mode, policy: Option<PathBuf>, command: Vec<OsString>) -> Result<i32, Failure> {
+    // Before any thread exists (clap starts none), so that every thread
+    // inherits the mask and the forwarded signals reach the one place that
+    // waits for them: exec's wait loop, or run's signal thread. The only
+    // place mcpbox blocks them.
+    mcpbox_sandbox::block_forwarded_signals()?;
+    init_logging();
+    let stdio = match mode {
+        Mode::Exec => mcpbox_sandbox::Stdio::Inherit,
+        Mode::Run => mcpbox_sandbox::Stdio::Piped,
+    };
+    let loaded = preflight::load(policy.as_deref()).map_err(|e| Failure::at("policy", e))?;
+    let spec = preflight::spec(&loaded, command, stdio).map_err(|e| Failure::at("policy", e))?;
+    match mode {
+        Mode::Exec => exec(&loaded, spec),
+        Mode::Run => run::run(loaded, spec).map_err(Failure::from_run),
+    }
+}
+
+/// Prints a failure and turns the code into the process's exit status.
+fn finish(result: Result<i32, Failure>) -> ExitCode {
+    let code = match result {
+        Ok(code) => code,
+        Err(f) => {
+            eprintln!("mcpbox: {f}");
+            f.code
+        }
+    };
+    ExitCode::from(code.clamp(0, 255) as u8)
+}
+
+/// Opens the audit log and binds the egress proxy for `spec`; its thread
+/// starts later ([`egress::Bound::serve`]).
+fn bind_egress(
     loaded: &preflight::Loaded,
     spec: &mut mcpbox_sandbox::Spec,
-) -> anyhow::Result<egress::Running> {
+) -> anyhow::Result<egress::Bound> {
     let store = state::open_audit(&loaded.policy)?;
     let ids = mcpbox_egress::Ids {
         sandbox_id: state::new_id(),
         workspace_id: state::workspace_id(spec),
         server: loaded.policy.name().to_string(),
     };
-    egress::start(&loaded.policy.network, store, ids, spec)
+    egress::bind(&loaded.policy.network, store, ids, spec)
 }
 
 fn pin_accept(policy: &std::path::Path) -> ExitCode {
@@ -167,63 +205,35 @@ fn pin_accept(policy: &std::path::Path) -> ExitCode {
     }
 }
 
-fn exec(policy: Option<PathBuf>, command: Vec<OsString>) -> i32 {
-    init_logging();
-    let loaded = match preflight::load(policy.as_deref()) {
-        Ok(l) => l,
-        Err(e) => {
-            eprintln!("mcpbox: {e}");
-            return 125;
-        }
-    };
-    let mut spec = match preflight::spec(&loaded, command, mcpbox_sandbox::Stdio::Inherit) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("mcpbox: {e}");
-            return 125;
-        }
-    };
-    // Egress, when the policy opens any: the proxy runs on a thread of ours,
-    // and every connection is audited. Signals are blocked first so that the
-    // proxy thread inherits the mask and they reach the sandbox loop.
-    let _proxy = if loaded.policy.network.is_closed() {
+/// `mcpbox exec`: this process is the sandbox's supervisor. It is
+/// single-threaded when it forks (mcpbox_sandbox::spawn checks): with
+/// egress, the proxy's socket is bound first and its thread started only
+/// after the fork; connections made meanwhile wait in the backlog.
+fn exec(loaded: &preflight::Loaded, mut spec: mcpbox_sandbox::Spec) -> Result<i32, Failure> {
+    let bound = if loaded.policy.network.is_closed() {
         None
     } else {
-        if let Err(e) = mcpbox_sandbox::block_forwarded_signals() {
-            eprintln!("mcpbox: {e}");
-            return 125;
-        }
-        match start_egress(&loaded, &mut spec) {
-            Ok(p) => Some(p),
-            Err(e) => {
-                eprintln!("mcpbox: egress: {e:#}");
-                return 125;
-            }
-        }
+        Some(bind_egress(loaded, &mut spec).map_err(|e| Failure::at("egress", e))?)
     };
-    let warn = |notes: &[String]| {
-        for n in notes {
-            eprintln!("mcpbox: warning: {n}");
-        }
-    };
-    match mcpbox_sandbox::exec(&spec, warn) {
-        Ok(status) => {
-            match status {
-                mcpbox_sandbox::Status::TimedOut => eprintln!(
-                    "mcpbox: process.timeout of {} reached; the sandbox was killed",
-                    spec.limits.timeout.map(mcpbox_policy::format_duration).unwrap_or_default()
-                ),
-                mcpbox_sandbox::Status::OutOfMemory(_) => eprintln!(
-                    "mcpbox: process.memory limit of {} reached; the kernel killed a process of the sandbox",
-                    spec.limits.memory.map(mcpbox_policy::format_size).unwrap_or_default()
-                ),
-                mcpbox_sandbox::Status::Exited(_) => {}
-            }
-            status.code()
-        }
-        Err(e) => {
-            eprintln!("mcpbox: {e}");
-            e.exit_code()
-        }
+    let mut sb = mcpbox_sandbox::spawn(&spec)?;
+    for n in &sb.notes {
+        eprintln!("mcpbox: warning: {n}");
     }
+    let _proxy = match bound {
+        Some(b) => Some(b.serve().map_err(|e| Failure::at("egress", e))?),
+        None => None,
+    };
+    let status = sb.wait_forwarding_signals()?;
+    match status {
+        mcpbox_sandbox::Status::TimedOut => eprintln!(
+            "mcpbox: process.timeout of {} reached; the sandbox was killed",
+            spec.limits.timeout.map(mcpbox_policy::format_duration).unwrap_or_default()
+        ),
+        mcpbox_sandbox::Status::OutOfMemory(_) => eprintln!(
+            "mcpbox: process.memory limit of {} reached; the kernel killed a process of the sandbox",
+            spec.limits.memory.map(mcpbox_policy::format_size).unwrap_or_default()
+        ),
+        mcpbox_sandbox::Status::Exited(_) => {}
+    }
+    Ok(status.code())
 }

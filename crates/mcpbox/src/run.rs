@@ -4,20 +4,19 @@
 //! to stderr. The relay (crates/gateway) starts the server through
 //! [`SandboxLauncher`], again with fresh secrets when a secret's TTL runs out.
 
-use std::ffi::OsString;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Arc;
 
 use anyhow::Context;
 use mcpbox_gateway::{
-    Action, Config, Decision, ExitInfo, Launcher, ProcessControl, Relay, Secret, Secrets,
-    ServerProcess, ToolHints, ToolPolicy,
+    Action, Config, Decision, Relay, Secret, Secrets, ToolHints, ToolPolicy,
 };
 use mcpbox_policy::ToolRules;
-use mcpbox_sandbox::{Sandbox, Spec, Status};
+use mcpbox_sandbox::Spec;
 
-use crate::preflight::{self, Loaded};
+use crate::launch::SandboxLauncher;
+use crate::preflight::Loaded;
 use crate::state;
 
 /// The policy's `[tools]` rules as the relay sees them.
@@ -45,85 +44,6 @@ impl ToolPolicy for Tools {
 
     fn visible(&self, tool: &str, h: &ToolHints) -> bool {
         self.0.visible_in_list(tool, &hints(h))
-    }
-}
-
-/// Starts the server in a fresh sandbox with the given extra environment.
-pub struct SandboxLauncher {
-    spec: Spec,
-    /// The current sandbox's init pid, for the signal thread.
-    current: Arc<AtomicI32>,
-}
-
-impl Launcher for SandboxLauncher {
-    fn launch(&mut self, env: &[(String, String)]) -> std::io::Result<ServerProcess> {
-        let mut spec = self.spec.clone();
-        for (k, v) in env {
-            let key = OsString::from(k);
-            spec.env.retain(|(name, _)| *name != key);
-            spec.env.push((key, v.into()));
-        }
-        let mut sb =
-            mcpbox_sandbox::spawn(&spec).map_err(|e| std::io::Error::other(e.to_string()))?;
-        for note in &sb.notes {
-            tracing::warn!("{note}");
-        }
-        self.current.store(sb.init_pid(), Ordering::SeqCst);
-        let (Some(stdin), Some(stdout), Some(stderr)) =
-            (sb.stdin.take(), sb.stdout.take(), sb.stderr.take())
-        else {
-            return Err(std::io::Error::other("sandbox started without pipes"));
-        };
-        Ok(ServerProcess {
-            stdin: Box::new(stdin),
-            stdout: Box::new(stdout),
-            stderr: Box::new(stderr),
-            control: Box::new(Control(sb)),
-        })
-    }
-}
-
-/// Process control over a whole sandbox: its init forwards SIGTERM to the
-/// server's process group, and SIGKILL of the init empties the namespace.
-struct Control(Sandbox);
-
-fn exit_info(s: Status) -> ExitInfo {
-    match s {
-        Status::Exited(c) | Status::OutOfMemory(c) if c > 128 && c < 128 + 65 => ExitInfo {
-            code: None,
-            signal: Some(c - 128),
-        },
-        Status::Exited(c) | Status::OutOfMemory(c) => ExitInfo {
-            code: Some(c),
-            signal: None,
-        },
-        Status::TimedOut => ExitInfo {
-            code: Some(124),
-            signal: None,
-        },
-    }
-}
-
-impl ProcessControl for Control {
-    fn terminate(&mut self) -> std::io::Result<()> {
-        self.0.signal(libc::SIGTERM);
-        Ok(())
-    }
-    fn kill(&mut self) -> std::io::Result<()> {
-        self.0.kill();
-        Ok(())
-    }
-    fn try_wait(&mut self) -> std::io::Result<Option<ExitInfo>> {
-        self.0
-            .try_wait()
-            .map(|s| s.map(exit_info))
-            .map_err(|e| std::io::Error::other(e.to_string()))
-    }
-    fn wait(&mut self) -> std::io::Result<ExitInfo> {
-        self.0
-            .wait()
-            .map(exit_info)
-            .map_err(|e| std::io::Error::other(e.to_string()))
     }
 }
 
@@ -175,13 +95,11 @@ fn spawn_signal_thread(current: Arc<AtomicI32>) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub fn run(policy: Option<PathBuf>, command: Vec<OsString>) -> anyhow::Result<i32> {
-    // Before any thread exists, so every thread inherits the mask.
-    mcpbox_sandbox::block_forwarded_signals()?;
+/// `loaded` and `spec` come from main's prepare path, which blocked the
+/// forwarded signals before any thread existed.
+pub fn run(loaded: Loaded, mut spec: Spec) -> anyhow::Result<i32> {
     let current = Arc::new(AtomicI32::new(0));
     spawn_signal_thread(current.clone())?;
-    let loaded = preflight::load(policy.as_deref())?;
-    let mut spec = preflight::spec(&loaded, command, mcpbox_sandbox::Stdio::Piped)?;
     let sandbox_id = state::new_id();
     let workspace_id = state::workspace_id(&spec);
     let audit = state::open_audit(&loaded.policy)?;

@@ -275,6 +275,20 @@ impl Group {
         Ok(())
     }
 
+    /// Each group's `cgroup.procs`, opened for writing before forking: the
+    /// holder joins by writing "0" (the writer itself, cgroups(7)) to each.
+    pub fn open_procs(&self) -> Result<Vec<std::os::fd::OwnedFd>> {
+        self.dirs
+            .iter()
+            .map(|(_, dir)| {
+                let path = dir.join("cgroup.procs");
+                crate::sys::cstr(&path)
+                    .and_then(|c| crate::sys::open_write(&c))
+                    .map_err(|source| Error::Cgroup { path, source })
+            })
+            .collect()
+    }
+
     /// The versions in use, for reporting.
     pub fn versions(&self) -> Vec<Version> {
         let mut v: Vec<Version> = self.dirs.iter().map(|(v, _)| *v).collect();

@@ -11,12 +11,14 @@
 //! `sandbox.dangerously_allow_degraded = true`; mcpbox says so on stderr.
 
 use std::ffi::OsString;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Instant;
 
+use crate::lastmile::{self, Fds, LastMile, Session, StdioSetup, Then};
 use crate::launch::{Prepared, Sandbox};
+use crate::report::{self, ChildStep};
 use crate::sys::{self, Fork};
 use crate::{landlock, Error, Result, Spec, ROOT_RUN_HOST_ID};
 
@@ -79,7 +81,8 @@ pub fn spawn(spec: &Spec, mut prepared: Prepared, mut notes: Vec<String>) -> Res
     let host_root = sys::is_host_root();
     if host_root {
         for dir in [&tmp.0, &home] {
-            sys::chown(dir, ROOT_RUN_HOST_ID, ROOT_RUN_HOST_ID)
+            sys::cstr(dir)
+                .and_then(|d| sys::chown(&d, ROOT_RUN_HOST_ID, ROOT_RUN_HOST_ID))
                 .map_err(|e| Error::setup("chown tmp", e))?;
         }
     }
@@ -100,7 +103,8 @@ pub fn spawn(spec: &Spec, mut prepared: Prepared, mut notes: Vec<String>) -> Res
     if let Some(o) = &spec.output {
         env.push(("MCPBOX_OUTPUT".into(), o.clone().into()));
     }
-    prepared.envp = crate::launch::envp(&env)?;
+    prepared.args =
+        crate::sys::ExecArgs::new(prepared.args.argv().to_vec(), crate::launch::envp(&env)?);
 
     let mut readable: Vec<PathBuf> = SYSTEM_READ.iter().map(PathBuf::from).collect();
     readable.extend(spec.input.iter().cloned());
@@ -115,32 +119,72 @@ pub fn spawn(spec: &Spec, mut prepared: Prepared, mut notes: Vec<String>) -> Res
     } else {
         sys::geteuid()
     };
-    for (res, value) in prepared.rlimits.iter_mut() {
+    let mut rlimits = prepared.command.rlimits.clone();
+    for (res, value) in rlimits.iter_mut() {
         if *res == libc::RLIMIT_NPROC {
             *value += count_own_processes(uid);
         }
     }
+    // The ruleset names host paths here, so this process builds it before
+    // forking; the command restricts itself with it.
+    let ruleset = landlock::Plan::new(
+        prepared.abi,
+        landlock::Tier::Degraded,
+        &readable,
+        &writable,
+        spec.allow_exec.as_deref(),
+    )
+    .map_err(|e| Error::setup("landlock", e))?
+    .ok_or_else(|| {
+        Error::setup(
+            "landlock",
+            std::io::Error::other("landlock is not supported by this kernel"),
+        )
+    })?
+    .build()
+    .map_err(|e| Error::setup("landlock ruleset", e))?;
 
     let (report_r, report_w) = sys::pipe().map_err(|e| Error::setup("report pipe", e))?;
-    let stdio = crate::launch::make_stdio(&prepared)?;
+    let stdio = crate::launch::make_stdio(prepared.piped)?;
+    let last = command_last_mile(
+        rlimits,
+        stdio
+            .as_ref()
+            .map(|[a, b, c]| [a.1.as_raw_fd(), b.1.as_raw_fd(), c.1.as_raw_fd()]),
+        sys::cstr(&cwd).map_err(|e| Error::setup("chdir", e))?,
+        host_root,
+        prepared.command.last_cap,
+    );
     let supervisor = sys::getpid();
     match sys::fork().map_err(|e| Error::setup("fork", e))? {
         Fork::Child => {
             drop(report_r);
-            let child = stdio.map(|[a, b, c]| {
-                drop((a.0, b.0, c.0));
-                [a.1, b.1, c.1]
-            });
-            command(
-                &prepared, supervisor, report_w, child, &readable, &writable, &cwd, host_root,
+            let rep: RawFd = report_w.as_raw_fd();
+            // Runs after fork: system calls only.
+            if let Err(e) = sys::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0) {
+                report::fail(rep, ChildStep::Pdeathsig, &e);
+            }
+            if sys::getppid() != supervisor {
+                sys::exit_now(125);
+            }
+            lastmile::run(
+                &last,
+                Some(ruleset.as_raw_fd()),
+                &prepared.filter,
+                Then::Exec {
+                    candidates: &prepared.candidates,
+                    args: &prepared.args,
+                },
+                rep,
             )
         }
         Fork::Parent(pid) => {
             drop(report_w);
+            drop(ruleset);
             let (stdin, stdout, stderr) = crate::launch::parent_stdio(stdio);
             let mut sb = Sandbox::degraded(pid, stdin, stdout, stderr, notes, tmp);
             sb.set_deadline(spec.limits.timeout.map(|t| Instant::now() + t));
-            crate::launch::await_exec(&mut sb, report_r)?;
+            crate::launch::await_exec(&mut sb, report_r, &prepared)?;
             Ok(sb)
         }
     }
@@ -152,72 +196,27 @@ fn unique() -> u64 {
     N.fetch_add(1, Ordering::Relaxed)
 }
 
-/// The command in the degraded tier. Never returns.
-#[allow(clippy::too_many_arguments)]
-fn command(
-    prepared: &Prepared,
-    supervisor: libc::pid_t,
-    report_w: OwnedFd,
-    stdio: Option<[OwnedFd; 3]>,
-    readable: &[PathBuf],
-    writable: &[PathBuf],
-    cwd: &Path,
+/// The last mile of the degraded tier's command: a new session (no init
+/// here), the pipes as stdio, the workspace's host directory as cwd; as
+/// host root, also the identity of host nobody. Capabilities are dropped
+/// where we have any (root, or root of an outer user namespace).
+pub(crate) fn command_last_mile(
+    rlimits: Vec<(libc::__rlimit_resource_t, u64)>,
+    pipes: Option<[RawFd; 3]>,
+    cwd: std::ffi::CString,
     host_root: bool,
-) -> ! {
-    let rep: RawFd = report_w.as_raw_fd();
-    let fail = |step: &str, e: std::io::Error| crate::launch::report(rep, step, &e);
-    if let Err(e) = sys::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0) {
-        fail("pdeathsig", e);
+    last_cap: u32,
+) -> LastMile {
+    LastMile {
+        session: Session::Setsid,
+        stdio: pipes.map_or(StdioSetup::Keep, StdioSetup::Dup),
+        chdir: Some(cwd),
+        rlimits,
+        fds: Fds::CloseOnExec,
+        last_cap,
+        strict_bounding: false,
+        clear_groups: host_root,
+        uid: host_root.then_some(ROOT_RUN_HOST_ID),
+        landlock: true,
     }
-    if sys::getppid() != supervisor {
-        sys::exit_now(125);
-    }
-    let _ = sys::unblock_all_signals();
-    sys::reset_signal_dispositions();
-    // A new session: no controlling terminal (CVE-2017-5226), and a process
-    // group the supervisor can kill as a whole.
-    if let Err(e) = sys::setsid() {
-        fail("setsid", e);
-    }
-    if let Some(fds) = stdio {
-        for (i, fd) in fds.into_iter().enumerate() {
-            if let Err(e) = sys::dup2(fd.as_raw_fd(), i as RawFd) {
-                fail("stdio", e);
-            }
-        }
-    }
-    if let Err(e) = sys::chdir(cwd) {
-        fail("chdir", e);
-    }
-    for (resource, value) in &prepared.rlimits {
-        if let Err(e) = sys::setrlimit(*resource, *value) {
-            fail("setrlimit", e);
-        }
-    }
-    if let Err(e) = sys::cloexec_fds_from(3) {
-        fail("close fds", e);
-    }
-    // Capabilities, where we have any (root, or root of an outer user
-    // namespace); as host root, also the identity of host nobody.
-    let uid = host_root.then_some(ROOT_RUN_HOST_ID);
-    if let Err((step, e)) = crate::launch::drop_privileges(host_root, uid, false) {
-        fail(step, e);
-    }
-    match landlock::restrict(
-        landlock::Tier::Degraded,
-        readable,
-        writable,
-        prepared.allow_exec.as_deref(),
-    ) {
-        Ok(landlock::Enforced::Fully) | Ok(landlock::Enforced::Partially) => {}
-        Ok(landlock::Enforced::Not) => fail(
-            "landlock",
-            std::io::Error::other("landlock is not supported by this kernel"),
-        ),
-        Err(e) => fail("landlock", std::io::Error::other(e)),
-    }
-    if let Err(e) = sys::seccomp_load(&prepared.filter) {
-        fail("seccomp", e);
-    }
-    crate::launch::exec_command(prepared, rep)
 }

@@ -20,11 +20,10 @@ pub const FORWARDED: &[libc::c_int] = &[
     libc::SIGCONT,
 ];
 
-/// Every signal the init (and the supervisor) waits for.
+/// Every signal the init (and the supervisor) waits for. Built on the
+/// stack: the init calls this after fork.
 pub fn waited() -> SigSet {
-    let mut all = FORWARDED.to_vec();
-    all.push(libc::SIGCHLD);
-    SigSet::of(&all)
+    SigSet::of(FORWARDED).with(libc::SIGCHLD)
 }
 
 /// Runs until `command` (pid in this namespace) ends; never returns.

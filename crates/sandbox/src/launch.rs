@@ -3,31 +3,42 @@
 //! Three processes take part besides the command:
 //!
 //! ```text
-//! supervisor (mcpbox)            holds the cgroup, writes the id maps, waits
+//! supervisor (single-threaded)   holds the cgroup, writes the id maps, waits
 //!  └─ holder                     unshares the namespaces, waits for the init
 //!      └─ init (pid 1)           builds the root, then reaps and forwards
-//!          └─ command            drops everything, then execve
+//!          └─ command            the last mile (lastmile.rs), then execve
 //! ```
 //!
-//! Each child dies with its parent (PR_SET_PDEATHSIG), and the init's death
-//! kills the whole pid namespace, so killing mcpbox by any signal leaves no
-//! process of the sandbox alive. Every failure in a child is written to the
-//! report pipe as one line naming the step, read by the supervisor.
+//! The supervisor is `mcpbox exec` itself, which is single-threaded when it
+//! forks (checked: [`spawn`] refuses otherwise), or the helper that a
+//! multi-threaded `mcpbox run` re-executes (helper.rs). So no process with
+//! a second thread ever forks a sandbox process.
 //!
-//! The order of the command's last steps matters and is argued inline:
-//! identity, capabilities, no_new_privs, Landlock, then seccomp last (it
-//! would otherwise forbid the calls that come before it).
+//! Everything the children need is prepared here, before the first fork
+//! ([`Prepared`]): the mount plan compiled to system calls on C strings,
+//! the Landlock ruleset as data, the seccomp program, argv and envp with
+//! their pointer arrays, the rlimits, the cgroup's `cgroup.procs` opened.
+//! After fork the children only make system calls on that data.
+//!
+//! Each child dies with its parent (PR_SET_PDEATHSIG; the parents are
+//! single-threaded, so "parent thread" and "parent process" are the same),
+//! and the init's death kills the whole pid namespace, so killing the
+//! supervisor by any signal leaves no process of the sandbox alive. Every
+//! failure in a child is a fixed-size record on the report pipe
+//! (report.rs) naming the step and the errno.
 
 use std::ffi::{CString, OsStr, OsString};
 use std::fs::File;
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use crate::cgroup::{Group, Layout};
+use crate::lastmile::{self, Fds, LastMile, Session, StdioSetup, Then};
 use crate::plan::{self, Access, HostFacts, Step};
+use crate::report::{self, ChildStep, Record};
 use crate::sys::{self, Fork, Wait};
 use crate::{
     init, landlock, seccomp, Error, Result, Spec, Stdio, ROOT_RUN_HOST_ID, SANDBOX_UID, WORKSPACE,
@@ -58,41 +69,115 @@ impl Status {
 /// A running sandbox.
 #[derive(Debug)]
 pub struct Sandbox {
-    holder: libc::pid_t,
-    init: libc::pid_t,
+    /// The holder, or, for a sandbox started through the helper, the helper.
+    pub(crate) holder: libc::pid_t,
+    pub(crate) init: libc::pid_t,
     /// The command's stdin, stdout and stderr with [`Stdio::Piped`].
     pub stdin: Option<File>,
     pub stdout: Option<File>,
     pub stderr: Option<File>,
     group: Option<Group>,
-    /// The holder writes `S<code>` here as soon as the init is gone, before
-    /// its own (slow) exit tears the namespaces down; see `holder`.
-    status_pipe: Option<File>,
-    deadline: Option<Instant>,
-    timed_out: bool,
-    status: Option<Status>,
+    /// Where the end is reported: the holder's status pipe (a
+    /// [`Record::Ended`] as soon as the init is gone, before the holder's
+    /// own slow exit tears the namespaces down), or the helper's control
+    /// socket (which also says timeout or out of memory).
+    pub(crate) status_pipe: Option<File>,
+    pub(crate) deadline: Option<Instant>,
+    pub(crate) timed_out: bool,
+    pub(crate) status: Option<Status>,
     /// Human-readable notes on weaker enforcement that was accepted.
     pub notes: Vec<String>,
     /// The degraded tier's host directory for tmp, held only to be removed
     /// when the sandbox is dropped.
     _tmp: Option<crate::degraded::TmpDir>,
+    /// Started through the helper: `holder` is the helper's pid.
+    through_helper: bool,
+    /// Whether `holder` has been waited for.
+    reaped: bool,
+}
+
+/// One operation of building the root: a system call on prepared C strings,
+/// and the label an error shows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RootOp {
+    pub(crate) label: String,
+    pub(crate) call: Call,
+}
+
+/// The system calls the root is built with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Call {
+    Mount {
+        source: Option<CString>,
+        target: CString,
+        fstype: Option<CString>,
+        flags: libc::c_ulong,
+        data: Option<CString>,
+    },
+    /// mount_setattr(AT_RECURSIVE).
+    SetAttr {
+        target: CString,
+        attrs: u64,
+    },
+    /// mkdir, accepting an existing directory (never a symlink), then chmod.
+    Mkdir {
+        path: CString,
+        mode: u32,
+    },
+    /// Create an empty file unless something is there (a bind target).
+    Touch {
+        path: CString,
+    },
+    Write {
+        path: CString,
+        contents: Vec<u8>,
+    },
+    Symlink {
+        target: CString,
+        path: CString,
+    },
+    Chown {
+        path: CString,
+        uid: u32,
+        gid: u32,
+    },
+    Chdir {
+        path: CString,
+    },
+    PivotRoot {
+        new_root: CString,
+        put_old: CString,
+    },
+    Umount {
+        target: CString,
+        flags: libc::c_int,
+    },
+}
+
+/// At most one group per controller (memory, cpu, pids, freezer).
+const MAX_GROUPS: usize = 4;
+
+/// The egress bridge's part of the preparation.
+pub(crate) struct BridgePrep {
+    pub(crate) port: u16,
+    pub(crate) bridge: crate::BridgeFn,
+    pub(crate) socket: PathBuf,
+    pub(crate) last: LastMile,
 }
 
 /// Everything the children need, prepared before forking so that the
-/// children only execute.
+/// children only make system calls.
 pub(crate) struct Prepared {
-    pub(crate) steps: Vec<Step>,
-    pub(crate) argv: Vec<CString>,
-    pub(crate) envp: Vec<CString>,
+    pub(crate) root: Vec<RootOp>,
+    pub(crate) args: sys::ExecArgs,
     pub(crate) candidates: Vec<CString>,
-    pub(crate) readable: Vec<PathBuf>,
-    pub(crate) writable: Vec<PathBuf>,
-    pub(crate) allow_exec: Option<Vec<PathBuf>>,
+    pub(crate) command: LastMile,
+    pub(crate) landlock: landlock::Plan,
+    pub(crate) bridge: Option<BridgePrep>,
     pub(crate) filter: Vec<libc::sock_filter>,
-    pub(crate) rlimits: Vec<(libc::__rlimit_resource_t, u64)>,
     pub(crate) as_root: bool,
-    pub(crate) egress: Option<crate::Egress>,
     pub(crate) piped: bool,
+    pub(crate) abi: i64,
 }
 
 fn env_value<'a>(env: &'a [(OsString, OsString)], key: &str) -> Option<&'a OsStr> {
@@ -135,7 +220,305 @@ pub(crate) fn envp(env: &[(OsString, OsString)]) -> Result<Vec<CString>> {
         .map_err(|e| Error::setup("environment", e))
 }
 
-fn prepare(spec: &Spec) -> Result<Prepared> {
+fn c(p: impl AsRef<OsStr>) -> Result<CString> {
+    sys::cstr(p).map_err(|e| Error::setup("mount plan", e))
+}
+
+/// Compiles the mount plan into the system calls that build the root, with
+/// the fixed steps before and after it. The order is argued inline; the
+/// list is data, checked by unit tests.
+pub(crate) fn compile_root(steps: &[Step]) -> Result<Vec<RootOp>> {
+    let mut ops = Vec::new();
+    let mut op = |label: String, call: Call| ops.push(RootOp { label, call });
+    let new = |p: &Path| Path::new("/newroot").join(p.strip_prefix("/").unwrap_or(p));
+    let old = |p: &Path| Path::new("/oldroot").join(p.strip_prefix("/").unwrap_or(p));
+    // Nothing we mount may propagate back to the host (mount_namespaces(7)).
+    op(
+        "make / private".into(),
+        Call::Mount {
+            source: None,
+            target: c("/")?,
+            fstype: None,
+            flags: libc::MS_REC | libc::MS_PRIVATE,
+            data: None,
+        },
+    );
+    // A staging tmpfs holds the new root and the old one during the build;
+    // binds then name their sources under /oldroot, so a source under the
+    // host's /tmp stays reachable.
+    op(
+        "staging tmpfs on /tmp".into(),
+        Call::Mount {
+            source: Some(c("mcpbox")?),
+            target: c("/tmp")?,
+            fstype: Some(c("tmpfs")?),
+            flags: libc::MS_NOSUID | libc::MS_NODEV,
+            data: Some(c("mode=0755,size=65536")?),
+        },
+    );
+    for d in ["/tmp/newroot", "/tmp/oldroot"] {
+        op(
+            format!("mkdir {d}"),
+            Call::Mkdir {
+                path: c(d)?,
+                mode: 0o755,
+            },
+        );
+    }
+    op(
+        "root tmpfs".into(),
+        Call::Mount {
+            source: Some(c("mcpbox")?),
+            target: c("/tmp/newroot")?,
+            fstype: Some(c("tmpfs")?),
+            flags: libc::MS_NOSUID | libc::MS_NODEV,
+            data: Some(c("mode=0755,size=1048576")?),
+        },
+    );
+    op("chdir /tmp".into(), Call::Chdir { path: c("/tmp")? });
+    op(
+        "pivot_root to staging".into(),
+        Call::PivotRoot {
+            new_root: c(".")?,
+            put_old: c("oldroot")?,
+        },
+    );
+    op("chdir /".into(), Call::Chdir { path: c("/")? });
+
+    for step in steps {
+        match step {
+            Step::Dir { path, mode } => op(
+                format!("mkdir {}", path.display()),
+                Call::Mkdir {
+                    path: c(new(path))?,
+                    mode: *mode,
+                },
+            ),
+            Step::Tmpfs { path, size, mode } => op(
+                format!("tmpfs {}", path.display()),
+                Call::Mount {
+                    source: Some(c("mcpbox")?),
+                    target: c(new(path))?,
+                    fstype: Some(c("tmpfs")?),
+                    flags: libc::MS_NOSUID | libc::MS_NODEV,
+                    data: Some(c(format!("size={size},mode={mode:o}"))?),
+                },
+            ),
+            Step::Bind { host, path, access } => {
+                let target = c(new(path))?;
+                op(
+                    format!("bind target {}", path.display()),
+                    Call::Touch {
+                        path: target.clone(),
+                    },
+                );
+                op(
+                    format!("bind {} -> {}", host.display(), path.display()),
+                    Call::Mount {
+                        source: Some(c(old(host))?),
+                        target: target.clone(),
+                        fstype: None,
+                        flags: libc::MS_BIND | libc::MS_REC,
+                        data: None,
+                    },
+                );
+                // Device nodes keep the host /dev mount's own flags (nosuid,
+                // and necessarily not nodev).
+                let attrs = match access {
+                    Access::ReadOnly => Some(
+                        sys::MOUNT_ATTR_RDONLY | sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV,
+                    ),
+                    Access::ReadWrite => Some(sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV),
+                    Access::Device => None,
+                };
+                if let Some(attrs) = attrs {
+                    op(
+                        format!("mount attributes {}", path.display()),
+                        Call::SetAttr { target, attrs },
+                    );
+                }
+            }
+            Step::Alias { from, path } => {
+                let target = c(new(path))?;
+                op(
+                    format!("bind {} -> {}", from.display(), path.display()),
+                    Call::Mount {
+                        source: Some(c(new(from))?),
+                        target: target.clone(),
+                        fstype: None,
+                        flags: libc::MS_BIND,
+                        data: None,
+                    },
+                );
+                op(
+                    format!("mount attributes {}", path.display()),
+                    Call::SetAttr {
+                        target,
+                        attrs: sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV,
+                    },
+                );
+            }
+            Step::File { path, contents } => op(
+                format!("write {}", path.display()),
+                Call::Write {
+                    path: c(new(path))?,
+                    contents: contents.as_bytes().to_vec(),
+                },
+            ),
+            Step::Symlink { path, target } => op(
+                format!("symlink {}", path.display()),
+                Call::Symlink {
+                    target: c(target)?,
+                    path: c(new(path))?,
+                },
+            ),
+            Step::Proc { path } => op(
+                format!("mount proc {}", path.display()),
+                Call::Mount {
+                    source: Some(c("proc")?),
+                    target: c(new(path))?,
+                    fstype: Some(c("proc")?),
+                    flags: libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                    data: None,
+                },
+            ),
+            Step::Chown { path, uid, gid } => op(
+                format!("chown {}", path.display()),
+                Call::Chown {
+                    path: c(new(path))?,
+                    uid: *uid,
+                    gid: *gid,
+                },
+            ),
+        }
+    }
+    // Make the new root the only root: pivot onto it (the staging root,
+    // with the host's tree below /oldroot, is stacked underneath), then
+    // detach the staging root and everything under it in one umount. One
+    // detach, not two: each one ends in an RCU grace period
+    // (namespace_unlock), which costs more than the rest of the call.
+    op(
+        "chdir new root".into(),
+        Call::Chdir {
+            path: c("/newroot")?,
+        },
+    );
+    op(
+        "pivot_root".into(),
+        Call::PivotRoot {
+            new_root: c(".")?,
+            put_old: c(".")?,
+        },
+    );
+    op(
+        "detach the staging root and the host's tree".into(),
+        Call::Umount {
+            target: c(".")?,
+            flags: libc::MNT_DETACH,
+        },
+    );
+    op("chdir /".into(), Call::Chdir { path: c("/")? });
+    // The root itself (with /etc) becomes read-only; /workspace/tmp,
+    // /workspace/output and /dev are separate mounts and keep their modes.
+    op(
+        "remount / read-only".into(),
+        Call::Mount {
+            source: None,
+            target: c("/")?,
+            fstype: None,
+            flags: libc::MS_REMOUNT
+                | libc::MS_BIND
+                | libc::MS_RDONLY
+                | libc::MS_NOSUID
+                | libc::MS_NODEV,
+            data: None,
+        },
+    );
+    Ok(ops)
+}
+
+/// Executes the compiled root in the init: system calls only. Returns the
+/// index of the operation that failed.
+fn build_root(ops: &[RootOp]) -> Result<(), (usize, std::io::Error)> {
+    for (i, op) in ops.iter().enumerate() {
+        let done = match &op.call {
+            Call::Mount {
+                source,
+                target,
+                fstype,
+                flags,
+                data,
+            } => sys::mount(
+                source.as_deref(),
+                target,
+                fstype.as_deref(),
+                *flags,
+                data.as_deref(),
+            ),
+            Call::SetAttr { target, attrs } => sys::mount_setattr_recursive(target, *attrs),
+            Call::Mkdir { path, mode } => match sys::mkdir(path, *mode) {
+                Ok(()) => sys::chmod(path, *mode),
+                // Never chmod through a symlink of the new root: it would
+                // resolve against the staging root.
+                Err(e) if e.raw_os_error() == Some(libc::EEXIST) => match sys::lstat_is_dir(path) {
+                    Ok(true) => sys::chmod(path, *mode),
+                    Ok(false) => Err(std::io::Error::from_raw_os_error(libc::ENOTDIR)),
+                    Err(e) => Err(e),
+                },
+                Err(e) => Err(e),
+            },
+            Call::Touch { path } => sys::touch(path),
+            Call::Write { path, contents } => sys::write_file(path, contents),
+            Call::Symlink { target, path } => sys::symlink(target, path),
+            Call::Chown { path, uid, gid } => sys::chown(path, *uid, *gid),
+            Call::Chdir { path } => sys::chdir(path),
+            Call::PivotRoot { new_root, put_old } => sys::pivot_root(new_root, put_old),
+            Call::Umount { target, flags } => sys::umount2(target, *flags),
+        };
+        done.map_err(|e| (i, e))?;
+    }
+    Ok(())
+}
+
+/// The last mile of the full tier's command.
+pub(crate) fn command_last_mile(
+    rlimits: Vec<(libc::__rlimit_resource_t, u64)>,
+    as_root: bool,
+    last_cap: u32,
+) -> LastMile {
+    LastMile {
+        session: Session::OwnGroup,
+        stdio: StdioSetup::Keep,
+        chdir: CString::new(WORKSPACE).ok(),
+        rlimits,
+        fds: Fds::CloseOnExec,
+        last_cap,
+        strict_bounding: true,
+        // setgroups is allowed only in a namespace made by root.
+        clear_groups: as_root,
+        uid: Some(SANDBOX_UID),
+        landlock: true,
+    }
+}
+
+/// The last mile of the egress bridge: no capability, the same seccomp
+/// filter; no stdio of the command, no descriptor but its listener.
+pub(crate) fn bridge_last_mile(as_root: bool, last_cap: u32) -> LastMile {
+    LastMile {
+        session: Session::Inherit,
+        stdio: StdioSetup::Null,
+        chdir: None,
+        rlimits: Vec::new(),
+        fds: Fds::CloseAllButListener,
+        last_cap,
+        strict_bounding: true,
+        clear_groups: as_root,
+        uid: Some(SANDBOX_UID),
+        landlock: false,
+    }
+}
+
+pub(crate) fn prepare(spec: &Spec) -> Result<Prepared> {
     let Some(argv0) = spec.argv.first() else {
         return Err(Error::Exec {
             command: String::new(),
@@ -155,27 +538,43 @@ fn prepare(spec: &Spec) -> Result<Prepared> {
     if let Some(pids) = spec.limits.pids {
         rlimits.push((libc::RLIMIT_NPROC, pids));
     }
+    let as_root = sys::is_host_root();
+    let last_cap = sys::last_cap();
+    // The Landlock ABI decides the ruleset's rights now; the init builds it
+    // from this plan once the new root exists.
+    let abi = sys::landlock_abi_version().unwrap_or(0);
+    let landlock = landlock::Plan::new(
+        abi,
+        landlock::Tier::Full,
+        &plan::readable_paths(spec),
+        &plan::writable_paths(spec),
+        spec.allow_exec.as_deref(),
+    )
+    .map_err(|e| Error::setup("landlock", e))?
+    .ok_or_else(|| {
+        Error::setup(
+            "landlock",
+            std::io::Error::other("landlock is not supported by this kernel"),
+        )
+    })?;
+    let bridge = spec.egress.as_ref().map(|e| BridgePrep {
+        port: e.port,
+        bridge: e.bridge,
+        socket: Path::new(crate::EGRESS_DIR).join("egress.sock"),
+        last: bridge_last_mile(as_root, last_cap),
+    });
     Ok(Prepared {
-        steps: plan::plan(spec, &facts),
-        argv,
-        envp,
+        root: compile_root(&plan::plan(spec, &facts))?,
+        args: sys::ExecArgs::new(argv, envp),
         candidates: exec_candidates(argv0, &spec.env)?,
-        readable: plan::readable_paths(spec),
-        writable: plan::writable_paths(spec),
-        allow_exec: spec.allow_exec.clone(),
+        command: command_last_mile(rlimits, as_root, last_cap),
+        landlock,
+        bridge,
         filter: seccomp::compile(seccomp::RULES),
-        rlimits,
-        as_root: sys::is_host_root(),
-        egress: spec.egress.clone(),
+        as_root,
         piped: spec.stdio == Stdio::Piped,
+        abi,
     })
-}
-
-/// A child's report of a failed step, written to the report pipe.
-pub(crate) fn report(fd: RawFd, step: &str, err: &std::io::Error) -> ! {
-    let line = format!("E{step}\x1f{err}\n");
-    let _ = sys::write_all(fd, line.as_bytes());
-    sys::exit_now(125)
 }
 
 /// Creates the cgroup `spec` needs, or refuses, or accepts rlimits when the
@@ -193,7 +592,7 @@ fn limits_group(
         Ok(group) => Ok(group),
         Err(e) if spec.allow_degraded => {
             if let Some(mem) = spec.limits.memory {
-                prepared.rlimits.push((libc::RLIMIT_AS, mem));
+                prepared.command.rlimits.push((libc::RLIMIT_AS, mem));
                 notes.push(format!(
                     "memory limit is per-process address space (RLIMIT_AS), not a cgroup: {e}"
                 ));
@@ -207,16 +606,41 @@ fn limits_group(
     }
 }
 
-/// Builds the sandbox and starts the command in it. Where user namespaces
-/// are unavailable, falls back to the degraded tier if the policy accepts it.
+/// Refuses to fork from a process with more than one thread: a child of
+/// such a process may inherit a lock (the allocator's, stdio's) held by a
+/// thread that does not exist in the child. A multi-threaded caller
+/// (`mcpbox run`) goes through [`crate::helper::spawn`] instead.
+fn ensure_single_threaded() -> Result<()> {
+    match sys::thread_count() {
+        Ok(1) => Ok(()),
+        Ok(threads) => Err(Error::Threaded { threads }),
+        Err(e) => Err(Error::setup("counting this process's threads", e)),
+    }
+}
+
+/// Builds the sandbox and starts the command in it, from this process,
+/// which must be single-threaded. The one place the tier is chosen: the
+/// full tier, unless its holder's `unshare` failed (user namespaces are
+/// unavailable here), then the degraded tier if the policy accepts it.
 pub fn spawn(spec: &Spec) -> Result<Sandbox> {
+    ensure_single_threaded()?;
     match spawn_full(spec) {
-        Err(Error::NoUserNamespaces(why)) if spec.allow_degraded => {
-            tracing::debug!(%why, "user namespaces unavailable; degraded tier accepted by the policy");
+        Err(Error::Child {
+            step: ChildStep::Unshare,
+            errno,
+            ..
+        }) => {
+            if !spec.allow_degraded {
+                return Err(Error::NoUserNamespaces { errno });
+            }
+            tracing::debug!(
+                errno,
+                "user namespaces unavailable; degraded tier accepted by the policy"
+            );
             let mut prepared = prepare(spec)?;
             let mut notes = Vec::new();
             if let Some(mem) = spec.limits.memory {
-                prepared.rlimits.push((libc::RLIMIT_AS, mem));
+                prepared.command.rlimits.push((libc::RLIMIT_AS, mem));
                 notes.push(
                     "memory limit is per-process address space (RLIMIT_AS) in the degraded tier"
                         .into(),
@@ -235,8 +659,8 @@ pub fn spawn(spec: &Spec) -> Result<Sandbox> {
 /// of 0, 1 and 2.
 pub(crate) type StdioPipes = Option<[(OwnedFd, OwnedFd); 3]>;
 
-pub(crate) fn make_stdio(prepared: &Prepared) -> Result<StdioPipes> {
-    if !prepared.piped {
+pub(crate) fn make_stdio(piped: bool) -> Result<StdioPipes> {
+    if !piped {
         return Ok(None);
     }
     let (in_r, in_w) = sys::pipe().map_err(|e| Error::setup("stdin pipe", e))?;
@@ -260,14 +684,42 @@ pub(crate) fn parent_stdio(stdio: StdioPipes) -> (Option<File>, Option<File>, Op
     }
 }
 
-/// Reads the report pipe to EOF (the command's execve closed it); a line
+/// The error a child's record stands for. `root` labels a failed root
+/// operation; `argv0` names the command.
+pub(crate) fn child_error(record: Record, root: &[RootOp], argv0: &CString) -> Error {
+    match record {
+        Record::Failed { step, errno, arg } => Error::Child {
+            step,
+            at: (step == ChildStep::Root)
+                .then(|| usize::try_from(arg).ok())
+                .flatten()
+                .and_then(|i| root.get(i))
+                .map(|op| op.label.clone()),
+            errno,
+        },
+        Record::ExecFailed { code, errno } => Error::Exec {
+            command: String::from_utf8_lossy(argv0.as_bytes()).into_owned(),
+            detail: if code == 127 {
+                "command not found in the sandbox".to_string()
+            } else {
+                std::io::Error::from_raw_os_error(errno).to_string()
+            },
+            code,
+        },
+        other => Error::setup(
+            "reading the report pipe",
+            std::io::Error::other(format!("unexpected record {other:?}")),
+        ),
+    }
+}
+
+/// Reads the report pipe to EOF (the command's execve closed it); a record
 /// before that is a failed step, and the start is undone.
-pub(crate) fn await_exec(sb: &mut Sandbox, report_r: OwnedFd) -> Result<()> {
-    let mut text = String::new();
-    let read = std::io::Read::read_to_string(&mut File::from(report_r), &mut text);
-    let failure = match read {
+pub(crate) fn await_exec(sb: &mut Sandbox, report_r: OwnedFd, prepared: &Prepared) -> Result<()> {
+    let failure = match report::read(report_r.as_raw_fd()) {
         Err(e) => Some(Error::setup("reading the report pipe", e)),
-        Ok(_) => text.lines().next().map(child_error),
+        Ok(None) => None,
+        Ok(Some(r)) => Some(child_error(r, &prepared.root, &prepared.args.argv()[0])),
     };
     match failure {
         None => Ok(()),
@@ -284,12 +736,21 @@ fn spawn_full(spec: &Spec) -> Result<Sandbox> {
     let mut prepared = prepare(spec)?;
     let mut notes = Vec::new();
     let group = limits_group(spec, &mut prepared, &mut notes)?;
+    // The holder joins the group by writing "0" (itself) to each
+    // cgroup.procs, opened here so that it only has to write; a fixed array,
+    // so that the holder frees nothing either.
+    let mut procs: [Option<OwnedFd>; MAX_GROUPS] = Default::default();
+    if let Some(g) = &group {
+        for (slot, fd) in procs.iter_mut().zip(g.open_procs()?) {
+            *slot = Some(fd);
+        }
+    }
     let deadline = spec.limits.timeout.map(|t| Instant::now() + t);
 
     let (report_r, report_w) = sys::pipe().map_err(|e| Error::setup("report pipe", e))?;
     let (sync_r, sync_w) = sys::pipe().map_err(|e| Error::setup("sync pipe", e))?;
     let (status_r, status_w) = sys::pipe().map_err(|e| Error::setup("status pipe", e))?;
-    let stdio = make_stdio(&prepared)?;
+    let stdio = make_stdio(prepared.piped)?;
     let supervisor = sys::getpid();
 
     match sys::fork().map_err(|e| Error::setup("fork", e))? {
@@ -303,7 +764,7 @@ fn spawn_full(spec: &Spec) -> Result<Sandbox> {
             drop(status_r);
             holder(
                 &prepared,
-                group.as_ref(),
+                procs,
                 supervisor,
                 report_w,
                 sync_r,
@@ -312,6 +773,7 @@ fn spawn_full(spec: &Spec) -> Result<Sandbox> {
             )
         }
         Fork::Parent(holder_pid) => {
+            drop(procs);
             drop(report_w);
             drop(sync_r);
             drop(status_w);
@@ -329,6 +791,8 @@ fn spawn_full(spec: &Spec) -> Result<Sandbox> {
                 status: None,
                 notes,
                 _tmp: None,
+                through_helper: false,
+                reaped: false,
             };
             match supervise_startup(&mut sb, &prepared, report_r, sync_w) {
                 Ok(()) => Ok(sb),
@@ -351,26 +815,20 @@ fn supervise_startup(
     report_r: OwnedFd,
     sync_w: OwnedFd,
 ) -> Result<()> {
-    let mut lines = BufReader::new(File::from(report_r));
-    let mut line = String::new();
-    let mut next = |line: &mut String| -> Result<Option<String>> {
-        line.clear();
-        match lines.read_line(line) {
-            Ok(0) => Ok(None),
-            Ok(_) => Ok(Some(line.trim_end_matches('\n').to_string())),
-            Err(e) => Err(Error::setup("reading the report pipe", e)),
-        }
+    let rep = report_r.as_raw_fd();
+    let next = || report::read(rep).map_err(|e| Error::setup("reading the report pipe", e));
+    let argv0 = &prepared.args.argv()[0];
+    let gone = |step: &str| {
+        Error::setup(
+            step.to_string(),
+            std::io::Error::other("the holder exited before reporting"),
+        )
     };
     // 1. The holder has unshared; write its id maps.
-    match next(&mut line)? {
-        Some(l) if l == "U" => {}
-        Some(l) => return Err(child_error(&l)),
-        None => {
-            return Err(Error::Child {
-                step: "start".into(),
-                detail: "holder exited".into(),
-            })
-        }
+    match next()? {
+        Some(Record::Unshared) => {}
+        Some(r) => return Err(child_error(r, &prepared.root, argv0)),
+        None => return Err(gone("start")),
     }
     write_id_maps(sb.holder, prepared.as_root)?;
     let mut sync = File::from(sync_w);
@@ -378,48 +836,15 @@ fn supervise_startup(
         .map_err(|e| Error::setup("sync pipe", e))?;
     drop(sync);
     // 2. The init's pid, as seen from here.
-    match next(&mut line)? {
-        Some(l) if l.starts_with('P') => {
-            sb.init = l[1..].parse().map_err(|_| Error::Child {
-                step: "init".into(),
-                detail: l.clone(),
-            })?;
-        }
-        Some(l) => return Err(child_error(&l)),
-        None => {
-            return Err(Error::Child {
-                step: "init".into(),
-                detail: "holder exited".into(),
-            })
-        }
+    match next()? {
+        Some(Record::InitPid(pid)) => sb.init = pid,
+        Some(r) => return Err(child_error(r, &prepared.root, argv0)),
+        None => return Err(gone("init")),
     }
     // 3. EOF: every write end is closed, the last one by execve.
-    match next(&mut line)? {
+    match next()? {
         None => Ok(()),
-        Some(l) => Err(child_error(&l)),
-    }
-}
-
-fn child_error(line: &str) -> Error {
-    if let Some(rest) = line.strip_prefix('X') {
-        let mut parts = rest.splitn(3, '\x1f');
-        let code = parts.next().and_then(|c| c.parse().ok()).unwrap_or(126);
-        let command = parts.next().unwrap_or("").to_string();
-        let detail = parts.next().unwrap_or("").to_string();
-        return Error::Exec {
-            command,
-            detail,
-            code,
-        };
-    }
-    let rest = line.strip_prefix('E').unwrap_or(line);
-    let (step, detail) = rest.split_once('\x1f').unwrap_or((rest, ""));
-    if step == "unshare" {
-        return Error::NoUserNamespaces(detail.to_string());
-    }
-    Error::Child {
-        step: step.to_string(),
-        detail: detail.to_string(),
+        Some(r) => Err(child_error(r, &prepared.root, argv0)),
     }
 }
 
@@ -451,10 +876,10 @@ fn write_id_maps(holder: libc::pid_t, as_root: bool) -> Result<()> {
 }
 
 /// The holder: joins the cgroup, unshares, waits for its id maps, forks the
-/// init and waits for it. Never returns.
+/// init and waits for it. Runs after fork: system calls only. Never returns.
 fn holder(
     prepared: &Prepared,
-    group: Option<&Group>,
+    procs: [Option<OwnedFd>; MAX_GROUPS],
     supervisor: libc::pid_t,
     report_w: OwnedFd,
     sync_r: OwnedFd,
@@ -464,7 +889,7 @@ fn holder(
     let rep = report_w.as_raw_fd();
     // Die with the supervisor; if it is already gone, stop here.
     if let Err(e) = sys::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0) {
-        report(rep, "pdeathsig", &e);
+        report::fail(rep, ChildStep::Pdeathsig, &e);
     }
     if sys::getppid() != supervisor {
         sys::exit_now(125);
@@ -472,13 +897,14 @@ fn holder(
     if let Some(fds) = stdio {
         for (i, fd) in fds.into_iter().enumerate() {
             if let Err(e) = sys::dup2(fd.as_raw_fd(), i as RawFd) {
-                report(rep, "stdio", &e);
+                report::fail(rep, ChildStep::Stdio, &e);
             }
         }
     }
-    if let Some(group) = group {
-        if let Err(e) = group.join(sys::getpid()) {
-            report(rep, "cgroup join", &std::io::Error::other(e.to_string()));
+    // "0" moves the writing process (cgroups(7)), in v1 and v2 alike.
+    for fd in procs.into_iter().flatten() {
+        if let Err(e) = sys::write_all(fd.as_raw_fd(), b"0") {
+            report::fail(rep, ChildStep::CgroupJoin, &e);
         }
     }
     // Namespaces: user first in the same call, so the others are owned by it
@@ -492,9 +918,9 @@ fn holder(
         | libc::CLONE_NEWUTS
         | libc::CLONE_NEWCGROUP;
     if let Err(e) = sys::unshare(flags) {
-        report(rep, "unshare", &e);
+        report::fail(rep, ChildStep::Unshare, &e);
     }
-    let _ = sys::write_all(rep, b"U\n");
+    let _ = Record::Unshared.send(rep);
     let mut byte = [0u8; 1];
     match sys::read(sync_r.as_raw_fd(), &mut byte) {
         Ok(1) => {}
@@ -505,19 +931,20 @@ fn holder(
     // between its fork and its own PR_SET_PDEATHSIG.
     let (alive_r, alive_w) = match sys::pipe() {
         Ok(p) => p,
-        Err(e) => report(rep, "alive pipe", &e),
+        Err(e) => report::fail(rep, ChildStep::AlivePipe, &e),
     };
     match sys::fork() {
-        Err(e) => report(rep, "fork init", &e),
+        Err(e) => report::fail(rep, ChildStep::ForkInit, &e),
         Ok(Fork::Child) => {
             drop(alive_w);
+            drop(status_w);
             init_process(prepared, report_w, alive_r)
         }
         Ok(Fork::Parent(pid)) => {
             drop(alive_r);
-            let _ = sys::write_all(rep, format!("P{pid}\n").as_bytes());
+            let _ = Record::InitPid(pid).send(rep);
             drop(report_w);
-            detach_stdio();
+            lastmile::detach_stdio();
             let code = match sys::waitpid(pid, false) {
                 Ok(Wait::Exited(_, code)) => code,
                 Ok(Wait::Signaled(_, sig)) => 128 + sig,
@@ -527,28 +954,19 @@ fn holder(
             // to the mount and network namespaces, and their teardown
             // (synchronize_rcu, netns cleanup) takes milliseconds that the
             // supervisor need not wait for.
-            let _ = sys::write_all(status_w.as_raw_fd(), format!("S{code}\n").as_bytes());
+            let _ = Record::Ended(code).send(status_w.as_raw_fd());
             drop(alive_w);
             sys::exit_now(code)
         }
     }
 }
 
-/// Points 0, 1 and 2 at /dev/null so that only the command holds the real
-/// stdio (EOF then means the command and its children are gone).
-fn detach_stdio() {
-    if let Ok(null) = File::options().read(true).write(true).open("/dev/null") {
-        for fd in 0..3 {
-            let _ = sys::dup2(null.as_raw_fd(), fd);
-        }
-    }
-}
-
-/// pid 1: builds the new root, forks the command, then reaps.
+/// pid 1: builds the new root and the Landlock ruleset, starts the bridge,
+/// forks the command, then reaps. Runs after fork: system calls only.
 fn init_process(prepared: &Prepared, report_w: OwnedFd, alive_r: OwnedFd) -> ! {
     let rep = report_w.as_raw_fd();
     if let Err(e) = sys::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0) {
-        report(rep, "pdeathsig", &e);
+        report::fail(rep, ChildStep::Pdeathsig, &e);
     }
     // If the holder died before PR_SET_PDEATHSIG took effect, its end of the
     // alive pipe is closed: stop now.
@@ -556,347 +974,83 @@ fn init_process(prepared: &Prepared, report_w: OwnedFd, alive_r: OwnedFd) -> ! {
         sys::exit_now(125);
     }
     if let Err(e) = sys::setsid() {
-        report(rep, "setsid", &e);
+        report::fail(rep, ChildStep::Setsid, &e);
     }
     if let Err(e) = sys::block_signals(&init::waited()) {
-        report(rep, "block signals", &e);
+        report::fail(rep, ChildStep::BlockSignals, &e);
     }
-    if let Err((step, e)) = build_root(&prepared.steps) {
-        report(rep, &step, &e);
+    if let Err((i, e)) = build_root(&prepared.root) {
+        report::fail_at(rep, ChildStep::Root, i32::try_from(i).unwrap_or(-1), &e);
     }
     if let Err(e) = sys::sethostname("mcpbox") {
-        report(rep, "sethostname", &e);
+        report::fail(rep, ChildStep::Sethostname, &e);
     }
     if let Err(e) = sys::loopback_up() {
-        report(rep, "loopback up", &e);
+        report::fail(rep, ChildStep::LoopbackUp, &e);
     }
-    if let Some(egress) = &prepared.egress {
-        start_bridge(prepared, egress, rep);
+    // The ruleset names paths of the new root, so it is built now; the
+    // command restricts itself with it in its last mile.
+    let ruleset = match prepared.landlock.build() {
+        Ok(fd) => fd,
+        Err(e) => report::fail(rep, ChildStep::LandlockRuleset, &e),
+    };
+    if let Some(bridge) = &prepared.bridge {
+        start_bridge(prepared, bridge, rep);
     }
     match sys::fork() {
-        Err(e) => report(rep, "fork command", &e),
-        Ok(Fork::Child) => command_process(prepared, rep),
+        Err(e) => report::fail(rep, ChildStep::ForkCommand, &e),
+        Ok(Fork::Child) => lastmile::run(
+            &prepared.command,
+            Some(ruleset.as_raw_fd()),
+            &prepared.filter,
+            Then::Exec {
+                candidates: &prepared.candidates,
+                args: &prepared.args,
+            },
+            rep,
+        ),
         Ok(Fork::Parent(pid)) => {
+            drop(ruleset);
             drop(report_w);
             drop(alive_r);
-            detach_stdio();
+            lastmile::detach_stdio();
             init::run(pid)
         }
     }
 }
 
-/// Executes the plan against a fresh tmpfs and pivots into it. Returns the
-/// step that failed.
-fn build_root(steps: &[Step]) -> Result<(), (String, std::io::Error)> {
-    let at = |what: &str, p: &Path| format!("{what} {}", p.display());
-    // Nothing we mount may propagate back to the host (mount_namespaces(7)).
-    sys::mount(
-        None,
-        Path::new("/"),
-        None,
-        libc::MS_REC | libc::MS_PRIVATE,
-        None,
-    )
-    .map_err(|e| ("make / private".to_string(), e))?;
-    // A staging tmpfs holds the new root and the old one during the build;
-    // binds then name their sources under /oldroot, so a source under the
-    // host's /tmp stays reachable.
-    let base = Path::new("/tmp");
-    sys::mount(
-        Some(Path::new("mcpbox")),
-        base,
-        Some("tmpfs"),
-        libc::MS_NOSUID | libc::MS_NODEV,
-        Some("mode=0755,size=65536"),
-    )
-    .map_err(|e| ("staging tmpfs on /tmp".to_string(), e))?;
-    for d in ["/tmp/newroot", "/tmp/oldroot"] {
-        std::fs::create_dir(d).map_err(|e| (at("mkdir", Path::new(d)), e))?;
-    }
-    sys::mount(
-        Some(Path::new("mcpbox")),
-        Path::new("/tmp/newroot"),
-        Some("tmpfs"),
-        libc::MS_NOSUID | libc::MS_NODEV,
-        Some("mode=0755,size=1048576"),
-    )
-    .map_err(|e| ("root tmpfs".to_string(), e))?;
-    sys::chdir(base).map_err(|e| ("chdir /tmp".to_string(), e))?;
-    sys::pivot_root(Path::new("."), Path::new("oldroot"))
-        .map_err(|e| ("pivot_root to staging".to_string(), e))?;
-    sys::chdir(Path::new("/")).map_err(|e| ("chdir /".to_string(), e))?;
-
-    let new = |p: &Path| Path::new("/newroot").join(p.strip_prefix("/").unwrap_or(p));
-    let old = |p: &Path| Path::new("/oldroot").join(p.strip_prefix("/").unwrap_or(p));
-    for step in steps {
-        match step {
-            Step::Dir { path, mode } => {
-                let target = new(path);
-                match std::fs::create_dir(&target) {
-                    Ok(()) => {}
-                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                        // Never chmod through a symlink of the new root: it
-                        // would resolve against the staging root.
-                        let is_dir = std::fs::symlink_metadata(&target)
-                            .map(|m| m.is_dir())
-                            .unwrap_or(false);
-                        if !is_dir {
-                            return Err((at("mkdir (exists and is not a directory)", path), e));
-                        }
-                    }
-                    Err(e) => return Err((at("mkdir", path), e)),
-                }
-                use std::os::unix::fs::PermissionsExt;
-                std::fs::set_permissions(&target, std::fs::Permissions::from_mode(*mode))
-                    .map_err(|e| (at("chmod", path), e))?;
-            }
-            Step::Tmpfs { path, size, mode } => {
-                let data = format!("size={size},mode={mode:o}");
-                sys::mount(
-                    Some(Path::new("mcpbox")),
-                    &new(path),
-                    Some("tmpfs"),
-                    libc::MS_NOSUID | libc::MS_NODEV,
-                    Some(&data),
-                )
-                .map_err(|e| (at("tmpfs", path), e))?;
-            }
-            Step::Bind { host, path, access } => {
-                let target = new(path);
-                if !target.exists() {
-                    File::create(&target).map_err(|e| (at("bind target", path), e))?;
-                }
-                sys::mount(
-                    Some(&old(host)),
-                    &target,
-                    None,
-                    libc::MS_BIND | libc::MS_REC,
-                    None,
-                )
-                .map_err(|e| (format!("bind {} -> {}", host.display(), path.display()), e))?;
-                // Device nodes keep the host /dev mount's own flags (nosuid,
-                // and necessarily not nodev).
-                let attrs = match access {
-                    Access::ReadOnly => Some(
-                        sys::MOUNT_ATTR_RDONLY | sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV,
-                    ),
-                    Access::ReadWrite => Some(sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV),
-                    Access::Device => None,
-                };
-                if let Some(attrs) = attrs {
-                    sys::mount_setattr_recursive(&target, attrs)
-                        .map_err(|e| (at("mount attributes", path), e))?;
-                }
-            }
-            Step::Alias { from, path } => {
-                let target = new(path);
-                sys::mount(Some(&new(from)), &target, None, libc::MS_BIND, None)
-                    .map_err(|e| (format!("bind {} -> {}", from.display(), path.display()), e))?;
-                sys::mount_setattr_recursive(
-                    &target,
-                    sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV,
-                )
-                .map_err(|e| (at("mount attributes", path), e))?;
-            }
-            Step::File { path, contents } => {
-                std::fs::write(new(path), contents).map_err(|e| (at("write", path), e))?;
-            }
-            Step::Symlink { path, target } => {
-                std::os::unix::fs::symlink(target, new(path))
-                    .map_err(|e| (at("symlink", path), e))?;
-            }
-            Step::Proc { path } => {
-                sys::mount(
-                    Some(Path::new("proc")),
-                    &new(path),
-                    Some("proc"),
-                    libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
-                    None,
-                )
-                .map_err(|e| (at("mount proc", path), e))?;
-            }
-            Step::Chown { path, uid, gid } => {
-                sys::chown(&new(path), *uid, *gid).map_err(|e| (at("chown", path), e))?;
-            }
-        }
-    }
-    // Make the new root the only root: pivot onto it (the staging root,
-    // with the host's tree below /oldroot, is stacked underneath), then
-    // detach the staging root and everything under it in one umount. One
-    // detach, not two: each one ends in an RCU grace period
-    // (namespace_unlock), which costs more than the rest of the call.
-    sys::chdir(Path::new("/newroot")).map_err(|e| ("chdir new root".to_string(), e))?;
-    sys::pivot_root(Path::new("."), Path::new(".")).map_err(|e| ("pivot_root".to_string(), e))?;
-    sys::umount2(Path::new("."), libc::MNT_DETACH)
-        .map_err(|e| ("detach the staging root and the host's tree".to_string(), e))?;
-    sys::chdir(Path::new("/")).map_err(|e| ("chdir /".to_string(), e))?;
-    // The root itself (with /etc) becomes read-only; /workspace/tmp,
-    // /workspace/output and /dev are separate mounts and keep their modes.
-    sys::mount(
-        None,
-        Path::new("/"),
-        None,
-        libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV,
-        None,
-    )
-    .map_err(|e| ("remount / read-only".to_string(), e))?;
-    Ok(())
-}
-
 /// Starts the egress bridge as a child of the init: it listens on the
 /// sandbox's own loopback and carries each connection to the proxy's unix
-/// socket. It keeps no capability and runs under the same seccomp filter
-/// as the command; the init kills it with everything else at the end.
-fn start_bridge(prepared: &Prepared, egress: &crate::Egress, rep: RawFd) {
-    let listener = match std::net::TcpListener::bind(("127.0.0.1", egress.port)) {
+/// socket. Its last mile leaves it no capability and the same seccomp
+/// filter as the command; the init kills it with everything else at the
+/// end.
+fn start_bridge(prepared: &Prepared, bridge: &BridgePrep, rep: RawFd) {
+    // A SocketAddr, not a string: std binds it with socket, setsockopt,
+    // bind and listen, allocating nothing.
+    let addr = std::net::SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, bridge.port);
+    let listener = match std::net::TcpListener::bind(addr) {
         Ok(l) => l,
-        Err(e) => report(rep, "bind the egress bridge", &e),
+        Err(e) => report::fail(rep, ChildStep::BindBridge, &e),
     };
     match sys::fork() {
-        Err(e) => report(rep, "fork egress bridge", &e),
+        Err(e) => report::fail(rep, ChildStep::ForkBridge, &e),
         Ok(Fork::Parent(_)) => drop(listener),
-        Ok(Fork::Child) => {
-            let _ = sys::unblock_all_signals();
-            sys::reset_signal_dispositions();
-            detach_stdio();
-            // This process never execs: close every inherited descriptor
-            // (the report pipe above all, whose EOF the supervisor awaits)
-            // but the listener.
-            let keep = listener.as_raw_fd() as u32;
-            if sys::close_range(3, keep - 1).is_err()
-                || sys::close_range(keep + 1, u32::MAX).is_err()
-            {
-                sys::exit_now(125);
-            }
-            if drop_privileges(prepared.as_root, Some(SANDBOX_UID), true).is_err()
-                || sys::seccomp_load(&prepared.filter).is_err()
-            {
-                sys::exit_now(125);
-            }
-            let socket = Path::new(crate::EGRESS_DIR).join("egress.sock");
-            let code = match (egress.bridge)(listener, &socket) {
-                Ok(()) => 0,
-                Err(_) => 1,
-            };
-            sys::exit_now(code)
-        }
-    }
-}
-
-/// Gives up every privilege, in the order that makes each step possible:
-/// the bounding set first (needs CAP_SETPCAP, which we may still have), then
-/// ambient, then groups and ids, then whatever capabilities are left,
-/// cleared explicitly: an unprivileged caller's uid never was 0, so
-/// setresuid alone would not clear anything (capabilities(7), "Effect of
-/// user ID changes on capabilities"). Last, no_new_privs: execve can never
-/// grant privileges again (setuid bits, file capabilities), and an
-/// unprivileged seccomp filter needs it.
-///
-/// `clear_groups` where setgroups is allowed (a namespace made by root);
-/// `uid` to switch to (both uid and gid); `strict` makes a bounding-set
-/// failure other than EINVAL an error (the degraded tier may have no
-/// CAP_SETPCAP to drop with, and then has no capabilities to drop either).
-pub(crate) fn drop_privileges(
-    clear_groups: bool,
-    uid: Option<u32>,
-    strict: bool,
-) -> Result<(), (&'static str, std::io::Error)> {
-    for cap in 0..=sys::last_cap() {
-        if let Err(e) = sys::prctl(libc::PR_CAPBSET_DROP, cap.into(), 0) {
-            if strict && e.raw_os_error() != Some(libc::EINVAL) {
-                return Err(("drop bounding set", e));
-            }
-        }
-    }
-    let clear_all = libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong;
-    sys::prctl(libc::PR_CAP_AMBIENT, clear_all, 0)
-        .map_err(|e| ("clear ambient capabilities", e))?;
-    if clear_groups {
-        sys::clear_groups().map_err(|e| ("setgroups", e))?;
-    }
-    if let Some(id) = uid {
-        sys::set_ids(id, id).map_err(|e| ("setresuid", e))?;
-    }
-    sys::clear_capabilities().map_err(|e| ("capset", e))?;
-    sys::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0).map_err(|e| ("no_new_privs", e))?;
-    Ok(())
-}
-
-/// The command: from here on nothing is given back. Never returns.
-fn command_process(prepared: &Prepared, rep: RawFd) -> ! {
-    let _ = sys::unblock_all_signals();
-    sys::reset_signal_dispositions();
-    if let Err(e) = sys::setpgid_self() {
-        report(rep, "setpgid", &e);
-    }
-    if let Err(e) = sys::chdir(Path::new(WORKSPACE)) {
-        report(rep, "chdir /workspace", &e);
-    }
-    for (resource, value) in &prepared.rlimits {
-        if let Err(e) = sys::setrlimit(*resource, *value) {
-            report(rep, "setrlimit", &e);
-        }
-    }
-    // Every descriptor but stdio closes at execve; the report pipe stays
-    // usable until then (CLOSE_RANGE_CLOEXEC, close_range(2)).
-    if let Err(e) = sys::cloexec_fds_from(3) {
-        report(rep, "close fds", &e);
-    }
-    if let Err((step, e)) = drop_privileges(prepared.as_root, Some(SANDBOX_UID), true) {
-        report(rep, step, &e);
-    }
-    match landlock::restrict(
-        landlock::Tier::Full,
-        &prepared.readable,
-        &prepared.writable,
-        prepared.allow_exec.as_deref(),
-    ) {
-        Ok(landlock::Enforced::Fully) | Ok(landlock::Enforced::Partially) => {}
-        Ok(landlock::Enforced::Not) => report(
+        // This process never execs: its last mile closes every inherited
+        // descriptor (the report pipe above all, whose EOF the supervisor
+        // awaits) but the listener; a failure after that goes unreported
+        // and ends the bridge with 125.
+        Ok(Fork::Child) => lastmile::run(
+            &bridge.last,
+            None,
+            &prepared.filter,
+            Then::Bridge {
+                bridge: bridge.bridge,
+                listener,
+                socket: &bridge.socket,
+            },
             rep,
-            "landlock",
-            &std::io::Error::other("landlock is not supported by this kernel"),
         ),
-        Err(e) => report(rep, "landlock", &std::io::Error::other(e)),
     }
-    // seccomp last: the filter refuses calls (mount, unshare...) that the
-    // steps above needed.
-    if let Err(e) = sys::seccomp_load(&prepared.filter) {
-        report(rep, "seccomp", &e);
-    }
-    exec_command(prepared, rep)
-}
-
-/// execve with execvp(3)'s PATH search over the prepared candidates; on
-/// failure reports 127 (not found) or 126 (not executable). Never returns.
-pub(crate) fn exec_command(prepared: &Prepared, rep: RawFd) -> ! {
-    let mut last = std::io::Error::from_raw_os_error(libc::ENOENT);
-    for candidate in &prepared.candidates {
-        let err = sys::execve(candidate, &prepared.argv, &prepared.envp);
-        // Keep looking on "not here"; anything else is the answer (execvp(3)).
-        match err.raw_os_error() {
-            Some(libc::ENOENT) | Some(libc::ENOTDIR) => {}
-            _ => {
-                last = err;
-                if last.raw_os_error() != Some(libc::EACCES) {
-                    break;
-                }
-            }
-        }
-    }
-    let code = if last.raw_os_error() == Some(libc::ENOENT) {
-        127
-    } else {
-        126
-    };
-    let name = String::from_utf8_lossy(prepared.argv[0].as_bytes()).into_owned();
-    let detail = if code == 127 {
-        "command not found in the sandbox".to_string()
-    } else {
-        last.to_string()
-    };
-    let _ = sys::write_all(rep, format!("X{code}\x1f{name}\x1f{detail}\n").as_bytes());
-    sys::exit_now(code)
 }
 
 impl Sandbox {
@@ -923,6 +1077,35 @@ impl Sandbox {
             status: None,
             notes,
             _tmp: Some(tmp),
+            through_helper: false,
+            reaped: false,
+        }
+    }
+
+    /// A sandbox supervised by the helper process `helper`: its end comes as
+    /// a record on `control`; the helper enforces the timeout.
+    pub(crate) fn through_helper(
+        helper: libc::pid_t,
+        init: libc::pid_t,
+        stdio: (Option<File>, Option<File>, Option<File>),
+        control: File,
+        notes: Vec<String>,
+    ) -> Sandbox {
+        Sandbox {
+            holder: helper,
+            init,
+            stdin: stdio.0,
+            stdout: stdio.1,
+            stderr: stdio.2,
+            group: None,
+            status_pipe: Some(control),
+            deadline: None,
+            timed_out: false,
+            status: None,
+            notes,
+            _tmp: None,
+            through_helper: true,
+            reaped: false,
         }
     }
 
@@ -941,9 +1124,14 @@ impl Sandbox {
     }
 
     /// Kills the whole sandbox: the init's death empties the namespace.
+    /// Through the helper, only the init is killed: the helper sees the end,
+    /// reports it and removes the cgroup; dropping the sandbox before its
+    /// end kills the helper too.
     pub fn kill(&self) {
         let _ = sys::kill(self.init, libc::SIGKILL);
-        let _ = sys::kill(self.holder, libc::SIGKILL);
+        if !self.through_helper {
+            let _ = sys::kill(self.holder, libc::SIGKILL);
+        }
     }
 
     /// The deadline set by the policy's timeout, if any.
@@ -965,24 +1153,38 @@ impl Sandbox {
         if !ready[0] {
             return Ok(None);
         }
-        let mut buf = [0u8; 16];
-        let n =
-            sys::read(pipe.as_raw_fd(), &mut buf).map_err(|e| Error::setup("status pipe", e))?;
-        let code = std::str::from_utf8(&buf[..n])
-            .ok()
-            .and_then(|t| t.trim().strip_prefix('S'))
-            .and_then(|c| c.parse::<i32>().ok());
+        let record = report::read(pipe.as_raw_fd());
         self.status_pipe = None;
-        match code {
-            Some(code) => {
-                // The holder is still tearing the namespaces down; reap it if
-                // it is already done, otherwise later.
-                let _ = sys::waitpid(self.holder, true);
+        match record {
+            Ok(Some(Record::Ended(code))) => {
+                // The holder is still tearing the namespaces down (the
+                // helper, removing the cgroup); reap it if it is already
+                // done, otherwise on drop (helper) or never mind: `exec`
+                // exits right after.
+                self.reaped = matches!(
+                    sys::waitpid(self.holder, true),
+                    Ok(Wait::Exited(..) | Wait::Signaled(..))
+                );
                 Ok(self.record(Wait::Exited(self.holder, code)))
             }
-            // EOF without a status: the holder itself died (killed).
-            None => {
+            // Through the helper, which knows why its sandbox ended.
+            Ok(Some(Record::TimedOut)) => {
+                let _ = sys::waitpid(self.holder, false);
+                self.reaped = true;
+                self.status = Some(Status::TimedOut);
+                Ok(self.status)
+            }
+            Ok(Some(Record::OutOfMemory(code))) => {
+                let _ = sys::waitpid(self.holder, false);
+                self.reaped = true;
+                self.status = Some(Status::OutOfMemory(code));
+                Ok(self.status)
+            }
+            // EOF (or garbage) without a status: the holder or the helper
+            // itself died (killed).
+            _ => {
                 let w = sys::waitpid(self.holder, false).map_err(|e| Error::setup("waitpid", e))?;
+                self.reaped = true;
                 Ok(self.record(w))
             }
         }
@@ -1050,32 +1252,55 @@ impl Sandbox {
 impl Drop for Sandbox {
     fn drop(&mut self) {
         if self.status.is_none() {
-            self.kill();
+            let _ = sys::kill(self.init, libc::SIGKILL);
+            let _ = sys::kill(self.holder, libc::SIGKILL);
+            let _ = sys::waitpid(self.holder, false);
+        } else if self.through_helper && !self.reaped {
+            // The helper exits right after its report (once its cgroup is
+            // removed): reap it, so that a long `run` with TTL restarts
+            // leaves no zombies. Not the holder of an in-process sandbox,
+            // whose namespace teardown `exec` need not wait for.
             let _ = sys::waitpid(self.holder, false);
         }
     }
 }
 
-/// `mcpbox exec`: runs the command with mcpbox's own stdio, forwards
-/// signals, enforces the timeout, and returns how it ended.
-pub fn exec(spec: &Spec, on_start: impl FnOnce(&[String])) -> Result<Status> {
-    // Block the forwarded signals before forking, so none is lost between
-    // fork and the wait loop; the init keeps them blocked (it waits for them
-    // too) and the command unblocks them before execve. They arrive here
-    // through a signalfd, polled together with the status pipe.
-    let set = init::waited();
-    sys::block_signals(&set).map_err(|e| Error::setup("block signals", e))?;
-    let sigfd = sys::signalfd(&set).map_err(|e| Error::setup("signalfd", e))?;
-    let sb = spawn(spec);
-    // Whatever happens next, the caller's signals are its own again after.
-    let mut sb = match sb {
-        Ok(sb) => sb,
-        Err(e) => {
-            let _ = sys::unblock_all_signals();
-            return Err(e);
+impl Sandbox {
+    /// `mcpbox exec`'s wait: forwards the signals [`crate::block_forwarded_signals`]
+    /// blocked (read through a signalfd) to the init, enforces the timeout,
+    /// and returns how the sandbox ended. The caller blocked them first
+    /// thing, before any thread and before the fork, so none is lost: a
+    /// signal that arrived meanwhile is pending and read here.
+    pub fn wait_forwarding_signals(&mut self) -> Result<Status> {
+        let set = init::waited();
+        if !sys::signals_blocked(&set) {
+            return Err(Error::setup(
+                "signalfd",
+                std::io::Error::other(
+                    "the forwarded signals are not blocked (block_forwarded_signals first)",
+                ),
+            ));
         }
-    };
-    on_start(&sb.notes);
+        let sigfd = sys::signalfd(&set).map_err(|e| Error::setup("signalfd", e))?;
+        supervise(self, sigfd.as_raw_fd(), |sb| {
+            match sys::read_signal(sigfd.as_raw_fd()).map_err(|e| Error::setup("signalfd", e))? {
+                Some(libc::SIGCHLD) | None => {}
+                Some(sig) => sb.signal(sig),
+            }
+            Ok(true)
+        })
+    }
+}
+
+/// Waits for `sb` to end, enforcing its timeout, while watching `watch`
+/// (a signalfd, or the helper's control socket): `on_watch` runs when it is
+/// readable, and returns whether to keep watching it.
+pub(crate) fn supervise(
+    sb: &mut Sandbox,
+    watch: RawFd,
+    mut on_watch: impl FnMut(&mut Sandbox) -> Result<bool>,
+) -> Result<Status> {
+    let mut watching = true;
     loop {
         if let Some(s) = sb.try_wait()? {
             return Ok(s);
@@ -1083,20 +1308,203 @@ pub fn exec(spec: &Spec, on_start: impl FnOnce(&[String])) -> Result<Status> {
         let timeout = sb
             .deadline
             .map(|d| d.saturating_duration_since(Instant::now()).as_millis() as u64);
-        let mut fds = vec![sigfd.as_raw_fd()];
+        let mut fds = Vec::with_capacity(2);
+        if watching {
+            fds.push(watch);
+        }
         if let Some(p) = &sb.status_pipe {
             fds.push(p.as_raw_fd());
         }
         let ready = sys::poll_readable(&fds, timeout).map_err(|e| Error::setup("poll", e))?;
-        if ready[0] {
-            match sys::read_signal(sigfd.as_raw_fd()).map_err(|e| Error::setup("signalfd", e))? {
-                Some(libc::SIGCHLD) | None => {}
-                Some(sig) => sb.signal(sig),
-            }
+        if watching && ready[0] {
+            watching = on_watch(sb)?;
         }
         if !ready.iter().any(|r| *r) && sb.deadline.is_some_and(|d| Instant::now() >= d) {
             sb.timed_out = true;
             sb.kill();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::Step;
+
+    fn steps() -> Vec<Step> {
+        vec![
+            Step::Dir {
+                path: "/usr".into(),
+                mode: 0o755,
+            },
+            Step::Bind {
+                host: "/usr".into(),
+                path: "/usr".into(),
+                access: Access::ReadOnly,
+            },
+            Step::File {
+                path: "/etc/hostname".into(),
+                contents: "mcpbox\n".into(),
+            },
+            Step::Bind {
+                host: "/dev/null".into(),
+                path: "/dev/null".into(),
+                access: Access::Device,
+            },
+        ]
+    }
+
+    #[test]
+    fn the_root_starts_private_and_ends_read_only_with_one_detach() {
+        let ops = compile_root(&steps()).unwrap();
+        assert_eq!(ops.first().unwrap().label, "make / private");
+        assert_eq!(ops.last().unwrap().label, "remount / read-only");
+        let detaches = ops
+            .iter()
+            .filter(|o| matches!(o.call, Call::Umount { flags, .. } if flags == libc::MNT_DETACH))
+            .count();
+        assert_eq!(detaches, 1, "one RCU grace period, not two");
+    }
+
+    #[test]
+    fn a_read_only_bind_is_touched_mounted_from_oldroot_then_made_read_only() {
+        let ops = compile_root(&steps()).unwrap();
+        let i = ops
+            .iter()
+            .position(|o| o.label == "bind /usr -> /usr")
+            .unwrap();
+        assert!(
+            matches!(&ops[i - 1].call, Call::Touch { path } if path.as_bytes() == b"/newroot/usr")
+        );
+        match &ops[i].call {
+            Call::Mount { source, flags, .. } => {
+                assert_eq!(source.as_deref().unwrap().to_bytes(), b"/oldroot/usr");
+                assert_eq!(*flags, libc::MS_BIND | libc::MS_REC);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(&ops[i + 1].call, Call::SetAttr { attrs, .. }
+            if attrs & sys::MOUNT_ATTR_RDONLY != 0 && attrs & sys::MOUNT_ATTR_NOSUID != 0));
+    }
+
+    #[test]
+    fn a_device_bind_keeps_the_hosts_flags() {
+        let ops = compile_root(&steps()).unwrap();
+        let i = ops
+            .iter()
+            .position(|o| o.label == "bind /dev/null -> /dev/null")
+            .unwrap();
+        assert!(!matches!(ops[i + 1].call, Call::SetAttr { .. }));
+    }
+
+    #[test]
+    fn a_failed_root_operation_is_named_by_its_label() {
+        let ops = compile_root(&steps()).unwrap();
+        let i = ops
+            .iter()
+            .position(|o| o.label == "write /etc/hostname")
+            .unwrap();
+        let err = child_error(
+            Record::Failed {
+                step: ChildStep::Root,
+                errno: libc::EROFS,
+                arg: i as i32,
+            },
+            &ops,
+            &CString::new("true").unwrap(),
+        );
+        let text = err.to_string();
+        assert!(
+            text.contains("build the root") && text.contains("write /etc/hostname"),
+            "{text}"
+        );
+        assert!(text.contains("Read-only file system"), "{text}");
+    }
+
+    #[test]
+    fn exec_failures_map_to_127_and_126() {
+        let argv0 = CString::new("nope").unwrap();
+        let not_found = child_error(
+            Record::ExecFailed {
+                code: 127,
+                errno: libc::ENOENT,
+            },
+            &[],
+            &argv0,
+        );
+        assert_eq!(not_found.exit_code(), 127);
+        let denied = child_error(
+            Record::ExecFailed {
+                code: 126,
+                errno: libc::EACCES,
+            },
+            &[],
+            &argv0,
+        );
+        assert_eq!(denied.exit_code(), 126);
+        assert!(denied.to_string().contains("Permission denied"));
+    }
+
+    #[test]
+    fn the_last_miles_differ_only_as_data() {
+        let command = command_last_mile(vec![(libc::RLIMIT_CORE, 0)], false, 40);
+        let bridge = bridge_last_mile(false, 40);
+        let degraded = crate::degraded::command_last_mile(
+            vec![(libc::RLIMIT_CORE, 0)],
+            Some([5, 6, 7]),
+            CString::new("/tmp/x").unwrap(),
+            true,
+            40,
+        );
+        // The command: its own group, /workspace, close-on-exec, the
+        // sandbox user, Landlock; strict about the bounding set.
+        assert_eq!(command.session, Session::OwnGroup);
+        assert_eq!(
+            command.chdir.as_deref(),
+            CString::new(WORKSPACE).ok().as_deref()
+        );
+        assert_eq!(command.fds, Fds::CloseOnExec);
+        assert_eq!(command.uid, Some(SANDBOX_UID));
+        assert!(command.landlock && command.strict_bounding && !command.clear_groups);
+        // The bridge: no stdio of the command, nothing but its listener,
+        // no capability, no Landlock (it must reach the proxy's socket).
+        assert_eq!(bridge.stdio, StdioSetup::Null);
+        assert_eq!(bridge.fds, Fds::CloseAllButListener);
+        assert_eq!(bridge.uid, Some(SANDBOX_UID));
+        assert!(!bridge.landlock && bridge.rlimits.is_empty());
+        // The degraded command: a session of its own (no init), its pipes,
+        // host nobody when run as root, lenient bounding set.
+        assert_eq!(degraded.session, Session::Setsid);
+        assert_eq!(degraded.stdio, StdioSetup::Dup([5, 6, 7]));
+        assert_eq!(degraded.uid, Some(ROOT_RUN_HOST_ID));
+        assert!(degraded.landlock && !degraded.strict_bounding && degraded.clear_groups);
+    }
+
+    #[test]
+    fn spawn_refuses_to_fork_while_other_threads_are_alive() {
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let t = std::thread::spawn(move || {
+            let _ = rx.recv();
+        });
+        let spec = Spec {
+            argv: vec!["true".into()],
+            env: Vec::new(),
+            input: None,
+            output: None,
+            tmp_size: 1 << 20,
+            mounts: Vec::new(),
+            limits: crate::Limits::default(),
+            allow_exec: None,
+            allow_degraded: false,
+            stdio: Stdio::Piped,
+            egress: None,
+        };
+        let err = spawn(&spec).unwrap_err();
+        drop(tx);
+        t.join().unwrap();
+        assert!(
+            matches!(err, Error::Threaded { threads } if threads >= 2),
+            "{err}"
+        );
     }
 }

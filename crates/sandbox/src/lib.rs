@@ -1,10 +1,15 @@
 //! The mcpbox Linux sandbox.
 //!
 //! [`Spec`] says what one sandbox may see and use; [`spawn`] builds it and
-//! starts the command. The set-up is one linear, synchronous sequence run in
-//! forked children before any thread exists (see ARCHITECTURE.md, "The
-//! sandbox sequence"); the mount layout is computed first as data
-//! ([`plan::plan`]) so it can be unit-tested without root.
+//! starts the command from this process, which must be single-threaded
+//! (`mcpbox exec`); [`helper::spawn`] does the same from a process with
+//! threads (`mcpbox run`) by re-executing the binary as a single-threaded
+//! helper that runs [`spawn`]. Either way the set-up is one linear,
+//! synchronous sequence run in children forked from a single-threaded
+//! process (see ARCHITECTURE.md, "The sandbox sequence"); what the children
+//! run is prepared before the fork as data (the mount plan, [`plan::plan`],
+//! compiled to system calls; the last mile; the Landlock ruleset), so it can
+//! be unit-tested without root.
 //!
 //! Every `unsafe` block of the project is in [`sys`].
 #![deny(unsafe_code)]
@@ -12,22 +17,33 @@
 pub mod cgroup;
 mod degraded;
 pub mod doctor;
+pub mod helper;
 mod init;
 mod landlock;
+mod lastmile;
 mod launch;
 pub mod plan;
+mod report;
 pub mod seccomp;
 mod sys;
+mod wire;
 
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
-pub use launch::{exec, spawn, Sandbox, Status};
+pub use launch::{spawn, Sandbox, Status};
+pub use report::ChildStep;
 
-/// Blocks the signals that `exec` forwards, in the calling thread; call it
-/// before starting any thread so that the threads inherit the mask and the
-/// signals reach `exec`'s loop instead of killing the process.
+/// The egress bridge's entry point: forwards each connection accepted on the
+/// listener to the unix socket at the path; returns only on a fatal error.
+pub type BridgeFn = fn(std::net::TcpListener, &std::path::Path) -> std::io::Result<()>;
+
+/// Blocks the signals that are forwarded to a sandbox, in the calling
+/// thread; call it once, first thing, before starting any thread, so that
+/// the threads inherit the mask and the signals reach
+/// [`Sandbox::wait_forwarding_signals`] (or a thread in
+/// [`wait_forwarded_signal`]) instead of killing the process.
 pub fn block_forwarded_signals() -> Result<()> {
     sys::block_signals(&init::waited()).map_err(|e| Error::setup("block signals", e))
 }
@@ -107,7 +123,7 @@ pub struct Egress {
     /// The bridge: forwards each accepted connection to the socket at the
     /// given path. Runs in a small process of its own inside the sandbox,
     /// without capabilities; returns only on a fatal error.
-    pub bridge: fn(std::net::TcpListener, &std::path::Path) -> std::io::Result<()>,
+    pub bridge: BridgeFn,
 }
 
 /// Where the proxy's socket directory appears inside the sandbox.
@@ -147,14 +163,21 @@ pub struct Spec {
 /// Errors of the sandbox, each naming the step that failed.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// A step of the supervisor (this process, or the helper).
     #[error("{step}: {source}")]
     Setup {
         step: String,
         #[source]
         source: std::io::Error,
     },
-    #[error("sandbox set-up failed at {step}: {detail}")]
-    Child { step: String, detail: String },
+    /// A step of a child (holder, init, command) failed with `errno`; `at`
+    /// names the root operation for [`ChildStep::Root`].
+    #[error("sandbox set-up failed at {step}{}: {}", at.as_ref().map(|a| format!(" ({a})")).unwrap_or_default(), std::io::Error::from_raw_os_error(*errno))]
+    Child {
+        step: ChildStep,
+        at: Option<String>,
+        errno: i32,
+    },
     #[error("cannot run {command}: {detail}")]
     Exec {
         command: String,
@@ -164,17 +187,24 @@ pub enum Error {
     #[error("{0}")]
     Unenforceable(String),
     #[error(
-        "cannot create the sandbox's namespaces: {0}; user namespaces look unavailable here \
+        "cannot create the sandbox's namespaces: {}; user namespaces look unavailable here \
          (run `mcpbox doctor` for the cause and the fix, or set \
-         sandbox.dangerously_allow_degraded = true to accept the weaker tier)"
+         sandbox.dangerously_allow_degraded = true to accept the weaker tier)",
+        std::io::Error::from_raw_os_error(*errno)
     )]
-    NoUserNamespaces(String),
+    NoUserNamespaces { errno: i32 },
     #[error("cgroup {path}: {source}")]
     Cgroup {
         path: PathBuf,
         #[source]
         source: std::io::Error,
     },
+    /// [`spawn`] was called from a process with other threads alive.
+    #[error(
+        "refusing to fork a sandbox from a process with {threads} threads \
+         (a multi-threaded caller starts sandboxes through the helper)"
+    )]
+    Threaded { threads: u64 },
 }
 
 impl Error {
@@ -182,6 +212,19 @@ impl Error {
         Error::Setup {
             step: step.into(),
             source,
+        }
+    }
+
+    /// The step that failed, as a short name.
+    pub fn step(&self) -> String {
+        match self {
+            Error::Setup { step, .. } => step.clone(),
+            Error::Child { step, .. } => step.name().to_string(),
+            Error::Exec { .. } => "execve".into(),
+            Error::Unenforceable(_) => "policy".into(),
+            Error::NoUserNamespaces { .. } => ChildStep::Unshare.name().into(),
+            Error::Cgroup { .. } => "cgroup".into(),
+            Error::Threaded { .. } => "fork".into(),
         }
     }
 

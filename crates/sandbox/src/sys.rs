@@ -15,7 +15,6 @@ use std::ffi::{CStr, CString, OsStr};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
-use std::path::Path;
 
 /// Turns a path or string into a C string, refusing interior NUL bytes.
 pub fn cstr(s: impl AsRef<OsStr>) -> io::Result<CString> {
@@ -45,11 +44,19 @@ pub enum Fork {
     Child,
 }
 
-/// fork(2). glibc's wrapper runs the atfork handlers, so the allocator is
-/// usable in the child. Callers fork only while single-threaded.
+/// fork(2), for the sandbox's own processes only. Every caller is a
+/// single-threaded process: the supervisor (`mcpbox exec`, checked with
+/// [`thread_count`] before the first fork, or the helper `mcpbox run`
+/// re-executes), the holder and the init (forks of a single-threaded
+/// process that never start a thread), and `mcpbox doctor`'s probe.
 pub fn fork() -> io::Result<Fork> {
-    // SAFETY: fork has no memory-safety preconditions of its own; the child
-    // is a copy of this single-threaded process and continues in Rust code.
+    // SAFETY: fork has no memory-safety preconditions of its own. What makes
+    // continuing in Rust code sound in the child is that the parent is
+    // single-threaded (see above): no lock (allocator, stdio, tracing) can
+    // be held by a thread that does not exist in the child. On top of that,
+    // the sandbox's children make only system calls on data prepared before
+    // the fork until they execve (launch.rs, lastmile.rs); the egress bridge,
+    // which never execs, runs ordinary Rust, which the first point allows.
     let pid = unsafe { libc::fork() };
     match pid {
         -1 => Err(io::Error::last_os_error()),
@@ -126,36 +133,31 @@ pub fn setpgid_self() -> io::Result<()> {
     check(unsafe { libc::setpgid(0, 0) }).map(drop)
 }
 
-/// mount(2).
+/// mount(2) on prepared C strings.
 pub fn mount(
-    source: Option<&Path>,
-    target: &Path,
-    fstype: Option<&str>,
+    source: Option<&CStr>,
+    target: &CStr,
+    fstype: Option<&CStr>,
     flags: libc::c_ulong,
-    data: Option<&str>,
+    data: Option<&CStr>,
 ) -> io::Result<()> {
-    let source = source.map(cstr).transpose()?;
-    let target = cstr(target)?;
-    let fstype = fstype.map(cstr).transpose()?;
-    let data = data.map(cstr).transpose()?;
-    let ptr = |c: &Option<CString>| c.as_ref().map_or(std::ptr::null(), |c| c.as_ptr());
+    let ptr = |c: Option<&CStr>| c.map_or(std::ptr::null(), |c| c.as_ptr());
     // SAFETY: every pointer is either null or a valid NUL-terminated string
     // that outlives the call.
     check(unsafe {
         libc::mount(
-            ptr(&source),
+            ptr(source),
             target.as_ptr(),
-            ptr(&fstype),
+            ptr(fstype),
             flags,
-            ptr(&data) as *const libc::c_void,
+            ptr(data) as *const libc::c_void,
         )
     })
     .map(drop)
 }
 
 /// umount2(2).
-pub fn umount2(target: &Path, flags: libc::c_int) -> io::Result<()> {
-    let target = cstr(target)?;
+pub fn umount2(target: &CStr, flags: libc::c_int) -> io::Result<()> {
     // SAFETY: valid NUL-terminated path.
     check(unsafe { libc::umount2(target.as_ptr(), flags) }).map(drop)
 }
@@ -176,8 +178,7 @@ pub const MOUNT_ATTR_NODEV: u64 = 0x0000_0004;
 /// mount_setattr(2) with AT_RECURSIVE: sets attributes on a whole mount
 /// tree at once, so that a read-only bind cannot leave a writable submount
 /// behind (Linux 5.12+).
-pub fn mount_setattr_recursive(target: &Path, attr_set: u64) -> io::Result<()> {
-    let target = cstr(target)?;
+pub fn mount_setattr_recursive(target: &CStr, attr_set: u64) -> io::Result<()> {
     let attr = MountAttr {
         attr_set,
         attr_clr: 0,
@@ -200,25 +201,21 @@ pub fn mount_setattr_recursive(target: &Path, attr_set: u64) -> io::Result<()> {
 }
 
 /// pivot_root(2), used in its `pivot_root(".", ".")` form.
-pub fn pivot_root(new_root: &Path, put_old: &Path) -> io::Result<()> {
-    let new_root = cstr(new_root)?;
-    let put_old = cstr(put_old)?;
+pub fn pivot_root(new_root: &CStr, put_old: &CStr) -> io::Result<()> {
     // SAFETY: two valid NUL-terminated paths.
     check_long(unsafe { libc::syscall(libc::SYS_pivot_root, new_root.as_ptr(), put_old.as_ptr()) })
         .map(drop)
 }
 
 /// chdir(2).
-pub fn chdir(path: &Path) -> io::Result<()> {
-    let path = cstr(path)?;
+pub fn chdir(path: &CStr) -> io::Result<()> {
     // SAFETY: valid NUL-terminated path.
     check(unsafe { libc::chdir(path.as_ptr()) }).map(drop)
 }
 
 /// chown(2) / lchown(2) use: ownership of directories the init creates for
 /// the command (HOME).
-pub fn chown(path: &Path, uid: u32, gid: u32) -> io::Result<()> {
-    let path = cstr(path)?;
+pub fn chown(path: &CStr, uid: u32, gid: u32) -> io::Result<()> {
     // SAFETY: valid NUL-terminated path.
     check(unsafe { libc::chown(path.as_ptr(), uid, gid) }).map(drop)
 }
@@ -308,7 +305,7 @@ pub fn clear_capabilities() -> io::Result<()> {
         .map(drop)
 }
 
-/// The highest capability number this kernel knows.
+/// The highest capability number this kernel knows (read before forking).
 pub fn last_cap() -> u32 {
     std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
         .ok()
@@ -400,6 +397,13 @@ impl SigSet {
         }
         SigSet(set)
     }
+
+    /// The set with `sig` added.
+    pub fn with(mut self, sig: libc::c_int) -> SigSet {
+        // SAFETY: the set is valid; an invalid signal number only yields EINVAL.
+        unsafe { libc::sigaddset(&mut self.0, sig) };
+        self
+    }
 }
 
 /// sigprocmask(SIG_BLOCK / SIG_SETMASK).
@@ -407,6 +411,22 @@ pub fn block_signals(set: &SigSet) -> io::Result<()> {
     // SAFETY: set is valid; old set pointer may be null.
     check(unsafe { libc::sigprocmask(libc::SIG_BLOCK, &set.0, std::ptr::null_mut()) }).map(drop)
 }
+/// Whether every signal of `set` is blocked in the calling thread.
+pub fn signals_blocked(set: &SigSet) -> bool {
+    // SAFETY: sigset_t is plain data; sigprocmask fills it.
+    let mut current: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: a null new set only queries; current is valid for writing.
+    if unsafe { libc::sigprocmask(libc::SIG_BLOCK, std::ptr::null(), &mut current) } != 0 {
+        return false;
+    }
+    (1..65).all(|sig| {
+        // SAFETY: both sets are valid; sigismember only reads them.
+        let wanted = unsafe { libc::sigismember(&set.0, sig) } == 1;
+        // SAFETY: as above.
+        !wanted || unsafe { libc::sigismember(&current, sig) } == 1
+    })
+}
+
 pub fn unblock_all_signals() -> io::Result<()> {
     let empty = SigSet::of(&[]);
     // SAFETY: empty is a valid set.
@@ -448,15 +468,57 @@ pub fn sigtimedwait(set: &SigSet, timeout_ms: Option<u64>) -> io::Result<Option<
     Ok(Some(ret))
 }
 
-/// execve(2) with an explicit environment. Returns only on failure.
-pub fn execve(path: &CStr, argv: &[CString], envp: &[CString]) -> io::Error {
-    let mut argv_ptrs: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
-    argv_ptrs.push(std::ptr::null());
-    let mut env_ptrs: Vec<*const libc::c_char> = envp.iter().map(|e| e.as_ptr()).collect();
-    env_ptrs.push(std::ptr::null());
-    // SAFETY: path, argv and envp are NUL-terminated strings in
-    // null-terminated arrays that live until execve returns (on failure).
-    unsafe { libc::execve(path.as_ptr(), argv_ptrs.as_ptr(), env_ptrs.as_ptr()) };
+/// The arguments of one execve(2), with the pointer arrays execve takes
+/// built in advance, so that the call after fork allocates nothing.
+pub struct ExecArgs {
+    argv: Vec<CString>,
+    envp: Vec<CString>,
+    argv_ptrs: Vec<*const libc::c_char>,
+    envp_ptrs: Vec<*const libc::c_char>,
+}
+
+impl ExecArgs {
+    pub fn new(argv: Vec<CString>, envp: Vec<CString>) -> ExecArgs {
+        // The pointers point into the CStrings' heap buffers, which never
+        // move or change: the fields are private and never mutated.
+        let mut argv_ptrs: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
+        argv_ptrs.push(std::ptr::null());
+        let mut envp_ptrs: Vec<*const libc::c_char> = envp.iter().map(|e| e.as_ptr()).collect();
+        envp_ptrs.push(std::ptr::null());
+        ExecArgs {
+            argv,
+            envp,
+            argv_ptrs,
+            envp_ptrs,
+        }
+    }
+
+    pub fn argv(&self) -> &[CString] {
+        &self.argv
+    }
+}
+
+impl std::fmt::Debug for ExecArgs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExecArgs")
+            .field("argv", &self.argv)
+            .field("envp", &self.envp.len())
+            .finish()
+    }
+}
+
+/// execve(2) with prepared arguments. Returns only on failure.
+pub fn execve(path: &CStr, args: &ExecArgs) -> io::Error {
+    // SAFETY: path is NUL-terminated; argv_ptrs and envp_ptrs are
+    // null-terminated arrays of pointers into `args`' CStrings, all alive
+    // for the call (see ExecArgs::new).
+    unsafe {
+        libc::execve(
+            path.as_ptr(),
+            args.argv_ptrs.as_ptr(),
+            args.envp_ptrs.as_ptr(),
+        )
+    };
     io::Error::last_os_error()
 }
 
@@ -619,4 +681,303 @@ pub fn close_range(first: u32, last: u32) -> io::Result<()> {
     }
     // SAFETY: integer arguments.
     check_long(unsafe { libc::syscall(libc::SYS_close_range, first, last, 0u32) }).map(drop)
+}
+
+/// The number of threads of this process, from /proc/self/stat (field 20,
+/// proc(5)). Read by the supervisor before its first fork: a sandbox is
+/// never forked from a process with more than one thread.
+pub fn thread_count() -> io::Result<u64> {
+    let stat = std::fs::read_to_string("/proc/self/stat")?;
+    // The command name (field 2) may contain spaces and parentheses; the
+    // fields after its closing parenthesis start at field 3.
+    let after = stat
+        .rfind(')')
+        .map(|i| &stat[i + 1..])
+        .ok_or_else(|| io::Error::other("malformed /proc/self/stat"))?;
+    after
+        .split_whitespace()
+        .nth(20 - 3)
+        .and_then(|n| n.parse().ok())
+        .ok_or_else(|| io::Error::other("malformed /proc/self/stat"))
+}
+
+/// mkdir(2).
+pub fn mkdir(path: &CStr, mode: u32) -> io::Result<()> {
+    // SAFETY: valid NUL-terminated path.
+    check(unsafe { libc::mkdir(path.as_ptr(), mode) }).map(drop)
+}
+
+/// chmod(2).
+pub fn chmod(path: &CStr, mode: u32) -> io::Result<()> {
+    // SAFETY: valid NUL-terminated path.
+    check(unsafe { libc::chmod(path.as_ptr(), mode) }).map(drop)
+}
+
+/// lstat(2): whether `path` itself (not a symlink's target) is a directory.
+pub fn lstat_is_dir(path: &CStr) -> io::Result<bool> {
+    // SAFETY: stat is plain data; all-zero is a valid value.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: valid path and a valid stat buffer for the kernel to fill.
+    check(unsafe { libc::lstat(path.as_ptr(), &mut st) })?;
+    Ok(st.st_mode & libc::S_IFMT == libc::S_IFDIR)
+}
+
+/// fstat(2) on a descriptor (an O_PATH one too): whether it is a directory.
+pub fn fstat_is_dir(fd: RawFd) -> io::Result<bool> {
+    // SAFETY: stat is plain data; all-zero is a valid value.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid stat buffer for the kernel to fill.
+    check(unsafe { libc::fstat(fd, &mut st) })?;
+    Ok(st.st_mode & libc::S_IFMT == libc::S_IFDIR)
+}
+
+fn open(path: &CStr, flags: libc::c_int, mode: libc::mode_t) -> io::Result<OwnedFd> {
+    // SAFETY: valid NUL-terminated path; integer flags and mode.
+    let fd = check(unsafe { libc::open(path.as_ptr(), flags | libc::O_CLOEXEC, mode) })?;
+    // SAFETY: the kernel just returned this descriptor and we own it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// open(2) with O_PATH: a handle on a path for Landlock rules.
+pub fn open_path(path: &CStr) -> io::Result<OwnedFd> {
+    open(path, libc::O_PATH, 0)
+}
+
+/// open(2) read-write of /dev/null.
+pub fn open_devnull() -> io::Result<OwnedFd> {
+    open(c"/dev/null", libc::O_RDWR, 0)
+}
+
+/// open(2) for writing an existing file (cgroup.procs), before forking.
+pub fn open_write(path: &CStr) -> io::Result<OwnedFd> {
+    open(path, libc::O_WRONLY, 0)
+}
+
+/// Creates `path` as an empty file unless something is there already (a
+/// bind-mount target): O_CREAT without O_TRUNC; a directory is fine too.
+pub fn touch(path: &CStr) -> io::Result<()> {
+    match open(path, libc::O_WRONLY | libc::O_CREAT | libc::O_NOCTTY, 0o644) {
+        Ok(_) => Ok(()),
+        Err(e) if e.raw_os_error() == Some(libc::EISDIR) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Writes `contents` to `path`, created or truncated, mode 0644.
+pub fn write_file(path: &CStr, contents: &[u8]) -> io::Result<()> {
+    let fd = open(
+        path,
+        libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_NOCTTY,
+        0o644,
+    )?;
+    write_all(fd.as_raw_fd(), contents)
+}
+
+/// symlink(2): `path` -> `target`.
+pub fn symlink(target: &CStr, path: &CStr) -> io::Result<()> {
+    // SAFETY: two valid NUL-terminated strings.
+    check(unsafe { libc::symlink(target.as_ptr(), path.as_ptr()) }).map(drop)
+}
+
+/// socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC): the helper's control
+/// channel.
+pub fn socketpair() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0 as libc::c_int; 2];
+    // SAFETY: fds is a valid array of two ints for the kernel to fill.
+    check(unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr(),
+        )
+    })?;
+    // SAFETY: the kernel just returned two fresh descriptors that we own.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// fcntl(F_DUPFD_CLOEXEC): a copy of `fd` numbered `min` or above.
+fn dup_above(fd: RawFd, min: RawFd) -> io::Result<OwnedFd> {
+    // SAFETY: integer arguments; an invalid fd yields EBADF.
+    let new = check(unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, min) })?;
+    // SAFETY: the kernel just returned this descriptor and we own it.
+    Ok(unsafe { OwnedFd::from_raw_fd(new) })
+}
+
+/// posix_spawn(3) of `path` with `fds[i]` as descriptor `i` of the child
+/// (every other descriptor is close-on-exec) and `mask` as its signal mask.
+///
+/// This is how a multi-threaded mcpbox starts the sandbox helper: glibc's
+/// posix_spawn runs no code of ours in the child (clone(CLONE_VM |
+/// CLONE_VFORK), the file actions, the mask, then execve), so it is safe
+/// from any thread, unlike fork followed by Rust code.
+pub fn spawn(
+    path: &CStr,
+    args: &ExecArgs,
+    fds: &[RawFd],
+    mask: &SigSet,
+) -> io::Result<libc::pid_t> {
+    // Copies above every target first, so that no dup2 of the file actions
+    // overwrites a source a later action still needs.
+    let high: Vec<OwnedFd> = fds
+        .iter()
+        .map(|&fd| dup_above(fd, 10))
+        .collect::<io::Result<_>>()?;
+    // SAFETY: posix_spawn_file_actions_t and posix_spawnattr_t are opaque
+    // plain data that the _init calls initialise.
+    let mut actions: libc::posix_spawn_file_actions_t = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let mut attr: libc::posix_spawnattr_t = unsafe { std::mem::zeroed() };
+    // SAFETY: actions is valid storage for the call to initialise.
+    let ret = unsafe { libc::posix_spawn_file_actions_init(&mut actions) };
+    if ret != 0 {
+        return Err(io::Error::from_raw_os_error(ret));
+    }
+    // SAFETY: attr is valid storage for the call to initialise.
+    let ret = unsafe { libc::posix_spawnattr_init(&mut attr) };
+    if ret != 0 {
+        // SAFETY: actions was initialised above.
+        unsafe { libc::posix_spawn_file_actions_destroy(&mut actions) };
+        return Err(io::Error::from_raw_os_error(ret));
+    }
+    let mut ret = 0;
+    for (target, src) in high.iter().enumerate() {
+        if ret == 0 {
+            // SAFETY: actions is initialised; integer descriptors.
+            ret = unsafe {
+                libc::posix_spawn_file_actions_adddup2(
+                    &mut actions,
+                    src.as_raw_fd(),
+                    target as RawFd,
+                )
+            };
+        }
+    }
+    if ret == 0 {
+        // SAFETY: attr is initialised; mask is a valid sigset_t.
+        ret = unsafe { libc::posix_spawnattr_setsigmask(&mut attr, &mask.0) };
+    }
+    if ret == 0 {
+        // SAFETY: attr is initialised.
+        ret = unsafe {
+            libc::posix_spawnattr_setflags(&mut attr, libc::POSIX_SPAWN_SETSIGMASK as libc::c_short)
+        };
+    }
+    let mut pid: libc::pid_t = 0;
+    if ret == 0 {
+        // SAFETY: path is NUL-terminated; actions and attr are initialised;
+        // argv and envp are null-terminated pointer arrays kept alive by
+        // `args` (ExecArgs::new).
+        ret = unsafe {
+            libc::posix_spawn(
+                &mut pid,
+                path.as_ptr(),
+                &actions,
+                &attr,
+                args.argv_ptrs.as_ptr() as *const *mut libc::c_char,
+                args.envp_ptrs.as_ptr() as *const *mut libc::c_char,
+            )
+        };
+    }
+    // SAFETY: both were initialised above and are not used afterwards.
+    unsafe {
+        libc::posix_spawn_file_actions_destroy(&mut actions);
+        libc::posix_spawnattr_destroy(&mut attr);
+    }
+    drop(high);
+    if ret != 0 {
+        return Err(io::Error::from_raw_os_error(ret));
+    }
+    Ok(pid)
+}
+
+/// The kernel's `struct landlock_ruleset_attr` (linux/landlock.h).
+#[repr(C)]
+struct LandlockRulesetAttr {
+    handled_access_fs: u64,
+    handled_access_net: u64,
+    scoped: u64,
+}
+
+/// landlock_create_ruleset(2). The attribute size grows with the fields
+/// used, so an older kernel accepts a ruleset that handles only files.
+pub fn landlock_create_ruleset(fs: u64, net: u64, scoped: u64) -> io::Result<OwnedFd> {
+    let attr = LandlockRulesetAttr {
+        handled_access_fs: fs,
+        handled_access_net: net,
+        scoped,
+    };
+    let size = if scoped != 0 {
+        24usize
+    } else if net != 0 {
+        16
+    } else {
+        8
+    };
+    // SAFETY: attr is a valid struct of at least `size` bytes that the
+    // kernel only reads.
+    let fd = check_long(unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            &attr as *const LandlockRulesetAttr,
+            size,
+            0u32,
+        )
+    })?;
+    // SAFETY: the kernel just returned this descriptor (close-on-exec, as
+    // every Landlock ruleset fd) and we own it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// The kernel's `struct landlock_path_beneath_attr`, packed as it is there.
+#[repr(C, packed)]
+struct LandlockPathBeneathAttr {
+    allowed_access: u64,
+    parent_fd: i32,
+}
+
+/// landlock_add_rule(2) with LANDLOCK_RULE_PATH_BENEATH.
+pub fn landlock_add_path_rule(ruleset: RawFd, parent: RawFd, access: u64) -> io::Result<()> {
+    const LANDLOCK_RULE_PATH_BENEATH: libc::c_int = 1;
+    let attr = LandlockPathBeneathAttr {
+        allowed_access: access,
+        parent_fd: parent,
+    };
+    // SAFETY: attr is a valid packed struct the kernel only reads.
+    check_long(unsafe {
+        libc::syscall(
+            libc::SYS_landlock_add_rule,
+            ruleset,
+            LANDLOCK_RULE_PATH_BENEATH,
+            &attr as *const LandlockPathBeneathAttr,
+            0u32,
+        )
+    })
+    .map(drop)
+}
+
+/// landlock_restrict_self(2): the calling thread (the whole process: the
+/// callers are single-threaded) is restricted by the ruleset from now on.
+pub fn landlock_restrict_self(ruleset: RawFd) -> io::Result<()> {
+    // SAFETY: integer arguments.
+    check_long(unsafe { libc::syscall(libc::SYS_landlock_restrict_self, ruleset, 0u32) }).map(drop)
+}
+
+/// Takes ownership of a descriptor this process was started with (the
+/// helper's control socket, descriptor 3, placed by [`spawn`]). Fails
+/// unless it is open.
+pub fn adopt_inherited_fd(fd: RawFd) -> io::Result<OwnedFd> {
+    // SAFETY: F_GETFD only inspects the descriptor.
+    check(unsafe { libc::fcntl(fd, libc::F_GETFD) })?;
+    // SAFETY: the descriptor is open (checked above) and nothing else in
+    // this freshly exec'd process owns it: it was placed for us by our
+    // parent's posix_spawn, and is adopted once, at the helper's start.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// prctl(PR_SET_NAME): the name ps and /proc/PID/comm show.
+pub fn set_name(name: &CStr) -> io::Result<()> {
+    // SAFETY: a NUL-terminated string the kernel copies (up to 16 bytes).
+    check(unsafe { libc::prctl(libc::PR_SET_NAME, name.as_ptr() as libc::c_ulong, 0, 0, 0) })
+        .map(drop)
 }

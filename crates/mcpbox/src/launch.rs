@@ -1,0 +1,92 @@
+//! How `mcpbox run`'s relay starts the server: [`SandboxLauncher`] (the
+//! gateway's `Launcher`) and [`Control`] (its `ProcessControl`).
+//!
+//! `run` is multi-threaded, so every sandbox, the first and each restart
+//! after a secret's TTL, starts through the single-threaded sandbox helper
+//! (`mcpbox_sandbox::helper`); no thread of ours ever forks a sandbox
+//! process.
+
+use std::ffi::OsString;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::Arc;
+
+use mcpbox_gateway::{ExitInfo, Launcher, ProcessControl, ServerProcess};
+use mcpbox_sandbox::{Sandbox, Spec, Status};
+
+/// Starts the server in a fresh sandbox with the given extra environment.
+pub struct SandboxLauncher {
+    pub spec: Spec,
+    /// The current sandbox's init pid, for the signal thread.
+    pub current: Arc<AtomicI32>,
+}
+
+impl Launcher for SandboxLauncher {
+    fn launch(&mut self, env: &[(String, String)]) -> std::io::Result<ServerProcess> {
+        let mut spec = self.spec.clone();
+        for (k, v) in env {
+            let key = OsString::from(k);
+            spec.env.retain(|(name, _)| *name != key);
+            spec.env.push((key, v.into()));
+        }
+        // The sandbox error stays inside the io::Error, so its step and
+        // exit code reach main (crate::Failure).
+        let mut sb = mcpbox_sandbox::helper::spawn(&spec).map_err(std::io::Error::other)?;
+        for note in &sb.notes {
+            tracing::warn!("{note}");
+        }
+        self.current.store(sb.init_pid(), Ordering::SeqCst);
+        let (Some(stdin), Some(stdout), Some(stderr)) =
+            (sb.stdin.take(), sb.stdout.take(), sb.stderr.take())
+        else {
+            return Err(std::io::Error::other("sandbox started without pipes"));
+        };
+        Ok(ServerProcess {
+            stdin: Box::new(stdin),
+            stdout: Box::new(stdout),
+            stderr: Box::new(stderr),
+            control: Box::new(Control(sb)),
+        })
+    }
+}
+
+/// Process control over a whole sandbox: its init forwards SIGTERM to the
+/// server's process group, and SIGKILL of the init (and of the helper)
+/// empties the namespace.
+pub struct Control(pub Sandbox);
+
+fn exit_info(s: Status) -> ExitInfo {
+    match s {
+        Status::Exited(c) | Status::OutOfMemory(c) if c > 128 && c < 128 + 65 => ExitInfo {
+            code: None,
+            signal: Some(c - 128),
+        },
+        Status::Exited(c) | Status::OutOfMemory(c) => ExitInfo {
+            code: Some(c),
+            signal: None,
+        },
+        Status::TimedOut => ExitInfo {
+            code: Some(124),
+            signal: None,
+        },
+    }
+}
+
+impl ProcessControl for Control {
+    fn terminate(&mut self) -> std::io::Result<()> {
+        self.0.signal(libc::SIGTERM);
+        Ok(())
+    }
+    fn kill(&mut self) -> std::io::Result<()> {
+        self.0.kill();
+        Ok(())
+    }
+    fn try_wait(&mut self) -> std::io::Result<Option<ExitInfo>> {
+        self.0
+            .try_wait()
+            .map(|s| s.map(exit_info))
+            .map_err(std::io::Error::other)
+    }
+    fn wait(&mut self) -> std::io::Result<ExitInfo> {
+        self.0.wait().map(exit_info).map_err(std::io::Error::other)
+    }
+}

@@ -1,0 +1,85 @@
+//! `exec` and `run` fail the same way: the step that failed is named and
+//! the exit code says whose failure it was (125 mcpbox's own, 126 cannot
+//! run, 127 not found), even when the failure happens in the helper that
+//! `run` starts its sandboxes through.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+use common::{mcpbox, Workspace};
+
+fn run_mcpbox(args: &[&str], ws: &Workspace) -> std::process::Output {
+    let mut child = Command::new(mcpbox())
+        .args(args)
+        .env("MCPBOX_STATE_DIR", ws.path().join("state"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // run reads the host's side of MCP from stdin; a closed stdin ends it.
+    let _ = child.stdin.take().unwrap().write_all(b"");
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn run_of_a_command_missing_in_the_sandbox_exits_127_and_names_it() {
+    let ws = Workspace::new();
+    let p = ws.policy("[audit]\npath = \"audit.db\"\n");
+    let out = run_mcpbox(
+        &[
+            "run",
+            "--policy",
+            p.to_str().unwrap(),
+            "--",
+            "no-such-server",
+        ],
+        &ws,
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(127), "{err}");
+    assert!(
+        err.contains("no-such-server") && err.contains("not found"),
+        "{err}"
+    );
+}
+
+#[test]
+fn exec_of_a_command_missing_in_the_sandbox_exits_127_and_names_it() {
+    let ws = Workspace::new();
+    let p = ws.policy("");
+    let out = run_mcpbox(
+        &[
+            "exec",
+            "--policy",
+            p.to_str().unwrap(),
+            "--",
+            "no-such-tool",
+        ],
+        &ws,
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(127), "{err}");
+    assert!(
+        err.contains("no-such-tool") && err.contains("not found"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_policy_refused_by_the_host_checks_exits_125_naming_the_step_in_exec_and_run() {
+    let ws = Workspace::new();
+    let p = ws.raw_policy("[filesystem]\ninput = \"does-not-exist\"\n");
+    for cmd in ["exec", "run"] {
+        let out = run_mcpbox(&[cmd, "--policy", p.to_str().unwrap(), "--", "true"], &ws);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(125), "{cmd}: {err}");
+        assert!(
+            err.contains("mcpbox: policy: ") && err.contains("does not exist"),
+            "{cmd}: {err}"
+        );
+    }
+}
