@@ -9,10 +9,11 @@
 //!
 //! Every secret yields up to a dozen patterns (the value, hex, URL-encoding,
 //! base64 in both alphabets at the three stream alignments). All patterns
-//! of all secrets go into one Aho-Corasick automaton (a DFA, with its SIMD
-//! prefilter), so a string is read once, however many patterns there are.
-//! The automaton reports *every* occurrence (overlapping search); the
-//! selection then does exactly what one `memmem` pass per pattern used to
+//! of all secrets are searched at once, so a string is read once, however
+//! many patterns there are: a SIMD multi-pattern search (Teddy) finds where
+//! patterns occur, and a DFA reports *every* occurrence (overlapping
+//! search) in those places only (see `Searcher`). The selection then does
+//! exactly what one `memmem` pass per pattern used to
 //! (the reference kept in `redact/reference.rs` for the equivalence tests):
 //! per pattern, leftmost non-overlapping occurrences; all of them sorted by
 //! start, widest first, pattern order breaking ties; overlapping ones
@@ -55,9 +56,104 @@ pub struct Redactor {
     /// same span.
     patterns: Vec<Pattern>,
     max_len: usize,
-    /// All patterns in one automaton; `None` only when there are none (or
-    /// the automaton could not be built, when a slower search is used).
-    searcher: Option<AhoCorasick>,
+    /// The automata over all patterns; `None` only when there are none (or
+    /// they could not be built, when a slower search is used).
+    searcher: Option<Searcher>,
+}
+
+/// Two searches over the same patterns (pattern id = index in
+/// `Redactor::patterns`).
+///
+/// `candidates` is a leftmost non-overlapping search (Teddy, SIMD, when
+/// the pattern set allows; else a leftmost-first automaton), run over the
+/// whole text: it says *where* patterns occur at multi-GB/s. Every
+/// occurrence of every pattern starts inside one of its matches (no
+/// occurrence can start before the leftmost one, nor between one match's
+/// end and the next's start), so the exhaustive overlapping search
+/// (`all`, a DFA) only runs over each candidate match extended by
+/// `max_len - 1` bytes. Standard (overlapping) semantics cannot use Teddy,
+/// and its byte-frequency prefilter is slow on ordinary text; this split
+/// keeps clean text at the prefilter's speed.
+#[derive(Debug, Clone)]
+struct Searcher {
+    candidates: Candidates,
+    all: AhoCorasick,
+}
+
+#[derive(Debug, Clone)]
+enum Candidates {
+    Packed(aho_corasick::packed::Searcher),
+    Automaton(AhoCorasick),
+}
+
+impl Searcher {
+    fn new(patterns: &[Pattern]) -> Result<Searcher, aho_corasick::BuildError> {
+        let bytes = || patterns.iter().map(|p| &p.bytes);
+        let all = AhoCorasick::builder()
+            .match_kind(MatchKind::Standard)
+            .kind(Some(AhoCorasickKind::DFA))
+            .prefilter(false)
+            .build(bytes())
+            .or_else(|_| {
+                AhoCorasick::builder()
+                    .match_kind(MatchKind::Standard)
+                    .build(bytes())
+            })?;
+        let candidates = match aho_corasick::packed::Config::new()
+            .match_kind(aho_corasick::packed::MatchKind::LeftmostFirst)
+            .builder()
+            .extend(bytes())
+            .build()
+        {
+            Some(p) => Candidates::Packed(p),
+            None => Candidates::Automaton(
+                AhoCorasick::builder()
+                    .match_kind(MatchKind::LeftmostFirst)
+                    .build(bytes())?,
+            ),
+        };
+        Ok(Searcher { candidates, all })
+    }
+
+    /// The leftmost match starting at or after `at`: (start, end).
+    fn candidate(&self, hay: &[u8], at: usize) -> Option<(usize, usize)> {
+        let m = match &self.candidates {
+            Candidates::Packed(p) => p.find_in(hay, aho_corasick::Span::from(at..hay.len())),
+            Candidates::Automaton(ac) => ac.find(aho_corasick::Input::new(hay).range(at..)),
+        }?;
+        Some((m.start(), m.end()))
+    }
+
+    /// Calls `f(start, end, pattern)` on every occurrence of every pattern,
+    /// overlapping ones included, ordered by end (hence one pattern's by
+    /// start); `reach` is the longest pattern's length minus one.
+    fn each(&self, hay: &[u8], reach: usize, mut f: impl FnMut(usize, usize, usize)) {
+        let mut region: Option<(usize, usize)> = None;
+        let mut at = 0;
+        let mut run = |from: usize, to: usize| {
+            let input = aho_corasick::Input::new(hay).range(from..to);
+            for m in self.all.find_overlapping_iter(input) {
+                f(m.start(), m.end(), m.pattern().as_usize());
+            }
+        };
+        while let Some((start, end)) = self.candidate(hay, at) {
+            let to = (end + reach).min(hay.len());
+            region = match region {
+                // overlapping regions are searched as one, so no occurrence
+                // is reported twice
+                Some((from, last)) if start < last => Some((from, last.max(to))),
+                Some((from, last)) => {
+                    run(from, last);
+                    Some((start, to))
+                }
+                None => Some((start, to)),
+            };
+            at = end;
+        }
+        if let Some((from, last)) = region {
+            run(from, last);
+        }
+    }
 }
 
 /// Encodings shorter than this are not used as patterns (the plain value
@@ -164,14 +260,7 @@ impl Redactor {
         // stable: the order above breaks ties between equal lengths
         r.patterns.sort_by_key(|p| std::cmp::Reverse(p.bytes.len()));
         if !r.patterns.is_empty() {
-            let build = |kind| {
-                AhoCorasick::builder()
-                    .match_kind(MatchKind::Standard)
-                    .kind(kind)
-                    .build(r.patterns.iter().map(|p| &p.bytes))
-            };
-            r.searcher = build(Some(AhoCorasickKind::DFA))
-                .or_else(|_| build(None))
+            r.searcher = Searcher::new(&r.patterns)
                 .map_err(|e| tracing::warn!("secret patterns: no automaton ({e}); slow search"))
                 .ok();
         }
@@ -201,7 +290,7 @@ impl Redactor {
             return false;
         }
         match &self.searcher {
-            Some(ac) => ac.is_match(hay),
+            Some(searcher) => searcher.candidate(hay, 0).is_some(),
             None => self
                 .patterns
                 .iter()
@@ -227,14 +316,10 @@ impl Redactor {
             }
         };
         match &self.searcher {
-            // matches come by end offset, so one pattern's (all of one
+            // occurrences come by end offset, so one pattern's (all of one
             // length) come by start too: `take` sees them in the order its
             // own pass would have
-            Some(ac) => {
-                for m in ac.find_overlapping_iter(hay) {
-                    take(m.start(), m.end(), m.pattern().as_usize());
-                }
-            }
+            Some(searcher) => searcher.each(hay, self.max_len - 1, &mut take),
             None => {
                 for (p, pat) in self.patterns.iter().enumerate() {
                     let finder = memchr::memmem::Finder::new(&pat.bytes);
