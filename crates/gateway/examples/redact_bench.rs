@@ -128,6 +128,7 @@ fn main() {
         "redact_json",
         "serialise"
     );
+    let mut extra = Vec::new();
     for (name, text) in shapes {
         let msg = json!({"jsonrpc": "2.0", "id": 7, "result": {
             "content": [{"type": "text", "text": text}], "isError": false}});
@@ -144,6 +145,10 @@ fn main() {
         let parse = time(runs, || {
             serde_json::from_slice::<Value>(&line[..n]).map_or(0, |v| v.is_object() as usize)
         });
+        let ignored = time(runs, || {
+            serde_json::from_slice::<serde::de::IgnoredAny>(&line[..n]).is_ok()
+        });
+        let utf8 = time(runs, || std::str::from_utf8(&line[..n]).is_ok());
         let v: Value = serde_json::from_slice(&line[..n]).unwrap_or(Value::Null);
         let mut walked = v.clone();
         let creds = time(runs, || {
@@ -172,6 +177,13 @@ fn main() {
         .saturating_sub(clone);
         let ser = time(runs, || serde_json::to_vec(&v).map_or(0, |b| b.len()));
         let cell = |d: Duration| format!("{:.1} ({:.0})", d.as_secs_f64() * 1e3, mbps(n, d));
+        extra.push(format!(
+            "{:<16} {:>14} {:>14} {:>14}",
+            name,
+            cell(ignored),
+            cell(utf8),
+            cell(clone)
+        ));
         println!(
             "{:<16} {:>14} {:>14} {:>14} {:>14} {:>14} {:>14} {:>14}",
             name,
@@ -183,5 +195,14 @@ fn main() {
             cell(rj),
             cell(ser)
         );
+    }
+    println!();
+    println!("what parsing costs, apart: validating only (IgnoredAny), UTF-8 only, a Value clone");
+    println!(
+        "{:<16} {:>14} {:>14} {:>14}",
+        "text", "IgnoredAny", "from_utf8", "Value clone"
+    );
+    for row in extra {
+        println!("{row}");
     }
 }

@@ -267,6 +267,23 @@ impl Redactor {
         r
     }
 
+    /// Test hook: the searches used where Teddy is unavailable (`1`: the
+    /// leftmost-first automaton finds candidates) or no automaton could be
+    /// built (`2`: one `memmem` scan per pattern).
+    #[cfg(test)]
+    fn force_fallback(&mut self, mode: u8) {
+        if mode == 2 {
+            self.searcher = None;
+        } else if let Some(searcher) = self.searcher.as_mut() {
+            if let Ok(ac) = AhoCorasick::builder()
+                .match_kind(MatchKind::LeftmostFirst)
+                .build(self.patterns.iter().map(|p| &p.bytes))
+            {
+                searcher.candidates = Candidates::Automaton(ac);
+            }
+        }
+    }
+
     /// True when there is nothing to redact.
     pub fn is_empty(&self) -> bool {
         self.patterns.is_empty()
@@ -1376,6 +1393,28 @@ mod tests {
     fn pair(secrets: &[(String, String)]) -> (Redactor, reference::Redactor) {
         let it = || secrets.iter().map(|(n, v)| (n.as_str(), v.as_bytes()));
         (Redactor::new(it()), reference::Redactor::new(it()))
+    }
+
+    /// Every search path the redactor can take (Teddy, the automaton
+    /// fallback, memmem) against the reference.
+    #[test]
+    fn fallback_searches_equal_the_reference() {
+        let mut rng = Rng(0xFA11_BAC4_0000_0005);
+        for round in 0..1500 {
+            let secrets = gen_secrets(&mut rng);
+            let (mut new, old) = pair(&secrets);
+            new.force_fallback(1 + (round % 2) as u8);
+            for _ in 0..4 {
+                let hay = gen_hay(&mut rng, &secrets);
+                let b = hay.as_bytes();
+                assert_eq!(
+                    new.find(b),
+                    old.find(b),
+                    "round {round} {secrets:?} {hay:?}"
+                );
+                assert_eq!(new.occurs_in(b), !old.find(b).is_empty());
+            }
+        }
     }
 
     /// Splits `s` at `n` random char boundaries.
