@@ -9,7 +9,8 @@
 //! and ASCII with the secret in it four times. Stages, in relay order:
 //! read the line (`LineReader`), parse, credential shapes over every
 //! string (`find_credentials`), `sanitize` of the text, secret redaction
-//! (the relay's walk + `redact_across`, and `redact_json`), serialise.
+//! (the relay's walk + `redact_across`, and `redact_json`), serialise;
+//! then the parts of parsing apart, and `lines::parse_json`.
 //! Each figure is the median of RUNS (default 5).
 #![forbid(unsafe_code)]
 
@@ -149,6 +150,9 @@ fn main() {
             serde_json::from_slice::<serde::de::IgnoredAny>(&line[..n]).is_ok()
         });
         let utf8 = time(runs, || std::str::from_utf8(&line[..n]).is_ok());
+        let strict = time(runs, || {
+            mcpbox_gateway::lines::parse_json(&line[..n]).map_or(0, |v| v.is_object() as usize)
+        });
         let v: Value = serde_json::from_slice(&line[..n]).unwrap_or(Value::Null);
         let mut walked = v.clone();
         let creds = time(runs, || {
@@ -178,11 +182,12 @@ fn main() {
         let ser = time(runs, || serde_json::to_vec(&v).map_or(0, |b| b.len()));
         let cell = |d: Duration| format!("{:.1} ({:.0})", d.as_secs_f64() * 1e3, mbps(n, d));
         extra.push(format!(
-            "{:<16} {:>14} {:>14} {:>14}",
+            "{:<16} {:>14} {:>14} {:>14} {:>14}",
             name,
             cell(ignored),
             cell(utf8),
-            cell(clone)
+            cell(clone),
+            cell(strict)
         ));
         println!(
             "{:<16} {:>14} {:>14} {:>14} {:>14} {:>14} {:>14} {:>14}",
@@ -197,10 +202,11 @@ fn main() {
         );
     }
     println!();
-    println!("what parsing costs, apart: validating only (IgnoredAny), UTF-8 only, a Value clone");
+    println!("what parsing costs, apart: validating only (IgnoredAny), UTF-8 only, a Value clone,");
+    println!("and lines::parse_json (the parse refusing duplicate keys)");
     println!(
-        "{:<16} {:>14} {:>14} {:>14}",
-        "text", "IgnoredAny", "from_utf8", "Value clone"
+        "{:<16} {:>14} {:>14} {:>14} {:>14}",
+        "text", "IgnoredAny", "from_utf8", "Value clone", "parse_json"
     );
     for row in extra {
         println!("{row}");

@@ -1573,6 +1573,9 @@ mod tests {
                 _ => json!({"jsonrpc": "2.0", "id": 1, "result": {"content": content,
                             "structuredContent": {key.clone(): key, "n": [pieces]}}}),
             };
+            // (and lines::parse_json reads what serde_json writes, as serde_json does)
+            let line = serde_json::to_vec(&msg).unwrap();
+            assert_eq!(crate::lines::parse_json(&line).unwrap(), msg);
             let mut want = msg.clone();
             let (mut c1, mut c2) = (vec![0; n], vec![0; n]);
             let ch1 = new.redact_json(&mut msg, &mut c1);
