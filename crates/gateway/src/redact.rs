@@ -606,6 +606,15 @@ impl Redactor {
     /// out of are searched whole again). Equal, result for result, to
     /// `redact_str` on every string in walk order followed by
     /// `redact_across` on the content texts.
+    ///
+    /// How a session calls it, once per server line: parse with
+    /// [`crate::lines::parse_json`] (duplicate keys refused, so the parsed
+    /// value holds every byte the line does); for a message with
+    /// `original_len` (compacted), [`Redactor::strip_cut_json`] first; the
+    /// result screening (credential shapes, `sanitize`, truncation); then
+    /// this, with one `counts` slot per secret, and one audit record per
+    /// secret whose count is non-zero. If nothing changed anywhere, send
+    /// the original line; otherwise serialise the value once.
     pub fn redact_json(&self, v: &mut Value, counts: &mut [usize]) -> bool {
         if self.patterns.is_empty() {
             return false;
