@@ -168,7 +168,7 @@ fn next_special(s: &str, from: usize) -> usize {
 /// and invisible/bidi/tag characters. Borrows when nothing was removed.
 ///
 /// Runs of characters that are always kept are found with one table lookup
-/// per byte ([`SUSPECT`]) and copied whole; only the removed characters and
+/// per byte (a table of suspect bytes) and copied whole; only the removed characters and
 /// the escape sequences they start are looked at one by one.
 pub fn sanitize(s: &str) -> (Cow<'_, str>, Stripped) {
     let mut stripped = Stripped::default();
