@@ -23,6 +23,18 @@ connection on loopback. No SDK, so every path pays the same client cost.
       initialize + tools/list, then while the server answers
       `tools/call big {"mib": M}` (the project's flood test server).
 
+  mcpclient.py large --name NAME --out FILE [--mib M] [--runs R] [--warmup W]
+                     [--secret S] [--embed N] [--check 0] -- CMD [ARGS...]
+      initialize + tools/list, W warm-up calls, then R timed calls of
+      `tools/call big {"mib": M, "char": C}` (the flood test server; C is
+      "é", or with --embed N a unit of "é" ending in S, sized so that the
+      result holds S N times); each timed from writing the request to the
+      last byte of the answer line (read with large reads; parsing it is
+      not timed). The answer is then checked: not an error, one text item
+      of the expected size unless redacted, and with --secret: S nowhere
+      in the line and exactly N (default 0) `[REDACTED:` labels (not with
+      --check 0: a direct call, where S is expected).
+
 Every subcommand writes one JSON object to FILE, with "status": "ok" or
 "status": "failed" and "why"; the exit code is 0 either way unless the
 arguments are wrong.
@@ -486,8 +498,116 @@ def cmd_memory(argv):
     return 0
 
 
+class BigLines:
+    """Newline-delimited reading with 1 MiB reads; a newline is looked for
+    in each new chunk only (no rescans of a growing buffer)."""
+
+    def __init__(self, fd):
+        self.fd = fd
+        self.rest = b""
+
+    def readline(self):
+        parts = [self.rest]
+        i = self.rest.find(b"\n")
+        while i < 0:
+            chunk = os.read(self.fd, 1 << 20)
+            if not chunk:
+                self.rest = b""
+                return b"".join(parts)
+            parts.append(chunk)
+            i = chunk.find(b"\n")
+        last = parts.pop()
+        parts.append(last[:i + 1])
+        self.rest = last[i + 1:]
+        return b"".join(parts)
+
+
+def cmd_large(argv):
+    o, cmd = parse(argv, {"name": None, "out": None, "mib": "64", "runs": "5", "warmup": "1",
+                          "secret": None, "embed": "0", "check": "1"})
+    if not o["name"] or not o["out"] or not cmd:
+        sys.exit(__doc__)
+    mib, runs, warmup, embed = float(o["mib"]), int(o["runs"]), int(o["warmup"]), int(o["embed"])
+    unit = "é"
+    if embed and o["secret"]:
+        per = int(mib * 1024 * 1024) // embed
+        unit = "é" * ((per - len(o["secret"].encode())) // 2) + o["secret"]
+    # as flood computes it: whole repeats of the unit's UTF-8 bytes
+    unit_bytes = max(1, len(unit.encode()))
+    want_text = unit_bytes * (int(mib * 1024 * 1024) // unit_bytes)
+    result = {"name": o["name"], "command": cmd, "mib": mib, "runs": runs, "warmup": warmup,
+              "char_bytes": unit_bytes, "expect_redactions": embed if o["secret"] else 0, "checked": o["check"] == "1"}
+    err = stderr_file(o["out"])
+    t = None
+    try:
+        t = Stdio(cmd, err)
+        handshake(t)
+        t.request("tools/list")
+        # Stdio reads unbuffered (a byte per read(2) in readline): fine for
+        # small answers, minutes for 64 MiB. From here on, large reads.
+        reader = BigLines(t.proc.stdout.fileno())
+        samples = []
+        line = b""
+        for i in range(warmup + runs):
+            t.next_id += 1
+            rid = t.next_id
+            msg = {"jsonrpc": "2.0", "id": rid, "method": "tools/call",
+                   "params": {"name": "big", "arguments": {"mib": mib, "char": unit}}}
+            req = json.dumps(msg, separators=(",", ":")).encode() + b"\n"
+            t0 = time.perf_counter()
+            t.proc.stdin.write(req)
+            while True:
+                line = reader.readline()
+                if not line:
+                    raise Failed(f"server closed stdout (exit {t.proc.poll()})")
+                # notifications are short; the answer is the long line
+                if len(line) > 1 << 20 or b'"id"' in line:
+                    break
+            elapsed = time.perf_counter() - t0
+            if i >= warmup:
+                samples.append(elapsed)
+        m = json.loads(line)
+        if "error" in m:
+            raise Failed(f"error answer: {json.dumps(m['error'])[:200]}")
+        res = m["result"]
+        texts = [c.get("text", "") for c in res.get("content", []) if isinstance(c, dict)]
+        text = "".join(texts)
+        result["answer_bytes"] = len(line) - 1
+        result["text_bytes"] = len(text.encode())
+        result["items"] = len(texts)
+        result["is_error"] = bool(res.get("isError"))
+        result["redactions"] = text.count("[REDACTED:")
+        if res.get("isError"):
+            raise Failed(f"isError answer: {text[:200]}")
+        if o["secret"] is not None and o["check"] == "1":
+            if o["secret"].encode() in line:
+                raise Failed("the secret reached the client")
+            if result["redactions"] != result["expect_redactions"]:
+                raise Failed(f"{result['redactions']} redactions, expected {result['expect_redactions']}")
+        if result["redactions"] == 0 and result["text_bytes"] != want_text:
+            raise Failed(f"text of {result['text_bytes']} bytes, expected {want_text} (truncated?)")
+        if "truncated" in text[-200:]:
+            raise Failed("the result was truncated (raise [output] max_result)")
+        s_sorted = sorted(samples)
+        result["samples_s"] = [round(x, 5) for x in samples]
+        result["median_s"] = statistics.median(s_sorted)
+        result["min_s"] = s_sorted[0]
+        result["max_s"] = s_sorted[-1]
+        result["status"] = "ok"
+    except (Failed, OSError, ValueError) as e:
+        result["status"] = "failed"
+        result["why"] = str(e)[:300] or type(e).__name__
+    finally:
+        if t:
+            t.close()
+        err.close()
+    write(o["out"], result)
+    return 0
+
+
 def main():
-    cmds = {"latency": cmd_latency, "coldstart": cmd_coldstart, "memory": cmd_memory}
+    cmds = {"latency": cmd_latency, "coldstart": cmd_coldstart, "memory": cmd_memory,
+            "large": cmd_large}
     if len(sys.argv) < 2 or sys.argv[1] not in cmds:
         sys.exit(__doc__)
     return cmds[sys.argv[1]](sys.argv[2:])

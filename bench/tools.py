@@ -7,6 +7,9 @@
   tools.py relay DIR
       Pools DIR/relay/{latency,coldstart,memory}/*.json (written by
       mcpclient.py) into tables under DIR/extra/.
+  tools.py large DIR
+      Pools DIR/large/rows/*.json (mcpclient.py large) into the large-result
+      throughput table under DIR/extra/.
   tools.py egress DIR
       Parses DIR/egress/egress_bench.txt (the stdout of crates/egress's
       egress_bench example) and DIR/egress/e2e/*.json (httpbench.py client
@@ -415,8 +418,77 @@ def cmd_egress(argv):
     return 0
 
 
+LARGE_ORDER = ["direct", "mcpbox-no-secret", "mcpbox-secret", "direct-secret-in-output",
+               "mcpbox-secret-in-output", "before-no-secret", "before-secret",
+               "before-secret-in-output"]
+LARGE_TARGET = ("target (redaction issue): >= 500 MB/s marginal with one secret "
+                "(mcpbox-secret; stretch 1 GB/s)")
+
+
+def cmd_large(argv):
+    if len(argv) != 1:
+        sys.exit("usage: tools.py large DIR")
+    out = Path(argv[0])
+    rows_in = pooled(out / "large" / "rows")
+    if not rows_in:
+        return 0
+    ok = {}
+    for name, runs in rows_in.items():
+        good = [r for r in runs if r.get("status") == "ok"]
+        ok[name] = good[0] if good else {"failed": first_failure(runs)}
+
+    def base_of(name):
+        return "direct-secret-in-output" if name.endswith("secret-in-output") else "direct"
+
+    def marginal(name):
+        r, b = ok.get(name, {}), ok.get(base_of(name), {})
+        if "median_s" not in r or "median_s" not in b or name.startswith("direct"):
+            return None, None
+        added = r["median_s"] - b["median_s"]
+        mbs = r["mib"] * 1048576 / added / 1e6 if added > 0 else None
+        return added, mbs
+
+    rows = []
+    key = lambda n: (LARGE_ORDER.index(n) if n in LARGE_ORDER else len(LARGE_ORDER), n)
+    for name in sorted(ok, key=key):
+        r = ok[name]
+        if "failed" in r:
+            rows.append([name, f"failed: {r['failed']}"])
+            continue
+        added, mbs = marginal(name)
+        b = ok.get(base_of(name), {})
+        vs_before = None
+        if name.startswith("mcpbox-"):
+            _, before = marginal("before-" + name[len("mcpbox-"):])
+            if mbs and before:
+                vs_before = mbs / before
+        rows.append([name, r["median_s"], r["min_s"], r["max_s"],
+                     r["mib"] * 1048576 / r["median_s"] / 1e6, added, mbs,
+                     r["median_s"] / b["median_s"] if b.get("median_s") and not name.startswith("direct") else None,
+                     vs_before, r["redactions"], len(r["samples_s"])])
+        r["added_s"], r["marginal_mb_per_s"], r["marginal_x_before"] = added, mbs, vs_before
+    any_row = next((r for r in ok.values() if "median_s" in r), {})
+    mib = any_row.get("mib", 64)
+    notes = [f"one tools/call big {{\"mib\": {mib:g}}} to the flood test server: one text item of "
+             f"{mib:g} MiB of \"é\" (non-ASCII); seconds from writing the request to the last byte of the "
+             "answer line, median of the runs",
+             "mcpbox rows: `mcpbox run` (sandbox + relay) with [output] max_line = max_result = \"128MiB\" "
+             "(nothing cut); -secret: one [secrets] entry (absent from the result); -secret-in-output: the "
+             "result holds the secret at every ~1 MiB (flood's char argument), each occurrence redacted",
+             "marginal MB/s = result bytes / (median through mcpbox - median of the direct row with the same "
+             "arguments): the rate of mcpbox's own work, the server's and the client's being in both",
+             "before-*: the same rows with MCPBOX_BEFORE (an older build); 'marginal x before' compares them",
+             LARGE_TARGET]
+    write_table(out, "large-1-throughput",
+                f"large result: a {mib:g} MiB tools/call answer direct vs through mcpbox run",
+                ["path", "median s", "min s", "max s", "MB/s", "+s vs direct", "marginal MB/s",
+                 "x direct", "marginal x before", "redactions", "runs"], rows, notes)
+    return 0
+
+
 def main():
-    cmds = {"mem": cmd_mem, "report": cmd_report, "relay": cmd_relay, "egress": cmd_egress}
+    cmds = {"mem": cmd_mem, "report": cmd_report, "relay": cmd_relay, "large": cmd_large,
+            "egress": cmd_egress}
     if len(sys.argv) < 2 or sys.argv[1] not in cmds:
         sys.exit(__doc__)
     return cmds[sys.argv[1]](sys.argv[2:])

@@ -6,6 +6,102 @@ use std::io::{self, Read};
 
 use crate::compact::Compactor;
 
+/// Parses one line as a JSON value, exactly as `serde_json::from_slice`
+/// does, except that an object with the same key twice is an error.
+///
+/// `serde_json` keeps the last of duplicate keys and drops the others
+/// silently. A relay that screens the parsed value and then forwards the
+/// original bytes when nothing changed would forward the dropped ones
+/// unscreened: `{"result":{"content":[SECRET]},"result":{"content":["fine"]}}`
+/// shows the secret to any reader that keeps the first (or logs the raw
+/// line). Refusing such a line (as invalid JSON) closes that; JSON
+/// (RFC 8259 section 4) says names SHOULD be unique, and no MCP message
+/// needs duplicates. Costs the same as `from_slice` (one map insert per key,
+/// which reports the duplicate).
+pub fn parse_json(line: &[u8]) -> Result<serde_json::Value, serde_json::Error> {
+    use serde::de::DeserializeSeed;
+    let mut de = serde_json::Deserializer::from_slice(line);
+    let v = Unique.deserialize(&mut de)?;
+    de.end()?;
+    Ok(v)
+}
+
+/// A `serde_json::Value` built as serde_json builds it, refusing duplicate keys.
+#[derive(Clone, Copy)]
+struct Unique;
+
+impl<'de> serde::de::DeserializeSeed<'de> for Unique {
+    type Value = serde_json::Value;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Unique {
+    type Value = serde_json::Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E>(self, b: bool) -> Result<Self::Value, E> {
+        Ok(serde_json::Value::Bool(b))
+    }
+
+    fn visit_i64<E>(self, n: i64) -> Result<Self::Value, E> {
+        Ok(serde_json::Value::Number(n.into()))
+    }
+
+    fn visit_u64<E>(self, n: u64) -> Result<Self::Value, E> {
+        Ok(serde_json::Value::Number(n.into()))
+    }
+
+    fn visit_f64<E>(self, n: f64) -> Result<Self::Value, E> {
+        Ok(serde_json::Number::from_f64(n)
+            .map_or(serde_json::Value::Null, serde_json::Value::Number))
+    }
+
+    fn visit_str<E>(self, s: &str) -> Result<Self::Value, E> {
+        Ok(serde_json::Value::String(s.to_owned()))
+    }
+
+    fn visit_string<E>(self, s: String) -> Result<Self::Value, E> {
+        Ok(serde_json::Value::String(s))
+    }
+
+    fn visit_none<E>(self) -> Result<Self::Value, E> {
+        Ok(serde_json::Value::Null)
+    }
+
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(serde_json::Value::Null)
+    }
+
+    fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(4096));
+        while let Some(x) = seq.next_element_seed(self)? {
+            out.push(x);
+        }
+        Ok(serde_json::Value::Array(out))
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut out = serde_json::Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            let value = map.next_value_seed(self)?;
+            if out.insert(key, value).is_some() {
+                return Err(serde::de::Error::custom("duplicate object key"));
+            }
+        }
+        Ok(serde_json::Value::Object(out))
+    }
+}
+
 /// How much of an over-long line is kept (to find its JSON-RPC id).
 pub const TOO_LONG_PREFIX: usize = 4096;
 
@@ -208,6 +304,44 @@ mod tests {
                 Line::Eof => return out,
             }
         }
+    }
+
+    #[test]
+    fn duplicate_keys_are_refused_at_any_depth() {
+        for line in [
+            r#"{"a":1,"a":2}"#,
+            r#"{"id":1,"result":{"content":[{"text":"SECRET"}]},"result":{"content":[]}}"#,
+            r#"[{"x":{"k":"v","k":"v"}}]"#,
+        ] {
+            assert!(parse_json(line.as_bytes()).is_err(), "{line}");
+            assert!(serde_json::from_slice::<serde_json::Value>(line.as_bytes()).is_ok());
+        }
+    }
+
+    #[test]
+    fn parse_json_equals_serde_json_otherwise() {
+        for line in [
+            r#"{"jsonrpc":"2.0","id":7,"result":{"content":[{"type":"text","text":"h\u00e9\n\ud83d\ude00"}],"isError":false}}"#,
+            r#"[1,-2,3.5,1e300,18446744073709551615,-9223372036854775808,true,null,"x",{},[]]"#,
+            r#"  {"a" : { "b" : [ { "c" : "d" } ] } }  "#,
+            r#""just a string""#,
+            r#"{"k":"\u00e9","K":1}"#,
+        ] {
+            let want: serde_json::Value = serde_json::from_slice(line.as_bytes()).unwrap();
+            assert_eq!(parse_json(line.as_bytes()).unwrap(), want, "{line}");
+        }
+        let bad: [&[u8]; 4] = [
+            b"{\"a\":1} x",
+            b"{\"a\":",
+            b"\"\xff\"",
+            b"{\"a\":\"\\u001\"}",
+        ];
+        for bad in bad {
+            assert!(parse_json(bad).is_err(), "{bad:?}");
+            assert!(serde_json::from_slice::<serde_json::Value>(bad).is_err());
+        }
+        let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
+        assert!(parse_json(deep.as_bytes()).is_err(), "recursion limit kept");
     }
 
     #[test]
