@@ -53,27 +53,37 @@
 #![warn(missing_docs)]
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
+mod asker;
 pub mod compact;
 pub mod digest;
 pub mod launcher;
 pub mod lines;
+pub mod message;
 pub mod pin;
 pub mod policy;
 pub mod redact;
-mod relay;
 pub mod screen;
 pub mod secrets;
+pub mod session;
+mod stdio;
 pub mod written;
+
+#[doc(hidden)]
+pub mod fuzzing;
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 pub use launcher::{CommandLauncher, ExitInfo, Launcher, ProcessControl, ServerProcess};
-pub use pin::{accept_pins, pending_path, pin_list, tool_digest, PinError, PinStore, PinVerdict};
-pub use policy::{
-    Action, AllowAll, ApprovalAnswer, ApprovalRequest, Approver, Decision, ToolHints, ToolPolicy,
+pub use asker::{HostAsker, NetworkAnswer};
+pub use mcpbox_policy::{Decision, Reason, ToolHints, Verdict};
+pub use pin::{
+    accept_pins, pending_path, pin_list, tool_digest, PinError, PinStore, PinVerdict, PinWrite,
 };
-pub use relay::{relay, HostAsker, NetworkAnswer, Relay, StderrHandler};
+pub use policy::{
+    AllowAll, ApprovalAnswer, ApprovalRequest, ApprovalWorker, Approver, ToolPolicy,
+};
+pub use stdio::{relay, Relay, StderrHandler};
 pub use secrets::{load_secret, Secret, SecretError, SecretSource, Secrets};
 
 /// Policy refusal as a protocol error (only with [`Config::deny_as_error`];
@@ -85,6 +95,9 @@ pub const CODE_SERVER_EXITED: i64 = -31002;
 pub const CODE_CALL_TIMEOUT: i64 = -31003;
 /// The server's response was longer than [`Config::max_line`].
 pub const CODE_RESPONSE_TOO_LARGE: i64 = -31004;
+/// The server is being restarted (secret TTL) and too many messages are
+/// already waiting for it; retry the request.
+pub const CODE_SERVER_RESTARTING: i64 = -31005;
 
 /// Key under a result's `_meta` that carries mcpbox's decision.
 pub const META_DECISION: &str = "mcpbox/decision";
