@@ -110,6 +110,28 @@ impl Message {
     }
 }
 
+/// The value at `path` (object keys), like [`Value::pointer`] without
+/// its per-segment unescaping, which showed in profiles of the hot path.
+pub fn at<'a>(v: &'a Value, path: &[&str]) -> Option<&'a Value> {
+    path.iter().try_fold(v, |v, k| v.get(*k))
+}
+
+/// [`at`], mutably.
+pub fn at_mut<'a>(v: &'a mut Value, path: &[&str]) -> Option<&'a mut Value> {
+    path.iter().try_fold(v, |v, k| v.get_mut(*k))
+}
+
+/// True when `line` is printable ASCII (no byte at or above DEL; JSON
+/// allows no raw control characters) and holds no JSON escape. Then every
+/// string in the parsed message (object keys included) is the very bytes
+/// between its quotes, so a search over the whole line finds whatever a
+/// search over each decoded string would, and no string holds a control,
+/// escape or invisible character. The session uses it to skip walking the
+/// parsed message when a search over the line finds nothing.
+pub fn is_plain(line: &[u8]) -> bool {
+    !line.iter().any(|&b| b >= 0x7F || b == b'\\')
+}
+
 /// A JSON-RPC error response, as one line.
 pub fn error_line(id: &Value, code: i64, message: &str, data: Option<Value>) -> Vec<u8> {
     let mut err = serde_json::json!({"code": code, "message": message});

@@ -65,9 +65,8 @@ pub enum ApprovalAnswer {
 /// Something that can ask a human about one call. `approve` blocks (it is
 /// run on the [`ApprovalWorker`]'s thread) and should return by
 /// `request.expires_at`; the session denies the call then anyway.
-/// Elicitation through the host is one implementation, built into the
-/// relay; a console or CLI approver plugs in through
-/// [`crate::Relay::fallback_approver`].
+/// Elicitation through the host is built into the session core; a console
+/// or CLI approver plugs in through [`crate::Relay::fallback_approver`].
 pub trait Approver: Send + Sync {
     /// Asks about one call and waits for the answer.
     fn approve(&self, request: &ApprovalRequest) -> ApprovalAnswer;

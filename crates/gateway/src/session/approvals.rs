@@ -21,7 +21,7 @@ use mcpbox_policy::{Decision, Reason};
 use serde_json::{json, Value};
 
 use super::{Asked, Effect, Question, Session};
-use crate::message::{id_key, IdKey, Message};
+use crate::message::{at, id_key, IdKey, Message};
 use crate::policy::{ApprovalAnswer, ApprovalRequest};
 
 /// A call waiting for a human.
@@ -336,8 +336,8 @@ fn approval_form(request: &ApprovalRequest, wait: Duration) -> (String, Value) {
 
 /// Reads an elicitation response: only `accept` with `approve: true` approves.
 fn elicitation_answer(v: &Value) -> ApprovalAnswer {
-    let accepted = v.pointer("/result/action").and_then(Value::as_str) == Some("accept")
-        && v.pointer("/result/content/approve") == Some(&Value::Bool(true));
+    let accepted = at(v, &["result", "action"]).and_then(Value::as_str) == Some("accept")
+        && at(v, &["result", "content", "approve"]) == Some(&Value::Bool(true));
     if accepted {
         ApprovalAnswer::Approved {
             approver: "elicitation".into(),

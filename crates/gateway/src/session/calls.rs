@@ -12,7 +12,7 @@ use serde_json::{json, Map, Value};
 use super::{audit_decision, ms, Effect, Record, Session};
 use crate::digest::json_digest;
 use crate::lines::Line;
-use crate::message::{id_key, sniff_id, to_line, IdKey, Invalid, Message};
+use crate::message::{at, id_key, is_plain, sniff_id, to_line, IdKey, Invalid, Message};
 use crate::{CODE_CALL_TIMEOUT, CODE_POLICY_DENIED, CODE_RESPONSE_TOO_LARGE, META_DECISION};
 
 /// Margin subtracted from a call's wall-clock start for `files_written`:
@@ -103,15 +103,15 @@ impl Session {
     /// human, then the server.
     pub(super) fn tools_call(&mut self, id: Value, msg: &Message, line: Vec<u8>) {
         let Some(tool) = msg
-            .value
-            .pointer("/params/name")
+            .params()
+            .and_then(|p| p.get("name"))
             .and_then(Value::as_str)
             .map(str::to_string)
         else {
             let data = json!({"reason": Reason::RequestNoTool.as_str()});
             return self.host_error(&id, -32602, "tools/call without a tool name", Some(data));
         };
-        let args_digest = match msg.value.pointer("/params/arguments") {
+        let args_digest = match msg.params().and_then(|p| p.get("arguments")) {
             Some(args) => json_digest(args),
             None => json_digest(&Value::Object(Map::new())),
         };
@@ -286,6 +286,7 @@ impl Session {
         if original_len.is_some() {
             changed |= self.strip_cut_secrets(&mut msg.value);
         }
+        let plain = (original_len.is_none() && is_plain(&line)).then_some(line.as_slice());
         let mut tool = None;
         // a finished call's record, written once the response is out
         let mut finished: Option<(Call, Reason, u64)> = None;
@@ -302,10 +303,10 @@ impl Session {
                 Pending::ToolsList => changed |= self.screen_tool_list(&mut msg.value),
                 Pending::Handshake => changed |= self.screen_instructions(&mut msg.value),
                 Pending::ToolsCall(call) => {
-                    changed |= self.screen_result(&mut msg.value, &call.tool);
+                    changed |= self.screen_result(&mut msg.value, &call.tool, plain);
                     let v = &msg.value;
                     let is_error = v.get("error").is_some()
-                        || v.pointer("/result/isError") == Some(&Value::Bool(true));
+                        || at(v, &["result", "isError"]) == Some(&Value::Bool(true));
                     let reason = if is_error {
                         Reason::CallError
                     } else {
@@ -325,7 +326,10 @@ impl Session {
                 return;
             }
         }
-        changed |= self.redact_secrets(&mut msg.value, tool.as_deref());
+        // a changed message is searched in full: `plain` speaks for the
+        // line as the server sent it
+        let plain = plain.filter(|_| !changed);
+        changed |= self.redact_secrets(&mut msg.value, tool.as_deref(), plain);
         if changed {
             self.host_value(&msg.value);
         } else {

@@ -32,7 +32,7 @@ use serde_json::{json, Value};
 
 use crate::launcher::ExitInfo;
 use crate::lines::Line;
-use crate::message::{error_line, id_key, to_line, Invalid, Message, Shape};
+use crate::message::{at, error_line, id_key, to_line, Invalid, Message, Shape};
 use crate::pin::{PinStore, PinWrite};
 use crate::policy::{ApprovalAnswer, ApprovalRequest, ToolPolicy};
 use crate::redact::Redactor;
@@ -590,7 +590,7 @@ impl Session {
             Shape::Request => self.host_request(line, msg),
             Shape::Notification => {
                 if msg.method() == Some("notifications/cancelled") {
-                    if let Some(rid) = msg.value.pointer("/params/requestId") {
+                    if let Some(rid) = msg.params().and_then(|p| p.get("requestId")) {
                         if self.cancel_approval(&id_key(rid)) {
                             return; // the server never saw that call
                         }
@@ -617,7 +617,7 @@ impl Session {
         match msg.method().unwrap_or_default() {
             "initialize" => {
                 self.host.elicitation = params
-                    .and_then(|p| p.pointer("/capabilities/elicitation"))
+                    .and_then(|p| at(p, &["capabilities", "elicitation"]))
                     .is_some_and(supports_form_elicitation);
                 self.host.last_elicitation = self.host.elicitation;
                 self.host.initialize_params = params.cloned();
@@ -645,8 +645,8 @@ impl Session {
     /// declared at `initialize`.
     fn elicitation_for(&self, msg: &Message) -> bool {
         match msg
-            .value
-            .pointer("/params/_meta")
+            .params()
+            .and_then(|p| p.get("_meta"))
             .and_then(|m| m.get(META_CLIENT_CAPS))
         {
             Some(caps) => caps

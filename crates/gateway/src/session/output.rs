@@ -9,6 +9,7 @@ use mcpbox_policy::Reason;
 use serde_json::{json, Value};
 
 use super::Session;
+use crate::message::at_mut;
 use crate::redact::{find_credentials, redact_credentials};
 use crate::screen::sanitize;
 
@@ -36,19 +37,27 @@ impl Session {
     }
 
     /// Replaces secret values anywhere in the message; one audit record per
-    /// secret found.
-    pub(super) fn redact_secrets(&mut self, v: &mut Value, tool: Option<&str>) -> bool {
+    /// secret found. `plain` is the raw line when [`crate::message::is_plain`]: a search
+    /// over it stands for the walk over every string.
+    pub(super) fn redact_secrets(
+        &mut self,
+        v: &mut Value,
+        tool: Option<&str>,
+        plain: Option<&[u8]>,
+    ) -> bool {
         let redactor = self.redaction.redactor.clone();
         if redactor.is_empty() {
             return false;
         }
         let mut counts = vec![0usize; redactor.names().len()];
-        let mut changed = walk_strings(v, &mut |s| match redactor.redact_str(s, &mut counts) {
-            std::borrow::Cow::Borrowed(_) => None,
-            std::borrow::Cow::Owned(o) => Some(o),
-        });
+        let found = plain.is_none_or(|line| !redactor.find(line).is_empty());
+        let mut changed = found
+            && walk_strings(v, &mut |s| match redactor.redact_str(s, &mut counts) {
+                std::borrow::Cow::Borrowed(_) => None,
+                std::borrow::Cow::Owned(o) => Some(o),
+            });
         // a secret split over two text items is still the secret
-        if let Some(Value::Array(items)) = v.pointer_mut("/result/content") {
+        if let Some(Value::Array(items)) = at_mut(v, &["result", "content"]) {
             let mut texts: Vec<&mut String> = items
                 .iter_mut()
                 .filter_map(|item| match item.get_mut("text") {
@@ -73,12 +82,16 @@ impl Session {
         changed
     }
 
-    /// Credential shapes, escapes and size of a tool result.
-    pub(super) fn screen_result(&mut self, v: &mut Value, tool: &str) -> bool {
+    /// Credential shapes, escapes and size of a tool result. `plain` as
+    /// for [`Session::redact_secrets`].
+    pub(super) fn screen_result(&mut self, v: &mut Value, tool: &str, plain: Option<&[u8]>) -> bool {
         let mut changed = false;
         let redact = self.config.redact_credential_shapes;
         let mut rules: Vec<&'static str> = Vec::new();
-        if let Some(result) = v.get_mut("result") {
+        let shapes = plain.is_none_or(|line| {
+            !find_credentials(&String::from_utf8_lossy(line)).is_empty()
+        });
+        if let Some(result) = v.get_mut("result").filter(|_| shapes) {
             changed |= walk_strings(result, &mut |s| {
                 let hits = find_credentials(s);
                 if hits.is_empty() {
@@ -104,6 +117,11 @@ impl Session {
                 e.detail = json!({"redacted": redact});
             });
         }
+        // a plain line has no escapes to strip, and no more text than bytes
+        let small = plain.is_some_and(|line| line.len() <= self.config.max_result);
+        if small && !changed {
+            return false;
+        }
         changed | truncate_text(v, self.config.max_result)
     }
 }
@@ -113,7 +131,7 @@ impl Session {
 fn truncate_text(v: &mut Value, max: usize) -> bool {
     let mut changed = false;
     let mut budget = max;
-    let Some(Value::Array(items)) = v.pointer_mut("/result/content") else {
+    let Some(Value::Array(items)) = at_mut(v, &["result", "content"]) else {
         return false;
     };
     for item in items {
