@@ -612,6 +612,7 @@ fn spawn_audit(
 ) -> Result<(Sender<Vec<Record>>, thread::JoinHandle<()>)> {
     let (tx, rx) = mpsc::channel::<Vec<Record>>();
     let handle = spawn_named("mcpbox-audit", move || {
+        background_priority();
         for batch in rx {
             for record in batch {
                 let mut e = record.event;
@@ -628,6 +629,17 @@ fn spawn_audit(
         }
     })?;
     Ok((tx, handle))
+}
+
+/// Lowers the calling thread's scheduling priority (nice 10; Linux applies
+/// `setpriority` to one thread when given its tid). The audit writer is
+/// background work: on a busy machine the threads on the host's path should
+/// win the CPU when they wake. Best effort: a failure changes nothing else.
+fn background_priority() {
+    let tid = rustix::thread::gettid();
+    if let Err(e) = rustix::process::setpriority_process(Some(tid), 10) {
+        tracing::debug!("cannot lower the audit writer's priority: {e}");
+    }
 }
 
 /// The launcher thread: starts each server generation asked for.

@@ -1,4 +1,5 @@
 //! Redaction, credential shapes, output limits, the tool list.
+
 use serde_json::{json, Value};
 
 use super::*;
