@@ -24,14 +24,17 @@ pub struct Outside {
     pub reply: Sender<Asked>,
 }
 
+/// Hands a question to a running driver; false when it is gone.
+type Route = Box<dyn Fn(Outside) -> bool + Send>;
+
 /// Where questions go: the driver's input, while a session runs. Set by
 /// the driver when it starts and cleared when it ends.
 #[derive(Clone, Default)]
-pub struct Dispatch(Arc<Mutex<Option<Box<dyn Fn(Outside) -> bool + Send>>>>);
+pub struct Dispatch(Arc<Mutex<Option<Route>>>);
 
 impl Dispatch {
     /// Routes questions to `send` (false when the session is gone).
-    pub fn connect(&self, send: Box<dyn Fn(Outside) -> bool + Send>) {
+    pub fn connect(&self, send: Route) {
         *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(send);
     }
 

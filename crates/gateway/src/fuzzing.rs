@@ -14,8 +14,8 @@ use serde_json::Value;
 use crate::launcher::ExitInfo;
 use crate::lines::Line;
 use crate::policy::{ApprovalAnswer, ToolPolicy};
-use crate::session::{Effect, Event, Now, Question, Session};
 use crate::secrets::{Secret, Secrets};
+use crate::session::{Effect, Event, Now, Question, Session};
 use crate::Config;
 
 /// Deny `rm*`, ask for `write*`, allow the rest.
@@ -97,7 +97,8 @@ impl Ops<'_> {
 /// Feeds arbitrary host lines, server lines, exits, restarts, approvals,
 /// questions and timer ticks into one [`Session`]. Panics only when the
 /// session breaks one of its promises: an effect after the end (other than
-/// answering an outsider), or a line to the host that is not a JSON object.
+/// answering an outsider), a line to the host that is not a JSON object, or
+/// a deadline already past after an event was handled.
 pub fn fuzz_session(data: &[u8]) {
     let config = Config {
         call_timeout: Some(Duration::from_millis(700)),
@@ -221,6 +222,12 @@ pub fn fuzz_session(data: &[u8]) {
         };
         let ended_before = s.is_ended();
         check(&s.on(event, now(ms)), ended_before);
+        match s.deadline() {
+            None => {}
+            // the timers ran with the event: nothing is left overdue, so a
+            // driver never spins on a deadline in the past
+            Some(d) => assert!(d > now(ms).mono, "a deadline in the past"),
+        }
         if s.is_ended() {
             assert!(s.deadline().is_none(), "an ended session has no timers");
         }

@@ -107,17 +107,15 @@ pub mod fuzzing;
 use std::path::PathBuf;
 use std::time::Duration;
 
-pub use launcher::{CommandLauncher, ExitInfo, Launcher, ProcessControl, ServerProcess};
 pub use asker::{HostAsker, NetworkAnswer};
+pub use launcher::{CommandLauncher, ExitInfo, Launcher, ProcessControl, ServerProcess};
 pub use mcpbox_policy::{Decision, Reason, ToolHints, Verdict};
 pub use pin::{
     accept_pins, pending_path, pin_list, tool_digest, PinError, PinStore, PinVerdict, PinWrite,
 };
-pub use policy::{
-    AllowAll, ApprovalAnswer, ApprovalRequest, ApprovalWorker, Approver, ToolPolicy,
-};
-pub use stdio::{relay, Relay, StderrHandler};
+pub use policy::{AllowAll, ApprovalAnswer, ApprovalRequest, ApprovalWorker, Approver, ToolPolicy};
 pub use secrets::{load_secret, Secret, SecretError, SecretSource, Secrets};
+pub use stdio::{relay, Relay, StderrHandler};
 
 /// Policy refusal as a protocol error (only with [`Config::deny_as_error`];
 /// by default a denied call gets a tool result with `isError: true`).

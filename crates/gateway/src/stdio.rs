@@ -29,7 +29,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::io::{BufWriter, Read, Write};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, SyncSender};
+use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
 use std::sync::Arc;
 use std::thread;
 use std::time::Instant;
@@ -336,10 +336,9 @@ impl Driver {
         match session.deadline() {
             Some(d) => {
                 let wait = d.saturating_duration_since(Instant::now());
-                match rx.recv_timeout(wait) {
-                    Ok(i) => Some(i),
-                    Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => None,
-                }
+                // timeout: the deadline; disconnected cannot happen (we
+                // hold a sender), and would be a tick as well
+                rx.recv_timeout(wait).ok()
             }
             // we hold a sender ourselves, so this returns
             None => rx.recv().ok(),

@@ -32,8 +32,12 @@ fn session_core_cost_per_call() {
     const N: usize = 20_000;
     let t = Instant::now();
     for i in 0..N {
-        let call = format!(r#"{{"jsonrpc":"2.0","id":{i},"method":"tools/call","params":{{"name":"echo","arguments":{{"message":"x"}}}}}}"#);
-        let answer = format!(r#"{{"jsonrpc":"2.0","id":{i},"result":{{"content":[{{"type":"text","text":"Echo: x"}}]}}}}"#);
+        let call = format!(
+            r#"{{"jsonrpc":"2.0","id":{i},"method":"tools/call","params":{{"name":"echo","arguments":{{"message":"x"}}}}}}"#
+        );
+        let answer = format!(
+            r#"{{"jsonrpc":"2.0","id":{i},"result":{{"content":[{{"type":"text","text":"Echo: x"}}]}}}}"#
+        );
         let a = s.on(Event::Host(Line::Data(call.into_bytes())), now());
         let b = s.on(
             Event::Server {
@@ -45,5 +49,8 @@ fn session_core_cost_per_call() {
         assert!(!a.is_empty() && !b.is_empty());
     }
     let per = t.elapsed() / N as u32;
-    println!("session core: {:.2} µs per tools/call round trip", per.as_secs_f64() * 1e6);
+    println!(
+        "session core: {:.2} µs per tools/call round trip",
+        per.as_secs_f64() * 1e6
+    );
 }

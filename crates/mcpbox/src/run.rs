@@ -14,8 +14,8 @@ use mcpbox_gateway::{
     Config, ExitInfo, Launcher, ProcessControl, Relay, Secret, SecretSource, Secrets,
     ServerProcess, ToolPolicy,
 };
-use mcpbox_policy::{Decision, ToolHints};
 use mcpbox_policy::ToolRules;
+use mcpbox_policy::{Decision, ToolHints};
 use mcpbox_sandbox::{Sandbox, Spec, Status};
 
 use crate::preflight::{self, Loaded};

@@ -12,8 +12,7 @@ use harness::*;
 use mcpbox_audit::Kind;
 use mcpbox_gateway::{
     digest::json_digest, Config, Decision, EndReason, Reason, Secrets, ToolHints, ToolPolicy,
-    Verdict,
-    CODE_CALL_TIMEOUT, CODE_SERVER_EXITED,
+    Verdict, CODE_CALL_TIMEOUT, CODE_SERVER_EXITED,
 };
 use serde_json::{json, Value};
 
@@ -88,7 +87,10 @@ fn destructive_annotation_cannot_loosen_policy() {
     );
     let r = host.call(2, "delete_all", json!({}));
     assert_eq!(r["result"]["isError"], json!(true));
-    assert_eq!(decision_meta(&r)["reason"], json!(Reason::ToolDefault.as_str()));
+    assert_eq!(
+        decision_meta(&r)["reason"],
+        json!(Reason::ToolDefault.as_str())
+    );
     host.close();
     // and the call never reached the server
 }

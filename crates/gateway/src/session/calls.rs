@@ -149,11 +149,12 @@ impl Session {
         line: Vec<u8>,
     ) {
         let now = self.now.mono;
-        let since = self
-            .config
-            .output_dir
-            .is_some()
-            .then(|| self.now.wall.checked_sub(COARSE_CLOCK_MARGIN).unwrap_or(UNIX_EPOCH));
+        let since = self.config.output_dir.is_some().then(|| {
+            self.now
+                .wall
+                .checked_sub(COARSE_CLOCK_MARGIN)
+                .unwrap_or(UNIX_EPOCH)
+        });
         let call = Call {
             tool,
             args_digest,
@@ -163,7 +164,7 @@ impl Session {
             decision,
         };
         self.calls.track(id, Pending::ToolsCall(call));
-        self.to_server(line);
+        self.send_server(line);
     }
 
     /// Refuses a call: one audit record, one answer, nothing to the server.
@@ -222,7 +223,7 @@ impl Session {
         for (id, call) in self.calls.expired(self.now.mono) {
             let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
                 "params": {"requestId": id, "reason": "mcpbox: call timed out"}});
-            self.to_server(to_line(&cancel));
+            self.send_server(to_line(&cancel));
             self.record_call(call, Reason::CallTimeout, |_| {});
             let limit = self.config.call_timeout.unwrap_or_default();
             let data = json!({"reason": Reason::CallTimeout.as_str()});
@@ -333,7 +334,7 @@ impl Session {
         if changed {
             self.host_value(&msg.value);
         } else {
-            self.to_host(line);
+            self.send_host(line);
         }
         if let Some((call, reason, bytes)) = finished {
             self.record_call(call, reason, |e| e.result_bytes = Some(bytes));

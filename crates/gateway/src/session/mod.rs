@@ -478,22 +478,22 @@ impl Session {
     // ---- output helpers ---------------------------------------------
 
     /// Writes one line to the host (unless it is gone).
-    fn to_host(&mut self, line: Vec<u8>) {
+    fn send_host(&mut self, line: Vec<u8>) {
         if !self.host.gone {
             self.out.push(Effect::WriteHost(line));
         }
     }
 
     fn host_value(&mut self, v: &Value) {
-        self.to_host(to_line(v));
+        self.send_host(to_line(v));
     }
 
     fn host_error(&mut self, id: &Value, code: i64, message: &str, data: Option<Value>) {
-        self.to_host(error_line(id, code, message, data));
+        self.send_host(error_line(id, code, message, data));
     }
 
     /// Writes one line to the current server, if its stdin is open.
-    fn to_server(&mut self, line: Vec<u8>) {
+    fn send_server(&mut self, line: Vec<u8>) {
         if let Some(gen) = self.server.writable() {
             self.out.push(Effect::WriteServer { gen, line });
         }
@@ -596,10 +596,10 @@ impl Session {
                         }
                     }
                 }
-                self.to_server(line);
+                self.send_server(line);
             }
             // an answer to a server-to-client request
-            Shape::Response | Shape::Error | Shape::Other => self.to_server(line),
+            Shape::Response | Shape::Error | Shape::Other => self.send_server(line),
         }
     }
 
@@ -622,20 +622,20 @@ impl Session {
                 self.host.last_elicitation = self.host.elicitation;
                 self.host.initialize_params = params.cloned();
                 self.calls.track(id, calls::Pending::Handshake);
-                self.to_server(line);
+                self.send_server(line);
             }
             "server/discover" => {
                 self.calls.track(id, calls::Pending::Handshake);
-                self.to_server(line);
+                self.send_server(line);
             }
             "tools/list" => {
                 self.calls.track(id, calls::Pending::ToolsList);
-                self.to_server(line);
+                self.send_server(line);
             }
             "tools/call" => self.tools_call(id, &msg, line),
             _ => {
                 self.calls.track(id, calls::Pending::Other);
-                self.to_server(line);
+                self.send_server(line);
             }
         }
     }

@@ -84,13 +84,17 @@ impl Session {
 
     /// Credential shapes, escapes and size of a tool result. `plain` as
     /// for [`Session::redact_secrets`].
-    pub(super) fn screen_result(&mut self, v: &mut Value, tool: &str, plain: Option<&[u8]>) -> bool {
+    pub(super) fn screen_result(
+        &mut self,
+        v: &mut Value,
+        tool: &str,
+        plain: Option<&[u8]>,
+    ) -> bool {
         let mut changed = false;
         let redact = self.config.redact_credential_shapes;
         let mut rules: Vec<&'static str> = Vec::new();
-        let shapes = plain.is_none_or(|line| {
-            !find_credentials(&String::from_utf8_lossy(line)).is_empty()
-        });
+        let shapes =
+            plain.is_none_or(|line| !find_credentials(&String::from_utf8_lossy(line)).is_empty());
         if let Some(result) = v.get_mut("result").filter(|_| shapes) {
             changed |= walk_strings(result, &mut |s| {
                 let hits = find_credentials(s);

@@ -196,7 +196,7 @@ impl Session {
                 let id = format!("mcpbox-reinit-{}-{}", self.nonce, self.server.launches);
                 let init =
                     json!({"jsonrpc": "2.0", "id": id, "method": "initialize", "params": params});
-                self.to_server(to_line(&init));
+                self.send_server(to_line(&init));
                 self.server.reinit = Some((id_key(&Value::String(id)), now + REINIT_WAIT));
             }
             _ => self.release_held(),
@@ -346,7 +346,7 @@ impl Session {
     fn finish_reinit(&mut self) {
         self.server.reinit = None;
         let done = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
-        self.to_server(to_line(&done));
+        self.send_server(to_line(&done));
         self.release_held();
     }
 
@@ -369,15 +369,15 @@ impl Session {
             Phase::Up => {}
         }
         let s = &mut self.server;
-        if s.exited.is_some() && !s.stdout_closed {
-            if s.gone_since.is_some_and(|t| now.duration_since(t) >= DRAIN) {
-                s.stdout_closed = true;
-            }
+        let drained = s.gone_since.is_some_and(|t| now.duration_since(t) >= DRAIN);
+        if s.exited.is_some() && !s.stdout_closed && drained {
+            s.stdout_closed = true;
         }
         if s.exited.is_none()
             && s.stdout_closed
             && !s.stopping()
-            && s.closed_since.is_some_and(|t| now.duration_since(t) >= DRAIN)
+            && s.closed_since
+                .is_some_and(|t| now.duration_since(t) >= DRAIN)
         {
             // closed stdout long ago but still running: it cannot answer
             s.terminated = Some(now);

@@ -16,7 +16,10 @@ fn denied_call_never_reaches_the_server_and_is_audited() {
     t.init(json!({}));
     assert_eq!(
         t.host(&call(1, "delete_all", json!({}))),
-        s(&["audit ToolCall deny tool.rule", "host denied tool.rule id=1"])
+        s(&[
+            "audit ToolCall deny tool.rule",
+            "host denied tool.rule id=1"
+        ])
     );
     let text = t.to_host()[0]["result"]["content"][0]["text"].clone();
     assert!(text.as_str().unwrap().contains("delete_all"), "{text}");
@@ -31,7 +34,10 @@ fn deny_as_error_answers_with_the_policy_code() {
     let mut t = T::new(cfg, rules(vec![("x", Verdict::Deny)]));
     assert_eq!(
         t.host(&call(1, "x", json!({}))),
-        s(&["audit ToolCall deny tool.rule", "host error -31001 tool.rule id=1"])
+        s(&[
+            "audit ToolCall deny tool.rule",
+            "host error -31001 tool.rule id=1"
+        ])
     );
 }
 
@@ -41,10 +47,14 @@ fn allowed_call_is_forwarded_unchanged_and_audited_when_answered() {
     // odd spacing and an unknown field: forwarded byte for byte
     let line = r#"{"jsonrpc":"2.0", "id":7,"method":"tools/call","params":{"name":"echo","arguments":{"b":1,"a":2}},"x-vendor":true}"#;
     assert_eq!(t.host(line), [format!("server {line}")]);
-    let answer = r#"{"jsonrpc":"2.0","id":7,"result":{"content":[{"type":"text","text":"hi"}]} , "x":1}"#;
+    let answer =
+        r#"{"jsonrpc":"2.0","id":7,"result":{"content":[{"type":"text","text":"hi"}]} , "x":1}"#;
     assert_eq!(
         t.server(answer),
-        [format!("host {answer}"), "audit ToolCall allow tool.default".into()]
+        [
+            format!("host {answer}"),
+            "audit ToolCall allow tool.default".into()
+        ]
     );
 }
 
@@ -67,7 +77,10 @@ fn lying_annotation_cannot_loosen_the_policy() {
     assert_eq!(t.to_host()[0]["result"]["tools"], json!([]));
     assert_eq!(
         t.host(&call(2, "rm", json!({}))),
-        s(&["audit ToolCall deny tool.default", "host denied tool.default id=2"])
+        s(&[
+            "audit ToolCall deny tool.default",
+            "host denied tool.default id=2"
+        ])
     );
 }
 
@@ -83,8 +96,14 @@ fn approval_through_elicitation_forwards_exactly_that_call() {
     t.init(json!({"elicitation": {}}));
     let c = call(1, "write_file", json!({"path": "a"}));
     assert_eq!(t.host(&c), ["host elicit id=\"mcpbox-approval-n0nce-0\""]);
-    let msg = t.to_host()[0]["params"]["message"].as_str().unwrap().to_string();
-    assert!(msg.contains("write_file") && msg.contains("expires"), "{msg}");
+    let msg = t.to_host()[0]["params"]["message"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        msg.contains("write_file") && msg.contains("expires"),
+        "{msg}"
+    );
     let yes = r#"{"jsonrpc":"2.0","id":"mcpbox-approval-n0nce-0","result":{"action":"accept","content":{"approve":true}}}"#;
     assert_eq!(t.host(yes), [format!("server {c}")]);
     assert_eq!(
@@ -104,7 +123,10 @@ fn approval_declined_through_elicitation_is_denied() {
     let no = r#"{"jsonrpc":"2.0","id":"mcpbox-approval-n0nce-0","result":{"action":"accept","content":{"approve":false}}}"#;
     assert_eq!(
         t.host(no),
-        s(&["audit ToolCall deny approval.declined", "host denied approval.declined id=1"])
+        s(&[
+            "audit ToolCall deny approval.declined",
+            "host denied approval.declined id=1"
+        ])
     );
 }
 
@@ -116,7 +138,10 @@ fn approval_nobody_answers_times_out_denied() {
     assert_eq!(t.after(9_999), Vec::<String>::new());
     assert_eq!(
         t.after(1),
-        s(&["audit ToolCall deny approval.timeout", "host denied approval.timeout id=1"])
+        s(&[
+            "audit ToolCall deny approval.timeout",
+            "host denied approval.timeout id=1"
+        ])
     );
     // a late answer changes nothing
     let late = r#"{"jsonrpc":"2.0","id":"mcpbox-approval-n0nce-0","result":{"action":"accept","content":{"approve":true}}}"#;
@@ -129,7 +154,10 @@ fn approval_without_any_channel_is_denied_as_required() {
     t.init(json!({}));
     assert_eq!(
         t.host(&call(1, "write_file", json!({}))),
-        s(&["audit ToolCall deny approval.required", "host denied approval.required id=1"])
+        s(&[
+            "audit ToolCall deny approval.required",
+            "host denied approval.required id=1"
+        ])
     );
 }
 
@@ -148,14 +176,23 @@ fn fallback_approver_is_asked_when_the_host_cannot_elicit() {
     let yes = ApprovalAnswer::Approved {
         approver: "console:alice".into(),
     };
-    assert_eq!(t.on(Event::Approval { key: 0, answer: yes }), [format!("server {c}")]);
+    assert_eq!(
+        t.on(Event::Approval {
+            key: 0,
+            answer: yes
+        }),
+        [format!("server {c}")]
+    );
     t.host(&call(2, "write_file", json!({})));
     assert_eq!(
         t.on(Event::Approval {
             key: 1,
             answer: ApprovalAnswer::Declined
         }),
-        s(&["audit ToolCall deny approval.declined", "host denied approval.declined id=2"])
+        s(&[
+            "audit ToolCall deny approval.declined",
+            "host denied approval.declined id=2"
+        ])
     );
     t.host(&call(3, "write_file", json!({})));
     assert_eq!(
@@ -163,13 +200,19 @@ fn fallback_approver_is_asked_when_the_host_cannot_elicit() {
             key: 2,
             answer: ApprovalAnswer::Timeout
         }),
-        s(&["audit ToolCall deny approval.timeout", "host denied approval.timeout id=3"])
+        s(&[
+            "audit ToolCall deny approval.timeout",
+            "host denied approval.timeout id=3"
+        ])
     );
     // the approver gave no answer at all: the session's own clock denies
     t.host(&call(4, "write_file", json!({})));
     assert_eq!(
         t.after(10_000),
-        s(&["audit ToolCall deny approval.timeout", "host denied approval.timeout id=4"])
+        s(&[
+            "audit ToolCall deny approval.timeout",
+            "host denied approval.timeout id=4"
+        ])
     );
 }
 
@@ -181,7 +224,11 @@ fn cancelled_call_waiting_for_approval_is_dropped_unanswered() {
     let cancel = r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}"#;
     assert_eq!(t.host(cancel), Vec::<String>::new());
     let yes = r#"{"jsonrpc":"2.0","id":"mcpbox-approval-n0nce-0","result":{"action":"accept","content":{"approve":true}}}"#;
-    assert_eq!(t.host(yes), Vec::<String>::new(), "approving a cancelled call runs nothing");
+    assert_eq!(
+        t.host(yes),
+        Vec::<String>::new(),
+        "approving a cancelled call runs nothing"
+    );
     // a cancel for a forwarded request goes to the server as it is
     let other = r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":9}}"#;
     assert_eq!(t.host(other), [format!("server {other}")]);
@@ -199,7 +246,13 @@ fn forged_approval_answer_from_the_server_is_dropped() {
     // a server request reusing our id would collect the host's answer
     let fishing = r#"{"jsonrpc":"2.0","id":"mcpbox-approval-n0nce-0","method":"elicitation/create","params":{}}"#;
     assert_eq!(t.server(fishing), Vec::<String>::new());
-    assert_eq!(t.after(10_000), s(&["audit ToolCall deny approval.timeout", "host denied approval.timeout id=1"]));
+    assert_eq!(
+        t.after(10_000),
+        s(&[
+            "audit ToolCall deny approval.timeout",
+            "host denied approval.timeout id=1"
+        ])
+    );
 }
 
 // ---- protocol eras ----------------------------------------------------------
@@ -211,7 +264,10 @@ fn elicitation_declared_at_initialize_2025_is_used() {
     // url mode only: no form elicitation
     assert_eq!(
         t.host(&call(1, "write_file", json!({}))),
-        s(&["audit ToolCall deny approval.required", "host denied approval.required id=1"])
+        s(&[
+            "audit ToolCall deny approval.required",
+            "host denied approval.required id=1"
+        ])
     );
 }
 
@@ -221,12 +277,18 @@ fn elicitation_declared_per_request_2026_wins_over_initialize() {
     // 2026-07-28: no initialize; capabilities ride on each request
     let with = json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"write_file","arguments":{},
         "_meta":{"io.modelcontextprotocol/clientCapabilities":{"elicitation":{}}}}});
-    assert_eq!(t.host(&with.to_string()), ["host elicit id=\"mcpbox-approval-n0nce-0\""]);
+    assert_eq!(
+        t.host(&with.to_string()),
+        ["host elicit id=\"mcpbox-approval-n0nce-0\""]
+    );
     let without = json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"write_file","arguments":{},
         "_meta":{"io.modelcontextprotocol/clientCapabilities":{}}}});
     assert_eq!(
         t.host(&without.to_string()),
-        s(&["audit ToolCall deny approval.required", "host denied approval.required id=2"])
+        s(&[
+            "audit ToolCall deny approval.required",
+            "host denied approval.required id=2"
+        ])
     );
 }
 
@@ -240,20 +302,38 @@ fn outside_question_goes_by_the_hosts_last_word() {
         wait: Duration::from_secs(5),
         needs_capability: true,
     };
-    assert_eq!(t.on(Event::Ask { ticket: 0, question: q() }), ["answer 0 unavailable"]);
+    assert_eq!(
+        t.on(Event::Ask {
+            ticket: 0,
+            question: q()
+        }),
+        ["answer 0 unavailable"]
+    );
     t.init(json!({"elicitation": {}}));
     assert_eq!(
-        t.on(Event::Ask { ticket: 1, question: q() }),
+        t.on(Event::Ask {
+            ticket: 1,
+            question: q()
+        }),
         ["host elicit id=\"mcpbox-network-n0nce-0\""]
     );
     let answer = r#"{"jsonrpc":"2.0","id":"mcpbox-network-n0nce-0","result":{"action":"accept","content":{"decision":"once"}}}"#;
     assert_eq!(t.host(answer), ["answer 1 response"]);
-    t.on(Event::Ask { ticket: 2, question: q() });
+    t.on(Event::Ask {
+        ticket: 2,
+        question: q(),
+    });
     assert_eq!(t.after(5_000), ["answer 2 timeout"]);
     // a request whose _meta drops elicitation changes the last word
     let req = json!({"jsonrpc":"2.0","id":5,"method":"ping","params":{"_meta":{"io.modelcontextprotocol/clientCapabilities":{}}}});
     t.host(&req.to_string());
-    assert_eq!(t.on(Event::Ask { ticket: 3, question: q() }), ["answer 3 unavailable"]);
+    assert_eq!(
+        t.on(Event::Ask {
+            ticket: 3,
+            question: q()
+        }),
+        ["answer 3 unavailable"]
+    );
 }
 
 // ---- passing through ----------------------------------------------------------
@@ -263,7 +343,8 @@ fn notifications_and_server_requests_pass_through_unchanged() {
     let mut t = T::new(config(), rules(vec![]));
     let n = r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":1,"progress":0.5},"extra":[1, 2]}"#;
     assert_eq!(t.server(n), [format!("host {n}")]);
-    let r = r#"{"jsonrpc":"2.0","id":"s1","method":"sampling/createMessage","params":{"messages":[]}}"#;
+    let r =
+        r#"{"jsonrpc":"2.0","id":"s1","method":"sampling/createMessage","params":{"messages":[]}}"#;
     assert_eq!(t.server(r), [format!("host {r}")]);
     let a = r#"{"jsonrpc":"2.0","id":"s1","result":{"role":"assistant"}}"#;
     assert_eq!(t.host(a), [format!("server {a}")]);
@@ -280,7 +361,10 @@ fn batch_from_the_host_is_refused() {
         t.host(r#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#),
         ["host error -32600 batch.refused id=null"]
     );
-    assert_eq!(t.host("{oops"), ["host error -32700 request.invalid id=null"]);
+    assert_eq!(
+        t.host("{oops"),
+        ["host error -32700 request.invalid id=null"]
+    );
     assert_eq!(t.host("17"), ["host error -32600 request.invalid id=null"]);
     assert_eq!(
         t.host(r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{}}"#),
@@ -346,6 +430,8 @@ fn garbage_from_the_server_is_flagged_once_and_dropped() {
     let mut t = T::new(config(), rules(vec![]));
     assert_eq!(t.server("hello world"), ["audit Flag server.invalid_json"]);
     assert_eq!(t.server("[1,2]"), Vec::<String>::new());
-    assert_eq!(t.server(r#"{"jsonrpc":"2.0","id":99,"result":{}}"#), Vec::<String>::new());
+    assert_eq!(
+        t.server(r#"{"jsonrpc":"2.0","id":99,"result":{}}"#),
+        Vec::<String>::new()
+    );
 }
-

@@ -16,7 +16,11 @@ fn call_timeout_cancels_at_the_server_and_answers_the_host() {
     };
     let mut t = T::new(cfg, rules(vec![]));
     t.host(&call(5, "slow", json!({})));
-    assert_eq!(t.s.deadline(), Some(t.base + Duration::from_millis(250)), "exit poll first");
+    assert_eq!(
+        t.s.deadline(),
+        Some(t.base + Duration::from_millis(250)),
+        "exit poll first"
+    );
     t.after(1_999);
     let out = t.after(1);
     assert_eq!(
@@ -105,7 +109,14 @@ fn host_gone_ends_the_session_as_such() {
         gen: 1,
         redactions: vec![],
     }));
-    assert_eq!(out, s(&["audit ServerExit host.gone", "audit SessionEnd", "end HostGone"]));
+    assert_eq!(
+        out,
+        s(&[
+            "audit ServerExit host.gone",
+            "audit SessionEnd",
+            "end HostGone"
+        ])
+    );
 }
 
 #[test]
@@ -151,7 +162,12 @@ fn ttl_restart_waits_for_idle_holds_calls_and_replays_initialize() {
         secrets: fresh,
     });
     assert_eq!(out.len(), 1);
-    assert!(out[0].starts_with(r#"server {"id":"mcpbox-reinit-n0nce-2","jsonrpc":"2.0","method":"initialize""#), "{out:?}");
+    assert!(
+        out[0].starts_with(
+            r#"server {"id":"mcpbox-reinit-n0nce-2","jsonrpc":"2.0","method":"initialize""#
+        ),
+        "{out:?}"
+    );
     // lines of the old generation are ignored
     assert_eq!(
         t.on(Event::Server {
@@ -170,9 +186,15 @@ fn ttl_restart_waits_for_idle_holds_calls_and_replays_initialize() {
         ]
     );
     // the old value stays redacted: the new server may have cached it
-    t.server(&text_result(2, &["old-secret-value-42 new-secret-value-43"]));
+    t.server(&text_result(
+        2,
+        &["old-secret-value-42 new-secret-value-43"],
+    ));
     let sent = t.to_host()[0].to_string();
-    assert!(!sent.contains("old-secret") && !sent.contains("new-secret"), "{sent}");
+    assert!(
+        !sent.contains("old-secret") && !sent.contains("new-secret"),
+        "{sent}"
+    );
 }
 
 #[test]
@@ -235,6 +257,12 @@ fn events_after_the_end_do_nothing_but_answer_outsiders() {
         wait: Duration::from_secs(1),
         needs_capability: false,
     };
-    assert_eq!(t.on(Event::Ask { ticket: 9, question: q }), ["answer 9 unavailable"]);
+    assert_eq!(
+        t.on(Event::Ask {
+            ticket: 9,
+            question: q
+        }),
+        ["answer 9 unavailable"]
+    );
     let _ = SystemTime::now();
 }

@@ -214,7 +214,11 @@ pub(super) fn describe(e: &Effect) -> String {
                 );
             }
             if let Some(d) = v.pointer("/result/_meta/mcpbox~1decision") {
-                return format!("host denied {} id={}", d["reason"].as_str().unwrap_or("-"), v["id"]);
+                return format!(
+                    "host denied {} id={}",
+                    d["reason"].as_str().unwrap_or("-"),
+                    v["id"]
+                );
             }
             if v["method"] == "elicitation/create" {
                 return format!("host elicit id={}", v["id"]);
@@ -243,7 +247,9 @@ pub(super) fn describe(e: &Effect) -> String {
         }
         Effect::WritePins(w) => format!(
             "pins {}",
-            w.path.file_name().map_or(String::new(), |n| n.to_string_lossy().into())
+            w.path
+                .file_name()
+                .map_or(String::new(), |n| n.to_string_lossy().into())
         ),
         Effect::AskApprover { key, request } => format!("approver {key} {}", request.tool),
         Effect::Answer { ticket, answer } => match answer {
@@ -258,4 +264,3 @@ pub(super) fn describe(e: &Effect) -> String {
 pub(super) fn s(v: &[&str]) -> Vec<String> {
     v.iter().map(|x| x.to_string()).collect()
 }
-
