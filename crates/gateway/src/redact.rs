@@ -7,6 +7,8 @@
 
 use std::borrow::Cow;
 
+use mcpbox_policy::Reason;
+
 /// One pattern: bytes to find and the index of the secret it belongs to.
 #[derive(Debug, Clone)]
 struct Pattern {
@@ -404,8 +406,8 @@ impl StreamRedactor {
 /// A credential shape: a fixed prefix followed by a run of allowed
 /// characters of a minimum (and optional maximum) length.
 struct Shape {
-    /// Rule name for the audit log.
-    rule: &'static str,
+    /// Reason code for the audit log.
+    rule: Reason,
     prefix: &'static str,
     charset: fn(u8) -> bool,
     min: usize,
@@ -432,7 +434,7 @@ fn alnum_dash(b: u8) -> bool {
 const SHAPES: &[Shape] = &[
     // GitHub fine-grained personal access token
     Shape {
-        rule: "credential.github_pat",
+        rule: Reason::CredentialGithubPat,
         prefix: "github_pat_",
         charset: alnum_us,
         min: 22,
@@ -440,35 +442,35 @@ const SHAPES: &[Shape] = &[
     },
     // GitHub classic tokens: personal, OAuth, user-to-server, server-to-server, refresh
     Shape {
-        rule: "credential.github",
+        rule: Reason::CredentialGithub,
         prefix: "ghp_",
         charset: alnum,
         min: 30,
         max: 255,
     },
     Shape {
-        rule: "credential.github",
+        rule: Reason::CredentialGithub,
         prefix: "gho_",
         charset: alnum,
         min: 30,
         max: 255,
     },
     Shape {
-        rule: "credential.github",
+        rule: Reason::CredentialGithub,
         prefix: "ghu_",
         charset: alnum,
         min: 30,
         max: 255,
     },
     Shape {
-        rule: "credential.github",
+        rule: Reason::CredentialGithub,
         prefix: "ghs_",
         charset: alnum,
         min: 30,
         max: 255,
     },
     Shape {
-        rule: "credential.github",
+        rule: Reason::CredentialGithub,
         prefix: "ghr_",
         charset: alnum,
         min: 30,
@@ -476,7 +478,7 @@ const SHAPES: &[Shape] = &[
     },
     // Anthropic API key (before the generic sk-)
     Shape {
-        rule: "credential.anthropic",
+        rule: Reason::CredentialAnthropic,
         prefix: "sk-ant-",
         charset: alnum_us_dash,
         min: 20,
@@ -484,7 +486,7 @@ const SHAPES: &[Shape] = &[
     },
     // OpenAI-style secret key
     Shape {
-        rule: "credential.openai",
+        rule: Reason::CredentialOpenai,
         prefix: "sk-",
         charset: alnum_us_dash,
         min: 20,
@@ -492,14 +494,14 @@ const SHAPES: &[Shape] = &[
     },
     // Stripe live secret / restricted keys
     Shape {
-        rule: "credential.stripe",
+        rule: Reason::CredentialStripe,
         prefix: "sk_live_",
         charset: alnum,
         min: 16,
         max: 255,
     },
     Shape {
-        rule: "credential.stripe",
+        rule: Reason::CredentialStripe,
         prefix: "rk_live_",
         charset: alnum,
         min: 16,
@@ -507,28 +509,28 @@ const SHAPES: &[Shape] = &[
     },
     // Slack bot / user / app tokens
     Shape {
-        rule: "credential.slack",
+        rule: Reason::CredentialSlack,
         prefix: "xoxb-",
         charset: alnum_dash,
         min: 10,
         max: 255,
     },
     Shape {
-        rule: "credential.slack",
+        rule: Reason::CredentialSlack,
         prefix: "xoxp-",
         charset: alnum_dash,
         min: 10,
         max: 255,
     },
     Shape {
-        rule: "credential.slack",
+        rule: Reason::CredentialSlack,
         prefix: "xoxa-",
         charset: alnum_dash,
         min: 10,
         max: 255,
     },
     Shape {
-        rule: "credential.slack",
+        rule: Reason::CredentialSlack,
         prefix: "xapp-",
         charset: alnum_dash,
         min: 10,
@@ -536,14 +538,14 @@ const SHAPES: &[Shape] = &[
     },
     // AWS access key ids (long-term and temporary)
     Shape {
-        rule: "credential.aws_access_key",
+        rule: Reason::CredentialAwsAccessKey,
         prefix: "AKIA",
         charset: upper_digit,
         min: 16,
         max: 16,
     },
     Shape {
-        rule: "credential.aws_access_key",
+        rule: Reason::CredentialAwsAccessKey,
         prefix: "ASIA",
         charset: upper_digit,
         min: 16,
@@ -551,7 +553,7 @@ const SHAPES: &[Shape] = &[
     },
     // Google API key
     Shape {
-        rule: "credential.google_api_key",
+        rule: Reason::CredentialGoogleApiKey,
         prefix: "AIza",
         charset: alnum_us_dash,
         min: 35,
@@ -559,7 +561,7 @@ const SHAPES: &[Shape] = &[
     },
     // GitLab personal access token
     Shape {
-        rule: "credential.gitlab",
+        rule: Reason::CredentialGitlab,
         prefix: "glpat-",
         charset: alnum_us_dash,
         min: 20,
@@ -567,7 +569,7 @@ const SHAPES: &[Shape] = &[
     },
     // npm access token
     Shape {
-        rule: "credential.npm",
+        rule: Reason::CredentialNpm,
         prefix: "npm_",
         charset: alnum,
         min: 36,
@@ -579,7 +581,7 @@ const PEM_BEGIN: &str = "-----BEGIN ";
 const PEM_KEY: &str = "PRIVATE KEY-----";
 
 /// The credential shapes found in `s`, as (start, end, rule).
-pub fn find_credentials(s: &str) -> Vec<(usize, usize, &'static str)> {
+pub fn find_credentials(s: &str) -> Vec<(usize, usize, Reason)> {
     let b = s.as_bytes();
     let mut hits = Vec::new();
     // PEM private key blocks: from BEGIN to the matching END line, or to
@@ -599,7 +601,7 @@ pub fn find_credentials(s: &str) -> Vec<(usize, usize, &'static str)> {
                 }
                 None => s.len(),
             };
-            hits.push((start, end, "credential.private_key"));
+            hits.push((start, end, Reason::CredentialPrivateKey));
             from = end;
         } else {
             from = start + PEM_BEGIN.len();
@@ -628,7 +630,7 @@ pub fn find_credentials(s: &str) -> Vec<(usize, usize, &'static str)> {
             if let Some(m) = matched {
                 if !hits
                     .iter()
-                    .any(|h: &(usize, usize, &str)| m.0 < h.1 && h.0 < m.1)
+                    .any(|h: &(usize, usize, Reason)| m.0 < h.1 && h.0 < m.1)
                 {
                     hits.push(m);
                 }
@@ -643,7 +645,7 @@ pub fn find_credentials(s: &str) -> Vec<(usize, usize, &'static str)> {
 }
 
 /// Replaces credential shapes in `s` with `[REDACTED:credential]`.
-pub fn redact_credentials(s: &str, hits: &[(usize, usize, &'static str)]) -> String {
+pub fn redact_credentials(s: &str, hits: &[(usize, usize, Reason)]) -> String {
     let mut out = String::with_capacity(s.len());
     let mut pos = 0;
     for &(start, end, _) in hits {
@@ -775,9 +777,9 @@ mod tests {
         assert_eq!(
             rules,
             vec![
-                "credential.aws_access_key",
-                "credential.github",
-                "credential.private_key"
+                Reason::CredentialAwsAccessKey,
+                Reason::CredentialGithub,
+                Reason::CredentialPrivateKey
             ]
         );
         let out = redact_credentials(&text, &hits);

@@ -13,12 +13,6 @@ use crate::message::at_mut;
 use crate::redact::{find_credentials, redact_credentials};
 use crate::screen::sanitize;
 
-/// The catalogued reason of a credential shape rule of [`crate::redact`]
-/// (a test checks that every shape has one).
-pub(crate) fn credential_reason(rule: &str) -> Option<Reason> {
-    Reason::from_code(rule).filter(|r| r.as_str().starts_with("credential."))
-}
-
 impl Session {
     /// In strings cut by compaction, removes a partial secret left just
     /// before the cut.
@@ -92,7 +86,7 @@ impl Session {
     ) -> bool {
         let mut changed = false;
         let redact = self.config.redact_credential_shapes;
-        let mut rules: Vec<&'static str> = Vec::new();
+        let mut rules: Vec<Reason> = Vec::new();
         let shapes =
             plain.is_none_or(|line| !find_credentials(&String::from_utf8_lossy(line)).is_empty());
         if let Some(result) = v.get_mut("result").filter(|_| shapes) {
@@ -109,11 +103,7 @@ impl Session {
                 redact.then(|| redact_credentials(s, &hits))
             });
         }
-        for rule in rules {
-            let Some(reason) = credential_reason(rule) else {
-                tracing::error!(rule, "credential shape without a catalogued reason");
-                continue;
-            };
+        for reason in rules {
             self.audit(Kind::Flag, |e| {
                 e.tool = Some(tool.to_string());
                 e.reason = Some(reason.as_str().to_string());
