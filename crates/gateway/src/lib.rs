@@ -11,7 +11,10 @@
 //!   check or kill the server, write an audit record or the pin file, ask
 //!   the fallback approver, answer an outside question, end) and says when
 //!   to wake it next ([`session::Session::deadline`]). It performs no I/O,
-//!   takes no lock, spawns nothing and reads no clock. Messages are parsed
+//!   takes no lock, spawns nothing and reads no clock: the driver passes
+//!   both clocks with every event ([`session::Now`]; the wall clock only
+//!   stamps audit records' `time_ms`, approval expiry and the start of a
+//!   call for `files_written`). Messages are parsed
 //!   once into typed views ([`message`]); a line that needs no change is
 //!   forwarded as the bytes that came in.
 //! - Drivers that own a session each and perform its effects. The stdio
