@@ -289,6 +289,14 @@ impl Driver {
         driver.perform(effects, &mut follow);
         spawn_host_reader(host_in, driver.config.max_line, tx)?;
         let result = driver.run_loop(&mut session, &rx, follow);
+        if result.is_err() {
+            // we could not go on (a thread would not start): the server
+            // must not outlive the session
+            if let Some(c) = driver.server.control.as_mut() {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
         // every record written before we return
         drop(driver.audit_tx.take());
         let _ = audit_thread.join();
@@ -305,10 +313,7 @@ impl Driver {
             let event = match follow.pop_front() {
                 Some(e) => e,
                 None => match self.next_input(session, rx) {
-                    Some(input) => match self.admit(input)? {
-                        Some(e) => e,
-                        None => continue,
-                    },
+                    Some(input) => self.admit(input)?,
                     None => Event::Timer,
                 },
             };
@@ -346,8 +351,8 @@ impl Driver {
     }
 
     /// Turns a thread's input into a session event (driver work first).
-    fn admit(&mut self, input: Input) -> Result<Option<Event>> {
-        Ok(Some(match input {
+    fn admit(&mut self, input: Input) -> Result<Event> {
+        Ok(match input {
             Input::Event(e) => e,
             Input::Ask(o) => {
                 let ticket = self.next_ticket;
@@ -381,7 +386,7 @@ impl Driver {
                     error: e.to_string(),
                 },
             },
-        }))
+        })
     }
 
     /// Takes over a started server's stdin, stdout and control; returns its
