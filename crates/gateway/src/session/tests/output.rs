@@ -62,6 +62,38 @@ fn credential_shapes_are_flagged_and_redacted() {
     assert!(!t.to_host()[0].to_string().contains(&token));
 }
 
+/// The plain-line fast path (one search over the raw line instead of a walk
+/// over every string) must see what the walk sees: a shape as a whole
+/// string, at its start or end, in a key, in structured content.
+#[test]
+fn credential_shapes_are_found_on_the_plain_line_fast_path() {
+    let gh = format!("ghp_{}", "a".repeat(36));
+    let aws = "AKIAABCDEFGHIJKLMNOP".to_string();
+    let results = [
+        json!({"content": [{"type": "text", "text": gh}]}),
+        json!({"content": [{"type": "text", "text": format!("{aws} at the start")}]}),
+        json!({"content": [{"type": "text", "text": format!("at the end {aws}")}]}),
+        json!({"structuredContent": {gh.clone(): 1}}),
+        json!({"structuredContent": {"env": [aws.clone()]}}),
+    ];
+    for (i, result) in results.into_iter().enumerate() {
+        let mut t = T::new(config(), rules(vec![]));
+        t.host(&call(1, "env", json!({})));
+        let line = json!({"jsonrpc": "2.0", "id": 1, "result": result}).to_string();
+        assert!(crate::message::is_plain(line.as_bytes()));
+        let out = t.server(&line);
+        assert!(
+            out[0].starts_with("audit Flag credential."),
+            "case {i}: {out:?}"
+        );
+        let sent = t.to_host()[0].to_string();
+        assert!(
+            !sent.contains(&gh) && !sent.contains(&aws),
+            "case {i}: {sent}"
+        );
+    }
+}
+
 #[test]
 fn result_text_is_cut_to_max_result() {
     let cfg = Config {
