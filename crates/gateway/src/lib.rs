@@ -3,10 +3,42 @@
 //! tool pinning, description screening, secret redaction, output limits and
 //! the audit log on the way.
 //!
-//! Entry point: [`Relay`] (or the [`relay`] shorthand). The relay uses std
-//! threads and blocking I/O: one thread reads the host, one the server's
-//! stdout, one the server's stderr, one writes the server's stdin; a single
-//! session loop owns all state.
+//! Two layers (CONVENTIONS.md rule 11):
+//!
+//! - [`session::Session`], the protocol core: a state machine fed
+//!   [`session::Event`]s with the time ([`session::Now`]) that returns
+//!   [`session::Effect`]s (write to the host or the server, start, stop,
+//!   check or kill the server, write an audit record or the pin file, ask
+//!   the fallback approver, answer an outside question, end) and says when
+//!   to wake it next ([`session::Session::deadline`]). It performs no I/O,
+//!   takes no lock, spawns nothing and reads no clock: the driver passes
+//!   both clocks with every event ([`session::Now`]; the wall clock only
+//!   stamps audit records' `time_ms`, approval expiry and the start of a
+//!   call for `files_written`). Messages are parsed
+//!   once into typed views ([`message`]); a line that needs no change is
+//!   forwarded as the bytes that came in.
+//! - Drivers that own a session each and perform its effects. The stdio
+//!   driver behind [`Relay`] (one loop on the calling thread, fed by reader
+//!   threads over one channel, a writer thread for the server's stdin, one
+//!   audit writer, one launcher thread, and with a fallback approver one
+//!   [`ApprovalWorker`]) is the only one today; an HTTP gateway would feed
+//!   the same events per session.
+//!
+//! Approvals: with form elicitation (declared at `initialize`, or per
+//! request in `_meta` under the 2026-07-28 revision) the session itself asks
+//! the host with `elicitation/create`; otherwise the fallback [`Approver`]
+//! is asked on the [`ApprovalWorker`]'s one thread; either way the call is
+//! denied when [`Config::approval_timeout`] passes. No thread per approval.
+//!
+//! Secret TTL: when the shortest TTL has passed and nothing is in flight or
+//! waiting for approval, the server is stopped (stdin closed, then SIGTERM,
+//! then SIGKILL, each after [`Config::shutdown_grace`], all timers, no
+//! sleep) and started again with fresh values by the driver's launcher
+//! thread; the host's `initialize` is replayed. Host messages arriving
+//! meanwhile are **held, in order, and sent once the new server answered
+//! the replayed `initialize`**; past 1024 messages or 16 MiB a request is
+//! answered with [`CODE_SERVER_RESTARTING`] (reason `server.restarting`),
+//! which a client may retry. Old secret values stay redacted.
 //!
 //! Wiring, as `mcpbox run` does it (the sandbox supplies its own
 //! [`Launcher`]; [`CommandLauncher`] runs the server unsandboxed):
@@ -49,32 +81,44 @@
 //! | [`CODE_SERVER_EXITED`] (-31002) | the server exited with the request in flight |
 //! | [`CODE_CALL_TIMEOUT`] (-31003) | the call exceeded `call_timeout` |
 //! | [`CODE_RESPONSE_TOO_LARGE`] (-31004) | the server's response line was over `max_line` |
+//! | [`CODE_SERVER_RESTARTING`] (-31005) | the server is restarting and too many messages wait for it; retry |
+//!
+//! Every error the relay makes carries `data.reason`, a code of the shared
+//! catalogue ([`Reason`], `docs/reasons.md`).
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
+mod asker;
 pub mod compact;
 pub mod digest;
 pub mod launcher;
 pub mod lines;
+pub mod message;
 pub mod pin;
 pub mod policy;
 pub mod redact;
-mod relay;
 pub mod screen;
 pub mod secrets;
+pub mod session;
+mod stdio;
 pub mod written;
+
+#[doc(hidden)]
+pub mod fuzzing;
 
 use std::path::PathBuf;
 use std::time::Duration;
 
+pub use asker::{HostAsker, NetworkAnswer};
 pub use launcher::{CommandLauncher, ExitInfo, Launcher, ProcessControl, ServerProcess};
-pub use pin::{accept_pins, pending_path, pin_list, tool_digest, PinError, PinStore, PinVerdict};
-pub use policy::{
-    Action, AllowAll, ApprovalAnswer, ApprovalRequest, Approver, Decision, ToolHints, ToolPolicy,
+pub use mcpbox_policy::{Decision, Reason, ToolHints, Verdict};
+pub use pin::{
+    accept_pins, pending_path, pin_list, tool_digest, PinError, PinStore, PinVerdict, PinWrite,
 };
-pub use relay::{relay, HostAsker, NetworkAnswer, Relay, StderrHandler};
+pub use policy::{AllowAll, ApprovalAnswer, ApprovalRequest, ApprovalWorker, Approver, ToolPolicy};
 pub use secrets::{load_secret, Secret, SecretError, SecretSource, Secrets};
+pub use stdio::{relay, Relay, StderrHandler};
 
 /// Policy refusal as a protocol error (only with [`Config::deny_as_error`];
 /// by default a denied call gets a tool result with `isError: true`).
@@ -85,6 +129,9 @@ pub const CODE_SERVER_EXITED: i64 = -31002;
 pub const CODE_CALL_TIMEOUT: i64 = -31003;
 /// The server's response was longer than [`Config::max_line`].
 pub const CODE_RESPONSE_TOO_LARGE: i64 = -31004;
+/// The server is being restarted (secret TTL) and too many messages are
+/// already waiting for it; retry the request.
+pub const CODE_SERVER_RESTARTING: i64 = -31005;
 
 /// Key under a result's `_meta` that carries mcpbox's decision.
 pub const META_DECISION: &str = "mcpbox/decision";

@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{json, Map, Value};
 
+use mcpbox_policy::Reason;
+
 use crate::digest::json_digest;
 
 /// Errors reading or writing pin files.
@@ -112,11 +114,11 @@ pub enum PinVerdict {
 
 impl PinVerdict {
     /// Reason code for a withheld tool.
-    pub fn reason(&self) -> Option<&'static str> {
+    pub fn reason(&self) -> Option<Reason> {
         match self {
             PinVerdict::Pinned => None,
-            PinVerdict::Changed { .. } => Some("pin.changed"),
-            PinVerdict::New { .. } => Some("pin.new"),
+            PinVerdict::Changed { .. } => Some(Reason::PinChanged),
+            PinVerdict::New { .. } => Some(Reason::PinNew),
         }
     }
 }
@@ -134,6 +136,36 @@ pub fn pending_path(pin_file: &Path) -> PathBuf {
     let mut s = pin_file.as_os_str().to_owned();
     s.push(".pending");
     PathBuf::from(s)
+}
+
+/// A write of the pin file (or its pending twin) that
+/// [`PinStore::plan_tools`] and [`PinStore::plan_instructions`] decided on
+/// and left to the caller, so that the relay's session core stays free of
+/// I/O. Writes of one store must be done in the order they were planned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PinWrite {
+    /// The file.
+    pub path: PathBuf,
+    /// Its whole new content (pretty JSON).
+    pub value: Value,
+}
+
+impl PinWrite {
+    fn new(path: &Path, value: Value) -> PinWrite {
+        PinWrite {
+            path: path.to_path_buf(),
+            value,
+        }
+    }
+
+    /// Writes the file atomically (a temporary file renamed over it).
+    pub fn write(&self) -> Result<(), PinError> {
+        write_atomic(&self.path, &self.value)
+    }
+}
+
+fn write_all(writes: Vec<PinWrite>) -> Result<(), PinError> {
+    writes.iter().try_for_each(PinWrite::write)
 }
 
 fn write_atomic(path: &Path, value: &Value) -> Result<(), PinError> {
@@ -246,6 +278,20 @@ impl PinStore {
         establish: bool,
         accept: bool,
     ) -> Result<Vec<PinVerdict>, PinError> {
+        let (verdicts, writes) = self.plan_tools(tools, establish, accept);
+        write_all(writes)?;
+        Ok(verdicts)
+    }
+
+    /// [`PinStore::check_tools`] without the writes: returns them instead.
+    /// The verdicts hold whether or not the writes succeed.
+    pub fn plan_tools(
+        &mut self,
+        tools: &[Value],
+        establish: bool,
+        accept: bool,
+    ) -> (Vec<PinVerdict>, Vec<PinWrite>) {
+        let mut writes = Vec::new();
         let pins = self.pins.get_or_insert_with(Pins::default);
         let mut verdicts = Vec::with_capacity(tools.len());
         let mut dirty = false;
@@ -280,7 +326,7 @@ impl PinStore {
             dirty = true;
         }
         if dirty {
-            write_atomic(&self.path, &pins.to_json())?;
+            writes.push(PinWrite::new(&self.path, pins.to_json()));
         }
         if withheld {
             let mut pending = pins.clone();
@@ -291,9 +337,9 @@ impl PinStore {
                     .map(|(k, v)| (k.clone(), v.clone())),
             );
             pending.instructions = self.pending.instructions.clone().or(pending.instructions);
-            write_atomic(&pending_path(&self.path), &pending.to_json())?;
+            writes.push(PinWrite::new(&pending_path(&self.path), pending.to_json()));
         }
-        Ok(verdicts)
+        (verdicts, writes)
     }
 
     /// Checks server instructions. Returns `Some(old, new)` when they differ
@@ -304,20 +350,30 @@ impl PinStore {
         establish: bool,
         accept: bool,
     ) -> Result<Option<(String, String)>, PinError> {
+        let (changed, writes) = self.plan_instructions(text, establish, accept);
+        write_all(writes)?;
+        Ok(changed)
+    }
+
+    /// [`PinStore::check_instructions`] without the writes: returns them.
+    pub fn plan_instructions(
+        &mut self,
+        text: &str,
+        establish: bool,
+        accept: bool,
+    ) -> (Option<(String, String)>, Vec<PinWrite>) {
         let digest = crate::digest::sha256_hex(text.as_bytes());
         let pins = self.pins.get_or_insert_with(Pins::default);
         self.pending.instructions = Some(digest.clone());
         match pins.instructions.clone() {
-            Some(old) if old == digest => Ok(None),
+            Some(old) if old == digest => (None, Vec::new()),
             None if establish || accept => {
                 pins.instructions = Some(digest);
-                write_atomic(&self.path, &pins.to_json())?;
-                Ok(None)
+                (None, vec![PinWrite::new(&self.path, pins.to_json())])
             }
             Some(_) if accept => {
                 pins.instructions = Some(digest);
-                write_atomic(&self.path, &pins.to_json())?;
-                Ok(None)
+                (None, vec![PinWrite::new(&self.path, pins.to_json())])
             }
             old => {
                 let mut pending = pins.clone();
@@ -328,8 +384,8 @@ impl PinStore {
                         .map(|(k, v)| (k.clone(), v.clone())),
                 );
                 pending.instructions = Some(digest.clone());
-                write_atomic(&pending_path(&self.path), &pending.to_json())?;
-                Ok(Some((old.unwrap_or_default(), digest)))
+                let write = PinWrite::new(&pending_path(&self.path), pending.to_json());
+                (Some((old.unwrap_or_default(), digest)), vec![write])
             }
         }
     }
@@ -380,7 +436,7 @@ mod tests {
         let v = store
             .check_tools(&[tool("sneaky", "new")], false, false)
             .unwrap();
-        assert_eq!(v[0].reason(), Some("pin.new"));
+        assert_eq!(v[0].reason(), Some(Reason::PinNew));
         let _ = std::fs::remove_dir_all(&dir);
     }
 
@@ -403,8 +459,8 @@ mod tests {
                 false,
             )
             .unwrap();
-        assert_eq!(v[0].reason(), Some("pin.changed"));
-        assert_eq!(v[1].reason(), Some("pin.new"));
+        assert_eq!(v[0].reason(), Some(Reason::PinChanged));
+        assert_eq!(v[1].reason(), Some(Reason::PinNew));
         assert!(accept_pins(&file).unwrap());
         let mut store = PinStore::open(&file).unwrap();
         let v = store

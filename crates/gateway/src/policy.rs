@@ -1,71 +1,14 @@
-//! The relay's view of tool policy and approvals. The policy crate (or the
-//! binary) implements [`ToolPolicy`]; the gateway does not depend on it.
+//! The relay's view of tool policy and approvals, in the shared decision
+//! vocabulary of `mcpbox_policy` ([`Verdict`], [`Decision`], [`Reason`],
+//! [`ToolHints`]). The binary implements [`ToolPolicy`] over the policy's
+//! `ToolRules`; [`ApprovalWorker`] runs a blocking [`Approver`] for any
+//! driver (stdio today, HTTP later).
 
+use std::sync::mpsc::{self, Sender};
+use std::sync::Arc;
 use std::time::SystemTime;
 
-/// What to do with a tool call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Action {
-    /// Forward the call.
-    Allow,
-    /// Refuse the call; it never reaches the server.
-    Deny,
-    /// Forward only after a human approved this exact call.
-    Approve,
-}
-
-/// A decision with its machine-readable reason and its source.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Decision {
-    /// The action.
-    pub action: Action,
-    /// Machine-readable reason, e.g. `tool.deny_rule`.
-    pub reason: String,
-    /// Where the decision came from, e.g. `policy:tools."delete_*"`.
-    pub source: String,
-}
-
-impl Decision {
-    /// Shorthand constructor.
-    pub fn new(action: Action, reason: impl Into<String>, source: impl Into<String>) -> Decision {
-        Decision {
-            action,
-            reason: reason.into(),
-            source: source.into(),
-        }
-    }
-}
-
-/// Tool annotations as the (untrusted) server declared them. A policy may
-/// use them to make a decision stricter, never looser.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ToolHints {
-    /// `annotations.readOnlyHint`.
-    pub read_only: Option<bool>,
-    /// `annotations.destructiveHint`.
-    pub destructive: Option<bool>,
-    /// `annotations.idempotentHint`.
-    pub idempotent: Option<bool>,
-    /// `annotations.openWorldHint`.
-    pub open_world: Option<bool>,
-}
-
-impl ToolHints {
-    /// Reads hints from a tool definition's `annotations`.
-    pub fn from_tool(tool: &serde_json::Value) -> ToolHints {
-        let a = tool.get("annotations");
-        let get = |k: &str| {
-            a.and_then(|a| a.get(k))
-                .and_then(serde_json::Value::as_bool)
-        };
-        ToolHints {
-            read_only: get("readOnlyHint"),
-            destructive: get("destructiveHint"),
-            idempotent: get("idempotentHint"),
-            open_world: get("openWorldHint"),
-        }
-    }
-}
+use mcpbox_policy::{Decision, Reason, ToolHints, Verdict};
 
 /// Tool rules. Implemented over the policy crate by the binary.
 pub trait ToolPolicy: Send + Sync {
@@ -74,7 +17,7 @@ pub trait ToolPolicy: Send + Sync {
     /// Whether `tool` stays in `tools/list` results. Defaults to "not
     /// denied".
     fn visible(&self, tool: &str, hints: &ToolHints) -> bool {
-        self.decide(tool, hints).action != Action::Deny
+        self.decide(tool, hints).verdict != Verdict::Deny
     }
 }
 
@@ -84,7 +27,7 @@ pub struct AllowAll;
 
 impl ToolPolicy for AllowAll {
     fn decide(&self, _tool: &str, _hints: &ToolHints) -> Decision {
-        Decision::new(Action::Allow, "tool.default_allow", "default")
+        Decision::allow(Reason::ToolDefaultAllow, "default")
     }
 }
 
@@ -120,11 +63,49 @@ pub enum ApprovalAnswer {
 }
 
 /// Something that can ask a human about one call. `approve` blocks (it is
-/// run on its own thread) and must return by `request.expires_at`.
-/// Elicitation through the host is one implementation, built into the
-/// relay; a console or CLI approver plugs in through
-/// [`crate::Relay::fallback_approver`].
+/// run on the [`ApprovalWorker`]'s thread) and should return by
+/// `request.expires_at`; the session denies the call then anyway.
+/// Elicitation through the host is built into the session core; a console
+/// or CLI approver plugs in through [`crate::Relay::fallback_approver`].
 pub trait Approver: Send + Sync {
     /// Asks about one call and waits for the answer.
     fn approve(&self, request: &ApprovalRequest) -> ApprovalAnswer;
+}
+
+/// Runs a blocking [`Approver`] on one long-lived thread, so that no driver
+/// spawns a thread per approval and none blocks its loop on a human.
+/// Requests are asked one at a time, in order (one human at a console
+/// answers one question at a time); a request that expired while it waited
+/// its turn is answered [`ApprovalAnswer::Timeout`] without being asked.
+/// Each answer goes to the callback given at spawn, with the request's key.
+pub struct ApprovalWorker {
+    tx: Sender<(u64, ApprovalRequest)>,
+}
+
+impl ApprovalWorker {
+    /// Starts the worker thread. `answered(key, answer)` is called on it.
+    pub fn spawn(
+        approver: Arc<dyn Approver>,
+        answered: impl Fn(u64, ApprovalAnswer) + Send + 'static,
+    ) -> std::io::Result<ApprovalWorker> {
+        let (tx, rx) = mpsc::channel::<(u64, ApprovalRequest)>();
+        std::thread::Builder::new()
+            .name("mcpbox-approver".into())
+            .spawn(move || {
+                for (key, request) in rx {
+                    let answer = if SystemTime::now() >= request.expires_at {
+                        ApprovalAnswer::Timeout
+                    } else {
+                        approver.approve(&request)
+                    };
+                    answered(key, answer);
+                }
+            })?;
+        Ok(ApprovalWorker { tx })
+    }
+
+    /// Queues one request; false when the worker is gone.
+    pub fn ask(&self, key: u64, request: ApprovalRequest) -> bool {
+        self.tx.send((key, request)).is_ok()
+    }
 }

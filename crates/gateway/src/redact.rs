@@ -38,6 +38,8 @@ use serde_json::Value;
 #[cfg(test)]
 mod reference;
 
+use mcpbox_policy::Reason;
+
 /// One pattern: bytes to find and the index of the secret it belongs to.
 #[derive(Debug, Clone)]
 struct Pattern {
@@ -841,8 +843,8 @@ impl StreamRedactor {
 /// A credential shape: a fixed prefix followed by a run of allowed
 /// characters of a minimum (and optional maximum) length.
 struct Shape {
-    /// Rule name for the audit log.
-    rule: &'static str,
+    /// Reason code for the audit log.
+    rule: Reason,
     prefix: &'static str,
     charset: fn(u8) -> bool,
     min: usize,
@@ -869,7 +871,7 @@ fn alnum_dash(b: u8) -> bool {
 const SHAPES: &[Shape] = &[
     // GitHub fine-grained personal access token
     Shape {
-        rule: "credential.github_pat",
+        rule: Reason::CredentialGithubPat,
         prefix: "github_pat_",
         charset: alnum_us,
         min: 22,
@@ -877,35 +879,35 @@ const SHAPES: &[Shape] = &[
     },
     // GitHub classic tokens: personal, OAuth, user-to-server, server-to-server, refresh
     Shape {
-        rule: "credential.github",
+        rule: Reason::CredentialGithub,
         prefix: "ghp_",
         charset: alnum,
         min: 30,
         max: 255,
     },
     Shape {
-        rule: "credential.github",
+        rule: Reason::CredentialGithub,
         prefix: "gho_",
         charset: alnum,
         min: 30,
         max: 255,
     },
     Shape {
-        rule: "credential.github",
+        rule: Reason::CredentialGithub,
         prefix: "ghu_",
         charset: alnum,
         min: 30,
         max: 255,
     },
     Shape {
-        rule: "credential.github",
+        rule: Reason::CredentialGithub,
         prefix: "ghs_",
         charset: alnum,
         min: 30,
         max: 255,
     },
     Shape {
-        rule: "credential.github",
+        rule: Reason::CredentialGithub,
         prefix: "ghr_",
         charset: alnum,
         min: 30,
@@ -913,7 +915,7 @@ const SHAPES: &[Shape] = &[
     },
     // Anthropic API key (before the generic sk-)
     Shape {
-        rule: "credential.anthropic",
+        rule: Reason::CredentialAnthropic,
         prefix: "sk-ant-",
         charset: alnum_us_dash,
         min: 20,
@@ -921,7 +923,7 @@ const SHAPES: &[Shape] = &[
     },
     // OpenAI-style secret key
     Shape {
-        rule: "credential.openai",
+        rule: Reason::CredentialOpenai,
         prefix: "sk-",
         charset: alnum_us_dash,
         min: 20,
@@ -929,14 +931,14 @@ const SHAPES: &[Shape] = &[
     },
     // Stripe live secret / restricted keys
     Shape {
-        rule: "credential.stripe",
+        rule: Reason::CredentialStripe,
         prefix: "sk_live_",
         charset: alnum,
         min: 16,
         max: 255,
     },
     Shape {
-        rule: "credential.stripe",
+        rule: Reason::CredentialStripe,
         prefix: "rk_live_",
         charset: alnum,
         min: 16,
@@ -944,28 +946,28 @@ const SHAPES: &[Shape] = &[
     },
     // Slack bot / user / app tokens
     Shape {
-        rule: "credential.slack",
+        rule: Reason::CredentialSlack,
         prefix: "xoxb-",
         charset: alnum_dash,
         min: 10,
         max: 255,
     },
     Shape {
-        rule: "credential.slack",
+        rule: Reason::CredentialSlack,
         prefix: "xoxp-",
         charset: alnum_dash,
         min: 10,
         max: 255,
     },
     Shape {
-        rule: "credential.slack",
+        rule: Reason::CredentialSlack,
         prefix: "xoxa-",
         charset: alnum_dash,
         min: 10,
         max: 255,
     },
     Shape {
-        rule: "credential.slack",
+        rule: Reason::CredentialSlack,
         prefix: "xapp-",
         charset: alnum_dash,
         min: 10,
@@ -973,14 +975,14 @@ const SHAPES: &[Shape] = &[
     },
     // AWS access key ids (long-term and temporary)
     Shape {
-        rule: "credential.aws_access_key",
+        rule: Reason::CredentialAwsAccessKey,
         prefix: "AKIA",
         charset: upper_digit,
         min: 16,
         max: 16,
     },
     Shape {
-        rule: "credential.aws_access_key",
+        rule: Reason::CredentialAwsAccessKey,
         prefix: "ASIA",
         charset: upper_digit,
         min: 16,
@@ -988,7 +990,7 @@ const SHAPES: &[Shape] = &[
     },
     // Google API key
     Shape {
-        rule: "credential.google_api_key",
+        rule: Reason::CredentialGoogleApiKey,
         prefix: "AIza",
         charset: alnum_us_dash,
         min: 35,
@@ -996,7 +998,7 @@ const SHAPES: &[Shape] = &[
     },
     // GitLab personal access token
     Shape {
-        rule: "credential.gitlab",
+        rule: Reason::CredentialGitlab,
         prefix: "glpat-",
         charset: alnum_us_dash,
         min: 20,
@@ -1004,7 +1006,7 @@ const SHAPES: &[Shape] = &[
     },
     // npm access token
     Shape {
-        rule: "credential.npm",
+        rule: Reason::CredentialNpm,
         prefix: "npm_",
         charset: alnum,
         min: 36,
@@ -1029,7 +1031,7 @@ fn shape_starts() -> Option<&'static AhoCorasick> {
 }
 
 /// The credential shapes found in `s`, as (start, end, rule).
-pub fn find_credentials(s: &str) -> Vec<(usize, usize, &'static str)> {
+pub fn find_credentials(s: &str) -> Vec<(usize, usize, Reason)> {
     let b = s.as_bytes();
     let mut hits = Vec::new();
     // PEM private key blocks: from BEGIN to the matching END line, or to
@@ -1049,7 +1051,7 @@ pub fn find_credentials(s: &str) -> Vec<(usize, usize, &'static str)> {
                 }
                 None => s.len(),
             };
-            hits.push((start, end, "credential.private_key"));
+            hits.push((start, end, Reason::CredentialPrivateKey));
             from = end;
         } else {
             from = start + PEM_BEGIN.len();
@@ -1072,7 +1074,7 @@ pub fn find_credentials(s: &str) -> Vec<(usize, usize, &'static str)> {
             Some(m) => {
                 if !hits
                     .iter()
-                    .any(|h: &(usize, usize, &str)| m.0 < h.1 && h.0 < m.1)
+                    .any(|h: &(usize, usize, Reason)| m.0 < h.1 && h.0 < m.1)
                 {
                     hits.push(m);
                 }
@@ -1086,7 +1088,7 @@ pub fn find_credentials(s: &str) -> Vec<(usize, usize, &'static str)> {
 }
 
 /// The credential shape starting at `i`, if one does.
-fn shape_at(b: &[u8], i: usize) -> Option<(usize, usize, &'static str)> {
+fn shape_at(b: &[u8], i: usize) -> Option<(usize, usize, Reason)> {
     let at_boundary = i == 0 || !alnum_us(b[i - 1]);
     if !at_boundary || !b[i].is_ascii_alphabetic() {
         return None;
@@ -1109,7 +1111,7 @@ fn shape_at(b: &[u8], i: usize) -> Option<(usize, usize, &'static str)> {
 }
 
 /// Replaces credential shapes in `s` with `[REDACTED:credential]`.
-pub fn redact_credentials(s: &str, hits: &[(usize, usize, &'static str)]) -> String {
+pub fn redact_credentials(s: &str, hits: &[(usize, usize, Reason)]) -> String {
     let mut out = String::with_capacity(s.len());
     let mut pos = 0;
     for &(start, end, _) in hits {
@@ -1242,9 +1244,9 @@ mod tests {
         assert_eq!(
             rules,
             vec![
-                "credential.aws_access_key",
-                "credential.github",
-                "credential.private_key"
+                Reason::CredentialAwsAccessKey,
+                Reason::CredentialGithub,
+                Reason::CredentialPrivateKey
             ]
         );
         let out = redact_credentials(&text, &hits);
@@ -1705,10 +1707,17 @@ mod tests {
                 s.push_str(&p.repeat(1 + rng.below(if p.len() > 4 { 2 } else { 12 })));
             }
             let got = find_credentials(&s);
-            assert_eq!(got, reference::find_credentials(&s), "round {round} {s:?}");
+            let want = reference::find_credentials(&s);
+            let got_codes: Vec<(usize, usize, &str)> =
+                got.iter().map(|h| (h.0, h.1, h.2.as_str())).collect();
+            assert_eq!(got_codes, want, "round {round} {s:?}");
+            let want_hits: Vec<(usize, usize, Reason)> = want
+                .iter()
+                .map(|h| (h.0, h.1, Reason::from_code(h.2).unwrap()))
+                .collect();
             assert_eq!(
                 redact_credentials(&s, &got),
-                redact_credentials(&s, &reference::find_credentials(&s))
+                redact_credentials(&s, &want_hits)
             );
         }
     }

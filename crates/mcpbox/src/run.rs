@@ -9,41 +9,25 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Arc;
 
 use anyhow::Context;
-use mcpbox_gateway::{
-    Action, Config, Decision, Relay, Secret, Secrets, ToolHints, ToolPolicy,
-};
-use mcpbox_policy::ToolRules;
+use mcpbox_gateway::{Config, Relay, Secret, Secrets, ToolPolicy};
+use mcpbox_policy::{Decision, ToolHints, ToolRules};
 use mcpbox_sandbox::Spec;
 
 use crate::launch::SandboxLauncher;
 use crate::preflight::Loaded;
 use crate::state;
 
-/// The policy's `[tools]` rules as the relay sees them.
+/// The policy's `[tools]` rules as the relay sees them: the same decision
+/// types, so this only forwards.
 struct Tools(ToolRules);
 
-fn hints(h: &ToolHints) -> mcpbox_policy::ToolHints {
-    mcpbox_policy::ToolHints {
-        read_only: h.read_only,
-        destructive: h.destructive,
-        idempotent: h.idempotent,
-        open_world: h.open_world,
-    }
-}
-
 impl ToolPolicy for Tools {
-    fn decide(&self, tool: &str, h: &ToolHints) -> Decision {
-        let d = self.0.decide(tool, &hints(h));
-        let action = match d.verdict {
-            mcpbox_policy::Verdict::Allow => Action::Allow,
-            mcpbox_policy::Verdict::Approve => Action::Approve,
-            mcpbox_policy::Verdict::Deny => Action::Deny,
-        };
-        Decision::new(action, d.reason.as_str(), d.source)
+    fn decide(&self, tool: &str, hints: &ToolHints) -> Decision {
+        self.0.decide(tool, hints)
     }
 
-    fn visible(&self, tool: &str, h: &ToolHints) -> bool {
-        self.0.visible_in_list(tool, &hints(h))
+    fn visible(&self, tool: &str, hints: &ToolHints) -> bool {
+        self.0.visible_in_list(tool, hints)
     }
 }
 

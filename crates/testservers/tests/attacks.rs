@@ -11,13 +11,13 @@ use std::time::Duration;
 use harness::*;
 use mcpbox_audit::Kind;
 use mcpbox_gateway::{
-    digest::json_digest, Action, Config, Decision, EndReason, Secrets, ToolHints, ToolPolicy,
-    CODE_CALL_TIMEOUT, CODE_SERVER_EXITED,
+    digest::json_digest, Config, Decision, EndReason, Reason, Secrets, ToolHints, ToolPolicy,
+    Verdict, CODE_CALL_TIMEOUT, CODE_SERVER_EXITED,
 };
 use serde_json::{json, Value};
 
 fn rules(
-    r: Vec<(&'static str, Action)>,
+    r: Vec<(&'static str, Verdict)>,
 ) -> impl FnOnce(mcpbox_gateway::Relay) -> mcpbox_gateway::Relay {
     move |relay| relay.policy(Arc::new(Rules(r)))
 }
@@ -27,7 +27,7 @@ fn denied_tool_never_reaches_server() {
     let mut host = start(
         "plain",
         &[],
-        rules(vec![("delete_*", Action::Deny)]),
+        rules(vec![("delete_*", Verdict::Deny)]),
         config(),
     );
     host.init(json!({}));
@@ -35,10 +35,10 @@ fn denied_tool_never_reaches_server() {
     assert_eq!(r["result"]["isError"], json!(true));
     let text = r["result"]["content"][0]["text"].as_str().unwrap();
     assert!(
-        text.contains("delete_all") && text.contains("tool.deny_rule"),
+        text.contains("delete_all") && text.contains(RULE_REASON),
         "{text}"
     );
-    assert_eq!(decision_meta(&r)["reason"], json!("tool.deny_rule"));
+    assert_eq!(decision_meta(&r)["reason"], json!(RULE_REASON));
     assert_eq!(
         decision_meta(&r)["source"],
         json!("policy:tools.\"delete_*\"")
@@ -53,7 +53,7 @@ fn denied_tool_hidden_from_list() {
     let mut host = start(
         "plain",
         &[],
-        rules(vec![("delete_*", Action::Deny)]),
+        rules(vec![("delete_*", Verdict::Deny)]),
         config(),
     );
     host.init(json!({}));
@@ -68,9 +68,9 @@ struct TrustsHints;
 impl ToolPolicy for TrustsHints {
     fn decide(&self, _tool: &str, hints: &ToolHints) -> Decision {
         if hints.read_only == Some(true) {
-            Decision::new(Action::Allow, "tool.read_only", "policy:annotations")
+            Decision::allow(Reason::ToolRule, "policy:annotations")
         } else {
-            Decision::new(Action::Deny, "tool.not_read_only", "policy:tools.default")
+            Decision::deny(Reason::ToolDefault, "policy:tools.default")
         }
     }
 }
@@ -87,7 +87,10 @@ fn destructive_annotation_cannot_loosen_policy() {
     );
     let r = host.call(2, "delete_all", json!({}));
     assert_eq!(r["result"]["isError"], json!(true));
-    assert_eq!(decision_meta(&r)["reason"], json!("tool.not_read_only"));
+    assert_eq!(
+        decision_meta(&r)["reason"],
+        json!(Reason::ToolDefault.as_str())
+    );
     host.close();
     // and the call never reached the server
 }
@@ -97,7 +100,7 @@ fn approve_without_elicitation_is_denied_with_reason() {
     let mut host = start(
         "plain",
         &[],
-        rules(vec![("write_*", Action::Approve)]),
+        rules(vec![("write_*", Verdict::Approve)]),
         config(),
     );
     host.init(json!({}));
@@ -132,7 +135,7 @@ fn approve_via_elicitation_forwards_only_that_call() {
     let mut host = start(
         "plain",
         &[],
-        rules(vec![("write_*", Action::Approve)]),
+        rules(vec![("write_*", Verdict::Approve)]),
         config(),
     );
     host.init(json!({"elicitation": {}}));
@@ -663,7 +666,7 @@ fn discover_era_request_meta_capabilities_are_honoured() {
     let mut host = start(
         "plain",
         &[],
-        rules(vec![("write_*", Action::Approve)]),
+        rules(vec![("write_*", Verdict::Approve)]),
         config(),
     );
     let meta = |caps: Value| json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": caps});

@@ -66,7 +66,7 @@ fn relay_latency_report() {
         |r| {
             r.policy(Arc::new(Rules(vec![(
                 "delete_*",
-                mcpbox_gateway::Action::Deny,
+                mcpbox_gateway::Verdict::Deny,
             )])))
             .secrets(Secrets::from_pairs([("TOKEN", "a-secret-value-123456")]))
         },

@@ -383,7 +383,7 @@ pub fn find_credentials(s: &str) -> Vec<(usize, usize, &'static str)> {
                     let n = j - body;
                     let ends_clean = j == b.len() || !alnum_us(b[j]) || shape.max > n;
                     if n >= shape.min && ends_clean {
-                        matched = Some((i, j, shape.rule));
+                        matched = Some((i, j, shape.rule.as_str()));
                         break;
                     }
                 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use mcpbox_audit::{Event, Kind, Sink};
 use mcpbox_gateway::{
-    Action, CommandLauncher, Config, Decision, Outcome, Relay, ToolHints, ToolPolicy,
+    CommandLauncher, Config, Decision, Outcome, Reason, Relay, ToolHints, ToolPolicy, Verdict,
 };
 use serde_json::{json, Value};
 
@@ -36,7 +36,11 @@ impl MemSink {
 }
 
 /// Tool rules by name or `prefix*`, first match wins, default allow.
-pub struct Rules(pub Vec<(&'static str, Action)>);
+pub struct Rules(pub Vec<(&'static str, Verdict)>);
+
+/// The reason [`Rules`] gives for a matched pattern (what the policy
+/// crate's `ToolRules` gives too).
+pub const RULE_REASON: &str = "tool.rule";
 
 impl ToolPolicy for Rules {
     fn decide(&self, tool: &str, _hints: &ToolHints) -> Decision {
@@ -46,15 +50,10 @@ impl ToolPolicy for Rules {
                 None => tool == *pat,
             };
             if hit {
-                let reason = match action {
-                    Action::Allow => "tool.allow_rule",
-                    Action::Deny => "tool.deny_rule",
-                    Action::Approve => "tool.approve_rule",
-                };
-                return Decision::new(*action, reason, format!("policy:tools.\"{pat}\""));
+                return Decision::new(*action, Reason::ToolRule, format!("policy:tools.\"{pat}\""));
             }
         }
-        Decision::new(Action::Allow, "tool.default_allow", "policy:tools.default")
+        Decision::allow(Reason::ToolDefault, "policy:tools.default")
     }
 }
 

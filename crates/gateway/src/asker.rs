@@ -1,0 +1,209 @@
+//! Questions from outside the session (the egress proxy's network
+//! approvals), put to the host through MCP elicitation.
+//!
+//! A [`HostAsker`] blocks its caller (a proxy thread): it hands the
+//! question to the running driver ([`Dispatch`]) with a reply channel and
+//! waits on that channel, never longer than the approval timeout. The
+//! session core sends the `elicitation/create` and routes the host's answer
+//! back ([`crate::session::Event::Ask`], [`crate::session::Effect::Answer`]).
+
+use std::sync::mpsc::{self, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use mcpbox_policy::Reason;
+use serde_json::{json, Value};
+
+use crate::session::{Asked, Question};
+
+/// A question on its way to a driver, with where the answer goes.
+pub struct Outside {
+    /// The question.
+    pub question: Question,
+    /// Gets exactly one answer (or is dropped when the session ends).
+    pub reply: Sender<Asked>,
+}
+
+/// Hands a question to a running driver; false when it is gone.
+type Route = Box<dyn Fn(Outside) -> bool + Send>;
+
+/// Where questions go: the driver's input, while a session runs. Set by
+/// the driver when it starts and cleared when it ends.
+#[derive(Clone, Default)]
+pub struct Dispatch(Arc<Mutex<Option<Route>>>);
+
+impl Dispatch {
+    /// Routes questions to `send` (false when the session is gone).
+    pub fn connect(&self, send: Route) {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(send);
+    }
+
+    /// Stops routing: every later question is `Unavailable`.
+    pub fn disconnect(&self) {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = None;
+    }
+
+    /// Hands a question to the session; false when none runs.
+    fn send(&self, q: Outside) -> bool {
+        // The lock only guards the slot: questions are rare, and the host
+        // path never takes it.
+        match &*self.0.lock().unwrap_or_else(PoisonError::into_inner) {
+            Some(send) => send(q),
+            None => false,
+        }
+    }
+
+    /// Asks and waits, at most `q.wait`.
+    pub(crate) fn ask(&self, question: Question) -> Asked {
+        let wait = question.wait;
+        let (reply, rx) = mpsc::channel();
+        let expires = Instant::now() + wait;
+        if !self.send(Outside { question, reply }) {
+            return Asked::Unavailable;
+        }
+        match rx.recv_timeout(wait) {
+            Ok(a) => a,
+            Err(RecvTimeoutError::Timeout) => Asked::Timeout,
+            // the session dropped the question: it ended first
+            Err(RecvTimeoutError::Disconnected) => {
+                if Instant::now() >= expires {
+                    Asked::Timeout
+                } else {
+                    Asked::Unavailable
+                }
+            }
+        }
+    }
+}
+
+/// The host's answer to a network question ([`HostAsker::ask_network`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NetworkAnswer {
+    /// Allow this one connection.
+    Once,
+    /// Allow this host and port for the rest of the session.
+    Session,
+    /// The human accepted the form and chose to deny (or sent a choice
+    /// that is not one of the offered ones).
+    Denied,
+    /// The human declined or cancelled the form, or the host answered
+    /// with an error.
+    Declined,
+    /// Nobody answered before the approval timeout.
+    Timeout,
+    /// The question could not be asked: the host did not declare form
+    /// elicitation (at `initialize` or, in the 2026-07-28 era, in the last
+    /// request's `_meta`), the session is not running, or the host is gone.
+    Unavailable,
+}
+
+impl NetworkAnswer {
+    /// The catalogued reason of the answer.
+    pub fn code(self) -> Reason {
+        match self {
+            NetworkAnswer::Once => Reason::ApprovalGrantedOnce,
+            NetworkAnswer::Session => Reason::ApprovalGrantedSession,
+            NetworkAnswer::Denied => Reason::ApprovalDenied,
+            NetworkAnswer::Declined => Reason::ApprovalDeclined,
+            NetworkAnswer::Timeout => Reason::ApprovalTimeout,
+            NetworkAnswer::Unavailable => Reason::ApprovalRequired,
+        }
+    }
+
+    /// Machine-readable reason, for logs and audit detail.
+    pub fn reason(self) -> &'static str {
+        self.code().as_str()
+    }
+}
+
+/// A cloneable, thread-safe handle that asks the host a question through
+/// MCP elicitation (form mode) on behalf of a running [`crate::Relay`];
+/// made with [`crate::Relay::host_asker`]. Each question goes out as its own
+/// `elicitation/create` request with an id bound to this session (a nonce
+/// the server cannot guess), names the server, and lapses after the relay's
+/// `approval_timeout`.
+#[derive(Clone)]
+pub struct HostAsker {
+    pub(crate) dispatch: Dispatch,
+    pub(crate) server: String,
+    pub(crate) timeout: Duration,
+}
+
+impl std::fmt::Debug for HostAsker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostAsker")
+            .field("server", &self.server)
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Longest host name quoted in a question.
+const MAX_QUOTED_HOST: usize = 253;
+
+impl HostAsker {
+    /// Asks whether the sandboxed server may connect to `host:port`, which
+    /// the network policy does not list. Blocks until the host answers or
+    /// the approval timeout passes; never longer.
+    pub fn ask_network(&self, host: &str, port: u16) -> NetworkAnswer {
+        // the name comes from the sandboxed server: quote it inertly
+        let mut quoted: String = host
+            .chars()
+            .take(MAX_QUOTED_HOST)
+            .flat_map(char::escape_default)
+            .collect();
+        if host.chars().count() > MAX_QUOTED_HOST {
+            quoted.push_str("...");
+        }
+        let expires_unix = SystemTime::now()
+            .checked_add(self.timeout)
+            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+            .map_or(0, |d| d.as_secs());
+        let message = format!(
+            "mcpbox: server `{}` wants to connect to {quoted} port {port}, which its network policy does not list.\nonce: allow this one connection; session: allow {quoted}:{port} until the server stops; deny: refuse it.\nexpires: unix time {expires_unix} (in {}s)",
+            self.server,
+            self.timeout.as_secs()
+        );
+        let schema = json!({
+            "type": "object",
+            "properties": {
+                "decision": {
+                    "type": "string",
+                    "title": format!("Allow a connection to {quoted}:{port}?"),
+                    "description": "once: this connection only; session: every connection to this host and port until the server stops; deny: refuse",
+                    "enum": ["once", "session", "deny"],
+                    "default": "deny"
+                }
+            },
+            "required": ["decision"]
+        });
+        let answer = match self.dispatch.ask(Question {
+            prefix: "mcpbox-network",
+            message,
+            schema,
+            wait: self.timeout,
+            needs_capability: true,
+        }) {
+            Asked::Response(v) => network_answer(&v),
+            Asked::Unavailable => NetworkAnswer::Unavailable,
+            Asked::Timeout => NetworkAnswer::Timeout,
+        };
+        tracing::info!(server = %self.server, host = %quoted, port, answer = answer.reason(), "network approval");
+        answer
+    }
+}
+
+/// Reads the host's answer to a network question.
+fn network_answer(v: &Value) -> NetworkAnswer {
+    if v.pointer("/result/action").and_then(Value::as_str) != Some("accept") {
+        return NetworkAnswer::Declined;
+    }
+    match v
+        .pointer("/result/content/decision")
+        .and_then(Value::as_str)
+    {
+        Some("once") => NetworkAnswer::Once,
+        Some("session") => NetworkAnswer::Session,
+        _ => NetworkAnswer::Denied,
+    }
+}

@@ -1,0 +1,359 @@
+//! Requests in flight: the host's requests the server has not answered yet,
+//! `tools/call` decisions, call timeouts, and the server's answers on their
+//! way back.
+
+use std::collections::HashMap;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use mcpbox_audit::Kind;
+use mcpbox_policy::{Decision, Reason, Verdict};
+use serde_json::{json, Map, Value};
+
+use super::{audit_decision, ms, Effect, Record, Session};
+use crate::digest::json_digest;
+use crate::lines::Line;
+use crate::message::{at, id_key, is_plain, sniff_id, to_line, IdKey, Invalid, Message};
+use crate::{CODE_CALL_TIMEOUT, CODE_POLICY_DENIED, CODE_RESPONSE_TOO_LARGE, META_DECISION};
+
+/// Margin subtracted from a call's wall-clock start for `files_written`:
+/// file times come from the kernel's coarse clock, which lags the precise
+/// one by up to a tick (10 ms at HZ=100). Listing a file written just
+/// before the call is the lesser error.
+const COARSE_CLOCK_MARGIN: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// What an in-flight host request was, for handling its response.
+pub(crate) enum Pending {
+    ToolsCall(Call),
+    ToolsList,
+    Handshake,
+    Other,
+}
+
+/// A forwarded tool call, until it ends.
+pub(crate) struct Call {
+    pub(crate) tool: String,
+    pub(crate) args_digest: String,
+    pub(crate) started: Instant,
+    /// Wall-clock start, for `files_written` (None without an output dir).
+    pub(crate) since: Option<SystemTime>,
+    pub(crate) deadline: Option<Instant>,
+    pub(crate) decision: Decision,
+}
+
+pub(crate) struct InFlight {
+    pub(crate) id: Value,
+    pub(crate) pending: Pending,
+}
+
+/// The host's requests the server has not answered.
+#[derive(Default)]
+pub(crate) struct Calls {
+    inflight: HashMap<IdKey, InFlight>,
+}
+
+impl Calls {
+    pub(crate) fn track(&mut self, id: Value, pending: Pending) {
+        self.inflight.insert(id_key(&id), InFlight { id, pending });
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.inflight.is_empty()
+    }
+
+    pub(crate) fn take(&mut self, key: &str) -> Option<InFlight> {
+        self.inflight.remove(key)
+    }
+
+    pub(crate) fn drain(&mut self) -> Vec<InFlight> {
+        self.inflight.drain().map(|(_, f)| f).collect()
+    }
+
+    /// The earliest call timeout.
+    pub(crate) fn deadline(&self) -> Option<Instant> {
+        self.inflight
+            .values()
+            .filter_map(|f| match &f.pending {
+                Pending::ToolsCall(c) => c.deadline,
+                _ => None,
+            })
+            .min()
+    }
+
+    fn expired(&mut self, now: Instant) -> Vec<(Value, Call)> {
+        let keys: Vec<IdKey> = self
+            .inflight
+            .iter()
+            .filter(|(_, f)| {
+                matches!(&f.pending, Pending::ToolsCall(Call { deadline: Some(t), .. }) if *t <= now)
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        keys.into_iter()
+            .filter_map(|k| self.inflight.remove(&k))
+            .filter_map(|f| match f.pending {
+                Pending::ToolsCall(c) => Some((f.id, c)),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+impl Session {
+    /// A `tools/call` from the host: pinning, then policy, then maybe a
+    /// human, then the server.
+    pub(super) fn tools_call(&mut self, id: Value, msg: &Message, line: Vec<u8>) {
+        let Some(tool) = msg
+            .params()
+            .and_then(|p| p.get("name"))
+            .and_then(Value::as_str)
+            .map(str::to_string)
+        else {
+            let data = json!({"reason": Reason::RequestNoTool.as_str()});
+            return self.host_error(&id, -32602, "tools/call without a tool name", Some(data));
+        };
+        let args_digest = match msg.params().and_then(|p| p.get("arguments")) {
+            Some(args) => json_digest(args),
+            None => json_digest(&Value::Object(Map::new())),
+        };
+        // pinning first: a withheld tool is not the tool the policy knows
+        if let Some(reason) = self.pin_refusal(&tool) {
+            let source = format!(
+                "pin:{}",
+                self.config
+                    .pin_file
+                    .as_ref()
+                    .map_or(String::new(), |p| p.display().to_string())
+            );
+            let decision = Decision::deny(reason, source);
+            return self.deny_call(&id, &tool, &args_digest, decision);
+        }
+        let hints = self.tools.hints(&tool);
+        let decision = self.decide(&tool, &hints);
+        match decision.verdict {
+            Verdict::Allow => self.forward_call(id, tool, args_digest, decision, line),
+            Verdict::Deny => self.deny_call(&id, &tool, &args_digest, decision),
+            Verdict::Approve => {
+                let elicit = self.elicitation_for(msg);
+                self.ask_approval(id, tool, args_digest, decision, line, elicit);
+            }
+        }
+    }
+
+    /// Sends a decided call to the server and starts its clock.
+    pub(super) fn forward_call(
+        &mut self,
+        id: Value,
+        tool: String,
+        args_digest: String,
+        decision: Decision,
+        line: Vec<u8>,
+    ) {
+        let now = self.now.mono;
+        let since = self.config.output_dir.is_some().then(|| {
+            self.now
+                .wall
+                .checked_sub(COARSE_CLOCK_MARGIN)
+                .unwrap_or(UNIX_EPOCH)
+        });
+        let call = Call {
+            tool,
+            args_digest,
+            started: now,
+            since,
+            deadline: self.config.call_timeout.map(|t| now + t),
+            decision,
+        };
+        self.calls.track(id, Pending::ToolsCall(call));
+        self.send_server(line);
+    }
+
+    /// Refuses a call: one audit record, one answer, nothing to the server.
+    pub(super) fn deny_call(&mut self, id: &Value, tool: &str, args_digest: &str, d: Decision) {
+        tracing::info!(server = %self.config.server_name, tool, reason = d.reason.as_str(), source = %d.source, "tool call denied");
+        self.audit(Kind::ToolCall, |e| {
+            e.tool = Some(tool.to_string());
+            e.decision = Some(mcpbox_audit::Decision::Deny);
+            e.reason = Some(d.reason.as_str().to_string());
+            e.source = Some(d.source.clone());
+            e.args_digest = Some(args_digest.to_string());
+        });
+        let meta = json!({"action": "deny", "reason": d.reason.as_str(), "source": d.source});
+        let text = deny_text(&self.config.server_name, tool, &d);
+        if self.config.deny_as_error {
+            self.host_error(id, CODE_POLICY_DENIED, &text, Some(meta));
+        } else {
+            let mut result = json!({
+                "content": [{"type": "text", "text": text}],
+                "isError": true,
+                "_meta": {}
+            });
+            result["_meta"][META_DECISION] = meta;
+            self.host_value(&json!({"jsonrpc": "2.0", "id": id, "result": result}));
+        }
+    }
+
+    /// Queues the audit record of a call that ended: the tool, how it was
+    /// decided, how it ended (`reason`), its duration, what `fill` adds.
+    pub(super) fn record_call(
+        &mut self,
+        call: Call,
+        reason: Reason,
+        fill: impl FnOnce(&mut mcpbox_audit::Event),
+    ) {
+        let duration = self.now.mono.saturating_duration_since(call.started);
+        let since = call.since;
+        let e = self.audit_event(Kind::ToolCall, |e| {
+            e.tool = Some(call.tool);
+            e.decision = Some(audit_decision(call.decision.verdict));
+            e.reason = Some(reason.as_str().to_string());
+            e.source = Some(call.decision.source);
+            e.args_digest = Some(call.args_digest);
+            e.duration_ms = Some(ms(duration));
+            fill(e);
+        });
+        self.out.push(Effect::Audit(Record {
+            event: e,
+            files_since: since,
+        }));
+    }
+
+    /// Calls past their timeout: the server is told to stop, the host gets
+    /// [`CODE_CALL_TIMEOUT`].
+    pub(super) fn call_timeouts(&mut self) {
+        for (id, call) in self.calls.expired(self.now.mono) {
+            let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                "params": {"requestId": id, "reason": "mcpbox: call timed out"}});
+            self.send_server(to_line(&cancel));
+            self.record_call(call, Reason::CallTimeout, |_| {});
+            let limit = self.config.call_timeout.unwrap_or_default();
+            let data = json!({"reason": Reason::CallTimeout.as_str()});
+            self.host_error(
+                &id,
+                CODE_CALL_TIMEOUT,
+                &format!("tool call timed out after {limit:?}"),
+                Some(data),
+            );
+        }
+    }
+
+    // ---- server -> host ---------------------------------------------
+
+    /// One line from the current server's stdout.
+    pub(super) fn on_server(&mut self, line: Line) {
+        match line {
+            Line::Eof => self.stdout_closed(),
+            Line::TooLong { len, prefix } => self.server_too_long(len, &prefix),
+            Line::Data(line) => self.server_line(line, None),
+            Line::Compacted { line, len } => {
+                tracing::warn!(server = %self.config.server_name, len, "server line over max_line: long strings cut");
+                self.flag(None, Reason::ServerLineCompacted, "relay");
+                self.server_line(line, Some(len));
+            }
+        }
+    }
+
+    fn server_too_long(&mut self, len: usize, prefix: &[u8]) {
+        tracing::warn!(server = %self.config.server_name, len, "server line over max_line dropped");
+        self.flag(None, Reason::ServerLineTooLong, "relay");
+        let Some(f) = sniff_id(prefix).and_then(|key| self.calls.take(&key)) else {
+            return;
+        };
+        if let Pending::ToolsCall(call) = f.pending {
+            self.record_call(call, Reason::ResultTooLarge, |e| {
+                e.result_bytes = Some(len as u64);
+            });
+        }
+        let msg = format!(
+            "mcp server response too large ({len} bytes, limit {})",
+            self.config.max_line
+        );
+        let data = json!({"reason": Reason::ResultTooLarge.as_str()});
+        self.host_error(&f.id, CODE_RESPONSE_TOO_LARGE, &msg, Some(data));
+    }
+
+    /// Handles one line from the server; `original_len` is set when the
+    /// line was compacted from a longer one. Unchanged lines go to the host
+    /// as they came.
+    fn server_line(&mut self, line: Vec<u8>, original_len: Option<usize>) {
+        let mut msg = match Message::parse(&line) {
+            Ok(m) => m,
+            Err(Invalid::Blank) => return,
+            Err(_) => {
+                tracing::warn!(server = %self.config.server_name, len = line.len(), "server wrote a non-json-rpc line to stdout; dropped");
+                return self.flag(None, Reason::ServerInvalidJson, "relay");
+            }
+        };
+        let mut changed = false;
+        if original_len.is_some() {
+            changed |= self.strip_cut_secrets(&mut msg.value);
+        }
+        let plain = (original_len.is_none() && is_plain(&line)).then_some(line.as_slice());
+        let mut tool = None;
+        // a finished call's record, written once the response is out
+        let mut finished: Option<(Call, Reason, u64)> = None;
+        if msg.is_answer() {
+            let key = msg.id().map(id_key).unwrap_or_default();
+            if self.reinit_answered(&key) {
+                return;
+            }
+            let Some(f) = self.calls.take(&key) else {
+                tracing::warn!(server = %self.config.server_name, "server response to no pending request dropped");
+                return;
+            };
+            match f.pending {
+                Pending::ToolsList => changed |= self.screen_tool_list(&mut msg.value),
+                Pending::Handshake => changed |= self.screen_instructions(&mut msg.value),
+                Pending::ToolsCall(call) => {
+                    changed |= self.screen_result(&mut msg.value, &call.tool, plain);
+                    let v = &msg.value;
+                    let is_error = v.get("error").is_some()
+                        || at(v, &["result", "isError"]) == Some(&Value::Bool(true));
+                    let reason = if is_error {
+                        Reason::CallError
+                    } else {
+                        call.decision.reason
+                    };
+                    let bytes = original_len.unwrap_or(line.len()) as u64;
+                    tool = Some(call.tool.clone());
+                    finished = Some((call, reason, bytes));
+                }
+                Pending::Other => {}
+            }
+        } else if let Some(id) = msg.id() {
+            // A server-to-client request reusing the id of one of our own
+            // questions could collect the host's answer to it: dropped.
+            if self.is_our_question(&id_key(id)) {
+                tracing::warn!(server = %self.config.server_name, "server request reusing an mcpbox request id dropped");
+                return;
+            }
+        }
+        // a changed message is searched in full: `plain` speaks for the
+        // line as the server sent it
+        let plain = plain.filter(|_| !changed);
+        changed |= self.redact_secrets(&mut msg.value, tool.as_deref(), plain);
+        if changed {
+            self.host_value(&msg.value);
+        } else {
+            self.send_host(line);
+        }
+        if let Some((call, reason, bytes)) = finished {
+            self.record_call(call, reason, |e| e.result_bytes = Some(bytes));
+        }
+    }
+}
+
+/// The text a model reads when a call is refused.
+pub(super) fn deny_text(server: &str, tool: &str, d: &Decision) -> String {
+    let why = match d.reason {
+        Reason::ApprovalRequired => "this tool needs a human approval for each call, and no approval channel is available (the host did not declare elicitation support). Ask the user to run it or to change the policy",
+        Reason::ApprovalDeclined => "the human approver declined this call",
+        Reason::ApprovalTimeout => "nobody approved this call in time",
+        Reason::PinChanged => "the tool's definition changed since it was pinned; it stays blocked until the change is reviewed (`mcpbox pin accept`)",
+        Reason::PinNew => "this tool appeared after the tool list was pinned; it stays blocked until it is reviewed (`mcpbox pin accept`)",
+        _ => "the policy does not allow this tool",
+    };
+    format!(
+        "mcpbox refused the call to tool `{tool}` on server `{server}`: {why} (reason: {}, source: {})",
+        d.reason, d.source
+    )
+}

@@ -1,0 +1,701 @@
+//! The relay's protocol core: one MCP session as a state machine that
+//! performs no I/O (CONVENTIONS.md rule 11, after quinn-proto's
+//! `Connection`).
+//!
+//! A driver feeds it [`Event`]s with the time ([`Now`]) and performs the
+//! [`Effect`]s it returns, in order; after each batch it asks
+//! [`Session::deadline`] when to wake the session with [`Event::Timer`]
+//! (quinn's `poll_timeout`: arming a timer is not an effect). The session
+//! never blocks, locks, spawns, reads a clock or touches a file: starting
+//! and stopping the server, writing the pin file, asking a fallback
+//! approver and answering a question from outside are all effects.
+//!
+//! Sub-states own their data: [`calls`] the requests in flight and their
+//! timeouts, [`approvals`] the calls waiting for a human and the questions
+//! put to the host, [`tools`] the pinned tool list and description
+//! screening, [`output`] what is done to a result on its way to the host,
+//! [`supervise`] the server's lifecycle (start, exit detection, shutdown
+//! escalation, the secret TTL restart and the end of the session).
+//!
+//! Clocks: `now.mono` drives every timer; `now.wall` only stamps audit
+//! records (`time_ms`), the expiry shown in approval prompts, and the start
+//! of a call for its `files_written`. The driver reads both clocks once per
+//! event ([`Now::system`]); tests pass made-up ones.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use mcpbox_audit::{Event as AuditEvent, Kind};
+use mcpbox_policy::{Decision, Reason, ToolHints};
+use serde_json::{json, Value};
+
+use crate::launcher::ExitInfo;
+use crate::lines::Line;
+use crate::message::{at, error_line, id_key, to_line, Invalid, Message, Shape};
+use crate::pin::{PinStore, PinWrite};
+use crate::policy::{ApprovalAnswer, ApprovalRequest, ToolPolicy};
+use crate::redact::Redactor;
+use crate::secrets::Secrets;
+use crate::{Config, EndReason, Outcome};
+
+pub mod approvals;
+pub mod calls;
+pub mod output;
+pub mod supervise;
+pub mod tools;
+
+#[cfg(test)]
+mod tests;
+
+use approvals::Approvals;
+use calls::Calls;
+use supervise::Supervisor;
+use tools::ToolScreen;
+
+/// `_meta` key carrying per-request client capabilities (2026-07-28).
+pub const META_CLIENT_CAPS: &str = "io.modelcontextprotocol/clientCapabilities";
+
+/// The two clocks, read once per event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Now {
+    /// Monotonic time: every deadline is in this clock.
+    pub mono: Instant,
+    /// Wall-clock time, for audit records and prompts only.
+    pub wall: SystemTime,
+}
+
+impl Now {
+    /// Both clocks of the system, now.
+    pub fn system() -> Now {
+        Now {
+            mono: Instant::now(),
+            wall: SystemTime::now(),
+        }
+    }
+
+    /// Unix time in milliseconds.
+    pub fn unix_ms(&self) -> i64 {
+        self.wall
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+    }
+}
+
+/// Something that happened, fed into [`Session::on`].
+#[derive(Debug)]
+pub enum Event {
+    /// A line from the host ([`Line::Eof`]: the host closed its output,
+    /// or reading it failed).
+    Host(Line),
+    /// Writing to the host failed: it went away.
+    HostGone,
+    /// A line from the server's stdout; [`Line::Eof`] when it closed.
+    /// `gen` is the server generation the line came from (1 for the first
+    /// start, +1 per restart); lines of an old generation are ignored.
+    Server {
+        /// Server generation.
+        gen: u32,
+        /// The line.
+        line: Line,
+    },
+    /// The server process has exited (the answer to
+    /// [`Effect::CheckServer`], or learnt otherwise).
+    ServerExited {
+        /// Server generation.
+        gen: u32,
+        /// How it ended.
+        exit: ExitInfo,
+    },
+    /// [`Effect::StartServer`] succeeded. `secrets` are the values the
+    /// server was started with (refreshed when the effect asked for it).
+    ServerStarted {
+        /// Server generation.
+        gen: u32,
+        /// The secrets as launched.
+        secrets: Secrets,
+    },
+    /// [`Effect::StartServer`] failed.
+    ServerStartFailed {
+        /// Server generation.
+        gen: u32,
+        /// What went wrong, for the log.
+        error: String,
+    },
+    /// The server's stderr closed; `redactions` counts the secrets
+    /// redacted from it, by name.
+    StderrClosed {
+        /// Server generation.
+        gen: u32,
+        /// `(secret name, count)` for each secret found.
+        redactions: Vec<(String, usize)>,
+    },
+    /// [`Session::deadline`] has passed.
+    Timer,
+    /// The fallback approver answered [`Effect::AskApprover`] `key`.
+    Approval {
+        /// The key of the request.
+        key: u64,
+        /// The answer.
+        answer: ApprovalAnswer,
+    },
+    /// A question from outside the session (a network approval from the
+    /// egress proxy), to be put to the host through elicitation; answered
+    /// by [`Effect::Answer`] with the same `ticket`.
+    Ask {
+        /// Chosen by the driver, unique among open questions.
+        ticket: u64,
+        /// The question.
+        question: Question,
+    },
+}
+
+/// A question for the host, asked with `elicitation/create` (form mode).
+#[derive(Debug, Clone)]
+pub struct Question {
+    /// Prefix of the request id (the session adds its nonce and a counter),
+    /// e.g. `mcpbox-network`.
+    pub prefix: &'static str,
+    /// The text the human reads.
+    pub message: String,
+    /// The form's `requestedSchema`.
+    pub schema: Value,
+    /// How long the question may stay open.
+    pub wait: std::time::Duration,
+    /// Ask only if the host's last word was that it answers elicitation
+    /// (questions not bound to a host request, such as network approvals);
+    /// otherwise answer [`Asked::Unavailable`] at once.
+    pub needs_capability: bool,
+}
+
+/// The answer to an outside [`Question`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Asked {
+    /// The host's whole JSON-RPC response (result or error).
+    Response(Value),
+    /// The question could not be asked (no capability, host gone).
+    Unavailable,
+    /// Nobody answered in time.
+    Timeout,
+}
+
+/// Something for the driver to do, returned by [`Session::on`] in the
+/// order it must be done.
+#[derive(Debug)]
+pub enum Effect {
+    /// Write one line (without its newline) to the host.
+    WriteHost(Vec<u8>),
+    /// Write one line (without its newline) to the stdin of server `gen`.
+    WriteServer {
+        /// Server generation.
+        gen: u32,
+        /// The line.
+        line: Vec<u8>,
+    },
+    /// Close the stdin of server `gen` (the polite stop).
+    CloseServerStdin {
+        /// Server generation.
+        gen: u32,
+    },
+    /// Ask server `gen` to stop (SIGTERM).
+    TerminateServer {
+        /// Server generation.
+        gen: u32,
+    },
+    /// Kill server `gen` and what it started.
+    KillServer {
+        /// Server generation.
+        gen: u32,
+    },
+    /// Check, without blocking, whether server `gen` has exited; if it
+    /// has, feed [`Event::ServerExited`].
+    CheckServer {
+        /// Server generation.
+        gen: u32,
+    },
+    /// Start server generation `gen` with `secrets` in its environment,
+    /// after loading fresh values when `refresh` is set (that may run a
+    /// command: do it off the driver loop). Answer with
+    /// [`Event::ServerStarted`] or [`Event::ServerStartFailed`].
+    StartServer {
+        /// Server generation.
+        gen: u32,
+        /// The secrets to inject.
+        secrets: Secrets,
+        /// Load fresh values first (secret TTL).
+        refresh: bool,
+    },
+    /// Write an audit record (off the host path, in order).
+    Audit(Record),
+    /// Write the pin file or its pending twin.
+    WritePins(PinWrite),
+    /// Ask the fallback approver; answer with [`Event::Approval`].
+    AskApprover {
+        /// Echoed in the answer.
+        key: u64,
+        /// The question.
+        request: ApprovalRequest,
+    },
+    /// Answer the outside question `ticket` ([`Event::Ask`]).
+    Answer {
+        /// The ticket of the question.
+        ticket: u64,
+        /// The answer.
+        answer: Asked,
+    },
+    /// The session is over; nothing more will come. The server has exited.
+    End(Outcome),
+}
+
+/// One audit record.
+#[derive(Debug, Clone)]
+pub struct Record {
+    /// The record, `time_ms` filled in.
+    pub event: AuditEvent,
+    /// For a finished `tools/call` with an output directory configured:
+    /// when the call started, so the writer can list the files it wrote
+    /// (`files_written`, [`crate::written`]) when it writes the record.
+    pub files_since: Option<SystemTime>,
+}
+
+/// Secret values and their redactor, old values included.
+struct Redaction {
+    secrets: Secrets,
+    /// Values replaced by a TTL refresh: a server may have cached them.
+    retired: Vec<(String, String)>,
+    redactor: Arc<Redactor>,
+}
+
+impl Redaction {
+    fn new(secrets: Secrets) -> Redaction {
+        let redactor = Arc::new(Redactor::new(
+            secrets
+                .0
+                .iter()
+                .map(|s| (s.name.as_str(), s.value.as_bytes())),
+        ));
+        Redaction {
+            secrets,
+            retired: Vec::new(),
+            redactor,
+        }
+    }
+
+    /// Takes the values a server was (re)started with; old ones stay
+    /// redacted.
+    fn update(&mut self, fresh: Secrets) {
+        let same = fresh.0.len() == self.secrets.0.len()
+            && fresh
+                .0
+                .iter()
+                .zip(&self.secrets.0)
+                .all(|(a, b)| a.name == b.name && a.value == b.value);
+        if same {
+            return;
+        }
+        for s in &self.secrets.0 {
+            if !self
+                .retired
+                .iter()
+                .any(|(n, v)| *n == s.name && *v == s.value)
+            {
+                self.retired.push((s.name.clone(), s.value.clone()));
+            }
+        }
+        self.secrets = fresh;
+        let mut all = self.retired.clone();
+        all.extend(
+            self.secrets
+                .0
+                .iter()
+                .map(|s| (s.name.clone(), s.value.clone())),
+        );
+        self.redactor = Arc::new(Redactor::new(
+            all.iter().map(|(n, v)| (n.as_str(), v.as_bytes())),
+        ));
+    }
+}
+
+/// What the host told us about itself.
+#[derive(Default)]
+struct HostState {
+    /// When the host closed its output.
+    closed: Option<Instant>,
+    /// Writing to the host failed.
+    gone: bool,
+    /// Form elicitation as declared at `initialize`.
+    elicitation: bool,
+    /// Elicitation as the host last declared it, at `initialize` or in a
+    /// request's `_meta` (2026-07-28): what questions outside a request go by.
+    last_elicitation: bool,
+    /// The host's `initialize` params, replayed to a restarted server.
+    initialize_params: Option<Value>,
+}
+
+/// One relay session. See the module docs.
+pub struct Session {
+    config: Config,
+    policy: Arc<dyn ToolPolicy>,
+    /// Whether a fallback approver exists (the driver runs it).
+    fallback_approver: bool,
+    /// Unguessable, per session: in the ids of our own requests to the
+    /// host, so a server cannot forge an answer by reusing an id.
+    nonce: String,
+    host: HostState,
+    calls: Calls,
+    approvals: Approvals,
+    tools: ToolScreen,
+    server: Supervisor,
+    redaction: Redaction,
+    /// `(tool, rule)` pairs already flagged, to flag each once.
+    flagged: HashSet<(String, Reason)>,
+    template: AuditEvent,
+    /// Effects of the event being handled.
+    out: Vec<Effect>,
+    /// The current event's clocks.
+    now: Now,
+}
+
+impl Session {
+    /// A session for one server. `pins` is the opened pin store (the driver
+    /// reads the file); `nonce` must be unguessable by the server (the
+    /// driver draws it from the OS); `fallback_approver` says whether the
+    /// driver can answer [`Effect::AskApprover`].
+    pub fn new(
+        config: Config,
+        policy: Arc<dyn ToolPolicy>,
+        secrets: Secrets,
+        pins: Option<PinStore>,
+        fallback_approver: bool,
+        nonce: String,
+        now: Now,
+    ) -> Session {
+        let template = AuditEvent {
+            sandbox_id: config.sandbox_id.clone(),
+            workspace_id: config.workspace_id.clone(),
+            server: config.server_name.clone(),
+            caller: config.caller.clone(),
+            detail: Value::Null,
+            ..AuditEvent::default()
+        };
+        let tools = ToolScreen::new(pins);
+        Session {
+            policy,
+            fallback_approver,
+            nonce,
+            host: HostState::default(),
+            calls: Calls::default(),
+            approvals: Approvals::default(),
+            tools,
+            server: Supervisor::new(now.mono),
+            redaction: Redaction::new(secrets),
+            flagged: HashSet::new(),
+            template,
+            out: Vec::new(),
+            now,
+            config,
+        }
+    }
+
+    /// Starts the session: asks for the first server.
+    pub fn start(&mut self, now: Now) -> Vec<Effect> {
+        self.now = now;
+        self.start_server(false);
+        std::mem::take(&mut self.out)
+    }
+
+    /// Handles one event at `now`; returns what to do, in order.
+    pub fn on(&mut self, event: Event, now: Now) -> Vec<Effect> {
+        self.now = now;
+        if self.server.ended() {
+            // Nothing after the end, except answers owed to outsiders.
+            if let Event::Ask { ticket, .. } = event {
+                self.out.push(Effect::Answer {
+                    ticket,
+                    answer: Asked::Unavailable,
+                });
+            }
+            return std::mem::take(&mut self.out);
+        }
+        match event {
+            Event::Host(line) => self.on_host(line),
+            Event::HostGone => self.host_gone(),
+            Event::Server { gen, line } => {
+                if gen == self.server.gen() {
+                    self.on_server(line);
+                }
+            }
+            Event::ServerExited { gen, exit } => self.server_exited(gen, exit),
+            Event::ServerStarted { gen, secrets } => self.server_started(gen, secrets),
+            Event::ServerStartFailed { gen, error } => self.server_start_failed(gen, &error),
+            Event::StderrClosed { gen, redactions } => self.stderr_closed(gen, redactions),
+            Event::Timer => {}
+            Event::Approval { key, answer } => self.approval_answered(key, answer),
+            Event::Ask { ticket, question } => self.ask(ticket, question),
+        }
+        self.tick();
+        std::mem::take(&mut self.out)
+    }
+
+    /// When to feed [`Event::Timer`] next; `None` once the session ended.
+    pub fn deadline(&self) -> Option<Instant> {
+        if self.server.ended() {
+            return None;
+        }
+        let mut d = self.server_deadline();
+        for t in [self.calls.deadline(), self.approvals.deadline()]
+            .into_iter()
+            .flatten()
+        {
+            d = Some(d.map_or(t, |d: Instant| d.min(t)));
+        }
+        d
+    }
+
+    /// The redactor for the server's stderr (current and retired secret
+    /// values).
+    pub fn redactor(&self) -> Arc<Redactor> {
+        self.redaction.redactor.clone()
+    }
+
+    /// True once [`Effect::End`] was returned.
+    pub fn is_ended(&self) -> bool {
+        self.server.ended()
+    }
+
+    /// The current server generation.
+    pub fn server_gen(&self) -> u32 {
+        self.server.gen()
+    }
+
+    /// Runs the timers due at `self.now`.
+    fn tick(&mut self) {
+        self.call_timeouts();
+        self.approval_timeouts();
+        self.supervise();
+    }
+
+    // ---- output helpers ---------------------------------------------
+
+    /// Writes one line to the host (unless it is gone).
+    fn send_host(&mut self, line: Vec<u8>) {
+        if !self.host.gone {
+            self.out.push(Effect::WriteHost(line));
+        }
+    }
+
+    fn host_value(&mut self, v: &Value) {
+        self.send_host(to_line(v));
+    }
+
+    fn host_error(&mut self, id: &Value, code: i64, message: &str, data: Option<Value>) {
+        self.send_host(error_line(id, code, message, data));
+    }
+
+    /// Writes one line to the current server, if its stdin is open.
+    fn send_server(&mut self, line: Vec<u8>) {
+        if let Some(gen) = self.server.writable() {
+            self.out.push(Effect::WriteServer { gen, line });
+        }
+    }
+
+    fn audit(&mut self, kind: Kind, fill: impl FnOnce(&mut AuditEvent)) {
+        let e = self.audit_event(kind, fill);
+        self.out.push(Effect::Audit(Record {
+            event: e,
+            files_since: None,
+        }));
+    }
+
+    fn audit_event(&self, kind: Kind, fill: impl FnOnce(&mut AuditEvent)) -> AuditEvent {
+        let mut e = self.template.clone();
+        e.time_ms = self.now.unix_ms();
+        e.kind = Some(kind);
+        fill(&mut e);
+        e
+    }
+
+    /// Flags `rule` for `tool` once per session (log and audit).
+    fn flag(&mut self, tool: Option<&str>, rule: Reason, source: &str) {
+        let key = (tool.unwrap_or("").to_string(), rule);
+        if !self.flagged.insert(key) {
+            return;
+        }
+        tracing::warn!(server = %self.config.server_name, tool = tool.unwrap_or(""), rule = rule.as_str(), "flagged");
+        self.audit(Kind::Flag, |e| {
+            e.tool = tool.map(str::to_string);
+            e.reason = Some(rule.as_str().to_string());
+            e.source = Some(source.to_string());
+        });
+    }
+
+    // ---- host -> server ---------------------------------------------
+
+    fn on_host(&mut self, line: Line) {
+        match line {
+            Line::Eof => self.host_closed(),
+            Line::TooLong { len, .. } | Line::Compacted { len, .. } => {
+                tracing::warn!(len, "host line over max_line refused");
+                let data = json!({"max_line": self.config.max_line, "reason": Reason::RequestTooLarge.as_str()});
+                self.host_error(&Value::Null, -32600, "request too large", Some(data));
+            }
+            Line::Data(line) => self.host_line(line),
+        }
+    }
+
+    fn host_line(&mut self, line: Vec<u8>) {
+        let msg = match Message::parse(&line) {
+            Ok(m) => m,
+            Err(Invalid::Blank) => return,
+            Err(Invalid::Batch) => {
+                let data = json!({"reason": Reason::BatchRefused.as_str()});
+                return self.host_error(
+                    &Value::Null,
+                    -32600,
+                    "batch requests are not supported",
+                    Some(data),
+                );
+            }
+            Err(Invalid::Json) => {
+                let data = json!({"reason": Reason::RequestInvalid.as_str()});
+                return self.host_error(&Value::Null, -32700, "parse error", Some(data));
+            }
+            Err(Invalid::NotMessage) => {
+                let data = json!({"reason": Reason::RequestInvalid.as_str()});
+                return self.host_error(&Value::Null, -32600, "invalid request", Some(data));
+            }
+        };
+        // Answers to our own questions are ours, whatever the server does.
+        if msg.is_answer() {
+            if let Some(id) = msg.id() {
+                let key = id_key(id);
+                if self.elicitation_answered(&key, &msg) {
+                    return;
+                }
+                if key.contains(&self.nonce) {
+                    return; // a late answer to one of our own requests
+                }
+            }
+        }
+        // While the server (re)starts, everything else waits its turn.
+        if !self.server.is_up() {
+            return self.hold(line, &msg);
+        }
+        self.host_message(line, msg);
+    }
+
+    /// Handles one host message while the server is up.
+    fn host_message(&mut self, line: Vec<u8>, msg: Message) {
+        match msg.shape {
+            Shape::Request => self.host_request(line, msg),
+            Shape::Notification => {
+                if msg.method() == Some("notifications/cancelled") {
+                    if let Some(rid) = msg.params().and_then(|p| p.get("requestId")) {
+                        if self.cancel_approval(&id_key(rid)) {
+                            return; // the server never saw that call
+                        }
+                    }
+                }
+                self.send_server(line);
+            }
+            // an answer to a server-to-client request
+            Shape::Response | Shape::Error | Shape::Other => self.send_server(line),
+        }
+    }
+
+    fn host_request(&mut self, line: Vec<u8>, msg: Message) {
+        let Some(id) = msg.id().cloned() else { return };
+        let params = msg.params();
+        if let Some(caps) = params
+            .and_then(|p| p.get("_meta"))
+            .and_then(|m| m.get(META_CLIENT_CAPS))
+        {
+            self.host.last_elicitation = caps
+                .get("elicitation")
+                .is_some_and(supports_form_elicitation);
+        }
+        match msg.method().unwrap_or_default() {
+            "initialize" => {
+                self.host.elicitation = params
+                    .and_then(|p| at(p, &["capabilities", "elicitation"]))
+                    .is_some_and(supports_form_elicitation);
+                self.host.last_elicitation = self.host.elicitation;
+                self.host.initialize_params = params.cloned();
+                self.calls.track(id, calls::Pending::Handshake);
+                self.send_server(line);
+            }
+            "server/discover" => {
+                self.calls.track(id, calls::Pending::Handshake);
+                self.send_server(line);
+            }
+            "tools/list" => {
+                self.calls.track(id, calls::Pending::ToolsList);
+                self.send_server(line);
+            }
+            "tools/call" => self.tools_call(id, &msg, line),
+            _ => {
+                self.calls.track(id, calls::Pending::Other);
+                self.send_server(line);
+            }
+        }
+    }
+
+    /// Whether the host can answer elicitation for this request: the
+    /// request's own `_meta` capabilities (2026-07-28) win over the ones
+    /// declared at `initialize`.
+    fn elicitation_for(&self, msg: &Message) -> bool {
+        match msg
+            .params()
+            .and_then(|p| p.get("_meta"))
+            .and_then(|m| m.get(META_CLIENT_CAPS))
+        {
+            Some(caps) => caps
+                .get("elicitation")
+                .is_some_and(supports_form_elicitation),
+            None => self.host.elicitation,
+        }
+    }
+
+    /// The policy's decision, made with and without the server's hints;
+    /// the stricter one wins, so untrusted annotations can only tighten.
+    fn decide(&self, tool: &str, hints: &ToolHints) -> Decision {
+        let with = self.policy.decide(tool, hints);
+        if *hints == ToolHints::default() {
+            return with;
+        }
+        // on a tie the decision made with the hints is kept (it names the
+        // hint rule that applied)
+        with.stricter(self.policy.decide(tool, &ToolHints::default()))
+    }
+}
+
+/// Whether an `elicitation` capability covers form mode: `{}` (before
+/// modes existed, form was the only one) or an object with `form`.
+fn supports_form_elicitation(caps: &Value) -> bool {
+    match caps {
+        Value::Object(m) => m.is_empty() || m.contains_key("form"),
+        _ => false,
+    }
+}
+
+/// The audit log's word for a verdict.
+fn audit_decision(v: mcpbox_policy::Verdict) -> mcpbox_audit::Decision {
+    match v {
+        mcpbox_policy::Verdict::Allow => mcpbox_audit::Decision::Allow,
+        mcpbox_policy::Verdict::Deny => mcpbox_audit::Decision::Deny,
+        mcpbox_policy::Verdict::Approve => mcpbox_audit::Decision::Approve,
+    }
+}
+
+fn ms(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The end of a session, for [`Effect::End`].
+fn outcome(reason: EndReason, server_exit: Option<ExitInfo>, launches: u32) -> Outcome {
+    Outcome {
+        reason,
+        server_exit,
+        launches,
+    }
+}

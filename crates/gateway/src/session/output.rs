@@ -1,0 +1,199 @@
+//! What is done to the server's output before the host sees it: secret
+//! values (and their encodings) replaced, also across the text items of a
+//! result and at the cut of a compacted line; credential shapes flagged
+//! (and redacted unless configured otherwise); terminal escapes stripped
+//! from text content; text content cut to `max_result`.
+
+use mcpbox_audit::Kind;
+use mcpbox_policy::Reason;
+use serde_json::{json, Value};
+
+use super::Session;
+use crate::message::at_mut;
+use crate::redact::{find_credentials, redact_credentials};
+use crate::screen::sanitize;
+
+impl Session {
+    /// In strings cut by compaction, removes a partial secret left just
+    /// before the cut.
+    pub(super) fn strip_cut_secrets(&mut self, v: &mut Value) -> bool {
+        let redactor = self.redaction.redactor.clone();
+        if redactor.is_empty() {
+            return false;
+        }
+        let mut counts = vec![0usize; redactor.names().len()];
+        let marker = format!("\n{}", crate::compact::MARKER_PREFIX);
+        walk_strings(v, &mut |s| {
+            let at = s.rfind(&marker)?;
+            let fixed = redactor.strip_partial_tail(&s[..at], &mut counts)?;
+            Some(format!("{fixed}{}", &s[at..]))
+        })
+    }
+
+    /// Replaces secret values anywhere in the message; one audit record per
+    /// secret found. `plain` is the raw line when [`crate::message::is_plain`]: a search
+    /// over it stands for the walk over every string.
+    pub(super) fn redact_secrets(
+        &mut self,
+        v: &mut Value,
+        tool: Option<&str>,
+        plain: Option<&[u8]>,
+    ) -> bool {
+        let redactor = self.redaction.redactor.clone();
+        if redactor.is_empty() {
+            return false;
+        }
+        let mut counts = vec![0usize; redactor.names().len()];
+        let found = plain.is_none_or(|line| !redactor.find(line).is_empty());
+        let mut changed = found
+            && walk_strings(v, &mut |s| match redactor.redact_str(s, &mut counts) {
+                std::borrow::Cow::Borrowed(_) => None,
+                std::borrow::Cow::Owned(o) => Some(o),
+            });
+        // a secret split over two text items is still the secret
+        if let Some(Value::Array(items)) = at_mut(v, &["result", "content"]) {
+            let mut texts: Vec<&mut String> = items
+                .iter_mut()
+                .filter_map(|item| match item.get_mut("text") {
+                    Some(Value::String(t)) => Some(t),
+                    _ => None,
+                })
+                .collect();
+            changed |= redactor.redact_across(&mut texts, &mut counts);
+        }
+        for (i, count) in counts.iter().enumerate() {
+            if *count > 0 {
+                let name = redactor.names()[i].clone();
+                tracing::warn!(server = %self.config.server_name, secret = %name, count, "secret redacted from server output");
+                self.audit(Kind::Redaction, |e| {
+                    e.tool = tool.map(str::to_string);
+                    e.reason = Some(Reason::RedactionSecret.as_str().into());
+                    e.source = Some("stdout".into());
+                    e.detail = json!({"secret": name, "count": count});
+                });
+            }
+        }
+        changed
+    }
+
+    /// Credential shapes, escapes and size of a tool result. `plain` as
+    /// for [`Session::redact_secrets`].
+    pub(super) fn screen_result(
+        &mut self,
+        v: &mut Value,
+        tool: &str,
+        plain: Option<&[u8]>,
+    ) -> bool {
+        let mut changed = false;
+        let redact = self.config.redact_credential_shapes;
+        let mut rules: Vec<Reason> = Vec::new();
+        let shapes =
+            plain.is_none_or(|line| !find_credentials(&String::from_utf8_lossy(line)).is_empty());
+        if let Some(result) = v.get_mut("result").filter(|_| shapes) {
+            changed |= walk_strings(result, &mut |s| {
+                let hits = find_credentials(s);
+                if hits.is_empty() {
+                    return None;
+                }
+                for h in &hits {
+                    if !rules.contains(&h.2) {
+                        rules.push(h.2);
+                    }
+                }
+                redact.then(|| redact_credentials(s, &hits))
+            });
+        }
+        for reason in rules {
+            self.audit(Kind::Flag, |e| {
+                e.tool = Some(tool.to_string());
+                e.reason = Some(reason.as_str().to_string());
+                e.source = Some("result".into());
+                e.detail = json!({"redacted": redact});
+            });
+        }
+        // a plain line has no escapes to strip, and no more text than bytes
+        let small = plain.is_some_and(|line| line.len() <= self.config.max_result);
+        if small && !changed {
+            return false;
+        }
+        changed | truncate_text(v, self.config.max_result)
+    }
+}
+
+/// Strips terminal escapes from the text items of a result and cuts them,
+/// summed, to `max` bytes (at a char boundary, with a marker).
+fn truncate_text(v: &mut Value, max: usize) -> bool {
+    let mut changed = false;
+    let mut budget = max;
+    let Some(Value::Array(items)) = at_mut(v, &["result", "content"]) else {
+        return false;
+    };
+    for item in items {
+        if item.get("type").and_then(Value::as_str) != Some("text") {
+            continue;
+        }
+        let Some(Value::String(text)) = item.get_mut("text") else {
+            continue;
+        };
+        if let (std::borrow::Cow::Owned(clean), _) = sanitize(text) {
+            *text = clean;
+            changed = true;
+        }
+        if text.len() <= budget {
+            budget -= text.len();
+            continue;
+        }
+        let mut cut = budget;
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        let dropped = text.len() - cut;
+        text.truncate(cut);
+        if !text.is_empty() {
+            text.push('\n');
+        }
+        text.push_str(&format!("[mcpbox: truncated {dropped} bytes]"));
+        budget = 0;
+        changed = true;
+    }
+    changed
+}
+
+/// Calls `f` on every string (object keys included); replaces the ones for
+/// which it returns a new value. Returns whether anything changed.
+pub(crate) fn walk_strings(v: &mut Value, f: &mut dyn FnMut(&str) -> Option<String>) -> bool {
+    match v {
+        Value::String(s) => match f(s) {
+            Some(n) => {
+                *s = n;
+                true
+            }
+            None => false,
+        },
+        Value::Array(a) => {
+            let mut changed = false;
+            for x in a {
+                changed |= walk_strings(x, f);
+            }
+            changed
+        }
+        Value::Object(m) => {
+            let mut changed = false;
+            let renames: Vec<(String, String)> = m
+                .keys()
+                .filter_map(|k| f(k).map(|n| (k.clone(), n)))
+                .collect();
+            for (old, new) in renames {
+                if let Some(x) = m.remove(&old) {
+                    m.insert(new, x);
+                    changed = true;
+                }
+            }
+            for (_, x) in m.iter_mut() {
+                changed |= walk_strings(x, f);
+            }
+            changed
+        }
+        _ => false,
+    }
+}

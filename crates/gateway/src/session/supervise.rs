@@ -1,0 +1,553 @@
+//! The server's lifecycle, driven by events and timers only:
+//!
+//! - **start**: [`Effect::StartServer`]; until [`Event::ServerStarted`]
+//!   the host's messages are held (in order) and sent once it is up.
+//! - **exit detection**: the driver is asked to check the process
+//!   ([`Effect::CheckServer`]) every [`EXIT_POLL`], every [`FAST_POLL`]
+//!   once stdout closed or a stop began. The server is *down* when it has
+//!   exited and its stdout is closed; a process gone with stdout held open
+//!   (a grandchild) gets [`DRAIN`] to finish, a process that closed stdout
+//!   but lives on gets [`DRAIN`] before it is terminated.
+//! - **stop**: close stdin; after `shutdown_grace` SIGTERM; after another
+//!   `shutdown_grace` SIGKILL. Never a sleep: each step is a deadline.
+//! - **secret TTL restart**: once the TTL passed *and* nothing is in flight
+//!   or waiting for approval, the server is stopped as above and started
+//!   again with fresh values (loaded by the driver, off its loop). Host
+//!   messages arriving meanwhile are held and sent once the new server
+//!   answered the replayed `initialize` (or after [`REINIT_WAIT`]); past
+//!   [`HOLD_MAX_MESSAGES`] / [`HOLD_MAX_BYTES`] a request is answered with
+//!   [`CODE_SERVER_RESTARTING`] (retryable) instead.
+//! - **end**: when the server is down for good, calls in flight are answered
+//!   with [`CODE_SERVER_EXITED`], the stderr reader gets up to
+//!   [`STDERR_WAIT`] to report its redactions, then the last audit records
+//!   and [`Effect::End`].
+//!
+//! [`Event::ServerStarted`]: super::Event::ServerStarted
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use mcpbox_audit::Kind;
+use mcpbox_policy::Reason;
+use serde_json::{json, Value};
+
+use super::calls::Pending;
+use super::{outcome, Effect, Session};
+use crate::launcher::ExitInfo;
+use crate::message::{id_key, to_line, IdKey, Message, Shape};
+use crate::secrets::Secrets;
+use crate::{EndReason, CODE_SERVER_EXITED, CODE_SERVER_RESTARTING};
+
+/// How often a running server is checked for an exit it did not announce
+/// by closing stdout.
+pub const EXIT_POLL: Duration = Duration::from_millis(250);
+/// How often it is checked once its exit is near.
+pub const FAST_POLL: Duration = Duration::from_millis(5);
+/// How long the last lines may drain after the process is gone (a
+/// grandchild may hold stdout open), and how long a process that closed
+/// stdout may live on before it is terminated.
+pub const DRAIN: Duration = Duration::from_millis(500);
+/// How long the stderr reader may take to report after the server is down.
+pub const STDERR_WAIT: Duration = Duration::from_secs(1);
+/// How long a restarted server may take to answer the replayed
+/// `initialize` before held messages are sent anyway.
+pub const REINIT_WAIT: Duration = Duration::from_secs(10);
+/// Most host messages held while the server (re)starts.
+pub const HOLD_MAX_MESSAGES: usize = 1024;
+/// Most bytes of host messages held while the server (re)starts.
+pub const HOLD_MAX_BYTES: usize = 16 * 1024 * 1024;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// [`Effect::StartServer`] is out.
+    Starting,
+    /// Running (perhaps stopping).
+    Up,
+    /// Down for good; waiting for stderr before the end.
+    Ending,
+    /// [`Effect::End`] was returned.
+    Ended,
+}
+
+/// The server process as the session sees it.
+pub(crate) struct Supervisor {
+    gen: u32,
+    launches: u32,
+    phase: Phase,
+    stdout_closed: bool,
+    exited: Option<ExitInfo>,
+    /// When its exit was seen while stdout stayed open.
+    gone_since: Option<Instant>,
+    /// When stdout closed while the process still ran.
+    closed_since: Option<Instant>,
+    /// When we closed its stdin (the stop began).
+    stdin_closed: Option<Instant>,
+    terminated: Option<Instant>,
+    killed: bool,
+    next_check: Instant,
+    stderr_closed: bool,
+    /// When the shortest secret TTL runs out.
+    ttl_due: Option<Instant>,
+    /// The stop under way is a TTL restart.
+    restarting: bool,
+    /// The replayed `initialize` of a restarted server, until answered.
+    reinit: Option<(IdKey, Instant)>,
+    /// Host messages held while the server is not up.
+    held: VecDeque<Vec<u8>>,
+    held_bytes: usize,
+    /// Why the session ends, and since when it waits for stderr.
+    ending: Option<(EndReason, Instant)>,
+}
+
+impl Supervisor {
+    pub(crate) fn new(now: Instant) -> Supervisor {
+        Supervisor {
+            gen: 0,
+            launches: 0,
+            phase: Phase::Starting,
+            stdout_closed: false,
+            exited: None,
+            gone_since: None,
+            closed_since: None,
+            stdin_closed: None,
+            terminated: None,
+            killed: false,
+            next_check: now,
+            stderr_closed: false,
+            ttl_due: None,
+            restarting: false,
+            reinit: None,
+            held: VecDeque::new(),
+            held_bytes: 0,
+            ending: None,
+        }
+    }
+
+    pub(crate) fn gen(&self) -> u32 {
+        self.gen
+    }
+
+    pub(crate) fn ended(&self) -> bool {
+        self.phase == Phase::Ended
+    }
+
+    /// True when host messages can go to the server now.
+    pub(crate) fn is_up(&self) -> bool {
+        self.phase == Phase::Up
+            && self.stdin_closed.is_none()
+            && self.reinit.is_none()
+            && !self.restarting
+    }
+
+    /// The generation to write to, while its stdin is open.
+    pub(crate) fn writable(&self) -> Option<u32> {
+        (self.phase == Phase::Up && self.stdin_closed.is_none()).then_some(self.gen)
+    }
+
+    fn stopping(&self) -> bool {
+        self.stdin_closed.is_some() || self.terminated.is_some()
+    }
+}
+
+impl Session {
+    /// Asks for the next server generation.
+    pub(super) fn start_server(&mut self, refresh: bool) {
+        let s = &mut self.server;
+        s.gen += 1;
+        s.phase = Phase::Starting;
+        s.stdout_closed = false;
+        s.exited = None;
+        s.gone_since = None;
+        s.closed_since = None;
+        s.stdin_closed = None;
+        s.terminated = None;
+        s.killed = false;
+        s.stderr_closed = false;
+        s.reinit = None;
+        let gen = s.gen;
+        self.out.push(Effect::StartServer {
+            gen,
+            secrets: self.redaction.secrets.clone(),
+            refresh,
+        });
+    }
+
+    pub(super) fn server_started(&mut self, gen: u32, secrets: Secrets) {
+        if gen != self.server.gen || self.server.phase != Phase::Starting {
+            return;
+        }
+        let now = self.now.mono;
+        self.redaction.update(secrets);
+        let s = &mut self.server;
+        s.launches += 1;
+        s.phase = Phase::Up;
+        s.next_check = now + EXIT_POLL;
+        s.ttl_due = self.redaction.secrets.min_ttl().map(|t| now + t);
+        let first = s.launches == 1;
+        if first {
+            self.audit(Kind::SessionStart, |_| {});
+        }
+        if self.host.closed.is_some() || self.host.gone {
+            return self.begin_stop();
+        }
+        match self.host.initialize_params.clone() {
+            Some(params) if !first => {
+                // replay the host's handshake; the response is swallowed
+                let id = format!("mcpbox-reinit-{}-{}", self.nonce, self.server.launches);
+                let init =
+                    json!({"jsonrpc": "2.0", "id": id, "method": "initialize", "params": params});
+                self.send_server(to_line(&init));
+                self.server.reinit = Some((id_key(&Value::String(id)), now + REINIT_WAIT));
+            }
+            _ => self.release_held(),
+        }
+    }
+
+    pub(super) fn server_start_failed(&mut self, gen: u32, error: &str) {
+        if gen != self.server.gen || self.server.phase != Phase::Starting {
+            return;
+        }
+        tracing::error!(server = %self.config.server_name, error, "starting the server failed");
+        self.server.stdout_closed = true;
+        self.server.stderr_closed = true;
+        self.server.restarting = false;
+        self.server_down();
+    }
+
+    pub(super) fn server_exited(&mut self, gen: u32, exit: ExitInfo) {
+        let s = &mut self.server;
+        if gen != s.gen || s.phase != Phase::Up || s.exited.is_some() {
+            return;
+        }
+        s.exited = Some(exit);
+        if !s.stdout_closed {
+            s.gone_since = Some(self.now.mono);
+        }
+    }
+
+    pub(super) fn stdout_closed(&mut self) {
+        let s = &mut self.server;
+        if !s.stdout_closed {
+            s.stdout_closed = true;
+            s.closed_since = Some(self.now.mono);
+            // the exit is near: look now
+            s.next_check = self.now.mono;
+        }
+    }
+
+    pub(super) fn stderr_closed(&mut self, gen: u32, redactions: Vec<(String, usize)>) {
+        for (name, count) in redactions {
+            if count > 0 {
+                self.audit(Kind::Redaction, |e| {
+                    e.reason = Some(Reason::RedactionSecret.as_str().into());
+                    e.source = Some("stderr".into());
+                    e.detail = json!({"secret": name, "count": count, "stream": "stderr"});
+                });
+            }
+        }
+        if gen == self.server.gen {
+            self.server.stderr_closed = true;
+        }
+    }
+
+    pub(super) fn host_closed(&mut self) {
+        if self.host.closed.is_some() {
+            return;
+        }
+        tracing::debug!("host closed input; closing server stdin");
+        self.host.closed = Some(self.now.mono);
+        self.drop_questions();
+        self.refuse_held(Reason::ServerStopped);
+        self.server.restarting = false;
+        self.begin_stop();
+    }
+
+    pub(super) fn host_gone(&mut self) {
+        if self.host.gone {
+            return;
+        }
+        tracing::warn!("host output closed");
+        self.host.gone = true;
+        self.drop_questions();
+        self.server.held.clear();
+        self.server.held_bytes = 0;
+        self.server.restarting = false;
+        self.begin_stop();
+    }
+
+    /// Closes the server's stdin; the timers take it from there.
+    fn begin_stop(&mut self) {
+        let s = &mut self.server;
+        if s.phase == Phase::Up && s.stdin_closed.is_none() {
+            s.stdin_closed = Some(self.now.mono);
+            s.next_check = self.now.mono + FAST_POLL;
+            let gen = s.gen;
+            self.out.push(Effect::CloseServerStdin { gen });
+        }
+    }
+
+    /// Holds a host message until the server is up.
+    pub(super) fn hold(&mut self, line: Vec<u8>, msg: &Message) {
+        let s = &mut self.server;
+        if s.held.len() < HOLD_MAX_MESSAGES && s.held_bytes + line.len() <= HOLD_MAX_BYTES {
+            s.held_bytes += line.len();
+            s.held.push_back(line);
+            return;
+        }
+        tracing::warn!(server = %self.config.server_name, "too many host messages while the server restarts");
+        if let (Shape::Request, Some(id)) = (msg.shape, msg.id()) {
+            let data = json!({"reason": Reason::ServerRestarting.as_str()});
+            self.host_error(
+                id,
+                CODE_SERVER_RESTARTING,
+                "mcp server is restarting; retry the request",
+                Some(data),
+            );
+        }
+    }
+
+    /// Sends the held host messages, in order.
+    fn release_held(&mut self) {
+        while self.server.is_up() {
+            let Some(line) = self.server.held.pop_front() else {
+                break;
+            };
+            self.server.held_bytes -= line.len();
+            if let Ok(msg) = Message::parse(&line) {
+                self.host_message(line, msg);
+            }
+        }
+    }
+
+    /// Answers the held requests that will never reach a server.
+    fn refuse_held(&mut self, reason: Reason) {
+        let held = std::mem::take(&mut self.server.held);
+        self.server.held_bytes = 0;
+        for line in held {
+            let Ok(msg) = Message::parse(&line) else {
+                continue;
+            };
+            if let (Shape::Request, Some(id)) = (msg.shape, msg.id()) {
+                let data = json!({"reason": reason.as_str()});
+                self.host_error(id, CODE_SERVER_EXITED, "mcp server stopped", Some(data));
+            }
+        }
+    }
+
+    /// Whether `key` answers our replayed `initialize` (then swallowed).
+    pub(super) fn reinit_answered(&mut self, key: &str) -> bool {
+        if self.server.reinit.as_ref().is_some_and(|(k, _)| k == key) {
+            self.finish_reinit();
+            return true;
+        }
+        key.starts_with("\"mcpbox-reinit-")
+    }
+
+    fn finish_reinit(&mut self) {
+        self.server.reinit = None;
+        let done = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+        self.send_server(to_line(&done));
+        self.release_held();
+    }
+
+    /// Timers of the lifecycle, run after every event.
+    pub(super) fn supervise(&mut self) {
+        let now = self.now.mono;
+        let grace = self.config.shutdown_grace;
+        match self.server.phase {
+            Phase::Starting | Phase::Ended => return,
+            Phase::Ending => {
+                let waited = self
+                    .server
+                    .ending
+                    .is_some_and(|(_, since)| now.duration_since(since) >= STDERR_WAIT);
+                if self.server.stderr_closed || waited {
+                    self.finish();
+                }
+                return;
+            }
+            Phase::Up => {}
+        }
+        let s = &mut self.server;
+        let drained = s.gone_since.is_some_and(|t| now.duration_since(t) >= DRAIN);
+        if s.exited.is_some() && !s.stdout_closed && drained {
+            s.stdout_closed = true;
+        }
+        if s.exited.is_none()
+            && s.stdout_closed
+            && !s.stopping()
+            && s.closed_since
+                .is_some_and(|t| now.duration_since(t) >= DRAIN)
+        {
+            // closed stdout long ago but still running: it cannot answer
+            s.terminated = Some(now);
+            let gen = s.gen;
+            self.out.push(Effect::TerminateServer { gen });
+        }
+        let s = &mut self.server;
+        if s.exited.is_some() && s.stdout_closed {
+            return self.server_down();
+        }
+        if let Some(t) = s.stdin_closed {
+            if s.terminated.is_none() && now.duration_since(t) >= grace {
+                tracing::debug!("server still running after stdin closed; sending SIGTERM");
+                s.terminated = Some(now);
+                let gen = s.gen;
+                self.out.push(Effect::TerminateServer { gen });
+            }
+        }
+        let s = &mut self.server;
+        if let Some(t) = s.terminated {
+            if !s.killed && now.duration_since(t) >= grace {
+                tracing::debug!("server still running after SIGTERM; sending SIGKILL");
+                s.killed = true;
+                let gen = s.gen;
+                self.out.push(Effect::KillServer { gen });
+            }
+        }
+        let s = &mut self.server;
+        if s.exited.is_none() && now >= s.next_check {
+            let fast = s.stdout_closed || s.stopping();
+            s.next_check = now + if fast { FAST_POLL } else { EXIT_POLL };
+            let gen = s.gen;
+            self.out.push(Effect::CheckServer { gen });
+        }
+        if self.server.reinit.as_ref().is_some_and(|(_, t)| now >= *t) {
+            tracing::warn!(server = %self.config.server_name, "restarted server did not answer initialize; going on");
+            self.finish_reinit();
+        }
+        if self.ttl_restart_due() {
+            tracing::info!(server = %self.config.server_name, "secret ttl expired; restarting server with fresh values");
+            self.server.restarting = true;
+            self.begin_stop();
+        }
+    }
+
+    /// The TTL ran out and nothing would be cut short by a restart.
+    fn ttl_restart_due(&self) -> bool {
+        let s = &self.server;
+        s.ttl_due.is_some_and(|t| self.now.mono >= t)
+            && s.is_up()
+            && self.calls.is_empty()
+            && self.approvals.is_empty()
+            && self.host.closed.is_none()
+            && !self.host.gone
+    }
+
+    /// The server has exited and its stdout is closed.
+    fn server_down(&mut self) {
+        let info = self.server.exited;
+        if self.server.restarting {
+            self.server.restarting = false;
+            self.audit(Kind::ServerExit, |e| {
+                e.reason = Some(Reason::SecretTtlRestart.as_str().into());
+                e.exit_status = info.map(|i| i.status());
+            });
+            return self.start_server(true);
+        }
+        self.answer_inflight(info.unwrap_or(ExitInfo {
+            code: None,
+            signal: None,
+        }));
+        self.refuse_held(Reason::ServerExited);
+        let reason = if self.host.gone {
+            EndReason::HostGone
+        } else if self.host.closed.is_some() {
+            EndReason::HostClosed
+        } else {
+            EndReason::ServerExited
+        };
+        self.server.phase = Phase::Ending;
+        self.server.ending = Some((reason, self.now.mono));
+        if self.server.stderr_closed {
+            self.finish();
+        }
+    }
+
+    /// Every request in flight gets [`CODE_SERVER_EXITED`] (and a call its
+    /// audit record); so does every call waiting for approval.
+    fn answer_inflight(&mut self, info: ExitInfo) {
+        let msg = format!("mcp server exited ({info})");
+        for f in self.calls.drain() {
+            if let Pending::ToolsCall(call) = f.pending {
+                self.record_call(call, Reason::ServerExited, |e| {
+                    e.exit_status = Some(info.status());
+                });
+            }
+            let data = json!({"reason": Reason::ServerExited.as_str(), "status": info.status()});
+            self.host_error(&f.id, CODE_SERVER_EXITED, &msg, Some(data));
+        }
+        for id in self.approvals.drain_ids() {
+            let data = json!({"reason": Reason::ServerExited.as_str()});
+            self.host_error(&id, CODE_SERVER_EXITED, &msg, Some(data));
+        }
+    }
+
+    /// The last records and the end.
+    fn finish(&mut self) {
+        let reason = self
+            .server
+            .ending
+            .map_or(EndReason::ServerExited, |(r, _)| r);
+        let info = self.server.exited;
+        self.audit(Kind::ServerExit, |e| {
+            e.exit_status = info.map(|i| i.status());
+            e.reason = Some(
+                match reason {
+                    EndReason::HostClosed => Reason::ServerStopped,
+                    EndReason::ServerExited => Reason::ServerExited,
+                    EndReason::HostGone => Reason::HostGone,
+                }
+                .as_str()
+                .into(),
+            );
+        });
+        self.audit(Kind::SessionEnd, |e| {
+            e.exit_status = info.map(|i| i.status());
+        });
+        self.server.phase = Phase::Ended;
+        let launches = self.server.launches;
+        self.out.push(Effect::End(outcome(reason, info, launches)));
+    }
+
+    /// The lifecycle's next deadline.
+    pub(super) fn server_deadline(&self) -> Option<Instant> {
+        let s = &self.server;
+        let grace = self.config.shutdown_grace;
+        let mut d: Option<Instant> = None;
+        let mut at = |t: Instant| d = Some(d.map_or(t, |d| d.min(t)));
+        match s.phase {
+            Phase::Starting | Phase::Ended => {}
+            Phase::Ending => {
+                if let Some((_, since)) = s.ending {
+                    at(since + STDERR_WAIT);
+                }
+            }
+            Phase::Up => {
+                if s.exited.is_none() {
+                    at(s.next_check);
+                }
+                if let (Some(t), false) = (s.gone_since, s.stdout_closed) {
+                    at(t + DRAIN);
+                }
+                if let (Some(t), None) = (s.stdin_closed, s.terminated) {
+                    at(t + grace);
+                }
+                if let (Some(t), false) = (s.terminated, s.killed) {
+                    at(t + grace);
+                }
+                if let Some((_, t)) = s.reinit {
+                    at(t);
+                }
+                // a due TTL waits for the session to go idle, which is an
+                // event of its own: no deadline in the past meanwhile
+                if let Some(t) = s.ttl_due {
+                    if t > self.now.mono {
+                        at(t);
+                    }
+                }
+            }
+        }
+        d
+    }
+}

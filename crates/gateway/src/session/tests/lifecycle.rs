@@ -1,0 +1,268 @@
+//! Timeouts, exits, stops and the TTL restart.
+
+use std::time::Duration;
+
+use serde_json::json;
+
+use super::*;
+
+// ---- timeouts and lifecycle ------------------------------------------------------------
+
+#[test]
+fn call_timeout_cancels_at_the_server_and_answers_the_host() {
+    let cfg = Config {
+        call_timeout: Some(Duration::from_secs(2)),
+        ..config()
+    };
+    let mut t = T::new(cfg, rules(vec![]));
+    t.host(&call(5, "slow", json!({})));
+    assert_eq!(
+        t.s.deadline(),
+        Some(t.base + Duration::from_millis(250)),
+        "exit poll first"
+    );
+    t.after(1_999);
+    let out = t.after(1);
+    assert_eq!(
+        out,
+        s(&[
+            r#"server {"jsonrpc":"2.0","method":"notifications/cancelled","params":{"reason":"mcpbox: call timed out","requestId":5}}"#,
+            "audit ToolCall allow call.timeout",
+            "host error -31003 call.timeout id=5"
+        ])
+    );
+    // the late answer goes nowhere
+    assert_eq!(t.server(&text_result(5, &["late"])), Vec::<String>::new());
+}
+
+#[test]
+fn crash_with_calls_in_flight_answers_each_and_audits_it() {
+    let mut t = T::new(config(), rules(vec![]));
+    t.host(&call(1, "a", json!({})));
+    t.host(&call(2, "b", json!({})));
+    let mut out = t.server_dies(3);
+    out.sort();
+    assert_eq!(
+        out,
+        s(&[
+            "audit ToolCall allow server.exited",
+            "audit ToolCall allow server.exited",
+            "host error -31002 server.exited id=1",
+            "host error -31002 server.exited id=2",
+        ])
+    );
+    // the end waits (bounded) for stderr's last redaction records
+    assert_eq!(
+        t.on(Event::StderrClosed {
+            gen: 1,
+            redactions: vec![("TOKEN".into(), 2)]
+        }),
+        s(&[
+            "audit Redaction redaction.secret",
+            "audit ServerExit server.exited",
+            "audit SessionEnd",
+            "end ServerExited"
+        ])
+    );
+    assert!(t.s.is_ended() && t.s.deadline().is_none());
+}
+
+#[test]
+fn host_eof_stops_the_server_politely_then_firmly() {
+    let mut t = T::new(config(), rules(vec![]));
+    t.host(&call(1, "a", json!({})));
+    assert_eq!(t.on(Event::Host(Line::Eof)), ["close 1"]);
+    assert_eq!(t.after(99), Vec::<String>::new());
+    assert_eq!(t.after(1), ["term 1"]);
+    assert_eq!(t.after(100), ["kill 1"]);
+    let mut out = t.server_dies(137);
+    out.extend(t.after(1_000));
+    assert_eq!(
+        out,
+        s(&[
+            "audit ToolCall allow server.exited",
+            "host error -31002 server.exited id=1",
+            "audit ServerExit server.stopped",
+            "audit SessionEnd",
+            "end HostClosed"
+        ])
+    );
+}
+
+#[test]
+fn server_that_closes_stdout_but_lives_is_terminated() {
+    let mut t = T::new(config(), rules(vec![]));
+    t.on(Event::Server {
+        gen: 1,
+        line: Line::Eof,
+    });
+    assert_eq!(t.after(499), Vec::<String>::new());
+    assert_eq!(t.after(1), ["term 1"]);
+}
+
+#[test]
+fn host_gone_ends_the_session_as_such() {
+    let mut t = T::new(config(), rules(vec![]));
+    assert_eq!(t.on(Event::HostGone), ["close 1"]);
+    let mut out = t.server_dies(0);
+    out.extend(t.on(Event::StderrClosed {
+        gen: 1,
+        redactions: vec![],
+    }));
+    assert_eq!(
+        out,
+        s(&[
+            "audit ServerExit host.gone",
+            "audit SessionEnd",
+            "end HostGone"
+        ])
+    );
+}
+
+#[test]
+fn ttl_restart_waits_for_idle_holds_calls_and_replays_initialize() {
+    let secrets = Secrets(vec![Secret {
+        name: "TOKEN".into(),
+        value: "old-secret-value-42".into(),
+        ttl: Some(Duration::from_secs(1)),
+        source: None,
+    }]);
+    let mut t = T::with(config(), rules(vec![]), secrets, None, false);
+    t.init(json!({}));
+    t.host(&call(1, "a", json!({})));
+    // due, but a call is in flight: no restart, and no busy deadline
+    assert_eq!(t.after(1_500), Vec::<String>::new());
+    assert!(t.s.deadline().unwrap() > t.now().mono);
+    let answer = text_result(1, &["done"]);
+    assert_eq!(
+        t.server(&answer),
+        [
+            format!("host {answer}"),
+            "audit ToolCall allow tool.default".into(),
+            "close 1".into()
+        ]
+    );
+    // arriving while the server restarts: held, in order
+    let c2 = call(2, "b", json!({}));
+    let ping = r#"{"jsonrpc":"2.0","id":3,"method":"ping"}"#;
+    assert_eq!(t.host(&c2), Vec::<String>::new());
+    assert_eq!(t.host(ping), Vec::<String>::new());
+    assert_eq!(
+        t.server_dies(0),
+        s(&["audit ServerExit secret.ttl_restart", "start 2 refresh"])
+    );
+    let fresh = Secrets(vec![Secret {
+        name: "TOKEN".into(),
+        value: "new-secret-value-43".into(),
+        ttl: Some(Duration::from_secs(1)),
+        source: None,
+    }]);
+    let out = t.on(Event::ServerStarted {
+        gen: 2,
+        secrets: fresh,
+    });
+    assert_eq!(out.len(), 1);
+    assert!(
+        out[0].starts_with(
+            r#"server {"id":"mcpbox-reinit-n0nce-2","jsonrpc":"2.0","method":"initialize""#
+        ),
+        "{out:?}"
+    );
+    // lines of the old generation are ignored
+    assert_eq!(
+        t.on(Event::Server {
+            gen: 1,
+            line: Line::Data(text_result(2, &["stale"]).into_bytes())
+        }),
+        Vec::<String>::new()
+    );
+    let reinit = r#"{"jsonrpc":"2.0","id":"mcpbox-reinit-n0nce-2","result":{"capabilities":{}}}"#;
+    assert_eq!(
+        t.server(reinit),
+        [
+            r#"server {"jsonrpc":"2.0","method":"notifications/initialized"}"#.to_string(),
+            format!("server {c2}"),
+            format!("server {ping}")
+        ]
+    );
+    // the old value stays redacted: the new server may have cached it
+    t.server(&text_result(
+        2,
+        &["old-secret-value-42 new-secret-value-43"],
+    ));
+    let sent = t.to_host()[0].to_string();
+    assert!(
+        !sent.contains("old-secret") && !sent.contains("new-secret"),
+        "{sent}"
+    );
+}
+
+#[test]
+fn failed_restart_ends_the_session_and_answers_held_requests() {
+    let secrets = Secrets(vec![Secret {
+        name: "TOKEN".into(),
+        value: "old-secret-value-42".into(),
+        ttl: Some(Duration::from_secs(1)),
+        source: None,
+    }]);
+    let mut t = T::with(config(), rules(vec![]), secrets, None, false);
+    assert_eq!(t.after(1_000), ["close 1"]);
+    t.server_dies(0);
+    t.host(&call(7, "a", json!({})));
+    assert_eq!(
+        t.on(Event::ServerStartFailed {
+            gen: 2,
+            error: "no".into()
+        }),
+        s(&[
+            "host error -31002 server.exited id=7",
+            "audit ServerExit server.exited",
+            "audit SessionEnd",
+            "end ServerExited"
+        ])
+    );
+}
+
+#[test]
+fn too_many_held_messages_get_a_retryable_error() {
+    let secrets = Secrets(vec![Secret {
+        name: "TOKEN".into(),
+        value: "old-secret-value-42".into(),
+        ttl: Some(Duration::from_secs(1)),
+        source: None,
+    }]);
+    let mut t = T::with(config(), rules(vec![]), secrets, None, false);
+    // the restart begins and does not finish
+    assert_eq!(t.after(1_000), ["close 1"]);
+    for i in 0..crate::session::supervise::HOLD_MAX_MESSAGES {
+        assert!(t.host(&call(i as i64, "a", json!({}))).is_empty());
+    }
+    assert_eq!(
+        t.host(&call(-1, "a", json!({}))),
+        ["host error -31005 server.restarting id=-1"]
+    );
+}
+
+#[test]
+fn events_after_the_end_do_nothing_but_answer_outsiders() {
+    let mut t = T::new(config(), rules(vec![]));
+    t.server_dies(0);
+    t.after(1_000);
+    assert!(t.s.is_ended());
+    assert_eq!(t.host(&call(1, "a", json!({}))), Vec::<String>::new());
+    let q = Question {
+        prefix: "p",
+        message: String::new(),
+        schema: json!({}),
+        wait: Duration::from_secs(1),
+        needs_capability: false,
+    };
+    assert_eq!(
+        t.on(Event::Ask {
+            ticket: 9,
+            question: q
+        }),
+        ["answer 9 unavailable"]
+    );
+    let _ = SystemTime::now();
+}

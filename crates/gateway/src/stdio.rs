@@ -1,0 +1,691 @@
+//! The stdio driver: runs one [`Session`] between a host on a byte stream
+//! (mcpbox's own stdin/stdout) and a server started by a [`Launcher`].
+//!
+//! Threads, each blocking on one thing:
+//!
+//! - **driver** (the caller of [`Relay::run`]): owns the session; takes one
+//!   input at a time from a bounded channel, or wakes at the session's
+//!   deadline (`recv_timeout`), feeds it as an [`Event`] and performs the
+//!   [`Effect`]s: writes to the host (flushed once per input), hands lines
+//!   to the server's stdin writer, signals the server, and queues audit
+//!   records. No lock is held while it does.
+//! - **readers**: host stdin, server stdout, server stderr (stderr lines
+//!   are redacted and handed to the [`StderrHandler`] there; they never
+//!   reach the MCP stream). Each sends what it read into the channel.
+//! - **server stdin writer**: so that a server that stops reading blocks
+//!   only its own pipe, never the driver.
+//! - **audit writer**: writes records in order, after the host output of
+//!   the same input was flushed (a SQLite transaction and the
+//!   `files_written` walk stay off the host path).
+//! - **launcher**: starts servers ([`Launcher::launch`], and for a TTL
+//!   restart the secret refresh, which may run a command) so that neither
+//!   holds up the driver.
+//! - **approver** (only with a fallback approver): [`ApprovalWorker`].
+//!
+//! A message from the host crosses one channel to the driver and one to
+//! the stdin writer; a message from the server crosses one channel to the
+//! driver, which writes it to the host itself. Unchanged lines are written
+//! as they were read.
+
+use std::collections::{HashMap, VecDeque};
+use std::io::{BufWriter, Read, Write};
+use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
+use std::sync::Arc;
+use std::thread;
+use std::time::Instant;
+
+use mcpbox_audit::{Event as AuditEvent, Sink};
+use serde_json::json;
+
+use crate::asker::{Dispatch, HostAsker, Outside};
+use crate::launcher::{ExitInfo, Launcher, ProcessControl, ServerProcess};
+use crate::lines::{Line, LineReader};
+use crate::pin::PinStore;
+use crate::policy::{AllowAll, ApprovalWorker, Approver, ToolPolicy};
+use crate::redact::StreamRedactor;
+use crate::screen::sanitize;
+use crate::secrets::Secrets;
+use crate::session::{Asked, Effect, Event, Now, Record, Session};
+use crate::{Config, Error, Outcome, Result};
+
+/// Inputs queued for the driver before it hands them to the session.
+/// Readers block when it is full, which is the back-pressure on a flooding
+/// server or host.
+const INPUT_QUEUE: usize = 256;
+
+/// Receives each (redacted, sanitized) line of the server's stderr.
+pub type StderrHandler = Arc<dyn Fn(&str, &str) + Send + Sync>;
+
+fn log_stderr(server: &str, line: &str) {
+    tracing::info!(target: "mcpbox::server_stderr", server = %server, "{line}");
+}
+
+struct NullSink;
+impl Sink for NullSink {
+    fn record(&self, _event: AuditEvent) {}
+}
+
+/// A relay session over stdio, configured with a builder.
+pub struct Relay {
+    dispatch: Dispatch,
+    config: Config,
+    launcher: Box<dyn Launcher>,
+    policy: Arc<dyn ToolPolicy>,
+    secrets: Secrets,
+    audit: Arc<dyn Sink>,
+    approver: Option<Arc<dyn Approver>>,
+    stderr: StderrHandler,
+}
+
+impl Relay {
+    /// A relay for the server `launcher` starts, allowing every tool, with
+    /// no secrets and no audit sink until set.
+    pub fn new(config: Config, launcher: Box<dyn Launcher>) -> Relay {
+        Relay {
+            dispatch: Dispatch::default(),
+            config,
+            launcher,
+            policy: Arc::new(AllowAll),
+            secrets: Secrets::default(),
+            audit: Arc::new(NullSink),
+            approver: None,
+            stderr: Arc::new(log_stderr),
+        }
+    }
+
+    /// Sets where the server's stderr lines go (server name, line). By
+    /// default they are logged with `tracing` (target
+    /// `mcpbox::server_stderr`); they never enter the MCP stream. Lines
+    /// are already redacted and stripped of terminal escapes.
+    pub fn stderr_handler(mut self, handler: StderrHandler) -> Relay {
+        self.stderr = handler;
+        self
+    }
+
+    /// Sets the tool policy.
+    pub fn policy(mut self, policy: Arc<dyn ToolPolicy>) -> Relay {
+        self.policy = policy;
+        self
+    }
+
+    /// Sets the secrets injected into (and redacted from) the server.
+    pub fn secrets(mut self, secrets: Secrets) -> Relay {
+        self.secrets = secrets;
+        self
+    }
+
+    /// Sets the audit sink.
+    pub fn audit(mut self, audit: Arc<dyn Sink>) -> Relay {
+        self.audit = audit;
+        self
+    }
+
+    /// Sets the approver used for `approve` calls when the host did not
+    /// declare elicitation (console, CLI). It runs on one worker thread
+    /// ([`ApprovalWorker`]). Without one such calls are denied with
+    /// `approval.required`.
+    pub fn fallback_approver(mut self, approver: Arc<dyn Approver>) -> Relay {
+        self.approver = Some(approver);
+        self
+    }
+
+    /// A handle through which other threads (the egress proxy's) can ask
+    /// the host a question through MCP elicitation while this relay runs.
+    /// Before [`Relay::run`] starts and after it returns, every question
+    /// gets [`crate::NetworkAnswer::Unavailable`].
+    pub fn host_asker(&self) -> HostAsker {
+        HostAsker {
+            dispatch: self.dispatch.clone(),
+            server: self.config.server_name.clone(),
+            timeout: self.config.approval_timeout,
+        }
+    }
+
+    /// Runs the session until the host closes its input or the server
+    /// exits. Returns only after the server process has ended and every
+    /// audit record was written.
+    pub fn run(
+        self,
+        host_in: Box<dyn Read + Send>,
+        host_out: Box<dyn Write + Send>,
+    ) -> Result<Outcome> {
+        let dispatch = self.dispatch.clone();
+        let result = Driver::run(self, host_in, host_out);
+        dispatch.disconnect();
+        result
+    }
+}
+
+/// Runs one relay session (shorthand for [`Relay`]).
+pub fn relay(
+    config: Config,
+    policy: Arc<dyn ToolPolicy>,
+    secrets: Secrets,
+    launcher: Box<dyn Launcher>,
+    host_in: Box<dyn Read + Send>,
+    host_out: Box<dyn Write + Send>,
+    audit: Arc<dyn Sink>,
+) -> Result<Outcome> {
+    Relay::new(config, launcher)
+        .policy(policy)
+        .secrets(secrets)
+        .audit(audit)
+        .run(host_in, host_out)
+}
+
+/// What the threads send the driver.
+enum Input {
+    Event(Event),
+    Ask(Outside),
+    Launched {
+        gen: u32,
+        result: std::io::Result<ServerProcess>,
+        secrets: Secrets,
+    },
+}
+
+/// The running server, as the driver holds it.
+struct Current {
+    gen: u32,
+    stdin: Option<Sender<Vec<u8>>>,
+    control: Option<Box<dyn ProcessControl>>,
+}
+
+struct Driver {
+    config: Config,
+    tx: SyncSender<Input>,
+    host_out: BufWriter<Box<dyn Write + Send>>,
+    host_failed: bool,
+    host_dirty: bool,
+    server: Current,
+    audit_tx: Option<Sender<Vec<Record>>>,
+    audit_batch: Vec<Record>,
+    launch_tx: Sender<(u32, Secrets, bool)>,
+    approver: Option<ApprovalWorker>,
+    replies: HashMap<u64, Sender<Asked>>,
+    next_ticket: u64,
+    stderr: StderrHandler,
+    /// A started server's stderr, until its reader is started.
+    new_stderr: Option<(u32, Box<dyn Read + Send>)>,
+    outcome: Option<Outcome>,
+}
+
+fn spawn_named<F: FnOnce() + Send + 'static>(name: &str, f: F) -> Result<thread::JoinHandle<()>> {
+    thread::Builder::new()
+        .name(name.to_string())
+        .spawn(f)
+        .map_err(Error::Thread)
+}
+
+impl Driver {
+    fn run(
+        relay: Relay,
+        host_in: Box<dyn Read + Send>,
+        host_out: Box<dyn Write + Send>,
+    ) -> Result<Outcome> {
+        let Relay {
+            dispatch,
+            config,
+            launcher,
+            policy,
+            secrets,
+            audit,
+            approver,
+            stderr,
+        } = relay;
+        secrets.warn_short();
+        let pins = match &config.pin_file {
+            Some(p) => Some(PinStore::open(p)?),
+            None => None,
+        };
+        let (tx, rx) = mpsc::sync_channel::<Input>(INPUT_QUEUE);
+        let (audit_tx, audit_thread) = spawn_audit(audit, config.output_dir.clone())?;
+        let launch_tx = spawn_launcher(launcher, tx.clone())?;
+        let approver = match approver {
+            Some(a) => {
+                let tx = tx.clone();
+                let answered = move |key, answer| {
+                    let _ = tx.send(Input::Event(Event::Approval { key, answer }));
+                };
+                Some(ApprovalWorker::spawn(a, answered).map_err(Error::Thread)?)
+            }
+            None => None,
+        };
+        let fallback = approver.is_some();
+        let mut session = Session::new(
+            config.clone(),
+            policy,
+            secrets,
+            pins,
+            fallback,
+            make_nonce(),
+            Now::system(),
+        );
+        let mut driver = Driver {
+            config,
+            tx: tx.clone(),
+            host_out: BufWriter::with_capacity(64 * 1024, host_out),
+            host_failed: false,
+            host_dirty: false,
+            server: Current {
+                gen: 0,
+                stdin: None,
+                control: None,
+            },
+            audit_tx: Some(audit_tx),
+            audit_batch: Vec::new(),
+            launch_tx,
+            approver,
+            replies: HashMap::new(),
+            next_ticket: 0,
+            stderr,
+            new_stderr: None,
+            outcome: None,
+        };
+        let ask_tx = tx.clone();
+        dispatch.connect(Box::new(move |q| ask_tx.send(Input::Ask(q)).is_ok()));
+        let mut follow = VecDeque::new();
+        let effects = session.start(Now::system());
+        driver.perform(effects, &mut follow);
+        spawn_host_reader(host_in, driver.config.max_line, tx)?;
+        let result = driver.run_loop(&mut session, &rx, follow);
+        if result.is_err() {
+            // we could not go on (a thread would not start): the server
+            // must not outlive the session
+            if let Some(c) = driver.server.control.as_mut() {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+        // every record written before we return
+        drop(driver.audit_tx.take());
+        let _ = audit_thread.join();
+        result
+    }
+
+    fn run_loop(
+        &mut self,
+        session: &mut Session,
+        rx: &Receiver<Input>,
+        mut follow: VecDeque<Event>,
+    ) -> Result<Outcome> {
+        loop {
+            let event = match follow.pop_front() {
+                Some(e) => e,
+                None => match self.next_input(session, rx) {
+                    Some(input) => self.admit(input)?,
+                    None => Event::Timer,
+                },
+            };
+            let effects = session.on(event, Now::system());
+            if let Some((gen, stderr)) = self.new_stderr.take() {
+                let redactor = (*session.redactor()).clone();
+                spawn_stderr(
+                    stderr,
+                    redactor,
+                    gen,
+                    self.config.server_name.clone(),
+                    self.stderr.clone(),
+                    self.tx.clone(),
+                )?;
+            }
+            self.perform(effects, &mut follow);
+            if let Some(outcome) = self.outcome.take() {
+                return Ok(outcome);
+            }
+        }
+    }
+
+    /// The next input, or `None` when the session's deadline passed first.
+    fn next_input(&self, session: &Session, rx: &Receiver<Input>) -> Option<Input> {
+        match session.deadline() {
+            Some(d) => {
+                let wait = d.saturating_duration_since(Instant::now());
+                // timeout: the deadline; disconnected cannot happen (we
+                // hold a sender), and would be a tick as well
+                rx.recv_timeout(wait).ok()
+            }
+            // we hold a sender ourselves, so this returns
+            None => rx.recv().ok(),
+        }
+    }
+
+    /// Turns a thread's input into a session event (driver work first).
+    fn admit(&mut self, input: Input) -> Result<Event> {
+        Ok(match input {
+            Input::Event(e) => e,
+            Input::Ask(o) => {
+                let ticket = self.next_ticket;
+                self.next_ticket += 1;
+                self.replies.insert(ticket, o.reply);
+                Event::Ask {
+                    ticket,
+                    question: o.question,
+                }
+            }
+            Input::Launched {
+                gen,
+                result,
+                secrets,
+            } => match result {
+                Ok(proc) => {
+                    // the stderr reader starts once the session took the
+                    // new values into its redactor (see `run_loop`)
+                    let stderr = self.attach(gen, proc)?;
+                    self.new_stderr = Some((gen, stderr));
+                    Event::ServerStarted { gen, secrets }
+                }
+                Err(source) if gen == 1 => {
+                    return Err(Error::Launch {
+                        server: self.config.server_name.clone(),
+                        source,
+                    })
+                }
+                Err(e) => Event::ServerStartFailed {
+                    gen,
+                    error: e.to_string(),
+                },
+            },
+        })
+    }
+
+    /// Takes over a started server's stdin, stdout and control; returns its
+    /// stderr for the reader started later.
+    fn attach(&mut self, gen: u32, proc: ServerProcess) -> Result<Box<dyn Read + Send>> {
+        let (stdin_tx, stdin_rx) = mpsc::channel::<Vec<u8>>();
+        let mut stdin = proc.stdin;
+        spawn_named("mcpbox-server-in", move || {
+            for msg in stdin_rx {
+                if stdin.write_all(&msg).and_then(|()| stdin.flush()).is_err() {
+                    return;
+                }
+            }
+        })?;
+        let tx = self.tx.clone();
+        let max_line = self.config.max_line;
+        // strings in an over-long line are cut to a bit under max_result,
+        // so that the result's own truncation marker still fits
+        let keep = self.config.max_result.saturating_sub(64).max(64);
+        let stdout = proc.stdout;
+        spawn_named("mcpbox-server-out", move || {
+            let mut reader = LineReader::with_compaction(stdout, max_line, keep);
+            loop {
+                let line = reader.next_line().unwrap_or(Line::Eof);
+                let eof = matches!(line, Line::Eof);
+                if tx.send(Input::Event(Event::Server { gen, line })).is_err() || eof {
+                    return;
+                }
+            }
+        })?;
+        self.server = Current {
+            gen,
+            stdin: Some(stdin_tx),
+            control: Some(proc.control),
+        };
+        Ok(proc.stderr)
+    }
+
+    /// Performs the session's effects in order; events they cause (a
+    /// failed host write, a server found exited) go to `follow`.
+    fn perform(&mut self, effects: Vec<Effect>, follow: &mut VecDeque<Event>) {
+        for effect in effects {
+            match effect {
+                Effect::WriteHost(line) => self.write_host(&line, follow),
+                Effect::WriteServer { gen, mut line } => {
+                    if let (true, Some(tx)) = (gen == self.server.gen, &self.server.stdin) {
+                        line.push(b'\n');
+                        let _ = tx.send(line);
+                    }
+                }
+                Effect::CloseServerStdin { gen } => {
+                    if gen == self.server.gen {
+                        self.server.stdin = None;
+                    }
+                }
+                Effect::TerminateServer { gen } => {
+                    if let Some(c) = self.control(gen) {
+                        let _ = c.terminate();
+                    }
+                }
+                Effect::KillServer { gen } => {
+                    if let Some(c) = self.control(gen) {
+                        let _ = c.kill();
+                    }
+                }
+                Effect::CheckServer { gen } => {
+                    if let Some(c) = self.control(gen) {
+                        let exit = match c.try_wait() {
+                            Ok(Some(info)) => Some(info),
+                            Ok(None) => None,
+                            Err(_) => Some(ExitInfo {
+                                code: None,
+                                signal: None,
+                            }),
+                        };
+                        if let Some(exit) = exit {
+                            follow.push_back(Event::ServerExited { gen, exit });
+                        }
+                    }
+                }
+                Effect::StartServer {
+                    gen,
+                    secrets,
+                    refresh,
+                } => {
+                    if self.launch_tx.send((gen, secrets, refresh)).is_err() {
+                        follow.push_back(Event::ServerStartFailed {
+                            gen,
+                            error: "launcher thread gone".into(),
+                        });
+                    }
+                }
+                Effect::Audit(record) => self.audit_batch.push(record),
+                Effect::WritePins(w) => {
+                    // before the host sees the list: `mcpbox pin accept`
+                    // may run as soon as it has
+                    if let Err(e) = w.write() {
+                        tracing::error!("{e}");
+                    }
+                }
+                Effect::AskApprover { key, request } => {
+                    let asked = self.approver.as_ref().is_some_and(|a| a.ask(key, request));
+                    if !asked {
+                        follow.push_back(Event::Approval {
+                            key,
+                            answer: crate::ApprovalAnswer::Unavailable,
+                        });
+                    }
+                }
+                Effect::Answer { ticket, answer } => {
+                    if let Some(reply) = self.replies.remove(&ticket) {
+                        let _ = reply.send(answer);
+                    }
+                }
+                Effect::End(outcome) => {
+                    self.server.stdin = None;
+                    self.outcome = Some(outcome);
+                }
+            }
+        }
+        if self.host_dirty {
+            self.host_dirty = false;
+            if !self.host_failed && self.host_out.flush().is_err() {
+                self.host_gone(follow);
+            }
+        }
+        // after the host output: the record is not on the host's path
+        if !self.audit_batch.is_empty() {
+            if let Some(tx) = &self.audit_tx {
+                let _ = tx.send(std::mem::take(&mut self.audit_batch));
+            }
+        }
+    }
+
+    fn control(&mut self, gen: u32) -> Option<&mut Box<dyn ProcessControl>> {
+        if gen == self.server.gen {
+            self.server.control.as_mut()
+        } else {
+            None
+        }
+    }
+
+    fn write_host(&mut self, line: &[u8], follow: &mut VecDeque<Event>) {
+        if self.host_failed {
+            return;
+        }
+        let ok = self
+            .host_out
+            .write_all(line)
+            .and_then(|()| self.host_out.write_all(b"\n"))
+            .is_ok();
+        self.host_dirty = true;
+        if !ok {
+            self.host_gone(follow);
+        }
+    }
+
+    fn host_gone(&mut self, follow: &mut VecDeque<Event>) {
+        self.host_failed = true;
+        follow.push_back(Event::HostGone);
+    }
+}
+
+fn spawn_stderr(
+    mut stderr: Box<dyn Read + Send>,
+    redactor: crate::redact::Redactor,
+    gen: u32,
+    server: String,
+    handler: StderrHandler,
+    tx: SyncSender<Input>,
+) -> Result<()> {
+    spawn_named("mcpbox-server-err", move || {
+        let names = redactor.names().to_vec();
+        let mut stream = StreamRedactor::new(redactor, 8 * 1024);
+        let mut buf = [0u8; 8192];
+        let log = |line: &[u8]| {
+            let text = String::from_utf8_lossy(line);
+            let (clean, _) = sanitize(&text);
+            handler(&server, &clean);
+        };
+        loop {
+            match stderr.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => stream.push(&buf[..n], log),
+            }
+        }
+        stream.finish(log);
+        let redactions = names
+            .into_iter()
+            .zip(stream.counts.iter().copied())
+            .filter(|(_, c)| *c > 0)
+            .collect();
+        let _ = tx.send(Input::Event(Event::StderrClosed { gen, redactions }));
+    })?;
+    Ok(())
+}
+
+fn spawn_host_reader(
+    host_in: Box<dyn Read + Send>,
+    max_line: usize,
+    tx: SyncSender<Input>,
+) -> Result<()> {
+    spawn_named("mcpbox-host-in", move || {
+        let mut reader = LineReader::new(host_in, max_line);
+        loop {
+            let line = match reader.next_line() {
+                Ok(line) => line,
+                Err(e) => {
+                    tracing::warn!("reading host input failed: {e}");
+                    Line::Eof
+                }
+            };
+            let eof = matches!(line, Line::Eof);
+            if tx.send(Input::Event(Event::Host(line))).is_err() || eof {
+                return;
+            }
+        }
+    })?;
+    Ok(())
+}
+
+/// The audit writer: records in order, each call's `files_written` listed
+/// when its record is written.
+fn spawn_audit(
+    sink: Arc<dyn Sink>,
+    output_dir: Option<std::path::PathBuf>,
+) -> Result<(Sender<Vec<Record>>, thread::JoinHandle<()>)> {
+    let (tx, rx) = mpsc::channel::<Vec<Record>>();
+    let handle = spawn_named("mcpbox-audit", move || {
+        background_priority();
+        for batch in rx {
+            for record in batch {
+                let mut e = record.event;
+                if let (Some(since), Some(dir)) = (record.files_since, &output_dir) {
+                    // Bounded (see [`crate::written`]).
+                    let w = crate::written::files_written_since(dir, since);
+                    e.files_written = w.paths;
+                    if w.truncated {
+                        e.detail = json!({"files_written_truncated": true});
+                    }
+                }
+                sink.record(e);
+            }
+        }
+    })?;
+    Ok((tx, handle))
+}
+
+/// Lowers the calling thread's scheduling priority (nice 10; Linux applies
+/// `setpriority` to one thread when given its tid). The audit writer is
+/// background work: on a busy machine the threads on the host's path should
+/// win the CPU when they wake. Best effort: a failure changes nothing else.
+fn background_priority() {
+    let tid = rustix::thread::gettid();
+    if let Err(e) = rustix::process::setpriority_process(Some(tid), 10) {
+        tracing::debug!("cannot lower the audit writer's priority: {e}");
+    }
+}
+
+/// The launcher thread: starts each server generation asked for.
+fn spawn_launcher(
+    mut launcher: Box<dyn Launcher>,
+    tx: SyncSender<Input>,
+) -> Result<Sender<(u32, Secrets, bool)>> {
+    let (launch_tx, rx) = mpsc::channel::<(u32, Secrets, bool)>();
+    spawn_named("mcpbox-launcher", move || {
+        for (gen, mut secrets, refresh) in rx {
+            if refresh {
+                for e in secrets.refresh() {
+                    tracing::warn!("{e}");
+                }
+            }
+            let result = launcher.launch(&secrets.env());
+            let launched = Input::Launched {
+                gen,
+                result,
+                secrets,
+            };
+            if tx.send(launched).is_err() {
+                return;
+            }
+        }
+    })?;
+    Ok(launch_tx)
+}
+
+/// An unguessable per-session nonce for the ids of mcpbox's own requests
+/// to the host, so a server cannot forge an approval answer by reusing an id.
+fn make_nonce() -> String {
+    let mut seed = [0u8; 16];
+    let random = std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut seed))
+        .is_ok();
+    let mut material = seed.to_vec();
+    if !random {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        material.extend_from_slice(format!("{t:?}{}", std::process::id()).as_bytes());
+    }
+    crate::digest::sha256_hex(&material)[..24].to_string()
+}
