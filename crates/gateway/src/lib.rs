@@ -82,6 +82,7 @@
 //! | [`CODE_CALL_TIMEOUT`] (-31003) | the call exceeded `call_timeout` |
 //! | [`CODE_RESPONSE_TOO_LARGE`] (-31004) | the server's response line was over `max_line` |
 //! | [`CODE_SERVER_RESTARTING`] (-31005) | the server is restarting and too many messages wait for it; retry |
+//! | [`CODE_INVALID_RESPONSE`] (-31006) | the server answered with a line that is not valid JSON-RPC (e.g. an object with a duplicate key); the line was dropped |
 //!
 //! Every error the relay makes carries `data.reason`, a code of the shared
 //! catalogue ([`Reason`], `docs/reasons.md`).
@@ -132,6 +133,10 @@ pub const CODE_RESPONSE_TOO_LARGE: i64 = -31004;
 /// The server is being restarted (secret TTL) and too many messages are
 /// already waiting for it; retry the request.
 pub const CODE_SERVER_RESTARTING: i64 = -31005;
+/// The server's answer to the request was not valid JSON-RPC (invalid
+/// JSON, or an object with a duplicate key, which could hide content from
+/// screening) and was dropped; the server's fault.
+pub const CODE_INVALID_RESPONSE: i64 = -31006;
 
 /// Key under a result's `_meta` that carries mcpbox's decision.
 pub const META_DECISION: &str = "mcpbox/decision";

@@ -63,7 +63,10 @@ impl Message {
         if line[first] == b'[' {
             return Err(Invalid::Batch);
         }
-        let value: Value = serde_json::from_slice(line).map_err(|_| Invalid::Json)?;
+        // Duplicate keys are refused: the screened value must hold every
+        // byte of the line, since an unchanged line is forwarded as it came
+        // (see `lines::parse_json`).
+        let value: Value = crate::lines::parse_json(line).map_err(|_| Invalid::Json)?;
         let Value::Object(obj) = &value else {
             return Err(Invalid::NotMessage);
         };

@@ -295,6 +295,25 @@ fn secret_host() -> Host {
 }
 
 #[test]
+fn secret_in_a_duplicate_result_key_never_reaches_the_host() {
+    let mut host = secret_host();
+    host.init(json!({}));
+    host.send_value(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "leak_duplicate", "arguments": {"var": "SECRET_TOKEN"}}}));
+    // the raw line: a parser that keeps the last duplicate would hide it
+    let raw = host.recv_line();
+    let r: Value = serde_json::from_str(&raw).unwrap();
+    for e in encodings() {
+        assert!(!raw.contains(&e), "{e:?} leaked in {raw}");
+    }
+    assert_eq!(
+        r["error"]["code"],
+        json!(mcpbox_gateway::CODE_INVALID_RESPONSE)
+    );
+    assert_eq!(r["error"]["data"]["reason"], json!("server.invalid_json"));
+    host.close();
+}
+
+#[test]
 fn secret_is_redacted_in_every_encoding() {
     let mut host = secret_host();
     host.init(json!({}));

@@ -13,7 +13,10 @@ use super::{audit_decision, ms, Effect, Record, Session};
 use crate::digest::json_digest;
 use crate::lines::Line;
 use crate::message::{at, id_key, is_plain, sniff_id, to_line, IdKey, Invalid, Message};
-use crate::{CODE_CALL_TIMEOUT, CODE_POLICY_DENIED, CODE_RESPONSE_TOO_LARGE, META_DECISION};
+use crate::{
+    CODE_CALL_TIMEOUT, CODE_INVALID_RESPONSE, CODE_POLICY_DENIED, CODE_RESPONSE_TOO_LARGE,
+    META_DECISION,
+};
 
 /// Margin subtracted from a call's wall-clock start for `files_written`:
 /// file times come from the kernel's coarse clock, which lags the precise
@@ -271,6 +274,29 @@ impl Session {
         self.host_error(&f.id, CODE_RESPONSE_TOO_LARGE, &msg, Some(data));
     }
 
+    /// A server line that is not valid JSON-RPC is never forwarded; when it
+    /// names a request in flight (found as `server_too_long` finds it),
+    /// that request gets an error now instead of waiting for an answer
+    /// that will not come. A line with a duplicate key lands here: its
+    /// parsed value would not hold every byte the host would be sent.
+    fn answer_invalid(&mut self, line: &[u8]) {
+        let Some(f) = sniff_id(line).and_then(|key| self.calls.take(&key)) else {
+            return;
+        };
+        if let Pending::ToolsCall(call) = f.pending {
+            self.record_call(call, Reason::ServerInvalidJson, |e| {
+                e.result_bytes = Some(line.len() as u64);
+            });
+        }
+        let data = json!({"reason": Reason::ServerInvalidJson.as_str()});
+        self.host_error(
+            &f.id,
+            CODE_INVALID_RESPONSE,
+            "mcp server sent an invalid response (not a JSON-RPC object, or a duplicate key); dropped",
+            Some(data),
+        );
+    }
+
     /// Handles one line from the server; `original_len` is set when the
     /// line was compacted from a longer one. Unchanged lines go to the host
     /// as they came.
@@ -280,7 +306,8 @@ impl Session {
             Err(Invalid::Blank) => return,
             Err(_) => {
                 tracing::warn!(server = %self.config.server_name, len = line.len(), "server wrote a non-json-rpc line to stdout; dropped");
-                return self.flag(None, Reason::ServerInvalidJson, "relay");
+                self.flag(None, Reason::ServerInvalidJson, "relay");
+                return self.answer_invalid(&line);
             }
         };
         let mut changed = false;
@@ -327,10 +354,7 @@ impl Session {
                 return;
             }
         }
-        // a changed message is searched in full: `plain` speaks for the
-        // line as the server sent it
-        let plain = plain.filter(|_| !changed);
-        changed |= self.redact_secrets(&mut msg.value, tool.as_deref(), plain);
+        changed |= self.redact_secrets(&mut msg.value, tool.as_deref());
         if changed {
             self.host_value(&msg.value);
         } else {

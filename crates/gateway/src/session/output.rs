@@ -22,45 +22,22 @@ impl Session {
             return false;
         }
         let mut counts = vec![0usize; redactor.names().len()];
-        let marker = format!("\n{}", crate::compact::MARKER_PREFIX);
-        walk_strings(v, &mut |s| {
-            let at = s.rfind(&marker)?;
-            let fixed = redactor.strip_partial_tail(&s[..at], &mut counts)?;
-            Some(format!("{fixed}{}", &s[at..]))
-        })
+        redactor.strip_cut_json(v, &mut counts)
     }
 
     /// Replaces secret values anywhere in the message; one audit record per
-    /// secret found. `plain` is the raw line when [`crate::message::is_plain`]: a search
-    /// over it stands for the walk over every string.
-    pub(super) fn redact_secrets(
-        &mut self,
-        v: &mut Value,
-        tool: Option<&str>,
-        plain: Option<&[u8]>,
-    ) -> bool {
+    /// secret found.
+    pub(super) fn redact_secrets(&mut self, v: &mut Value, tool: Option<&str>) -> bool {
         let redactor = self.redaction.redactor.clone();
         if redactor.is_empty() {
             return false;
         }
         let mut counts = vec![0usize; redactor.names().len()];
-        let found = plain.is_none_or(|line| !redactor.find(line).is_empty());
-        let mut changed = found
-            && walk_strings(v, &mut |s| match redactor.redact_str(s, &mut counts) {
-                std::borrow::Cow::Borrowed(_) => None,
-                std::borrow::Cow::Owned(o) => Some(o),
-            });
-        // a secret split over two text items is still the secret
-        if let Some(Value::Array(items)) = at_mut(v, &["result", "content"]) {
-            let mut texts: Vec<&mut String> = items
-                .iter_mut()
-                .filter_map(|item| match item.get_mut("text") {
-                    Some(Value::String(t)) => Some(t),
-                    _ => None,
-                })
-                .collect();
-            changed |= redactor.redact_across(&mut texts, &mut counts);
-        }
+        // One pass over every string and key, then the content texts'
+        // boundaries (a secret split over two text items is still the
+        // secret). Not skipped for a plain line without a pattern in it: the
+        // halves of a split secret are not a pattern of the line.
+        let changed = redactor.redact_json(v, &mut counts);
         for (i, count) in counts.iter().enumerate() {
             if *count > 0 {
                 let name = redactor.names()[i].clone();
@@ -76,8 +53,10 @@ impl Session {
         changed
     }
 
-    /// Credential shapes, escapes and size of a tool result. `plain` as
-    /// for [`Session::redact_secrets`].
+    /// Credential shapes, escapes and size of a tool result. `plain` is the
+    /// raw line when [`crate::message::is_plain`] (every string of the
+    /// parsed message is its very bytes): a search over it stands for the
+    /// walk over every string.
     pub(super) fn screen_result(
         &mut self,
         v: &mut Value,

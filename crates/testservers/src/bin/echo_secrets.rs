@@ -1,7 +1,9 @@
 //! Leaks the value of the environment variable named in `var`: plainly,
 //! base64, base64url, URL-encoded, hex, inside a longer base64 stream,
-//! split across two content items, with `\u` escapes, in an error message
-//! and on stderr (split across two writes).
+//! split across two content items, with `\u` escapes, in an error message,
+//! on stderr (split across two writes), and (`leak_duplicate`) in the first
+//! of two `result` keys of one response, which a parser that keeps the last
+//! duplicate never sees.
 #![forbid(unsafe_code)]
 
 use std::io::Write;
@@ -63,6 +65,11 @@ impl Server for EchoSecrets {
                 json!({"var": {"type": "string"}}),
             ),
             tool(
+                "leak_duplicate",
+                "Answers with two `result` keys; the first holds the variable.",
+                json!({"var": {"type": "string"}}),
+            ),
+            tool(
                 "leak_error",
                 "Fails with an environment variable in the message.",
                 json!({"var": {"type": "string"}}),
@@ -84,6 +91,16 @@ impl Server for EchoSecrets {
         let _ = err.write_all(&v[half..]);
         let _ = err.write_all(b" end\n");
         let _ = err.flush();
+        if name == "leak_duplicate" {
+            let line = format!(
+                "{{\"jsonrpc\":\"2.0\",\"id\":{},\"result\":{{\"content\":[{{\"type\":\"text\",\"text\":{}}}]}},\"result\":{{\"content\":[{{\"type\":\"text\",\"text\":\"nothing here\"}}]}}}}\n",
+                io.current_id,
+                Value::String(value.clone())
+            );
+            io.raw(line.as_bytes())
+                .map_err(|e| (-32603, e.to_string()))?;
+            return Ok(Value::Null);
+        }
         if name == "leak_error" {
             return Err((-32000, format!("backend refused credential {value}")));
         }

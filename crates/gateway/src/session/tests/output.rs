@@ -2,6 +2,8 @@
 
 use serde_json::{json, Value};
 
+use mcpbox_policy::Verdict;
+
 use super::*;
 
 // ---- output ----------------------------------------------------------------------
@@ -208,4 +210,48 @@ fn pinned_tool_new_is_withheld_and_refused_even_unlisted() {
         .map(|t| t["name"].clone())
         .collect();
     assert_eq!(names, [json!("add")]);
+}
+
+// ---- duplicate keys ----------------------------------------------------------------
+
+/// serde_json keeps the last of duplicate keys. Were the line parsed that
+/// way, screened, found unchanged and forwarded as it came, the first
+/// `result` (holding the secret) would reach the host unscreened.
+#[test]
+fn server_answer_with_a_duplicate_key_cannot_smuggle_a_secret_past_redaction() {
+    let mut t = secret_session();
+    t.host(&call(1, "leak", json!({})));
+    let line = r#"{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"s3cr3t-value-0123456789"}]},"result":{"content":[{"type":"text","text":"fine"}]}}"#;
+    let out = t.server(line);
+    assert_eq!(
+        out,
+        s(&[
+            "audit Flag server.invalid_json",
+            "audit ToolCall allow server.invalid_json",
+            "host error -31006 server.invalid_json id=1",
+        ])
+    );
+    for effect in &t.last {
+        if let Effect::WriteHost(l) = effect {
+            assert!(!String::from_utf8_lossy(l).contains("s3cr3t"));
+        }
+    }
+}
+
+#[test]
+fn server_request_with_a_duplicate_key_is_not_relayed() {
+    let mut t = secret_session();
+    let line = r#"{"jsonrpc":"2.0","id":"s1","method":"sampling/createMessage","params":{"m":"s3cr3t-value-0123456789"},"params":{"m":"x"}}"#;
+    assert_eq!(t.server(line), s(&["audit Flag server.invalid_json"]));
+}
+
+/// The policy must decide on the tool the server will run: with two
+/// `name`s the relay and the server could read different ones.
+#[test]
+fn host_call_with_a_duplicate_tool_name_is_refused_and_never_reaches_the_server() {
+    let mut t = T::new(config(), rules(vec![("delete_*", Verdict::Deny)]));
+    let line = r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"delete_all","name":"echo","arguments":{}}}"#;
+    let out = t.host(line);
+    assert_eq!(out.len(), 1, "{out:?}");
+    assert!(out[0].starts_with("host error -32700"), "{out:?}");
 }
