@@ -3,7 +3,7 @@
 # the Debian packages (skipped with SKIP_APT=1).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-APT_PKGS=(python3 python3-venv nodejs util-linux passwd iproute2)
+APT_PKGS=(python3 python3-venv nodejs util-linux passwd iproute2 g++)
 if [ "${SKIP_APT:-0}" != 1 ] && [ "$(id -u)" -eq 0 ]; then
   missing=()
   for p in "${APT_PKGS[@]}"; do
@@ -14,8 +14,17 @@ if [ "${SKIP_APT:-0}" != 1 ] && [ "$(id -u)" -eq 0 ]; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
   fi
 fi
+export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
+# cargo subcommands, pinned; installed when absent or at another version.
+NEXTEST_VERSION=0.9.143
+FUZZ_VERSION=0.13.2
 if ! cargo nextest --version >/dev/null 2>&1; then
-  cargo install --locked cargo-nextest@0.9.143
+  cargo install --locked "cargo-nextest@$NEXTEST_VERSION"
+fi
+# cargo-fuzz builds and runs fuzz/ (scripts/test; fuzz/README.md). It needs
+# a C++ compiler for libFuzzer (g++, from build-essential on this machine).
+if [ "$(cargo fuzz --version 2>/dev/null)" != "cargo-fuzz $FUZZ_VERSION" ]; then
+  cargo install --locked "cargo-fuzz@$FUZZ_VERSION"
 fi
 # Third-party MCP servers and clients for the interop tests.
 bash scripts/install-peers.sh

@@ -197,6 +197,11 @@ impl<R: Read> LineReader<R> {
 
     fn keep_discarding(&mut self, from: usize, to: usize) {
         self.discarded += to - from;
+        // the prefix fills up across reads too: with a cap below
+        // TOO_LONG_PREFIX and short reads it would otherwise stop near the cap
+        let more = (TOO_LONG_PREFIX - self.prefix.len()).min(to - from);
+        self.prefix
+            .extend_from_slice(&self.chunk[from..from + more]);
         if let Some(c) = self.compactor.as_mut() {
             c.feed(&self.chunk[from..to]);
         }
@@ -383,5 +388,22 @@ mod tests {
             );
         }
         assert_eq!(collect(b"12345678\n", 4, 8), vec!["12345678"]);
+    }
+
+    /// Found by the `lines` fuzz target: with a cap below TOO_LONG_PREFIX
+    /// and short reads, the prefix of an over-long line stopped at the read
+    /// that crossed the cap, so an id later in the line was lost.
+    #[test]
+    fn too_long_prefix_keeps_first_bytes_across_reads() {
+        for step in [1, 3, 1000] {
+            let mut r = LineReader::new(Trickle(b"0123456789abc\nok\n", step), 8);
+            match r.next_line().unwrap() {
+                Line::TooLong { len, prefix } => {
+                    assert_eq!(len, 13);
+                    assert_eq!(prefix, b"0123456789abc");
+                }
+                other => panic!("{other:?}"),
+            }
+        }
     }
 }
