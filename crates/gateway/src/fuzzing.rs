@@ -54,7 +54,28 @@ const SERVER_TEMPLATES: &[&str] = &[
     r#"{"jsonrpc":"2.0","id":"mcpbox-reinit-fuzz-@","result":{}}"#,
     r#"{"jsonrpc":"2.0","id":@,"method":"elicitation/create","params":{}}"#,
     r#"{"jsonrpc":"2.0","method":"notifications/message","params":{"data":"~"}}"#,
+    r#"{"jsonrpc":"2.0","id":@,"result":{"content":[{"type":"text","text":"~fuzz-secret-value~"}]}}"#,
+    r#"{"jsonrpc":"2.0","id":@,"result":{"content":[{"type":"text","text":"~fuzz-secr"},{"type":"text","text":"et-value~"}],"structuredContent":{"~fuzz-secret-value":1}}}"#,
+    r#"{"jsonrpc":"2.0","id":@,"error":{"code":-1,"message":"\u0066uzz-secret-value~"}}"#,
+    r#"{"jsonrpc":"2.0","id":@,"result":{"content":[{"type":"text","text":"fuzz-secret-value"}]},"result":{}}"#,
 ];
+
+/// The secret of the fuzzed session.
+const SECRET: &str = "fuzz-secret-value";
+
+/// The host never says the secret itself (else the relay's echo of, say, a
+/// refused tool's name would look like a leak).
+fn scrub(mut line: Vec<u8>) -> Vec<u8> {
+    let s = SECRET.as_bytes();
+    let mut i = 0;
+    while i + s.len() <= line.len() {
+        if &line[i..i + s.len()] == s {
+            line[i] = b'F';
+        }
+        i += 1;
+    }
+    line
+}
 
 /// Reads fuzz input as a sequence of operations.
 struct Ops<'a>(&'a [u8]);
@@ -97,7 +118,9 @@ impl Ops<'_> {
 /// Feeds arbitrary host lines, server lines, exits, restarts, approvals,
 /// questions and timer ticks into one [`Session`]. Panics only when the
 /// session breaks one of its promises: an effect after the end (other than
-/// answering an outsider), a line to the host that is not a JSON object, or
+/// answering an outsider), a line to the host that is not a JSON object,
+/// the secret's value in a line to the host (raw or once decoded; the
+/// host's own lines never hold it, so it can only come from the server), or
 /// a deadline already past after an event was handled.
 pub fn fuzz_session(data: &[u8]) {
     let config = Config {
@@ -109,7 +132,7 @@ pub fn fuzz_session(data: &[u8]) {
     };
     let secrets = Secrets(vec![Secret {
         name: "TOKEN".into(),
-        value: "fuzz-secret-value".into(),
+        value: SECRET.into(),
         ttl: Some(Duration::from_millis(1500)),
         source: None,
     }]);
@@ -135,10 +158,10 @@ pub fn fuzz_session(data: &[u8]) {
         let gen = s.server_gen();
         let Some(op) = ops.byte() else { break };
         let event = match op % 16 {
-            0 => Event::Host(Line::Data(ops.chunk())),
+            0 => Event::Host(Line::Data(scrub(ops.chunk()))),
             1 | 2 => {
                 let i = usize::from(ops.byte().unwrap_or(0)) % HOST_TEMPLATES.len();
-                Event::Host(Line::Data(ops.fill(HOST_TEMPLATES[i])))
+                Event::Host(Line::Data(scrub(ops.fill(HOST_TEMPLATES[i]))))
             }
             3 => Event::Server {
                 gen,
@@ -246,6 +269,12 @@ fn check(effects: &[Effect], ended_before: bool) {
                     String::from_utf8_lossy(line)
                 );
                 assert!(!ended_before, "host output after the end");
+                let decoded = v.map(|v| v.to_string()).unwrap_or_default();
+                let raw = String::from_utf8_lossy(line);
+                assert!(
+                    !raw.contains(SECRET) && !decoded.contains(SECRET),
+                    "the secret reached the host: {raw}"
+                );
             }
             Effect::Answer { .. } => {}
             _ => assert!(!ended_before, "an effect after the end: {e:?}"),

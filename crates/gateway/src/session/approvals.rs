@@ -17,6 +17,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use mcpbox_audit::Kind;
 use mcpbox_policy::{Decision, Reason};
 use serde_json::{json, Value};
 
@@ -180,7 +181,26 @@ impl Session {
             });
             return;
         }
-        self.elicit(q.prefix, q.message, q.schema, q.wait, Purpose::Ask(ticket));
+        // An outside question quotes what the sandboxed server asked for (a
+        // host name, for a network approval): the server chose those bytes,
+        // so they are screened for secrets like everything else it sends.
+        let redactor = self.redaction.redactor.clone();
+        let mut counts = vec![0usize; redactor.names().len()];
+        let message = redactor.redact_str(&q.message, &mut counts).into_owned();
+        let mut schema = q.schema;
+        redactor.redact_json(&mut schema, &mut counts);
+        for (i, count) in counts.iter().enumerate() {
+            if *count > 0 {
+                let name = redactor.names()[i].clone();
+                tracing::warn!(server = %self.config.server_name, secret = %name, count, "secret redacted from a question to the host");
+                self.audit(Kind::Redaction, |e| {
+                    e.reason = Some(Reason::RedactionSecret.as_str().into());
+                    e.source = Some("question".into());
+                    e.detail = json!({"secret": name, "count": count});
+                });
+            }
+        }
+        self.elicit(q.prefix, message, schema, q.wait, Purpose::Ask(ticket));
     }
 
     /// If `key` is one of our open elicitations, takes the host's answer.

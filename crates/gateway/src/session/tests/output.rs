@@ -255,3 +255,33 @@ fn host_call_with_a_duplicate_tool_name_is_refused_and_never_reaches_the_server(
     assert_eq!(out.len(), 1, "{out:?}");
     assert!(out[0].starts_with("host error -32700"), "{out:?}");
 }
+
+/// A network question quotes the host name the sandboxed server asked for;
+/// a server that puts a secret into that name must not get it shown to the
+/// host through the question.
+#[test]
+fn secret_in_a_requested_host_name_is_redacted_from_the_network_question() {
+    let mut t = secret_session();
+    t.init(json!({"elicitation": {}}));
+    let name = "s3cr3t-value-0123456789.evil.example";
+    let out = t.on(Event::Ask {
+        ticket: 1,
+        question: Question {
+            prefix: "mcpbox-network",
+            message: format!("server wants to connect to {name} port 443"),
+            schema: json!({"properties": {"decision": {"title": format!("Allow {name}:443?")}}}),
+            wait: std::time::Duration::from_secs(5),
+            needs_capability: true,
+        },
+    });
+    assert_eq!(
+        out,
+        s(&[
+            "audit Redaction redaction.secret",
+            "host elicit id=\"mcpbox-network-n0nce-0\""
+        ])
+    );
+    let sent = t.to_host()[0].to_string();
+    assert!(!sent.contains("s3cr3t"), "{sent}");
+    assert!(sent.contains("[REDACTED:TOKEN].evil.example"), "{sent}");
+}
