@@ -57,6 +57,22 @@ pub struct Shutdown {
 struct ShutdownInner {
     flag: AtomicBool,
     wake: Mutex<Vec<WakeTarget>>,
+    /// Connections accepted and not yet recorded.
+    active: Mutex<usize>,
+    idle: std::sync::Condvar,
+}
+
+/// Held while one accepted connection is handled (see [`Shutdown::drain`]).
+struct Active(Arc<ShutdownInner>);
+
+impl Drop for Active {
+    fn drop(&mut self) {
+        let mut n = self.0.active.lock().unwrap_or_else(|p| p.into_inner());
+        *n = n.saturating_sub(1);
+        if *n == 0 {
+            self.0.idle.notify_all();
+        }
+    }
 }
 
 impl Shutdown {
@@ -75,6 +91,31 @@ impl Shutdown {
         for t in targets {
             t.poke();
         }
+    }
+
+    /// Waits until every accepted connection has been handled and recorded,
+    /// at most `timeout`; returns whether they all were. Called after
+    /// [`Shutdown::trigger`] by an owner about to exit, so that the audit
+    /// records of the last connections are written before it does.
+    pub fn drain(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        let mut n = self.inner.active.lock().unwrap_or_else(|p| p.into_inner());
+        while *n > 0 {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            n = match self.inner.idle.wait_timeout(n, left) {
+                Ok((g, _)) => g,
+                Err(p) => p.into_inner().0,
+            };
+        }
+        true
+    }
+
+    fn enter(&self) -> Active {
+        *self.inner.active.lock().unwrap_or_else(|p| p.into_inner()) += 1;
+        Active(self.inner.clone())
     }
 
     /// Whether [`Shutdown::trigger`] was called.
@@ -163,6 +204,8 @@ struct Record {
     bytes_down: u64,
     sni: Option<String>,
     extra: Map<String, Value>,
+    /// The proxy's refusal, written to the client after the record.
+    reply: Option<Vec<u8>>,
 }
 
 impl Record {
@@ -181,6 +224,7 @@ impl Record {
             bytes_down: 0,
             sni: None,
             extra: Map::new(),
+            reply: None,
         }
     }
 
@@ -269,7 +313,11 @@ impl Proxy {
                 return Ok(());
             }
             let proxy = self.clone();
-            if let Err(e) = self.inner.pool.run(move || proxy.handle(stream)) {
+            let active = shutdown.enter();
+            if let Err(e) = self.inner.pool.run(move || {
+                proxy.handle(stream);
+                drop(active);
+            }) {
                 tracing::warn!(error = %e, "egress could not start a connection thread; dropping it");
             }
         }
@@ -281,8 +329,20 @@ impl Proxy {
     pub fn handle(&self, mut client: ClientStream) {
         let mut rec = Record::new();
         self.handle_inner(&mut client, &mut rec);
-        client.shutdown_socket(How::Both);
-        self.emit(rec);
+        match rec.reply.take() {
+            Some(reply) => {
+                // A refusal is recorded before the client reads it: a
+                // client that exits on its 403 (and mcpbox, ending with the
+                // sandbox) cannot outrun the record of what it was refused.
+                self.emit(rec);
+                let _ = client.write_all(&reply);
+                client.shutdown_socket(How::Both);
+            }
+            None => {
+                client.shutdown_socket(How::Both);
+                self.emit(rec);
+            }
+        }
     }
 
     fn handle_inner(&self, client: &mut ClientStream, rec: &mut Record) {
@@ -325,7 +385,7 @@ impl Proxy {
                         "the client's request was refused before any policy check: {e}"
                     ),
                 };
-                self.refuse(client, rec, &r, None);
+                self.refuse(rec, &r, None);
                 return;
             }
         };
@@ -355,7 +415,7 @@ impl Proxy {
             Ok(s) => s,
             Err(r) => {
                 let display = format!("{}:{port}", host.authority_form());
-                self.refuse(client, rec, &r, Some(&display));
+                self.refuse(rec, &r, Some(&display));
                 return;
             }
         };
@@ -514,13 +574,9 @@ impl Proxy {
         };
     }
 
-    fn refuse(
-        &self,
-        client: &mut ClientStream,
-        rec: &mut Record,
-        r: &Refusal,
-        target: Option<&str>,
-    ) {
+    /// Records a refusal and keeps its response for [`Proxy::handle`],
+    /// which writes it once the record is out.
+    fn refuse(&self, rec: &mut Record, r: &Refusal, target: Option<&str>) {
         let body = match target {
             Some(t) => format!(
                 "mcpbox egress: {t} refused by {} (reason {}): {}",
@@ -531,7 +587,7 @@ impl Proxy {
                 r.source, r.reason, r.message
             ),
         };
-        let _ = client.write_all(&error_response(
+        rec.reply = Some(error_response(
             r.status,
             r.reason.as_str(),
             &r.source,

@@ -90,6 +90,40 @@ fn unlisted_name_is_refused_with_reason() {
     assert_eq!(e.reason.as_deref(), Some("network.unlisted"));
 }
 
+/// A client that exits as soon as it reads its 403 (npm does) may take the
+/// whole sandbox, and mcpbox, down with it: the refusal must be on record
+/// before the client can read it.
+#[test]
+fn refusal_is_recorded_before_the_client_reads_it() {
+    let h = start(allow(&["api.test"]), FakeResolver::default());
+    for round in 0..20 {
+        let (mut s, head) = connect(h.addr, "other.test:443");
+        assert_eq!(status(&head), 403, "{head}");
+        let _ = read_all(&mut s);
+        let events = h.sink.events.lock().unwrap().clone();
+        assert_eq!(events.len(), round + 1, "the refusal was not recorded yet");
+        assert_eq!(events[round].reason.as_deref(), Some("network.unlisted"));
+    }
+}
+
+/// Stopping the proxy waits for what it accepted to be recorded.
+#[test]
+fn drain_waits_for_accepted_connections_to_be_recorded() {
+    let h = start(allow(&["api.test"]), FakeResolver::default());
+    let mut s = std::net::TcpStream::connect(h.addr).unwrap();
+    // accepted, but its head is not complete: the handler is still reading
+    s.write_all(b"CONNECT other.test:443 HTTP/1.1\r\n").unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    h.shutdown.trigger();
+    assert!(
+        !h.shutdown.drain(Duration::from_millis(50)),
+        "still reading"
+    );
+    s.write_all(b"\r\n").unwrap();
+    assert!(h.shutdown.drain(Duration::from_secs(20)));
+    assert_eq!(h.sink.events.lock().unwrap().len(), 1);
+}
+
 #[test]
 fn name_resolving_to_private_address_is_refused() {
     let cases: [(&str, &[&str], &str); 6] = [

@@ -81,9 +81,18 @@ pub struct Running {
     dir: PathBuf,
 }
 
+/// How long stopping the proxy waits for the connections it accepted to be
+/// recorded. The sandbox has ended by then, so its connections are closing.
+const DRAIN: std::time::Duration = std::time::Duration::from_secs(2);
+
 impl Drop for Running {
     fn drop(&mut self) {
         self.shutdown.trigger();
+        if !self.shutdown.drain(DRAIN) {
+            tracing::warn!(
+                "egress proxy: connections still open at exit; their audit records may be missing"
+            );
+        }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
