@@ -127,12 +127,7 @@ pub enum Durability {
 
 /// The decision attached to an event: the one vocabulary of
 /// `mcpbox-policy` ([`Verdict`], stored as `allow`, `approve` or `deny`).
-pub use mcpbox_policy::{Decision as Decided, Reason, Verdict};
-
-/// Transitional name of [`Verdict`] for code written before the one
-/// vocabulary; new code says `Verdict`.
-#[doc(hidden)]
-pub use mcpbox_policy::Verdict as Decision;
+pub use mcpbox_policy::{Decision, Reason, Verdict};
 
 /// One audit record. Never raw arguments, results, file contents or secret
 /// values: only digests, sizes and names.
@@ -180,7 +175,7 @@ pub struct Event {
 
 impl Event {
     /// Sets the verdict, reason and source of `d`.
-    pub fn decided(&mut self, d: &Decided) {
+    pub fn decided(&mut self, d: &Decision) {
         self.decision = Some(d.verdict);
         self.reason = Some(d.reason.as_str().to_string());
         self.source = Some(d.source.clone());

@@ -11,7 +11,6 @@ use std::sync::mpsc::{self, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use mcpbox_policy::Reason;
 use serde_json::{json, Value};
 
 use crate::session::{Asked, Question};
@@ -76,45 +75,10 @@ impl Dispatch {
     }
 }
 
-/// The host's answer to a network question ([`HostAsker::ask_network`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NetworkAnswer {
-    /// Allow this one connection.
-    Once,
-    /// Allow this host and port for the rest of the session.
-    Session,
-    /// The human accepted the form and chose to deny (or sent a choice
-    /// that is not one of the offered ones).
-    Denied,
-    /// The human declined or cancelled the form, or the host answered
-    /// with an error.
-    Declined,
-    /// Nobody answered before the approval timeout.
-    Timeout,
-    /// The question could not be asked: the host did not declare form
-    /// elicitation (at `initialize` or, in the 2026-07-28 era, in the last
-    /// request's `_meta`), the session is not running, or the host is gone.
-    Unavailable,
-}
-
-impl NetworkAnswer {
-    /// The catalogued reason of the answer.
-    pub fn code(self) -> Reason {
-        match self {
-            NetworkAnswer::Once => Reason::ApprovalGrantedOnce,
-            NetworkAnswer::Session => Reason::ApprovalGrantedSession,
-            NetworkAnswer::Denied => Reason::ApprovalDenied,
-            NetworkAnswer::Declined => Reason::ApprovalDeclined,
-            NetworkAnswer::Timeout => Reason::ApprovalTimeout,
-            NetworkAnswer::Unavailable => Reason::ApprovalRequired,
-        }
-    }
-
-    /// Machine-readable reason, for logs and audit detail.
-    pub fn reason(self) -> &'static str {
-        self.code().as_str()
-    }
-}
+/// The host's answer to a network question ([`HostAsker::ask_network`]):
+/// the decision vocabulary's own type, which the egress proxy's approver
+/// returns too.
+pub use mcpbox_policy::NetworkAnswer;
 
 /// A cloneable, thread-safe handle that asks the host a question through
 /// MCP elicitation (form mode) on behalf of a running [`crate::Relay`];
@@ -188,7 +152,7 @@ impl HostAsker {
             Asked::Unavailable => NetworkAnswer::Unavailable,
             Asked::Timeout => NetworkAnswer::Timeout,
         };
-        tracing::info!(server = %self.server, host = %quoted, port, answer = answer.reason(), "network approval");
+        tracing::info!(server = %self.server, host = %quoted, port, answer = %answer.reason(), "network approval");
         answer
     }
 }

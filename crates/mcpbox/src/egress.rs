@@ -59,15 +59,7 @@ impl Approver for HostApprover {
             tracing::info!(host, port, "network approval: no host channel yet; denied");
             return NetworkAnswer::Unavailable;
         };
-        // Transitional: the relay still has its own copy of the answer type.
-        let answer = match asker.ask_network(host, port) {
-            mcpbox_gateway::NetworkAnswer::Once => NetworkAnswer::Once,
-            mcpbox_gateway::NetworkAnswer::Session => NetworkAnswer::Session,
-            mcpbox_gateway::NetworkAnswer::Denied => NetworkAnswer::Denied,
-            mcpbox_gateway::NetworkAnswer::Declined => NetworkAnswer::Declined,
-            mcpbox_gateway::NetworkAnswer::Timeout => NetworkAnswer::Timeout,
-            mcpbox_gateway::NetworkAnswer::Unavailable => NetworkAnswer::Unavailable,
-        };
+        let answer = asker.ask_network(host, port);
         if !answer.allows() {
             tracing::info!(host, port, reason = %answer.reason(), "network approval denied");
         }

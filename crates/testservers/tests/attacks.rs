@@ -728,7 +728,7 @@ fn audit_records_call_without_arguments() {
     host.close();
     let call = audit.of(Kind::ToolCall).into_iter().next().unwrap();
     assert_eq!(call.tool.as_deref(), Some("echo"));
-    assert_eq!(call.decision, Some(mcpbox_audit::Decision::Allow));
+    assert_eq!(call.decision, Some(mcpbox_gateway::Verdict::Allow));
     assert_eq!(
         call.args_digest.as_deref(),
         Some(json_digest(&args).as_str())

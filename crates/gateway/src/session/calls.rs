@@ -9,7 +9,7 @@ use mcpbox_audit::Kind;
 use mcpbox_policy::{Decision, Reason, Verdict};
 use serde_json::{json, Map, Value};
 
-use super::{audit_decision, ms, Effect, Record, Session};
+use super::{ms, Effect, Record, Session};
 use crate::digest::json_digest;
 use crate::lines::Line;
 use crate::message::{at, id_key, is_plain, sniff_id, to_line, IdKey, Invalid, Message};
@@ -175,7 +175,7 @@ impl Session {
         tracing::info!(server = %self.config.server_name, tool, reason = d.reason.as_str(), source = %d.source, "tool call denied");
         self.audit(Kind::ToolCall, |e| {
             e.tool = Some(tool.to_string());
-            e.decision = Some(mcpbox_audit::Decision::Deny);
+            e.decision = Some(mcpbox_policy::Verdict::Deny);
             e.reason = Some(d.reason.as_str().to_string());
             e.source = Some(d.source.clone());
             e.args_digest = Some(args_digest.to_string());
@@ -207,7 +207,7 @@ impl Session {
         let since = call.since;
         let e = self.audit_event(Kind::ToolCall, |e| {
             e.tool = Some(call.tool);
-            e.decision = Some(audit_decision(call.decision.verdict));
+            e.decision = Some(call.decision.verdict);
             e.reason = Some(reason.as_str().to_string());
             e.source = Some(call.decision.source);
             e.args_digest = Some(call.args_digest);

@@ -678,15 +678,6 @@ fn supports_form_elicitation(caps: &Value) -> bool {
     }
 }
 
-/// The audit log's word for a verdict.
-fn audit_decision(v: mcpbox_policy::Verdict) -> mcpbox_audit::Decision {
-    match v {
-        mcpbox_policy::Verdict::Allow => mcpbox_audit::Decision::Allow,
-        mcpbox_policy::Verdict::Deny => mcpbox_audit::Decision::Deny,
-        mcpbox_policy::Verdict::Approve => mcpbox_audit::Decision::Approve,
-    }
-}
-
 fn ms(d: std::time::Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }

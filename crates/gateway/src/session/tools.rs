@@ -179,9 +179,9 @@ impl Session {
                     .into(),
                 );
                 e.decision = Some(if accepted {
-                    mcpbox_audit::Decision::Allow
+                    mcpbox_policy::Verdict::Allow
                 } else {
-                    mcpbox_audit::Decision::Deny
+                    mcpbox_policy::Verdict::Deny
                 });
                 e.detail = json!({"old": old, "new": new});
             });
