@@ -31,6 +31,7 @@ impl Launcher for SandboxLauncher {
         // The sandbox error stays inside the io::Error, so its step and
         // exit code reach main (crate::Failure).
         let mut sb = mcpbox_sandbox::helper::spawn(&spec).map_err(std::io::Error::other)?;
+        grow_host_stdout();
         for note in &sb.notes {
             tracing::warn!("{note}");
         }
@@ -47,6 +48,23 @@ impl Launcher for SandboxLauncher {
             control: Box::new(Control(sb)),
         })
     }
+}
+
+/// The buffer asked for mcpbox's stdout when it is a pipe (the default
+/// /proc/sys/fs/pipe-max-size).
+const HOST_PIPE_SIZE: usize = 1 << 20;
+
+/// Grows mcpbox's stdout, when it is a pipe, to [`HOST_PIPE_SIZE`], once:
+/// a large result then reaches the host in a sixteenth of the wake-ups
+/// (64 KiB is the kernel's default). The pipe is the host's; it may be
+/// refused (EPERM past pipe-max-size or the user's pipe-user-pages-soft,
+/// EBADF/EINVAL when stdout is a file or a terminal), and then it keeps
+/// the size it has: an optimisation only.
+fn grow_host_stdout() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let _ = rustix::pipe::fcntl_setpipe_size(std::io::stdout(), HOST_PIPE_SIZE);
+    });
 }
 
 /// Process control over a whole sandbox: its init forwards SIGTERM to the

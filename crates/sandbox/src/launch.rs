@@ -30,7 +30,7 @@
 use std::ffi::{CString, OsStr, OsString};
 use std::fs::File;
 use std::io::Write;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -659,12 +659,22 @@ pub fn spawn(spec: &Spec) -> Result<Sandbox> {
 /// of 0, 1 and 2.
 pub(crate) type StdioPipes = Option<[(OwnedFd, OwnedFd); 3]>;
 
+/// The buffer asked for the server's stdout pipe (the default
+/// /proc/sys/fs/pipe-max-size, so unprivileged callers get it too).
+pub(crate) const STDOUT_PIPE_SIZE: usize = 1 << 20;
+
 pub(crate) fn make_stdio(piped: bool) -> Result<StdioPipes> {
     if !piped {
         return Ok(None);
     }
     let (in_r, in_w) = sys::pipe().map_err(|e| Error::setup("stdin pipe", e))?;
     let (out_r, out_w) = sys::pipe().map_err(|e| Error::setup("stdout pipe", e))?;
+    // The server's answers come through this pipe: at the default 64 KiB a
+    // large result costs the reader (and the server) a wake-up per 64 KiB.
+    // A larger buffer is an optimisation only: refused (EPERM past
+    // pipe-max-size or the user's pipe-user-pages-soft), the pipe keeps its
+    // default size.
+    let _ = sys::set_pipe_size(out_r.as_fd(), STDOUT_PIPE_SIZE);
     let (err_r, err_w) = sys::pipe().map_err(|e| Error::setup("stderr pipe", e))?;
     Ok(Some([(in_w, in_r), (out_r, out_w), (err_r, err_w)]))
 }

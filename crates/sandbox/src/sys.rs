@@ -13,7 +13,7 @@
 
 use std::ffi::{CStr, CString, OsStr};
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 
 /// Turns a path or string into a C string, refusing interior NUL bytes.
@@ -85,6 +85,19 @@ pub fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     check(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) })?;
     // SAFETY: the kernel just returned two fresh descriptors that we own.
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// fcntl(2) F_SETPIPE_SZ: asks the kernel for a pipe buffer of at least
+/// `size` bytes; returns the size it set. An unprivileged process may go up
+/// to /proc/sys/fs/pipe-max-size (EPERM above, and EPERM too once the user's
+/// pipe-user-pages-soft is used up); callers treat a refusal as harmless.
+pub fn set_pipe_size(fd: BorrowedFd<'_>, size: usize) -> io::Result<usize> {
+    let size =
+        libc::c_int::try_from(size).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: fcntl with an integer command and argument on a descriptor we
+    // borrow; a descriptor that is not a pipe yields EBADF/EINVAL.
+    let n = check(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETPIPE_SZ, size) })?;
+    Ok(usize::try_from(n).unwrap_or(0))
 }
 
 /// dup2(2).
