@@ -3,7 +3,8 @@
 //! reference the fast implementation must equal, result for result.
 #![allow(clippy::all)]
 
-use super::{alnum_us, base64, base64_core, url_encode, B64_STD, B64_URL, MIN_DERIVED_LEN, SHAPES};
+use super::shapes::{alnum_us, SHAPES};
+use super::{base64, base64_core, url_encode, B64_STD, B64_URL, MIN_DERIVED_LEN};
 use std::borrow::Cow;
 
 /// One pattern: bytes to find and the index of the secret it belongs to.

@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 
 use super::Session;
 use crate::message::at_mut;
-use crate::redact::{find_credentials, redact_credentials};
+use crate::redact::{find_credentials, redact_credentials, walk_strings};
 use crate::screen::sanitize;
 
 impl Session {
@@ -136,43 +136,4 @@ fn truncate_text(v: &mut Value, max: usize) -> bool {
         changed = true;
     }
     changed
-}
-
-/// Calls `f` on every string (object keys included); replaces the ones for
-/// which it returns a new value. Returns whether anything changed.
-pub(crate) fn walk_strings(v: &mut Value, f: &mut dyn FnMut(&str) -> Option<String>) -> bool {
-    match v {
-        Value::String(s) => match f(s) {
-            Some(n) => {
-                *s = n;
-                true
-            }
-            None => false,
-        },
-        Value::Array(a) => {
-            let mut changed = false;
-            for x in a {
-                changed |= walk_strings(x, f);
-            }
-            changed
-        }
-        Value::Object(m) => {
-            let mut changed = false;
-            let renames: Vec<(String, String)> = m
-                .keys()
-                .filter_map(|k| f(k).map(|n| (k.clone(), n)))
-                .collect();
-            for (old, new) in renames {
-                if let Some(x) = m.remove(&old) {
-                    m.insert(new, x);
-                    changed = true;
-                }
-            }
-            for (_, x) in m.iter_mut() {
-                changed |= walk_strings(x, f);
-            }
-            changed
-        }
-        _ => false,
-    }
 }
