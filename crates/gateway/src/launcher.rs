@@ -1,7 +1,8 @@
 //! Starting the MCP server. The relay only sees pipes and a
 //! [`ProcessControl`]; the sandbox crate provides its own [`Launcher`].
 
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
+use std::os::fd::AsFd;
 use std::process::{Child, Command, Stdio};
 
 /// How the server process ended.
@@ -47,10 +48,17 @@ pub trait ProcessControl: Send {
     fn wait(&mut self) -> io::Result<ExitInfo>;
 }
 
+/// Our end of the server's stdin: a pipe (or socket) that only the relay
+/// writes to. The relay sets `O_NONBLOCK` on it and writes to the file
+/// descriptor itself (see the stdio driver), so a `Write` wrapper's own
+/// buffering would be bypassed: pass the pipe end, not a `BufWriter`.
+pub trait ServerStdin: AsFd + Send + Sync {}
+impl<T: AsFd + Send + Sync> ServerStdin for T {}
+
 /// A started server: its three pipes and its control handle.
 pub struct ServerProcess {
-    /// The server's stdin.
-    pub stdin: Box<dyn Write + Send>,
+    /// The server's stdin (ours alone: the relay makes it non-blocking).
+    pub stdin: Box<dyn ServerStdin>,
     /// The server's stdout.
     pub stdout: Box<dyn Read + Send>,
     /// The server's stderr.

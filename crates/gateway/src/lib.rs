@@ -19,8 +19,9 @@
 //!   forwarded as the bytes that came in.
 //! - Drivers that own a session each and perform its effects. The stdio
 //!   driver behind [`Relay`] (one loop on the calling thread, fed by reader
-//!   threads over one channel, a writer thread for the server's stdin, one
-//!   audit writer, one launcher thread, and with a fallback approver one
+//!   threads over one channel, non-blocking writes to the server's stdin
+//!   with a writer thread for what a full pipe will not take, one audit
+//!   writer, one launcher thread, and with a fallback approver one
 //!   [`ApprovalWorker`]) is the only one today; an HTTP gateway would feed
 //!   the same events per session.
 //!
@@ -112,7 +113,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub use asker::{HostAsker, NetworkAnswer};
-pub use launcher::{CommandLauncher, ExitInfo, Launcher, ProcessControl, ServerProcess};
+pub use launcher::{
+    CommandLauncher, ExitInfo, Launcher, ProcessControl, ServerProcess, ServerStdin,
+};
 pub use mcpbox_policy::{Decision, Reason, ToolHints, Verdict};
 pub use pin::{
     accept_pins, pending_path, pin_list, tool_digest, PinError, PinStore, PinVerdict, PinWrite,

@@ -6,14 +6,20 @@
 //! - **driver** (the caller of [`Relay::run`]): owns the session; takes one
 //!   input at a time from a bounded channel, or wakes at the session's
 //!   deadline (`recv_timeout`), feeds it as an [`Event`] and performs the
-//!   [`Effect`]s: writes to the host (flushed once per input), hands lines
-//!   to the server's stdin writer, signals the server, and queues audit
-//!   records. No lock is held while it does.
+//!   [`Effect`]s: writes to the host (flushed once per input), writes
+//!   lines to the server's stdin (see below), signals the server, and
+//!   queues audit records. No lock is held while it does.
 //! - **readers**: host stdin, server stdout, server stderr (stderr lines
 //!   are redacted and handed to the [`StderrHandler`] there; they never
 //!   reach the MCP stream). Each sends what it read into the channel.
 //! - **server stdin writer**: so that a server that stops reading blocks
-//!   only its own pipe, never the driver.
+//!   only its own pipe, never the driver. Our end of that pipe is
+//!   non-blocking (`O_NONBLOCK`, set at attach): while the writer has
+//!   nothing queued the driver writes a line itself, and hands the writer
+//!   only what the pipe would not take (`EAGAIN`); from then on every
+//!   line goes through the writer's queue until it has written them all,
+//!   so lines reach the server in order. The writer waits for room with
+//!   `poll(POLLOUT)`. The driver never waits on the pipe.
 //! - **audit writer**: writes records in order, after the host output of
 //!   the same input was flushed (a SQLite transaction and the
 //!   `files_written` walk stay off the host path).
@@ -22,13 +28,17 @@
 //!   holds up the driver.
 //! - **approver** (only with a fallback approver): [`ApprovalWorker`].
 //!
-//! A message from the host crosses one channel to the driver and one to
-//! the stdin writer; a message from the server crosses one channel to the
-//! driver, which writes it to the host itself. Unchanged lines are written
-//! as they were read.
+//! A message from the host crosses one channel to the driver, which writes
+//! it to the server's stdin itself while the pipe has room (one more
+//! channel, to the stdin writer, only when it has not); a message from the
+//! server crosses one channel to the driver, which writes it to the host
+//! itself. Each thread hand-off is a wake-up of a sleeping thread, the
+//! bulk of what the relay adds to a round trip, so the common case has one
+//! per direction. Unchanged lines are written as they were read.
 
 use std::collections::{HashMap, VecDeque};
 use std::io::{BufWriter, Read, Write};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
 use std::sync::Arc;
 use std::thread;
@@ -38,7 +48,7 @@ use mcpbox_audit::{Event as AuditEvent, Sink};
 use serde_json::json;
 
 use crate::asker::{Dispatch, HostAsker, Outside};
-use crate::launcher::{ExitInfo, Launcher, ProcessControl, ServerProcess};
+use crate::launcher::{ExitInfo, Launcher, ProcessControl, ServerProcess, ServerStdin};
 use crate::lines::{Line, LineReader};
 use crate::pin::PinStore;
 use crate::policy::{AllowAll, ApprovalWorker, Approver, ToolPolicy};
@@ -187,8 +197,121 @@ enum Input {
 /// The running server, as the driver holds it.
 struct Current {
     gen: u32,
-    stdin: Option<Sender<Vec<u8>>>,
+    stdin: Option<ServerIn>,
     control: Option<Box<dyn ProcessControl>>,
+}
+
+/// The driver's side of the server's stdin: the non-blocking pipe end and
+/// the writer thread's queue. Dropping it closes the server's stdin once
+/// the writer wrote what it holds.
+struct ServerIn {
+    fd: Arc<dyn ServerStdin>,
+    /// `O_NONBLOCK` is set, so the driver may write itself.
+    direct: bool,
+    queue: Sender<Vec<u8>>,
+    /// Lines handed to the writer and not yet written in full. Only the
+    /// driver adds; the writer subtracts after its write (`Release`), so a
+    /// zero read with `Acquire` means every queued byte is in the pipe and
+    /// a direct write lands after them.
+    queued: Arc<AtomicUsize>,
+}
+
+impl ServerIn {
+    /// Takes over the server's stdin and starts its writer thread.
+    fn start(stdin: Box<dyn ServerStdin>) -> Result<ServerIn> {
+        // ours alone (the server holds the read end): its flags are ours
+        // to change; the writer thread holds the last reference when it
+        // still has lines to write after the driver closed its stdin
+        let fd: Arc<dyn ServerStdin> = Arc::from(stdin);
+        let direct = set_nonblocking(&*fd);
+        let queued = Arc::new(AtomicUsize::new(0));
+        let (queue, rx) = mpsc::channel::<Vec<u8>>();
+        let (wfd, wqueued) = (fd.clone(), queued.clone());
+        spawn_named("mcpbox-server-in", move || {
+            for msg in rx {
+                let ok = write_waiting(&*wfd, &msg);
+                wqueued.fetch_sub(1, Ordering::Release);
+                if !ok {
+                    return;
+                }
+            }
+        })?;
+        Ok(ServerIn {
+            fd,
+            direct,
+            queue,
+            queued,
+        })
+    }
+
+    /// Writes `line` without ever blocking: directly while nothing is
+    /// queued, the rest through the writer. False when the server's stdin
+    /// is gone (the writer stopped on an error, or ours failed).
+    fn send(&mut self, mut line: Vec<u8>) -> bool {
+        if self.direct && self.queued.load(Ordering::Acquire) == 0 {
+            match write_ready(&*self.fd, &line) {
+                Ok(n) if n == line.len() => return true,
+                Ok(n) => {
+                    line.drain(..n);
+                }
+                Err(_) => return false,
+            }
+        }
+        self.queued.fetch_add(1, Ordering::Relaxed);
+        self.queue.send(line).is_ok()
+    }
+}
+
+/// Sets `O_NONBLOCK` on our pipe end; false (everything then goes through
+/// the writer, which may block) if the descriptor refuses it.
+fn set_nonblocking(fd: &dyn ServerStdin) -> bool {
+    use rustix::fs::{fcntl_getfl, fcntl_setfl, OFlags};
+    match fcntl_getfl(fd.as_fd()).and_then(|f| fcntl_setfl(fd.as_fd(), f | OFlags::NONBLOCK)) {
+        Ok(()) => true,
+        Err(e) => {
+            tracing::debug!("server stdin stays blocking, every line goes through its writer: {e}");
+            false
+        }
+    }
+}
+
+/// Writes as much of `buf` as the pipe takes now; the count written.
+fn write_ready(fd: &dyn ServerStdin, buf: &[u8]) -> std::result::Result<usize, rustix::io::Errno> {
+    use rustix::io::Errno;
+    let mut done = 0;
+    while done < buf.len() {
+        match rustix::io::write(fd.as_fd(), &buf[done..]) {
+            Ok(0) => return Err(Errno::PIPE),
+            Ok(n) => done += n,
+            Err(Errno::INTR) => {}
+            Err(Errno::AGAIN) => break,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(done)
+}
+
+/// The writer thread's write: all of `buf`, waiting for room with `poll`
+/// when the pipe is full. False on an error (the server closed its stdin).
+fn write_waiting(fd: &dyn ServerStdin, mut buf: &[u8]) -> bool {
+    use rustix::event::{poll, PollFd, PollFlags};
+    use rustix::io::Errno;
+    while !buf.is_empty() {
+        match write_ready(fd, buf) {
+            Ok(n) => buf = &buf[n..],
+            Err(_) => return false,
+        }
+        if !buf.is_empty() {
+            let pipe = fd.as_fd();
+            let mut fds = [PollFd::new(&pipe, PollFlags::OUT)];
+            // POLLERR/POLLHUP: the next write reports the error
+            match poll(&mut fds, None) {
+                Ok(_) | Err(Errno::INTR) => {}
+                Err(_) => return false,
+            }
+        }
+    }
+    true
 }
 
 struct Driver {
@@ -392,15 +515,7 @@ impl Driver {
     /// Takes over a started server's stdin, stdout and control; returns its
     /// stderr for the reader started later.
     fn attach(&mut self, gen: u32, proc: ServerProcess) -> Result<Box<dyn Read + Send>> {
-        let (stdin_tx, stdin_rx) = mpsc::channel::<Vec<u8>>();
-        let mut stdin = proc.stdin;
-        spawn_named("mcpbox-server-in", move || {
-            for msg in stdin_rx {
-                if stdin.write_all(&msg).and_then(|()| stdin.flush()).is_err() {
-                    return;
-                }
-            }
-        })?;
+        let stdin = ServerIn::start(proc.stdin)?;
         let tx = self.tx.clone();
         let max_line = self.config.max_line;
         // strings in an over-long line are cut to a bit under max_result,
@@ -419,7 +534,7 @@ impl Driver {
         })?;
         self.server = Current {
             gen,
-            stdin: Some(stdin_tx),
+            stdin: Some(stdin),
             control: Some(proc.control),
         };
         Ok(proc.stderr)
@@ -432,9 +547,13 @@ impl Driver {
             match effect {
                 Effect::WriteHost(line) => self.write_host(&line, follow),
                 Effect::WriteServer { gen, mut line } => {
-                    if let (true, Some(tx)) = (gen == self.server.gen, &self.server.stdin) {
+                    if let (true, Some(stdin)) = (gen == self.server.gen, &mut self.server.stdin) {
                         line.push(b'\n');
-                        let _ = tx.send(line);
+                        // a stdin that is gone stays gone; the session
+                        // learns of it from stdout's end and the exit
+                        if !stdin.send(line) {
+                            self.server.stdin = None;
+                        }
                     }
                 }
                 Effect::CloseServerStdin { gen } => {

@@ -1,7 +1,8 @@
 //! A server that never reads its stdin cannot stall the relay: the stdio
-//! driver writes to the server through its own writer thread, so once the
-//! pipe is full only that thread blocks, and the host still gets its
-//! answers (here: every call times out) and can end the session.
+//! driver writes to the server's stdin without blocking and hands what a
+//! full pipe will not take to its own writer thread, so only that thread
+//! waits, and the host still gets its answers (here: every call times out)
+//! and can end the session.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::{BufRead, BufReader, Write};

@@ -850,3 +850,46 @@ fn result_over_max_line_is_cut_while_streaming() {
     let call = audit.of(Kind::ToolCall).into_iter().next().unwrap();
     assert!(call.result_bytes.unwrap() > 8 * 1024 * 1024);
 }
+
+/// The driver writes to the server's stdin itself while the pipe has room
+/// and queues the rest for its writer thread: a burst far larger than the
+/// pipe, sent while the server is busy and not reading, must arrive whole
+/// and in order (partial writes split lines mid-way here).
+#[test]
+fn burst_to_a_server_that_stopped_reading_arrives_whole_and_in_order() {
+    let mut host = plain_start("plain", config());
+    host.init(json!({}));
+    host.send_value(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "sleep", "arguments": {"ms": 300}}}));
+    // 160 calls of ~3 KiB (odd sizes): several times what a pipe holds
+    const CALLS: i64 = 160;
+    let text = |i: i64| format!("{i}:{}", "y".repeat(3001 + i as usize % 7));
+    let mut sock = host.sock.try_clone().unwrap();
+    let sender = std::thread::spawn(move || {
+        for i in 0..CALLS {
+            let call = json!({"jsonrpc": "2.0", "id": 100 + i, "method": "tools/call",
+                "params": {"name": "echo", "arguments": {"text": text(i)}}});
+            writeln!(sock, "{call}").unwrap();
+        }
+    });
+    assert_eq!(
+        host.wait_for(&json!(1))["result"]["content"][0]["text"],
+        "slept"
+    );
+    for i in 0..CALLS {
+        let r = host.wait_for(&json!(100 + i));
+        assert_eq!(
+            r["result"]["content"][0]["text"],
+            json!(text(i)),
+            "call {i}"
+        );
+    }
+    sender.join().unwrap();
+    let seen: Vec<String> = history(&mut host, 9999)
+        .iter()
+        .filter(|c| c["name"] == "echo")
+        .map(|c| c["arguments"]["text"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(seen, (0..CALLS).map(text).collect::<Vec<_>>());
+    host.close();
+}
