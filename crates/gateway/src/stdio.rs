@@ -36,9 +36,10 @@
 //! bulk of what the relay adds to a round trip, so the common case has one
 //! per direction. Unchanged lines are written as they were read.
 
+mod server_in;
+
 use std::collections::{HashMap, VecDeque};
 use std::io::{BufWriter, Read, Write};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
 use std::sync::Arc;
 use std::thread;
@@ -48,7 +49,7 @@ use mcpbox_audit::{Event as AuditEvent, Sink};
 use serde_json::json;
 
 use crate::asker::{Dispatch, HostAsker, Outside};
-use crate::launcher::{ExitInfo, Launcher, ProcessControl, ServerProcess, ServerStdin};
+use crate::launcher::{ExitInfo, Launcher, ProcessControl, ServerProcess};
 use crate::lines::{Line, LineReader};
 use crate::pin::PinStore;
 use crate::policy::{AllowAll, ApprovalWorker, Approver, ToolPolicy};
@@ -57,6 +58,7 @@ use crate::screen::sanitize;
 use crate::secrets::Secrets;
 use crate::session::{Asked, Effect, Event, Now, Record, Session};
 use crate::{Config, Error, Outcome, Result};
+use server_in::ServerIn;
 
 /// Inputs queued for the driver before it hands them to the session.
 /// Readers block when it is full, which is the back-pressure on a flooding
@@ -199,119 +201,6 @@ struct Current {
     gen: u32,
     stdin: Option<ServerIn>,
     control: Option<Box<dyn ProcessControl>>,
-}
-
-/// The driver's side of the server's stdin: the non-blocking pipe end and
-/// the writer thread's queue. Dropping it closes the server's stdin once
-/// the writer wrote what it holds.
-struct ServerIn {
-    fd: Arc<dyn ServerStdin>,
-    /// `O_NONBLOCK` is set, so the driver may write itself.
-    direct: bool,
-    queue: Sender<Vec<u8>>,
-    /// Lines handed to the writer and not yet written in full. Only the
-    /// driver adds; the writer subtracts after its write (`Release`), so a
-    /// zero read with `Acquire` means every queued byte is in the pipe and
-    /// a direct write lands after them.
-    queued: Arc<AtomicUsize>,
-}
-
-impl ServerIn {
-    /// Takes over the server's stdin and starts its writer thread.
-    fn start(stdin: Box<dyn ServerStdin>) -> Result<ServerIn> {
-        // ours alone (the server holds the read end): its flags are ours
-        // to change; the writer thread holds the last reference when it
-        // still has lines to write after the driver closed its stdin
-        let fd: Arc<dyn ServerStdin> = Arc::from(stdin);
-        let direct = set_nonblocking(&*fd);
-        let queued = Arc::new(AtomicUsize::new(0));
-        let (queue, rx) = mpsc::channel::<Vec<u8>>();
-        let (wfd, wqueued) = (fd.clone(), queued.clone());
-        spawn_named("mcpbox-server-in", move || {
-            for msg in rx {
-                let ok = write_waiting(&*wfd, &msg);
-                wqueued.fetch_sub(1, Ordering::Release);
-                if !ok {
-                    return;
-                }
-            }
-        })?;
-        Ok(ServerIn {
-            fd,
-            direct,
-            queue,
-            queued,
-        })
-    }
-
-    /// Writes `line` without ever blocking: directly while nothing is
-    /// queued, the rest through the writer. False when the server's stdin
-    /// is gone (the writer stopped on an error, or ours failed).
-    fn send(&mut self, mut line: Vec<u8>) -> bool {
-        if self.direct && self.queued.load(Ordering::Acquire) == 0 {
-            match write_ready(&*self.fd, &line) {
-                Ok(n) if n == line.len() => return true,
-                Ok(n) => {
-                    line.drain(..n);
-                }
-                Err(_) => return false,
-            }
-        }
-        self.queued.fetch_add(1, Ordering::Relaxed);
-        self.queue.send(line).is_ok()
-    }
-}
-
-/// Sets `O_NONBLOCK` on our pipe end; false (everything then goes through
-/// the writer, which may block) if the descriptor refuses it.
-fn set_nonblocking(fd: &dyn ServerStdin) -> bool {
-    use rustix::fs::{fcntl_getfl, fcntl_setfl, OFlags};
-    match fcntl_getfl(fd.as_fd()).and_then(|f| fcntl_setfl(fd.as_fd(), f | OFlags::NONBLOCK)) {
-        Ok(()) => true,
-        Err(e) => {
-            tracing::debug!("server stdin stays blocking, every line goes through its writer: {e}");
-            false
-        }
-    }
-}
-
-/// Writes as much of `buf` as the pipe takes now; the count written.
-fn write_ready(fd: &dyn ServerStdin, buf: &[u8]) -> std::result::Result<usize, rustix::io::Errno> {
-    use rustix::io::Errno;
-    let mut done = 0;
-    while done < buf.len() {
-        match rustix::io::write(fd.as_fd(), &buf[done..]) {
-            Ok(0) => return Err(Errno::PIPE),
-            Ok(n) => done += n,
-            Err(Errno::INTR) => {}
-            Err(Errno::AGAIN) => break,
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(done)
-}
-
-/// The writer thread's write: all of `buf`, waiting for room with `poll`
-/// when the pipe is full. False on an error (the server closed its stdin).
-fn write_waiting(fd: &dyn ServerStdin, mut buf: &[u8]) -> bool {
-    use rustix::event::{poll, PollFd, PollFlags};
-    use rustix::io::Errno;
-    while !buf.is_empty() {
-        match write_ready(fd, buf) {
-            Ok(n) => buf = &buf[n..],
-            Err(_) => return false,
-        }
-        if !buf.is_empty() {
-            let pipe = fd.as_fd();
-            let mut fds = [PollFd::new(&pipe, PollFlags::OUT)];
-            // POLLERR/POLLHUP: the next write reports the error
-            match poll(&mut fds, None) {
-                Ok(_) | Err(Errno::INTR) => {}
-                Err(_) => return false,
-            }
-        }
-    }
-    true
 }
 
 struct Driver {
