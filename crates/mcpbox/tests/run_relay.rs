@@ -369,3 +369,47 @@ fn sigterm_to_mcpbox_ends_the_session_without_losing_audit_records() {
         "the server survived"
     );
 }
+
+/// A host that writes all its requests and closes its end at once (a shell
+/// pipe, as `scripts/demo` does) gets every one answered by the server or
+/// the policy, not "server stopped": the relay delivers what arrived while
+/// the sandbox was starting before it closes the server's stdin.
+#[test]
+fn requests_piped_with_eof_right_behind_them_are_all_answered() {
+    use std::io::Write;
+    let ws = server_ws("plain");
+    let p = policy(&ws, "[tools]\n\"delete_*\" = \"deny\"\n");
+    let (k, v) = state_env(&ws);
+    let mut child = std::process::Command::new(mcpbox())
+        .args(["run", "--policy"])
+        .arg(&p)
+        .args(["--", "/workspace/input/plain"])
+        .env(k, v)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let input = [
+        json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}),
+        json!({"jsonrpc":"2.0","method":"notifications/initialized"}),
+        json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","arguments":{"text":"piped"}}}),
+        json!({"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"delete_all","arguments":{}}}),
+    ];
+    let mut stdin = child.stdin.take().unwrap();
+    for m in &input {
+        writeln!(stdin, "{m}").unwrap();
+    }
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    let answers: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let by_id = |id: i64| answers.iter().find(|a| a["id"] == json!(id)).cloned();
+    assert_eq!(answers.len(), 3, "{answers:?}");
+    assert!(by_id(1).unwrap()["result"]["serverInfo"].is_object());
+    assert_eq!(result_text(&by_id(2).unwrap()), "piped");
+    let denied = by_id(3).unwrap();
+    assert_eq!(denied["result"]["isError"], json!(true), "{denied}");
+}

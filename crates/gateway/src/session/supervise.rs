@@ -187,9 +187,12 @@ impl Session {
         if first {
             self.audit(Kind::SessionStart, |_| {});
         }
-        if self.host.closed.is_some() || self.host.gone {
+        if self.host.gone {
             return self.begin_stop();
         }
+        // A host that closed its input while the server started still gets
+        // what it sent before: `release_held` closes the server's stdin
+        // once the held messages are out.
         match self.host.initialize_params.clone() {
             Some(params) if !first => {
                 // replay the host's handshake; the response is swallowed
@@ -257,6 +260,12 @@ impl Session {
         tracing::debug!("host closed input; closing server stdin");
         self.host.closed = Some(self.now.mono);
         self.drop_questions();
+        if self.server.phase == Phase::Starting || self.server.reinit.is_some() {
+            // The server is coming up: what the host sent before it closed
+            // (a script piping its requests, say) still goes to the server,
+            // whose stdin is closed once those are out (`release_held`).
+            return;
+        }
         self.refuse_held(Reason::ServerStopped);
         self.server.restarting = false;
         self.begin_stop();
@@ -306,7 +315,8 @@ impl Session {
         }
     }
 
-    /// Sends the held host messages, in order.
+    /// Sends the held host messages, in order; when the host has closed
+    /// its input meanwhile, then closes the server's stdin.
     fn release_held(&mut self) {
         while self.server.is_up() {
             let Some(line) = self.server.held.pop_front() else {
@@ -316,6 +326,9 @@ impl Session {
             if let Ok(msg) = Message::parse(&line) {
                 self.host_message(line, msg);
             }
+        }
+        if self.host.closed.is_some() && self.server.is_up() {
+            self.begin_stop();
         }
     }
 

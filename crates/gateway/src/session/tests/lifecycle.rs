@@ -266,3 +266,51 @@ fn events_after_the_end_do_nothing_but_answer_outsiders() {
     );
     let _ = SystemTime::now();
 }
+
+/// A script (or a host) that writes its requests and closes its output at
+/// once, before the server is even up: every request still reaches the
+/// server or the policy, and the server's stdin is closed only after them.
+#[test]
+fn requests_piped_before_the_server_is_up_are_all_handled_before_its_stdin_closes() {
+    let base = Instant::now();
+    let now = Now {
+        mono: base,
+        wall: UNIX_EPOCH + Duration::from_secs(1_000_000),
+    };
+    let mut session = Session::new(
+        config(),
+        rules(vec![("delete_*", Verdict::Deny)]),
+        Secrets::default(),
+        None,
+        false,
+        NONCE.into(),
+        now,
+    );
+    assert_eq!(summary(&session.start(now), false), ["start 1"]);
+    let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"capabilities":{}}}"#;
+    let echo = call(2, "echo", json!({"text": "hi"}));
+    let delete = call(3, "delete_all", json!({}));
+    for line in [init, &echo, &delete] {
+        let out = session.on(Event::Host(Line::Data(line.as_bytes().to_vec())), now);
+        assert!(summary(&out, false).is_empty(), "held while starting");
+    }
+    assert!(summary(&session.on(Event::Host(Line::Eof), now), false).is_empty());
+    let up = session.on(
+        Event::ServerStarted {
+            gen: 1,
+            secrets: Secrets::default(),
+        },
+        now,
+    );
+    assert_eq!(
+        summary(&up, false),
+        s(&[
+            "audit SessionStart",
+            &format!("server {init}"),
+            &format!("server {echo}"),
+            "audit ToolCall deny tool.rule",
+            "host denied tool.rule id=3",
+            "close 1",
+        ])
+    );
+}
