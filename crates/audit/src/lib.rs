@@ -173,20 +173,6 @@ pub struct Event {
     pub detail: serde_json::Value,
 }
 
-impl Event {
-    /// Sets the verdict, reason and source of `d`.
-    pub fn decided(&mut self, d: &Decision) {
-        self.decision = Some(d.verdict);
-        self.reason = Some(d.reason.as_str().to_string());
-        self.source = Some(d.source.clone());
-    }
-
-    /// Sets the reason code alone (flags, exits, redactions).
-    pub fn reason(&mut self, r: Reason) {
-        self.reason = Some(r.as_str().to_string());
-    }
-}
-
 /// Anything that takes audit events. The gateway and the egress proxy write
 /// through this; the binary decides which store is behind it.
 pub trait Sink: Send + Sync {

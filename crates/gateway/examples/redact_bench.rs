@@ -19,7 +19,7 @@ use std::io::Cursor;
 use std::time::{Duration, Instant};
 
 use mcpbox_gateway::lines::{Line, LineReader};
-use mcpbox_gateway::redact::{find_credentials, Redactor};
+use mcpbox_gateway::redact::{find_credentials, walk_strings, Redactor};
 use mcpbox_gateway::screen::sanitize;
 use serde_json::{json, Value};
 
@@ -38,44 +38,6 @@ fn time<T>(runs: usize, mut f: impl FnMut() -> T) -> Duration {
         samples.push(t0.elapsed());
     }
     median(samples)
-}
-
-/// relay.rs's walk_strings, verbatim.
-fn walk_strings(v: &mut Value, f: &mut dyn FnMut(&str) -> Option<String>) -> bool {
-    match v {
-        Value::String(s) => match f(s) {
-            Some(n) => {
-                *s = n;
-                true
-            }
-            None => false,
-        },
-        Value::Array(a) => {
-            let mut changed = false;
-            for x in a {
-                changed |= walk_strings(x, f);
-            }
-            changed
-        }
-        Value::Object(m) => {
-            let mut changed = false;
-            let renames: Vec<(String, String)> = m
-                .keys()
-                .filter_map(|k| f(k).map(|n| (k.clone(), n)))
-                .collect();
-            for (old, new) in renames {
-                if let Some(x) = m.remove(&old) {
-                    m.insert(new, x);
-                    changed = true;
-                }
-            }
-            for (_, x) in m.iter_mut() {
-                changed |= walk_strings(x, f);
-            }
-            changed
-        }
-        _ => false,
-    }
 }
 
 /// relay.rs's redact_secrets without the audit records.

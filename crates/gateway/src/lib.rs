@@ -104,6 +104,8 @@ pub mod screen;
 pub mod secrets;
 pub mod session;
 mod stdio;
+#[cfg(test)]
+mod test_rng;
 pub mod written;
 
 #[doc(hidden)]

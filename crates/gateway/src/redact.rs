@@ -749,7 +749,7 @@ enum Place {
 /// which it returns a new value. Returns whether anything changed. (The
 /// relay's walk: [`Redactor::strip_cut_json`] and the session's result
 /// screening use it.)
-pub(crate) fn walk_strings(v: &mut Value, f: &mut dyn FnMut(&str) -> Option<String>) -> bool {
+pub fn walk_strings(v: &mut Value, f: &mut dyn FnMut(&str) -> Option<String>) -> bool {
     match v {
         Value::String(s) => match f(s) {
             Some(n) => {

@@ -127,20 +127,13 @@ pub fn spawn(spec: &Spec, mut prepared: Prepared, mut notes: Vec<String>) -> Res
     }
     // The ruleset names host paths here, so this process builds it before
     // forking; the command restricts itself with it.
-    let ruleset = landlock::Plan::new(
+    let ruleset = landlock::Plan::required(
         prepared.abi,
         landlock::Tier::Degraded,
         &readable,
         &writable,
         spec.allow_exec.as_deref(),
-    )
-    .map_err(|e| Error::setup("landlock", e))?
-    .ok_or_else(|| {
-        Error::setup(
-            "landlock",
-            std::io::Error::other("landlock is not supported by this kernel"),
-        )
-    })?
+    )?
     .build()
     .map_err(|e| Error::setup("landlock ruleset", e))?;
 

@@ -113,6 +113,25 @@ pub struct Plan {
 }
 
 impl Plan {
+    /// [`Plan::new`] for a start that cannot go on without Landlock (both
+    /// tiers): a kernel without it is an error naming the step.
+    pub fn required(
+        abi: i64,
+        tier: Tier,
+        readable: &[PathBuf],
+        writable: &[PathBuf],
+        allow_exec: Option<&[PathBuf]>,
+    ) -> crate::Result<Plan> {
+        Plan::new(abi, tier, readable, writable, allow_exec)
+            .map_err(|e| crate::Error::setup("landlock", e))?
+            .ok_or_else(|| {
+                crate::Error::setup(
+                    "landlock",
+                    std::io::Error::other("landlock is not supported by this kernel"),
+                )
+            })
+    }
+
     /// The ruleset for `tier` on a kernel of Landlock ABI `abi`: read (and,
     /// without an allow list, execute) below `readable`, everything below
     /// `writable`, device access below /dev, and execute only for

@@ -543,20 +543,13 @@ pub(crate) fn prepare(spec: &Spec) -> Result<Prepared> {
     // The Landlock ABI decides the ruleset's rights now; the init builds it
     // from this plan once the new root exists.
     let abi = sys::landlock_abi_version().unwrap_or(0);
-    let landlock = landlock::Plan::new(
+    let landlock = landlock::Plan::required(
         abi,
         landlock::Tier::Full,
         &plan::readable_paths(spec),
         &plan::writable_paths(spec),
         spec.allow_exec.as_deref(),
-    )
-    .map_err(|e| Error::setup("landlock", e))?
-    .ok_or_else(|| {
-        Error::setup(
-            "landlock",
-            std::io::Error::other("landlock is not supported by this kernel"),
-        )
-    })?;
+    )?;
     let bridge = spec.egress.as_ref().map(|e| BridgePrep {
         port: e.port,
         bridge: e.bridge,

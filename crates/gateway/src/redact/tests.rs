@@ -6,6 +6,7 @@ use serde_json::Value;
 
 use super::shapes::SHAPES;
 use super::*;
+use crate::test_rng::Rng;
 use serde_json::json;
 
 fn r() -> Redactor {
@@ -132,23 +133,6 @@ fn credential_shapes_are_found() {
     assert!(find_credentials("task-list and risk-assessment AKIAshort").is_empty());
 }
 // ---- equivalence with the reference (the pre-automaton code) ----------
-
-/// xorshift64*: deterministic, no dependency.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-    fn pick<'a, T>(&mut self, xs: &'a [T]) -> &'a T {
-        &xs[self.below(xs.len())]
-    }
-}
 
 /// A secret value of a kind that stresses one thing or another.
 fn gen_secret(rng: &mut Rng) -> String {
@@ -323,46 +307,10 @@ fn split(rng: &mut Rng, s: &str, n: usize) -> Vec<String> {
 /// The relay's `redact_secrets` (a walk with `redact_str`, then
 /// `redact_across` on the content texts), on the reference redactor.
 fn relay_redact_secrets(r: &reference::Redactor, v: &mut Value, counts: &mut [usize]) -> bool {
-    fn walk(v: &mut Value, f: &mut dyn FnMut(&str) -> Option<String>) -> bool {
-        match v {
-            Value::String(s) => match f(s) {
-                Some(n) => {
-                    *s = n;
-                    true
-                }
-                None => false,
-            },
-            Value::Array(a) => {
-                let mut changed = false;
-                for x in a {
-                    changed |= walk(x, f);
-                }
-                changed
-            }
-            Value::Object(m) => {
-                let mut changed = false;
-                let renames: Vec<(String, String)> = m
-                    .keys()
-                    .filter_map(|k| f(k).map(|n| (k.clone(), n)))
-                    .collect();
-                for (old, new) in renames {
-                    if let Some(x) = m.remove(&old) {
-                        m.insert(new, x);
-                        changed = true;
-                    }
-                }
-                for (_, x) in m.iter_mut() {
-                    changed |= walk(x, f);
-                }
-                changed
-            }
-            _ => false,
-        }
-    }
     if r.is_empty() {
         return false;
     }
-    let mut changed = walk(v, &mut |s| match r.redact_str(s, counts) {
+    let mut changed = walk_strings(v, &mut |s| match r.redact_str(s, counts) {
         Cow::Borrowed(_) => None,
         Cow::Owned(o) => Some(o),
     });

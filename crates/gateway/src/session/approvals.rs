@@ -17,7 +17,6 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use mcpbox_audit::Kind;
 use mcpbox_policy::{Decision, Reason};
 use serde_json::{json, Value};
 
@@ -189,17 +188,7 @@ impl Session {
         let message = redactor.redact_str(&q.message, &mut counts).into_owned();
         let mut schema = q.schema;
         redactor.redact_json(&mut schema, &mut counts);
-        for (i, count) in counts.iter().enumerate() {
-            if *count > 0 {
-                let name = redactor.names()[i].clone();
-                tracing::warn!(server = %self.config.server_name, secret = %name, count, "secret redacted from a question to the host");
-                self.audit(Kind::Redaction, |e| {
-                    e.reason = Some(Reason::RedactionSecret.as_str().into());
-                    e.source = Some("question".into());
-                    e.detail = json!({"secret": name, "count": count});
-                });
-            }
-        }
+        self.audit_redactions(redactor.names(), &counts, None, "question");
         self.elicit(q.prefix, message, schema, q.wait, Purpose::Ask(ticket));
     }
 

@@ -38,19 +38,31 @@ impl Session {
         // secret). Not skipped for a plain line without a pattern in it: the
         // halves of a split secret are not a pattern of the line.
         let changed = redactor.redact_json(v, &mut counts);
-        for (i, count) in counts.iter().enumerate() {
-            if *count > 0 {
-                let name = redactor.names()[i].clone();
-                tracing::warn!(server = %self.config.server_name, secret = %name, count, "secret redacted from server output");
-                self.audit(Kind::Redaction, |e| {
-                    e.tool = tool.map(str::to_string);
-                    e.reason = Some(Reason::RedactionSecret.as_str().into());
-                    e.source = Some("stdout".into());
-                    e.detail = json!({"secret": name, "count": count});
-                });
-            }
-        }
+        self.audit_redactions(redactor.names(), &counts, tool, "stdout");
         changed
+    }
+
+    /// One audit record (and a warning) per secret with a non-zero count
+    /// in `counts` (indexed as `names`), found in what `source` names.
+    pub(super) fn audit_redactions(
+        &mut self,
+        names: &[String],
+        counts: &[usize],
+        tool: Option<&str>,
+        source: &str,
+    ) {
+        for (name, &count) in names.iter().zip(counts) {
+            if count == 0 {
+                continue;
+            }
+            tracing::warn!(server = %self.config.server_name, secret = %name, count, source, "secret redacted");
+            self.audit(Kind::Redaction, |e| {
+                e.tool = tool.map(str::to_string);
+                e.reason = Some(Reason::RedactionSecret.as_str().into());
+                e.source = Some(source.into());
+                e.detail = json!({"secret": name, "count": count});
+            });
+        }
     }
 
     /// Credential shapes, escapes and size of a tool result. `plain` is the
