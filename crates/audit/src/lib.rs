@@ -63,11 +63,15 @@ pub enum Kind {
     ServerExit,
     /// An egress connection through the proxy, allowed or denied.
     Network,
+    /// A request to the HTTP gateway refused before it reached a session
+    /// (a wrong token, another client's session id, a server the client
+    /// may not use).
+    Access,
 }
 
 impl Kind {
     /// Every kind, in declaration order.
-    pub const ALL: [Kind; 9] = [
+    pub const ALL: [Kind; 10] = [
         Kind::SessionStart,
         Kind::SessionEnd,
         Kind::ToolCall,
@@ -77,6 +81,7 @@ impl Kind {
         Kind::Flag,
         Kind::ServerExit,
         Kind::Network,
+        Kind::Access,
     ];
 
     /// The stable string stored in the database and printed by the CLI.
@@ -91,6 +96,7 @@ impl Kind {
             Kind::Flag => "flag",
             Kind::ServerExit => "server_exit",
             Kind::Network => "network",
+            Kind::Access => "access",
         }
     }
 }

@@ -162,9 +162,127 @@ impl Relay {
         host_out: Box<dyn Write + Send>,
     ) -> Result<Outcome> {
         let dispatch = self.dispatch.clone();
-        let result = Driver::run(self, host_in, host_out);
+        let (tx, rx) = mpsc::sync_channel::<Input>(INPUT_QUEUE);
+        let host_out = HostOut::Stream(BufWriter::with_capacity(64 * 1024, host_out));
+        let result = Driver::run(self, Some(host_in), host_out, tx, rx);
         dispatch.disconnect();
         result
+    }
+
+    /// Prepares the session for a host that is not a byte stream (the
+    /// HTTP gateway): messages reach it through the returned
+    /// [`HostFeed`], and every message for the host goes to `sink`, on the
+    /// thread that calls [`Attached::run`] (the caller picks the thread,
+    /// and what it does once the session has ended).
+    pub fn attach(self, sink: Box<dyn HostSink>) -> (HostFeed, Attached) {
+        let (tx, rx) = mpsc::sync_channel::<Input>(INPUT_QUEUE);
+        let feed = HostFeed {
+            tx: tx.clone(),
+            max_line: self.config.max_line,
+        };
+        let attached = Attached {
+            relay: self,
+            sink,
+            tx,
+            rx,
+        };
+        (feed, attached)
+    }
+}
+
+/// A session prepared by [`Relay::attach`], not yet running.
+pub struct Attached {
+    relay: Relay,
+    sink: Box<dyn HostSink>,
+    tx: SyncSender<Input>,
+    rx: Receiver<Input>,
+}
+
+impl std::fmt::Debug for Attached {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Attached").finish_non_exhaustive()
+    }
+}
+
+impl Attached {
+    /// Runs the session until the host closes ([`HostFeed::close`]) or
+    /// the server exits, as [`Relay::run`] does. Messages sent through
+    /// the feed before this starts wait in its queue.
+    pub fn run(self) -> Result<Outcome> {
+        let dispatch = self.relay.dispatch.clone();
+        let result = Driver::run(self.relay, None, HostOut::Sink(self.sink), self.tx, self.rx);
+        dispatch.disconnect();
+        result
+    }
+}
+
+/// Takes the messages of a session prepared with [`Relay::attach`] that are
+/// for the host, one JSON-RPC message each, in order. Called on the
+/// session's own thread: it must not block (hand the message on).
+pub trait HostSink: Send {
+    /// One message, without a newline. An error means the host is gone:
+    /// the session ends as it does when writing to a stdio host fails.
+    fn message(&mut self, message: &[u8]) -> std::io::Result<()>;
+    /// Called once after the messages of one input were handed over.
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Why [`HostFeed::send`] did not take a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FeedError {
+    /// The session's input queue is full: try again shortly.
+    Busy,
+    /// The session has ended.
+    Closed,
+}
+
+/// The host's side of a session prepared with [`Relay::attach`]: hands it
+/// the host's messages. Cloneable; never blocks.
+#[derive(Clone)]
+pub struct HostFeed {
+    tx: SyncSender<Input>,
+    max_line: usize,
+}
+
+impl std::fmt::Debug for HostFeed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostFeed").finish_non_exhaustive()
+    }
+}
+
+impl HostFeed {
+    /// Hands one message from the host to the session. A message longer
+    /// than the session's `max_line` is refused by the session (-32600),
+    /// as an over-long stdio line is.
+    pub fn send(&self, message: Vec<u8>) -> std::result::Result<(), FeedError> {
+        let line = if message.len() > self.max_line {
+            let keep = message.len().min(crate::lines::TOO_LONG_PREFIX);
+            Line::TooLong {
+                len: message.len(),
+                prefix: message[..keep].to_vec(),
+            }
+        } else {
+            Line::Data(message)
+        };
+        self.push(Input::Event(Event::Host(line)))
+    }
+
+    /// Tells the session the host has closed (stdin's end of file): the
+    /// server is stopped politely and the session ends. Blocks while the
+    /// session's input queue is full (call it off an async runtime's
+    /// threads); a session that has ended already is fine.
+    pub fn close(&self) {
+        let _ = self.tx.send(Input::Event(Event::Host(Line::Eof)));
+    }
+
+    fn push(&self, input: Input) -> std::result::Result<(), FeedError> {
+        match self.tx.try_send(input) {
+            Ok(()) => Ok(()),
+            Err(mpsc::TrySendError::Full(_)) => Err(FeedError::Busy),
+            Err(mpsc::TrySendError::Disconnected(_)) => Err(FeedError::Closed),
+        }
     }
 }
 
@@ -203,10 +321,34 @@ struct Current {
     control: Option<Box<dyn ProcessControl>>,
 }
 
+/// Where the host's messages go.
+enum HostOut {
+    /// A byte stream (stdout): newline-delimited.
+    Stream(BufWriter<Box<dyn Write + Send>>),
+    /// One message at a time ([`Relay::attach`]).
+    Sink(Box<dyn HostSink>),
+}
+
+impl HostOut {
+    fn write(&mut self, line: &[u8]) -> std::io::Result<()> {
+        match self {
+            HostOut::Stream(w) => w.write_all(line).and_then(|()| w.write_all(b"\n")),
+            HostOut::Sink(s) => s.message(line),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            HostOut::Stream(w) => w.flush(),
+            HostOut::Sink(s) => s.flush(),
+        }
+    }
+}
+
 struct Driver {
     config: Config,
     tx: SyncSender<Input>,
-    host_out: BufWriter<Box<dyn Write + Send>>,
+    host_out: HostOut,
     host_failed: bool,
     host_dirty: bool,
     server: Current,
@@ -232,8 +374,10 @@ fn spawn_named<F: FnOnce() + Send + 'static>(name: &str, f: F) -> Result<thread:
 impl Driver {
     fn run(
         relay: Relay,
-        host_in: Box<dyn Read + Send>,
-        host_out: Box<dyn Write + Send>,
+        host_in: Option<Box<dyn Read + Send>>,
+        host_out: HostOut,
+        tx: SyncSender<Input>,
+        rx: Receiver<Input>,
     ) -> Result<Outcome> {
         let Relay {
             dispatch,
@@ -250,7 +394,6 @@ impl Driver {
             Some(p) => Some(PinStore::open(p)?),
             None => None,
         };
-        let (tx, rx) = mpsc::sync_channel::<Input>(INPUT_QUEUE);
         let (audit_tx, audit_thread) = spawn_audit(audit, config.output_dir.clone())?;
         let launch_tx = spawn_launcher(launcher, tx.clone())?;
         let approver = match approver {
@@ -276,7 +419,7 @@ impl Driver {
         let mut driver = Driver {
             config,
             tx: tx.clone(),
-            host_out: BufWriter::with_capacity(64 * 1024, host_out),
+            host_out,
             host_failed: false,
             host_dirty: false,
             server: Current {
@@ -299,7 +442,11 @@ impl Driver {
         let mut follow = VecDeque::new();
         let effects = session.start(Now::system());
         driver.perform(effects, &mut follow);
-        spawn_host_reader(host_in, driver.config.max_line, tx)?;
+        match host_in {
+            Some(host_in) => spawn_host_reader(host_in, driver.config.max_line, tx)?,
+            // messages come through the HostFeed, which holds a sender
+            None => drop(tx),
+        }
         let result = driver.run_loop(&mut session, &rx, follow);
         if result.is_err() {
             // we could not go on (a thread would not start): the server
@@ -541,11 +688,7 @@ impl Driver {
         if self.host_failed {
             return;
         }
-        let ok = self
-            .host_out
-            .write_all(line)
-            .and_then(|()| self.host_out.write_all(b"\n"))
-            .is_ok();
+        let ok = self.host_out.write(line).is_ok();
         self.host_dirty = true;
         if !ok {
             self.host_gone(follow);

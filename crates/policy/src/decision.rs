@@ -204,6 +204,28 @@ reasons! {
     RequestEmpty = "request.empty", "the client closed the proxy connection before sending a request";
     RequestReadFailed = "request.read_failed", "reading the client's proxy request failed";
     RequestMalformed = "request.malformed", "the client sent a malformed proxy request";
+    // ---- the HTTP gateway (`mcpbox serve`)
+    HttpTokenMissing = "http.token_missing", "the request carried no bearer token and no anonymous client is configured";
+    HttpTokenInvalid = "http.token_invalid", "the bearer token matches no configured client";
+    HttpServerForbidden = "http.server_forbidden", "the client may not use this server (`clients.servers`)";
+    HttpServerUnknown = "http.server_unknown", "no server of that name is configured";
+    HttpSessionUnknown = "http.session_unknown", "the `Mcp-Session-Id` names no live session of this client (ended, never existed, or another client's)";
+    HttpSessionRequired = "http.session_required", "the request needs an `Mcp-Session-Id` (only `initialize` opens a session)";
+    HttpSessionLimit = "http.session_limit", "the client has as many open sessions as `limits.max_sessions_per_client` allows";
+    HttpStreamLimit = "http.stream_limit", "the client has as many open streams as `limits.max_streams_per_client` allows";
+    HttpHostRefused = "http.host_refused", "the `Host` header names no address the gateway serves (DNS rebinding)";
+    HttpOriginRefused = "http.origin_refused", "the `Origin` header names a site the gateway does not accept (DNS rebinding, cross-site request)";
+    HttpBodyTooLarge = "http.body_too_large", "the request body was larger than `limits.max_body`";
+    HttpBodyTimeout = "http.body_timeout", "the client did not send the request body within `limits.body_timeout`";
+    HttpContentType = "http.content_type", "a POST body that is not `application/json`";
+    HttpAccept = "http.accept", "the `Accept` header does not allow what the endpoint answers with (JSON and an event stream)";
+    HttpProtocolVersion = "http.protocol_version", "the `MCP-Protocol-Version` header names a revision the gateway does not speak";
+    HttpRateLimited = "http.rate_limited", "the client sent requests faster than `limits.rate_per_second` (and `burst`) allow";
+    HttpTooManyInFlight = "http.too_many_in_flight", "the client has `limits.max_concurrent` requests in flight already";
+    HttpSessionBusy = "http.session_busy", "the session's input queue is full; retry shortly";
+    HttpSessionFailed = "http.session_failed", "the server's sandbox or relay could not be started for the session";
+    HttpDuplicateId = "http.duplicate_id", "a request reused the id of a request of the same session that is still in flight";
+    HttpShuttingDown = "http.shutting_down", "the gateway is stopping and takes no new requests";
     // ---- mcpbox's own failures
     ClientGone = "client.gone", "the sandboxed client closed the proxy connection";
     McpboxThreadSpawnFailed = "mcpbox.thread_spawn_failed", "mcpbox could not start a thread to serve a connection";

@@ -1,0 +1,740 @@
+//! The HTTP requests: checks in a fixed order, then the MCP endpoint.
+//!
+//! Order, each step refusing before the next runs: `/healthz`; `Host`
+//! (403, DNS rebinding); `Origin` (403); the bearer token (401 with
+//! `WWW-Authenticate`); `/metrics`; the endpoint and the server (404), the
+//! client's right to it (403, audited); the client's rate (429) and
+//! requests in flight (429); then the method. A POST's `Content-Type`
+//! (415), `Accept` (406), `MCP-Protocol-Version` (400) and body (413 past
+//! `limits.max_body`, 408 past `limits.body_timeout`, 400 for what is not
+//! one JSON-RPC message) come before any session sees it. A session id of
+//! another client gets the same 404 as an unknown one (and is audited),
+//! so ids cannot be probed.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use hyper::header::{HeaderMap, HeaderValue, ACCEPT, CONTENT_TYPE, HOST, ORIGIN};
+use hyper::{Method, Request, Response, StatusCode};
+use mcpbox_audit::{Event as AuditEvent, Kind, Verdict};
+use mcpbox_gateway::message::{Invalid, Message, Shape};
+use mcpbox_policy::Reason;
+use serde_json::{json, Value};
+
+use crate::body::{sse_event, Body, KEEPALIVE};
+use crate::session::{McpSession, Out, SendError, StreamError, Waiting};
+use crate::settings::{digest, ClientSettings};
+use crate::Gateway;
+
+/// The header that carries the session id.
+pub const SESSION_HEADER: &str = "mcp-session-id";
+/// The header that carries the protocol revision.
+pub const VERSION_HEADER: &str = "mcp-protocol-version";
+/// Protocol revisions the HTTP face accepts in `MCP-Protocol-Version`.
+pub const SUPPORTED_VERSIONS: [&str; 5] = [
+    "2024-11-05",
+    "2025-03-26",
+    "2025-06-18",
+    "2025-11-25",
+    "2026-07-28",
+];
+/// An SSE comment goes out when a stream was quiet this long.
+const KEEPALIVE_EVERY: Duration = Duration::from_secs(15);
+
+/// JSON-RPC: invalid JSON.
+const PARSE_ERROR: i64 = -32700;
+/// JSON-RPC: not a valid request object.
+const INVALID_REQUEST: i64 = -32600;
+/// Implementation-defined server error: the transport refused the request.
+const TRANSPORT_ERROR: i64 = -32000;
+/// The session id names no live session (what the SDKs answer).
+const SESSION_NOT_FOUND: i64 = -32001;
+
+/// A refusal: an HTTP status with a JSON-RPC error body.
+struct Refusal {
+    status: StatusCode,
+    code: i64,
+    reason: Reason,
+    message: String,
+    headers: Vec<(&'static str, String)>,
+    id: Value,
+}
+
+impl Refusal {
+    fn new(status: StatusCode, code: i64, reason: Reason, message: impl Into<String>) -> Refusal {
+        Refusal {
+            status,
+            code,
+            reason,
+            message: message.into(),
+            headers: Vec::new(),
+            id: Value::Null,
+        }
+    }
+
+    fn header(mut self, name: &'static str, value: impl Into<String>) -> Refusal {
+        self.headers.push((name, value.into()));
+        self
+    }
+
+    fn id(mut self, id: Value) -> Refusal {
+        self.id = id;
+        self
+    }
+
+    fn into_response(self, gw: &Gateway) -> Response<Body> {
+        gw.metrics.refused(self.reason.as_str());
+        let body = json!({
+            "jsonrpc": "2.0",
+            "id": self.id,
+            "error": {
+                "code": self.code,
+                "message": self.message,
+                "data": {"reason": self.reason.as_str(), "source": "mcpbox"},
+            },
+        });
+        let mut r = Response::builder()
+            .status(self.status)
+            .header(CONTENT_TYPE, "application/json");
+        for (k, v) in self.headers {
+            r = r.header(k, v);
+        }
+        r.body(Body::full(serde_json::to_vec(&body).unwrap_or_default()))
+            .unwrap_or_else(|_| plain(StatusCode::INTERNAL_SERVER_ERROR, ""))
+    }
+}
+
+fn plain(status: StatusCode, text: &'static str) -> Response<Body> {
+    let mut r = Response::new(Body::full(text));
+    *r.status_mut() = status;
+    r
+}
+
+/// Answers one request and counts it.
+pub async fn handle(gw: Arc<Gateway>, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
+    let started = Instant::now();
+    let method = req.method().clone();
+    let resp = match route(&gw, req).await {
+        Ok(r) => r,
+        Err(refusal) => refusal.into_response(&gw),
+    };
+    gw.metrics
+        .observe(method.as_str(), resp.status().as_u16(), started.elapsed());
+    Ok(resp)
+}
+
+fn header(headers: &HeaderMap, name: impl hyper::header::AsHeaderName) -> Option<&str> {
+    headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+async fn route(gw: &Arc<Gateway>, req: Request<Incoming>) -> Result<Response<Body>, Refusal> {
+    let path = req.uri().path().to_string();
+    if path == "/healthz" && req.method() == Method::GET {
+        return Ok(plain(StatusCode::OK, "ok\n"));
+    }
+    if gw.stopping() {
+        return Err(Refusal::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            TRANSPORT_ERROR,
+            Reason::HttpShuttingDown,
+            "the gateway is stopping",
+        ));
+    }
+    let headers = req.headers();
+    // DNS rebinding: a page on another site that resolves its own name to
+    // this address sends that name as Host, and its own site as Origin.
+    let host = header(headers, HOST).unwrap_or("");
+    if !gw.settings.host_allowed(host) {
+        tracing::warn!(host, "request for a host the gateway does not serve refused");
+        return Err(Refusal::new(
+            StatusCode::FORBIDDEN,
+            TRANSPORT_ERROR,
+            Reason::HttpHostRefused,
+            "Host header not accepted: the gateway serves only its own address (see listen.allowed_hosts)",
+        ));
+    }
+    if let Some(origin) = headers.get(ORIGIN) {
+        let ok = origin.to_str().is_ok_and(|o| gw.settings.origin_allowed(o));
+        if !ok {
+            tracing::warn!(origin = ?origin, "request from a foreign origin refused");
+            return Err(Refusal::new(
+                StatusCode::FORBIDDEN,
+                TRANSPORT_ERROR,
+                Reason::HttpOriginRefused,
+                "Origin not accepted (see listen.allowed_origins)",
+            ));
+        }
+    }
+    let client = authenticate(gw, headers)?;
+    if path == "/metrics" && req.method() == Method::GET {
+        let mut r = Response::new(Body::full(gw.metrics.render(gw.sessions.len())));
+        r.headers_mut().insert(
+            CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; version=0.0.4"),
+        );
+        return Ok(r);
+    }
+    let server = match path
+        .strip_prefix("/servers/")
+        .and_then(|r| r.strip_suffix("/mcp"))
+    {
+        Some(name) if gw.settings.servers.iter().any(|s| s == name) => name.to_string(),
+        Some(_) => {
+            return Err(Refusal::new(
+                StatusCode::NOT_FOUND,
+                TRANSPORT_ERROR,
+                Reason::HttpServerUnknown,
+                "no server of that name",
+            ))
+        }
+        None => return Ok(plain(StatusCode::NOT_FOUND, "not found\n")),
+    };
+    if !client.may_use(&server) {
+        gw.audit_access(&client.name, &server, Reason::HttpServerForbidden, json!({}));
+        return Err(Refusal::new(
+            StatusCode::FORBIDDEN,
+            TRANSPORT_ERROR,
+            Reason::HttpServerForbidden,
+            "this client may not use this server",
+        ));
+    }
+    let limits = gw.limits_of(&client.name);
+    if !limits.admit(Instant::now()) {
+        return Err(Refusal::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            TRANSPORT_ERROR,
+            Reason::HttpRateLimited,
+            "too many requests: slow down",
+        )
+        .header("retry-after", "1"));
+    }
+    let ctx = Ctx {
+        gw: gw.clone(),
+        client,
+        server,
+    };
+    match *req.method() {
+        Method::POST => {
+            let Some(slot) = limits.request() else {
+                return Err(Refusal::new(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    TRANSPORT_ERROR,
+                    Reason::HttpTooManyInFlight,
+                    "too many requests in flight for this client",
+                )
+                .header("retry-after", "1"));
+            };
+            let _busy = gw.busy();
+            post(&ctx, req, slot).await
+        }
+        Method::GET => get(&ctx, &req),
+        Method::DELETE => delete(&ctx, &req).await,
+        _ => Ok(Response::builder()
+            .status(StatusCode::METHOD_NOT_ALLOWED)
+            .header("allow", "GET, POST, DELETE")
+            .body(Body::empty())
+            .unwrap_or_else(|_| plain(StatusCode::METHOD_NOT_ALLOWED, ""))),
+    }
+}
+
+/// Who is asking: the client whose token the request bears (every token
+/// compared in constant time), or the anonymous client for a request
+/// without one.
+fn authenticate(gw: &Gateway, headers: &HeaderMap) -> Result<ClientSettings, Refusal> {
+    let auth = headers.get(hyper::header::AUTHORIZATION);
+    let presented = match auth {
+        None => None,
+        Some(v) => {
+            let token = v
+                .to_str()
+                .ok()
+                .and_then(|s| s.strip_prefix("Bearer ").or_else(|| s.strip_prefix("bearer ")))
+                .map(str::trim);
+            match token {
+                Some(t) if !t.is_empty() => Some(digest(t.as_bytes())),
+                _ => {
+                    return Err(unauthorized(
+                        Reason::HttpTokenInvalid,
+                        "Authorization must be `Bearer <token>`",
+                    ))
+                }
+            }
+        }
+    };
+    match gw.settings.client_for(presented.as_ref()) {
+        Some(c) => Ok(c.clone()),
+        None if presented.is_none() => Err(unauthorized(
+            Reason::HttpTokenMissing,
+            "this gateway needs a bearer token (Authorization: Bearer <token>)",
+        )),
+        None => {
+            // no name to log: the token is not one we know, and is never logged
+            tracing::warn!("request with an unknown bearer token refused");
+            Err(unauthorized(Reason::HttpTokenInvalid, "the bearer token is not valid"))
+        }
+    }
+}
+
+fn unauthorized(reason: Reason, message: &str) -> Refusal {
+    let challenge = match reason {
+        Reason::HttpTokenMissing => r#"Bearer realm="mcpbox""#.to_string(),
+        _ => r#"Bearer realm="mcpbox", error="invalid_token""#.to_string(),
+    };
+    Refusal::new(StatusCode::UNAUTHORIZED, TRANSPORT_ERROR, reason, message)
+        .header("www-authenticate", challenge)
+}
+
+/// The request's context once it passed the gate.
+struct Ctx {
+    gw: Arc<Gateway>,
+    client: ClientSettings,
+    server: String,
+}
+
+/// `Accept` lists `want` (or a wildcard that covers it).
+fn accepts(headers: &HeaderMap, want: &str) -> bool {
+    let Some(accept) = header(headers, ACCEPT) else {
+        return false;
+    };
+    let (kind, _) = want.split_once('/').unwrap_or((want, ""));
+    accept.split(',').any(|part| {
+        let media = part.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+        media == want || media == "*/*" || media == format!("{kind}/*")
+    })
+}
+
+fn check_version(headers: &HeaderMap) -> Result<Option<String>, Refusal> {
+    match header(headers, VERSION_HEADER) {
+        None => Ok(None),
+        Some(v) if SUPPORTED_VERSIONS.contains(&v.trim()) => Ok(Some(v.trim().to_string())),
+        Some(v) => Err(Refusal::new(
+            StatusCode::BAD_REQUEST,
+            TRANSPORT_ERROR,
+            Reason::HttpProtocolVersion,
+            format!(
+                "unsupported MCP-Protocol-Version {v:?}; supported: {}",
+                SUPPORTED_VERSIONS.join(", ")
+            ),
+        )),
+    }
+}
+
+/// The live session the request names, if it is this client's on this
+/// server; anything else is the same 404 (and audited when the id exists).
+fn find_session(ctx: &Ctx, headers: &HeaderMap) -> Result<Arc<McpSession>, Refusal> {
+    let Some(sid) = header(headers, SESSION_HEADER) else {
+        return Err(Refusal::new(
+            StatusCode::BAD_REQUEST,
+            TRANSPORT_ERROR,
+            Reason::HttpSessionRequired,
+            "Bad Request: Mcp-Session-Id header is required (send initialize first)",
+        ));
+    };
+    let found = ctx.gw.sessions.get(sid);
+    match found {
+        Some(s) if s.client == ctx.client.name && s.server == ctx.server && !s.ended() => Ok(s),
+        other => {
+            if let Some(s) = other {
+                if s.client != ctx.client.name || s.server != ctx.server {
+                    ctx.gw.audit_access(
+                        &ctx.client.name,
+                        &ctx.server,
+                        Reason::HttpSessionUnknown,
+                        json!({"session_of_other_client": s.client != ctx.client.name}),
+                    );
+                }
+            }
+            Err(Refusal::new(
+                StatusCode::NOT_FOUND,
+                SESSION_NOT_FOUND,
+                Reason::HttpSessionUnknown,
+                "Session not found",
+            ))
+        }
+    }
+}
+
+async fn read_body(ctx: &Ctx, req: Request<Incoming>) -> Result<Bytes, Refusal> {
+    let limit = ctx.gw.settings.limits.max_body;
+    let too_large = || {
+        Refusal::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            INVALID_REQUEST,
+            Reason::HttpBodyTooLarge,
+            format!("request body over {limit} bytes"),
+        )
+    };
+    let declared = header(req.headers(), hyper::header::CONTENT_LENGTH)
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(too_large());
+    }
+    let body = http_body_util::Limited::new(req.into_body(), limit);
+    match tokio::time::timeout(ctx.gw.settings.limits.body_timeout, body.collect()).await {
+        Err(_) => Err(Refusal::new(
+            StatusCode::REQUEST_TIMEOUT,
+            INVALID_REQUEST,
+            Reason::HttpBodyTimeout,
+            "the request body did not arrive in time",
+        )),
+        Ok(Err(e)) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => {
+            Err(too_large())
+        }
+        Ok(Err(_)) => Err(Refusal::new(
+            StatusCode::BAD_REQUEST,
+            INVALID_REQUEST,
+            Reason::RequestInvalid,
+            "the request body could not be read",
+        )),
+        Ok(Ok(collected)) => Ok(collected.to_bytes()),
+    }
+}
+
+async fn post(
+    ctx: &Ctx,
+    req: Request<Incoming>,
+    slot: crate::limits::Slot,
+) -> Result<Response<Body>, Refusal> {
+    let headers = req.headers().clone();
+    let json_type = header(&headers, CONTENT_TYPE).is_some_and(|c| {
+        c.split(';')
+            .next()
+            .is_some_and(|m| m.trim().eq_ignore_ascii_case("application/json"))
+    });
+    if !json_type {
+        return Err(Refusal::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            TRANSPORT_ERROR,
+            Reason::HttpContentType,
+            "Unsupported Media Type: Content-Type must be application/json",
+        ));
+    }
+    if !(accepts(&headers, "application/json") && accepts(&headers, "text/event-stream")) {
+        return Err(Refusal::new(
+            StatusCode::NOT_ACCEPTABLE,
+            TRANSPORT_ERROR,
+            Reason::HttpAccept,
+            "Not Acceptable: Accept must list both application/json and text/event-stream",
+        ));
+    }
+    let version = check_version(&headers)?;
+    let bytes = read_body(ctx, req).await?;
+    let msg = match Message::parse(&bytes) {
+        Ok(m) => m,
+        Err(Invalid::Batch) => {
+            return Err(Refusal::new(
+                StatusCode::BAD_REQUEST,
+                INVALID_REQUEST,
+                Reason::BatchRefused,
+                "JSON-RPC batches are not supported",
+            ))
+        }
+        Err(Invalid::NotMessage) => {
+            return Err(Refusal::new(
+                StatusCode::BAD_REQUEST,
+                INVALID_REQUEST,
+                Reason::RequestInvalid,
+                "not a JSON-RPC request, notification or response",
+            ))
+        }
+        Err(Invalid::Json | Invalid::Blank) => {
+            return Err(Refusal::new(
+                StatusCode::BAD_REQUEST,
+                PARSE_ERROR,
+                Reason::RequestInvalid,
+                "Parse error: the body is not JSON (or has a duplicate key)",
+            ))
+        }
+    };
+    // The relay frames messages by line: a body spread over several lines
+    // is written out again on one.
+    let bytes = if bytes.iter().any(|&b| b == b'\n' || b == b'\r') {
+        mcpbox_gateway::message::to_line(&msg.value)
+    } else {
+        bytes.to_vec()
+    };
+    let is_init = msg.shape == Shape::Request && msg.method() == Some("initialize");
+    let (session, opened) = if is_init {
+        if header(&headers, SESSION_HEADER).is_some() {
+            return Err(Refusal::new(
+                StatusCode::BAD_REQUEST,
+                INVALID_REQUEST,
+                Reason::RequestInvalid,
+                "initialize opens a new session: send it without Mcp-Session-Id",
+            )
+            .id(msg.id().cloned().unwrap_or(Value::Null)));
+        }
+        (open_session(ctx).await?, true)
+    } else {
+        let s = find_session(ctx, &headers)?;
+        if let (Some(v), Some(agreed)) = (&version, s.version()) {
+            if *v != agreed {
+                return Err(Refusal::new(
+                    StatusCode::BAD_REQUEST,
+                    TRANSPORT_ERROR,
+                    Reason::HttpProtocolVersion,
+                    format!("MCP-Protocol-Version {v} differs from {agreed}, agreed at initialize"),
+                ));
+            }
+        }
+        (s, false)
+    };
+    let id = msg.id().cloned().unwrap_or(Value::Null);
+    let sent = if msg.shape == Shape::Request {
+        let progress = msg.value.pointer("/params/_meta/progressToken");
+        session.request(&id, progress, bytes).map(Some)
+    } else {
+        session.send(bytes).map(|()| None)
+    };
+    let waiting = match sent {
+        Ok(Some(w)) => w,
+        Ok(None) => {
+            return Ok(Response::builder()
+                .status(StatusCode::ACCEPTED)
+                .body(Body::empty())
+                .unwrap_or_else(|_| plain(StatusCode::ACCEPTED, "")))
+        }
+        Err(e) => {
+            if opened {
+                ctx.gw.close_session(&session);
+            }
+            return Err(send_refusal(e).id(id));
+        }
+    };
+    answer(ctx, session, waiting, opened, slot).await
+}
+
+fn send_refusal(e: SendError) -> Refusal {
+    match e {
+        SendError::DuplicateId => Refusal::new(
+            StatusCode::BAD_REQUEST,
+            INVALID_REQUEST,
+            Reason::HttpDuplicateId,
+            "a request with this id is in flight already",
+        ),
+        SendError::Busy => Refusal::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            TRANSPORT_ERROR,
+            Reason::HttpSessionBusy,
+            "the session is busy: retry shortly",
+        )
+        .header("retry-after", "1"),
+        SendError::Ended => Refusal::new(
+            StatusCode::NOT_FOUND,
+            SESSION_NOT_FOUND,
+            Reason::HttpSessionUnknown,
+            "Session not found",
+        ),
+    }
+}
+
+/// Opens a session for the client on the server: a relay and a sandbox of
+/// their own.
+async fn open_session(ctx: &Ctx) -> Result<Arc<McpSession>, Refusal> {
+    ctx.gw
+        .open_session(&ctx.client.name, &ctx.server)
+        .await
+        .map_err(|reason| match reason {
+            Reason::HttpSessionLimit => Refusal::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                TRANSPORT_ERROR,
+                reason,
+                "this client has too many open sessions: end one (DELETE) first",
+            ),
+            _ => Refusal::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                TRANSPORT_ERROR,
+                reason,
+                "the server could not be started; the gateway's log says why",
+            ),
+        })
+}
+
+/// Waits for the request's first message: its answer is sent as JSON; a
+/// message before it turns the response into an event stream that ends
+/// with the answer.
+async fn answer(
+    ctx: &Ctx,
+    session: Arc<McpSession>,
+    mut waiting: Waiting,
+    opened: bool,
+    slot: crate::limits::Slot,
+) -> Result<Response<Body>, Refusal> {
+    let first = waiting.rx.recv().await;
+    let sid = HeaderValue::from_str(&session.id).ok();
+    let with_session = |mut r: Response<Body>| {
+        if opened {
+            if let Some(v) = &sid {
+                r.headers_mut().insert(SESSION_HEADER, v.clone());
+            }
+        }
+        r
+    };
+    match first {
+        Some(Out::Final(bytes)) => {
+            if opened && !initialized(&session, &bytes) {
+                ctx.gw.close_session(&session);
+                return Ok(json_response(bytes));
+            }
+            Ok(with_session(json_response(bytes)))
+        }
+        Some(Out::Message(bytes)) => {
+            waiting.took();
+            let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(64);
+            let gw = ctx.gw.clone();
+            tokio::spawn(async move {
+                let _slot = slot;
+                if tx.send(sse_event(&bytes)).await.is_err() {
+                    return;
+                }
+                loop {
+                    let next = tokio::time::timeout(KEEPALIVE_EVERY, waiting.rx.recv()).await;
+                    let event = match next {
+                        Err(_) => Bytes::from_static(KEEPALIVE),
+                        Ok(None) => {
+                            // the session ended without answering
+                            let _ = tx.send(sse_event(&ended_error())).await;
+                            return;
+                        }
+                        Ok(Some(Out::Message(m))) => {
+                            waiting.took();
+                            sse_event(&m)
+                        }
+                        Ok(Some(Out::Final(m))) => {
+                            if opened && !initialized(&session, &m) {
+                                gw.close_session(&session);
+                            }
+                            let _ = tx.send(sse_event(&m)).await;
+                            return;
+                        }
+                    };
+                    if tx.send(event).await.is_err() {
+                        // the client went away: dropping `waiting` forgets the request
+                        return;
+                    }
+                }
+            });
+            Ok(with_session(sse_response(rx)))
+        }
+        None => Ok(json_response(ended_error())),
+    }
+}
+
+/// For `initialize`: whether the answer opened the session (a result with
+/// a protocol version, which is then recorded).
+fn initialized(session: &McpSession, answer: &[u8]) -> bool {
+    let v: Value = serde_json::from_slice(answer).unwrap_or(Value::Null);
+    match v.pointer("/result/protocolVersion").and_then(Value::as_str) {
+        Some(version) => {
+            session.set_version(version);
+            true
+        }
+        None => false,
+    }
+}
+
+fn ended_error() -> Vec<u8> {
+    let e = json!({
+        "jsonrpc": "2.0",
+        "id": null,
+        "error": {
+            "code": mcpbox_gateway::CODE_SERVER_EXITED,
+            "message": "the session ended before the server answered",
+            "data": {"reason": Reason::ServerExited.as_str(), "source": "mcpbox"},
+        },
+    });
+    serde_json::to_vec(&e).unwrap_or_default()
+}
+
+fn json_response(bytes: Vec<u8>) -> Response<Body> {
+    let mut r = Response::new(Body::full(bytes));
+    r.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    r
+}
+
+fn sse_response(rx: tokio::sync::mpsc::Receiver<Bytes>) -> Response<Body> {
+    let mut r = Response::new(Body::Stream(rx));
+    let h = r.headers_mut();
+    h.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    h.insert("cache-control", HeaderValue::from_static("no-cache"));
+    r
+}
+
+/// GET: the session's stream of messages nobody asked for.
+fn get(ctx: &Ctx, req: &Request<Incoming>) -> Result<Response<Body>, Refusal> {
+    let headers = req.headers();
+    if !accepts(headers, "text/event-stream") {
+        return Err(Refusal::new(
+            StatusCode::NOT_ACCEPTABLE,
+            TRANSPORT_ERROR,
+            Reason::HttpAccept,
+            "Not Acceptable: Accept must list text/event-stream",
+        ));
+    }
+    check_version(headers)?;
+    let session = find_session(ctx, headers)?;
+    let Some(slot) = ctx.gw.limits_of(&ctx.client.name).stream() else {
+        return Err(Refusal::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            TRANSPORT_ERROR,
+            Reason::HttpStreamLimit,
+            "this client has too many open streams",
+        ));
+    };
+    let mut events = match session.open_stream() {
+        Ok(rx) => rx,
+        Err(StreamError::Open) => {
+            return Err(Refusal::new(
+                StatusCode::CONFLICT,
+                TRANSPORT_ERROR,
+                Reason::HttpStreamLimit,
+                "Conflict: this session has an open stream already",
+            ))
+        }
+        Err(StreamError::Ended) => return Err(send_refusal(SendError::Ended)),
+    };
+    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(64);
+    tokio::spawn(async move {
+        let _slot = slot;
+        loop {
+            let event = match tokio::time::timeout(KEEPALIVE_EVERY, events.recv()).await {
+                Err(_) => Bytes::from_static(KEEPALIVE),
+                Ok(None) => return,
+                Ok(Some(e)) => e,
+            };
+            if tx.send(event).await.is_err() {
+                return;
+            }
+        }
+    });
+    Ok(sse_response(rx))
+}
+
+/// DELETE: the client ends its session; the sandbox is torn down.
+async fn delete(ctx: &Ctx, req: &Request<Incoming>) -> Result<Response<Body>, Refusal> {
+    let session = find_session(ctx, req.headers())?;
+    ctx.gw.close_session(&session);
+    Ok(plain(StatusCode::OK, ""))
+}
+
+impl Gateway {
+    /// Records a request refused after the client was known.
+    fn audit_access(&self, client: &str, server: &str, reason: Reason, detail: Value) {
+        tracing::warn!(client, server, reason = reason.as_str(), "request refused");
+        self.backend.audit(AuditEvent {
+            kind: Some(Kind::Access),
+            caller: client.to_string(),
+            server: server.to_string(),
+            decision: Some(Verdict::Deny),
+            reason: Some(reason.as_str().to_string()),
+            source: Some("serve".to_string()),
+            detail,
+            ..AuditEvent::default()
+        });
+    }
+}

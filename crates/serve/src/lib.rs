@@ -1,0 +1,383 @@
+//! The HTTP face of the mcpbox gateway (`mcpbox serve`): MCP Streamable
+//! HTTP for many clients, each (client, server) session on a relay
+//! session of its own ([`mcpbox_gateway::Relay`]), so policy, approvals,
+//! pinning, redaction and the audit work exactly as for `mcpbox run`.
+//!
+//! Layers:
+//!
+//! - [`http`]: one hyper service. Every request passes the same checks in
+//!   a fixed order (Host and Origin against DNS rebinding, the bearer
+//!   token, the server and the client's right to it, rate and concurrency
+//!   limits, content type, accept, protocol version, body size and time)
+//!   before any session sees it.
+//! - [`session`]: one live MCP session ([`session::McpSession`]) per
+//!   `Mcp-Session-Id`, and its [`session::Router`], the relay's
+//!   [`mcpbox_gateway::HostSink`], which sends each message the relay has
+//!   for the host to the POST waiting for it or to the session's GET
+//!   stream.
+//! - [`Backend`]: how a session gets its relay. `mcpbox` gives each one a
+//!   sandbox (and its egress proxy) of its own; tests give it a plain
+//!   process.
+//!
+//! Threads: the tokio runtime runs the HTTP side only. Each relay session
+//! runs on a thread of its own ([`mcpbox_gateway::Attached::run`]), and
+//! sandboxes are started by the relay's launcher thread through the
+//! single-threaded sandbox helper, never from the runtime's threads.
+//! Opening a session ([`Backend::open`]: reading the policy, starting the
+//! egress proxy) runs on the runtime's blocking pool.
+//!
+//! Dependencies, each for one job: tokio (the runtime), hyper, hyper-util
+//! and http-body-util (HTTP/1.1: the ecosystem's standard stack, so no
+//! HTTP is parsed by hand), bytes (hyper's buffers), sha2 (token digests,
+//! compared in constant time).
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
+
+pub mod body;
+pub mod http;
+pub mod limits;
+pub mod metrics;
+pub mod session;
+pub mod settings;
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::io::Read;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use mcpbox_audit::Event as AuditEvent;
+use mcpbox_gateway::Relay;
+use mcpbox_policy::Reason;
+use tokio::net::TcpListener;
+
+pub use metrics::Metrics;
+pub use settings::{ClientSettings, Limits, Settings};
+
+use limits::ClientLimits;
+use session::{McpSession, Router};
+
+/// What [`Backend::open`] is asked for.
+#[derive(Debug, Clone)]
+pub struct Open {
+    /// The client's name (the audit's `caller`).
+    pub client: String,
+    /// The server's name.
+    pub server: String,
+    /// The new session's id (not a secret to the backend, but never log it
+    /// where other clients can read it).
+    pub session_id: String,
+    /// Wrap the relay's audit sink with [`Metrics::sink`] to count denials.
+    pub metrics: Arc<Metrics>,
+}
+
+/// A relay, ready to run, for one session.
+pub struct Opened {
+    /// The relay, configured (caller, sandbox id, policy, audit, ...).
+    pub relay: Relay,
+    /// The sandbox's id, for logs.
+    pub sandbox_id: String,
+    /// Whatever must live as long as the session (the egress proxy); it
+    /// is dropped once the relay has ended.
+    pub keep: Box<dyn Send>,
+}
+
+impl std::fmt::Debug for Opened {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Opened")
+            .field("sandbox_id", &self.sandbox_id)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Where sessions get their relays, and gateway-level records go.
+pub trait Backend: Send + Sync + 'static {
+    /// A relay for a new session of `open.client` on `open.server`. The
+    /// error is for the gateway's log (the client is told only that the
+    /// server could not be started).
+    fn open(&self, open: &Open) -> Result<Opened, String>;
+
+    /// Records a refused request (kind `access`).
+    fn audit(&self, event: AuditEvent);
+}
+
+/// The live sessions, by id.
+#[derive(Debug, Default)]
+pub struct Sessions {
+    map: Mutex<HashMap<String, Arc<McpSession>>>,
+}
+
+impl Sessions {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<McpSession>>> {
+        self.map.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The session with this id.
+    pub fn get(&self, id: &str) -> Option<Arc<McpSession>> {
+        self.lock().get(id).cloned()
+    }
+
+    /// Live sessions.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.lock().is_empty()
+    }
+
+    fn insert(&self, s: Arc<McpSession>) {
+        self.lock().insert(s.id.clone(), s);
+    }
+
+    fn remove(&self, id: &str) -> Option<Arc<McpSession>> {
+        self.lock().remove(id)
+    }
+
+    fn all(&self) -> Vec<Arc<McpSession>> {
+        self.lock().values().cloned().collect()
+    }
+}
+
+/// The gateway: settings, sessions, counters.
+pub struct Gateway {
+    /// What it runs with.
+    pub settings: Settings,
+    /// Its counters.
+    pub metrics: Arc<Metrics>,
+    /// The live sessions.
+    pub sessions: Arc<Sessions>,
+    backend: Arc<dyn Backend>,
+    limits: HashMap<String, Arc<ClientLimits>>,
+    stopping: AtomicBool,
+    busy: Arc<AtomicUsize>,
+    threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for Gateway {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gateway")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Counts a POST in flight for the orderly stop.
+pub(crate) struct Busy(Arc<AtomicUsize>);
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl Gateway {
+    /// A gateway with these settings, opening sessions through `backend`.
+    pub fn new(settings: Settings, backend: Arc<dyn Backend>) -> Arc<Gateway> {
+        let now = Instant::now();
+        let limits = settings
+            .clients
+            .iter()
+            .map(|c| (c.name.clone(), Arc::new(ClientLimits::new(&settings.limits, now))))
+            .collect();
+        Arc::new(Gateway {
+            settings,
+            metrics: Arc::new(Metrics::default()),
+            sessions: Arc::new(Sessions::default()),
+            backend,
+            limits,
+            stopping: AtomicBool::new(false),
+            busy: Arc::new(AtomicUsize::new(0)),
+            threads: Mutex::new(Vec::new()),
+        })
+    }
+
+    pub(crate) fn stopping(&self) -> bool {
+        self.stopping.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn busy(&self) -> Busy {
+        self.busy.fetch_add(1, Ordering::AcqRel);
+        Busy(self.busy.clone())
+    }
+
+    pub(crate) fn limits_of(&self, client: &str) -> Arc<ClientLimits> {
+        match self.limits.get(client) {
+            Some(l) => l.clone(),
+            // every configured client has counters; an unknown name cannot
+            // pass authentication, so this only keeps the type total
+            None => Arc::new(ClientLimits::new(&Limits::default(), Instant::now())),
+        }
+    }
+
+    /// Opens a session of `client` on `server`: a relay on a thread of its
+    /// own, registered under a fresh unguessable id.
+    pub(crate) async fn open_session(
+        self: &Arc<Self>,
+        client: &str,
+        server: &str,
+    ) -> Result<Arc<McpSession>, Reason> {
+        let slot = self
+            .limits_of(client)
+            .session()
+            .ok_or(Reason::HttpSessionLimit)?;
+        let id = session_id();
+        let open = Open {
+            client: client.to_string(),
+            server: server.to_string(),
+            session_id: id.clone(),
+            metrics: self.metrics.clone(),
+        };
+        let backend = self.backend.clone();
+        let opened = tokio::task::spawn_blocking(move || backend.open(&open))
+            .await
+            .map_err(|_| Reason::HttpSessionFailed)?;
+        let opened = match opened {
+            Ok(o) => o,
+            Err(e) => {
+                tracing::error!(client, server, "cannot open a session: {e}");
+                return Err(Reason::HttpSessionFailed);
+            }
+        };
+        let registry = self.sessions.clone();
+        let gone = id.clone();
+        let router = Router::new(Box::new(move || {
+            registry.remove(&gone);
+        }));
+        let Opened {
+            relay,
+            sandbox_id,
+            keep,
+        } = opened;
+        let routes = router.routes();
+        let (feed, attached) = relay.attach(Box::new(router));
+        let session = Arc::new(McpSession::new(
+            id,
+            client.to_string(),
+            server.to_string(),
+            sandbox_id.clone(),
+            feed,
+            routes,
+            slot,
+        ));
+        self.sessions.insert(session.clone());
+        self.metrics.session_opened();
+        let (c, s) = (client.to_string(), server.to_string());
+        let thread = std::thread::Builder::new()
+            .name(format!("mcpbox-http-{server}"))
+            .spawn(move || {
+                match attached.run() {
+                    Ok(o) => tracing::info!(client = %c, server = %s, sandbox = %sandbox_id, reason = ?o.reason, "session ended"),
+                    Err(e) => tracing::error!(client = %c, server = %s, sandbox = %sandbox_id, "session failed: {e}"),
+                }
+                drop(keep);
+            });
+        match thread {
+            Ok(t) => {
+                let mut threads = self.threads.lock().unwrap_or_else(|p| p.into_inner());
+                threads.retain(|t| !t.is_finished());
+                threads.push(t);
+                Ok(session)
+            }
+            Err(e) => {
+                tracing::error!("cannot start a session thread: {e}");
+                self.sessions.remove(&session.id);
+                Err(Reason::HttpSessionFailed)
+            }
+        }
+    }
+
+    /// Ends a session: no new requests reach it; the relay stops the
+    /// server and writes its last records on its own thread.
+    pub(crate) fn close_session(&self, session: &Arc<McpSession>) {
+        self.sessions.remove(&session.id);
+        let s = session.clone();
+        // `close` may wait for room in the relay's queue
+        tokio::task::spawn_blocking(move || s.close());
+    }
+}
+
+/// A fresh session id: 128 random bits as hex.
+fn session_id() -> String {
+    let mut bytes = [0u8; 16];
+    let ok = std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .is_ok();
+    if !ok {
+        // no randomness, no unguessable ids: refuse to go on guessable ones
+        panic!("cannot read /dev/urandom for a session id");
+    }
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Serves `listener` until `shutdown` completes, then stops in order: no
+/// new connections or requests, the requests in flight answered (up to
+/// `drain`), every session closed (servers stopped, audit flushed), and
+/// returns once every relay has ended.
+pub async fn serve(
+    gw: Arc<Gateway>,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()>,
+    drain: Duration,
+) -> std::io::Result<()> {
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let (stream, _peer) = match accepted {
+                    Ok(a) => a,
+                    Err(e) => {
+                        // EMFILE and the like: wait a moment rather than spin
+                        tracing::warn!("accept failed: {e}");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let _ = stream.set_nodelay(true);
+                let gw2 = gw.clone();
+                let svc = service_fn(move |req| http::handle(gw2.clone(), req));
+                let mut builder = http1::Builder::new();
+                builder
+                    .timer(TokioTimer::new())
+                    .header_read_timeout(gw.settings.limits.header_timeout)
+                    .keep_alive(true);
+                let conn = builder.serve_connection(TokioIo::new(stream), svc);
+                let conn = graceful.watch(conn);
+                tokio::spawn(async move {
+                    if let Err(e) = conn.await {
+                        tracing::debug!("connection ended: {e}");
+                    }
+                });
+            }
+            () = &mut shutdown => break,
+        }
+    }
+    drop(listener);
+    gw.stopping.store(true, Ordering::Release);
+    tracing::info!("stopping: answering the requests in flight");
+    let until = Instant::now() + drain;
+    while gw.busy.load(Ordering::Acquire) > 0 && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let sessions = gw.sessions.all();
+    tracing::info!(sessions = sessions.len(), "stopping the sessions");
+    for s in &sessions {
+        gw.close_session(s);
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(5), graceful.shutdown()).await;
+    let threads = std::mem::take(&mut *gw.threads.lock().unwrap_or_else(|p| p.into_inner()));
+    let _ = tokio::task::spawn_blocking(move || {
+        for t in threads {
+            let _ = t.join();
+        }
+    })
+    .await;
+    Ok(())
+}

@@ -1,0 +1,428 @@
+//! One MCP session of the HTTP face: a client's session with one server,
+//! backed by one relay session ([`mcpbox_gateway::Relay`]) on its own
+//! thread, and the routing of what that relay says back.
+//!
+//! The relay speaks one ordered stream of messages to "the host". Over
+//! Streamable HTTP the host's side is many requests: each POSTed request
+//! waits for its answer, and the session may also have one GET stream for
+//! messages nobody asked for. [`Router`] (the relay's [`HostSink`], called
+//! on the relay's thread, never blocking) sends each message where it
+//! belongs:
+//!
+//! - a response or error goes to the POST waiting for its id (dropped if
+//!   that client went away);
+//! - a progress notification goes to the POST whose request carried its
+//!   `progressToken`;
+//! - requests and notifications that belong to a request in flight
+//!   (sampling, elicitation, roots, logging; mcpbox's own approval
+//!   questions are elicitations) go to the newest POST still waiting, whose
+//!   answer then becomes an event stream. A stdio server does not say which
+//!   request a message belongs to, so with several requests in flight this
+//!   is a best guess; the message still reaches the right session, which is
+//!   what isolation needs;
+//! - everything else goes to the GET stream, or, while none is open, waits
+//!   in a bounded backlog (the oldest is dropped past [`BACKLOG`]), or goes
+//!   to a waiting POST when there is one.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use bytes::Bytes;
+use mcpbox_gateway::message::{id_key, IdKey, Message, Shape};
+use mcpbox_gateway::{FeedError, HostFeed, HostSink};
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use crate::body::sse_event;
+use crate::limits::Slot;
+
+/// Messages kept for a GET stream that is not open.
+pub const BACKLOG: usize = 1024;
+/// Messages queued for one POST's stream before more are dropped (the
+/// final answer is never dropped).
+pub const PER_REQUEST: usize = 4096;
+/// Events queued for a GET stream before more are dropped.
+pub const STREAM_QUEUE: usize = 1024;
+
+/// What reaches a waiting POST.
+#[derive(Debug)]
+pub enum Out {
+    /// A message before the answer (the answer becomes an event stream).
+    Message(Vec<u8>),
+    /// The answer: the last message.
+    Final(Vec<u8>),
+}
+
+/// The receiving end a POST holds.
+#[derive(Debug)]
+pub struct Waiting {
+    /// Messages for this request, in order.
+    pub rx: mpsc::UnboundedReceiver<Out>,
+    queued: Arc<AtomicUsize>,
+    /// Gives the request's entry back when the POST is done or gone.
+    _entry: Entry,
+}
+
+impl Waiting {
+    /// Marks one received message as written out.
+    pub fn took(&self) {
+        self.queued.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+#[derive(Debug)]
+struct Waiter {
+    tx: mpsc::UnboundedSender<Out>,
+    queued: Arc<AtomicUsize>,
+}
+
+#[derive(Debug, Default)]
+struct Routes {
+    pending: HashMap<IdKey, Waiter>,
+    /// Requests in flight, oldest first.
+    order: Vec<IdKey>,
+    /// Progress token (its JSON text) → request.
+    tokens: HashMap<String, IdKey>,
+    stream: Option<mpsc::Sender<Bytes>>,
+    backlog: VecDeque<Bytes>,
+    ended: bool,
+}
+
+impl Routes {
+    fn forget(&mut self, key: &IdKey) -> Option<Waiter> {
+        let w = self.pending.remove(key);
+        self.order.retain(|k| k != key);
+        self.tokens.retain(|_, v| v != key);
+        w
+    }
+}
+
+/// Removes a request's routes when its POST is done or was dropped.
+#[derive(Debug)]
+struct Entry {
+    routes: Arc<Mutex<Routes>>,
+    key: IdKey,
+}
+
+impl Drop for Entry {
+    fn drop(&mut self) {
+        lock(&self.routes).forget(&self.key);
+    }
+}
+
+fn lock(routes: &Mutex<Routes>) -> MutexGuard<'_, Routes> {
+    // a panic elsewhere must not take the session's routing down with it
+    routes.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Why a message could not be handed to the session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SendError {
+    /// A request with this id is in flight already.
+    DuplicateId,
+    /// The session's queue is full.
+    Busy,
+    /// The session has ended.
+    Ended,
+}
+
+/// Why a GET stream could not be opened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamError {
+    /// The session has one open already.
+    Open,
+    /// The session has ended.
+    Ended,
+}
+
+/// A live session.
+pub struct McpSession {
+    /// Its `Mcp-Session-Id`.
+    pub id: String,
+    /// The client it belongs to.
+    pub client: String,
+    /// The server it talks to.
+    pub server: String,
+    /// The sandbox behind it (for logs and metrics; the audit has it too).
+    pub sandbox_id: String,
+    feed: HostFeed,
+    routes: Arc<Mutex<Routes>>,
+    /// The protocol revision agreed at `initialize`.
+    version: Mutex<Option<String>>,
+    _slot: Slot,
+}
+
+impl std::fmt::Debug for McpSession {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("McpSession")
+            .field("client", &self.client)
+            .field("server", &self.server)
+            .field("sandbox_id", &self.sandbox_id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl McpSession {
+    /// A session for `feed`; `routes` are its [`Router`]'s
+    /// ([`Router::routes`]).
+    pub fn new(
+        id: String,
+        client: String,
+        server: String,
+        sandbox_id: String,
+        feed: HostFeed,
+        routes: Routing,
+        slot: Slot,
+    ) -> McpSession {
+        McpSession {
+            id,
+            client,
+            server,
+            sandbox_id,
+            feed,
+            routes: routes.0,
+            version: Mutex::new(None),
+            _slot: slot,
+        }
+    }
+
+    /// Hands a request to the session and returns where its answer will
+    /// arrive. `progress` is the request's `_meta.progressToken`, if any.
+    pub fn request(
+        &self,
+        id: &Value,
+        progress: Option<&Value>,
+        message: Vec<u8>,
+    ) -> Result<Waiting, SendError> {
+        let key = id_key(id);
+        let (tx, rx) = mpsc::unbounded_channel();
+        let queued = Arc::new(AtomicUsize::new(0));
+        {
+            let mut r = lock(&self.routes);
+            if r.ended {
+                return Err(SendError::Ended);
+            }
+            if r.pending.contains_key(&key) {
+                return Err(SendError::DuplicateId);
+            }
+            r.pending.insert(
+                key.clone(),
+                Waiter {
+                    tx,
+                    queued: queued.clone(),
+                },
+            );
+            r.order.push(key.clone());
+            if let Some(t) = progress {
+                r.tokens.insert(t.to_string(), key.clone());
+            }
+        }
+        let entry = Entry {
+            routes: self.routes.clone(),
+            key,
+        };
+        self.send(message)?;
+        Ok(Waiting {
+            rx,
+            queued,
+            _entry: entry,
+        })
+    }
+
+    /// Hands a notification or a response (to the server's request) to
+    /// the session.
+    pub fn send(&self, message: Vec<u8>) -> Result<(), SendError> {
+        self.feed.send(message).map_err(|e| match e {
+            FeedError::Busy => SendError::Busy,
+            FeedError::Closed => SendError::Ended,
+        })
+    }
+
+    /// Opens the session's GET stream: what was waiting in the backlog
+    /// first. The stream ends when the receiver is dropped (the client
+    /// went away) or the session ends.
+    pub fn open_stream(&self) -> Result<mpsc::Receiver<Bytes>, StreamError> {
+        let (tx, rx) = mpsc::channel(STREAM_QUEUE);
+        let mut r = lock(&self.routes);
+        if r.ended {
+            return Err(StreamError::Ended);
+        }
+        if r.stream.as_ref().is_some_and(|s| !s.is_closed()) {
+            return Err(StreamError::Open);
+        }
+        while let Some(e) = r.backlog.pop_front() {
+            if let Err(mpsc::error::TrySendError::Full(e)) = tx.try_send(e) {
+                r.backlog.push_front(e);
+                break;
+            }
+        }
+        r.stream = Some(tx);
+        Ok(rx)
+    }
+
+    /// Whether the relay behind the session has ended.
+    pub fn ended(&self) -> bool {
+        lock(&self.routes).ended
+    }
+
+    /// Tells the relay the client is done (DELETE, shutdown): the server is
+    /// stopped and the session's last records written. Blocks while the
+    /// relay's queue is full: call it from a blocking thread.
+    pub fn close(&self) {
+        self.feed.close();
+    }
+
+    /// Records the protocol revision agreed at `initialize`.
+    pub fn set_version(&self, v: &str) {
+        *self.version.lock().unwrap_or_else(|p| p.into_inner()) = Some(v.to_string());
+    }
+
+    /// The protocol revision agreed at `initialize`.
+    pub fn version(&self) -> Option<String> {
+        self.version.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Requests of this session in flight.
+    pub fn in_flight(&self) -> usize {
+        lock(&self.routes).order.len()
+    }
+}
+
+/// The relay's sink for one session.
+pub struct Router {
+    routes: Arc<Mutex<Routes>>,
+    on_end: Option<Box<dyn FnOnce() + Send>>,
+}
+
+impl std::fmt::Debug for Router {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Router").finish_non_exhaustive()
+    }
+}
+
+/// A [`Router`]'s routing table, shared with its [`McpSession`].
+#[derive(Debug)]
+pub struct Routing(Arc<Mutex<Routes>>);
+
+impl Router {
+    /// Its routing table, for the session.
+    pub fn routes(&self) -> Routing {
+        Routing(self.routes.clone())
+    }
+
+    /// A router that calls `on_end` once the relay is done with it (the
+    /// session ended, whoever ended it).
+    pub fn new(on_end: Box<dyn FnOnce() + Send>) -> Router {
+        Router {
+            routes: Arc::new(Mutex::new(Routes::default())),
+            on_end: Some(on_end),
+        }
+    }
+}
+
+/// Methods that belong to the request the server is working on.
+fn belongs_to_request(method: &str) -> bool {
+    matches!(
+        method,
+        "sampling/createMessage"
+            | "elicitation/create"
+            | "roots/list"
+            | "notifications/message"
+            | "notifications/progress"
+            | "ping"
+    )
+}
+
+impl HostSink for Router {
+    fn message(&mut self, line: &[u8]) -> std::io::Result<()> {
+        let Ok(msg) = Message::parse(line) else {
+            // the relay writes only what it parsed; nothing to route
+            tracing::debug!("unroutable message from the relay dropped");
+            return Ok(());
+        };
+        let mut r = lock(&self.routes);
+        match msg.shape {
+            Shape::Response | Shape::Error | Shape::Other => {
+                let key = msg.value.get("id").map(id_key).unwrap_or_default();
+                match r.forget(&key) {
+                    Some(w) => {
+                        let _ = w.tx.send(Out::Final(line.to_vec()));
+                    }
+                    None => tracing::debug!(id = %key, "answer for a request nobody waits for"),
+                }
+            }
+            Shape::Request | Shape::Notification => {
+                let method = msg.value.get("method").and_then(Value::as_str).unwrap_or("");
+                let token = (method == "notifications/progress")
+                    .then(|| msg.value.pointer("/params/progressToken"))
+                    .flatten()
+                    .map(Value::to_string);
+                let target = match token.and_then(|t| r.tokens.get(&t).cloned()) {
+                    Some(k) => Some(k),
+                    None if belongs_to_request(method) => r.order.last().cloned(),
+                    None => None,
+                };
+                let stream_open = r.stream.as_ref().is_some_and(|s| !s.is_closed());
+                let target = target.or_else(|| {
+                    if stream_open {
+                        None
+                    } else {
+                        r.order.last().cloned()
+                    }
+                });
+                match target.and_then(|k| r.pending.get(&k)) {
+                    Some(w) => {
+                        if w.queued.load(Ordering::Acquire) >= PER_REQUEST {
+                            tracing::warn!(method, "a slow client's stream is full: message dropped");
+                        } else {
+                            w.queued.fetch_add(1, Ordering::AcqRel);
+                            let _ = w.tx.send(Out::Message(line.to_vec()));
+                        }
+                    }
+                    None => to_stream(&mut r, sse_event(line)),
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Puts an event on the GET stream, or in the backlog.
+fn to_stream(r: &mut Routes, event: Bytes) {
+    if let Some(s) = &r.stream {
+        match s.try_send(event) {
+            Ok(()) => return,
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                tracing::warn!("a slow client's event stream is full: message dropped");
+                return;
+            }
+            Err(mpsc::error::TrySendError::Closed(e)) => {
+                r.stream = None;
+                return to_stream(r, e);
+            }
+        }
+    }
+    if r.backlog.len() >= BACKLOG {
+        r.backlog.pop_front();
+        tracing::warn!("no event stream open: the oldest waiting message dropped");
+    }
+    r.backlog.push_back(event);
+}
+
+impl Drop for Router {
+    fn drop(&mut self) {
+        {
+            let mut r = lock(&self.routes);
+            r.ended = true;
+            // waiting POSTs see their channel close and answer so
+            r.pending.clear();
+            r.order.clear();
+            r.stream = None;
+            r.backlog.clear();
+        }
+        if let Some(f) = self.on_end.take() {
+            f();
+        }
+    }
+}
