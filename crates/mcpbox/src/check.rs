@@ -1,14 +1,30 @@
-//! `mcpbox check FILE`: validate a policy against the file format and this
-//! host, and print the effective policy. Never runs anything.
+//! `mcpbox check FILE`: validate a policy, or an `mcpbox serve` config and
+//! every policy it names, against the file format and this host, and print
+//! the effective file. Never runs anything.
 
 use std::path::Path;
 use std::process::ExitCode;
 
+use mcpbox_policy::serve::{self, ServeConfig, Upstream};
+
 use crate::preflight;
 
-pub fn run(file: Option<&Path>, schema: bool) -> ExitCode {
-    if schema {
-        match serde_json::to_string_pretty(&mcpbox_policy::json_schema()) {
+/// Which file format `--schema` describes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SchemaKind {
+    /// A sandbox policy (`mcpbox exec`, `mcpbox run`).
+    Policy,
+    /// The `mcpbox serve` config.
+    Serve,
+}
+
+pub fn run(file: Option<&Path>, schema: Option<SchemaKind>) -> ExitCode {
+    if let Some(kind) = schema {
+        let schema = match kind {
+            SchemaKind::Policy => mcpbox_policy::json_schema(),
+            SchemaKind::Serve => serve::json_schema(),
+        };
+        match serde_json::to_string_pretty(&schema) {
             Ok(s) => {
                 println!("{s}");
                 return ExitCode::SUCCESS;
@@ -20,9 +36,13 @@ pub fn run(file: Option<&Path>, schema: bool) -> ExitCode {
         }
     }
     let Some(file) = file else {
-        eprintln!("mcpbox: check needs a policy file");
+        eprintln!("mcpbox: check needs a policy file or a serve config");
         return ExitCode::from(2);
     };
+    // A file that cannot be read is reported by the policy loader below.
+    if std::fs::read_to_string(file).is_ok_and(|text| serve::is_serve_config(&text)) {
+        return check_serve(file);
+    }
     let loaded = match preflight::load(Some(file)) {
         Ok(l) => l,
         Err(e) => {
@@ -40,5 +60,81 @@ pub fn run(file: Option<&Path>, schema: bool) -> ExitCode {
         file.display()
     );
     print!("{}", loaded.policy.to_toml());
+    ExitCode::SUCCESS
+}
+
+/// A serve config: the config itself, then each server's policy with the
+/// checks a policy gets, then (as warnings: they may exist only where
+/// `mcpbox serve` runs) the tokens and TLS files. Every problem is reported,
+/// not only the first.
+fn check_serve(file: &Path) -> ExitCode {
+    let config = match ServeConfig::load(file) {
+        Ok(c) => c,
+        Err(d) => {
+            eprintln!("mcpbox: {d}");
+            eprintln!(
+                "mcpbox: note: {} was read as an `mcpbox serve` config (it has a top-level listen, clients or servers key; a policy has none); see docs/serve.md",
+                file.display()
+            );
+            return ExitCode::from(1);
+        }
+    };
+    let mut failed = false;
+    for (i, server) in config.servers.iter().enumerate() {
+        let entry = format!("servers[{i}] ({})", server.name);
+        let loaded = match preflight::load(Some(&server.policy)) {
+            Ok(l) => l,
+            Err(preflight::Error::Policy(d)) => {
+                eprintln!("mcpbox: {entry}: policy {d}");
+                failed = true;
+                continue;
+            }
+            Err(e) => {
+                eprintln!("mcpbox: {entry}: {e}");
+                failed = true;
+                continue;
+            }
+        };
+        // A url server runs outside any sandbox: its policy's sandbox half
+        // (filesystem, process limits) does not apply, so it is not checked
+        // against this host.
+        if let Upstream::Command(_) = server.upstream {
+            if let Err(e) =
+                preflight::spec(&loaded, vec!["true".into()], mcpbox_sandbox::Stdio::Piped)
+            {
+                eprintln!("mcpbox: {entry}: policy {e}");
+                failed = true;
+            }
+        }
+    }
+    if failed {
+        return ExitCode::from(1);
+    }
+    for (i, client) in config.clients.iter().enumerate() {
+        if let Some(token) = &client.token {
+            // The value is dropped unread: only whether it loads is reported.
+            if let Err(e) = token.load() {
+                eprintln!(
+                    "mcpbox: warning: clients[{i}] ({}): {e} (mcpbox serve will refuse to start without it)",
+                    client.name
+                );
+            }
+        }
+    }
+    if let Some(tls) = &config.listen.tls {
+        for (key, path) in [("cert", &tls.cert), ("key", &tls.key)] {
+            if let Err(e) = std::fs::File::open(path) {
+                eprintln!(
+                    "mcpbox: warning: listen.tls.{key}: cannot read {}: {e}",
+                    path.display()
+                );
+            }
+        }
+    }
+    println!(
+        "# effective serve config for {} (defaults filled in, paths resolved)",
+        file.display()
+    );
+    print!("{}", config.to_toml());
     ExitCode::SUCCESS
 }

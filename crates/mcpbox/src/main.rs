@@ -66,14 +66,22 @@ enum Command {
         #[command(subcommand)]
         action: PinAction,
     },
-    /// Validate a policy and print the effective policy; runs nothing.
+    /// Validate a policy, or an `mcpbox serve` config and the policies it
+    /// names, and print the effective file; runs nothing.
     Check {
-        /// Policy file (TOML).
+        /// Policy file or serve config (TOML); a file with a top-level
+        /// listen, clients or servers key is a serve config.
         #[arg(required_unless_present = "schema")]
         file: Option<PathBuf>,
-        /// Print the policy file's JSON Schema instead.
-        #[arg(long)]
-        schema: bool,
+        /// Print a JSON Schema instead: of the policy file (`--schema`), or
+        /// of the serve config (`--schema serve`).
+        #[arg(
+            long,
+            value_name = "FORMAT",
+            num_args = 0..=1,
+            default_missing_value = "policy"
+        )]
+        schema: Option<check::SchemaKind>,
     },
     /// Report which kernel features work here and how to fix what is missing.
     Doctor,

@@ -145,3 +145,189 @@ fn policy_file_that_does_not_exist_is_a_clear_error() {
     assert_eq!(out.status.code(), Some(125));
     assert!(stderr(&out).contains("/nonexistent/policy.toml"));
 }
+
+// ---- `mcpbox check` on an `mcpbox serve` config ----
+
+/// A directory holding `serve.toml` and the given policy files.
+fn serve_dir(config: &str, policies: &[(&str, &str)]) -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::Builder::new()
+        .prefix("mcpbox-serve-test-")
+        .tempdir()
+        .unwrap();
+    for (name, text) in policies {
+        std::fs::write(dir.path().join(name), text).unwrap();
+    }
+    let file = dir.path().join("serve.toml");
+    std::fs::write(&file, config).unwrap();
+    (dir, file)
+}
+
+const SERVE_CONFIG: &str = r#"
+[listen]
+address = "127.0.0.1:8787"
+
+[[clients]]
+name  = "alice"
+token = { from_env = "MCPBOX_TEST_UNSET_ALICE_TOKEN" }
+
+[[clients]]
+name  = "bob"
+token = { from_file = "bob.token" }
+servers = ["everything"]
+
+[[clients]]
+name = "conformance"
+dangerously_allow_anonymous = true
+
+[[servers]]
+name    = "everything"
+policy  = "everything.toml"
+command = ["node", "/workspace/input/server-everything/dist/index.js", "stdio"]
+
+[[servers]]
+name   = "tickets"
+url    = "https://tickets.internal/mcp"
+policy = "tickets.toml"
+"#;
+
+const SERVE_POLICIES: &[(&str, &str)] = &[
+    ("everything.toml", "[tools]\ndefault = \"allow\"\n"),
+    ("tickets.toml", "[tools]\n\"delete_*\" = \"deny\"\n"),
+];
+
+#[test]
+fn check_serve_prints_the_effective_config_and_never_a_token() {
+    use std::os::unix::fs::PermissionsExt;
+    let (dir, file) = serve_dir(SERVE_CONFIG, SERVE_POLICIES);
+    let token = dir.path().join("bob.token");
+    std::fs::write(&token, "bob-s3cr3t-token\n").unwrap();
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let out = run(&["check", file.to_str().unwrap()]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    for needle in [
+        "# effective serve config",
+        "address = \"127.0.0.1:8787\"",
+        "max_body = \"4MiB\"",
+        "header_timeout = \"10s\"",
+        "max_streams_per_client = 1024",
+        "url = \"https://tickets.internal/mcp\"",
+    ] {
+        assert!(text.contains(needle), "{needle:?} missing in:\n{text}");
+    }
+    let policy = dir.path().join("everything.toml");
+    assert!(
+        text.contains(&format!("policy = \"{}\"", policy.display())),
+        "paths resolved: {text}"
+    );
+    assert!(text.contains(&format!("from_file = \"{}\"", token.display())));
+    // an unset variable is a warning (it may be set only where serve runs)
+    assert!(
+        err.contains("warning") && err.contains("MCPBOX_TEST_UNSET_ALICE_TOKEN"),
+        "{err}"
+    );
+    assert!(
+        !text.contains("bob-s3cr3t") && !err.contains("bob-s3cr3t"),
+        "a token value was printed"
+    );
+
+    // a token file others can read: a warning naming the fix, not the value
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let out = run(&["check", file.to_str().unwrap()]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("chmod 600") && err.contains("clients[1] (bob)"),
+        "{err}"
+    );
+    assert!(!err.contains("bob-s3cr3t"), "{err}");
+}
+
+#[test]
+fn check_serve_names_file_line_and_key_of_an_unknown_key() {
+    let config = SERVE_CONFIG.replace(
+        "policy = \"tickets.toml\"",
+        "policy = \"tickets.toml\"\nurll = \"x\"",
+    );
+    let (_dir, file) = serve_dir(&config, SERVE_POLICIES);
+    let out = run(&["check", file.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(
+        err.contains("serve.toml:27:") && err.contains("servers[1].urll"),
+        "{err}"
+    );
+    assert!(err.contains("hint:") && err.contains("url"), "{err}");
+    assert!(err.contains("read as an `mcpbox serve` config"), "{err}");
+}
+
+#[test]
+fn check_serve_reports_a_broken_policy_with_the_server_name() {
+    let (_dir, file) = serve_dir(
+        SERVE_CONFIG,
+        &[
+            ("everything.toml", "[filesystem]\ninptu = \"x\"\n"),
+            ("tickets.toml", "[tools]\n"),
+        ],
+    );
+    let out = run(&["check", file.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(
+        err.contains("servers[0] (everything): policy ")
+            && err.contains("everything.toml:2:")
+            && err.contains("inptu"),
+        "{err}"
+    );
+
+    // the host checks of a policy apply too, and every server is reported
+    let (_dir, file) = serve_dir(
+        SERVE_CONFIG,
+        &[("everything.toml", "[filesystem]\noutput = \"missing\"\n")],
+    );
+    let out = run(&["check", file.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(
+        err.contains("servers[0] (everything)") && err.contains("filesystem.output"),
+        "{err}"
+    );
+    assert!(
+        err.contains("servers[1] (tickets)") && err.contains("tickets.toml"),
+        "{err}"
+    );
+}
+
+#[test]
+fn check_serve_refuses_an_anonymous_client_on_a_non_loopback_bind() {
+    let config = SERVE_CONFIG.replace(
+        "address = \"127.0.0.1:8787\"",
+        "address = \"0.0.0.0:8787\"\ndangerously_allow_plaintext = true",
+    );
+    let (_dir, file) = serve_dir(&config, SERVE_POLICIES);
+    let out = run(&["check", file.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(
+        err.contains("serve.toml:17:")
+            && err.contains("clients[2].dangerously_allow_anonymous")
+            && err.contains("loopback"),
+        "{err}"
+    );
+}
+
+#[test]
+fn check_schema_serve_is_the_serve_config_schema() {
+    let out = run(&["check", "--schema", "serve"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let schema: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let props = schema["properties"].as_object().unwrap();
+    for key in ["listen", "limits", "clients", "servers"] {
+        assert!(props.contains_key(key), "schema lacks {key}");
+    }
+    // `--schema` alone is still the policy's
+    let out = run(&["check", "--schema"]);
+    let schema: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(schema["properties"].get("filesystem").is_some());
+}

@@ -5,6 +5,10 @@
 //! path (used to resolve relative paths lexically and to name the file in
 //! errors) and returns a validated [`Policy`] or a [`Diagnostic`] that points
 //! at the file, line, column and key. It never panics on input.
+//!
+//! [`serve`] is the config of `mcpbox serve` (the HTTP gateway), parsed and
+//! validated the same way; its two loaders ([`serve::ServeConfig::load`],
+//! [`serve::TokenSource::load`]) are the crate's only I/O.
 #![forbid(unsafe_code)]
 // tests may unwrap: a panic there is a failed test, not a crash on input
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
@@ -16,6 +20,7 @@ mod examples;
 mod locate;
 mod model;
 mod network;
+pub mod serve;
 mod tools;
 mod units;
 mod validate;
@@ -84,7 +89,7 @@ pub fn json_schema() -> serde_json::Value {
 
 /// TOML has no null: an optional field is simply left out, so the `null`
 /// alternatives schemars adds for `Option` are removed.
-fn strip_null(v: &mut serde_json::Value) {
+pub(crate) fn strip_null(v: &mut serde_json::Value) {
     use serde_json::Value;
     if let Value::Object(obj) = v {
         if let Some(Value::Array(types)) = obj.get_mut("type") {
@@ -133,7 +138,7 @@ impl Policy {
     }
 }
 
-fn syntax_diagnostic(text: &str, file: &Path, e: &toml::de::Error) -> Diagnostic {
+pub(crate) fn syntax_diagnostic(text: &str, file: &Path, e: &toml::de::Error) -> Diagnostic {
     let location = e.span().map(|s| offset_to_location(text, s.start));
     Diagnostic::new(
         file,
@@ -164,7 +169,12 @@ fn plain_type(expected: &str) -> String {
     }
 }
 
-fn serde_diagnostic(text: &str, file: &Path, locs: &Locations, e: &toml::de::Error) -> Diagnostic {
+pub(crate) fn serde_diagnostic(
+    text: &str,
+    file: &Path,
+    locs: &Locations,
+    e: &toml::de::Error,
+) -> Diagnostic {
     let span: Option<Range<usize>> = e.span();
     let mut location = span.as_ref().map(|s| offset_to_location(text, s.start));
     let mut key = span

@@ -178,6 +178,17 @@ pub(crate) mod opt_size {
     }
 }
 
+/// serde glue for a required duration field.
+pub(crate) mod duration {
+    use super::*;
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        d.deserialize_str(DurationVisitor)
+    }
+    pub fn serialize<S: Serializer>(v: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&format_duration(*v))
+    }
+}
+
 /// serde glue for an optional duration field.
 pub(crate) mod opt_duration {
     use super::*;

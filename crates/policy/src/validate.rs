@@ -15,25 +15,35 @@ use crate::network::normalize_name;
 /// Largest allowed tmpfs: 64 GiB.
 pub const MAX_TMP: u64 = 64 << 30;
 
-struct Ctx<'a> {
-    file: &'a Path,
-    locs: &'a Locations,
-    base: PathBuf,
+/// What a validation step needs to point at a key and resolve a path: shared by
+/// policies and `mcpbox serve` configs ([`crate::serve`]).
+pub(crate) struct Ctx<'a> {
+    pub(crate) file: &'a Path,
+    pub(crate) locs: &'a Locations,
+    /// The directory relative paths are resolved against.
+    pub(crate) base: PathBuf,
+    /// What the file is called in hints: "policy file", "config file".
+    pub(crate) kind: &'static str,
 }
 
 impl Ctx<'_> {
-    fn err(&self, key: &str, message: impl Into<String>, hint: impl Into<String>) -> Diagnostic {
+    pub(crate) fn err(
+        &self,
+        key: &str,
+        message: impl Into<String>,
+        hint: impl Into<String>,
+    ) -> Diagnostic {
         Diagnostic::new(self.file, self.locs.get(key), key, message).with_hint(hint)
     }
 
-    /// Checks a host path and makes it absolute against the policy file's directory.
-    fn host_path(&self, key: &str, p: &Path) -> Result<PathBuf, Diagnostic> {
+    /// Checks a host path and makes it absolute against the file's directory.
+    pub(crate) fn host_path(&self, key: &str, p: &Path) -> Result<PathBuf, Diagnostic> {
         let s = p.to_string_lossy();
         if s.is_empty() {
             return Err(self.err(
                 key,
                 "empty path",
-                "write a directory, absolute or relative to the policy file",
+                format!("write a path, absolute or relative to the {}", self.kind),
             ));
         }
         if s.contains('\0') {
@@ -46,7 +56,10 @@ impl Ctx<'_> {
                     "\"{}\" starts with \"~\", which is not expanded",
                     s.escape_debug()
                 ),
-                "write an absolute path or one relative to the policy file",
+                format!(
+                    "write an absolute path or one relative to the {}",
+                    self.kind
+                ),
             ));
         }
         Ok(resolve(&self.base, p))
@@ -83,7 +96,7 @@ pub(crate) fn valid_env_name(name: &str) -> bool {
         && name.len() <= 255
 }
 
-const ENV_NAME_HINT: &str =
+pub(crate) const ENV_NAME_HINT: &str =
     "an environment name is letters, digits and '_', not starting with a digit, e.g. \"LOG_LEVEL\"";
 const LD_HINT: &str = "dynamic-loader variables (LD_PRELOAD, LD_LIBRARY_PATH, LD_AUDIT, any LD_*) can inject code into every program in the sandbox and are refused";
 
@@ -138,7 +151,12 @@ fn sandbox_path(ctx: &Ctx, key: &str, p: &Path) -> Result<(PathBuf, Vec<String>)
 
 pub(crate) fn validate(p: &mut Policy, file: &Path, locs: &Locations) -> Result<(), Diagnostic> {
     let base = file.parent().map(Path::to_path_buf).unwrap_or_default();
-    let ctx = Ctx { file, locs, base };
+    let ctx = Ctx {
+        file,
+        locs,
+        base,
+        kind: "policy file",
+    };
 
     // [server]
     match &p.server.name {
