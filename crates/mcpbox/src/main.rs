@@ -10,6 +10,7 @@ mod failure;
 mod launch;
 mod preflight;
 mod run;
+mod serve;
 mod state;
 
 use failure::Failure;
@@ -59,6 +60,13 @@ enum Command {
         /// The server command and its arguments.
         #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
         command: Vec<OsString>,
+    },
+    /// Serve MCP over Streamable HTTP to many clients, with a sandbox of its
+    /// own for every client session (`/servers/NAME/mcp`).
+    Serve {
+        /// The gateway's config file (TOML; `mcpbox check` validates it).
+        #[arg(long, short)]
+        config: PathBuf,
     },
     /// Accept the current tool definitions of a policy's server after a
     /// change was withheld (a new or changed tool).
@@ -117,6 +125,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Exec { policy, command } => finish(sandboxed(Mode::Exec, policy, command)),
         Command::Run { policy, command } => finish(sandboxed(Mode::Run, policy, command)),
+        Command::Serve { config } => finish(serve(&config)),
         Command::Check { file, schema } => check::run(file.as_deref(), schema),
         Command::Pin {
             action: PinAction::Accept { policy },
@@ -152,6 +161,13 @@ fn sandboxed(mode: Mode, policy: Option<PathBuf>, command: Vec<OsString>) -> Res
         Mode::Exec => exec(&loaded, spec),
         Mode::Run => run::run(loaded, spec).map_err(Failure::from_run),
     }
+}
+
+/// `mcpbox serve`: signals blocked before any thread, as for `run`.
+fn serve(config: &std::path::Path) -> Result<i32, Failure> {
+    mcpbox_sandbox::block_forwarded_signals()?;
+    init_logging();
+    serve::run(config).map_err(Failure::from_run)
 }
 
 /// Prints a failure and turns the code into the process's exit status.

@@ -38,7 +38,40 @@ pub fn pin_file(loaded: &Loaded) -> PathBuf {
         .join(format!("{}.json", loaded.policy.name()))
 }
 
-fn secrets(loaded: &Loaded) -> anyhow::Result<Secrets> {
+/// The policy's `[tools]` rules, for a relay.
+pub fn tool_policy(loaded: &Loaded) -> Arc<dyn ToolPolicy> {
+    Arc::new(Tools(loaded.policy.tools.clone()))
+}
+
+/// The relay's settings from the policy (output limits, call timeout,
+/// pins, the output directory `spec` mounts); the caller names the session.
+pub fn relay_config(
+    loaded: &Loaded,
+    spec: &Spec,
+    sandbox_id: String,
+    workspace_id: String,
+) -> anyhow::Result<Config> {
+    let p = &loaded.policy;
+    let pins = pin_file(loaded);
+    if let Some(dir) = pins.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    Ok(Config {
+        server_name: p.name().to_string(),
+        sandbox_id,
+        workspace_id,
+        max_line: usize::try_from(p.output.max_line).unwrap_or(usize::MAX),
+        max_result: usize::try_from(p.output.max_result).unwrap_or(usize::MAX),
+        call_timeout: p.process.call_timeout,
+        redact_credential_shapes: p.output.redact_credential_shapes,
+        pin_file: Some(pins),
+        output_dir: spec.output.clone(),
+        ..Config::default()
+    })
+}
+
+/// The policy's secrets, loaded from their sources.
+pub fn secrets(loaded: &Loaded) -> anyhow::Result<Secrets> {
     let mut out = Vec::new();
     for (name, secret) in &loaded.policy.secrets {
         let source = secret.source.clone();
@@ -105,27 +138,11 @@ pub fn run(loaded: Loaded, mut spec: Spec) -> anyhow::Result<i32> {
             Arc::new(approver.clone()),
         )?)
     };
-    let p = &loaded.policy;
-    let pins = pin_file(&loaded);
-    if let Some(dir) = pins.parent() {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    }
-    let config = Config {
-        server_name: p.name().to_string(),
-        sandbox_id,
-        workspace_id,
-        max_line: usize::try_from(p.output.max_line).unwrap_or(usize::MAX),
-        max_result: usize::try_from(p.output.max_result).unwrap_or(usize::MAX),
-        call_timeout: p.process.call_timeout,
-        redact_credential_shapes: p.output.redact_credential_shapes,
-        pin_file: Some(pins),
-        output_dir: spec.output.clone(),
-        ..Config::default()
-    };
+    let config = relay_config(&loaded, &spec, sandbox_id, workspace_id)?;
     let relay = Relay::new(config, Box::new(SandboxLauncher { spec, current }));
     approver.connect(relay.host_asker());
     let outcome = relay
-        .policy(Arc::new(Tools(p.tools.clone())))
+        .policy(tool_policy(&loaded))
         .secrets(secrets(&loaded)?)
         .audit(audit)
         .run(Box::new(std::io::stdin()), Box::new(std::io::stdout()))

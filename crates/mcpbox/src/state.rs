@@ -49,6 +49,15 @@ pub fn open_audit(policy: &Policy) -> anyhow::Result<Arc<SqliteStore>> {
     Ok(Arc::new(store))
 }
 
+/// Opens (creating) the state directory's audit store, for records that
+/// belong to no one policy (the HTTP gateway's refused requests).
+pub fn open_default_audit() -> anyhow::Result<Arc<SqliteStore>> {
+    let path = state_dir().join("audit.db");
+    let store = SqliteStore::open_with(&path, mcpbox_audit::Durability::Process)
+        .with_context(|| format!("opening the audit log {}", path.display()))?;
+    Ok(Arc::new(store))
+}
+
 /// A fresh random id (12 hex digits) for a sandbox.
 pub fn new_id() -> String {
     let mut bytes = [0u8; 6];

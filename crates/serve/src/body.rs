@@ -66,7 +66,11 @@ pub fn sse_event(message: &[u8]) -> Bytes {
     out.extend_from_slice(b"event: message\ndata: ");
     // a stray CR or LF would end the field early; JSON text has none
     // outside strings, where they are escaped, so this only guards
-    out.extend(message.iter().map(|&b| if b == b'\n' || b == b'\r' { b' ' } else { b }));
+    out.extend(
+        message
+            .iter()
+            .map(|&b| if b == b'\n' || b == b'\r' { b' ' } else { b }),
+    );
     out.extend_from_slice(b"\n\n");
     Bytes::from(out)
 }

@@ -115,7 +115,10 @@ fn plain(status: StatusCode, text: &'static str) -> Response<Body> {
 }
 
 /// Answers one request and counts it.
-pub async fn handle(gw: Arc<Gateway>, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
+pub async fn handle(
+    gw: Arc<Gateway>,
+    req: Request<Incoming>,
+) -> Result<Response<Body>, Infallible> {
     let started = Instant::now();
     let method = req.method().clone();
     let resp = match route(&gw, req).await {
@@ -149,7 +152,10 @@ async fn route(gw: &Arc<Gateway>, req: Request<Incoming>) -> Result<Response<Bod
     // this address sends that name as Host, and its own site as Origin.
     let host = header(headers, HOST).unwrap_or("");
     if !gw.settings.host_allowed(host) {
-        tracing::warn!(host, "request for a host the gateway does not serve refused");
+        tracing::warn!(
+            host,
+            "request for a host the gateway does not serve refused"
+        );
         return Err(Refusal::new(
             StatusCode::FORBIDDEN,
             TRANSPORT_ERROR,
@@ -194,7 +200,12 @@ async fn route(gw: &Arc<Gateway>, req: Request<Incoming>) -> Result<Response<Bod
         None => return Ok(plain(StatusCode::NOT_FOUND, "not found\n")),
     };
     if !client.may_use(&server) {
-        gw.audit_access(&client.name, &server, Reason::HttpServerForbidden, json!({}));
+        gw.audit_access(
+            &client.name,
+            &server,
+            Reason::HttpServerForbidden,
+            json!({}),
+        );
         return Err(Refusal::new(
             StatusCode::FORBIDDEN,
             TRANSPORT_ERROR,
@@ -252,7 +263,10 @@ fn authenticate(gw: &Gateway, headers: &HeaderMap) -> Result<ClientSettings, Ref
             let token = v
                 .to_str()
                 .ok()
-                .and_then(|s| s.strip_prefix("Bearer ").or_else(|| s.strip_prefix("bearer ")))
+                .and_then(|s| {
+                    s.strip_prefix("Bearer ")
+                        .or_else(|| s.strip_prefix("bearer "))
+                })
                 .map(str::trim);
             match token {
                 Some(t) if !t.is_empty() => Some(digest(t.as_bytes())),
@@ -274,7 +288,10 @@ fn authenticate(gw: &Gateway, headers: &HeaderMap) -> Result<ClientSettings, Ref
         None => {
             // no name to log: the token is not one we know, and is never logged
             tracing::warn!("request with an unknown bearer token refused");
-            Err(unauthorized(Reason::HttpTokenInvalid, "the bearer token is not valid"))
+            Err(unauthorized(
+                Reason::HttpTokenInvalid,
+                "the bearer token is not valid",
+            ))
         }
     }
 }
@@ -302,7 +319,12 @@ fn accepts(headers: &HeaderMap, want: &str) -> bool {
     };
     let (kind, _) = want.split_once('/').unwrap_or((want, ""));
     accept.split(',').any(|part| {
-        let media = part.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+        let media = part
+            .split(';')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_ascii_lowercase();
         media == want || media == "*/*" || media == format!("{kind}/*")
     })
 }
@@ -368,8 +390,8 @@ async fn read_body(ctx: &Ctx, req: Request<Incoming>) -> Result<Bytes, Refusal> 
             format!("request body over {limit} bytes"),
         )
     };
-    let declared = header(req.headers(), hyper::header::CONTENT_LENGTH)
-        .and_then(|v| v.parse::<u64>().ok());
+    let declared =
+        header(req.headers(), hyper::header::CONTENT_LENGTH).and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > limit as u64) {
         return Err(too_large());
     }
@@ -381,7 +403,10 @@ async fn read_body(ctx: &Ctx, req: Request<Incoming>) -> Result<Bytes, Refusal> 
             Reason::HttpBodyTimeout,
             "the request body did not arrive in time",
         )),
-        Ok(Err(e)) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => {
+        Ok(Err(e))
+            if e.downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some() =>
+        {
             Err(too_large())
         }
         Ok(Err(_)) => Err(Refusal::new(

@@ -184,7 +184,12 @@ impl Gateway {
         let limits = settings
             .clients
             .iter()
-            .map(|c| (c.name.clone(), Arc::new(ClientLimits::new(&settings.limits, now))))
+            .map(|c| {
+                (
+                    c.name.clone(),
+                    Arc::new(ClientLimits::new(&settings.limits, now)),
+                )
+            })
             .collect();
         Arc::new(Gateway {
             settings,

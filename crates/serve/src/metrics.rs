@@ -75,19 +75,35 @@ impl Metrics {
     /// The exposition text; `sessions` is the number of live sessions.
     pub fn render(&self, sessions: usize) -> String {
         let mut out = String::new();
-        out.push_str("# HELP mcpbox_http_requests_total HTTP requests answered, by method and status.\n");
+        out.push_str(
+            "# HELP mcpbox_http_requests_total HTTP requests answered, by method and status.\n",
+        );
         out.push_str("# TYPE mcpbox_http_requests_total counter\n");
-        for ((m, s), n) in self.requests.lock().unwrap_or_else(|p| p.into_inner()).iter() {
-            let _ = writeln!(out, "mcpbox_http_requests_total{{method=\"{m}\",status=\"{s}\"}} {n}");
+        for ((m, s), n) in self
+            .requests
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+        {
+            let _ = writeln!(
+                out,
+                "mcpbox_http_requests_total{{method=\"{m}\",status=\"{s}\"}} {n}"
+            );
         }
         out.push_str("# HELP mcpbox_http_request_duration_seconds Time to the response head (a stream's first byte).\n");
         out.push_str("# TYPE mcpbox_http_request_duration_seconds histogram\n");
         for (i, b) in BUCKETS.iter().enumerate() {
             let n = self.buckets[i].load(Ordering::Relaxed);
-            let _ = writeln!(out, "mcpbox_http_request_duration_seconds_bucket{{le=\"{b}\"}} {n}");
+            let _ = writeln!(
+                out,
+                "mcpbox_http_request_duration_seconds_bucket{{le=\"{b}\"}} {n}"
+            );
         }
         let count = self.count.load(Ordering::Relaxed);
-        let _ = writeln!(out, "mcpbox_http_request_duration_seconds_bucket{{le=\"+Inf\"}} {count}");
+        let _ = writeln!(
+            out,
+            "mcpbox_http_request_duration_seconds_bucket{{le=\"+Inf\"}} {count}"
+        );
         let sum = self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6;
         let _ = writeln!(out, "mcpbox_http_request_duration_seconds_sum {sum}");
         let _ = writeln!(out, "mcpbox_http_request_duration_seconds_count {count}");
@@ -96,11 +112,25 @@ impl Metrics {
         let _ = writeln!(out, "mcpbox_sessions {sessions}");
         out.push_str("# HELP mcpbox_sessions_opened_total Client sessions opened.\n");
         out.push_str("# TYPE mcpbox_sessions_opened_total counter\n");
-        let _ = writeln!(out, "mcpbox_sessions_opened_total {}", self.sessions_opened.load(Ordering::Relaxed));
-        out.push_str("# HELP mcpbox_denials_total Refusals: HTTP requests (by reason) and tool calls.\n");
+        let _ = writeln!(
+            out,
+            "mcpbox_sessions_opened_total {}",
+            self.sessions_opened.load(Ordering::Relaxed)
+        );
+        out.push_str(
+            "# HELP mcpbox_denials_total Refusals: HTTP requests (by reason) and tool calls.\n",
+        );
         out.push_str("# TYPE mcpbox_denials_total counter\n");
-        for (r, n) in self.refused.lock().unwrap_or_else(|p| p.into_inner()).iter() {
-            let _ = writeln!(out, "mcpbox_denials_total{{kind=\"http\",reason=\"{r}\"}} {n}");
+        for (r, n) in self
+            .refused
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+        {
+            let _ = writeln!(
+                out,
+                "mcpbox_denials_total{{kind=\"http\",reason=\"{r}\"}} {n}"
+            );
         }
         let _ = writeln!(
             out,

@@ -280,7 +280,10 @@ impl McpSession {
 
     /// The protocol revision agreed at `initialize`.
     pub fn version(&self) -> Option<String> {
-        self.version.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.version
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// Requests of this session in flight.
@@ -353,7 +356,11 @@ impl HostSink for Router {
                 }
             }
             Shape::Request | Shape::Notification => {
-                let method = msg.value.get("method").and_then(Value::as_str).unwrap_or("");
+                let method = msg
+                    .value
+                    .get("method")
+                    .and_then(Value::as_str)
+                    .unwrap_or("");
                 let token = (method == "notifications/progress")
                     .then(|| msg.value.pointer("/params/progressToken"))
                     .flatten()
@@ -374,7 +381,10 @@ impl HostSink for Router {
                 match target.and_then(|k| r.pending.get(&k)) {
                     Some(w) => {
                         if w.queued.load(Ordering::Acquire) >= PER_REQUEST {
-                            tracing::warn!(method, "a slow client's stream is full: message dropped");
+                            tracing::warn!(
+                                method,
+                                "a slow client's stream is full: message dropped"
+                            );
                         } else {
                             w.queued.fetch_add(1, Ordering::AcqRel);
                             let _ = w.tx.send(Out::Message(line.to_vec()));

@@ -148,10 +148,7 @@ impl Settings {
         hosts.extend(extra_hosts.iter().map(|h| h.to_ascii_lowercase()));
         hosts.sort();
         hosts.dedup();
-        let mut origins: Vec<String> = hosts
-            .iter()
-            .map(|h| format!("{scheme}://{h}"))
-            .collect();
+        let mut origins: Vec<String> = hosts.iter().map(|h| format!("{scheme}://{h}")).collect();
         origins.extend(
             extra_origins
                 .iter()
@@ -226,7 +223,12 @@ mod tests {
     #[test]
     fn loopback_accepts_its_own_names_with_the_port() {
         let s = loopback();
-        for h in ["127.0.0.1:8787", "localhost:8787", "LOCALHOST:8787", "[::1]:8787"] {
+        for h in [
+            "127.0.0.1:8787",
+            "localhost:8787",
+            "LOCALHOST:8787",
+            "[::1]:8787",
+        ] {
             assert!(s.host_allowed(h), "{h}");
         }
     }
@@ -234,7 +236,13 @@ mod tests {
     #[test]
     fn a_rebinding_host_is_refused() {
         let s = loopback();
-        for h in ["evil.example:8787", "evil.example", "127.0.0.1:9999", "localhost", ""] {
+        for h in [
+            "evil.example:8787",
+            "evil.example",
+            "127.0.0.1:9999",
+            "localhost",
+            "",
+        ] {
             assert!(!s.host_allowed(h), "{h}");
         }
     }
@@ -252,7 +260,8 @@ mod tests {
     #[test]
     fn a_wrong_token_matches_no_client_and_no_token_only_the_anonymous_one() {
         let mut s = loopback();
-        s.clients.push(ClientSettings::with_token("alice", "a-secret", vec![]));
+        s.clients
+            .push(ClientSettings::with_token("alice", "a-secret", vec![]));
         assert!(s.client_for(Some(&digest(b"a-secret"))).is_some());
         assert!(s.client_for(Some(&digest(b"a-secreT"))).is_none());
         assert!(s.client_for(None).is_none());
