@@ -915,3 +915,29 @@ fn garbage_input_never_panics() {
         let _ = is_serve_config(&text);
     }
 }
+
+#[test]
+fn docs_example_is_the_issue_example_and_its_effective_config_is_printed() {
+    let doc = include_str!("../../../../docs/serve.md");
+    let blocks: Vec<&str> = doc
+        .split("```toml\n")
+        .skip(1)
+        .map(|b| b.split("```").next().unwrap_or(""))
+        .collect();
+    assert_eq!(
+        blocks.len(),
+        2,
+        "docs/serve.md has the example and its effective config"
+    );
+    assert_eq!(
+        blocks[0].trim(),
+        ISSUE_EXAMPLE.trim(),
+        "the documented example is the issue's"
+    );
+    let c = ServeConfig::from_str(blocks[0], Path::new(FILE)).unwrap_or_else(|d| panic!("{d}"));
+    assert!(
+        c.to_toml().starts_with(blocks[1]),
+        "docs/serve.md shows a stale effective config:\n{}",
+        c.to_toml()
+    );
+}
