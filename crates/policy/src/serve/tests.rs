@@ -899,15 +899,12 @@ fn garbage_input_never_panics() {
         "https://",
         "\"a__b\"",
     ];
-    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut rng = crate::tests::Rng(0x9e37_79b9_7f4a_7c15);
     for _ in 0..3000 {
         let mut text = String::new();
-        for _ in 0..(x % 24) {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            text.push_str(PIECES[(x % PIECES.len() as u64) as usize]);
-            if x & 1 == 0 {
+        for _ in 0..rng.below(24) {
+            text.push_str(PIECES[rng.below(PIECES.len())]);
+            if rng.next() & 1 == 0 {
                 text.push('\n');
             }
         }
