@@ -899,19 +899,42 @@ fn garbage_input_never_panics() {
         "https://",
         "\"a__b\"",
     ];
-    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut rng = crate::tests::Rng(0x9e37_79b9_7f4a_7c15);
     for _ in 0..3000 {
         let mut text = String::new();
-        for _ in 0..(x % 24) {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            text.push_str(PIECES[(x % PIECES.len() as u64) as usize]);
-            if x & 1 == 0 {
+        for _ in 0..rng.below(24) {
+            text.push_str(PIECES[rng.below(PIECES.len())]);
+            if rng.next() & 1 == 0 {
                 text.push('\n');
             }
         }
         let _ = ServeConfig::from_str(&text, Path::new(FILE));
         let _ = is_serve_config(&text);
     }
+}
+
+#[test]
+fn docs_example_is_the_issue_example_and_its_effective_config_is_printed() {
+    let doc = include_str!("../../../../docs/serve.md");
+    let blocks: Vec<&str> = doc
+        .split("```toml\n")
+        .skip(1)
+        .map(|b| b.split("```").next().unwrap_or(""))
+        .collect();
+    assert_eq!(
+        blocks.len(),
+        2,
+        "docs/serve.md has the example and its effective config"
+    );
+    assert_eq!(
+        blocks[0].trim(),
+        ISSUE_EXAMPLE.trim(),
+        "the documented example is the issue's"
+    );
+    let c = ServeConfig::from_str(blocks[0], Path::new(FILE)).unwrap_or_else(|d| panic!("{d}"));
+    assert!(
+        c.to_toml().starts_with(blocks[1]),
+        "docs/serve.md shows a stale effective config:\n{}",
+        c.to_toml()
+    );
 }
