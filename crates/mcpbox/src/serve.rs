@@ -143,6 +143,16 @@ fn prepare(cfg: &ServeConfig) -> anyhow::Result<(Settings, Arc<dyn Backend>)> {
             }
             None => ClientSettings::anonymous(&c.name, may),
         };
+        // two clients with one token would be one client to the gateway,
+        // with the looser of the two rights
+        if client.token_digest.is_some()
+            && settings
+                .clients
+                .iter()
+                .any(|other| other.token_digest == client.token_digest)
+        {
+            bail!("clients[{i}] ({}): token: the same token as another client; give every client its own", c.name);
+        }
         settings.clients.push(client);
     }
     let audit = state::open_default_audit()?;
