@@ -210,6 +210,9 @@ fn legacy_tool_contents() {
         .map(|c| c["type"].as_str().unwrap())
         .collect();
     assert_eq!(types, ["text", "image", "resource"]);
+    // listed, so callable (the Python SDK client calls every listed tool)
+    let schema = f.call(7, "json_schema_2020_12_tool", json!({"name": "x"}));
+    assert!(schema["result"]["content"].is_array(), "{schema}");
     let error = f.call(6, "test_error_handling", json!({}));
     assert_eq!(error["result"]["isError"], true);
     assert!(!first_text(&error).is_empty());

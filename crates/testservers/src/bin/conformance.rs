@@ -942,6 +942,7 @@ impl Fixture {
                 }
                 done(text("Progress tool completed"))
             }
+            "json_schema_2020_12_tool" => done(text(format!("Received: {args}"))),
             "test_reconnection" => {
                 std::thread::sleep(Duration::from_millis(100));
                 done(text("Reconnection test completed"))
