@@ -446,7 +446,7 @@ async fn post(
             "Not Acceptable: Accept must list both application/json and text/event-stream",
         ));
     }
-    let version = check_version(&headers)?;
+    let _version = check_version(&headers)?;
     let bytes = read_body(ctx, req).await?;
     let msg = match Message::parse(&bytes) {
         Ok(m) => m,
@@ -495,18 +495,9 @@ async fn post(
         }
         (open_session(ctx).await?, true)
     } else {
-        let s = find_session(ctx, &headers)?;
-        if let (Some(v), Some(agreed)) = (&version, s.version()) {
-            if *v != agreed {
-                return Err(Refusal::new(
-                    StatusCode::BAD_REQUEST,
-                    TRANSPORT_ERROR,
-                    Reason::HttpProtocolVersion,
-                    format!("MCP-Protocol-Version {v} differs from {agreed}, agreed at initialize"),
-                ));
-            }
-        }
-        (s, false)
+        // any revision the gateway speaks is taken in the header (clients
+        // and the conformance suite send older ones on a newer session)
+        (find_session(ctx, &headers)?, false)
     };
     let id = msg.id().cloned().unwrap_or(Value::Null);
     let sent = if msg.shape == Shape::Request {
@@ -530,7 +521,7 @@ async fn post(
             return Err(send_refusal(e).id(id));
         }
     };
-    answer(ctx, session, waiting, opened, slot).await
+    answer(ctx, session, waiting, id, opened, slot).await
 }
 
 fn send_refusal(e: SendError) -> Refusal {
@@ -579,74 +570,51 @@ async fn open_session(ctx: &Ctx) -> Result<Arc<McpSession>, Refusal> {
         })
 }
 
-/// Waits for the request's first message: its answer is sent as JSON; a
-/// message before it turns the response into an event stream that ends
-/// with the answer.
+/// Streams the request's messages as server-sent events, ending with its
+/// answer. Always a stream, even for an answer that is ready at once: the
+/// messages a server sends before it (progress, logging, sampling,
+/// elicitation) then have a place to go, and clients must accept both.
 async fn answer(
     ctx: &Ctx,
     session: Arc<McpSession>,
     mut waiting: Waiting,
+    id: Value,
     opened: bool,
     slot: crate::limits::Slot,
 ) -> Result<Response<Body>, Refusal> {
-    let first = waiting.rx.recv().await;
+    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(64);
+    let gw = ctx.gw.clone();
     let sid = HeaderValue::from_str(&session.id).ok();
-    let with_session = |mut r: Response<Body>| {
-        if opened {
-            if let Some(v) = &sid {
-                r.headers_mut().insert(SESSION_HEADER, v.clone());
-            }
-        }
-        r
-    };
-    match first {
-        Some(Out::Final(bytes)) => {
-            if opened && !initialized(&session, &bytes) {
-                ctx.gw.close_session(&session);
-                return Ok(json_response(bytes));
-            }
-            Ok(with_session(json_response(bytes)))
-        }
-        Some(Out::Message(bytes)) => {
-            waiting.took();
-            let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(64);
-            let gw = ctx.gw.clone();
-            tokio::spawn(async move {
-                let _slot = slot;
-                if tx.send(sse_event(&bytes)).await.is_err() {
-                    return;
+    tokio::spawn(async move {
+        let _slot = slot;
+        loop {
+            let next = tokio::time::timeout(KEEPALIVE_EVERY, waiting.rx.recv()).await;
+            let (event, last) = match next {
+                Err(_) => (Bytes::from_static(KEEPALIVE), false),
+                // the session ended without answering
+                Ok(None) => (sse_event(&ended_error(&id)), true),
+                Ok(Some(Out::Message(m))) => {
+                    waiting.took();
+                    (sse_event(&m), false)
                 }
-                loop {
-                    let next = tokio::time::timeout(KEEPALIVE_EVERY, waiting.rx.recv()).await;
-                    let event = match next {
-                        Err(_) => Bytes::from_static(KEEPALIVE),
-                        Ok(None) => {
-                            // the session ended without answering
-                            let _ = tx.send(sse_event(&ended_error())).await;
-                            return;
-                        }
-                        Ok(Some(Out::Message(m))) => {
-                            waiting.took();
-                            sse_event(&m)
-                        }
-                        Ok(Some(Out::Final(m))) => {
-                            if opened && !initialized(&session, &m) {
-                                gw.close_session(&session);
-                            }
-                            let _ = tx.send(sse_event(&m)).await;
-                            return;
-                        }
-                    };
-                    if tx.send(event).await.is_err() {
-                        // the client went away: dropping `waiting` forgets the request
-                        return;
+                Ok(Some(Out::Final(m))) => {
+                    if opened && !initialized(&session, &m) {
+                        gw.close_session(&session);
                     }
+                    (sse_event(&m), true)
                 }
-            });
-            Ok(with_session(sse_response(rx)))
+            };
+            // a client that went away: dropping `waiting` forgets the request
+            if tx.send(event).await.is_err() || last {
+                return;
+            }
         }
-        None => Ok(json_response(ended_error())),
+    });
+    let mut r = sse_response(rx);
+    if let (true, Some(v)) = (opened, sid) {
+        r.headers_mut().insert(SESSION_HEADER, v);
     }
+    Ok(r)
 }
 
 /// For `initialize`: whether the answer opened the session (a result with
@@ -662,10 +630,10 @@ fn initialized(session: &McpSession, answer: &[u8]) -> bool {
     }
 }
 
-fn ended_error() -> Vec<u8> {
+fn ended_error(id: &Value) -> Vec<u8> {
     let e = json!({
         "jsonrpc": "2.0",
-        "id": null,
+        "id": id,
         "error": {
             "code": mcpbox_gateway::CODE_SERVER_EXITED,
             "message": "the session ended before the server answered",
@@ -673,13 +641,6 @@ fn ended_error() -> Vec<u8> {
         },
     });
     serde_json::to_vec(&e).unwrap_or_default()
-}
-
-fn json_response(bytes: Vec<u8>) -> Response<Body> {
-    let mut r = Response::new(Body::full(bytes));
-    r.headers_mut()
-        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    r
 }
 
 fn sse_response(rx: tokio::sync::mpsc::Receiver<Bytes>) -> Response<Body> {
