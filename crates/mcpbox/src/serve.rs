@@ -45,7 +45,7 @@ struct Sandboxes {
 /// Runs the gateway until SIGTERM, SIGINT or SIGHUP.
 pub fn run(config: &Path) -> anyhow::Result<i32> {
     let cfg = ServeConfig::load(config).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let (settings, backend) = prepare(&cfg)?;
+    let (mut settings, backend) = prepare(&cfg)?;
     let listen = settings.listen;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -60,8 +60,11 @@ pub fn run(config: &Path) -> anyhow::Result<i32> {
         let listener = tokio::net::TcpListener::bind(listen)
             .await
             .with_context(|| format!("listen.address: cannot listen on {listen}"))?;
-        let gw = Gateway::new(settings, backend);
         let bound = listener.local_addr().unwrap_or(listen);
+        // the accepted Host and Origin values name the port really bound
+        // (port 0 in the config: the kernel's choice)
+        settings.rebind(bound);
+        let gw = Gateway::new(settings, backend);
         // the one line a script waits for (tests read the port from it)
         eprintln!("mcpbox: serving on http://{bound}");
         let shutdown = async move {

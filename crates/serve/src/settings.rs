@@ -112,6 +112,8 @@ pub struct Settings {
     pub servers: Vec<String>,
     /// Whether the gateway speaks TLS (for its own origins).
     pub tls: bool,
+    extra_hosts: Vec<String>,
+    extra_origins: Vec<String>,
 }
 
 impl Settings {
@@ -164,7 +166,22 @@ impl Settings {
             clients: Vec::new(),
             servers: Vec::new(),
             tls,
+            extra_hosts: extra_hosts.to_vec(),
+            extra_origins: extra_origins.to_vec(),
         }
+    }
+
+    /// The same settings for the address really bound (the config's port
+    /// 0 becomes the kernel's choice): the accepted `Host` and `Origin`
+    /// values are worked out again for it.
+    pub fn rebind(&mut self, bound: SocketAddr) {
+        if bound == self.listen {
+            return;
+        }
+        let fresh = Settings::new(bound, self.tls, &self.extra_hosts, &self.extra_origins);
+        self.listen = fresh.listen;
+        self.allowed_hosts = fresh.allowed_hosts;
+        self.allowed_origins = fresh.allowed_origins;
     }
 
     /// Whether `host` (a `Host` header) is one the gateway serves.
@@ -231,6 +248,15 @@ mod tests {
         ] {
             assert!(s.host_allowed(h), "{h}");
         }
+    }
+
+    #[test]
+    fn port_zero_rebound_accepts_the_kernels_port_only() {
+        let mut s = Settings::new("127.0.0.1:0".parse().unwrap(), false, &[], &[]);
+        s.rebind("127.0.0.1:40123".parse().unwrap());
+        assert!(s.host_allowed("127.0.0.1:40123"));
+        assert!(s.origin_allowed("http://localhost:40123"));
+        assert!(!s.host_allowed("127.0.0.1:0"));
     }
 
     #[test]
