@@ -92,6 +92,67 @@ fn conformance_suite_0_1_16_scores_40_of_40_through_the_gateway() {
     );
 }
 
+/// The scenarios that failed and count toward conformance: every `✗ NAME:`
+/// line of the summary that the "Not scored" list does not name.
+fn scored_failures(text: &str) -> Vec<String> {
+    let unscored: Vec<&str> = text
+        .lines()
+        .skip_while(|l| !l.starts_with("Not scored"))
+        .filter_map(|l| {
+            l.trim()
+                .strip_prefix("✗ ")
+                .or_else(|| l.trim().strip_prefix("✓ "))
+        })
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    text.lines()
+        .take_while(|l| !l.starts_with("Not scored"))
+        .filter_map(|l| l.trim().strip_prefix("✗ "))
+        .filter_map(|l| l.split(':').next())
+        .filter(|name| !unscored.contains(name))
+        .map(str::to_string)
+        .collect()
+}
+
+fn fixture_gateway() -> Serve {
+    let fixture = testserver("conformance");
+    Serve::start(
+        &[
+            ("fixture.toml", binary_policy("conformance", &fixture, "")),
+            (
+                "serve.toml",
+                anonymous_config(
+                    "conformance",
+                    "fixture.toml",
+                    &[fixture.display().to_string()],
+                ),
+            ),
+        ],
+        &[],
+    )
+}
+
+#[test]
+fn conformance_suite_0_2_passes_every_scored_2026_07_28_check_through_the_gateway() {
+    let gw = fixture_gateway();
+    let url = gw.url("/servers/conformance/mcp");
+    let (passed, _, text) = score("0.2", &url, &["--requirements", "2026-07-28"]);
+    let failed = scored_failures(&text);
+    eprintln!("0.2 --requirements 2026-07-28: {passed} checks passed; scored failures: {failed:?}");
+    assert!(failed.is_empty(), "scored failures {failed:?}:\n{text}");
+    assert!(passed > 100, "{text}");
+}
+
+#[test]
+fn conformance_suite_0_2_passes_every_2025_11_25_check_through_the_gateway() {
+    let gw = fixture_gateway();
+    let url = gw.url("/servers/conformance/mcp");
+    let (passed, failed, text) = score("0.2", &url, &["--requirements", "2025-11-25"]);
+    eprintln!("0.2 --requirements 2025-11-25: {passed} passed, {failed} failed");
+    assert_eq!(failed, 0, "{text}");
+    assert!(scored_failures(&text).is_empty(), "{text}");
+}
+
 /// server-everything on its own Streamable HTTP transport (env PORT).
 fn everything_direct() -> (Child, u16) {
     let port = {

@@ -43,29 +43,35 @@ pub const SUPPORTED_VERSIONS: [&str; 5] = [
     "2026-07-28",
 ];
 /// An SSE comment goes out when a stream was quiet this long.
-const KEEPALIVE_EVERY: Duration = Duration::from_secs(15);
+pub(crate) const KEEPALIVE_EVERY: Duration = Duration::from_secs(15);
 
 /// JSON-RPC: invalid JSON.
-const PARSE_ERROR: i64 = -32700;
+pub(crate) const PARSE_ERROR: i64 = -32700;
 /// JSON-RPC: not a valid request object.
-const INVALID_REQUEST: i64 = -32600;
+pub(crate) const INVALID_REQUEST: i64 = -32600;
 /// Implementation-defined server error: the transport refused the request.
-const TRANSPORT_ERROR: i64 = -32000;
+pub(crate) const TRANSPORT_ERROR: i64 = -32000;
 /// The session id names no live session (what the SDKs answer).
 const SESSION_NOT_FOUND: i64 = -32001;
 
 /// A refusal: an HTTP status with a JSON-RPC error body.
-struct Refusal {
+pub(crate) struct Refusal {
     status: StatusCode,
     code: i64,
     reason: Reason,
     message: String,
     headers: Vec<(&'static str, String)>,
     id: Value,
+    data: Option<Value>,
 }
 
 impl Refusal {
-    fn new(status: StatusCode, code: i64, reason: Reason, message: impl Into<String>) -> Refusal {
+    pub(crate) fn new(
+        status: StatusCode,
+        code: i64,
+        reason: Reason,
+        message: impl Into<String>,
+    ) -> Refusal {
         Refusal {
             status,
             code,
@@ -73,28 +79,39 @@ impl Refusal {
             message: message.into(),
             headers: Vec::new(),
             id: Value::Null,
+            data: None,
         }
     }
 
-    fn header(mut self, name: &'static str, value: impl Into<String>) -> Refusal {
+    /// More detail in `error.data`, beside the reason and source.
+    pub(crate) fn data(mut self, extra: Value) -> Refusal {
+        self.data = Some(extra);
+        self
+    }
+
+    pub(crate) fn header(mut self, name: &'static str, value: impl Into<String>) -> Refusal {
         self.headers.push((name, value.into()));
         self
     }
 
-    fn id(mut self, id: Value) -> Refusal {
+    pub(crate) fn id(mut self, id: Value) -> Refusal {
         self.id = id;
         self
     }
 
     fn into_response(self, gw: &Gateway) -> Response<Body> {
         gw.metrics.refused(self.reason.as_str());
+        let mut data = json!({"reason": self.reason.as_str(), "source": "mcpbox"});
+        if let (Some(Value::Object(extra)), Some(d)) = (self.data, data.as_object_mut()) {
+            d.extend(extra);
+        }
         let body = json!({
             "jsonrpc": "2.0",
             "id": self.id,
             "error": {
                 "code": self.code,
                 "message": self.message,
-                "data": {"reason": self.reason.as_str(), "source": "mcpbox"},
+                "data": data,
             },
         });
         let mut r = Response::builder()
@@ -108,7 +125,7 @@ impl Refusal {
     }
 }
 
-fn plain(status: StatusCode, text: &'static str) -> Response<Body> {
+pub(crate) fn plain(status: StatusCode, text: &'static str) -> Response<Body> {
     let mut r = Response::new(Body::full(text));
     *r.status_mut() = status;
     r
@@ -130,7 +147,7 @@ pub async fn handle(
     Ok(resp)
 }
 
-fn header(headers: &HeaderMap, name: impl hyper::header::AsHeaderName) -> Option<&str> {
+pub(crate) fn header(headers: &HeaderMap, name: impl hyper::header::AsHeaderName) -> Option<&str> {
     headers.get(name).and_then(|v| v.to_str().ok())
 }
 
@@ -306,10 +323,10 @@ fn unauthorized(reason: Reason, message: &str) -> Refusal {
 }
 
 /// The request's context once it passed the gate.
-struct Ctx {
-    gw: Arc<Gateway>,
-    client: ClientSettings,
-    server: String,
+pub(crate) struct Ctx {
+    pub(crate) gw: Arc<Gateway>,
+    pub(crate) client: ClientSettings,
+    pub(crate) server: String,
 }
 
 /// `Accept` lists `want` (or a wildcard that covers it).
@@ -446,7 +463,6 @@ async fn post(
             "Not Acceptable: Accept must list both application/json and text/event-stream",
         ));
     }
-    let _version = check_version(&headers)?;
     let bytes = read_body(ctx, req).await?;
     let msg = match Message::parse(&bytes) {
         Ok(m) => m,
@@ -475,6 +491,12 @@ async fn post(
             ))
         }
     };
+    if crate::modern::is_modern(&msg, &headers)? {
+        // an unknown revision in a 2026-07-28 envelope is the server's to
+        // refuse, with the versions it speaks (-32022)
+        return crate::modern::post(ctx, msg, &headers, slot).await;
+    }
+    check_version(&headers).map_err(|r| r.id(msg.id().cloned().unwrap_or(Value::Null)))?;
     // The relay frames messages by line: a body spread over several lines
     // is written out again on one.
     let bytes = if bytes.iter().any(|&b| b == b'\n' || b == b'\r') {
@@ -524,7 +546,7 @@ async fn post(
     answer(ctx, session, waiting, id, opened, slot).await
 }
 
-fn send_refusal(e: SendError) -> Refusal {
+pub(crate) fn send_refusal(e: SendError) -> Refusal {
     match e {
         SendError::DuplicateId => Refusal::new(
             StatusCode::BAD_REQUEST,
@@ -552,22 +574,27 @@ fn send_refusal(e: SendError) -> Refusal {
 /// their own.
 async fn open_session(ctx: &Ctx) -> Result<Arc<McpSession>, Refusal> {
     ctx.gw
-        .open_session(&ctx.client.name, &ctx.server)
+        .open_session(&ctx.client.name, &ctx.server, false)
         .await
-        .map_err(|reason| match reason {
-            Reason::HttpSessionLimit => Refusal::new(
-                StatusCode::TOO_MANY_REQUESTS,
-                TRANSPORT_ERROR,
-                reason,
-                "this client has too many open sessions: end one (DELETE) first",
-            ),
-            _ => Refusal::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                TRANSPORT_ERROR,
-                reason,
-                "the server could not be started; the gateway's log says why",
-            ),
-        })
+        .map_err(open_refusal)
+}
+
+/// Why a session could not be opened, for the client.
+pub(crate) fn open_refusal(reason: Reason) -> Refusal {
+    match reason {
+        Reason::HttpSessionLimit => Refusal::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            TRANSPORT_ERROR,
+            reason,
+            "this client has too many open sessions: end one (DELETE) first",
+        ),
+        _ => Refusal::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            TRANSPORT_ERROR,
+            reason,
+            "the server could not be started; the gateway's log says why",
+        ),
+    }
 }
 
 /// Streams the request's messages as server-sent events, ending with its
@@ -630,7 +657,7 @@ fn initialized(session: &McpSession, answer: &[u8]) -> bool {
     }
 }
 
-fn ended_error(id: &Value) -> Vec<u8> {
+pub(crate) fn ended_error(id: &Value) -> Vec<u8> {
     let e = json!({
         "jsonrpc": "2.0",
         "id": id,
@@ -643,7 +670,7 @@ fn ended_error(id: &Value) -> Vec<u8> {
     serde_json::to_vec(&e).unwrap_or_default()
 }
 
-fn sse_response(rx: tokio::sync::mpsc::Receiver<Bytes>) -> Response<Body> {
+pub(crate) fn sse_response(rx: tokio::sync::mpsc::Receiver<Bytes>) -> Response<Body> {
     let mut r = Response::new(Body::Stream(rx));
     let h = r.headers_mut();
     h.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));

@@ -38,6 +38,7 @@ pub mod body;
 pub mod http;
 pub mod limits;
 pub mod metrics;
+pub mod modern;
 pub mod session;
 pub mod settings;
 
@@ -155,6 +156,10 @@ pub struct Gateway {
     pub sessions: Arc<Sessions>,
     backend: Arc<dyn Backend>,
     limits: HashMap<String, Arc<ClientLimits>>,
+    /// The session that takes a client's requests of the stateless
+    /// revision (2026-07-28) on a server: (client, server) → session id.
+    stateless: tokio::sync::Mutex<HashMap<(String, String), String>>,
+    next_id: std::sync::atomic::AtomicU64,
     stopping: AtomicBool,
     busy: Arc<AtomicUsize>,
     threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
@@ -197,6 +202,8 @@ impl Gateway {
             sessions: Arc::new(Sessions::default()),
             backend,
             limits,
+            stateless: tokio::sync::Mutex::new(HashMap::new()),
+            next_id: std::sync::atomic::AtomicU64::new(1),
             stopping: AtomicBool::new(false),
             busy: Arc::new(AtomicUsize::new(0)),
             threads: Mutex::new(Vec::new()),
@@ -221,12 +228,44 @@ impl Gateway {
         }
     }
 
+    /// A fresh id for a request the gateway forwards under its own id.
+    pub(crate) fn next_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The session that takes `client`'s stateless requests (2026-07-28)
+    /// on `server`, opened on first use: requests of that revision carry
+    /// no session id, so each client has one relay (and one sandbox) per
+    /// server for all of them; it lives while it is used and the gateway
+    /// runs.
+    pub(crate) async fn stateless_session(
+        self: &Arc<Self>,
+        client: &str,
+        server: &str,
+    ) -> Result<Arc<McpSession>, Reason> {
+        let key = (client.to_string(), server.to_string());
+        // held while a session opens, so that concurrent first requests
+        // share one sandbox
+        let mut map = self.stateless.lock().await;
+        if let Some(s) = map.get(&key).and_then(|id| self.sessions.get(id)) {
+            if !s.ended() {
+                return Ok(s);
+            }
+        }
+        let s = self.open_session(client, server, true).await?;
+        map.insert(key, s.id.clone());
+        Ok(s)
+    }
+
     /// Opens a session of `client` on `server`: a relay on a thread of its
-    /// own, registered under a fresh unguessable id.
+    /// own, registered under a fresh unguessable id. `modern`: a session
+    /// for stateless requests (messages go only to the request they belong
+    /// to; there is no GET stream).
     pub(crate) async fn open_session(
         self: &Arc<Self>,
         client: &str,
         server: &str,
+        modern: bool,
     ) -> Result<Arc<McpSession>, Reason> {
         let slot = self
             .limits_of(client)
@@ -252,9 +291,12 @@ impl Gateway {
         };
         let registry = self.sessions.clone();
         let gone = id.clone();
-        let router = Router::new(Box::new(move || {
-            registry.remove(&gone);
-        }));
+        let router = Router::new(
+            modern,
+            Box::new(move || {
+                registry.remove(&gone);
+            }),
+        );
         let Opened {
             relay,
             sandbox_id,

@@ -37,6 +37,9 @@ use tokio::sync::mpsc;
 use crate::body::sse_event;
 use crate::limits::Slot;
 
+/// Where a 2026-07-28 notification names its `subscriptions/listen` request.
+pub const SUBSCRIPTION_POINTER: &str = "/params/_meta/io.modelcontextprotocol~1subscriptionId";
+
 /// Messages kept for a GET stream that is not open.
 pub const BACKLOG: usize = 1024;
 /// Messages queued for one POST's stream before more are dropped (the
@@ -87,6 +90,9 @@ struct Routes {
     stream: Option<mpsc::Sender<Bytes>>,
     backlog: VecDeque<Bytes>,
     ended: bool,
+    /// Stateless requests (2026-07-28): a message goes to the request it
+    /// names or belongs to, or nowhere (there is no GET stream to wait for).
+    modern: bool,
 }
 
 impl Routes {
@@ -315,10 +321,14 @@ impl Router {
     }
 
     /// A router that calls `on_end` once the relay is done with it (the
-    /// session ended, whoever ended it).
-    pub fn new(on_end: Box<dyn FnOnce() + Send>) -> Router {
+    /// session ended, whoever ended it). `modern`: for stateless requests.
+    pub fn new(modern: bool, on_end: Box<dyn FnOnce() + Send>) -> Router {
+        let routes = Routes {
+            modern,
+            ..Routes::default()
+        };
         Router {
-            routes: Arc::new(Mutex::new(Routes::default())),
+            routes: Arc::new(Mutex::new(routes)),
             on_end: Some(on_end),
         }
     }
@@ -365,14 +375,22 @@ impl HostSink for Router {
                     .then(|| msg.value.pointer("/params/progressToken"))
                     .flatten()
                     .map(Value::to_string);
-                let target = match token.and_then(|t| r.tokens.get(&t).cloned()) {
-                    Some(k) => Some(k),
-                    None if belongs_to_request(method) => r.order.last().cloned(),
-                    None => None,
-                };
+                // 2026-07-28: a notification of a `subscriptions/listen`
+                // stream names the listen request
+                let subscription = msg
+                    .value
+                    .pointer(SUBSCRIPTION_POINTER)
+                    .map(id_key)
+                    .filter(|k| r.pending.contains_key(k));
+                let target =
+                    match subscription.or_else(|| token.and_then(|t| r.tokens.get(&t).cloned())) {
+                        Some(k) => Some(k),
+                        None if belongs_to_request(method) => r.order.last().cloned(),
+                        None => None,
+                    };
                 let stream_open = r.stream.as_ref().is_some_and(|s| !s.is_closed());
                 let target = target.or_else(|| {
-                    if stream_open {
+                    if stream_open || r.modern {
                         None
                     } else {
                         r.order.last().cloned()
@@ -389,6 +407,12 @@ impl HostSink for Router {
                             w.queued.fetch_add(1, Ordering::AcqRel);
                             let _ = w.tx.send(Out::Message(line.to_vec()));
                         }
+                    }
+                    None if r.modern => {
+                        tracing::debug!(
+                            method,
+                            "stateless session: a message for no request dropped"
+                        );
                     }
                     None => to_stream(&mut r, sse_event(line)),
                 }
