@@ -54,8 +54,11 @@ pub(crate) const TRANSPORT_ERROR: i64 = -32000;
 /// The session id names no live session (what the SDKs answer).
 const SESSION_NOT_FOUND: i64 = -32001;
 
-/// A refusal: an HTTP status with a JSON-RPC error body.
-pub(crate) struct Refusal {
+/// A refusal: an HTTP status with a JSON-RPC error body (boxed: it is the
+/// error side of most results here, and the common side stays small).
+pub(crate) struct Refusal(Box<Refused>);
+
+struct Refused {
     status: StatusCode,
     code: i64,
     reason: Reason,
@@ -72,7 +75,7 @@ impl Refusal {
         reason: Reason,
         message: impl Into<String>,
     ) -> Refusal {
-        Refusal {
+        Refusal(Box::new(Refused {
             status,
             code,
             reason,
@@ -80,44 +83,45 @@ impl Refusal {
             headers: Vec::new(),
             id: Value::Null,
             data: None,
-        }
+        }))
     }
 
     /// More detail in `error.data`, beside the reason and source.
     pub(crate) fn data(mut self, extra: Value) -> Refusal {
-        self.data = Some(extra);
+        self.0.data = Some(extra);
         self
     }
 
     pub(crate) fn header(mut self, name: &'static str, value: impl Into<String>) -> Refusal {
-        self.headers.push((name, value.into()));
+        self.0.headers.push((name, value.into()));
         self
     }
 
     pub(crate) fn id(mut self, id: Value) -> Refusal {
-        self.id = id;
+        self.0.id = id;
         self
     }
 
     fn into_response(self, gw: &Gateway) -> Response<Body> {
-        gw.metrics.refused(self.reason.as_str());
-        let mut data = json!({"reason": self.reason.as_str(), "source": "mcpbox"});
-        if let (Some(Value::Object(extra)), Some(d)) = (self.data, data.as_object_mut()) {
+        let this = *self.0;
+        gw.metrics.refused(this.reason.as_str());
+        let mut data = json!({"reason": this.reason.as_str(), "source": "mcpbox"});
+        if let (Some(Value::Object(extra)), Some(d)) = (this.data, data.as_object_mut()) {
             d.extend(extra);
         }
         let body = json!({
             "jsonrpc": "2.0",
-            "id": self.id,
+            "id": this.id,
             "error": {
-                "code": self.code,
-                "message": self.message,
+                "code": this.code,
+                "message": this.message,
                 "data": data,
             },
         });
         let mut r = Response::builder()
-            .status(self.status)
+            .status(this.status)
             .header(CONTENT_TYPE, "application/json");
-        for (k, v) in self.headers {
+        for (k, v) in this.headers {
             r = r.header(k, v);
         }
         r.body(Body::full(serde_json::to_vec(&body).unwrap_or_default()))
