@@ -52,7 +52,7 @@ pub(crate) const INVALID_REQUEST: i64 = -32600;
 /// Implementation-defined server error: the transport refused the request.
 pub(crate) const TRANSPORT_ERROR: i64 = -32000;
 /// The session id names no live session (what the SDKs answer).
-const SESSION_NOT_FOUND: i64 = -32001;
+pub(crate) const SESSION_NOT_FOUND: i64 = -32001;
 
 /// A refusal: an HTTP status with a JSON-RPC error body (boxed: it is the
 /// error side of most results here, and the common side stays small).
@@ -209,6 +209,8 @@ async fn route(gw: &Arc<Gateway>, req: Request<Incoming>) -> Result<Response<Bod
         .strip_prefix("/servers/")
         .and_then(|r| r.strip_suffix("/mcp"))
     {
+        // the aggregate of every server the client may use
+        None if path == "/mcp" => String::new(),
         Some(name) if gw.settings.servers.iter().any(|s| s == name) => name.to_string(),
         Some(_) => {
             return Err(Refusal::new(
@@ -220,7 +222,7 @@ async fn route(gw: &Arc<Gateway>, req: Request<Incoming>) -> Result<Response<Bod
         }
         None => return Ok(plain(StatusCode::NOT_FOUND, "not found\n")),
     };
-    if !client.may_use(&server) {
+    if !server.is_empty() && !client.may_use(&server) {
         gw.audit_access(
             &client.name,
             &server,
@@ -263,6 +265,8 @@ async fn route(gw: &Arc<Gateway>, req: Request<Incoming>) -> Result<Response<Bod
             let _busy = gw.busy();
             post(&ctx, req, slot).await
         }
+        Method::GET if ctx.server.is_empty() => crate::aggregate::get(&ctx, &req),
+        Method::DELETE if ctx.server.is_empty() => crate::aggregate::delete(&ctx, &req),
         Method::GET => get(&ctx, &req),
         Method::DELETE => delete(&ctx, &req).await,
         _ => Ok(Response::builder()
@@ -326,7 +330,9 @@ fn unauthorized(reason: Reason, message: &str) -> Refusal {
         .header("www-authenticate", challenge)
 }
 
-/// The request's context once it passed the gate.
+/// The request's context once it passed the gate (`server` is empty on
+/// the aggregated endpoint).
+#[derive(Clone)]
 pub(crate) struct Ctx {
     pub(crate) gw: Arc<Gateway>,
     pub(crate) client: ClientSettings,
@@ -334,7 +340,7 @@ pub(crate) struct Ctx {
 }
 
 /// `Accept` lists `want` (or a wildcard that covers it).
-fn accepts(headers: &HeaderMap, want: &str) -> bool {
+pub(crate) fn accepts(headers: &HeaderMap, want: &str) -> bool {
     let Some(accept) = header(headers, ACCEPT) else {
         return false;
     };
@@ -350,7 +356,7 @@ fn accepts(headers: &HeaderMap, want: &str) -> bool {
     })
 }
 
-fn check_version(headers: &HeaderMap) -> Result<Option<String>, Refusal> {
+pub(crate) fn check_version(headers: &HeaderMap) -> Result<Option<String>, Refusal> {
     match header(headers, VERSION_HEADER) {
         None => Ok(None),
         Some(v) if SUPPORTED_VERSIONS.contains(&v.trim()) => Ok(Some(v.trim().to_string())),
@@ -440,11 +446,12 @@ async fn read_body(ctx: &Ctx, req: Request<Incoming>) -> Result<Bytes, Refusal> 
     }
 }
 
-async fn post(
+/// A POST's checks (content type, accept, body size and time) and its one
+/// JSON-RPC message, with the body's bytes.
+pub(crate) async fn read_message(
     ctx: &Ctx,
     req: Request<Incoming>,
-    slot: crate::limits::Slot,
-) -> Result<Response<Body>, Refusal> {
+) -> Result<(HeaderMap, Message, Bytes), Refusal> {
     let headers = req.headers().clone();
     let json_type = header(&headers, CONTENT_TYPE).is_some_and(|c| {
         c.split(';')
@@ -495,19 +502,35 @@ async fn post(
             ))
         }
     };
+    Ok((headers, msg, bytes))
+}
+
+/// The relay frames messages by line: a body spread over several lines is
+/// written out again on one.
+pub(crate) fn one_line(bytes: &[u8], msg: &Message) -> Vec<u8> {
+    if bytes.iter().any(|&b| b == b'\n' || b == b'\r') {
+        mcpbox_gateway::message::to_line(&msg.value)
+    } else {
+        bytes.to_vec()
+    }
+}
+
+async fn post(
+    ctx: &Ctx,
+    req: Request<Incoming>,
+    slot: crate::limits::Slot,
+) -> Result<Response<Body>, Refusal> {
+    let (headers, msg, bytes) = read_message(ctx, req).await?;
+    if ctx.server.is_empty() {
+        return crate::aggregate::post(ctx, &headers, msg, &bytes, slot).await;
+    }
     if crate::modern::is_modern(&msg, &headers)? {
         // an unknown revision in a 2026-07-28 envelope is the server's to
         // refuse, with the versions it speaks (-32022)
         return crate::modern::post(ctx, msg, &headers, slot).await;
     }
     check_version(&headers).map_err(|r| r.id(msg.id().cloned().unwrap_or(Value::Null)))?;
-    // The relay frames messages by line: a body spread over several lines
-    // is written out again on one.
-    let bytes = if bytes.iter().any(|&b| b == b'\n' || b == b'\r') {
-        mcpbox_gateway::message::to_line(&msg.value)
-    } else {
-        bytes.to_vec()
-    };
+    let bytes = one_line(&bytes, &msg);
     let is_init = msg.shape == Shape::Request && msg.method() == Some("initialize");
     let (session, opened) = if is_init {
         if header(&headers, SESSION_HEADER).is_some() {
@@ -722,7 +745,7 @@ fn get(ctx: &Ctx, req: &Request<Incoming>) -> Result<Response<Body>, Refusal> {
             let event = match tokio::time::timeout(KEEPALIVE_EVERY, events.recv()).await {
                 Err(_) => Bytes::from_static(KEEPALIVE),
                 Ok(None) => return,
-                Ok(Some(e)) => e,
+                Ok(Some(m)) => sse_event(&m),
             };
             if tx.send(event).await.is_err() {
                 return;
@@ -741,7 +764,7 @@ async fn delete(ctx: &Ctx, req: &Request<Incoming>) -> Result<Response<Body>, Re
 
 impl Gateway {
     /// Records a request refused after the client was known.
-    fn audit_access(&self, client: &str, server: &str, reason: Reason, detail: Value) {
+    pub(crate) fn audit_access(&self, client: &str, server: &str, reason: Reason, detail: Value) {
         tracing::warn!(client, server, reason = reason.as_str(), "request refused");
         self.backend.audit(AuditEvent {
             kind: Some(Kind::Access),

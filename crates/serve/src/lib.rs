@@ -34,6 +34,7 @@
 #![warn(missing_docs)]
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
+pub mod aggregate;
 pub mod body;
 pub mod http;
 pub mod limits;
@@ -156,6 +157,8 @@ pub struct Gateway {
     pub sessions: Arc<Sessions>,
     backend: Arc<dyn Backend>,
     limits: HashMap<String, Arc<ClientLimits>>,
+    /// The live sessions on `/mcp`, by id.
+    aggregates: Mutex<HashMap<String, Arc<aggregate::Aggregate>>>,
     /// The session that takes a client's requests of the stateless
     /// revision (2026-07-28) on a server: (client, server) → session id.
     stateless: tokio::sync::Mutex<HashMap<(String, String), String>>,
@@ -202,6 +205,7 @@ impl Gateway {
             sessions: Arc::new(Sessions::default()),
             backend,
             limits,
+            aggregates: Mutex::new(HashMap::new()),
             stateless: tokio::sync::Mutex::new(HashMap::new()),
             next_id: std::sync::atomic::AtomicU64::new(1),
             stopping: AtomicBool::new(false),
@@ -226,6 +230,23 @@ impl Gateway {
             // pass authentication, so this only keeps the type total
             None => Arc::new(ClientLimits::new(&Limits::default(), Instant::now())),
         }
+    }
+
+    fn aggregates(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<aggregate::Aggregate>>> {
+        self.aggregates.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The aggregate session with this id.
+    pub(crate) fn aggregate(&self, id: &str) -> Option<Arc<aggregate::Aggregate>> {
+        self.aggregates().get(id).cloned()
+    }
+
+    pub(crate) fn insert_aggregate(&self, a: Arc<aggregate::Aggregate>) {
+        self.aggregates().insert(a.id.clone(), a);
+    }
+
+    pub(crate) fn forget_aggregate(&self, id: &str) {
+        self.aggregates().remove(id);
     }
 
     /// A fresh id for a request the gateway forwards under its own id.
@@ -351,7 +372,7 @@ impl Gateway {
 }
 
 /// A fresh session id: 128 random bits as hex.
-fn session_id() -> String {
+pub(crate) fn session_id() -> String {
     let mut bytes = [0u8; 16];
     let ok = std::fs::File::open("/dev/urandom")
         .and_then(|mut f| f.read_exact(&mut bytes))
@@ -413,6 +434,7 @@ pub async fn serve(
     while gw.busy.load(Ordering::Acquire) > 0 && Instant::now() < until {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    gw.aggregates().clear();
     let sessions = gw.sessions.all();
     tracing::info!(sessions = sessions.len(), "stopping the sessions");
     for s in &sessions {

@@ -28,13 +28,11 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use bytes::Bytes;
 use mcpbox_gateway::message::{id_key, IdKey, Message, Shape};
 use mcpbox_gateway::{FeedError, HostFeed, HostSink};
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-use crate::body::sse_event;
 use crate::limits::Slot;
 
 /// Where a 2026-07-28 notification names its `subscriptions/listen` request.
@@ -87,8 +85,10 @@ struct Routes {
     order: Vec<IdKey>,
     /// Progress token (its JSON text) → request.
     tokens: HashMap<String, IdKey>,
-    stream: Option<mpsc::Sender<Bytes>>,
-    backlog: VecDeque<Bytes>,
+    /// The GET stream (or the aggregate that reads this session): whole
+    /// messages, framed by whoever writes them out.
+    stream: Option<mpsc::Sender<Vec<u8>>>,
+    backlog: VecDeque<Vec<u8>>,
     ended: bool,
     /// Stateless requests (2026-07-28): a message goes to the request it
     /// names or belongs to, or nowhere (there is no GET stream to wait for).
@@ -248,7 +248,7 @@ impl McpSession {
     /// Opens the session's GET stream: what was waiting in the backlog
     /// first. The stream ends when the receiver is dropped (the client
     /// went away) or the session ends.
-    pub fn open_stream(&self) -> Result<mpsc::Receiver<Bytes>, StreamError> {
+    pub fn open_stream(&self) -> Result<mpsc::Receiver<Vec<u8>>, StreamError> {
         let (tx, rx) = mpsc::channel(STREAM_QUEUE);
         let mut r = lock(&self.routes);
         if r.ended {
@@ -414,7 +414,7 @@ impl HostSink for Router {
                             "stateless session: a message for no request dropped"
                         );
                     }
-                    None => to_stream(&mut r, sse_event(line)),
+                    None => to_stream(&mut r, line.to_vec()),
                 }
             }
         }
@@ -423,7 +423,7 @@ impl HostSink for Router {
 }
 
 /// Puts an event on the GET stream, or in the backlog.
-fn to_stream(r: &mut Routes, event: Bytes) {
+fn to_stream(r: &mut Routes, event: Vec<u8>) {
     if let Some(s) = &r.stream {
         match s.try_send(event) {
             Ok(()) => return,

@@ -1,0 +1,800 @@
+//! `/mcp`: one MCP session over every server the client may use.
+//!
+//! An aggregate session holds one member session per server (each its own
+//! relay and sandbox, exactly as on `/servers/<name>/mcp`, so policy,
+//! pinning, redaction and the audit apply per server). The gateway speaks
+//! for them as one server:
+//!
+//! - `initialize` opens every member and initializes each with the
+//!   client's parameters; the answer merges their capabilities (a feature
+//!   is on when any member has it), takes the oldest protocol revision any
+//!   member agreed to, and joins their instructions, each under its
+//!   server's name;
+//! - `tools/list`, `prompts/list`, `resources/list` and
+//!   `resources/templates/list` are asked of every member (all pages) and
+//!   answered in one page, every tool, prompt, resource and template name
+//!   prefixed `<server>__` ([`mcpbox_policy::serve::NAME_SEPARATOR`]).
+//!   Server names cannot hold `_`, so the first `__` of a name always ends
+//!   the server's part, whatever the member named its tool: no collision is
+//!   possible;
+//! - `tools/call`, `prompts/get` and `completion/complete` (for a prompt)
+//!   go to the member the prefix names, with the prefix taken off;
+//!   `resources/read`, `subscribe`, `unsubscribe` and `completion/complete`
+//!   (for a resource) go to the member that listed the URI (or whose
+//!   template it starts with), since URIs are the servers' own and are not
+//!   renamed;
+//! - `ping` is answered by the gateway, `logging/setLevel` and the client's
+//!   notifications go to every member, `notifications/cancelled` to the
+//!   member working on that request;
+//! - every request is forwarded under an id of the gateway's own, and
+//!   requests a member sends the client (sampling, elicitation, roots,
+//!   mcpbox's approval questions) go out under one too; the client's answer
+//!   is mapped back to the member that asked, under its own id. A client
+//!   can therefore never address a member it was not given, nor answer a
+//!   question for another.
+//!
+//! Only the 2025-11-25 era is served here; stateless requests (2026-07-28)
+//! go to `/servers/<name>/mcp`.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use bytes::Bytes;
+use hyper::body::Incoming;
+use hyper::header::{HeaderMap, HeaderValue};
+use hyper::{Request, Response, StatusCode};
+use mcpbox_gateway::message::{id_key, to_line, IdKey, Message, Shape};
+use mcpbox_policy::serve::{split_tool_name, tool_name};
+use mcpbox_policy::Reason;
+use serde_json::{json, Map, Value};
+use tokio::sync::mpsc;
+
+use crate::body::{sse_event, Body, KEEPALIVE};
+use crate::http::{
+    accepts, check_version, ended_error, header, one_line, open_refusal, plain, send_refusal,
+    sse_response, Ctx, Refusal, INVALID_REQUEST, KEEPALIVE_EVERY, SESSION_HEADER,
+    SESSION_NOT_FOUND, TRANSPORT_ERROR,
+};
+use crate::limits::Slot;
+use crate::session::{McpSession, Out, Waiting, BACKLOG, STREAM_QUEUE};
+
+/// JSON-RPC: no such method.
+const METHOD_NOT_FOUND: i64 = -32601;
+/// JSON-RPC: invalid params.
+const INVALID_PARAMS: i64 = -32602;
+/// Pages asked of one member for one list, at most.
+const MAX_PAGES: usize = 64;
+
+/// One server of an aggregate.
+struct Member {
+    server: String,
+    session: Arc<McpSession>,
+}
+
+#[derive(Default)]
+struct State {
+    /// Requests members sent the client, under our ids: ours → (member,
+    /// theirs).
+    asked: HashMap<IdKey, (usize, Value)>,
+    /// The client's requests in flight: its id → (member, our id).
+    calls: HashMap<IdKey, (usize, Value)>,
+    /// Resource URI → the member that listed it.
+    uris: HashMap<String, usize>,
+    /// URI template's fixed start → the member that listed it.
+    templates: Vec<(String, usize)>,
+    stream: Option<mpsc::Sender<Vec<u8>>>,
+    backlog: VecDeque<Vec<u8>>,
+}
+
+/// A client's session on `/mcp`.
+pub struct Aggregate {
+    /// Its `Mcp-Session-Id`.
+    pub id: String,
+    /// The client it belongs to.
+    pub client: String,
+    members: Vec<Member>,
+    state: Mutex<State>,
+}
+
+impl std::fmt::Debug for Aggregate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Aggregate")
+            .field("client", &self.client)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Aggregate {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether every member has ended.
+    pub fn ended(&self) -> bool {
+        self.members.iter().all(|m| m.session.ended())
+    }
+
+    /// Ends every member (their relays stop their sandboxes).
+    pub fn close(&self, gw: &crate::Gateway) {
+        for m in &self.members {
+            gw.close_session(&m.session);
+        }
+    }
+
+    fn member_of_name<'a>(&self, name: &'a str) -> Option<(usize, &'a str)> {
+        let (server, rest) = split_tool_name(name)?;
+        let i = self.members.iter().position(|m| m.server == server)?;
+        Some((i, rest))
+    }
+
+    fn member_of_uri(&self, uri: &str) -> Option<usize> {
+        let st = self.lock();
+        if let Some(i) = st.uris.get(uri) {
+            return Some(*i);
+        }
+        let by_template = st
+            .templates
+            .iter()
+            .filter(|(start, _)| !start.is_empty() && uri.starts_with(start.as_str()))
+            .max_by_key(|(start, _)| start.len())
+            .map(|(_, i)| *i);
+        by_template.or((self.members.len() == 1).then_some(0))
+    }
+
+    /// A message a member sends the client: a request gets an id of ours
+    /// (the client answers that one), anything else passes as it is.
+    fn outgoing(&self, member: usize, line: &[u8], gw: &crate::Gateway) -> Vec<u8> {
+        let Ok(msg) = Message::parse(line) else {
+            return line.to_vec();
+        };
+        if msg.shape != Shape::Request {
+            return line.to_vec();
+        }
+        let theirs = msg.value.get("id").cloned().unwrap_or(Value::Null);
+        let ours = json!(format!("mcpbox-{}", gw.next_id()));
+        let mut v = msg.value;
+        v["id"] = ours.clone();
+        self.lock().asked.insert(id_key(&ours), (member, theirs));
+        to_line(&v)
+    }
+
+    /// A message for the GET stream (or its backlog).
+    fn unsolicited(&self, message: Vec<u8>) {
+        let mut st = self.lock();
+        if let Some(s) = &st.stream {
+            match s.try_send(message) {
+                Ok(()) => return,
+                Err(mpsc::error::TrySendError::Full(_)) => {
+                    tracing::warn!("a slow client's event stream is full: message dropped");
+                    return;
+                }
+                Err(mpsc::error::TrySendError::Closed(m)) => {
+                    st.stream = None;
+                    if st.backlog.len() >= BACKLOG {
+                        st.backlog.pop_front();
+                    }
+                    st.backlog.push_back(m);
+                    return;
+                }
+            }
+        }
+        if st.backlog.len() >= BACKLOG {
+            st.backlog.pop_front();
+            tracing::warn!("no event stream open: the oldest waiting message dropped");
+        }
+        st.backlog.push_back(message);
+    }
+}
+
+fn refusal(status: StatusCode, code: i64, reason: Reason, message: impl Into<String>) -> Refusal {
+    Refusal::new(status, code, reason, message)
+}
+
+/// The aggregate the request names, if it is this client's.
+fn find(ctx: &Ctx, headers: &HeaderMap) -> Result<Arc<Aggregate>, Refusal> {
+    let Some(sid) = header(headers, SESSION_HEADER) else {
+        return Err(refusal(
+            StatusCode::BAD_REQUEST,
+            TRANSPORT_ERROR,
+            Reason::HttpSessionRequired,
+            "Bad Request: Mcp-Session-Id header is required (send initialize first)",
+        ));
+    };
+    match ctx.gw.aggregate(sid) {
+        Some(a) if a.client == ctx.client.name && !a.ended() => Ok(a),
+        other => {
+            if let Some(a) = &other {
+                if a.client != ctx.client.name {
+                    ctx.gw.audit_access(
+                        &ctx.client.name,
+                        "",
+                        Reason::HttpSessionUnknown,
+                        json!({"session_of_other_client": true, "endpoint": "/mcp"}),
+                    );
+                }
+                if a.ended() {
+                    ctx.gw.forget_aggregate(&a.id);
+                }
+            }
+            Err(refusal(
+                StatusCode::NOT_FOUND,
+                SESSION_NOT_FOUND,
+                Reason::HttpSessionUnknown,
+                "Session not found",
+            ))
+        }
+    }
+}
+
+/// POST on `/mcp`.
+pub(crate) async fn post(
+    ctx: &Ctx,
+    headers: &HeaderMap,
+    msg: Message,
+    bytes: &[u8],
+    slot: Slot,
+) -> Result<Response<Body>, Refusal> {
+    let id = msg.id().cloned().unwrap_or(Value::Null);
+    if crate::modern::is_modern(&msg, headers)? {
+        return Err(refusal(
+            StatusCode::BAD_REQUEST,
+            INVALID_REQUEST,
+            Reason::RequestInvalid,
+            "the aggregated endpoint /mcp speaks the 2025-11-25 revision; send 2026-07-28 requests to /servers/<name>/mcp",
+        )
+        .id(id));
+    }
+    check_version(headers).map_err(|r| r.id(id.clone()))?;
+    let method = msg.method().unwrap_or("").to_string();
+    if msg.shape == Shape::Request && method == "initialize" {
+        if header(headers, SESSION_HEADER).is_some() {
+            return Err(refusal(
+                StatusCode::BAD_REQUEST,
+                INVALID_REQUEST,
+                Reason::RequestInvalid,
+                "initialize opens a new session: send it without Mcp-Session-Id",
+            )
+            .id(id));
+        }
+        return initialize(ctx, msg, slot).await;
+    }
+    let agg = find(ctx, headers)?;
+    match msg.shape {
+        Shape::Request => request(ctx, agg, msg, slot).await,
+        Shape::Notification => {
+            notification(&agg, msg, bytes);
+            Ok(accepted())
+        }
+        _ => {
+            // the client's answer to a member's request
+            let key = id_key(&id);
+            let route = agg.lock().asked.remove(&key);
+            if let Some((i, theirs)) = route {
+                let mut v = msg.value;
+                v["id"] = theirs;
+                let _ = agg.members[i].session.send(to_line(&v));
+            }
+            Ok(accepted())
+        }
+    }
+}
+
+fn accepted() -> Response<Body> {
+    Response::builder()
+        .status(StatusCode::ACCEPTED)
+        .body(Body::empty())
+        .unwrap_or_else(|_| plain(StatusCode::ACCEPTED, ""))
+}
+
+fn notification(agg: &Aggregate, msg: Message, bytes: &[u8]) {
+    if msg.method() == Some("notifications/cancelled") {
+        let key = msg
+            .value
+            .pointer("/params/requestId")
+            .map(id_key)
+            .unwrap_or_default();
+        let route = agg.lock().calls.get(&key).cloned();
+        if let Some((i, ours)) = route {
+            let mut v = msg.value;
+            v["params"]["requestId"] = ours;
+            let _ = agg.members[i].session.send(to_line(&v));
+        }
+        return;
+    }
+    let line = one_line(bytes, &msg);
+    for m in &agg.members {
+        let _ = m.session.send(line.clone());
+    }
+}
+
+/// Asks one member `method` with `params` under our own id and waits for
+/// its answer; what the member sends the client meanwhile goes to the GET
+/// stream. `Err` holds the JSON-RPC error object.
+async fn ask(
+    ctx: &Ctx,
+    agg: &Aggregate,
+    member: usize,
+    method: &str,
+    params: Value,
+) -> Result<Value, Value> {
+    let ours = json!(format!("mcpbox-{}", ctx.gw.next_id()));
+    let line = to_line(&json!({"jsonrpc": "2.0", "id": ours, "method": method, "params": params}));
+    let session = &agg.members[member].session;
+    let mut waiting = session
+        .request(&ours, None, line)
+        .map_err(|e| json!({"code": mcpbox_gateway::CODE_SERVER_EXITED, "message": format!("server {} is not available ({e:?})", agg.members[member].server)}))?;
+    loop {
+        match waiting.rx.recv().await {
+            None => {
+                return Err(json!({"code": mcpbox_gateway::CODE_SERVER_EXITED, "message": "the server ended"}))
+            }
+            Some(Out::Message(m)) => {
+                waiting.took();
+                agg.unsolicited(agg.outgoing(member, &m, &ctx.gw));
+            }
+            Some(Out::Final(m)) => {
+                let v: Value = serde_json::from_slice(&m).unwrap_or(Value::Null);
+                return match (v.get("result"), v.get("error")) {
+                    (Some(r), _) => Ok(r.clone()),
+                    (_, Some(e)) => Err(e.clone()),
+                    _ => Err(json!({"code": -32603, "message": "invalid answer"})),
+                };
+            }
+        }
+    }
+}
+
+/// One event stream with one answer.
+fn single(answer: &Value, sid: Option<&str>) -> Response<Body> {
+    let (tx, rx) = mpsc::channel::<Bytes>(1);
+    let _ = tx.try_send(sse_event(&to_line(answer)));
+    let mut r = sse_response(rx);
+    if let Some(v) = sid.and_then(|s| HeaderValue::from_str(s).ok()) {
+        r.headers_mut().insert(SESSION_HEADER, v);
+    }
+    r
+}
+
+fn result(id: &Value, result: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "result": result})
+}
+
+fn error(id: &Value, code: i64, message: &str) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}})
+}
+
+async fn initialize(ctx: &Ctx, msg: Message, _slot: Slot) -> Result<Response<Body>, Refusal> {
+    let id = msg.id().cloned().unwrap_or(Value::Null);
+    let params = msg.value.get("params").cloned().unwrap_or(json!({}));
+    let servers: Vec<String> = ctx
+        .gw
+        .settings
+        .servers
+        .iter()
+        .filter(|s| ctx.client.may_use(s))
+        .cloned()
+        .collect();
+    if servers.is_empty() {
+        return Err(refusal(
+            StatusCode::FORBIDDEN,
+            TRANSPORT_ERROR,
+            Reason::HttpServerForbidden,
+            "this client may use no server",
+        )
+        .id(id));
+    }
+    let mut members = Vec::new();
+    for server in &servers {
+        match ctx.gw.open_session(&ctx.client.name, server, false).await {
+            Ok(session) => members.push(Member {
+                server: server.clone(),
+                session,
+            }),
+            Err(reason) => {
+                for m in &members {
+                    ctx.gw.close_session(&m.session);
+                }
+                return Err(open_refusal(reason).id(id));
+            }
+        }
+    }
+    let agg = Arc::new(Aggregate {
+        id: crate::session_id(),
+        client: ctx.client.name.clone(),
+        members,
+        state: Mutex::new(State::default()),
+    });
+    // every member starts at once; the answers are awaited in turn
+    let mut pending = Vec::new();
+    for i in 0..agg.members.len() {
+        let (ctx2, agg2, params2) = (ctx.clone(), agg.clone(), params.clone());
+        pending.push(tokio::spawn(async move {
+            ask(&ctx2, &agg2, i, "initialize", params2).await
+        }));
+    }
+    let mut answers = Vec::new();
+    for (i, p) in pending.into_iter().enumerate() {
+        let answer = p
+            .await
+            .unwrap_or_else(|_| Err(json!({"code": -32603, "message": "internal error"})));
+        match answer {
+            Ok(r) => answers.push((agg.members[i].server.clone(), r)),
+            Err(e) => {
+                agg.close(&ctx.gw);
+                let text = format!(
+                    "server {} refused initialize: {}",
+                    agg.members[i].server,
+                    e.get("message").and_then(Value::as_str).unwrap_or("error")
+                );
+                let code = e.get("code").and_then(Value::as_i64).unwrap_or(-32603);
+                return Ok(single(&error(&id, code, &text), None));
+            }
+        }
+    }
+    let merged = merge_initialize(&params, &answers);
+    // what members send the client on their own goes to our GET stream
+    for (i, m) in agg.members.iter().enumerate() {
+        let Ok(mut rx) = m.session.open_stream() else {
+            continue;
+        };
+        let (agg2, gw) = (agg.clone(), ctx.gw.clone());
+        tokio::spawn(async move {
+            while let Some(line) = rx.recv().await {
+                agg2.unsolicited(agg2.outgoing(i, &line, &gw));
+            }
+        });
+    }
+    ctx.gw.insert_aggregate(agg.clone());
+    Ok(single(&result(&id, merged), Some(&agg.id)))
+}
+
+/// The members' `initialize` results as one.
+fn merge_initialize(params: &Value, answers: &[(String, Value)]) -> Value {
+    let requested = params
+        .get("protocolVersion")
+        .and_then(Value::as_str)
+        .unwrap_or("2025-11-25");
+    let version = answers
+        .iter()
+        .filter_map(|(_, r)| r.get("protocolVersion").and_then(Value::as_str))
+        .min()
+        .unwrap_or(requested)
+        .to_string();
+    let mut caps = Map::new();
+    for (_, r) in answers {
+        let Some(Value::Object(c)) = r.get("capabilities") else {
+            continue;
+        };
+        for (k, v) in c {
+            let entry = caps.entry(k.clone()).or_insert_with(|| json!({}));
+            if let (Value::Object(into), Value::Object(from)) = (entry, v) {
+                for (fk, fv) in from {
+                    let on = fv.as_bool().unwrap_or(false)
+                        || into.get(fk).and_then(Value::as_bool).unwrap_or(false);
+                    if fv.is_boolean() {
+                        into.insert(fk.clone(), Value::Bool(on));
+                    } else {
+                        into.entry(fk.clone()).or_insert_with(|| fv.clone());
+                    }
+                }
+            }
+        }
+    }
+    let instructions: Vec<String> = answers
+        .iter()
+        .filter_map(|(s, r)| {
+            r.get("instructions")
+                .and_then(Value::as_str)
+                .filter(|t| !t.trim().is_empty())
+                .map(|t| format!("[{s}] {t}"))
+        })
+        .collect();
+    let mut out = json!({
+        "protocolVersion": version,
+        "capabilities": caps,
+        "serverInfo": {"name": "mcpbox", "version": env!("CARGO_PKG_VERSION")},
+    });
+    if !instructions.is_empty() {
+        out["instructions"] = Value::String(instructions.join("\n\n"));
+    }
+    out
+}
+
+/// The list methods: (method, the result's array, whether its entries
+/// have a URI to remember, or a URI template).
+fn list_kind(method: &str) -> Option<(&'static str, Uri)> {
+    match method {
+        "tools/list" => Some(("tools", Uri::None)),
+        "prompts/list" => Some(("prompts", Uri::None)),
+        "resources/list" => Some(("resources", Uri::Plain)),
+        "resources/templates/list" => Some(("resourceTemplates", Uri::Template)),
+        _ => None,
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Uri {
+    None,
+    Plain,
+    Template,
+}
+
+async fn list(ctx: &Ctx, agg: &Arc<Aggregate>, msg: &Message, key: &str, uri: Uri) -> Value {
+    let id = msg.id().cloned().unwrap_or(Value::Null);
+    let method = msg.method().unwrap_or("");
+    let meta = msg.value.pointer("/params/_meta").cloned();
+    let mut all = Vec::new();
+    for (i, m) in agg.members.iter().enumerate() {
+        let mut cursor: Option<Value> = None;
+        for _ in 0..MAX_PAGES {
+            let mut params = json!({});
+            if let Some(c) = &cursor {
+                params["cursor"] = c.clone();
+            }
+            if let Some(meta) = &meta {
+                params["_meta"] = meta.clone();
+            }
+            let Ok(page) = ask(ctx, agg, i, method, params).await else {
+                // a member without this feature (or that failed) adds nothing
+                break;
+            };
+            for mut item in page.get(key).and_then(Value::as_array).cloned().unwrap_or_default() {
+                if let Some(name) = item.get("name").and_then(Value::as_str) {
+                    item["name"] = Value::String(tool_name(&m.server, name));
+                }
+                match uri {
+                    Uri::Plain => {
+                        if let Some(u) = item.get("uri").and_then(Value::as_str) {
+                            agg.lock().uris.insert(u.to_string(), i);
+                        }
+                    }
+                    Uri::Template => {
+                        if let Some(t) = item.get("uriTemplate").and_then(Value::as_str) {
+                            let start = t.split('{').next().unwrap_or("").to_string();
+                            agg.lock().templates.push((start, i));
+                        }
+                    }
+                    Uri::None => {}
+                }
+                all.push(item);
+            }
+            cursor = page.get("nextCursor").filter(|c| !c.is_null()).cloned();
+            if cursor.is_none() {
+                break;
+            }
+        }
+    }
+    result(&id, json!({ key: all }))
+}
+
+/// Asks every member for its resources and templates (all pages), so that
+/// a URI can be routed.
+async fn learn_uris(ctx: &Ctx, agg: &Arc<Aggregate>) {
+    for method in ["resources/list", "resources/templates/list"] {
+        let probe = Message {
+            value: json!({"jsonrpc": "2.0", "id": null, "method": method}),
+            shape: Shape::Request,
+        };
+        if let Some((key, uri)) = list_kind(method) {
+            let _ = list(ctx, agg, &probe, key, uri).await;
+        }
+    }
+}
+
+async fn request(
+    ctx: &Ctx,
+    agg: Arc<Aggregate>,
+    msg: Message,
+    slot: Slot,
+) -> Result<Response<Body>, Refusal> {
+    let id = msg.id().cloned().unwrap_or(Value::Null);
+    let method = msg.method().unwrap_or("").to_string();
+    if method == "ping" {
+        return Ok(single(&result(&id, json!({})), None));
+    }
+    if let Some((key, uri)) = list_kind(&method) {
+        let answer = list(ctx, &agg, &msg, key, uri).await;
+        return Ok(single(&answer, None));
+    }
+    if method == "logging/setLevel" {
+        let params = msg.value.get("params").cloned().unwrap_or(json!({}));
+        for i in 0..agg.members.len() {
+            let _ = ask(ctx, &agg, i, &method, params.clone()).await;
+        }
+        return Ok(single(&result(&id, json!({})), None));
+    }
+    let mut value = msg.value;
+    let target = match method.as_str() {
+        "tools/call" | "prompts/get" => {
+            let name = value.pointer("/params/name").and_then(Value::as_str).unwrap_or("");
+            agg.member_of_name(name).map(|(i, rest)| (i, rest.to_string())).map(|(i, rest)| {
+                value["params"]["name"] = Value::String(rest);
+                i
+            })
+        }
+        "completion/complete" => {
+            let reference = value.pointer("/params/ref").cloned().unwrap_or(Value::Null);
+            match reference.get("type").and_then(Value::as_str) {
+                Some("ref/prompt") => {
+                    let name = reference.get("name").and_then(Value::as_str).unwrap_or("");
+                    agg.member_of_name(name).map(|(i, rest)| (i, rest.to_string())).map(|(i, rest)| {
+                        value["params"]["ref"]["name"] = Value::String(rest);
+                        i
+                    })
+                }
+                _ => reference
+                    .get("uri")
+                    .and_then(Value::as_str)
+                    .and_then(|u| agg.member_of_uri(u)),
+            }
+        }
+        "resources/read" | "resources/subscribe" | "resources/unsubscribe" => value
+            .pointer("/params/uri")
+            .and_then(Value::as_str)
+            .and_then(|u| agg.member_of_uri(u)),
+        _ => {
+            return Ok(single(
+                &error(&id, METHOD_NOT_FOUND, &format!("method {method} is not available on the aggregated endpoint; use /servers/<name>/mcp")),
+                None,
+            ))
+        }
+    };
+    // a URI nobody listed yet: learn the members' resources, then look again
+    let target = match target {
+        None if value.pointer("/params/uri").is_some() || value.pointer("/params/ref/uri").is_some() => {
+            learn_uris(ctx, &agg).await;
+            value
+                .pointer("/params/uri")
+                .or_else(|| value.pointer("/params/ref/uri"))
+                .and_then(Value::as_str)
+                .and_then(|u| agg.member_of_uri(u))
+        }
+        t => t,
+    };
+    let Some(member) = target else {
+        let text = "no server of this session has that name or URI (names are `<server>__<name>`; list first)";
+        return Ok(single(&error(&id, INVALID_PARAMS, text), None));
+    };
+    let ours = json!(format!("mcpbox-{}", ctx.gw.next_id()));
+    value["id"] = ours.clone();
+    let progress = value.pointer("/params/_meta/progressToken").cloned();
+    let session = agg.members[member].session.clone();
+    let waiting = session
+        .request(&ours, progress.as_ref(), to_line(&value))
+        .map_err(|e| send_refusal(e).id(id.clone()))?;
+    agg.lock().calls.insert(id_key(&id), (member, ours));
+    Ok(stream(ctx, agg, member, waiting, id, slot))
+}
+
+/// The client's id back on the member's answer.
+fn restore(line: &[u8], theirs: &Value) -> Vec<u8> {
+    match serde_json::from_slice::<Value>(line) {
+        Ok(mut v) => {
+            v["id"] = theirs.clone();
+            to_line(&v)
+        }
+        Err(_) => line.to_vec(),
+    }
+}
+
+fn stream(
+    ctx: &Ctx,
+    agg: Arc<Aggregate>,
+    member: usize,
+    mut waiting: Waiting,
+    theirs: Value,
+    slot: Slot,
+) -> Response<Body> {
+    let (tx, rx) = mpsc::channel::<Bytes>(64);
+    let gw = ctx.gw.clone();
+    tokio::spawn(async move {
+        let _slot = slot;
+        loop {
+            let next = tokio::time::timeout(KEEPALIVE_EVERY, waiting.rx.recv()).await;
+            let (event, last) = match next {
+                Err(_) => (Bytes::from_static(KEEPALIVE), false),
+                Ok(None) => (sse_event(&ended_error(&theirs)), true),
+                Ok(Some(Out::Message(m))) => {
+                    waiting.took();
+                    (sse_event(&agg.outgoing(member, &m, &gw)), false)
+                }
+                Ok(Some(Out::Final(m))) => (sse_event(&restore(&m, &theirs)), true),
+            };
+            if tx.send(event).await.is_err() || last {
+                agg.lock().calls.remove(&id_key(&theirs));
+                return;
+            }
+        }
+    });
+    sse_response(rx)
+}
+
+/// GET on `/mcp`: what the members send the client on their own.
+pub(crate) fn get(ctx: &Ctx, req: &Request<Incoming>) -> Result<Response<Body>, Refusal> {
+    let headers = req.headers();
+    if !accepts(headers, "text/event-stream") {
+        return Err(refusal(
+            StatusCode::NOT_ACCEPTABLE,
+            TRANSPORT_ERROR,
+            Reason::HttpAccept,
+            "Not Acceptable: Accept must list text/event-stream",
+        ));
+    }
+    check_version(headers)?;
+    let agg = find(ctx, headers)?;
+    let Some(slot) = ctx.gw.limits_of(&ctx.client.name).stream() else {
+        return Err(refusal(
+            StatusCode::TOO_MANY_REQUESTS,
+            TRANSPORT_ERROR,
+            Reason::HttpStreamLimit,
+            "this client has too many open streams",
+        ));
+    };
+    let (tx, mut events) = mpsc::channel::<Vec<u8>>(STREAM_QUEUE);
+    {
+        let mut st = agg.lock();
+        if st.stream.as_ref().is_some_and(|s| !s.is_closed()) {
+            return Err(refusal(
+                StatusCode::CONFLICT,
+                TRANSPORT_ERROR,
+                Reason::HttpStreamLimit,
+                "Conflict: this session has an open stream already",
+            ));
+        }
+        while let Some(m) = st.backlog.pop_front() {
+            if let Err(mpsc::error::TrySendError::Full(m)) = tx.try_send(m) {
+                st.backlog.push_front(m);
+                break;
+            }
+        }
+        st.stream = Some(tx);
+    }
+    let (out, rx) = mpsc::channel::<Bytes>(64);
+    tokio::spawn(async move {
+        let _slot = slot;
+        loop {
+            let event = match tokio::time::timeout(KEEPALIVE_EVERY, events.recv()).await {
+                Err(_) => Bytes::from_static(KEEPALIVE),
+                Ok(None) => return,
+                Ok(Some(m)) => sse_event(&m),
+            };
+            if out.send(event).await.is_err() {
+                return;
+            }
+        }
+    });
+    Ok(sse_response(rx))
+}
+
+/// DELETE on `/mcp`: every member's sandbox is torn down.
+pub(crate) fn delete(ctx: &Ctx, req: &Request<Incoming>) -> Result<Response<Body>, Refusal> {
+    let agg = find(ctx, req.headers())?;
+    ctx.gw.forget_aggregate(&agg.id);
+    agg.close(&ctx.gw);
+    Ok(plain(StatusCode::OK, ""))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn merged_capabilities_are_the_union_and_the_version_the_oldest() {
+        let answers = vec![
+            (
+                "a".to_string(),
+                json!({"protocolVersion": "2025-11-25", "capabilities": {"tools": {"listChanged": false}}, "instructions": "use a"}),
+            ),
+            (
+                "b".to_string(),
+                json!({"protocolVersion": "2025-06-18", "capabilities": {"tools": {"listChanged": true}, "prompts": {}}}),
+            ),
+        ];
+        let m = merge_initialize(&json!({"protocolVersion": "2025-11-25"}), &answers);
+        assert_eq!(m["protocolVersion"], "2025-06-18");
+        assert_eq!(m["capabilities"]["tools"]["listChanged"], true);
+        assert!(m["capabilities"]["prompts"].is_object());
+        assert_eq!(m["instructions"], "[a] use a");
+        assert_eq!(m["serverInfo"]["name"], "mcpbox");
+    }
+}
