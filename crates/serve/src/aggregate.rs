@@ -326,7 +326,9 @@ async fn ask(
     loop {
         match waiting.rx.recv().await {
             None => {
-                return Err(json!({"code": mcpbox_gateway::CODE_SERVER_EXITED, "message": "the server ended"}))
+                return Err(
+                    json!({"code": mcpbox_gateway::CODE_SERVER_EXITED, "message": "the server ended"}),
+                )
             }
             Some(Out::Message(m)) => {
                 waiting.took();
@@ -538,7 +540,12 @@ async fn list(ctx: &Ctx, agg: &Arc<Aggregate>, msg: &Message, key: &str, uri: Ur
                 // a member without this feature (or that failed) adds nothing
                 break;
             };
-            for mut item in page.get(key).and_then(Value::as_array).cloned().unwrap_or_default() {
+            for mut item in page
+                .get(key)
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default()
+            {
                 if let Some(name) = item.get("name").and_then(Value::as_str) {
                     item["name"] = Value::String(tool_name(&m.server, name));
                 }
@@ -641,7 +648,9 @@ async fn request(
     };
     // a URI nobody listed yet: learn the members' resources, then look again
     let target = match target {
-        None if value.pointer("/params/uri").is_some() || value.pointer("/params/ref/uri").is_some() => {
+        None if value.pointer("/params/uri").is_some()
+            || value.pointer("/params/ref/uri").is_some() =>
+        {
             learn_uris(ctx, &agg).await;
             value
                 .pointer("/params/uri")
