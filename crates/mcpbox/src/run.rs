@@ -44,10 +44,11 @@ pub fn tool_policy(loaded: &Loaded) -> Arc<dyn ToolPolicy> {
 }
 
 /// The relay's settings from the policy (output limits, call timeout,
-/// pins, the output directory `spec` mounts); the caller names the session.
+/// pins, the output directory the sandbox mounts, if any); the caller
+/// names the session.
 pub fn relay_config(
     loaded: &Loaded,
-    spec: &Spec,
+    output_dir: Option<PathBuf>,
     sandbox_id: String,
     workspace_id: String,
 ) -> anyhow::Result<Config> {
@@ -65,7 +66,7 @@ pub fn relay_config(
         call_timeout: p.process.call_timeout,
         redact_credential_shapes: p.output.redact_credential_shapes,
         pin_file: Some(pins),
-        output_dir: spec.output.clone(),
+        output_dir,
         ..Config::default()
     })
 }
@@ -138,7 +139,7 @@ pub fn run(loaded: Loaded, mut spec: Spec) -> anyhow::Result<i32> {
             Arc::new(approver.clone()),
         )?)
     };
-    let config = relay_config(&loaded, &spec, sandbox_id, workspace_id)?;
+    let config = relay_config(&loaded, spec.output.clone(), sandbox_id, workspace_id)?;
     let relay = Relay::new(config, Box::new(SandboxLauncher { spec, current }));
     approver.connect(relay.host_asker());
     let outcome = relay

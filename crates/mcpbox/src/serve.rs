@@ -8,6 +8,13 @@
 //! (`<state>/workspaces/<client>/<server>/output`: one client never sees
 //! another's files), its own egress proxy when the policy opens the
 //! network, and a relay whose audit `caller` is the client's name.
+//!
+//! A server with `url = ...` is remote (placement "outside"): no sandbox,
+//! no workspace; its relay talks to it through
+//! [`mcpbox_serve::upstream::RemoteLauncher`], so the policy's `[tools]`,
+//! `[secrets]` (the `[upstream]` credential) and `[output]` apply as for a
+//! sandboxed server. Its host must be allowed by the policy's `[network]`
+//! and resolve to a public address (a loopback URL may reach loopback).
 
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -20,6 +27,7 @@ use anyhow::{bail, Context};
 use mcpbox_audit::Sink;
 use mcpbox_gateway::Relay;
 use mcpbox_policy::serve::{ServeConfig, Upstream};
+use mcpbox_serve::upstream::{AddressGuard, Remote, RemoteLauncher};
 use mcpbox_serve::{Backend, ClientSettings, Gateway, Open, Opened, Settings};
 
 use crate::launch::SandboxLauncher;
@@ -32,7 +40,15 @@ const DRAIN: Duration = Duration::from_secs(10);
 /// One configured server, checked.
 struct Server {
     loaded: Loaded,
-    argv: Vec<OsString>,
+    place: Place,
+}
+
+/// Where a server runs.
+enum Place {
+    /// In a sandbox of its own per session: this command.
+    Sandbox(Vec<OsString>),
+    /// Elsewhere, reached over Streamable HTTP.
+    Remote(Arc<Remote>),
 }
 
 /// Opens sessions: a sandbox per session, as `mcpbox run` starts one.
@@ -46,6 +62,11 @@ struct Sandboxes {
 pub fn run(config: &Path) -> anyhow::Result<i32> {
     let cfg = ServeConfig::load(config).map_err(|e| anyhow::anyhow!("{e}"))?;
     let (mut settings, backend) = prepare(&cfg)?;
+    let tls = match &cfg.listen.tls {
+        Some(t) => Some(mcpbox_serve::tls::Acceptor::load(&t.cert, &t.key)?),
+        None => None,
+    };
+    let scheme = if tls.is_some() { "https" } else { "http" };
     let listen = settings.listen;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -66,11 +87,11 @@ pub fn run(config: &Path) -> anyhow::Result<i32> {
         settings.rebind(bound);
         let gw = Gateway::new(settings, backend);
         // the one line a script waits for (tests read the port from it)
-        eprintln!("mcpbox: serving on http://{bound}");
+        eprintln!("mcpbox: serving on {scheme}://{bound}");
         let shutdown = async move {
             let _ = stop_rx.await;
         };
-        mcpbox_serve::serve(gw, listener, shutdown, DRAIN)
+        mcpbox_serve::serve_with(gw, listener, tls, shutdown, DRAIN)
             .await
             .context("serving")
     })?;
@@ -82,9 +103,6 @@ pub fn run(config: &Path) -> anyhow::Result<i32> {
 /// gateway's settings and backend.
 fn prepare(cfg: &ServeConfig) -> anyhow::Result<(Settings, Arc<dyn Backend>)> {
     let tls = cfg.listen.tls.is_some();
-    if tls {
-        bail!("listen.tls: TLS is not built into this mcpbox yet; bind to loopback and put a TLS proxy in front");
-    }
     let mut settings = Settings::new(
         cfg.listen.address,
         tls,
@@ -105,32 +123,20 @@ fn prepare(cfg: &ServeConfig) -> anyhow::Result<(Settings, Arc<dyn Backend>)> {
     let mut servers = HashMap::new();
     for (i, s) in cfg.servers.iter().enumerate() {
         let at = format!("servers[{i}] ({})", s.name);
-        let argv = match &s.upstream {
-            Upstream::Command(argv) => argv.iter().map(OsString::from).collect::<Vec<_>>(),
-            Upstream::Url(_) => {
-                bail!("{at}: remote upstreams (url) are not built into this mcpbox yet")
-            }
-        };
         let loaded = preflight::load(Some(&s.policy))
             .with_context(|| format!("{at}: policy {}", s.policy.display()))?;
-        // the host checks `run` makes, once, before anyone connects
-        preflight::spec(&loaded, argv.clone(), mcpbox_sandbox::Stdio::Piped)
-            .with_context(|| format!("{at}: policy {}", s.policy.display()))?;
-        if let Some(m) = loaded
-            .policy
-            .filesystem
-            .mounts
-            .iter()
-            .find(|m| m.mode == mcpbox_policy::MountMode::Rw)
-        {
-            bail!(
-                "{at}: policy {} mounts {} read-write; under `serve` every client gets a workspace of its own, and a shared writable mount would let one client's server change what another's reads. Mount it read-only, or use filesystem.output",
-                s.policy.display(),
-                m.host.display()
-            );
-        }
+        let place = match &s.upstream {
+            Upstream::Command(argv) => {
+                let argv = argv.iter().map(OsString::from).collect::<Vec<_>>();
+                check_sandboxed(&at, s, &loaded, &argv)?;
+                Place::Sandbox(argv)
+            }
+            Upstream::Url(url) => Place::Remote(Arc::new(
+                remote(&loaded, url).with_context(|| format!("{at}: url {url}"))?,
+            )),
+        };
         settings.servers.push(s.name.clone());
-        servers.insert(s.name.clone(), Server { loaded, argv });
+        servers.insert(s.name.clone(), Server { loaded, place });
     }
     for (i, c) in cfg.clients.iter().enumerate() {
         let may: Vec<String> = match &c.servers {
@@ -163,13 +169,109 @@ fn prepare(cfg: &ServeConfig) -> anyhow::Result<(Settings, Arc<dyn Backend>)> {
     Ok((settings, Arc::new(backend)))
 }
 
+/// The host checks `run` makes, once, before anyone connects.
+fn check_sandboxed(
+    at: &str,
+    s: &mcpbox_policy::serve::Server,
+    loaded: &Loaded,
+    argv: &[OsString],
+) -> anyhow::Result<()> {
+    preflight::spec(loaded, argv.to_vec(), mcpbox_sandbox::Stdio::Piped)
+        .with_context(|| format!("{at}: policy {}", s.policy.display()))?;
+    if let Some(m) = loaded
+        .policy
+        .filesystem
+        .mounts
+        .iter()
+        .find(|m| m.mode == mcpbox_policy::MountMode::Rw)
+    {
+        bail!(
+            "{at}: policy {} mounts {} read-write; under `serve` every client gets a workspace of its own, and a shared writable mount would let one client's server change what another's reads. Mount it read-only, or use filesystem.output",
+            s.policy.display(),
+            m.host.display()
+        );
+    }
+    Ok(())
+}
+
+/// The roots that verify an https upstream: `SSL_CERT_FILE` when set (as
+/// OpenSSL and most TLS clients read it), else the system bundle.
+fn ca_file() -> PathBuf {
+    std::env::var_os("SSL_CERT_FILE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(mcpbox_serve::tls::SYSTEM_CA_FILE))
+}
+
+/// True for a URL host written as loopback: `localhost`, 127.0.0.0/8, ::1.
+fn written_as_loopback(host: &str) -> bool {
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// A remote upstream, checked against its policy's `[network]`: the host
+/// and port allowed, and the address it resolves to now public (or
+/// loopback for a URL written as loopback, or a `[network.hosts]`
+/// mapping), as the egress proxy checks a sandbox's connections.
+fn remote(loaded: &Loaded, url: &str) -> anyhow::Result<Remote> {
+    let network = &loaded.policy.network;
+    let (host, port) = mcpbox_serve::upstream::host_port(url)?;
+    let remote_with = |fixed, guard: AddressGuard| {
+        Remote::new(
+            url,
+            loaded.policy.upstream.clone(),
+            &ca_file(),
+            fixed,
+            guard,
+        )
+    };
+    let host = host.as_str();
+    let decision = network.decide(host, port);
+    match decision.verdict {
+        mcpbox_policy::Verdict::Allow => {}
+        mcpbox_policy::Verdict::Approve => bail!(
+            "{host}:{port} is not in the policy's network.allow (network.unlisted = \"approve\" cannot ask anyone for a remote upstream): add \"{host}:{port}\" to network.allow"
+        ),
+        mcpbox_policy::Verdict::Deny => bail!(
+            "the policy's [network] does not allow {host}:{port} ({}, {}): add \"{host}:{port}\" to network.allow",
+            decision.reason.as_str(),
+            decision.source
+        ),
+    }
+    let fixed = network.mapped_address(host);
+    if let Some(ip) = fixed {
+        if let Some(class) = mcpbox_egress::classify(ip).filter(|c| !c.allowed_for_mapping()) {
+            bail!(
+                "network.hosts maps {host} to {ip}, {}, which no upstream may be",
+                class.describe()
+            );
+        }
+    }
+    let loopback_ok = written_as_loopback(host);
+    let guard: AddressGuard = Arc::new(move |ip| match mcpbox_egress::classify(ip) {
+        None => Ok(()),
+        Some(mcpbox_egress::AddressClass::Loopback) if loopback_ok => Ok(()),
+        Some(class) => Err(class.describe().to_string()),
+    });
+    let remote = remote_with(fixed, guard)?;
+    remote
+        .check_address()
+        .map_err(|e| anyhow::anyhow!("{e}; only public addresses are reached (a URL written as loopback may reach loopback, a network.hosts mapping its address)"))?;
+    Ok(remote)
+}
+
 impl Backend for Sandboxes {
     fn open(&self, open: &Open) -> Result<Opened, String> {
         let server = self
             .servers
             .get(&open.server)
             .ok_or_else(|| format!("no server {}", open.server))?;
-        open_sandbox(server, open).map_err(|e| format!("{e:#}"))
+        match &server.place {
+            Place::Sandbox(argv) => open_sandbox(&server.loaded, argv, open),
+            Place::Remote(remote) => open_remote(&server.loaded, remote, open),
+        }
+        .map_err(|e| format!("{e:#}"))
     }
 
     fn audit(&self, event: mcpbox_audit::Event) {
@@ -197,9 +299,32 @@ fn workspace_output(client: &str, server: &str) -> anyhow::Result<PathBuf> {
     Ok(dir)
 }
 
-fn open_sandbox(server: &Server, open: &Open) -> anyhow::Result<Opened> {
-    let loaded = &server.loaded;
-    let mut spec = preflight::spec(loaded, server.argv.clone(), mcpbox_sandbox::Stdio::Piped)?;
+/// A relay on a remote upstream: no sandbox, no workspace, no egress
+/// proxy (the gateway itself connects, to the address checked at start
+/// or, on a new connection, checked again).
+fn open_remote(loaded: &Loaded, remote: &Arc<Remote>, open: &Open) -> anyhow::Result<Opened> {
+    let runtime = tokio::runtime::Handle::try_current()
+        .context("a remote upstream needs the gateway's runtime")?;
+    let sandbox_id = state::new_id();
+    let audit: Arc<dyn Sink> = open.metrics.sink(state::open_audit(&loaded.policy)?);
+    let workspace_id = format!("remote-{}", open.server);
+    let mut config = crate::run::relay_config(loaded, None, sandbox_id.clone(), workspace_id)?;
+    config.server_name = open.server.clone();
+    config.caller = open.client.clone();
+    let launcher = RemoteLauncher::new(remote.clone(), runtime);
+    let relay = Relay::new(config, Box::new(launcher))
+        .policy(crate::run::tool_policy(loaded))
+        .secrets(crate::run::secrets(loaded)?)
+        .audit(audit);
+    Ok(Opened {
+        relay,
+        sandbox_id,
+        keep: Box::new(()),
+    })
+}
+
+fn open_sandbox(loaded: &Loaded, argv: &[OsString], open: &Open) -> anyhow::Result<Opened> {
+    let mut spec = preflight::spec(loaded, argv.to_vec(), mcpbox_sandbox::Stdio::Piped)?;
     if spec.output.is_some() {
         spec.output = Some(workspace_output(&open.client, &open.server)?);
     }
@@ -223,7 +348,12 @@ fn open_sandbox(server: &Server, open: &Open) -> anyhow::Result<Opened> {
             Arc::new(approver.clone()),
         )?)
     };
-    let mut config = crate::run::relay_config(loaded, &spec, sandbox_id.clone(), workspace_id)?;
+    let mut config = crate::run::relay_config(
+        loaded,
+        spec.output.clone(),
+        sandbox_id.clone(),
+        workspace_id,
+    )?;
     config.server_name = open.server.clone();
     config.caller = open.client.clone();
     let launcher = SandboxLauncher {

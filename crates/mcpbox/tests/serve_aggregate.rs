@@ -82,7 +82,7 @@ fn answer(body: &str) -> Value {
     let data = body
         .lines()
         .filter_map(|l| l.strip_prefix("data: "))
-        .last()
+        .next_back()
         .unwrap_or_else(|| panic!("no event in {body:?}"));
     serde_json::from_str(data).unwrap()
 }

@@ -34,7 +34,8 @@ pub use diagnostic::{Diagnostic, Location};
 pub use examples::Example;
 pub use model::{
     Audit, Durability, Env, Filesystem, Mount, MountMode, Output, Policy, Process, Sandbox, Secret,
-    SecretSource, Server, DEFAULT_MAX_LINE, DEFAULT_MAX_RESULT, DEFAULT_PIDS, DEFAULT_TMP,
+    SecretSource, Server, UpstreamSettings, ValuePart, DEFAULT_MAX_LINE, DEFAULT_MAX_RESULT,
+    DEFAULT_PIDS, DEFAULT_TMP,
 };
 pub use network::{HostPattern, HostRule, NetworkRules, Unlisted};
 pub use tools::{glob_match, ToolRule, ToolRules};

@@ -64,6 +64,11 @@ pub struct Policy {
     /// Secrets injected as environment variables at start: NAME = { from_env | from_file | from_command, ttl }.
     #[serde(default)]
     pub secrets: BTreeMap<String, Secret>,
+    /// How `mcpbox serve` reaches this server when it is remote (`url = ...` in the
+    /// serve config): the header that carries the upstream credential. Ignored for a
+    /// server started in the sandbox.
+    #[serde(default, skip_serializing_if = "UpstreamSettings::is_empty")]
+    pub upstream: UpstreamSettings,
     /// Per-tool rules applied by the relay.
     #[serde(default)]
     pub tools: ToolRules,
@@ -342,6 +347,97 @@ impl JsonSchema for Secret {
         }
         schema
     }
+}
+
+/// The `[upstream]` section: the credential `mcpbox serve` adds to every request to a
+/// remote server. The value names secrets of `[secrets]` as `${NAME}`, so the credential
+/// itself never sits in the policy file; the relay redacts those values from whatever
+/// the server sends back.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamSettings {
+    /// HTTP header that carries the credential, e.g. "Authorization" or "X-Api-Key".
+    /// Not one the gateway sets itself (Host, Content-Type, Accept, Mcp-Session-Id, ...).
+    /// Needs `value`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub header: Option<String>,
+    /// The header's value, naming at least one secret as `${NAME}`, e.g.
+    /// "Bearer ${TICKETS_TOKEN}". Printable ASCII; needs `header`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+}
+
+/// One piece of an `[upstream] value`: literal text or a secret's name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ValuePart<'a> {
+    /// Text as written.
+    Text(&'a str),
+    /// `${NAME}`: the value of secret NAME.
+    Secret(&'a str),
+}
+
+impl UpstreamSettings {
+    /// True when the section is absent or empty.
+    pub fn is_empty(&self) -> bool {
+        self.header.is_none() && self.value.is_none()
+    }
+
+    /// The header name and value with every `${NAME}` replaced by `lookup(NAME)`.
+    /// `None` when there is no header; an error names a secret `lookup` does not
+    /// know, or whose value cannot travel in a header (never the value itself).
+    pub fn render<'a>(
+        &self,
+        lookup: impl Fn(&str) -> Option<&'a str>,
+    ) -> Option<Result<(String, String), String>> {
+        let header = self.header.as_ref()?;
+        let value = self.value.as_deref().unwrap_or("");
+        let parts = match parse_value(value) {
+            Ok(p) => p,
+            Err(e) => return Some(Err(e)),
+        };
+        let mut out = String::new();
+        for part in parts {
+            match part {
+                ValuePart::Text(t) => out.push_str(t),
+                ValuePart::Secret(name) => match lookup(name) {
+                    None => return Some(Err(format!("secret {name} has no value"))),
+                    Some(v) if !v.bytes().all(header_value_byte) || v.is_empty() => {
+                        return Some(Err(format!(
+                            "secret {name} is empty or holds a character an HTTP header cannot carry"
+                        )))
+                    }
+                    Some(v) => out.push_str(v),
+                },
+            }
+        }
+        Some(Ok((header.clone(), out)))
+    }
+}
+
+/// Bytes an HTTP header value may hold here: visible ASCII, space and tab.
+pub(crate) fn header_value_byte(b: u8) -> bool {
+    b == b' ' || b == b'\t' || b.is_ascii_graphic()
+}
+
+/// Splits an `[upstream] value` into text and `${NAME}` references.
+pub(crate) fn parse_value(value: &str) -> Result<Vec<ValuePart<'_>>, String> {
+    let mut parts = Vec::new();
+    let mut rest = value;
+    while let Some(at) = rest.find("${") {
+        if at > 0 {
+            parts.push(ValuePart::Text(&rest[..at]));
+        }
+        let after = &rest[at + 2..];
+        let Some(end) = after.find('}') else {
+            return Err("\"${\" without a closing \"}\"".into());
+        };
+        parts.push(ValuePart::Secret(&after[..end]));
+        rest = &after[end + 1..];
+    }
+    if !rest.is_empty() {
+        parts.push(ValuePart::Text(rest));
+    }
+    Ok(parts)
 }
 
 /// The `[output]` section.

@@ -1242,3 +1242,78 @@ fn garbage_values_never_panic_the_engines() {
         );
     }
 }
+
+const TOKEN_SECRET: &str = "[secrets]\nTICKETS_TOKEN = { from_env = \"T\" }\n";
+
+#[test]
+fn upstream_header_renders_its_secret() {
+    let p = ok(&format!(
+        "{TOKEN_SECRET}[upstream]\nheader = \"Authorization\"\nvalue = \"Bearer ${{TICKETS_TOKEN}}\"\n"
+    ));
+    let (h, v) = p
+        .upstream
+        .render(|n| (n == "TICKETS_TOKEN").then_some("s3cr3t-value"))
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (h.as_str(), v.as_str()),
+        ("Authorization", "Bearer s3cr3t-value")
+    );
+    // a value that cannot travel in a header is named, not shown
+    let e = p
+        .upstream
+        .render(|_| Some("bad\nvalue"))
+        .unwrap()
+        .unwrap_err();
+    assert!(e.contains("TICKETS_TOKEN") && !e.contains("bad"), "{e}");
+    assert!(ok("").upstream.render(|_| None).is_none());
+}
+
+#[test]
+fn upstream_value_naming_no_secret_is_refused() {
+    refused(
+        &format!(
+            "{TOKEN_SECRET}[upstream]\nheader = \"Authorization\"\nvalue = \"Bearer abc123\"\n"
+        ),
+        "upstream.value",
+        5,
+        "names no secret",
+    );
+    refused(
+        &format!(
+            "{TOKEN_SECRET}[upstream]\nheader = \"Authorization\"\nvalue = \"Bearer ${{OTHER}}\"\n"
+        ),
+        "upstream.value",
+        5,
+        "names no secret of [secrets]",
+    );
+    refused(
+        &format!("{TOKEN_SECRET}[upstream]\nheader = \"Authorization\"\nvalue = \"Bearer ${{TICKETS_TOKEN\"\n"),
+        "upstream.value",
+        5,
+        "closing",
+    );
+}
+
+#[test]
+fn upstream_header_the_gateway_sets_or_a_bad_name_is_refused() {
+    for h in [
+        "Host",
+        "mcp-session-id",
+        "Content-Type",
+        "Proxy-Authorization",
+        "Bad Header",
+        "",
+    ] {
+        let d = err(&format!(
+            "{TOKEN_SECRET}[upstream]\nheader = \"{h}\"\nvalue = \"${{TICKETS_TOKEN}}\"\n"
+        ));
+        assert_eq!(d.key, "upstream.header", "{h}: {d}");
+    }
+    refused(
+        &format!("{TOKEN_SECRET}[upstream]\nvalue = \"${{TICKETS_TOKEN}}\"\n"),
+        "upstream.value",
+        4,
+        "without header",
+    );
+}

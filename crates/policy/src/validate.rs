@@ -424,6 +424,9 @@ pub(crate) fn validate(p: &mut Policy, file: &Path, locs: &Locations) -> Result<
         }
     }
 
+    // [upstream]
+    check_upstream(&ctx, p)?;
+
     // [output]
     if p.output.max_result == 0 {
         return Err(ctx.err(
@@ -455,6 +458,86 @@ pub(crate) fn validate(p: &mut Policy, file: &Path, locs: &Locations) -> Result<
             };
             return Err(ctx.err(&key, message, hint));
         }
+    }
+    Ok(())
+}
+
+/// Headers the gateway sets itself on every upstream request, or that shape
+/// the connection: a credential may not take their place.
+const RESERVED_HEADERS: [&str; 13] = [
+    "host",
+    "content-type",
+    "content-length",
+    "accept",
+    "connection",
+    "transfer-encoding",
+    "te",
+    "upgrade",
+    "keep-alive",
+    "trailer",
+    "mcp-session-id",
+    "mcp-protocol-version",
+    "last-event-id",
+];
+
+fn check_upstream(ctx: &Ctx, p: &Policy) -> Result<(), Diagnostic> {
+    let u = &p.upstream;
+    const EXAMPLE: &str =
+        "e.g. header = \"Authorization\" and value = \"Bearer ${TICKETS_TOKEN}\", with TICKETS_TOKEN in [secrets]";
+    let (header, value) = match (&u.header, &u.value) {
+        (None, None) => return Ok(()),
+        (Some(h), Some(v)) => (h, v),
+        (None, Some(_)) => return Err(ctx.err("upstream.value", "value without header", EXAMPLE)),
+        (Some(_), None) => return Err(ctx.err("upstream.header", "header without value", EXAMPLE)),
+    };
+    let tchar = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+    if header.is_empty() || !header.bytes().all(tchar) {
+        return Err(ctx.err(
+            "upstream.header",
+            format!("\"{}\" is not an HTTP header name", header.escape_debug()),
+            EXAMPLE,
+        ));
+    }
+    let lower = header.to_ascii_lowercase();
+    if RESERVED_HEADERS.contains(&lower.as_str()) || lower.starts_with("proxy-") {
+        return Err(ctx.err(
+            "upstream.header",
+            format!("{header} is set by the gateway itself"),
+            "name the header the upstream reads its credential from, such as Authorization or X-Api-Key",
+        ));
+    }
+    let parts =
+        crate::model::parse_value(value).map_err(|m| ctx.err("upstream.value", m, EXAMPLE))?;
+    let mut secrets = 0;
+    for part in &parts {
+        match part {
+            crate::model::ValuePart::Text(t) => {
+                if !t.bytes().all(crate::model::header_value_byte) {
+                    return Err(ctx.err(
+                        "upstream.value",
+                        "value holds a character an HTTP header cannot carry",
+                        "use printable ASCII",
+                    ));
+                }
+            }
+            crate::model::ValuePart::Secret(name) => {
+                if !p.secrets.contains_key(*name) {
+                    return Err(ctx.err(
+                        "upstream.value",
+                        format!("${{{name}}} names no secret of [secrets]"),
+                        format!("add {name} = {{ from_env = \"VAR\" }} (or from_file, from_command) to [secrets]"),
+                    ));
+                }
+                secrets += 1;
+            }
+        }
+    }
+    if secrets == 0 {
+        return Err(ctx.err(
+            "upstream.value",
+            "value names no secret",
+            format!("a credential written into the policy file ends up in backups and reviews; {EXAMPLE}"),
+        ));
     }
     Ok(())
 }

@@ -16,8 +16,12 @@
 //!   for the host to the POST waiting for it or to the session's GET
 //!   stream.
 //! - [`Backend`]: how a session gets its relay. `mcpbox` gives each one a
-//!   sandbox (and its egress proxy) of its own; tests give it a plain
-//!   process.
+//!   sandbox (and its egress proxy) of its own, or, for a remote server,
+//!   an [`upstream::RemoteLauncher`]; tests give it a plain process.
+//! - [`tls`]: the listener's TLS ([`serve_with`]) and the upstream
+//!   client's.
+//! - [`upstream`]: remote servers, reached as a Streamable HTTP client
+//!   behind the relay's [`mcpbox_gateway::Launcher`] interface.
 //!
 //! Threads: the tokio runtime runs the HTTP side only. Each relay session
 //! runs on a thread of its own ([`mcpbox_gateway::Attached::run`]), and
@@ -28,8 +32,15 @@
 //!
 //! Dependencies, each for one job: tokio (the runtime), hyper, hyper-util
 //! and http-body-util (HTTP/1.1: the ecosystem's standard stack, so no
-//! HTTP is parsed by hand), bytes (hyper's buffers), sha2 (token digests,
-//! compared in constant time).
+//! HTTP is parsed by hand; hyper's client and hyper-util's `client-legacy`
+//! pool for remote upstreams), bytes (hyper's buffers), sha2 (token
+//! digests, compared in constant time), rustls and tokio-rustls with the
+//! ring provider and no default features (TLS 1.2/1.3 for the listener and
+//! upstreams; aws-lc-rs would need cmake and a long C build; ring's C and
+//! assembly build is most of the cost, about 13 s for all of these on 2
+//! cores), rustls-pki-types (PEM certificates and keys, the maintained
+//! successor of rustls-pemfile; already in rustls' tree), tower-service (the connector trait of hyper-util's client,
+//! already in its tree).
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
@@ -42,6 +53,8 @@ pub mod metrics;
 pub mod modern;
 pub mod session;
 pub mod settings;
+pub mod tls;
+pub mod upstream;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -394,6 +407,19 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
     drain: Duration,
 ) -> std::io::Result<()> {
+    serve_with(gw, listener, None, shutdown, drain).await
+}
+
+/// [`serve`], with TLS when `tls` is given: each accepted connection does
+/// its handshake on its own task within the header timeout, then is served
+/// as a plain one.
+pub async fn serve_with(
+    gw: Arc<Gateway>,
+    listener: TcpListener,
+    tls: Option<tls::Acceptor>,
+    shutdown: impl Future<Output = ()>,
+    drain: Duration,
+) -> std::io::Result<()> {
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     tokio::pin!(shutdown);
     loop {
@@ -416,10 +442,26 @@ pub async fn serve(
                     .timer(TokioTimer::new())
                     .header_read_timeout(gw.settings.limits.header_timeout)
                     .keep_alive(true);
-                let conn = builder.serve_connection(TokioIo::new(stream), svc);
-                let conn = graceful.watch(conn);
+                let Some(tls) = &tls else {
+                    let conn = builder.serve_connection(TokioIo::new(stream), svc);
+                    let conn = graceful.watch(conn);
+                    tokio::spawn(async move {
+                        if let Err(e) = conn.await {
+                            tracing::debug!("connection ended: {e}");
+                        }
+                    });
+                    continue;
+                };
+                let (acceptor, watcher) = (tls.inner().clone(), graceful.watcher());
+                let handshake_timeout = gw.settings.limits.header_timeout;
                 tokio::spawn(async move {
-                    if let Err(e) = conn.await {
+                    let stream = match tokio::time::timeout(handshake_timeout, acceptor.accept(stream)).await {
+                        Ok(Ok(s)) => s,
+                        Ok(Err(e)) => return tracing::debug!("tls handshake failed: {e}"),
+                        Err(_) => return tracing::debug!("tls handshake timed out"),
+                    };
+                    let conn = builder.serve_connection(TokioIo::new(stream), svc);
+                    if let Err(e) = watcher.watch(conn).await {
                         tracing::debug!("connection ended: {e}");
                     }
                 });
