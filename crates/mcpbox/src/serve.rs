@@ -11,6 +11,7 @@
 
 use std::collections::HashMap;
 use std::ffi::OsString;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicI32;
 use std::sync::Arc;
@@ -45,8 +46,16 @@ struct Sandboxes {
 /// Runs the gateway until SIGTERM, SIGINT or SIGHUP.
 pub fn run(config: &Path) -> anyhow::Result<i32> {
     let cfg = ServeConfig::load(config).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let (settings, backend) = prepare(&cfg)?;
-    let listen = settings.listen;
+    // Bound before the settings are made: the accepted Host and Origin
+    // values carry the port, which for port 0 only the kernel knows.
+    let listen = cfg.listen.address;
+    let std_listener = std::net::TcpListener::bind(listen)
+        .with_context(|| format!("listen.address: cannot listen on {listen}"))?;
+    std_listener
+        .set_nonblocking(true)
+        .with_context(|| format!("listen.address: cannot listen on {listen}"))?;
+    let bound = std_listener.local_addr().unwrap_or(listen);
+    let (settings, backend) = prepare(&cfg, bound)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("mcpbox-serve")
@@ -57,11 +66,9 @@ pub fn run(config: &Path) -> anyhow::Result<i32> {
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     spawn_signal_thread(stop_tx)?;
     runtime.block_on(async move {
-        let listener = tokio::net::TcpListener::bind(listen)
-            .await
+        let listener = tokio::net::TcpListener::from_std(std_listener)
             .with_context(|| format!("listen.address: cannot listen on {listen}"))?;
         let gw = Gateway::new(settings, backend);
-        let bound = listener.local_addr().unwrap_or(listen);
         // the one line a script waits for (tests read the port from it)
         eprintln!("mcpbox: serving on http://{bound}");
         let shutdown = async move {
@@ -76,14 +83,14 @@ pub fn run(config: &Path) -> anyhow::Result<i32> {
 }
 
 /// Checks every server's policy and every client's token, and builds the
-/// gateway's settings and backend.
-fn prepare(cfg: &ServeConfig) -> anyhow::Result<(Settings, Arc<dyn Backend>)> {
+/// gateway's settings (for the address `bound`) and backend.
+fn prepare(cfg: &ServeConfig, bound: SocketAddr) -> anyhow::Result<(Settings, Arc<dyn Backend>)> {
     let tls = cfg.listen.tls.is_some();
     if tls {
         bail!("listen.tls: TLS is not built into this mcpbox yet; bind to loopback and put a TLS proxy in front");
     }
     let mut settings = Settings::new(
-        cfg.listen.address,
+        bound,
         tls,
         &cfg.listen.allowed_hosts,
         &cfg.listen.allowed_origins,
