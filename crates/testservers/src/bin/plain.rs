@@ -42,7 +42,7 @@ impl Server for Plain {
             tool(
                 "write_file",
                 "Writes a file.",
-                json!({"path": {"type": "string"}}),
+                json!({"path": {"type": "string"}, "text": {"type": "string"}}),
             ),
             tool(
                 "sleep",
@@ -57,6 +57,16 @@ impl Server for Plain {
             self.history.push(json!({"name": name, "arguments": args}));
         }
         match name {
+            "write_file" if args.get("path").is_some() => {
+                // writes `text` at `path` for real, so tests can see whose
+                // workspace a file landed in
+                let path = args.get("path").and_then(Value::as_str).unwrap_or("");
+                let body = args.get("text").and_then(Value::as_str).unwrap_or("");
+                match std::fs::write(path, body) {
+                    Ok(()) => Ok(text(format!("wrote {path}"))),
+                    Err(e) => Err((-32000, format!("cannot write {path}: {e}"))),
+                }
+            }
             "echo" | "write_file" | "delete_all" => Ok(text(
                 args.get("text").and_then(Value::as_str).unwrap_or(name),
             )),
