@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the third-party MCP servers and clients the interop tests drive,
 # pinned, into .local/peers (gitignored). Idempotent: a second run only checks.
-#   .local/peers/npm/bin/      mcp-server-everything, mcp-server-filesystem
+#   .local/peers/npm/bin/      mcp-server-everything, mcp-server-filesystem, mcp-inspector
 #   .local/peers/venv/bin/     python with the mcp SDK, mcp-server-time, mcp-server-fetch
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -9,6 +9,7 @@ PEERS="${MCPBOX_PEERS_DIR:-$ROOT/.local/peers}"
 NPM_PKGS=(
   "@modelcontextprotocol/server-everything@2026.8.31"
   "@modelcontextprotocol/server-filesystem@2026.8.31"
+  "@modelcontextprotocol/inspector@2.12.0"
 )
 PY_PKGS=(
   "mcp==2.3.0"
