@@ -57,9 +57,15 @@ impl Server for Plain {
             self.history.push(json!({"name": name, "arguments": args}));
         }
         match name {
-            "write_file" if args.get("path").is_some() => {
-                // writes `text` at `path` for real, so tests can see whose
-                // workspace a file landed in
+            // a path in the sandbox's output is written for real, so tests
+            // can see whose workspace a file landed in; any other path is
+            // only echoed (the in-process tests run this server unsandboxed)
+            "write_file"
+                if args
+                    .get("path")
+                    .and_then(Value::as_str)
+                    .is_some_and(|p| p.starts_with("/workspace/output/")) =>
+            {
                 let path = args.get("path").and_then(Value::as_str).unwrap_or("");
                 let body = args.get("text").and_then(Value::as_str).unwrap_or("");
                 match std::fs::write(path, body) {
