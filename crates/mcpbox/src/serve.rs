@@ -46,16 +46,6 @@ struct Sandboxes {
 /// Runs the gateway until SIGTERM, SIGINT or SIGHUP.
 pub fn run(config: &Path) -> anyhow::Result<i32> {
     let cfg = ServeConfig::load(config).map_err(|e| anyhow::anyhow!("{e}"))?;
-    // Bound before the settings are made: the accepted Host and Origin
-    // values carry the port, which for port 0 only the kernel knows.
-    let listen = cfg.listen.address;
-    let std_listener = std::net::TcpListener::bind(listen)
-        .with_context(|| format!("listen.address: cannot listen on {listen}"))?;
-    std_listener
-        .set_nonblocking(true)
-        .with_context(|| format!("listen.address: cannot listen on {listen}"))?;
-    let bound = std_listener.local_addr().unwrap_or(listen);
-    let (settings, backend) = prepare(&cfg, bound)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("mcpbox-serve")
@@ -63,11 +53,19 @@ pub fn run(config: &Path) -> anyhow::Result<i32> {
         .enable_time()
         .build()
         .context("starting the async runtime")?;
+    // Bound before the settings are made: the accepted Host and Origin
+    // values carry the port, which for port 0 only the kernel knows.
+    // (tokio's bind, for its listen backlog of 1024: std's 128 refuses
+    // connections under a burst of clients.)
+    let listen = cfg.listen.address;
+    let listener = runtime
+        .block_on(tokio::net::TcpListener::bind(listen))
+        .with_context(|| format!("listen.address: cannot listen on {listen}"))?;
+    let bound = listener.local_addr().unwrap_or(listen);
+    let (settings, backend) = prepare(&cfg, bound)?;
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     spawn_signal_thread(stop_tx)?;
     runtime.block_on(async move {
-        let listener = tokio::net::TcpListener::from_std(std_listener)
-            .with_context(|| format!("listen.address: cannot listen on {listen}"))?;
         let gw = Gateway::new(settings, backend);
         // the one line a script waits for (tests read the port from it)
         eprintln!("mcpbox: serving on http://{bound}");

@@ -344,7 +344,16 @@ fn a_thousand_open_event_streams_do_not_stop_calls_and_the_cap_is_429() {
         let r = m.call("echo", json!({"text": format!("during {i}")}));
         assert_eq!(text_of(&r), format!("during {i}"), "{r}");
     }
-    let streams: Vec<Conn> = open.into_iter().flat_map(|t| t.join().unwrap()).collect();
+    let streams: Vec<Conn> = open
+        .into_iter()
+        .flat_map(|t| {
+            t.join().unwrap_or_else(|_| {
+                let log = gw.stderr();
+                let tail: Vec<&str> = log.lines().rev().take(20).collect();
+                panic!("opening streams failed; the gateway's last lines:\n{tail:#?}")
+            })
+        })
+        .collect();
     assert_eq!(streams.len(), STREAMS);
     // ... and once all are open
     let started = Instant::now();
