@@ -12,7 +12,7 @@ use std::process::Command;
 
 use common::mcp::testserver;
 use common::peers::peers;
-use common::serve::{binary_policy, Serve};
+use common::serve::{binary_policy, Gateway as Serve, ALICE, BOB};
 use serde_json::{json, Value};
 
 fn script() -> PathBuf {
@@ -26,27 +26,21 @@ fn gateway() -> Serve {
     let fixture = testserver("conformance");
     let config = format!(
         "[listen]\naddress = \"127.0.0.1:0\"\n\n\
-         [[clients]]\nname = \"alice\"\ntoken = {{ from_env = \"ALICE_TOKEN\" }}\n\n\
-         [[clients]]\nname = \"bob\"\ntoken = {{ from_env = \"BOB_TOKEN\" }}\nservers = [\"plain\"]\n\n\
+         [[clients]]\nname = \"alice\"\ntoken = {{ from_env = \"T_ALICE\" }}\n\n\
+         [[clients]]\nname = \"bob\"\ntoken = {{ from_env = \"T_BOB\" }}\nservers = [\"plain\"]\n\n\
          [[servers]]\nname = \"plain\"\npolicy = \"plain.toml\"\ncommand = [{:?}]\n\n\
          [[servers]]\nname = \"conformance\"\npolicy = \"fixture.toml\"\ncommand = [{:?}]\n",
         plain.display().to_string(),
         fixture.display().to_string()
     );
-    Serve::start(
-        &[
-            (
-                "plain.toml",
-                binary_policy("plain", &plain, "\"add\" = \"deny\""),
-            ),
-            ("fixture.toml", binary_policy("conformance", &fixture, "")),
-            ("serve.toml", config),
-        ],
-        &[
-            ("ALICE_TOKEN", "alice-token-1"),
-            ("BOB_TOKEN", "bob-token-2"),
-        ],
-    )
+    Serve::start_files(&[
+        (
+            "plain.toml",
+            binary_policy("plain", &plain, "\"add\" = \"deny\""),
+        ),
+        ("fixture.toml", binary_policy("conformance", &fixture, "")),
+        ("serve.toml", config),
+    ])
 }
 
 /// One POST on its own connection: (status, headers, body).
@@ -116,7 +110,7 @@ fn python_sdk_lists_and_calls_every_server_through_the_aggregated_endpoint() {
     let out = Command::new(peers().join("venv/bin/python"))
         .arg(script())
         .arg(gw.url("/mcp"))
-        .arg("alice-token-1")
+        .arg(ALICE)
         .arg("marker-a1b2c3")
         .output()
         .unwrap();
@@ -132,9 +126,9 @@ fn python_sdk_lists_and_calls_every_server_through_the_aggregated_endpoint() {
 #[test]
 fn a_client_sees_only_the_servers_it_may_use_on_the_aggregate() {
     let gw = gateway();
-    let sid = open(&gw, "bob-token-2");
+    let sid = open(&gw, BOB);
     let list = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list"});
-    let (_, _, body) = post(&gw, "bob-token-2", Some(&sid), &list);
+    let (_, _, body) = post(&gw, BOB, Some(&sid), &list);
     let names: Vec<String> = answer(&body)["result"]["tools"]
         .as_array()
         .unwrap()
@@ -143,13 +137,7 @@ fn a_client_sees_only_the_servers_it_may_use_on_the_aggregate() {
         .collect();
     assert!(names.iter().any(|n| n == "plain__echo"), "{names:?}");
     assert!(names.iter().all(|n| n.starts_with("plain__")), "{names:?}");
-    let r = call(
-        &gw,
-        "bob-token-2",
-        &sid,
-        "conformance__test_simple_text",
-        json!({}),
-    );
+    let r = call(&gw, BOB, &sid, "conformance__test_simple_text", json!({}));
     assert!(
         r.get("error").is_some(),
         "bob reached a server he may not use: {r}"
@@ -159,21 +147,21 @@ fn a_client_sees_only_the_servers_it_may_use_on_the_aggregate() {
 #[test]
 fn another_clients_aggregate_session_id_gets_404_and_is_audited() {
     let gw = gateway();
-    let alice = open(&gw, "alice-token-1");
+    let alice = open(&gw, ALICE);
     let stolen = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/list"});
-    let (status, _, body) = post(&gw, "bob-token-2", Some(&alice), &stolen);
+    let (status, _, body) = post(&gw, BOB, Some(&alice), &stolen);
     assert_eq!(status, 404, "{body}");
     assert!(!body.contains("plain__echo"), "{body}");
     // alice's session is unharmed
     let r = call(
         &gw,
-        "alice-token-1",
+        ALICE,
         &alice,
         "plain__echo",
         json!({"text": "still mine"}),
     );
     assert_eq!(r["result"]["content"][0]["text"], "still mine", "{r}");
-    let events = common::audit::events(&gw.audit_db());
+    let events = common::audit::events(&gw.state().join("audit.db"));
     assert!(
         events.iter().any(|e| e["kind"] == "access"
             && e["caller"] == "bob"
@@ -185,22 +173,22 @@ fn another_clients_aggregate_session_id_gets_404_and_is_audited() {
 #[test]
 fn two_clients_on_the_aggregate_never_share_a_server_process() {
     let gw = gateway();
-    let alice = open(&gw, "alice-token-1");
-    let bob = open(&gw, "bob-token-2");
+    let alice = open(&gw, ALICE);
+    let bob = open(&gw, BOB);
     let r = call(
         &gw,
-        "alice-token-1",
+        ALICE,
         &alice,
         "plain__echo",
         json!({"text": "alice-secret-77"}),
     );
     assert_eq!(r["result"]["content"][0]["text"], "alice-secret-77");
     // `history` lists the calls its process received: bob's is another one
-    let h = call(&gw, "bob-token-2", &bob, "plain__history", json!({}));
+    let h = call(&gw, BOB, &bob, "plain__history", json!({}));
     assert!(
         !h.to_string().contains("alice-secret-77"),
         "bob saw alice's call: {h}"
     );
-    let h = call(&gw, "alice-token-1", &alice, "plain__history", json!({}));
+    let h = call(&gw, ALICE, &alice, "plain__history", json!({}));
     assert!(h.to_string().contains("alice-secret-77"), "{h}");
 }

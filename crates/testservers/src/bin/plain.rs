@@ -42,7 +42,7 @@ impl Server for Plain {
             tool(
                 "write_file",
                 "Writes a file.",
-                json!({"path": {"type": "string"}}),
+                json!({"path": {"type": "string"}, "text": {"type": "string"}}),
             ),
             tool(
                 "sleep",
@@ -57,6 +57,22 @@ impl Server for Plain {
             self.history.push(json!({"name": name, "arguments": args}));
         }
         match name {
+            // a path in the sandbox's output is written for real, so tests
+            // can see whose workspace a file landed in; any other path is
+            // only echoed (the in-process tests run this server unsandboxed)
+            "write_file"
+                if args
+                    .get("path")
+                    .and_then(Value::as_str)
+                    .is_some_and(|p| p.starts_with("/workspace/output/")) =>
+            {
+                let path = args.get("path").and_then(Value::as_str).unwrap_or("");
+                let body = args.get("text").and_then(Value::as_str).unwrap_or("");
+                match std::fs::write(path, body) {
+                    Ok(()) => Ok(text(format!("wrote {path}"))),
+                    Err(e) => Err((-32000, format!("cannot write {path}: {e}"))),
+                }
+            }
             "echo" | "write_file" | "delete_all" => Ok(text(
                 args.get("text").and_then(Value::as_str).unwrap_or(name),
             )),

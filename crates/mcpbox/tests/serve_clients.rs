@@ -1,0 +1,192 @@
+//! `mcpbox serve` driven by real MCP clients over Streamable HTTP, each
+//! with a bearer token: the official Python SDK (`mcp` 2.3.0, its
+//! `streamable_http_client`), the MCP Inspector's CLI
+//! (`@modelcontextprotocol/inspector` 2.12.0) and the Rust SDK (`rmcp`,
+//! its reqwest transport without TLS). Servers: the project's `plain` and
+//! the npm `server-everything`. `scripts/install-peers.sh` installs the
+//! peers (pinned); a missing one skips its test with a message, or fails it
+//! when `CI` is set.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::peers::{mount_same_path, peer_or_skip};
+use common::serve::{Gateway, Server, ALICE};
+use serde_json::Value;
+
+fn plain() -> Server<'static> {
+    Server::test("plain", "plain", "[tools]\n\"add\" = \"deny\"\n")
+}
+
+fn url(gw: &Gateway, server: &str) -> String {
+    format!("http://127.0.0.1:{}/servers/{server}/mcp", gw.port)
+}
+
+fn python_script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/interop/http_client.py")
+}
+
+/// Runs the Python SDK scenario against `server` on `gw` and checks it
+/// passed every check.
+fn python(gw: &Gateway, python: &Path, scenario: &str, server: &str) {
+    let out = Command::new(python)
+        .arg(python_script())
+        .args([scenario, &url(gw, server), ALICE])
+        .output()
+        .expect("run the python client");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.trim_end().ends_with("done"),
+        "{scenario} failed:\n{stdout}\nstderr:\n{}\ngateway:\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        gw.stderr()
+    );
+}
+
+#[test]
+fn python_sdk_over_http_lists_and_calls_plain_and_answers_its_roots_request() {
+    let Some(py) = peer_or_skip("venv/bin/python") else {
+        return;
+    };
+    let gw = Gateway::start("", &[plain()]);
+    python(&gw, &py, "plain", "plain");
+    let events = gw.audit_until("the denied add", |e| {
+        e["tool"] == "add" && e["decision"] == "deny"
+    });
+    assert!(
+        events
+            .iter()
+            .any(|e| e["tool"] == "add" && e["caller"] == "alice"),
+        "the denial is not recorded as alice's"
+    );
+}
+
+#[test]
+fn python_sdk_over_http_drives_server_everything_with_sampling() {
+    let (Some(py), Some(npm)) = (peer_or_skip("venv/bin/python"), peer_or_skip("npm")) else {
+        return;
+    };
+    let bin = npm.join("bin/mcp-server-everything");
+    let policy = format!("[tools]\n\"get-sum\" = \"deny\"\n{}", mount_same_path(&npm));
+    let gw = Gateway::start(
+        "",
+        &[Server {
+            name: "everything",
+            command: vec![bin.display().to_string()],
+            policy: &policy,
+        }],
+    );
+    python(&gw, &py, "everything", "everything");
+}
+
+/// `mcp-inspector --cli URL --transport http --header ... ARGS`: its JSON
+/// output.
+fn inspector(gw: &Gateway, bin: &Path, server: &str, token: &str, args: &[&str]) -> Value {
+    let out = Command::new(bin)
+        .arg("--cli")
+        // the URL first: --tool-arg takes every word after it
+        .arg(url(gw, server))
+        .args(["--transport", "http", "--header"])
+        .arg(format!("Authorization: Bearer {token}"))
+        .args(args)
+        // its catalog of servers, kept out of HOME
+        .env(
+            "MCP_CATALOG_PATH",
+            gw.dir.path().join("inspector-catalog.json"),
+        )
+        .output()
+        .expect("run mcp-inspector");
+    // results on stdout, errors (as JSON too) on stderr
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let printed = if out.status.success() {
+        &stdout
+    } else {
+        &stderr
+    };
+    serde_json::from_str(printed.trim()).unwrap_or_else(|e| {
+        panic!("mcp-inspector printed no JSON ({e}):\n{stdout}\nstderr:\n{stderr}")
+    })
+}
+
+#[test]
+fn inspector_cli_over_http_lists_and_calls_with_a_bearer_header() {
+    let Some(bin) = peer_or_skip("npm/bin/mcp-inspector") else {
+        return;
+    };
+    let gw = Gateway::start("", &[plain()]);
+    let list = inspector(&gw, &bin, "plain", ALICE, &["--method", "tools/list"]);
+    let names: Vec<&str> = list["tools"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no tools: {list}"))
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert!(names.contains(&"echo"), "{names:?}");
+    assert!(!names.contains(&"add"), "denied tool listed: {names:?}");
+    let call = inspector(
+        &gw,
+        &bin,
+        "plain",
+        ALICE,
+        &[
+            "--method",
+            "tools/call",
+            "--tool-name",
+            "echo",
+            "--tool-arg",
+            "text=hi-from-inspector",
+        ],
+    );
+    assert_eq!(call["content"][0]["text"], "hi-from-inspector", "{call}");
+    // a wrong token gets nowhere (the inspector then wants OAuth)
+    let refused = inspector(&gw, &bin, "plain", "wrong", &["--method", "tools/list"]);
+    assert!(refused.get("tools").is_none(), "{refused}");
+    assert!(refused.get("error").is_some(), "{refused}");
+}
+
+mod rmcp_http {
+    use super::*;
+    use rmcp::model::{CallToolRequestParams, ClientConfig, ProtocolVersion};
+    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+    use rmcp::transport::StreamableHttpClientTransport;
+    use rmcp::{ClientLifecycleMode, ClientServiceExt};
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn rmcp_client_over_http_lists_and_calls_with_a_bearer_token() {
+        let gw = Gateway::start("", &[plain()]);
+        let config = StreamableHttpClientTransportConfig::with_uri(url(&gw, "plain"))
+            // rmcp adds the `Bearer ` itself
+            .auth_header(ALICE);
+        let transport = StreamableHttpClientTransport::from_config(config);
+        let info = ClientConfig::default().with_protocol_version(ProtocolVersion::V_2025_11_25);
+        let client = match info
+            .serve_with_lifecycle(transport, ClientLifecycleMode::Initialize)
+            .await
+        {
+            Ok(c) => c,
+            Err(e) => panic!("rmcp could not connect: {e}\ngateway:\n{}", gw.stderr()),
+        };
+        let tools = client.list_all_tools().await.expect("tools/list");
+        let names: Vec<String> = tools.iter().map(|t| t.name.to_string()).collect();
+        assert!(names.contains(&"echo".to_string()), "{names:?}");
+        assert!(!names.contains(&"add".to_string()), "{names:?}");
+        let Value::Object(args) = serde_json::json!({"text": "hi from rmcp"}) else {
+            unreachable!()
+        };
+        let r = client
+            .call_tool(CallToolRequestParams::new("echo".to_string()).with_arguments(args))
+            .await
+            .expect("tools/call");
+        let text: Vec<String> = r
+            .content
+            .iter()
+            .filter_map(|c| c.as_text().map(|t| t.text.clone()))
+            .collect();
+        assert_eq!(text, ["hi from rmcp"]);
+        client.cancel().await.expect("close the session");
+    }
+}
