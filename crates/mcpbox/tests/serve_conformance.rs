@@ -208,3 +208,38 @@ fn server_everything_scores_through_the_gateway_what_it_scores_alone_plus_dns_re
         gw.stderr()
     );
 }
+
+/// The suite's client scenarios (those without OAuth) with mcpbox on the
+/// server side: the scenario server is a remote upstream of `mcpbox serve`
+/// and judges what the gateway sends it on behalf of the Python SDK client
+/// that drives the gateway (tests/interop/conformance_client.py).
+#[test]
+fn conformance_client_scenarios_pass_with_mcpbox_serving_the_client() {
+    let script =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/interop/conformance_client.py");
+    let python = common::peers::peers().join("venv/bin/python");
+    let command = format!("{} {}", python.display(), script.display());
+    for scenario in [
+        "initialize",
+        "tools_call",
+        "elicitation-sep1034-client-defaults",
+        "sse-retry",
+    ] {
+        let out = Command::new(node22())
+            .arg(suite("0.1"))
+            .args(["client", "--command", &command, "--scenario", scenario])
+            .env("MCPBOX_BIN", common::mcpbox())
+            .stdin(Stdio::null())
+            .output()
+            .expect("run the conformance suite");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            out.status.success() && text.contains("OVERALL: PASSED"),
+            "client scenario {scenario}:\n{text}"
+        );
+    }
+}

@@ -465,7 +465,12 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Conn {
-    fn request(&self, method: Method, body: Option<Vec<u8>>) -> Option<Request<Full<Bytes>>> {
+    fn request(
+        &self,
+        method: Method,
+        body: Option<Vec<u8>>,
+        last_event: Option<&str>,
+    ) -> Option<Request<Full<Bytes>>> {
         let accept = if body.is_some() {
             "application/json, text/event-stream"
         } else {
@@ -487,6 +492,9 @@ impl Conn {
         if let Some((name, value)) = &self.credential {
             b = b.header(name, value.clone());
         }
+        if let Some(id) = last_event {
+            b = b.header("last-event-id", id);
+        }
         b.body(Full::new(Bytes::from(body.unwrap_or_default())))
             .ok()
     }
@@ -496,8 +504,18 @@ impl Conn {
         method: Method,
         body: Option<Vec<u8>>,
     ) -> Result<Response<Incoming>, String> {
+        self.send_resuming(method, body, None).await
+    }
+
+    /// [`Conn::send`], with `Last-Event-ID` when resuming a stream.
+    async fn send_resuming(
+        &self,
+        method: Method,
+        body: Option<Vec<u8>>,
+        last_event: Option<&str>,
+    ) -> Result<Response<Incoming>, String> {
         let req = self
-            .request(method, body)
+            .request(method, body, last_event)
             .ok_or("cannot build the request")?;
         self.client.request(req).await.map_err(|e| {
             // hyper-util's error hides the connector's reason in its source
@@ -657,7 +675,10 @@ impl Session {
             let sse = is_sse(&resp);
             let body = resp.into_body();
             if sse {
-                self.sse(body, initialize).await;
+                let ended = self.sse(body, initialize, line.request_id.as_ref()).await;
+                if let (false, Some(id)) = (ended.answered, &line.request_id) {
+                    self.resume(id, ended).await;
+                }
             } else {
                 match read_limited(body, MAX_ANSWER).await {
                     Ok(b) => self.emit_json(b, initialize),
@@ -702,11 +723,14 @@ impl Session {
         }
     }
 
-    /// Forwards every `data:` event of an SSE body.
-    async fn sse(&self, mut body: Incoming, initialize: bool) {
+    /// Forwards every `data:` event of an SSE body; says how the stream
+    /// ended (the last event id and retry delay it gave, and whether the
+    /// answer to `want` came).
+    async fn sse(&self, mut body: Incoming, initialize: bool, want: Option<&Value>) -> Ended {
         let mut buf = BytesMut::new();
         let mut data: Vec<u8> = Vec::new();
         let mut has_data = false;
+        let mut ended = Ended::default();
         loop {
             let frame = match body.frame().await {
                 Some(Ok(f)) => f,
@@ -729,9 +753,17 @@ impl Session {
                 if line.is_empty() {
                     if has_data {
                         let msg = std::mem::take(&mut data);
-                        if initialize {
+                        if initialize || want.is_some() {
                             if let Ok(v) = serde_json::from_slice::<Value>(&msg) {
-                                self.note_version(&v);
+                                if initialize {
+                                    self.note_version(&v);
+                                }
+                                if want.is_some()
+                                    && v.get("id") == want
+                                    && v.get("method").is_none()
+                                {
+                                    ended.answered = true;
+                                }
                             }
                         }
                         self.emit(msg);
@@ -744,17 +776,69 @@ impl Session {
                     }
                     data.extend_from_slice(rest);
                     has_data = true;
+                } else if let Some(rest) = line.strip_prefix(b"id:") {
+                    // kept to resume the stream (SEP-1699); never forwarded
+                    let id = String::from_utf8_lossy(rest).trim().to_string();
+                    ended.last_id = (!id.is_empty()).then_some(id);
+                } else if let Some(rest) = line.strip_prefix(b"retry:") {
+                    ended.retry = String::from_utf8_lossy(rest)
+                        .trim()
+                        .parse::<u64>()
+                        .ok()
+                        .map(|ms| Duration::from_millis(ms.min(MAX_RETRY_MS)));
                 }
-                // event:, id:, retry: and comments carry nothing the relay needs
+                // event: and comments carry nothing the relay needs
             }
             if buf.len() + data.len() > MAX_ANSWER {
                 self.log("upstream: an event is larger than 64MiB; stream dropped".into());
-                return;
+                return ended;
             }
         }
         if has_data {
             self.emit(data);
         }
+        ended
+    }
+
+    /// A POST's stream ended before its answer: resume it with GET and
+    /// `Last-Event-ID` after the delay the upstream asked for, as the
+    /// 2025-11-25 transport lets a server close a stream mid-request
+    /// (polling); gives up after [`MAX_RESUMES`] and answers with an error.
+    async fn resume(&self, id: &Value, mut ended: Ended) {
+        for _ in 0..MAX_RESUMES {
+            let Some(last) = ended.last_id.clone() else {
+                break;
+            };
+            tokio::time::sleep(ended.retry.unwrap_or(Duration::from_secs(1))).await;
+            let resp = match self
+                .conn
+                .send_resuming(Method::GET, None, Some(&last))
+                .await
+            {
+                Ok(r) if r.status().is_success() && is_sse(&r) => r,
+                Ok(r) => {
+                    self.log(format!("upstream: resuming a stream: HTTP {}", r.status()));
+                    break;
+                }
+                Err(e) => {
+                    self.log(format!("upstream: resuming a stream: {e}"));
+                    break;
+                }
+            };
+            let next = self.sse(resp.into_body(), false, Some(id)).await;
+            if next.answered {
+                return;
+            }
+            ended = Ended {
+                last_id: next.last_id.or(Some(last)),
+                retry: next.retry.or(ended.retry),
+                answered: false,
+            };
+        }
+        self.answer_error(
+            id,
+            "the upstream's event stream ended before its answer".into(),
+        );
     }
 
     /// The upstream's own messages, for as long as it keeps the stream.
@@ -775,12 +859,29 @@ impl Session {
                 self.log(format!("upstream: GET stream refused: HTTP {status}"));
                 return;
             }
-            self.sse(resp.into_body(), false).await;
+            self.sse(resp.into_body(), false, None).await;
             // the upstream closed it; open it again after a breath
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
     }
 }
+
+/// How an event stream ended.
+#[derive(Debug, Default)]
+struct Ended {
+    /// The last `id:` it gave, to resume from.
+    last_id: Option<String>,
+    /// The `retry:` delay it asked for.
+    retry: Option<Duration>,
+    /// Whether the answer awaited came.
+    answered: bool,
+}
+
+/// Times a POST's stream is resumed before its request is answered with an
+/// error.
+const MAX_RESUMES: usize = 16;
+/// The longest `retry:` delay honoured, in milliseconds.
+const MAX_RETRY_MS: u64 = 30_000;
 
 fn is_sse(resp: &Response<Incoming>) -> bool {
     resp.headers()
