@@ -16,7 +16,7 @@ use common::serve::{binary_policy, Gateway as Serve, ALICE, BOB};
 use serde_json::{json, Value};
 
 fn script() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/interop/http_aggregate.py")
+    common::interop_script("http_aggregate.py")
 }
 
 /// Two clients (alice may use both servers, bob only `plain`), `plain`

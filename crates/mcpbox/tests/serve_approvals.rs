@@ -30,7 +30,7 @@ fn gateway() -> Serve {
 }
 
 fn human(gw: &Serve, path: &str, answer: &str, tool: &str) {
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/interop/http_approval.py");
+    let script = common::interop_script("http_approval.py");
     let out = Command::new(peers().join("venv/bin/python"))
         .arg(script)
         .arg(gw.url(path))

@@ -26,7 +26,7 @@ fn url(gw: &Gateway, server: &str) -> String {
 }
 
 fn python_script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/interop/http_client.py")
+    common::interop_script("http_client.py")
 }
 
 /// Runs the Python SDK scenario against `server` on `gw` and checks it

@@ -216,7 +216,7 @@ fn server_everything_scores_through_the_gateway_what_it_scores_alone_plus_dns_re
 #[test]
 fn conformance_client_scenarios_pass_with_mcpbox_serving_the_client() {
     let script =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/interop/conformance_client.py");
+        common::interop_script("conformance_client.py");
     let python = common::peers::peers().join("venv/bin/python");
     let command = format!("{} {}", python.display(), script.display());
     for scenario in [

@@ -20,6 +20,15 @@ pub fn mcpbox() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_mcpbox")))
 }
 
+/// A client script of `tests/interop` (MCPBOX_INTEROP_DIR overrides the
+/// directory, for the rootless run, whose user may not read the checkout).
+pub fn interop_script(name: &str) -> PathBuf {
+    std::env::var_os("MCPBOX_INTEROP_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/interop"))
+        .join(name)
+}
+
 /// The probe binary (built by `cargo build --workspace`).
 pub fn probe() -> PathBuf {
     if let Some(p) = std::env::var_os("MCPBOX_PROBE") {
