@@ -5,7 +5,6 @@
 
 mod common;
 
-use std::path::PathBuf;
 use std::process::Command;
 
 use common::mcp::testserver;
