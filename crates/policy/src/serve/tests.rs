@@ -921,9 +921,9 @@ fn docs_example_is_the_issue_example_and_its_effective_config_is_printed() {
         .skip(1)
         .map(|b| b.split("```").next().unwrap_or(""))
         .collect();
-    assert_eq!(
-        blocks.len(),
-        2,
+    // the first two TOML blocks: the example and its effective config
+    assert!(
+        blocks.len() >= 2,
         "docs/serve.md has the example and its effective config"
     );
     assert_eq!(
