@@ -706,3 +706,68 @@ fn sigterm_answers_the_call_in_flight_exits_0_and_audits_the_session_end() {
             .join("\n")
     );
 }
+
+#[test]
+fn metrics_without_a_token_are_401_and_with_one_count_requests_sessions_and_denials() {
+    let gw = Gateway::start(
+        "",
+        &[Server::test("plain", "plain", "[tools]\nadd = \"deny\"\n")],
+    );
+    let host = gw.host();
+    let r = http::send(gw.port, "GET", "/metrics", &[("Host", &host)], b"");
+    assert_eq!(r.status, 401, "{}", r.text());
+    let mut m = gw.mcp("plain", Some(ALICE));
+    m.initialize();
+    m.call("add", json!({"a": 1, "b": 2}));
+    let bad = gw.mcp("plain", Some("not-a-token"));
+    assert_eq!(
+        bad.post(&json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}))
+            .status,
+        401
+    );
+    let auth = format!("Bearer {ALICE}");
+    // the denial is counted as its audit record is written, just after the
+    // answer: ask again for a few seconds at most
+    let until = Instant::now() + Duration::from_secs(5);
+    let text = loop {
+        let r = http::send(
+            gw.port,
+            "GET",
+            "/metrics",
+            &[("Host", &host), ("Authorization", &auth)],
+            b"",
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+        let text = r.text();
+        if text.contains("mcpbox_denials_total{kind=\"tool_call\"} 1") || Instant::now() > until {
+            break text;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    for want in [
+        "mcpbox_http_requests_total{method=\"POST\",status=\"200\"}",
+        "mcpbox_http_request_duration_seconds_bucket{le=\"+Inf\"}",
+        "mcpbox_sessions 1",
+        "mcpbox_denials_total{kind=\"http\",reason=\"http.token_invalid\"}",
+        "mcpbox_denials_total{kind=\"tool_call\"} 1",
+    ] {
+        assert!(text.contains(want), "no {want} in:\n{text}");
+    }
+    assert!(!text.contains(ALICE), "a token in the metrics");
+}
+
+#[test]
+fn healthz_answers_without_a_token_and_nothing_else_does() {
+    let gw = gateway("");
+    let host = gw.host();
+    let r = http::send(gw.port, "GET", "/healthz", &[("Host", &host)], b"");
+    assert_eq!((r.status, r.text().trim()), (200, "ok"));
+    let r = http::send(
+        gw.port,
+        "GET",
+        "/servers/plain/mcp",
+        &[("Host", &host)],
+        b"",
+    );
+    assert_eq!(r.status, 401, "{}", r.text());
+}

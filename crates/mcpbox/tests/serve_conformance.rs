@@ -215,8 +215,7 @@ fn server_everything_scores_through_the_gateway_what_it_scores_alone_plus_dns_re
 /// that drives the gateway (tests/interop/conformance_client.py).
 #[test]
 fn conformance_client_scenarios_pass_with_mcpbox_serving_the_client() {
-    let script =
-        common::interop_script("conformance_client.py");
+    let script = common::interop_script("conformance_client.py");
     let python = common::peers::peers().join("venv/bin/python");
     let command = format!("{} {}", python.display(), script.display());
     for scenario in [
