@@ -41,6 +41,9 @@ const DRAIN: Duration = Duration::from_secs(10);
 struct Server {
     loaded: Loaded,
     place: Place,
+    /// Its policy's audit store, shared by all its sessions (one writer
+    /// per database keeps its hash chain linear).
+    audit: Arc<mcpbox_audit::SqliteStore>,
 }
 
 /// Where a server runs.
@@ -121,6 +124,7 @@ fn prepare(cfg: &ServeConfig) -> anyhow::Result<(Settings, Arc<dyn Backend>)> {
         max_streams_per_client: l.max_streams_per_client,
     };
     let mut servers = HashMap::new();
+    let mut stores: HashMap<PathBuf, Arc<mcpbox_audit::SqliteStore>> = HashMap::new();
     for (i, s) in cfg.servers.iter().enumerate() {
         let at = format!("servers[{i}] ({})", s.name);
         let loaded = preflight::load(Some(&s.policy))
@@ -135,8 +139,24 @@ fn prepare(cfg: &ServeConfig) -> anyhow::Result<(Settings, Arc<dyn Backend>)> {
                 remote(&loaded, url).with_context(|| format!("{at}: url {url}"))?,
             )),
         };
+        let path = state::audit_path(&loaded.policy);
+        let audit = match stores.get(&path) {
+            Some(a) => Arc::clone(a),
+            None => {
+                let a = state::open_audit(&loaded.policy).with_context(|| at.clone())?;
+                stores.insert(path, a.clone());
+                a
+            }
+        };
         settings.servers.push(s.name.clone());
-        servers.insert(s.name.clone(), Server { loaded, place });
+        servers.insert(
+            s.name.clone(),
+            Server {
+                loaded,
+                place,
+                audit,
+            },
+        );
     }
     for (i, c) in cfg.clients.iter().enumerate() {
         let may: Vec<String> = match &c.servers {
@@ -164,7 +184,11 @@ fn prepare(cfg: &ServeConfig) -> anyhow::Result<(Settings, Arc<dyn Backend>)> {
         }
         settings.clients.push(client);
     }
-    let audit = state::open_default_audit()?;
+    let default = state::state_dir().join("audit.db");
+    let audit: Arc<dyn Sink> = match stores.get(&default) {
+        Some(a) => a.clone(),
+        None => state::open_default_audit()?,
+    };
     let backend = Sandboxes { servers, audit };
     Ok((settings, Arc::new(backend)))
 }
@@ -268,8 +292,8 @@ impl Backend for Sandboxes {
             .get(&open.server)
             .ok_or_else(|| format!("no server {}", open.server))?;
         match &server.place {
-            Place::Sandbox(argv) => open_sandbox(&server.loaded, argv, open),
-            Place::Remote(remote) => open_remote(&server.loaded, remote, open),
+            Place::Sandbox(argv) => open_sandbox(server, argv, open),
+            Place::Remote(remote) => open_remote(server, remote, open),
         }
         .map_err(|e| format!("{e:#}"))
     }
@@ -302,11 +326,12 @@ fn workspace_output(client: &str, server: &str) -> anyhow::Result<PathBuf> {
 /// A relay on a remote upstream: no sandbox, no workspace, no egress
 /// proxy (the gateway itself connects, to the address checked at start
 /// or, on a new connection, checked again).
-fn open_remote(loaded: &Loaded, remote: &Arc<Remote>, open: &Open) -> anyhow::Result<Opened> {
+fn open_remote(server: &Server, remote: &Arc<Remote>, open: &Open) -> anyhow::Result<Opened> {
+    let loaded = &server.loaded;
     let runtime = tokio::runtime::Handle::try_current()
         .context("a remote upstream needs the gateway's runtime")?;
     let sandbox_id = state::new_id();
-    let audit: Arc<dyn Sink> = open.metrics.sink(state::open_audit(&loaded.policy)?);
+    let audit: Arc<dyn Sink> = open.metrics.sink(server.audit.clone());
     let workspace_id = format!("remote-{}", open.server);
     let mut config = crate::run::relay_config(loaded, None, sandbox_id.clone(), workspace_id)?;
     config.server_name = open.server.clone();
@@ -323,14 +348,15 @@ fn open_remote(loaded: &Loaded, remote: &Arc<Remote>, open: &Open) -> anyhow::Re
     })
 }
 
-fn open_sandbox(loaded: &Loaded, argv: &[OsString], open: &Open) -> anyhow::Result<Opened> {
+fn open_sandbox(server: &Server, argv: &[OsString], open: &Open) -> anyhow::Result<Opened> {
+    let loaded = &server.loaded;
     let mut spec = preflight::spec(loaded, argv.to_vec(), mcpbox_sandbox::Stdio::Piped)?;
     if spec.output.is_some() {
         spec.output = Some(workspace_output(&open.client, &open.server)?);
     }
     let sandbox_id = state::new_id();
     let workspace_id = state::workspace_id(&spec);
-    let audit: Arc<dyn Sink> = open.metrics.sink(state::open_audit(&loaded.policy)?);
+    let audit: Arc<dyn Sink> = open.metrics.sink(server.audit.clone());
     let approver = crate::egress::HostApprover::new();
     let proxy = if loaded.policy.network.is_closed() {
         None
