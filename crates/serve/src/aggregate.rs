@@ -49,11 +49,11 @@ use mcpbox_policy::Reason;
 use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
 
-use crate::body::{sse_event, Body, KEEPALIVE};
+use crate::body::{sse_event, Body};
 use crate::http::{
-    accepts, check_version, ended_error, header, one_line, open_refusal, plain, send_refusal,
-    sse_response, Ctx, Refusal, INVALID_REQUEST, KEEPALIVE_EVERY, SESSION_HEADER,
-    SESSION_NOT_FOUND, TRANSPORT_ERROR,
+    accepts, check_version, event_stream, header, one_line, open_refusal, plain, request_stream,
+    send_refusal, sse_response, Ctx, Refusal, INVALID_REQUEST, SESSION_HEADER, SESSION_NOT_FOUND,
+    TRANSPORT_ERROR,
 };
 use crate::limits::Slot;
 use crate::session::{McpSession, Out, Waiting, BACKLOG, STREAM_QUEUE};
@@ -690,32 +690,29 @@ fn stream(
     ctx: &Ctx,
     agg: Arc<Aggregate>,
     member: usize,
-    mut waiting: Waiting,
+    waiting: Waiting,
     theirs: Value,
     slot: Slot,
 ) -> Response<Body> {
-    let (tx, rx) = mpsc::channel::<Bytes>(64);
     let gw = ctx.gw.clone();
-    tokio::spawn(async move {
-        let _slot = slot;
-        loop {
-            let next = tokio::time::timeout(KEEPALIVE_EVERY, waiting.rx.recv()).await;
-            let (event, last) = match next {
-                Err(_) => (Bytes::from_static(KEEPALIVE), false),
-                Ok(None) => (sse_event(&ended_error(&theirs)), true),
-                Ok(Some(Out::Message(m))) => {
-                    waiting.took();
-                    (sse_event(&agg.outgoing(member, &m, &gw)), false)
-                }
-                Ok(Some(Out::Final(m))) => (sse_event(&restore(&m, &theirs)), true),
-            };
-            if tx.send(event).await.is_err() || last {
-                agg.lock().calls.remove(&id_key(&theirs));
-                return;
-            }
-        }
-    });
-    sse_response(rx)
+    let key = id_key(&theirs);
+    let (a1, a2, a3) = (agg.clone(), agg.clone(), agg);
+    let (k2, k3) = (key.clone(), key);
+    let back = theirs.clone();
+    request_stream(
+        waiting,
+        slot,
+        theirs,
+        None,
+        move |m: Vec<u8>| a1.outgoing(member, &m, &gw),
+        move |m: Vec<u8>| {
+            a2.lock().calls.remove(&k2);
+            restore(&m, &back)
+        },
+        move || {
+            a3.lock().calls.remove(&k3);
+        },
+    )
 }
 
 /// GET on `/mcp`: what the members send the client on their own.
@@ -739,7 +736,7 @@ pub(crate) fn get(ctx: &Ctx, req: &Request<Incoming>) -> Result<Response<Body>, 
             "this client has too many open streams",
         ));
     };
-    let (tx, mut events) = mpsc::channel::<Vec<u8>>(STREAM_QUEUE);
+    let (tx, events) = mpsc::channel::<Vec<u8>>(STREAM_QUEUE);
     {
         let mut st = agg.lock();
         if st.stream.as_ref().is_some_and(|s| !s.is_closed()) {
@@ -758,21 +755,7 @@ pub(crate) fn get(ctx: &Ctx, req: &Request<Incoming>) -> Result<Response<Body>, 
         }
         st.stream = Some(tx);
     }
-    let (out, rx) = mpsc::channel::<Bytes>(64);
-    tokio::spawn(async move {
-        let _slot = slot;
-        loop {
-            let event = match tokio::time::timeout(KEEPALIVE_EVERY, events.recv()).await {
-                Err(_) => Bytes::from_static(KEEPALIVE),
-                Ok(None) => return,
-                Ok(Some(m)) => sse_event(&m),
-            };
-            if out.send(event).await.is_err() {
-                return;
-            }
-        }
-    });
-    Ok(sse_response(rx))
+    Ok(event_stream(events, slot))
 }
 
 /// DELETE on `/mcp`: every member's sandbox is torn down.

@@ -631,16 +631,49 @@ pub(crate) fn open_refusal(reason: Reason) -> Refusal {
 async fn answer(
     ctx: &Ctx,
     session: Arc<McpSession>,
-    mut waiting: Waiting,
+    waiting: Waiting,
     id: Value,
     opened: bool,
     slot: crate::limits::Slot,
 ) -> Result<Response<Body>, Refusal> {
-    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(64);
     let gw = ctx.gw.clone();
     let sid = HeaderValue::from_str(&session.id).ok();
+    let on_answer = move |m: Vec<u8>| {
+        if opened && !initialized(&session, &m) {
+            gw.close_session(&session);
+        }
+        m
+    };
+    let mut r = request_stream(waiting, slot, id, None, |m: Vec<u8>| m, on_answer, || {});
+    if let (true, Some(v)) = (opened, sid) {
+        r.headers_mut().insert(SESSION_HEADER, v);
+    }
+    Ok(r)
+}
+
+/// A request's event stream: `first` (a message already taken) and every
+/// message before the answer, each through `message`, then the answer
+/// through `answer`; an SSE comment when it was quiet for
+/// [`KEEPALIVE_EVERY`]. `gone` runs when the client left before the
+/// answer (dropping `waiting` then forgets the request).
+pub(crate) fn request_stream(
+    mut waiting: Waiting,
+    slot: crate::limits::Slot,
+    id: Value,
+    first: Option<Vec<u8>>,
+    mut message: impl FnMut(Vec<u8>) -> Vec<u8> + Send + 'static,
+    mut answer: impl FnMut(Vec<u8>) -> Vec<u8> + Send + 'static,
+    gone: impl FnOnce() + Send + 'static,
+) -> Response<Body> {
+    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(64);
     tokio::spawn(async move {
         let _slot = slot;
+        if let Some(m) = first {
+            if tx.send(sse_event(&message(m))).await.is_err() {
+                gone();
+                return;
+            }
+        }
         loop {
             let next = tokio::time::timeout(KEEPALIVE_EVERY, waiting.rx.recv()).await;
             let (event, last) = match next {
@@ -649,26 +682,46 @@ async fn answer(
                 Ok(None) => (sse_event(&ended_error(&id)), true),
                 Ok(Some(Out::Message(m))) => {
                     waiting.took();
-                    (sse_event(&m), false)
+                    (sse_event(&message(m)), false)
                 }
-                Ok(Some(Out::Final(m))) => {
-                    if opened && !initialized(&session, &m) {
-                        gw.close_session(&session);
-                    }
-                    (sse_event(&m), true)
-                }
+                Ok(Some(Out::Final(m))) => (sse_event(&answer(m)), true),
             };
-            // a client that went away: dropping `waiting` forgets the request
-            if tx.send(event).await.is_err() || last {
+            if tx.send(event).await.is_err() {
+                if !last {
+                    gone();
+                }
+                return;
+            }
+            if last {
                 return;
             }
         }
     });
-    let mut r = sse_response(rx);
-    if let (true, Some(v)) = (opened, sid) {
-        r.headers_mut().insert(SESSION_HEADER, v);
-    }
-    Ok(r)
+    sse_response(rx)
+}
+
+/// A stream of whole messages nobody asked for (a GET stream), as
+/// server-sent events, with an SSE comment when it was quiet for
+/// [`KEEPALIVE_EVERY`]; it ends when `events` does.
+pub(crate) fn event_stream(
+    mut events: tokio::sync::mpsc::Receiver<Vec<u8>>,
+    slot: crate::limits::Slot,
+) -> Response<Body> {
+    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(64);
+    tokio::spawn(async move {
+        let _slot = slot;
+        loop {
+            let event = match tokio::time::timeout(KEEPALIVE_EVERY, events.recv()).await {
+                Err(_) => Bytes::from_static(KEEPALIVE),
+                Ok(None) => return,
+                Ok(Some(m)) => sse_event(&m),
+            };
+            if tx.send(event).await.is_err() {
+                return;
+            }
+        }
+    });
+    sse_response(rx)
 }
 
 /// For `initialize`: whether the answer opened the session (a result with
@@ -726,7 +779,7 @@ fn get(ctx: &Ctx, req: &Request<Incoming>) -> Result<Response<Body>, Refusal> {
             "this client has too many open streams",
         ));
     };
-    let mut events = match session.open_stream() {
+    let events = match session.open_stream() {
         Ok(rx) => rx,
         Err(StreamError::Open) => {
             return Err(Refusal::new(
@@ -738,21 +791,7 @@ fn get(ctx: &Ctx, req: &Request<Incoming>) -> Result<Response<Body>, Refusal> {
         }
         Err(StreamError::Ended) => return Err(send_refusal(SendError::Ended)),
     };
-    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(64);
-    tokio::spawn(async move {
-        let _slot = slot;
-        loop {
-            let event = match tokio::time::timeout(KEEPALIVE_EVERY, events.recv()).await {
-                Err(_) => Bytes::from_static(KEEPALIVE),
-                Ok(None) => return,
-                Ok(Some(m)) => sse_event(&m),
-            };
-            if tx.send(event).await.is_err() {
-                return;
-            }
-        }
-    });
-    Ok(sse_response(rx))
+    Ok(event_stream(events, slot))
 }
 
 /// DELETE: the client ends its session; the sandbox is torn down.

@@ -26,17 +26,16 @@
 
 use std::sync::Arc;
 
-use bytes::Bytes;
 use hyper::header::{HeaderMap, HeaderValue, CONTENT_TYPE};
 use hyper::{Response, StatusCode};
 use mcpbox_gateway::message::{to_line, Message, Shape};
 use mcpbox_policy::Reason;
 use serde_json::{json, Value};
 
-use crate::body::{sse_event, Body, KEEPALIVE};
+use crate::body::Body;
 use crate::http::{
-    ended_error, header, open_refusal, plain, send_refusal, sse_response, Ctx, Refusal,
-    KEEPALIVE_EVERY, VERSION_HEADER,
+    ended_error, header, open_refusal, plain, request_stream, send_refusal, Ctx, Refusal,
+    VERSION_HEADER,
 };
 use crate::limits::Slot;
 use crate::session::{McpSession, Out, Waiting, SUBSCRIPTION_POINTER};
@@ -286,40 +285,16 @@ async fn answer(
             m
         }
     };
-    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(64);
-    tokio::spawn(async move {
-        let _slot = slot;
-        if tx
-            .send(sse_event(&restore(&first, &theirs, &ours)))
-            .await
-            .is_err()
-        {
-            cancel(&session, &ours);
-            return;
-        }
-        loop {
-            let next = tokio::time::timeout(KEEPALIVE_EVERY, waiting.rx.recv()).await;
-            let (event, last) = match next {
-                Err(_) => (Bytes::from_static(KEEPALIVE), false),
-                Ok(None) => (sse_event(&ended_error(&theirs)), true),
-                Ok(Some(Out::Message(m))) => {
-                    waiting.took();
-                    (sse_event(&restore(&m, &theirs, &ours)), false)
-                }
-                Ok(Some(Out::Final(m))) => (sse_event(&restore(&m, &theirs, &ours)), true),
-            };
-            if tx.send(event).await.is_err() {
-                if !last {
-                    cancel(&session, &ours);
-                }
-                return;
-            }
-            if last {
-                return;
-            }
-        }
-    });
-    Ok(sse_response(rx))
+    let (t1, o1, t2, o2) = (theirs.clone(), ours.clone(), theirs.clone(), ours.clone());
+    Ok(request_stream(
+        waiting,
+        slot,
+        theirs,
+        Some(first),
+        move |m: Vec<u8>| restore(&m, &t1, &o1),
+        move |m: Vec<u8>| restore(&m, &t2, &o2),
+        move || cancel(&session, &ours),
+    ))
 }
 
 /// The client left before the answer: the server is told to stop working

@@ -12,17 +12,7 @@ import os
 import sys
 
 from mcp import Client, StdioServerParameters
-
-
-def check(cond, what):
-    if not cond:
-        print(f"FAIL {what}", flush=True)
-        sys.exit(1)
-    print(f"ok   {what}", flush=True)
-
-
-def text_of(result):
-    return "\n".join(getattr(c, "text", "") or "" for c in result.content)
+from checks import check, text_of
 
 
 async def everything(c):

@@ -13,19 +13,9 @@ import sys
 from mcp import Client, types
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
+from checks import check, text_of
 
 ROOT = "file:///workspace/from-the-python-client"
-
-
-def check(cond, what):
-    if not cond:
-        print(f"FAIL {what}", flush=True)
-        sys.exit(1)
-    print(f"ok   {what}", flush=True)
-
-
-def text_of(result):
-    return "\n".join(getattr(c, "text", "") or "" for c in result.content)
 
 
 async def list_roots(context):
