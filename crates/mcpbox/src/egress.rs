@@ -145,6 +145,23 @@ pub fn bind(
 /// the policy says `network.unlisted = "approve"` (`run` passes a
 /// [`HostApprover`]; its sandboxes start through the helper, so the
 /// proxy's threads may exist before them).
+/// The egress proxy for a sandbox of `loaded`'s policy, when its
+/// `[network]` opens anything (`None` otherwise); unlisted hosts are asked
+/// about through `approver`.
+pub fn for_policy(
+    loaded: &crate::preflight::Loaded,
+    sink: Arc<dyn Sink>,
+    ids: Ids,
+    spec: &mut mcpbox_sandbox::Spec,
+    approver: &HostApprover,
+) -> anyhow::Result<Option<Running>> {
+    if loaded.policy.network.is_closed() {
+        return Ok(None);
+    }
+    let approver: Arc<dyn Approver> = Arc::new(approver.clone());
+    start_with_approver(&loaded.policy.network, sink, ids, spec, approver).map(Some)
+}
+
 pub fn start_with_approver(
     rules: &NetworkRules,
     sink: Arc<dyn Sink>,

@@ -71,6 +71,18 @@ pub fn relay_config(
     })
 }
 
+/// `relay` with the policy's tool rules and secrets, and `audit`.
+pub fn with_policy(
+    relay: Relay,
+    loaded: &Loaded,
+    audit: Arc<dyn mcpbox_audit::Sink>,
+) -> anyhow::Result<Relay> {
+    Ok(relay
+        .policy(tool_policy(loaded))
+        .secrets(secrets(loaded)?)
+        .audit(audit))
+}
+
 /// The policy's secrets, loaded from their sources.
 pub fn secrets(loaded: &Loaded) -> anyhow::Result<Secrets> {
     let mut out = Vec::new();
@@ -123,29 +135,16 @@ pub fn run(loaded: Loaded, mut spec: Spec) -> anyhow::Result<i32> {
     let audit = state::open_audit(&loaded.policy)?;
     // unlisted hosts are asked about through the relay's host channel
     let approver = crate::egress::HostApprover::new();
-    let _proxy = if loaded.policy.network.is_closed() {
-        None
-    } else {
-        let ids = mcpbox_egress::Ids {
-            sandbox_id: sandbox_id.clone(),
-            workspace_id: workspace_id.clone(),
-            server: loaded.policy.name().to_string(),
-        };
-        Some(crate::egress::start_with_approver(
-            &loaded.policy.network,
-            audit.clone(),
-            ids,
-            &mut spec,
-            Arc::new(approver.clone()),
-        )?)
+    let ids = mcpbox_egress::Ids {
+        sandbox_id: sandbox_id.clone(),
+        workspace_id: workspace_id.clone(),
+        server: loaded.policy.name().to_string(),
     };
+    let _proxy = crate::egress::for_policy(&loaded, audit.clone(), ids, &mut spec, &approver)?;
     let config = relay_config(&loaded, spec.output.clone(), sandbox_id, workspace_id)?;
     let relay = Relay::new(config, Box::new(SandboxLauncher { spec, current }));
     approver.connect(relay.host_asker());
-    let outcome = relay
-        .policy(tool_policy(&loaded))
-        .secrets(secrets(&loaded)?)
-        .audit(audit)
+    let outcome = with_policy(relay, &loaded, audit)?
         .run(Box::new(std::io::stdin()), Box::new(std::io::stdout()))
         .context("relay")?;
     Ok(outcome.server_exit.map_or(0, |e| e.status()))

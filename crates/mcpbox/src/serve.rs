@@ -337,10 +337,7 @@ fn open_remote(server: &Server, remote: &Arc<Remote>, open: &Open) -> anyhow::Re
     config.server_name = open.server.clone();
     config.caller = open.client.clone();
     let launcher = RemoteLauncher::new(remote.clone(), runtime);
-    let relay = Relay::new(config, Box::new(launcher))
-        .policy(crate::run::tool_policy(loaded))
-        .secrets(crate::run::secrets(loaded)?)
-        .audit(audit);
+    let relay = crate::run::with_policy(Relay::new(config, Box::new(launcher)), loaded, audit)?;
     Ok(Opened {
         relay,
         sandbox_id,
@@ -358,22 +355,12 @@ fn open_sandbox(server: &Server, argv: &[OsString], open: &Open) -> anyhow::Resu
     let workspace_id = state::workspace_id(&spec);
     let audit: Arc<dyn Sink> = open.metrics.sink(server.audit.clone());
     let approver = crate::egress::HostApprover::new();
-    let proxy = if loaded.policy.network.is_closed() {
-        None
-    } else {
-        let ids = mcpbox_egress::Ids {
-            sandbox_id: sandbox_id.clone(),
-            workspace_id: workspace_id.clone(),
-            server: open.server.clone(),
-        };
-        Some(crate::egress::start_with_approver(
-            &loaded.policy.network,
-            audit.clone(),
-            ids,
-            &mut spec,
-            Arc::new(approver.clone()),
-        )?)
+    let ids = mcpbox_egress::Ids {
+        sandbox_id: sandbox_id.clone(),
+        workspace_id: workspace_id.clone(),
+        server: open.server.clone(),
     };
+    let proxy = crate::egress::for_policy(loaded, audit.clone(), ids, &mut spec, &approver)?;
     let mut config = crate::run::relay_config(
         loaded,
         spec.output.clone(),
@@ -388,10 +375,7 @@ fn open_sandbox(server: &Server, argv: &[OsString], open: &Open) -> anyhow::Resu
     };
     let relay = Relay::new(config, Box::new(launcher));
     approver.connect(relay.host_asker());
-    let relay = relay
-        .policy(crate::run::tool_policy(loaded))
-        .secrets(crate::run::secrets(loaded)?)
-        .audit(audit);
+    let relay = crate::run::with_policy(relay, loaded, audit)?;
     Ok(Opened {
         relay,
         sandbox_id,
