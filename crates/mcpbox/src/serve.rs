@@ -74,6 +74,9 @@ pub fn run(config: &Path) -> anyhow::Result<i32> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("mcpbox-serve")
+        // opening sessions (policy, sandbox spec, egress proxy) blocks; a
+        // bounded pool keeps a burst of opens from growing threads without end
+        .max_blocking_threads(64)
         .enable_io()
         .enable_time()
         .build()

@@ -675,7 +675,14 @@ pub(crate) fn request_stream(
             }
         }
         loop {
-            let next = tokio::time::timeout(KEEPALIVE_EVERY, waiting.rx.recv()).await;
+            // a client that left is noticed at once, not at the next event
+            let next = tokio::select! {
+                () = tx.closed() => {
+                    gone();
+                    return;
+                }
+                next = tokio::time::timeout(KEEPALIVE_EVERY, waiting.rx.recv()) => next,
+            };
             let (event, last) = match next {
                 Err(_) => (Bytes::from_static(KEEPALIVE), false),
                 // the session ended without answering
@@ -711,7 +718,11 @@ pub(crate) fn event_stream(
     tokio::spawn(async move {
         let _slot = slot;
         loop {
-            let event = match tokio::time::timeout(KEEPALIVE_EVERY, events.recv()).await {
+            let next = tokio::select! {
+                () = tx.closed() => return,
+                next = tokio::time::timeout(KEEPALIVE_EVERY, events.recv()) => next,
+            };
+            let event = match next {
                 Err(_) => Bytes::from_static(KEEPALIVE),
                 Ok(None) => return,
                 Ok(Some(m)) => sse_event(&m),
@@ -781,14 +792,6 @@ fn get(ctx: &Ctx, req: &Request<Incoming>) -> Result<Response<Body>, Refusal> {
     };
     let events = match session.open_stream() {
         Ok(rx) => rx,
-        Err(StreamError::Open) => {
-            return Err(Refusal::new(
-                StatusCode::CONFLICT,
-                TRANSPORT_ERROR,
-                Reason::HttpStreamLimit,
-                "Conflict: this session has an open stream already",
-            ))
-        }
         Err(StreamError::Ended) => return Err(send_refusal(SendError::Ended)),
     };
     Ok(event_stream(events, slot))

@@ -4,7 +4,7 @@
 //!
 //! The relay speaks one ordered stream of messages to "the host". Over
 //! Streamable HTTP the host's side is many requests: each POSTed request
-//! waits for its answer, and the session may also have one GET stream for
+//! waits for its answer, and the session may also have GET streams for
 //! messages nobody asked for. [`Router`] (the relay's [`HostSink`], called
 //! on the relay's thread, never blocking) sends each message where it
 //! belongs:
@@ -87,7 +87,8 @@ struct Routes {
     tokens: HashMap<String, IdKey>,
     /// The GET stream (or the aggregate that reads this session): whole
     /// messages, framed by whoever writes them out.
-    stream: Option<mpsc::Sender<Vec<u8>>>,
+    /// Open GET streams, oldest first; a message goes to the newest.
+    streams: Vec<mpsc::Sender<Vec<u8>>>,
     backlog: VecDeque<Vec<u8>>,
     ended: bool,
     /// Stateless requests (2026-07-28): a message goes to the request it
@@ -136,8 +137,6 @@ pub enum SendError {
 /// Why a GET stream could not be opened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StreamError {
-    /// The session has one open already.
-    Open,
     /// The session has ended.
     Ended,
 }
@@ -245,25 +244,25 @@ impl McpSession {
         })
     }
 
-    /// Opens the session's GET stream: what was waiting in the backlog
-    /// first. The stream ends when the receiver is dropped (the client
-    /// went away) or the session ends.
+    /// Opens a GET stream of the session: what was waiting in the backlog
+    /// first. A session may have several (the client's cap bounds them);
+    /// each message goes to the newest one open, as the transport says a
+    /// message goes to one stream only. A stream ends when its receiver is
+    /// dropped (the client went away) or the session ends.
     pub fn open_stream(&self) -> Result<mpsc::Receiver<Vec<u8>>, StreamError> {
         let (tx, rx) = mpsc::channel(STREAM_QUEUE);
         let mut r = lock(&self.routes);
         if r.ended {
             return Err(StreamError::Ended);
         }
-        if r.stream.as_ref().is_some_and(|s| !s.is_closed()) {
-            return Err(StreamError::Open);
-        }
+        r.streams.retain(|s| !s.is_closed());
         while let Some(e) = r.backlog.pop_front() {
             if let Err(mpsc::error::TrySendError::Full(e)) = tx.try_send(e) {
                 r.backlog.push_front(e);
                 break;
             }
         }
-        r.stream = Some(tx);
+        r.streams.push(tx);
         Ok(rx)
     }
 
@@ -388,7 +387,7 @@ impl HostSink for Router {
                         None if belongs_to_request(method) => r.order.last().cloned(),
                         None => None,
                     };
-                let stream_open = r.stream.as_ref().is_some_and(|s| !s.is_closed());
+                let stream_open = r.streams.iter().any(|s| !s.is_closed());
                 let target = target.or_else(|| {
                     if stream_open || r.modern {
                         None
@@ -422,9 +421,9 @@ impl HostSink for Router {
     }
 }
 
-/// Puts an event on the GET stream, or in the backlog.
-fn to_stream(r: &mut Routes, event: Vec<u8>) {
-    if let Some(s) = &r.stream {
+/// Puts an event on the newest open GET stream, or in the backlog.
+fn to_stream(r: &mut Routes, mut event: Vec<u8>) {
+    while let Some(s) = r.streams.last() {
         match s.try_send(event) {
             Ok(()) => return,
             Err(mpsc::error::TrySendError::Full(_)) => {
@@ -432,8 +431,8 @@ fn to_stream(r: &mut Routes, event: Vec<u8>) {
                 return;
             }
             Err(mpsc::error::TrySendError::Closed(e)) => {
-                r.stream = None;
-                return to_stream(r, e);
+                r.streams.pop();
+                event = e;
             }
         }
     }
@@ -452,7 +451,7 @@ impl Drop for Router {
             // waiting POSTs see their channel close and answer so
             r.pending.clear();
             r.order.clear();
-            r.stream = None;
+            r.streams.clear();
             r.backlog.clear();
         }
         if let Some(f) = self.on_end.take() {
