@@ -21,7 +21,11 @@ fn plain() -> Server<'static> {
     Server::test("plain", "plain", "[tools]\n\"add\" = \"deny\"\n")
 }
 
+/// The endpoint of `server`; `""` is the aggregated `/mcp`.
 fn url(gw: &Gateway, server: &str) -> String {
+    if server.is_empty() {
+        return format!("http://127.0.0.1:{}/mcp", gw.port);
+    }
     format!("http://127.0.0.1:{}/servers/{server}/mcp", gw.port)
 }
 
@@ -112,40 +116,56 @@ fn inspector(gw: &Gateway, bin: &Path, server: &str, token: &str, args: &[&str])
     })
 }
 
-#[test]
-fn inspector_cli_over_http_lists_and_calls_with_a_bearer_header() {
+/// The inspector CLI lists and calls `echo` (named `echo_name` at
+/// `server`'s endpoint) through the gateway.
+fn inspector_lists_and_calls(server: &str, echo_name: &str) {
     let Some(bin) = peer_or_skip("npm/bin/mcp-inspector") else {
         return;
     };
     let gw = Gateway::start("", &[plain()]);
-    let list = inspector(&gw, &bin, "plain", ALICE, &["--method", "tools/list"]);
+    let list = inspector(&gw, &bin, server, ALICE, &["--method", "tools/list"]);
     let names: Vec<&str> = list["tools"]
         .as_array()
         .unwrap_or_else(|| panic!("no tools: {list}"))
         .iter()
         .filter_map(|t| t["name"].as_str())
         .collect();
-    assert!(names.contains(&"echo"), "{names:?}");
-    assert!(!names.contains(&"add"), "denied tool listed: {names:?}");
+    assert!(names.contains(&echo_name), "{names:?}");
+    // plain's `add` is denied (the other server's is not)
+    let denied = echo_name.replace("echo", "add");
+    assert!(
+        !names.contains(&denied.as_str()),
+        "denied tool listed: {names:?}"
+    );
     let call = inspector(
         &gw,
         &bin,
-        "plain",
+        server,
         ALICE,
         &[
             "--method",
             "tools/call",
             "--tool-name",
-            "echo",
+            echo_name,
             "--tool-arg",
             "text=hi-from-inspector",
         ],
     );
     assert_eq!(call["content"][0]["text"], "hi-from-inspector", "{call}");
     // a wrong token gets nowhere (the inspector then wants OAuth)
-    let refused = inspector(&gw, &bin, "plain", "wrong", &["--method", "tools/list"]);
+    let refused = inspector(&gw, &bin, server, "wrong", &["--method", "tools/list"]);
     assert!(refused.get("tools").is_none(), "{refused}");
     assert!(refused.get("error").is_some(), "{refused}");
+}
+
+#[test]
+fn inspector_cli_over_http_lists_and_calls_with_a_bearer_header() {
+    inspector_lists_and_calls("plain", "echo");
+}
+
+#[test]
+fn inspector_cli_lists_and_calls_through_the_aggregated_endpoint() {
+    inspector_lists_and_calls("", "plain__echo");
 }
 
 mod rmcp_http {
@@ -155,10 +175,11 @@ mod rmcp_http {
     use rmcp::transport::StreamableHttpClientTransport;
     use rmcp::{ClientLifecycleMode, ClientServiceExt};
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn rmcp_client_over_http_lists_and_calls_with_a_bearer_token() {
+    /// rmcp lists and calls `echo` (named `echo_name` at `server`'s
+    /// endpoint) through the gateway.
+    async fn lists_and_calls(server: &str, echo_name: &str) {
         let gw = Gateway::start("", &[plain()]);
-        let config = StreamableHttpClientTransportConfig::with_uri(url(&gw, "plain"))
+        let config = StreamableHttpClientTransportConfig::with_uri(url(&gw, server))
             // rmcp adds the `Bearer ` itself
             .auth_header(ALICE);
         let transport = StreamableHttpClientTransport::from_config(config);
@@ -172,13 +193,14 @@ mod rmcp_http {
         };
         let tools = client.list_all_tools().await.expect("tools/list");
         let names: Vec<String> = tools.iter().map(|t| t.name.to_string()).collect();
-        assert!(names.contains(&"echo".to_string()), "{names:?}");
-        assert!(!names.contains(&"add".to_string()), "{names:?}");
+        assert!(names.iter().any(|n| n == echo_name), "{names:?}");
+        let denied = echo_name.replace("echo", "add");
+        assert!(!names.contains(&denied), "{names:?}");
         let Value::Object(args) = serde_json::json!({"text": "hi from rmcp"}) else {
             unreachable!()
         };
         let r = client
-            .call_tool(CallToolRequestParams::new("echo".to_string()).with_arguments(args))
+            .call_tool(CallToolRequestParams::new(echo_name.to_string()).with_arguments(args))
             .await
             .expect("tools/call");
         let text: Vec<String> = r
@@ -188,5 +210,15 @@ mod rmcp_http {
             .collect();
         assert_eq!(text, ["hi from rmcp"]);
         client.cancel().await.expect("close the session");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn rmcp_client_over_http_lists_and_calls_with_a_bearer_token() {
+        lists_and_calls("plain", "echo").await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn rmcp_client_lists_and_calls_through_the_aggregated_endpoint() {
+        lists_and_calls("", "plain__echo").await;
     }
 }
