@@ -192,3 +192,21 @@ fn two_clients_on_the_aggregate_never_share_a_server_process() {
     let h = call(&gw, ALICE, &alice, "plain__history", json!({}));
     assert!(h.to_string().contains("alice-secret-77"), "{h}");
 }
+
+#[test]
+fn python_sdk_in_the_stateless_revision_lists_and_calls_through_the_aggregated_endpoint() {
+    let gw = gateway();
+    let out = Command::new(peers().join("venv/bin/python"))
+        .arg(common::interop_script("http_stateless.py"))
+        .arg(gw.url("/mcp"))
+        .arg(ALICE)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("done"),
+        "{stdout}\n{}\ngateway log:\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        gw.stderr()
+    );
+}

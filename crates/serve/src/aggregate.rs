@@ -33,8 +33,11 @@
 //!   can therefore never address a member it was not given, nor answer a
 //!   question for another.
 //!
-//! Only the 2025-11-25 era is served here; stateless requests (2026-07-28)
-//! go to `/servers/<name>/mcp`.
+//! Stateless requests (2026-07-28) are answered from the client's stateless
+//! session on each server ([`crate::Gateway::stateless_session`]), merged
+//! and routed the same way; `server/discover` is merged too.
+//! `subscriptions/listen` is not merged (it goes to a server's own
+//! endpoint).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -236,13 +239,7 @@ pub(crate) async fn post(
 ) -> Result<Response<Body>, Refusal> {
     let id = msg.id().cloned().unwrap_or(Value::Null);
     if crate::modern::is_modern(&msg, headers)? {
-        return Err(refusal(
-            StatusCode::BAD_REQUEST,
-            INVALID_REQUEST,
-            Reason::RequestInvalid,
-            "the aggregated endpoint /mcp speaks the 2025-11-25 revision; send 2026-07-28 requests to /servers/<name>/mcp",
-        )
-        .id(id));
+        return stateless(ctx, msg, bytes, slot).await;
     }
     check_version(headers).map_err(|r| r.id(id.clone()))?;
     let method = msg.method().unwrap_or("").to_string();
@@ -276,6 +273,66 @@ pub(crate) async fn post(
             }
             Ok(accepted())
         }
+    }
+}
+
+/// A request of the stateless revision (2026-07-28) on `/mcp`: it is
+/// answered from the client's stateless session on each server it may use
+/// (as on `/servers/<name>/mcp`), merged and routed as for a session.
+async fn stateless(
+    ctx: &Ctx,
+    msg: Message,
+    bytes: &[u8],
+    slot: Slot,
+) -> Result<Response<Body>, Refusal> {
+    let id = msg.id().cloned().unwrap_or(Value::Null);
+    let mut members = Vec::new();
+    for server in ctx
+        .gw
+        .settings
+        .servers
+        .iter()
+        .filter(|s| ctx.client.may_use(s))
+    {
+        let session = ctx
+            .gw
+            .stateless_session(&ctx.client.name, server)
+            .await
+            .map_err(|r| open_refusal(r).id(id.clone()))?;
+        members.push(Member {
+            server: server.clone(),
+            session,
+        });
+    }
+    let agg = Arc::new(Aggregate {
+        id: String::new(),
+        client: ctx.client.name.clone(),
+        members,
+        state: Mutex::new(State::default()),
+    });
+    match msg.shape {
+        Shape::Notification => {
+            notification(&agg, msg, bytes);
+            Ok(accepted())
+        }
+        Shape::Request if msg.method() == Some("server/discover") => {
+            let params = msg.value.get("params").cloned().unwrap_or(json!({}));
+            let mut answers = Vec::new();
+            for (i, m) in agg.members.iter().enumerate() {
+                if let Ok(r) = ask(ctx, &agg, i, "server/discover", params.clone()).await {
+                    answers.push((m.server.clone(), r));
+                }
+            }
+            Ok(single(&result(&id, merge_discover(&answers)), None))
+        }
+        Shape::Request => request(ctx, agg, msg, slot).await,
+        _ => Err(refusal(
+            StatusCode::BAD_REQUEST,
+            INVALID_REQUEST,
+            Reason::RequestInvalid,
+            "responses cannot be posted without a session",
+        )
+        .id(id)),
     }
 }
 
@@ -450,18 +507,8 @@ async fn initialize(ctx: &Ctx, msg: Message, _slot: Slot) -> Result<Response<Bod
     Ok(single(&result(&id, merged), Some(&agg.id)))
 }
 
-/// The members' `initialize` results as one.
-fn merge_initialize(params: &Value, answers: &[(String, Value)]) -> Value {
-    let requested = params
-        .get("protocolVersion")
-        .and_then(Value::as_str)
-        .unwrap_or("2025-11-25");
-    let version = answers
-        .iter()
-        .filter_map(|(_, r)| r.get("protocolVersion").and_then(Value::as_str))
-        .min()
-        .unwrap_or(requested)
-        .to_string();
+/// The members' capabilities as one: a feature is on when any member has it.
+fn merge_capabilities(answers: &[(String, Value)]) -> Map<String, Value> {
     let mut caps = Map::new();
     for (_, r) in answers {
         let Some(Value::Object(c)) = r.get("capabilities") else {
@@ -482,6 +529,11 @@ fn merge_initialize(params: &Value, answers: &[(String, Value)]) -> Value {
             }
         }
     }
+    caps
+}
+
+/// The members' instructions, each under its server's name.
+fn merge_instructions(answers: &[(String, Value)], into: &mut Value) {
     let instructions: Vec<String> = answers
         .iter()
         .filter_map(|(s, r)| {
@@ -491,14 +543,65 @@ fn merge_initialize(params: &Value, answers: &[(String, Value)]) -> Value {
                 .map(|t| format!("[{s}] {t}"))
         })
         .collect();
+    if !instructions.is_empty() {
+        into["instructions"] = Value::String(instructions.join("\n\n"));
+    }
+}
+
+/// The gateway's name in merged answers.
+fn server_info() -> Value {
+    json!({"name": "mcpbox", "version": env!("CARGO_PKG_VERSION")})
+}
+
+/// The members' `initialize` results as one.
+fn merge_initialize(params: &Value, answers: &[(String, Value)]) -> Value {
+    let requested = params
+        .get("protocolVersion")
+        .and_then(Value::as_str)
+        .unwrap_or("2025-11-25");
+    let version = answers
+        .iter()
+        .filter_map(|(_, r)| r.get("protocolVersion").and_then(Value::as_str))
+        .min()
+        .unwrap_or(requested)
+        .to_string();
     let mut out = json!({
         "protocolVersion": version,
-        "capabilities": caps,
-        "serverInfo": {"name": "mcpbox", "version": env!("CARGO_PKG_VERSION")},
+        "capabilities": merge_capabilities(answers),
+        "serverInfo": server_info(),
     });
-    if !instructions.is_empty() {
-        out["instructions"] = Value::String(instructions.join("\n\n"));
+    merge_instructions(answers, &mut out);
+    out
+}
+
+/// The members' `server/discover` results (2026-07-28) as one: the
+/// revisions every member speaks, the union of their capabilities.
+fn merge_discover(answers: &[(String, Value)]) -> Value {
+    let versions = |r: &Value| -> Vec<String> {
+        r.get("supportedVersions")
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(|v| v.as_str().map(String::from))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let mut common = answers
+        .first()
+        .map(|(_, r)| versions(r))
+        .unwrap_or_default();
+    for (_, r) in answers.iter().skip(1) {
+        let theirs = versions(r);
+        common.retain(|v| theirs.contains(v));
     }
+    let mut out = json!({
+        "supportedVersions": common,
+        "capabilities": merge_capabilities(answers),
+        "resultType": "complete",
+        "_meta": {"io.modelcontextprotocol/serverInfo": server_info()},
+    });
+    merge_instructions(answers, &mut out);
     out
 }
 
@@ -571,7 +674,18 @@ async fn list(ctx: &Ctx, agg: &Arc<Aggregate>, msg: &Message, key: &str, uri: Ur
             }
         }
     }
-    result(&id, json!({ key: all }))
+    let mut out = json!({ key: all });
+    // a stateless (2026-07-28) list says it is whole, and how to cache it:
+    // not at all, and for this client only (it merges the client's servers)
+    if meta
+        .as_ref()
+        .is_some_and(|m| m.get(crate::modern::META_VERSION).is_some())
+    {
+        out["resultType"] = json!("complete");
+        out["ttlMs"] = json!(0);
+        out["cacheScope"] = json!("private");
+    }
+    result(&id, out)
 }
 
 /// Asks every member for its resources and templates (all pages), so that

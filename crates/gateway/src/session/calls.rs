@@ -185,9 +185,13 @@ impl Session {
         if self.config.deny_as_error {
             self.host_error(id, CODE_POLICY_DENIED, &text, Some(meta));
         } else {
+            // `resultType` is required of a result in the 2026-07-28
+            // revision (a client of that era rejects a result without it)
+            // and is an ignored extra field before it
             let mut result = json!({
                 "content": [{"type": "text", "text": text}],
                 "isError": true,
+                "resultType": "complete",
                 "_meta": {}
             });
             result["_meta"][META_DECISION] = meta;
