@@ -64,6 +64,7 @@ struct Sandboxes {
 /// Runs the gateway until SIGTERM, SIGINT or SIGHUP.
 pub fn run(config: &Path) -> anyhow::Result<i32> {
     let cfg = ServeConfig::load(config).map_err(|e| anyhow::anyhow!("{e}"))?;
+    raise_open_file_limit();
     let (mut settings, backend) = prepare(&cfg)?;
     let tls = match &cfg.listen.tls {
         Some(t) => Some(mcpbox_serve::tls::Acceptor::load(&t.cert, &t.key)?),
@@ -384,6 +385,29 @@ fn open_sandbox(server: &Server, argv: &[OsString], open: &Open) -> anyhow::Resu
         sandbox_id,
         keep: Box::new(proxy),
     })
+}
+
+/// Raises the soft limit on open files to the hard one (as servers do):
+/// every connection and event stream is a descriptor, and the usual soft
+/// default of 1024 would refuse the thousand-first client with EMFILE. The
+/// hard limit, which a sandboxed server could raise its own soft limit to
+/// anyway, is unchanged. Best effort: a failure leaves the limit as it was.
+fn raise_open_file_limit() {
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    let mut limit = getrlimit(Resource::Nofile);
+    if limit.current < limit.maximum {
+        limit.current = limit.maximum;
+        if let Err(e) = setrlimit(Resource::Nofile, limit) {
+            tracing::warn!("cannot raise the open-file limit: {e}");
+        }
+    }
+    let now = getrlimit(Resource::Nofile).current;
+    if now.is_some_and(|n| n < 4096) {
+        tracing::warn!(
+            limit = now,
+            "the open-file limit bounds the connections and streams this gateway can hold"
+        );
+    }
 }
 
 /// The first SIGTERM, SIGINT or SIGHUP stops the gateway in order; the
