@@ -67,6 +67,8 @@ def load(url, clients, calls, tool, arg, max_open):
             "calls": clients * calls, "ok": ok, "errors": errors + unanswered,
             "wrong_answers": errors, "unanswered": unanswered,
             "leaks": sum(c.leaks for c in cs), "clients_stopped": len(stopped),
+            # keep-alive connections the gateway closed while idle (reopened)
+            "reconnects": sum(c.reconnects for c in cs),
             "elapsed_s": elapsed, "calls_per_s": ok / elapsed if elapsed > 0 else None,
             "latency": mcphttp.summarize_ms([x for c in cs for x in c.samples.get("call", [])]),
         })

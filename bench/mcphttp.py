@@ -172,6 +172,8 @@ class Client:
         self.errors = 0
         self.leaks = 0
         self.first_errors = []
+        self.last_io = 0.0
+        self.reconnects = 0
 
     # -- requests --
     def connect(self):
@@ -287,7 +289,24 @@ def run(clients, make_flow, max_open=None):
 
     def send(c, item):
         c.label, data = item
-        c.sent_at = pc()
+        # A keep-alive connection the server closed while it was idle (the
+        # gateway's header timeout): open a new one, as HTTP clients do.
+        if c.sock is not None and pc() - c.last_io > 0.5 and dropped(c.sock):
+            try:
+                sel.unregister(c.sock)
+            except (KeyError, ValueError):
+                pass
+            c.sock.close()
+            c.sock = None
+            c.buf.clear()
+            c.reconnects += 1
+        if c.sock is None:
+            c.connect()
+        try:
+            sel.get_key(c.sock)
+        except KeyError:
+            sel.register(c.sock, selectors.EVENT_READ, c)
+        c.sent_at = c.last_io = pc()
         c.deadline = c.sent_at + (INIT_TIMEOUT if c.label == "init" else CALL_TIMEOUT)
         while data:
             try:
@@ -302,7 +321,6 @@ def run(clients, make_flow, max_open=None):
                 c.connect()
             c.flow = make_flow(c)
             send(c, next(c.flow))
-            sel.register(c.sock, selectors.EVENT_READ, c)
             return True
         except StopIteration:
             return False
@@ -343,6 +361,7 @@ def run(clients, make_flow, max_open=None):
                 finish(c, f"connection closed by the server (waiting for {c.label})")
                 continue
             c.buf += data
+            c.last_io = now
             while True:
                 try:
                     got = parse_response(c.buf)
@@ -372,6 +391,19 @@ def run(clients, make_flow, max_open=None):
                 if now > c.deadline:
                     finish(c, f"no answer to {c.label} within {c.deadline - c.sent_at:.0f} s")
     sel.close()
+
+
+def dropped(sock):
+    """Whether the peer closed this idle connection (readable, and EOF)."""
+    r, _, _ = select.select([sock], [], [], 0)
+    if not r:
+        return False
+    try:
+        return sock.recv(1, socket.MSG_PEEK) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
 
 
 def close_all(clients):
@@ -620,6 +652,7 @@ def cmd_throughput(argv):
             total = sum(c.ok for c in clients) + errors
             result["errors"] = errors
             result["leaks"] = sum(c.leaks for c in clients)
+            result["reconnects"] = sum(c.reconnects for c in clients)
             if errors:
                 result["first_errors"] = [e for c in clients for e in c.first_errors][:5]
             if errors > total * 0.01:
@@ -670,6 +703,7 @@ def cmd_sessions(argv):
             if not st:
                 raise Failed("the process is gone after the sessions opened")
             result.update({"clients": n_clients, "sessions_vmrss_kib": st["VmRSS"],
+                           "reconnects": c.reconnects,
                            "sessions_vmhwm_kib": st.get("VmHWM"), "threads": st.get("Threads")})
             same = [p for p in descendants(pid) if _comm(p) == result["comm"]]
             result["own_children"] = len(same)
