@@ -604,7 +604,8 @@ def cmd_serve(argv):
         write_table(out, "serve-2-memory", "serve: memory of the gateway process itself with idle sessions",
                     ["gateway", "sessions", "start RSS MiB", "RSS MiB", "VmHWM MiB", "KiB/session", "threads",
                      "mcpbox children", "children RSS MiB", "open s"], rows,
-                    ["each session: initialize + notifications/initialized, then nothing (connections left open); "
+                    ["each session: initialize + notifications/initialized, then nothing (the gateway closes connections "
+                     "idle for [limits] header_timeout, the sessions stay); "
                      "one echo call on one of them, then VmRSS of the `mcpbox serve` pid from /proc/PID/status "
                      "(its children, the sandboxes, not counted)",
                      "'mcpbox children': descendant processes named mcpbox (sandbox supervisors and helpers), "
