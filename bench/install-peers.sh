@@ -9,7 +9,7 @@
 # Layout: srt goes into bench/.local (gitignored) as an npm global prefix, so
 # it ends up at bench/.local/bin/srt. The reference server and supergateway go
 # into their own prefix bench/.local/npm (bin/mcp-server-everything,
-# bin/supergateway): mcpbox mounts that prefix into the sandbox, and refuses
+# bin/supergateway, bin/mcp-proxy): mcpbox mounts that prefix into the sandbox, and refuses
 # to mount bench/.local itself (an ancestor of the credential location
 # .local/share/keyrings). The
 # Python mcp-proxy gets its own venv in bench/.local/mcp-proxy-venv (it needs
@@ -28,9 +28,12 @@ PREFIX="$BENCH/.local"
 APT_PKGS=(bubblewrap socat ripgrep hyperfine)
 NPM_PKGS=("@anthropic-ai/sandbox-runtime@0.0.83")
 RELAY_PREFIX="$PREFIX/npm"
+# The TypeScript mcp-proxy (bin/mcp-proxy here) is the serve section's second
+# bridge; the Python one of the same name (the relay section's) has its venv.
 RELAY_NPM_PKGS=(
   "@modelcontextprotocol/server-everything@2026.8.31"
   "supergateway@4.0.0"
+  "mcp-proxy@6.7.19"
 )
 PY_PKGS=("mcp-proxy==0.13.0")
 VENV="$PREFIX/mcp-proxy-venv"

@@ -14,6 +14,9 @@
       Parses DIR/egress/egress_bench.txt (the stdout of crates/egress's
       egress_bench example) and DIR/egress/e2e/*.json (httpbench.py client
       lines) into tables under DIR/extra/.
+  tools.py serve DIR
+      Pools DIR/serve/{latency,throughput,sessions,load}/*.json (written by
+      mcphttp.py and load.py) into the serve tables under DIR/extra/.
   tools.py report DIR
       Prints the tables for one bench/run result directory and writes
       DIR/summary.json.
@@ -485,10 +488,162 @@ def cmd_large(argv):
                  "x direct", "marginal x before", "redactions", "runs"], rows, notes)
     return 0
 
+SERVE_ORDER = ["mcpbox-serve", "supergateway", "mcp-proxy"]
+SERVE_BRIDGES = ["supergateway", "mcp-proxy"]
+SERVE_TARGET = ("target (serve issue): p50 <= 0.6 ms at 1 client (supergateway 2.2 ms, mcp-proxy 2.6 ms "
+                "when the issue was written); calls/s at 32 clients >= 5x the better bridge")
+SESSIONS_TARGET = "target (serve issue): the gateway's own VmRSS under 64 MiB with 100 idle sessions (sandboxes not counted)"
+LOAD_TARGET = ("target (serve issue): 100 clients x 1,000 calls through /mcp, zero errors, "
+               "no client ever receives another client's data")
+
+
+def cmd_serve(argv):
+    if len(argv) != 1:
+        sys.exit("usage: tools.py serve DIR")
+    out = Path(argv[0])
+    sv = out / "serve"
+    key = lambda n: (SERVE_ORDER.index(n) if n in SERVE_ORDER else len(SERVE_ORDER), n)
+
+    lat, thr = pooled(sv / "latency"), pooled(sv / "throughput")
+    stats = {}
+    for name in set(lat) | set(thr):
+        s = {}
+        ok = [r for r in lat.get(name, []) if r.get("status") == "ok"]
+        if ok:
+            samples = [x for r in ok for x in r["samples_ms"]]
+            s.update({"p50": statistics.median(samples), "p99": nearest_rank(samples, 99),
+                      "cps1": len(samples) / (sum(samples) / 1e3), "calls": len(samples),
+                      "round_p50s": [r["p50_ms"] for r in ok]})
+        else:
+            s["lat_failed"] = first_failure(lat.get(name, [])) or "not run"
+        okt = [r for r in thr.get(name, []) if r.get("status") == "ok"]
+        if okt:
+            s.update({"cps": statistics.median(r["calls_per_s"] for r in okt),
+                      "round_cps": [r["calls_per_s"] for r in okt],
+                      "clients": okt[0]["clients"],
+                      "p50c": statistics.median(r["latency"]["p50_ms"] for r in okt),
+                      "p99c": statistics.median(r["latency"]["p99_ms"] for r in okt),
+                      "errors": sum(r.get("errors", 0) for r in okt)})
+        else:
+            s["thr_failed"] = first_failure(thr.get(name, [])) or "not run"
+        stats[name] = s
+    figures = {}
+    if stats:
+        bridges_p50 = {n: stats[n]["p50"] for n in SERVE_BRIDGES if "p50" in stats.get(n, {})}
+        bridges_cps = {n: stats[n]["cps"] for n in SERVE_BRIDGES if "cps" in stats.get(n, {})}
+        best_p50 = min(bridges_p50.items(), key=lambda kv: kv[1]) if bridges_p50 else None
+        best_cps = max(bridges_cps.items(), key=lambda kv: kv[1]) if bridges_cps else None
+        rows = []
+        for name in sorted(stats, key=key):
+            s = stats[name]
+            if "p50" not in s and "cps" not in s:
+                rows.append([name, f"failed: {s.get('lat_failed')}; {s.get('thr_failed')}"])
+                continue
+            x_p50 = best_p50[1] / s["p50"] if best_p50 and "p50" in s else None
+            x_cps = s["cps"] / best_cps[1] if best_cps and "cps" in s else None
+            spread = (f"{min(s['round_p50s']):.3f}-{max(s['round_p50s']):.3f}" if "round_p50s" in s else "-")
+            cspread = (f"{min(s['round_cps']):.0f}-{max(s['round_cps']):.0f}" if "round_cps" in s else "-")
+            rows.append([name, s.get("p50"), s.get("p99"), s.get("cps1"), s.get("cps"), s.get("p50c"),
+                         s.get("p99c"), x_p50, x_cps, spread, cspread, s.get("errors")])
+            if name == "mcpbox-serve":
+                figures = {"p50_ms": s.get("p50"), "p99_ms": s.get("p99"), "calls_per_s_concurrent": s.get("cps"),
+                           "clients": s.get("clients"),
+                           "best_bridge_p50": best_p50[0] if best_p50 else None,
+                           "best_bridge_p50_ms": best_p50[1] if best_p50 else None,
+                           "p50_speedup_vs_best_bridge": x_p50,
+                           "best_bridge_calls_per_s": best_cps[0] if best_cps else None,
+                           "best_bridge_calls_per_s_value": best_cps[1] if best_cps else None,
+                           "calls_per_s_ratio_vs_best_bridge": x_cps}
+        for name in sorted(stats, key=key):
+            for k in ("lat_failed", "thr_failed"):
+                if k in stats[name] and ("p50" in stats[name] or "cps" in stats[name]):
+                    rows.append([f"{name} ({'1 client' if k == 'lat_failed' else 'concurrent'})",
+                                 f"failed: {stats[name][k]}"])
+        clients = next((s["clients"] for s in stats.values() if "clients" in s), "N")
+        notes = [
+            "every row fronts stdio server-everything (npm), one server process per client session; "
+            "client: bench/mcphttp.py, raw sockets, Streamable HTTP (POST, Mcp-Session-Id, SSE or JSON answers), "
+            "one keep-alive HTTP/1.1 connection per session",
+            "1 client: sequential tools/call echo after initialize + tools/list + warm-up; p50/p99 over all rounds pooled",
+            f"{clients} clients: each its own session and connection, a call as soon as the last is answered; "
+            "calls/s counted in a fixed window after a warm-up, median over rounds ('rounds' shows the spread)",
+            "'x bridge p50' = the better bridge's p50 / this row's (above 1: faster); "
+            "'x bridge calls/s' = this row's calls/s / the better bridge's",
+            "mcpbox-serve: each session's server in its own sandbox (serve always sandboxes), audit log on disk; "
+            "one anonymous loopback client with [limits] raised above the load",
+            "the client, the gateway and the servers share the machine's CPUs: at many clients the figure is the "
+            "whole system's",
+            SERVE_TARGET]
+        if figures.get("p50_speedup_vs_best_bridge"):
+            notes.insert(0, f"mcpbox serve: p50 {figures['p50_ms']:.3f} ms "
+                            f"({figures['p50_speedup_vs_best_bridge']:.2f}x faster than {figures['best_bridge_p50']}); "
+                            f"{figures['calls_per_s_concurrent'] or 0:.0f} calls/s at {clients} clients "
+                            f"({figures['calls_per_s_ratio_vs_best_bridge'] or 0:.2f}x {figures['best_bridge_calls_per_s']})")
+        write_table(out, "serve-1-latency",
+                    "serve: tools/call echo through an HTTP gateway or bridge to stdio server-everything",
+                    ["path", "p50 ms", "p99 ms", "calls/s 1", f"calls/s {clients}", f"p50 ms {clients}",
+                     f"p99 ms {clients}", "x bridge p50", "x bridge calls/s", "round p50s", "rounds calls/s",
+                     "errors"], rows, notes)
+        data = json.loads((out / "extra" / "serve-1-latency.json").read_text())
+        data["figures"] = figures
+        (out / "extra" / "serve-1-latency.json").write_text(json.dumps(data, indent=2))
+
+    ses = pooled(sv / "sessions")
+    if ses:
+        rows = []
+        for name in sorted(ses, key=key):
+            for r in ses[name]:
+                if r.get("status") != "ok":
+                    rows.append([name, f"failed: {r.get('why')}"])
+                    continue
+                kib = 1024.0
+                per = (r["sessions_vmrss_kib"] - r["start_vmrss_kib"]) / r["clients"]
+                rows.append([name, r["clients"], r["start_vmrss_kib"] / kib, r["sessions_vmrss_kib"] / kib,
+                             r["sessions_vmhwm_kib"] / kib, per, r.get("threads"), r["own_children"],
+                             r["own_children_vmrss_kib"] / kib, r["open_s"]])
+        write_table(out, "serve-2-memory", "serve: memory of the gateway process itself with idle sessions",
+                    ["gateway", "sessions", "start RSS MiB", "RSS MiB", "VmHWM MiB", "KiB/session", "threads",
+                     "mcpbox children", "children RSS MiB", "open s"], rows,
+                    ["each session: initialize + notifications/initialized, then nothing (the gateway closes connections "
+                     "idle for [limits] header_timeout, the sessions stay); "
+                     "one echo call on one of them, then VmRSS of the `mcpbox serve` pid from /proc/PID/status "
+                     "(its children, the sandboxes, not counted)",
+                     "'mcpbox children': descendant processes named mcpbox (sandbox supervisors and helpers), "
+                     "shown apart; the servers (node) are not mcpbox's",
+                     SESSIONS_TARGET])
+
+    lo = pooled(sv / "load")
+    if lo:
+        rows = []
+        for name in sorted(lo, key=key):
+            for r in lo[name]:
+                if r.get("status") != "ok":
+                    rows.append([name, f"failed: {r.get('why')}"])
+                    continue
+                path = r["url"].split("/", 3)[-1]
+                rows.append([name, "/" + path, r["clients"], r["calls"], r["ok"], r["errors"], r["leaks"],
+                             r["calls_per_s"], r["latency"].get("p50_ms"), r["latency"].get("p99_ms"),
+                             r["open_s"]])
+        notes = ["each client its own session and connection; every call's message holds the client's random "
+                 "64-bit value and the call counter; an answer counts when its text ends with exactly that; "
+                 "'cross-client' counts answers holding another client's value; same JSON-RPC ids in every client",
+                 LOAD_TARGET]
+        for name in lo:
+            for r in lo[name]:
+                if r.get("fell_back"):
+                    notes.insert(0, f"{r['fell_back']['from']}: {r['fell_back']['why']} (no aggregating endpoint "
+                                    f"in this build): the load ran through {r['url']}")
+                for e in r.get("first_errors", [])[:3]:
+                    notes.append(f"{name}: {e}")
+        write_table(out, "serve-3-load", "serve: load test (bench/load.py), every answer checked",
+                    ["gateway", "endpoint", "clients", "calls", "ok", "errors", "cross-client", "calls/s",
+                     "p50 ms", "p99 ms", "open s"], rows, notes)
+    return 0
+
 
 def main():
     cmds = {"mem": cmd_mem, "report": cmd_report, "relay": cmd_relay, "large": cmd_large,
-            "egress": cmd_egress}
+            "egress": cmd_egress, "serve": cmd_serve}
     if len(sys.argv) < 2 or sys.argv[1] not in cmds:
         sys.exit(__doc__)
     return cmds[sys.argv[1]](sys.argv[2:])
