@@ -17,7 +17,7 @@ use std::net::TcpStream;
 use std::time::Duration;
 
 use common::mcp::testserver;
-use common::serve::{binary_policy, Serve};
+use common::serve::{binary_policy, Gateway as Serve};
 use serde_json::{json, Value};
 
 /// One HTTP response: status, lowercase headers, whole body.
@@ -258,35 +258,25 @@ fn load(port: u16, path: &str, tool: &str, arg: &str, clients: usize, calls: u64
     threads.into_iter().map(|t| t.join().unwrap()).collect()
 }
 
-#[test]
-fn ten_concurrent_clients_each_receive_only_their_own_echoes() {
+/// Ten clients x 100 calls of `tool` at `path`, each answer checked.
+fn ten_clients_at(path: &str, tool: &str) {
     let plain = testserver("plain");
-    let gw = Serve::start(
-        &[
-            ("plain.toml", binary_policy("plain", &plain, "")),
-            (
-                "serve.toml",
-                format!(
-                    // one client for all sessions: its rate limit raised above the load
-                    "[listen]\naddress = \"127.0.0.1:0\"\n\n[limits]\nrate_per_second = 100000\n\
+    let gw = Serve::start_files(&[
+        ("plain.toml", binary_policy("plain", &plain, "")),
+        (
+            "serve.toml",
+            format!(
+                // one client for all sessions: its rate limit raised above the load
+                "[listen]\naddress = \"127.0.0.1:0\"\n\n[limits]\nrate_per_second = 100000\n\
                      burst = 100000\n\n[[clients]]\nname = \"load\"\n\
                      dangerously_allow_anonymous = true\n\n[[servers]]\nname = \"plain\"\n\
                      policy = \"plain.toml\"\ncommand = [{:?}]\n",
-                    plain.display().to_string()
-                ),
+                plain.display().to_string()
             ),
-        ],
-        &[],
-    );
+        ),
+    ]);
     let (clients, calls) = (10, 100);
-    let outcomes = load(
-        gw.port,
-        "/servers/plain/mcp",
-        "echo",
-        "text",
-        clients,
-        calls,
-    );
+    let outcomes = load(gw.port, path, tool, "text", clients, calls);
     let errors: Vec<&String> = outcomes.iter().flat_map(|o| &o.errors).collect();
     assert!(
         errors.is_empty(),
@@ -315,4 +305,14 @@ fn ten_concurrent_clients_each_receive_only_their_own_echoes() {
             );
         }
     }
+}
+
+#[test]
+fn ten_concurrent_clients_each_receive_only_their_own_echoes() {
+    ten_clients_at("/servers/plain/mcp", "echo");
+}
+
+#[test]
+fn ten_concurrent_clients_on_the_aggregate_each_receive_only_their_own_echoes() {
+    ten_clients_at("/mcp", "plain__echo");
 }
