@@ -15,6 +15,10 @@
 //!   [`mcpbox_gateway::HostSink`], which sends each message the relay has
 //!   for the host to the POST waiting for it or to the session's GET
 //!   stream.
+//! - [`modern`]: the stateless revision (2026-07-28): one stateless session
+//!   per client and server, requests under the gateway's own ids.
+//! - [`aggregate`]: `/mcp`, one session over every server the client may
+//!   use, names prefixed `<server>__`.
 //! - [`Backend`]: how a session gets its relay. `mcpbox` gives each one a
 //!   sandbox (and its egress proxy) of its own, or, for a remote server,
 //!   an [`upstream::RemoteLauncher`]; tests give it a plain process.
