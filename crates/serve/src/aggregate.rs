@@ -34,7 +34,7 @@
 //!   question for another.
 //!
 //! Stateless requests (2026-07-28) are answered from the client's stateless
-//! session on each server ([`crate::Gateway::stateless_session`]), merged
+//! session on each server (`Gateway::stateless_session`), merged
 //! and routed the same way; `server/discover` is merged too.
 //! `subscriptions/listen` is not merged (it goes to a server's own
 //! endpoint).

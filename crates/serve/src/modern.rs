@@ -14,7 +14,7 @@
 //!   (`MCP-Protocol-Version`, `Mcp-Method`: 400, -32020) before any server
 //!   sees it;
 //! - forwards it under an id of its own to the client's one stateless
-//!   session on the server ([`crate::Gateway::stateless_session`]), since
+//!   session on the server (`Gateway::stateless_session`), since
 //!   independent requests of one client may reuse an id, and puts the
 //!   client's id back on every message it returns (and on the
 //!   `subscriptionId` of a `subscriptions/listen` stream's notifications);
