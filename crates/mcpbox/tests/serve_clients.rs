@@ -13,7 +13,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::peers::{mount_same_path, peer_or_skip};
+use common::peers::{mount_same_path, peer};
 use common::serve::{Gateway, Server, ALICE};
 use serde_json::Value;
 
@@ -52,9 +52,7 @@ fn python(gw: &Gateway, python: &Path, scenario: &str, server: &str) {
 
 #[test]
 fn python_sdk_over_http_lists_and_calls_plain_and_answers_its_roots_request() {
-    let Some(py) = peer_or_skip("venv/bin/python") else {
-        return;
-    };
+    let py = peer("venv/bin/python");
     let gw = Gateway::start("", &[plain()]);
     python(&gw, &py, "plain", "plain");
     let events = gw.audit_until("the denied add", |e| {
@@ -70,9 +68,7 @@ fn python_sdk_over_http_lists_and_calls_plain_and_answers_its_roots_request() {
 
 #[test]
 fn python_sdk_over_http_drives_server_everything_with_sampling() {
-    let (Some(py), Some(npm)) = (peer_or_skip("venv/bin/python"), peer_or_skip("npm")) else {
-        return;
-    };
+    let (py, npm) = (peer("venv/bin/python"), peer("npm"));
     let bin = npm.join("bin/mcp-server-everything");
     let policy = format!("[tools]\n\"get-sum\" = \"deny\"\n{}", mount_same_path(&npm));
     let gw = Gateway::start(
@@ -119,9 +115,7 @@ fn inspector(gw: &Gateway, bin: &Path, server: &str, token: &str, args: &[&str])
 /// The inspector CLI lists and calls `echo` (named `echo_name` at
 /// `server`'s endpoint) through the gateway.
 fn inspector_lists_and_calls(server: &str, echo_name: &str) {
-    let Some(bin) = peer_or_skip("npm/bin/mcp-inspector") else {
-        return;
-    };
+    let bin = peer("npm/bin/mcp-inspector");
     let gw = Gateway::start("", &[plain()]);
     let list = inspector(&gw, &bin, server, ALICE, &["--method", "tools/list"]);
     let names: Vec<&str> = list["tools"]

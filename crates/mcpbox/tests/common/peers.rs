@@ -55,24 +55,3 @@ pub fn mount_same_path(dir: &Path) -> String {
         dir.display()
     )
 }
-
-/// A peer under `.local/peers` (MCPBOX_PEERS overrides) for a test that
-/// may skip: `None`, with the reason on stderr, when it is not installed
-/// and `CI` is unset; under `CI` a missing peer fails the test.
-pub fn peer_or_skip(rel: &str) -> Option<PathBuf> {
-    let dir = std::env::var_os("MCPBOX_PEERS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| checkout_root().join(".local/peers"));
-    let p = dir.join(rel);
-    if p.exists() {
-        return Some(p);
-    }
-    let ci = std::env::var_os("CI").is_some_and(|v| !v.is_empty() && v != "false");
-    assert!(
-        !ci,
-        "{} is missing (CI is set): {INSTALL_HINT}",
-        p.display()
-    );
-    eprintln!("SKIPPED: {} is not installed ({INSTALL_HINT})", p.display());
-    None
-}
