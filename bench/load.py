@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import mcpclient  # noqa: E402
 import mcphttp  # noqa: E402
 
 
@@ -97,18 +98,7 @@ def main(argv):
     o = {"url": None, "clients": "100", "calls": "1000", "tool": "echo", "arg": "message",
          "open": "16", "out": None, "name": "load", "ready": "60",
          "fallback-url": None, "fallback-tool": "echo"}
-    cmd = None
-    i = 0
-    while i < len(argv):
-        a = argv[i]
-        if a == "--":
-            cmd = argv[i + 1:]
-            break
-        if a.startswith("--") and a[2:] in o and i + 1 < len(argv):
-            o[a[2:]] = argv[i + 1]
-            i += 2
-            continue
-        sys.exit(f"unexpected argument {a!r}\n\n{__doc__}")
+    o, cmd = mcpclient.parse(argv, o, __doc__, "load.py")
     if not o["url"]:
         sys.exit(__doc__)
     target, log = None, None

@@ -234,6 +234,8 @@ def pct(sorted_vals, p):
 
 def summarize_ms(samples_s):
     ms = sorted(x * 1e3 for x in samples_s)
+    if not ms:
+        return {"n": 0}
     return {"n": len(ms), "p50_ms": statistics.median(ms), "p90_ms": pct(ms, 90),
             "p99_ms": pct(ms, 99), "min_ms": ms[0], "max_ms": ms[-1],
             "mean_ms": statistics.fmean(ms)}
@@ -247,7 +249,7 @@ def read_status(pid):
     f = {}
     for line in text.splitlines():
         k, _, v = line.partition(":")
-        if k in ("VmRSS", "VmHWM"):
+        if k in ("VmRSS", "VmHWM", "Threads"):
             f[k] = int(v.split()[0])
     return f if "VmRSS" in f else None
 
@@ -285,8 +287,9 @@ def own_tree_rss(pid):
     return {"kib": total, "processes": n}
 
 
-def parse(argv, spec):
-    """--opt VALUE options named in spec (with defaults), then `-- CMD...`."""
+def parse(argv, spec, doc=__doc__, prog="mcpclient.py"):
+    """--opt VALUE options named in spec (with defaults), then `-- CMD...`;
+    an unknown one exits with `doc`."""
     opts = dict(spec)
     cmd = None
     i = 0
@@ -299,7 +302,7 @@ def parse(argv, spec):
             opts[a[2:]] = argv[i + 1]
             i += 2
             continue
-        sys.exit(f"mcpclient.py: unexpected argument {a!r}\n\n{__doc__}")
+        sys.exit(f"{prog}: unexpected argument {a!r}\n\n{doc}")
     return opts, cmd
 
 
@@ -315,7 +318,10 @@ def stderr_file(out):
 # subcommands
 # ---------------------------------------------------------------------------
 class Bridge:
-    """An HTTP bridge process in its own session, ended as a group."""
+    """An HTTP bridge (or gateway) process in its own session, listening on
+    URL's port; ended as a group, SIGTERM first for `term_wait` seconds."""
+
+    term_wait = 3
 
     def __init__(self, cmd, url, stderr, wait_s=30.0):
         u = urllib.parse.urlsplit(url)
@@ -324,18 +330,18 @@ class Bridge:
         deadline = time.monotonic() + wait_s
         while True:
             if self.proc.poll() is not None:
-                raise Failed(f"bridge exited with {self.proc.returncode} before listening")
+                raise Failed(f"{Path(cmd[0]).name} exited with {self.proc.returncode} before listening")
             try:
                 socket.create_connection((u.hostname, u.port), timeout=1).close()
                 return
             except OSError:
                 if time.monotonic() > deadline:
                     self.stop()
-                    raise Failed(f"bridge not listening on {u.hostname}:{u.port} after {wait_s:.0f} s")
+                    raise Failed(f"not listening on {u.hostname}:{u.port} after {wait_s:.0f} s")
                 time.sleep(0.05)
 
     def stop(self):
-        for sig, wait in ((signal.SIGTERM, 3), (signal.SIGKILL, 3)):
+        for sig, wait in ((signal.SIGTERM, self.term_wait), (signal.SIGKILL, 3)):
             try:
                 os.killpg(self.proc.pid, sig)
             except ProcessLookupError:

@@ -56,15 +56,16 @@ import time
 import urllib.parse
 from pathlib import Path
 
+# beside this file: the stdio client's measurement helpers and process
+# handling, shared
+import mcpclient
+from mcpclient import Bridge, Failed, pct, read_status, summarize_ms
+
 PROTOCOL = "2025-11-25"
 INIT_TIMEOUT = 180.0
 CALL_TIMEOUT = 60.0
 # A client's value in a message: 16 hex digits, a colon, a counter.
 VALUE = re.compile(rb"\b([0-9a-f]{16}):(\d+)\b")
-
-
-class Failed(Exception):
-    """A measurement that could not be made; the message goes into the row."""
 
 
 # ---------------------------------------------------------------------------
@@ -440,36 +441,6 @@ def delete_sessions(clients):
 # ---------------------------------------------------------------------------
 # Statistics and the process under test
 # ---------------------------------------------------------------------------
-def pct(sorted_vals, p):
-    """Nearest-rank percentile of a sorted list."""
-    if not sorted_vals:
-        return None
-    k = max(0, min(len(sorted_vals) - 1, int(round(p / 100.0 * len(sorted_vals) + 0.5)) - 1))
-    return sorted_vals[k]
-
-
-def summarize_ms(samples_s):
-    ms = sorted(x * 1e3 for x in samples_s)
-    if not ms:
-        return {"n": 0}
-    return {"n": len(ms), "p50_ms": statistics.median(ms), "p90_ms": pct(ms, 90),
-            "p99_ms": pct(ms, 99), "min_ms": ms[0], "max_ms": ms[-1],
-            "mean_ms": statistics.fmean(ms)}
-
-
-def read_status(pid):
-    try:
-        text = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return None
-    f = {}
-    for line in text.splitlines():
-        k, _, v = line.partition(":")
-        if k in ("VmRSS", "VmHWM", "Threads"):
-            f[k] = int(v.split()[0])
-    return f if "VmRSS" in f else None
-
-
 def descendants(pid):
     children = {}
     for d in os.listdir("/proc"):
@@ -488,40 +459,11 @@ def descendants(pid):
     return out
 
 
-class Target:
-    """CMD in its own session, listening on URL's port; ended as a group."""
+class Target(Bridge):
+    """CMD in its own session, listening on URL's port; ended as a group
+    (a gateway stopping its sandboxes gets longer after SIGTERM)."""
 
-    def __init__(self, cmd, url, log, wait_s):
-        u = urllib.parse.urlsplit(url)
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                     start_new_session=True)
-        deadline = time.monotonic() + wait_s
-        while True:
-            if self.proc.poll() is not None:
-                raise Failed(f"{Path(cmd[0]).name} exited with {self.proc.returncode} before listening")
-            try:
-                socket.create_connection((u.hostname, u.port), timeout=1).close()
-                return
-            except OSError:
-                if time.monotonic() > deadline:
-                    self.stop()
-                    raise Failed(f"not listening on {u.hostname}:{u.port} after {wait_s:.0f} s")
-                time.sleep(0.05)
-
-    def stop(self):
-        for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 3)):
-            try:
-                os.killpg(self.proc.pid, sig)
-            except ProcessLookupError:
-                pass
-            try:
-                self.proc.wait(timeout=wait)
-                # the group may outlive its leader: make sure it is empty
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                return
-            except subprocess.TimeoutExpired:
-                continue
+    term_wait = 10
 
 
 # ---------------------------------------------------------------------------
@@ -532,21 +474,9 @@ COMMON = {"name": None, "out": None, "url": None, "tool": "echo", "arg": "messag
 
 
 def parse(argv, spec, doc=__doc__):
-    """--opt VALUE options named in spec (with defaults), then `-- CMD...`."""
-    opts = dict(COMMON)
-    opts.update(spec)
-    cmd = None
-    i = 0
-    while i < len(argv):
-        a = argv[i]
-        if a == "--":
-            cmd = argv[i + 1:]
-            break
-        if a.startswith("--") and a[2:] in opts and i + 1 < len(argv):
-            opts[a[2:]] = argv[i + 1]
-            i += 2
-            continue
-        sys.exit(f"unexpected argument {a!r}\n\n{doc}")
+    """--opt VALUE options named in spec and COMMON (with defaults), then
+    `-- CMD...`; name, out, url and CMD are required."""
+    opts, cmd = mcpclient.parse(argv, {**COMMON, **spec}, doc, "mcphttp.py")
     if not (opts["name"] and opts["out"] and opts["url"] and cmd):
         sys.exit(doc)
     return opts, cmd

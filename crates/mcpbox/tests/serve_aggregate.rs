@@ -7,17 +7,10 @@ mod common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::PathBuf;
-use std::process::Command;
 
 use common::mcp::testserver;
-use common::peers::peers;
 use common::serve::{binary_policy, Gateway as Serve, ALICE, BOB};
 use serde_json::{json, Value};
-
-fn script() -> PathBuf {
-    common::interop_script("http_aggregate.py")
-}
 
 /// Two clients (alice may use both servers, bob only `plain`), `plain`
 /// with `add` denied, and the conformance fixture.
@@ -107,19 +100,9 @@ fn call(gw: &Serve, token: &str, sid: &str, tool: &str, args: Value) -> Value {
 #[test]
 fn python_sdk_lists_and_calls_every_server_through_the_aggregated_endpoint() {
     let gw = gateway();
-    let out = Command::new(peers().join("venv/bin/python"))
-        .arg(script())
-        .arg(gw.url("/mcp"))
-        .arg(ALICE)
-        .arg("marker-a1b2c3")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && stdout.contains("done"),
-        "{stdout}\n{}\ngateway log:\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        gw.stderr()
+    gw.python_client(
+        "http_aggregate.py",
+        &[&gw.url("/mcp"), ALICE, "marker-a1b2c3"],
     );
 }
 
@@ -196,17 +179,5 @@ fn two_clients_on_the_aggregate_never_share_a_server_process() {
 #[test]
 fn python_sdk_in_the_stateless_revision_lists_and_calls_through_the_aggregated_endpoint() {
     let gw = gateway();
-    let out = Command::new(peers().join("venv/bin/python"))
-        .arg(common::interop_script("http_stateless.py"))
-        .arg(gw.url("/mcp"))
-        .arg(ALICE)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && stdout.contains("done"),
-        "{stdout}\n{}\ngateway log:\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        gw.stderr()
-    );
+    gw.python_client("http_stateless.py", &[&gw.url("/mcp"), ALICE]);
 }

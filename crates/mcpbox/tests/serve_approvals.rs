@@ -5,10 +5,7 @@
 
 mod common;
 
-use std::process::Command;
-
 use common::mcp::testserver;
-use common::peers::peers;
 use common::serve::{binary_policy, Gateway as Serve, ALICE};
 
 fn gateway() -> Serve {
@@ -29,20 +26,7 @@ fn gateway() -> Serve {
 }
 
 fn human(gw: &Serve, path: &str, answer: &str, tool: &str) {
-    let script = common::interop_script("http_approval.py");
-    let out = Command::new(peers().join("venv/bin/python"))
-        .arg(script)
-        .arg(gw.url(path))
-        .args([ALICE, answer, tool])
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && stdout.contains("done"),
-        "{answer}: {stdout}\n{}\ngateway log:\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        gw.stderr()
-    );
+    gw.python_client("http_approval.py", &[&gw.url(path), ALICE, answer, tool]);
 }
 
 #[test]

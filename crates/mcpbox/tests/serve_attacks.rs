@@ -771,3 +771,92 @@ fn healthz_answers_without_a_token_and_nothing_else_does() {
     );
     assert_eq!(r.status, 401, "{}", r.text());
 }
+
+/// `mcpbox serve` on `files` must refuse to start: its exit status is not
+/// 0 and its stderr holds `want`. (Killed after 30 s: a gateway that
+/// started would otherwise serve forever.)
+fn refuses_to_start(files: &[(&str, String)], env: &[(&str, &str)], want: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, text) in files {
+        std::fs::write(dir.path().join(name), text).unwrap();
+    }
+    let mut cmd = std::process::Command::new(common::mcpbox());
+    cmd.arg("serve")
+        .arg("--config")
+        .arg(dir.path().join("serve.toml"))
+        .env("MCPBOX_STATE_DIR", dir.path().join("state"))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().unwrap();
+    let until = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if Instant::now() > until {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("mcpbox serve started although it should have refused ({want})");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(!status.success(), "exit 0: {err}");
+    assert!(err.contains(want), "{err}");
+}
+
+fn one_server_config(clients: &str) -> String {
+    let plain = common::mcp::testserver("plain");
+    format!(
+        "[listen]\naddress = \"127.0.0.1:0\"\n{clients}\n[[servers]]\nname = \"plain\"\n\
+         policy = \"plain.toml\"\ncommand = [{:?}]\n",
+        plain.display().to_string()
+    )
+}
+
+#[test]
+fn a_writable_mount_every_client_would_share_is_refused_at_start() {
+    let plain = common::mcp::testserver("plain");
+    let shared = tempfile::tempdir().unwrap();
+    // usable by the sandbox's uid when the tests run as root: the refusal
+    // must be the sharing, not the permissions
+    std::fs::set_permissions(
+        shared.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
+    let policy = format!(
+        "{}[[filesystem.mounts]]\nhost = \"{}\"\nat = \"/shared\"\nmode = \"rw\"\n",
+        common::peers::mount_same_path(&plain),
+        shared.path().display()
+    );
+    let clients = "[[clients]]\nname = \"alice\"\ntoken = { from_env = \"T_ALICE\" }\n";
+    refuses_to_start(
+        &[
+            ("plain.toml", policy),
+            ("serve.toml", one_server_config(clients)),
+        ],
+        &[("T_ALICE", ALICE)],
+        "read-write",
+    );
+}
+
+#[test]
+fn two_clients_with_one_token_are_refused_at_start() {
+    let clients = "[[clients]]\nname = \"alice\"\ntoken = { from_env = \"T_ALICE\" }\n\
+                   [[clients]]\nname = \"mallory\"\ntoken = { from_env = \"T_MALLORY\" }\n";
+    let plain = common::mcp::testserver("plain");
+    refuses_to_start(
+        &[
+            ("plain.toml", common::peers::mount_same_path(&plain)),
+            ("serve.toml", one_server_config(clients)),
+        ],
+        &[("T_ALICE", ALICE), ("T_MALLORY", ALICE)],
+        "the same token as another client",
+    );
+}

@@ -10,7 +10,7 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use common::peers::{mount_same_path, peer};
@@ -29,32 +29,16 @@ fn url(gw: &Gateway, server: &str) -> String {
     format!("http://127.0.0.1:{}/servers/{server}/mcp", gw.port)
 }
 
-fn python_script() -> PathBuf {
-    common::interop_script("http_client.py")
-}
-
 /// Runs the Python SDK scenario against `server` on `gw` and checks it
 /// passed every check.
-fn python(gw: &Gateway, python: &Path, scenario: &str, server: &str) {
-    let out = Command::new(python)
-        .arg(python_script())
-        .args([scenario, &url(gw, server), ALICE])
-        .output()
-        .expect("run the python client");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && stdout.trim_end().ends_with("done"),
-        "{scenario} failed:\n{stdout}\nstderr:\n{}\ngateway:\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        gw.stderr()
-    );
+fn python(gw: &Gateway, scenario: &str, server: &str) {
+    gw.python_client("http_client.py", &[scenario, &url(gw, server), ALICE]);
 }
 
 #[test]
 fn python_sdk_over_http_lists_and_calls_plain_and_answers_its_roots_request() {
-    let py = peer("venv/bin/python");
     let gw = Gateway::start("", &[plain()]);
-    python(&gw, &py, "plain", "plain");
+    python(&gw, "plain", "plain");
     let events = gw.audit_until("the denied add", |e| {
         e["tool"] == "add" && e["decision"] == "deny"
     });
@@ -68,7 +52,7 @@ fn python_sdk_over_http_lists_and_calls_plain_and_answers_its_roots_request() {
 
 #[test]
 fn python_sdk_over_http_drives_server_everything_with_sampling() {
-    let (py, npm) = (peer("venv/bin/python"), peer("npm"));
+    let npm = peer("npm");
     let bin = npm.join("bin/mcp-server-everything");
     let policy = format!("[tools]\n\"get-sum\" = \"deny\"\n{}", mount_same_path(&npm));
     let gw = Gateway::start(
@@ -79,7 +63,7 @@ fn python_sdk_over_http_drives_server_everything_with_sampling() {
             policy: &policy,
         }],
     );
-    python(&gw, &py, "everything", "everything");
+    python(&gw, "everything", "everything");
 }
 
 /// `mcp-inspector --cli URL --transport http --header ... ARGS`: its JSON

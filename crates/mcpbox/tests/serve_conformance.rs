@@ -27,20 +27,30 @@ fn suite(version: &str) -> PathBuf {
     ))
 }
 
-/// The suite's score against `url`: (passed, failed, whole output).
-fn score(version: &str, url: &str, extra: &[&str]) -> (u32, u32, String) {
-    let out = Command::new(node22())
-        .arg(suite(version))
-        .args(["server", "--url", url])
-        .args(extra)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run the conformance suite");
+/// Runs suite `version` with `args` (and `env`): whether it exited 0, and
+/// its whole output.
+fn run_suite(version: &str, args: &[&str], env: &[(&str, PathBuf)]) -> (bool, String) {
+    let mut cmd = Command::new(node22());
+    cmd.arg(suite(version)).args(args).stdin(Stdio::null());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("run the conformance suite");
     let text = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+    (out.status.success(), text)
+}
+
+/// The suite's score against `url`: (passed, failed, whole output).
+fn score(version: &str, url: &str, extra: &[&str]) -> (u32, u32, String) {
+    let args: Vec<&str> = ["server", "--url", url]
+        .into_iter()
+        .chain(extra.iter().copied())
+        .collect();
+    let (_, text) = run_suite(version, &args, &[]);
     let total = text
         .lines()
         .rev()
@@ -224,20 +234,13 @@ fn conformance_client_scenarios_pass_with_mcpbox_serving_the_client() {
         "elicitation-sep1034-client-defaults",
         "sse-retry",
     ] {
-        let out = Command::new(node22())
-            .arg(suite("0.1"))
-            .args(["client", "--command", &command, "--scenario", scenario])
-            .env("MCPBOX_BIN", common::mcpbox())
-            .stdin(Stdio::null())
-            .output()
-            .expect("run the conformance suite");
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
+        let (ok, text) = run_suite(
+            "0.1",
+            &["client", "--command", &command, "--scenario", scenario],
+            &[("MCPBOX_BIN", common::mcpbox())],
         );
         assert!(
-            out.status.success() && text.contains("OVERALL: PASSED"),
+            ok && text.contains("OVERALL: PASSED"),
             "client scenario {scenario}:\n{text}"
         );
     }

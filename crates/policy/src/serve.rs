@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use crate::diagnostic::Diagnostic;
 use crate::locate::Locations;
 use crate::units::{self, DurationText, SizeText};
-use crate::validate::{valid_env_name, Ctx, ENV_NAME_HINT};
+use crate::validate::{check_valid_env_name, Ctx};
 use crate::{serde_diagnostic, syntax_diagnostic, Result};
 
 /// Joins a server's name and its tool's name on the aggregated endpoint `/mcp`:
@@ -956,16 +956,7 @@ fn token_source(ctx: &Ctx, key: &str, t: TokenFile) -> Result<TokenSource> {
         (Some(_), Some(_)) => Err(ctx.err(key, "token has two sources", HINT)),
         (None, None) => Err(ctx.err(key, "token has no source", HINT)),
         (Some(var), None) => {
-            if !valid_env_name(&var) {
-                return Err(ctx.err(
-                    &format!("{key}.from_env"),
-                    format!(
-                        "invalid environment variable name \"{}\"",
-                        var.escape_debug()
-                    ),
-                    ENV_NAME_HINT,
-                ));
-            }
+            check_valid_env_name(ctx, &format!("{key}.from_env"), &var)?;
             Ok(TokenSource::Env(var))
         }
         (None, Some(p)) => Ok(TokenSource::File(

@@ -100,17 +100,24 @@ pub(crate) const ENV_NAME_HINT: &str =
     "an environment name is letters, digits and '_', not starting with a digit, e.g. \"LOG_LEVEL\"";
 const LD_HINT: &str = "dynamic-loader variables (LD_PRELOAD, LD_LIBRARY_PATH, LD_AUDIT, any LD_*) can inject code into every program in the sandbox and are refused";
 
-fn check_env_name(ctx: &Ctx, key: &str, name: &str) -> Result<(), Diagnostic> {
-    if !valid_env_name(name) {
-        return Err(ctx.err(
-            key,
-            format!(
-                "invalid environment variable name \"{}\"",
-                name.escape_debug()
-            ),
-            ENV_NAME_HINT,
-        ));
+/// `name` at `key` is a valid environment variable name (a variable read
+/// from mcpbox's own environment, or one set in the sandbox).
+pub(crate) fn check_valid_env_name(ctx: &Ctx, key: &str, name: &str) -> Result<(), Diagnostic> {
+    if valid_env_name(name) {
+        return Ok(());
     }
+    Err(ctx.err(
+        key,
+        format!(
+            "invalid environment variable name \"{}\"",
+            name.escape_debug()
+        ),
+        ENV_NAME_HINT,
+    ))
+}
+
+fn check_env_name(ctx: &Ctx, key: &str, name: &str) -> Result<(), Diagnostic> {
+    check_valid_env_name(ctx, key, name)?;
     if name.starts_with("LD_") {
         return Err(ctx.err(key, format!("{name} is a dynamic-loader variable"), LD_HINT));
     }
@@ -391,16 +398,7 @@ pub(crate) fn validate(p: &mut Policy, file: &Path, locs: &Locations) -> Result<
         }
         match &mut secret.source {
             SecretSource::Env(var) => {
-                if !valid_env_name(var) {
-                    return Err(ctx.err(
-                        &format!("{key}.from_env"),
-                        format!(
-                            "invalid environment variable name \"{}\"",
-                            var.escape_debug()
-                        ),
-                        ENV_NAME_HINT,
-                    ));
-                }
+                check_valid_env_name(&ctx, &format!("{key}.from_env"), var)?;
             }
             SecretSource::File(path) => *path = ctx.host_path(&format!("{key}.from_file"), path)?,
             SecretSource::Command(argv) => {

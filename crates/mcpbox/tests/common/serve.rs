@@ -197,6 +197,23 @@ impl Gateway {
         self.dir.path().join("state")
     }
 
+    /// Runs the Python SDK client script `script` (of `tests/interop`) with
+    /// `args` and checks it passed every check (its last line is `done`).
+    pub fn python_client(&self, script: &str, args: &[&str]) {
+        let out = Command::new(super::peers::peer("venv/bin/python"))
+            .arg(super::interop_script(script))
+            .args(args)
+            .output()
+            .expect("run the python client");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && stdout.trim_end().ends_with("done"),
+            "{script} {args:?} failed:\n{stdout}\nstderr:\n{}\ngateway log:\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            self.stderr()
+        );
+    }
+
     /// `http://127.0.0.1:PORT` + `path`.
     pub fn url(&self, path: &str) -> String {
         format!("http://127.0.0.1:{}{path}", self.port)
