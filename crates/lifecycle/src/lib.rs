@@ -1,0 +1,194 @@
+//! The lifecycle of agent sandboxes, apart from the processes themselves.
+//!
+//! A *sandbox* here is what outlives one server process: an identity
+//! ([`id::Key`]: agent, server or shared group, optional task), a
+//! workspace folder under the state directory (`input`, `output`, `tmp`),
+//! a cgroup parent that every server process of it runs under, and a
+//! state ([`State`]). The binary (`crates/mcpbox/src/lifecycle.rs`) runs
+//! the state machine and talks to the processes through a
+//! [`Backend`]; this crate holds the parts that need no process:
+//!
+//! - [`id`]: the sandbox id of an identity, and the task name check;
+//! - [`registry`]: the sandboxes recorded in SQLite, so a restarted
+//!   `serve` re-adopts or cleans up what the last run left;
+//! - [`snapshot`]: a workspace as a compressed archive with a manifest,
+//!   and a restore that checks every entry before it writes one;
+//! - [`artifacts`]: the declared files of `output`, copied out only when
+//!   they are plain regular files inside it;
+//! - [`control`]: the control socket (unix, 0600, peer uid checked) and
+//!   its JSON-lines protocol, server and client.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+pub mod id;
+
+/// Where a sandbox is in its life.
+///
+/// ```text
+/// created ──start──▶ running ──idle.pause / pause──▶ paused
+///                      ▲  ▲                             │
+///                      │  └────── next call / resume ───┘
+///                      │
+///                      └── next call ── stopped ◀── idle.stop / stop
+///                                          │
+///          idle.destroy / destroy (any state) ──▶ destroyed
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum State {
+    /// Recorded, workspace made, no process yet.
+    Created,
+    /// A server process runs (or is starting).
+    Running,
+    /// Its processes are frozen (cgroup freezer); memory is kept.
+    Paused,
+    /// No process; the workspace is kept for the next call.
+    Stopped,
+    /// Gone: processes, cgroups, workspace.
+    Destroyed,
+}
+
+impl State {
+    /// The stable name (`running`, `paused`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            State::Created => "created",
+            State::Running => "running",
+            State::Paused => "paused",
+            State::Stopped => "stopped",
+            State::Destroyed => "destroyed",
+        }
+    }
+
+    /// The state named `s`.
+    pub fn parse(s: &str) -> Option<State> {
+        Some(match s {
+            "created" => State::Created,
+            "running" => State::Running,
+            "paused" => State::Paused,
+            "stopped" => State::Stopped,
+            "destroyed" => State::Destroyed,
+            _ => return None,
+        })
+    }
+}
+
+/// One sandbox as `mcpbox sandboxes list|show --json` prints it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SandboxInfo {
+    pub id: String,
+    pub agent: String,
+    /// The server, or the shared group's name for `placement = "shared"`.
+    pub server: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub task: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub template: Option<String>,
+    pub state: State,
+    pub workspace: PathBuf,
+    /// Seconds since the last message to or from any of its servers.
+    pub idle_seconds: u64,
+    /// RFC 3339, UTC.
+    pub created: String,
+    /// Live MCP sessions attached to it.
+    pub sessions: usize,
+    /// Processes in its cgroup now.
+    pub processes: usize,
+    /// CPU time its processes used, in microseconds, when a cgroup counts it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_usec: Option<u64>,
+    /// `v1` or `v2`: the cgroup interface its freezer uses, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub freezer: Option<String>,
+}
+
+/// A file of `output` that matches the policy's artifact patterns.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Artifact {
+    /// Relative to `/workspace/output`.
+    pub path: String,
+    pub size: u64,
+    /// Why it would not be exported (a symlink, a hardlink, a fifo, over
+    /// the size limit without approval, ...); `None` if it would be.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refused: Option<String>,
+}
+
+/// An artifact copied out.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Exported {
+    /// Relative to `/workspace/output` (and to the destination).
+    pub path: String,
+    pub size: u64,
+    /// Hex SHA-256 of the bytes copied.
+    pub sha256: String,
+}
+
+/// What a snapshot wrote.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotInfo {
+    /// The archive's path.
+    pub archive: PathBuf,
+    /// Entries in its manifest (files and directories).
+    pub entries: usize,
+    /// Sum of the files' sizes.
+    pub bytes: u64,
+    /// Hex SHA-256 of the manifest (which holds every file's digest).
+    pub manifest_sha256: String,
+}
+
+/// What a teardown found once it was done, checked from the host.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Teardown {
+    pub id: String,
+    /// Artifacts exported on the way out.
+    pub exported: Vec<Exported>,
+    /// Secrets whose `revoke` command ran, and how each ended.
+    pub revoked: Vec<(String, String)>,
+    /// What was still there afterwards; empty when the teardown is clean.
+    pub left: Vec<String>,
+}
+
+impl Teardown {
+    /// Nothing was left behind.
+    pub fn clean(&self) -> bool {
+        self.left.is_empty()
+    }
+}
+
+/// The lifecycle's operations, as the control socket offers them.
+pub trait Control: Send + Sync + 'static {
+    fn list(&self) -> Vec<SandboxInfo>;
+    fn show(&self, id: &str) -> Result<SandboxInfo, String>;
+    fn pause(&self, id: &str) -> Result<SandboxInfo, String>;
+    fn resume(&self, id: &str) -> Result<SandboxInfo, String>;
+    /// Writes the workspace (`output`, and `tmp` when asked) to `archive`.
+    fn snapshot(
+        &self,
+        id: &str,
+        archive: &std::path::Path,
+        include_tmp: bool,
+    ) -> Result<SnapshotInfo, String>;
+    /// A new sandbox for (agent, server, task) whose workspace is the
+    /// archive's content; refused when that sandbox exists.
+    fn restore(
+        &self,
+        archive: &std::path::Path,
+        agent: &str,
+        server: &str,
+        task: Option<&str>,
+    ) -> Result<SandboxInfo, String>;
+    fn destroy(&self, id: &str) -> Result<Teardown, String>;
+    fn artifacts(&self, id: &str) -> Result<Vec<Artifact>, String>;
+    /// Copies the sandbox's exportable artifacts into `dest` (created, must
+    /// not exist or be empty); files over the size limit only when
+    /// `allow_large` (a human at the CLI said so).
+    fn export(
+        &self,
+        id: &str,
+        dest: &std::path::Path,
+        allow_large: bool,
+    ) -> Result<Vec<Exported>, String>;
+}
