@@ -124,7 +124,7 @@ pub use pin::{
 };
 pub use policy::{AllowAll, ApprovalAnswer, ApprovalRequest, ApprovalWorker, Approver, ToolPolicy};
 pub use secrets::{load_secret, Secret, SecretError, SecretSource, Secrets};
-pub use stdio::{relay, Attached, FeedError, HostFeed, HostSink, Relay, StderrHandler};
+pub use stdio::{relay, Activity, Attached, FeedError, HostFeed, HostSink, Relay, StderrHandler};
 
 /// Policy refusal as a protocol error (only with [`Config::deny_as_error`];
 /// by default a denied call gets a tool result with `isError: true`).

@@ -77,9 +77,23 @@ impl Sink for NullSink {
     fn record(&self, _event: AuditEvent) {}
 }
 
+/// What the sandbox lifecycle learns from a running session, on the
+/// session's own thread (calls must be quick; a thaw of a frozen cgroup
+/// is).
+pub trait Activity: Send + Sync {
+    /// A host message is about to be handled: a frozen server is thawed
+    /// here, before the message can reach it.
+    fn host_message(&self);
+    /// After each event: whether anything is under way
+    /// ([`crate::session::Session::busy`]) and whether the server is
+    /// parked (stopped for idleness, no process).
+    fn status(&self, busy: bool, parked: bool);
+}
+
 /// A relay session over stdio, configured with a builder.
 pub struct Relay {
     dispatch: Dispatch,
+    activity: Option<Arc<dyn Activity>>,
     config: Config,
     launcher: Box<dyn Launcher>,
     policy: Arc<dyn ToolPolicy>,
@@ -95,6 +109,7 @@ impl Relay {
     pub fn new(config: Config, launcher: Box<dyn Launcher>) -> Relay {
         Relay {
             dispatch: Dispatch::default(),
+            activity: None,
             config,
             launcher,
             policy: Arc::new(AllowAll),
@@ -138,6 +153,13 @@ impl Relay {
     /// `approval.required`.
     pub fn fallback_approver(mut self, approver: Arc<dyn Approver>) -> Relay {
         self.approver = Some(approver);
+        self
+    }
+
+    /// Sets who learns of the session's activity (the lifecycle's idle
+    /// clock and the thaw of a paused sandbox).
+    pub fn activity(mut self, activity: Arc<dyn Activity>) -> Relay {
+        self.activity = Some(activity);
         self
     }
 
@@ -269,6 +291,18 @@ impl HostFeed {
         self.push(Input::Event(Event::Host(line)))
     }
 
+    /// Asks the session to park its server (the lifecycle's idle stop):
+    /// stopped, session kept, started again by the next host message. A
+    /// busy session ignores it.
+    pub fn park(&self) -> std::result::Result<(), FeedError> {
+        self.push(Input::Event(Event::Park))
+    }
+
+    /// Asks the session to start a parked server now.
+    pub fn wake(&self) -> std::result::Result<(), FeedError> {
+        self.push(Input::Event(Event::Wake))
+    }
+
     /// Tells the session the host has closed (stdin's end of file): the
     /// server is stopped politely and the session ends. Blocks while the
     /// session's input queue is full (call it off an async runtime's
@@ -347,6 +381,7 @@ impl HostOut {
 
 struct Driver {
     config: Config,
+    activity: Option<Arc<dyn Activity>>,
     tx: SyncSender<Input>,
     host_out: HostOut,
     host_failed: bool,
@@ -381,6 +416,7 @@ impl Driver {
     ) -> Result<Outcome> {
         let Relay {
             dispatch,
+            activity,
             config,
             launcher,
             policy,
@@ -418,6 +454,7 @@ impl Driver {
         );
         let mut driver = Driver {
             config,
+            activity,
             tx: tx.clone(),
             host_out,
             host_failed: false,
@@ -476,7 +513,14 @@ impl Driver {
                     None => Event::Timer,
                 },
             };
+            let from_host = matches!(event, Event::Host(Line::Data(_)));
+            if let (true, Some(a)) = (from_host, &self.activity) {
+                a.host_message();
+            }
             let effects = session.on(event, Now::system());
+            if let Some(a) = &self.activity {
+                a.status(session.busy(), session.parked());
+            }
             if let Some((gen, stderr)) = self.new_stderr.take() {
                 let redactor = (*session.redactor()).clone();
                 spawn_stderr(

@@ -153,6 +153,7 @@ reasons! {
     ServerStopped = "server.stopped", "mcpbox stopped the server at the end of the session";
     HostGone = "host.gone", "the host stopped reading mcpbox's output";
     SecretTtlRestart = "secret.ttl_restart", "the server was restarted to load fresh secret values after a TTL";
+    IdleStopped = "idle.stopped", "the sandbox was idle for `idle.stop`: its server was stopped, the workspace kept; the next call starts it again";
     // ---- server output screening
     ServerInvalidJson = "server.invalid_json", "the server wrote a line to stdout that is not a JSON-RPC object; dropped";
     ServerLineTooLong = "server.line_too_long", "the server wrote a line longer than `output.max_line`; dropped";

@@ -148,6 +148,12 @@ pub enum Event {
         /// The question.
         question: Question,
     },
+    /// The lifecycle's idle stop: stop the server but keep the session;
+    /// the next host message starts it again (ignored while anything is
+    /// in flight).
+    Park,
+    /// Start a parked server now.
+    Wake,
 }
 
 /// A question for the host, asked with `elicitation/create` (form mode).
@@ -432,6 +438,8 @@ impl Session {
             Event::Timer => {}
             Event::Approval { key, answer } => self.approval_answered(key, answer),
             Event::Ask { ticket, question } => self.ask(ticket, question),
+            Event::Park => self.park(),
+            Event::Wake => self.wake(),
         }
         self.tick();
         std::mem::take(&mut self.out)
@@ -450,6 +458,18 @@ impl Session {
             d = Some(d.map_or(t, |d: Instant| d.min(t)));
         }
         d
+    }
+
+    /// Whether anything is under way: a request in flight, a call held for
+    /// approval, host messages waiting for the server. The lifecycle's
+    /// idle clock runs only while this is false.
+    pub fn busy(&self) -> bool {
+        !self.calls.is_empty() || !self.approvals.is_empty() || self.server.has_held()
+    }
+
+    /// Whether the server is parked ([`Event::Park`]): no process.
+    pub fn parked(&self) -> bool {
+        self.server.parked()
     }
 
     /// The redactor for the server's stderr (current and retired secret

@@ -17,12 +17,20 @@
 //!   answered the replayed `initialize` (or after [`REINIT_WAIT`]); past
 //!   [`HOLD_MAX_MESSAGES`] / [`HOLD_MAX_BYTES`] a request is answered with
 //!   [`CODE_SERVER_RESTARTING`] (retryable) instead.
+//! - **park** ([`Event::Park`], the lifecycle's idle stop): when nothing
+//!   is in flight or held for approval, the server is stopped as above and
+//!   the session stays, with no process. The next host message (or
+//!   [`Event::Wake`]) starts the next generation on the same workspace,
+//!   replays `initialize` and then sends what the host sent, as a TTL
+//!   restart does; the host sees only latency.
 //! - **end**: when the server is down for good, calls in flight are answered
 //!   with [`CODE_SERVER_EXITED`], the stderr reader gets up to
 //!   [`STDERR_WAIT`] to report its redactions, then the last audit records
 //!   and [`Effect::End`].
 //!
 //! [`Event::ServerStarted`]: super::Event::ServerStarted
+//! [`Event::Park`]: super::Event::Park
+//! [`Event::Wake`]: super::Event::Wake
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -63,6 +71,9 @@ enum Phase {
     Starting,
     /// Running (perhaps stopping).
     Up,
+    /// Parked: stopped for idleness, no process; the next host message
+    /// starts it again.
+    Parked,
     /// Down for good; waiting for stderr before the end.
     Ending,
     /// [`Effect::End`] was returned.
@@ -90,6 +101,8 @@ pub(crate) struct Supervisor {
     ttl_due: Option<Instant>,
     /// The stop under way is a TTL restart.
     restarting: bool,
+    /// The stop under way parks the server (idle stop).
+    parking: bool,
     /// The replayed `initialize` of a restarted server, until answered.
     reinit: Option<(IdKey, Instant)>,
     /// Host messages held while the server is not up.
@@ -116,6 +129,7 @@ impl Supervisor {
             stderr_closed: false,
             ttl_due: None,
             restarting: false,
+            parking: false,
             reinit: None,
             held: VecDeque::new(),
             held_bytes: 0,
@@ -129,6 +143,17 @@ impl Supervisor {
 
     pub(crate) fn ended(&self) -> bool {
         self.phase == Phase::Ended
+    }
+
+    pub(crate) fn has_held(&self) -> bool {
+        !self.held.is_empty()
+    }
+
+    /// Whether the server is parked (no process, by [`Event::Park`]).
+    ///
+    /// [`Event::Park`]: super::Event::Park
+    pub(crate) fn parked(&self) -> bool {
+        self.phase == Phase::Parked
     }
 
     /// True when host messages can go to the server now.
@@ -260,6 +285,9 @@ impl Session {
         tracing::debug!("host closed input; closing server stdin");
         self.host.closed = Some(self.now.mono);
         self.drop_questions();
+        if self.server.phase == Phase::Parked {
+            return self.end_parked();
+        }
         if self.server.phase == Phase::Starting || self.server.reinit.is_some() {
             // The server is coming up: what the host sent before it closed
             // (a script piping its requests, say) still goes to the server,
@@ -281,7 +309,63 @@ impl Session {
         self.server.held.clear();
         self.server.held_bytes = 0;
         self.server.restarting = false;
+        self.server.parking = false;
+        if self.server.phase == Phase::Parked {
+            return self.end_parked();
+        }
         self.begin_stop();
+    }
+
+    /// Parks the server when nothing would be cut short: stops it and
+    /// keeps the session ([`Event::Park`]). Otherwise nothing happens; the
+    /// lifecycle asks again later.
+    ///
+    /// [`Event::Park`]: super::Event::Park
+    pub(super) fn park(&mut self) {
+        let idle = self.server.is_up()
+            && self.calls.is_empty()
+            && self.approvals.is_empty()
+            && self.server.held.is_empty()
+            && self.host.closed.is_none()
+            && !self.host.gone;
+        if !idle {
+            tracing::debug!(server = %self.config.server_name, "park asked while busy: ignored");
+            return;
+        }
+        tracing::info!(server = %self.config.server_name, "idle: stopping the server, keeping the session");
+        self.server.parking = true;
+        self.begin_stop();
+    }
+
+    /// Starts a parked server without waiting for a host message
+    /// ([`Event::Wake`]).
+    ///
+    /// [`Event::Wake`]: super::Event::Wake
+    pub(super) fn wake(&mut self) {
+        if self.server.phase == Phase::Parked && !self.host.gone && self.host.closed.is_none() {
+            self.start_parked();
+        }
+    }
+
+    /// Starts a parked server; with fresh secret values when a TTL ran out
+    /// while it was parked.
+    fn start_parked(&mut self) {
+        let expired = self.server.ttl_due.is_some_and(|t| self.now.mono >= t);
+        self.start_server(expired);
+    }
+
+    /// The host left while the server was parked: nothing runs, nothing
+    /// waits; the session ends.
+    fn end_parked(&mut self) {
+        let reason = if self.host.gone {
+            EndReason::HostGone
+        } else {
+            EndReason::HostClosed
+        };
+        self.server.held.clear();
+        self.server.held_bytes = 0;
+        self.server.ending = Some((reason, self.now.mono));
+        self.finish();
     }
 
     /// Closes the server's stdin; the timers take it from there.
@@ -295,8 +379,13 @@ impl Session {
         }
     }
 
-    /// Holds a host message until the server is up.
+    /// Holds a host message until the server is up; a parked server is
+    /// started for it.
     pub(super) fn hold(&mut self, line: Vec<u8>, msg: &Message) {
+        if self.server.phase == Phase::Parked {
+            tracing::info!(server = %self.config.server_name, "a message for a parked server: starting it");
+            self.start_parked();
+        }
         let s = &mut self.server;
         if s.held.len() < HOLD_MAX_MESSAGES && s.held_bytes + line.len() <= HOLD_MAX_BYTES {
             s.held_bytes += line.len();
@@ -368,7 +457,7 @@ impl Session {
         let now = self.now.mono;
         let grace = self.config.shutdown_grace;
         match self.server.phase {
-            Phase::Starting | Phase::Ended => return,
+            Phase::Starting | Phase::Parked | Phase::Ended => return,
             Phase::Ending => {
                 let waited = self
                     .server
@@ -458,6 +547,26 @@ impl Session {
             });
             return self.start_server(true);
         }
+        if self.server.parking && !self.host.gone && self.host.closed.is_none() {
+            self.server.parking = false;
+            self.audit(Kind::ServerExit, |e| {
+                e.reason = Some(Reason::IdleStopped.as_str().into());
+                e.exit_status = info.map(|i| i.status());
+            });
+            // a call that slipped in while it stopped (none should) is not
+            // left waiting
+            self.answer_inflight(info.unwrap_or(ExitInfo {
+                code: None,
+                signal: None,
+            }));
+            self.server.phase = Phase::Parked;
+            // what arrived while it stopped starts it again
+            if !self.server.held.is_empty() {
+                self.start_parked();
+            }
+            return;
+        }
+        self.server.parking = false;
         self.answer_inflight(info.unwrap_or(ExitInfo {
             code: None,
             signal: None,
@@ -530,7 +639,7 @@ impl Session {
         let mut d: Option<Instant> = None;
         let mut at = |t: Instant| d = Some(d.map_or(t, |d| d.min(t)));
         match s.phase {
-            Phase::Starting | Phase::Ended => {}
+            Phase::Starting | Phase::Parked | Phase::Ended => {}
             Phase::Ending => {
                 if let Some((_, since)) = s.ending {
                     at(since + STDERR_WAIT);

@@ -314,3 +314,74 @@ fn requests_piped_before_the_server_is_up_are_all_handled_before_its_stdin_close
         ])
     );
 }
+
+// ---- the lifecycle's idle stop (park) ------------------------------------------------
+
+#[test]
+fn park_is_ignored_while_a_call_is_in_flight() {
+    let mut t = T::new(config(), rules(vec![]));
+    t.init(json!({}));
+    t.host(&call(1, "a", json!({})));
+    assert!(t.s.busy());
+    assert_eq!(t.on(Event::Park), Vec::<String>::new());
+    assert!(!t.s.parked());
+}
+
+#[test]
+fn parked_server_restarts_on_the_next_call_and_replays_initialize() {
+    let mut t = T::new(config(), rules(vec![]));
+    t.init(json!({}));
+    assert!(!t.s.busy());
+    assert_eq!(t.on(Event::Park), ["close 1"]);
+    assert_eq!(t.server_dies(0), s(&["audit ServerExit idle.stopped"]));
+    assert!(t.s.parked() && !t.s.is_ended());
+    // parked: no timer at all, no process to watch
+    assert_eq!(t.s.deadline(), None);
+    let c2 = call(2, "b", json!({}));
+    assert_eq!(t.host(&c2), ["start 2"]);
+    let out = t.on(Event::ServerStarted {
+        gen: 2,
+        secrets: Secrets::default(),
+    });
+    assert_eq!(out.len(), 1);
+    assert!(
+        out[0].starts_with(
+            r#"server {"id":"mcpbox-reinit-n0nce-2","jsonrpc":"2.0","method":"initialize""#
+        ),
+        "{out:?}"
+    );
+    let reinit = r#"{"jsonrpc":"2.0","id":"mcpbox-reinit-n0nce-2","result":{"capabilities":{}}}"#;
+    assert_eq!(
+        t.server(reinit),
+        [
+            r#"server {"jsonrpc":"2.0","method":"notifications/initialized"}"#.to_string(),
+            format!("server {c2}"),
+        ]
+    );
+}
+
+#[test]
+fn host_leaving_a_parked_session_ends_it_without_a_server() {
+    let mut t = T::new(config(), rules(vec![]));
+    t.init(json!({}));
+    t.on(Event::Park);
+    t.server_dies(0);
+    assert_eq!(
+        t.on(Event::Host(Line::Eof)),
+        s(&["audit ServerExit server.stopped", "audit SessionEnd", "end HostClosed"])
+    );
+    assert!(t.s.is_ended());
+}
+
+#[test]
+fn wake_starts_a_parked_server() {
+    let mut t = T::new(config(), rules(vec![]));
+    t.init(json!({}));
+    t.on(Event::Park);
+    t.server_dies(0);
+    assert_eq!(t.on(Event::Wake), ["start 2"]);
+    // wake of a running server does nothing
+    let mut t = T::new(config(), rules(vec![]));
+    t.init(json!({}));
+    assert_eq!(t.on(Event::Wake), Vec::<String>::new());
+}
