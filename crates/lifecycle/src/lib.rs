@@ -23,6 +23,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 pub mod id;
+pub mod registry;
 
 /// Where a sandbox is in its life.
 ///

@@ -296,7 +296,7 @@ async fn stateless(
     {
         let session = ctx
             .gw
-            .stateless_session(&ctx.client.name, server)
+            .stateless_session(&ctx.client.name, server, ctx.task.as_deref())
             .await
             .map_err(|r| open_refusal(r).id(id.clone()))?;
         members.push(Member {
@@ -424,6 +424,7 @@ fn error(id: &Value, code: i64, message: &str) -> Value {
 
 async fn initialize(ctx: &Ctx, msg: Message, _slot: Slot) -> Result<Response<Body>, Refusal> {
     let id = msg.id().cloned().unwrap_or(Value::Null);
+    let task = crate::http::initialize_task(ctx, &msg).map_err(|r| r.id(id.clone()))?;
     let params = msg.value.get("params").cloned().unwrap_or(json!({}));
     let servers: Vec<String> = ctx
         .gw
@@ -444,7 +445,7 @@ async fn initialize(ctx: &Ctx, msg: Message, _slot: Slot) -> Result<Response<Bod
     }
     let mut members = Vec::new();
     for server in &servers {
-        match ctx.gw.open_session(&ctx.client.name, server, false).await {
+        match ctx.gw.open_session(&ctx.client.name, server, task.as_deref(), false).await {
             Ok(session) => members.push(Member {
                 server: server.clone(),
                 session,

@@ -246,10 +246,12 @@ async fn route(gw: &Arc<Gateway>, req: Request<Incoming>) -> Result<Response<Bod
         )
         .header("retry-after", "1"));
     }
+    let task = task_header(req.headers())?;
     let ctx = Ctx {
         gw: gw.clone(),
         client,
         server,
+        task,
     };
     match *req.method() {
         Method::POST => {
@@ -337,6 +339,53 @@ pub(crate) struct Ctx {
     pub(crate) gw: Arc<Gateway>,
     pub(crate) client: ClientSettings,
     pub(crate) server: String,
+    /// The task the client named (`Mcpbox-Task`), for a sandbox of its
+    /// own per task.
+    pub(crate) task: Option<String>,
+}
+
+/// The task named by the `Mcpbox-Task` header, checked: a name that could
+/// reach a path or a terminal is refused, not cleaned up.
+fn task_header(headers: &HeaderMap) -> Result<Option<String>, Refusal> {
+    let Some(v) = headers.get(mcpbox_lifecycle::id::TASK_HEADER) else {
+        return Ok(None);
+    };
+    let task = v.to_str().map_err(|_| bad_task("not ASCII".into()))?;
+    mcpbox_lifecycle::id::check_task(task).map_err(bad_task)?;
+    Ok(Some(task.to_string()))
+}
+
+fn bad_task(why: String) -> Refusal {
+    Refusal::new(
+        StatusCode::BAD_REQUEST,
+        INVALID_REQUEST,
+        Reason::HttpTaskInvalid,
+        &format!("Mcpbox-Task: {why}"),
+    )
+}
+
+/// The task of an `initialize`: the header's, or else
+/// `params._meta["io.mcpbox/task"]`; both, differing, is refused.
+pub(crate) fn initialize_task(ctx: &Ctx, msg: &Message) -> Result<Option<String>, Refusal> {
+    let meta = msg
+        .value
+        .pointer("/params/_meta")
+        .and_then(|m| m.get(mcpbox_lifecycle::id::TASK_META));
+    let meta = match meta {
+        None => None,
+        Some(Value::String(t)) => {
+            mcpbox_lifecycle::id::check_task(t).map_err(bad_task)?;
+            Some(t.clone())
+        }
+        Some(_) => return Err(bad_task("the _meta task is not a string".into())),
+    };
+    match (&ctx.task, meta) {
+        (Some(h), Some(m)) if *h != m => Err(bad_task(
+            "the header and params._meta name different tasks".into(),
+        )),
+        (Some(h), _) => Ok(Some(h.clone())),
+        (None, m) => Ok(m),
+    }
 }
 
 /// `Accept` lists `want` (or a wildcard that covers it).
@@ -542,7 +591,8 @@ async fn post(
             )
             .id(msg.id().cloned().unwrap_or(Value::Null)));
         }
-        (open_session(ctx).await?, true)
+        let task = initialize_task(ctx, &msg).map_err(|r| r.id(msg.id().cloned().unwrap_or(Value::Null)))?;
+        (open_session(ctx, task.as_deref()).await?, true)
     } else {
         // any revision the gateway speaks is taken in the header (clients
         // and the conformance suite send older ones on a newer session)
@@ -599,9 +649,9 @@ pub(crate) fn send_refusal(e: SendError) -> Refusal {
 
 /// Opens a session for the client on the server: a relay and a sandbox of
 /// their own.
-async fn open_session(ctx: &Ctx) -> Result<Arc<McpSession>, Refusal> {
+async fn open_session(ctx: &Ctx, task: Option<&str>) -> Result<Arc<McpSession>, Refusal> {
     ctx.gw
-        .open_session(&ctx.client.name, &ctx.server, false)
+        .open_session(&ctx.client.name, &ctx.server, task, false)
         .await
         .map_err(open_refusal)
 }

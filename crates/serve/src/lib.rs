@@ -71,7 +71,7 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use mcpbox_audit::Event as AuditEvent;
-use mcpbox_gateway::Relay;
+use mcpbox_gateway::{HostFeed, Relay};
 use mcpbox_policy::Reason;
 use tokio::net::TcpListener;
 
@@ -91,6 +91,10 @@ pub struct Open {
     /// The new session's id (not a secret to the backend, but never log it
     /// where other clients can read it).
     pub session_id: String,
+    /// The task the client named (`Mcpbox-Task` header or
+    /// `params._meta["io.mcpbox/task"]` of `initialize`), checked by
+    /// `mcpbox_lifecycle::id::check_task`.
+    pub task: Option<String>,
     /// Wrap the relay's audit sink with [`Metrics::sink`] to count denials.
     pub metrics: Arc<Metrics>,
 }
@@ -104,6 +108,10 @@ pub struct Opened {
     /// Whatever must live as long as the session (the egress proxy); it
     /// is dropped once the relay has ended.
     pub keep: Box<dyn Send>,
+    /// Called once with the session's feed when it is attached, before
+    /// any message: the lifecycle parks, wakes and closes the session
+    /// through it.
+    pub attached: Option<Box<dyn FnOnce(&HostFeed) + Send>>,
 }
 
 impl std::fmt::Debug for Opened {
@@ -178,7 +186,7 @@ pub struct Gateway {
     aggregates: Mutex<HashMap<String, Arc<aggregate::Aggregate>>>,
     /// The session that takes a client's requests of the stateless
     /// revision (2026-07-28) on a server: (client, server) → session id.
-    stateless: tokio::sync::Mutex<HashMap<(String, String), String>>,
+    stateless: tokio::sync::Mutex<HashMap<(String, String, Option<String>), String>>,
     next_id: std::sync::atomic::AtomicU64,
     stopping: AtomicBool,
     busy: Arc<AtomicUsize>,
@@ -280,8 +288,13 @@ impl Gateway {
         self: &Arc<Self>,
         client: &str,
         server: &str,
+        task: Option<&str>,
     ) -> Result<Arc<McpSession>, Reason> {
-        let key = (client.to_string(), server.to_string());
+        let key = (
+            client.to_string(),
+            server.to_string(),
+            task.map(String::from),
+        );
         // held while a session opens, so that concurrent first requests
         // share one sandbox
         let mut map = self.stateless.lock().await;
@@ -290,7 +303,7 @@ impl Gateway {
                 return Ok(s);
             }
         }
-        let s = self.open_session(client, server, true).await?;
+        let s = self.open_session(client, server, task, true).await?;
         map.insert(key, s.id.clone());
         Ok(s)
     }
@@ -303,6 +316,7 @@ impl Gateway {
         self: &Arc<Self>,
         client: &str,
         server: &str,
+        task: Option<&str>,
         modern: bool,
     ) -> Result<Arc<McpSession>, Reason> {
         let slot = self
@@ -314,6 +328,7 @@ impl Gateway {
             client: client.to_string(),
             server: server.to_string(),
             session_id: id.clone(),
+            task: task.map(String::from),
             metrics: self.metrics.clone(),
         };
         let backend = self.backend.clone();
@@ -339,9 +354,13 @@ impl Gateway {
             relay,
             sandbox_id,
             keep,
+            attached: on_attach,
         } = opened;
         let routes = router.routes();
         let (feed, attached) = relay.attach(Box::new(router));
+        if let Some(f) = on_attach {
+            f(&feed);
+        }
         let session = Arc::new(McpSession::new(
             id,
             client.to_string(),

@@ -215,7 +215,7 @@ pub(crate) async fn post(
 ) -> Result<Response<Body>, Refusal> {
     let session = ctx
         .gw
-        .stateless_session(&ctx.client.name, &ctx.server)
+        .stateless_session(&ctx.client.name, &ctx.server, ctx.task.as_deref())
         .await
         .map_err(open_refusal)?;
     if msg.shape == Shape::Notification {
