@@ -67,11 +67,18 @@ pub enum Kind {
     /// (a wrong token, another client's session id, a server the client
     /// may not use).
     Access,
+    /// A sandbox changed state (created, paused, resumed, stopped, restored,
+    /// snapshotted, destroyed, cleaned up after a crash); `detail.action`
+    /// says which, a teardown's `detail.left` what it found left.
+    Lifecycle,
+    /// A file copied out of a sandbox's output (`detail`: path, size,
+    /// sha256), or refused (`reason`).
+    Artifact,
 }
 
 impl Kind {
     /// Every kind, in declaration order.
-    pub const ALL: [Kind; 10] = [
+    pub const ALL: [Kind; 12] = [
         Kind::SessionStart,
         Kind::SessionEnd,
         Kind::ToolCall,
@@ -82,6 +89,8 @@ impl Kind {
         Kind::ServerExit,
         Kind::Network,
         Kind::Access,
+        Kind::Lifecycle,
+        Kind::Artifact,
     ];
 
     /// The stable string stored in the database and printed by the CLI.
@@ -97,6 +106,8 @@ impl Kind {
             Kind::ServerExit => "server_exit",
             Kind::Network => "network",
             Kind::Access => "access",
+            Kind::Lifecycle => "lifecycle",
+            Kind::Artifact => "artifact",
         }
     }
 }

@@ -1,0 +1,1184 @@
+//! The sandbox lifecycle of `mcpbox serve`: sandboxes that outlive one
+//! session, with idle pause, stop and destroy, snapshots, artifacts and a
+//! verified teardown.
+//!
+//! ```text
+//!            open (first session)                  idle.pause, `pause`
+//!  (none) ─────────────────────▶ running ─────────────────────────▶ paused
+//!                                 ▲   ▲  ◀── a host message, `resume` ──┘
+//!                                 │   │                     │ idle.stop
+//!       a host message, `resume` │   └──── stopped ◀──────┘ (thawed, then
+//!      (the relay restarts its    └──────── ▲               each relay parks
+//!       server, initialize replayed)        │               its server)
+//!                                          last session ended
+//!  any state ── idle.destroy, `destroy` ──▶ destroyed (artifacts exported,
+//!                   secrets revoked, processes, cgroups, workspace removed,
+//!                   checked from the host, audited)
+//! ```
+//!
+//! A sandbox is keyed by (agent, server or shared group, task)
+//! ([`mcpbox_lifecycle::id::Key`]); its id is stable, so a restarted
+//! `serve` finds it again in the registry (`<state>/sandboxes.db`). Each
+//! session of the sandbox is a relay with its own server process; all of
+//! them run under the sandbox's cgroup parent (the [`Backend`]), so one
+//! freeze stops the whole tree.
+//!
+//! Who does what: the relays report activity ([`mcpbox_gateway::Activity`]:
+//! a host message thaws a paused sandbox before the message can reach the
+//! server; after each event, busy or not, parked or not); a timer thread
+//! ticks every [`TICK`] and applies `idle.pause`, `idle.stop` and
+//! `idle.destroy`; the control socket (`mcpbox sandboxes ...`) calls the
+//! [`Control`] operations. Locks: the map, then one sandbox's state, then
+//! the registry; nothing blocks while holding the map.
+
+pub mod backend;
+pub mod workspace;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use mcpbox_audit::{Event, Kind, Sink};
+use mcpbox_gateway::{Activity, HostFeed};
+use mcpbox_lifecycle::id::Key;
+use mcpbox_lifecycle::registry::{Record, Registry};
+use mcpbox_lifecycle::{Artifact, Control, Exported, SandboxInfo, SnapshotInfo, State, Teardown};
+use mcpbox_policy::serve::{Idle, TemplateBase};
+use mcpbox_policy::SecretSource;
+use serde_json::json;
+
+pub use backend::Backend;
+use workspace::Workspace;
+
+/// How often the idle clocks are looked at.
+pub const TICK: Duration = Duration::from_millis(200);
+/// How long a teardown waits for its sessions' relays to stop their
+/// servers before it kills what is left.
+pub const SESSIONS_WAIT: Duration = Duration::from_secs(15);
+/// How long a secret's `revoke` command may run.
+pub const REVOKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What the lifecycle knows of one configured server.
+#[derive(Debug, Clone)]
+pub struct ServerLife {
+    /// The key's `server`: the server's name, or `shared` for
+    /// `placement = "shared"`.
+    pub group: String,
+    pub idle: Idle,
+    /// The template's name and base, if the server has one.
+    pub template: Option<(String, TemplateBase)>,
+    /// The policy's `[artifacts]`.
+    pub artifacts: (Vec<String>, u64),
+    /// Secrets with a `revoke` command: name, source, command.
+    pub revoke: Vec<(String, SecretSource, Vec<String>)>,
+    /// Where its records go.
+    pub audit: Arc<dyn Sink>,
+}
+
+impl std::fmt::Debug for dyn Sink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Sink")
+    }
+}
+
+/// The group name of shared servers.
+pub const SHARED: &str = "shared";
+
+struct Shared {
+    registry: Mutex<Registry>,
+    backend: Arc<dyn Backend>,
+    audit: Arc<dyn Sink>,
+    state_dir: PathBuf,
+}
+
+impl Shared {
+    fn record_state(&self, id: &str, state: State) {
+        let r = lock(&self.registry).set_state(id, state, mcpbox_audit::now_ms());
+        if let Err(e) = r {
+            tracing::error!("{e}");
+        }
+    }
+}
+
+/// The lifecycle of every sandbox of one state directory.
+pub struct Lifecycle {
+    shared: Arc<Shared>,
+    servers: HashMap<String, ServerLife>,
+    map: Mutex<HashMap<String, Arc<Sandbox>>>,
+}
+
+/// One session's place in its sandbox.
+struct Slot {
+    feed: Option<HostFeed>,
+    busy: bool,
+    parked: bool,
+}
+
+struct Inner {
+    state: State,
+    sessions: HashMap<u64, Slot>,
+    next_slot: u64,
+    last_active: Instant,
+    /// `idle.stop` asked the sessions to park; cleared by activity.
+    parking: bool,
+    destroying: bool,
+    servers: Vec<String>,
+    artifacts: Vec<(Vec<String>, u64)>,
+    revoke: Vec<(String, SecretSource, Vec<String>)>,
+}
+
+/// One sandbox.
+pub struct Sandbox {
+    pub id: String,
+    pub key: Key,
+    template: Option<String>,
+    pub workspace: Workspace,
+    created_ms: i64,
+    freezer: Option<String>,
+    idle: Idle,
+    audit: Arc<dyn Sink>,
+    shared: Arc<Shared>,
+    inner: Mutex<Inner>,
+    /// Signalled when a session leaves.
+    left: Condvar,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Lifecycle {
+    /// Opens the registry of `state_dir`, re-adopts what a previous run
+    /// left (its processes killed, its cgroups removed, its workspace
+    /// kept, the sandbox stopped) and starts the idle timer.
+    pub fn start(
+        state_dir: &Path,
+        backend: Arc<dyn Backend>,
+        servers: HashMap<String, ServerLife>,
+        audit: Arc<dyn Sink>,
+    ) -> anyhow::Result<Arc<Lifecycle>> {
+        workspace::private_dir(&state_dir.join("sandboxes"))?;
+        let registry = Registry::open(&state_dir.join("sandboxes.db"))?;
+        let shared = Arc::new(Shared {
+            registry: Mutex::new(registry),
+            backend,
+            audit,
+            state_dir: state_dir.to_path_buf(),
+        });
+        let life = Arc::new(Lifecycle {
+            shared,
+            servers,
+            map: Mutex::new(HashMap::new()),
+        });
+        life.recover()?;
+        let weak = Arc::downgrade(&life);
+        std::thread::Builder::new()
+            .name("mcpbox-lifecycle".into())
+            .spawn(move || loop {
+                std::thread::sleep(TICK);
+                let Some(life) = weak.upgrade() else {
+                    return;
+                };
+                life.tick(Instant::now());
+            })
+            .context("starting the lifecycle timer")?;
+        Ok(life)
+    }
+
+    fn sandboxes_dir(&self) -> PathBuf {
+        self.shared.state_dir.join("sandboxes")
+    }
+
+    /// After a restart (or a crash): every recorded sandbox is stopped on
+    /// its kept workspace; whatever process or cgroup of it is left is
+    /// killed and removed; a workspace folder with no record (a create cut
+    /// short) is removed. Groups of ids this state directory does not know
+    /// are left alone: they may be another gateway's.
+    fn recover(&self) -> anyhow::Result<()> {
+        let records = lock(&self.shared.registry).all()?;
+        let backend = &self.shared.backend;
+        let now = mcpbox_audit::now_ms();
+        let mut known = Vec::new();
+        for mut r in records {
+            known.push(r.id.clone());
+            let killed = backend.stats(&r.id).processes;
+            let _ = backend.thaw(&r.id);
+            backend.stop(&r.id);
+            if let Err(e) = backend.destroy(&r.id) {
+                tracing::error!(sandbox = %r.id, "cleaning up after the last run: {e}");
+            }
+            let left = backend.leftovers(&r.id);
+            if !r.workspace.is_dir() {
+                lock(&self.shared.registry).remove(&r.id)?;
+                self.audit_lifecycle(&self.shared.audit, &r.id, &r.key, "cleaned", json!({"processes_killed": killed, "left": left, "why": "workspace missing"}));
+                continue;
+            }
+            let was = r.state;
+            r.state = State::Stopped;
+            r.updated_ms = now;
+            r.owner_pid = std::process::id();
+            lock(&self.shared.registry).put(&r)?;
+            self.audit_lifecycle(
+                &self.shared.audit,
+                &r.id,
+                &r.key,
+                "adopted",
+                json!({"was": was.as_str(), "processes_killed": killed, "left": left}),
+            );
+            if killed > 0 {
+                tracing::warn!(sandbox = %r.id, killed, "a previous run left processes; killed");
+            }
+        }
+        // a workspace folder without a record: a create cut short
+        if let Ok(entries) = std::fs::read_dir(self.sandboxes_dir()) {
+            for e in entries.flatten() {
+                let name = e.file_name().to_string_lossy().to_string();
+                if mcpbox_lifecycle::id::is_id(&name) && !known.contains(&name) {
+                    let _ = backend.thaw(&name);
+                    backend.stop(&name);
+                    let _ = backend.destroy(&name);
+                    let _ = Workspace::at(e.path()).remove();
+                    tracing::warn!(sandbox = %name, "removed a workspace no record names");
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The sandbox a new session of `agent` on `server` (for `task`) runs
+    /// in: the live one, the one a previous run left, or a new one made
+    /// from the server's template; with a session slot taken in it.
+    pub fn join(
+        self: &Arc<Self>,
+        agent: &str,
+        server: &str,
+        task: Option<&str>,
+    ) -> anyhow::Result<(Arc<Sandbox>, u64)> {
+        let life = self
+            .servers
+            .get(server)
+            .with_context(|| format!("no server {server}"))?;
+        let key = Key {
+            agent: agent.to_string(),
+            server: life.group.clone(),
+            task: task.map(String::from),
+        };
+        let id = key.id();
+        let sb = {
+            let mut map = lock(&self.map);
+            match map.get(&id) {
+                Some(sb) if lock(&sb.inner).destroying => {
+                    bail!("sandbox {id} is being destroyed; retry in a moment")
+                }
+                Some(sb) => sb.clone(),
+                None => {
+                    let sb = Arc::new(self.make(&id, key, life)?);
+                    map.insert(id.clone(), sb.clone());
+                    sb
+                }
+            }
+        };
+        let slot = {
+            let mut g = lock(&sb.inner);
+            if !g.servers.iter().any(|s| s == server) {
+                g.servers.push(server.to_string());
+                g.artifacts.push(life.artifacts.clone());
+                g.revoke.extend(life.revoke.iter().cloned());
+            }
+            let slot = g.next_slot;
+            g.next_slot += 1;
+            g.sessions.insert(
+                slot,
+                Slot {
+                    feed: None,
+                    busy: true,
+                    parked: false,
+                },
+            );
+            g.last_active = Instant::now();
+            g.parking = false;
+            if g.state != State::Running {
+                if g.state == State::Paused {
+                    let _ = sb.shared.backend.thaw(&sb.id);
+                }
+                sb.set_state(&mut g, State::Running, "session");
+            }
+            slot
+        };
+        Ok((sb, slot))
+    }
+
+    /// A sandbox for `key`: re-adopted from the registry, or created.
+    fn make(&self, id: &str, key: Key, life: &ServerLife) -> anyhow::Result<Sandbox> {
+        let backend = &self.shared.backend;
+        let existing = lock(&self.shared.registry).get(id)?;
+        let (ws, created_ms, template, state) = match existing {
+            Some(r) => (Workspace::at(r.workspace), r.created_ms, r.template, r.state),
+            None => {
+                let ws = Workspace::at(self.sandboxes_dir().join(id));
+                let now = mcpbox_audit::now_ms();
+                let template = life.template.as_ref().map(|(n, _)| n.clone());
+                // recorded before anything is made, so a crash from here on
+                // leaves a record the next start cleans up
+                lock(&self.shared.registry).put(&Record {
+                    id: id.to_string(),
+                    key: key.clone(),
+                    template: template.clone(),
+                    state: State::Created,
+                    workspace: ws.root.clone(),
+                    created_ms: now,
+                    updated_ms: now,
+                    owner_pid: std::process::id(),
+                })?;
+                if let Err(e) = fill(&ws, life) {
+                    let _ = ws.remove();
+                    let _ = lock(&self.shared.registry).remove(id);
+                    return Err(e);
+                }
+                self.audit_lifecycle(
+                    &life.audit,
+                    id,
+                    &key,
+                    "created",
+                    json!({"template": template, "workspace": ws.root}),
+                );
+                (ws, now, template, State::Created)
+            }
+        };
+        ws.ensure()?;
+        let freezer = backend
+            .create(id)
+            .map_err(|e| anyhow::anyhow!("sandbox {id}: {e}"))?;
+        Ok(Sandbox {
+            id: id.to_string(),
+            key,
+            template,
+            workspace: ws,
+            created_ms,
+            freezer,
+            idle: life.idle,
+            audit: life.audit.clone(),
+            shared: self.shared.clone(),
+            inner: Mutex::new(Inner {
+                state,
+                sessions: HashMap::new(),
+                next_slot: 0,
+                last_active: Instant::now(),
+                parking: false,
+                destroying: false,
+                servers: Vec::new(),
+                artifacts: Vec::new(),
+                revoke: Vec::new(),
+            }),
+            left: Condvar::new(),
+        })
+    }
+
+    /// One look at every sandbox's idle clock.
+    fn tick(self: &Arc<Self>, now: Instant) {
+        let all: Vec<Arc<Sandbox>> = lock(&self.map).values().cloned().collect();
+        for sb in all {
+            if sb.tick(now) {
+                let life = self.clone();
+                let id = sb.id.clone();
+                let _ = std::thread::Builder::new()
+                    .name("mcpbox-teardown".into())
+                    .spawn(move || {
+                        if let Err(e) = life.teardown(&id, "idle.destroy") {
+                            tracing::error!(sandbox = %id, "idle teardown: {e}");
+                        }
+                    });
+            }
+        }
+    }
+
+    fn get(&self, id: &str) -> Result<Arc<Sandbox>, String> {
+        if !mcpbox_lifecycle::id::is_id(id) {
+            return Err(format!("{id:?} is not a sandbox id"));
+        }
+        lock(&self.map)
+            .get(id)
+            .cloned()
+            .ok_or_else(|| format!("no live sandbox {id} (see `mcpbox sandboxes list`)"))
+    }
+
+    /// A recorded sandbox that is not live (stopped, left by a previous
+    /// run): its record.
+    fn record(&self, id: &str) -> Result<Record, String> {
+        lock(&self.shared.registry)
+            .get(id)
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| format!("no sandbox {id} (see `mcpbox sandboxes list`)"))
+    }
+
+    fn workspace_of(&self, id: &str) -> Result<Workspace, String> {
+        if let Ok(sb) = self.get(id) {
+            return Ok(sb.workspace.clone());
+        }
+        if !mcpbox_lifecycle::id::is_id(id) {
+            return Err(format!("{id:?} is not a sandbox id"));
+        }
+        self.record(id).map(|r| Workspace::at(r.workspace))
+    }
+
+    /// The artifact rules for `id`: those of every server that ran in it,
+    /// or of the servers its key names when it is not live.
+    fn artifact_rules(&self, id: &str) -> Result<Vec<(Vec<String>, u64)>, String> {
+        if let Ok(sb) = self.get(id) {
+            return Ok(lock(&sb.inner).artifacts.clone());
+        }
+        let r = self.record(id)?;
+        Ok(self
+            .servers
+            .iter()
+            .filter(|(name, l)| l.group == r.key.server || **name == r.key.server)
+            .map(|(_, l)| l.artifacts.clone())
+            .collect())
+    }
+
+    fn audit_lifecycle(
+        &self,
+        audit: &Arc<dyn Sink>,
+        id: &str,
+        key: &Key,
+        action: &str,
+        detail: serde_json::Value,
+    ) {
+        audit_lifecycle(audit, id, key, action, detail);
+    }
+
+    /// Stops, exports, revokes, removes and checks: the teardown of `id`.
+    fn teardown(&self, id: &str, why: &str) -> Result<Teardown, String> {
+        let sb = match self.get(id) {
+            Ok(sb) => Some(sb),
+            Err(_) => {
+                // not live: a stopped sandbox of a previous run
+                self.record(id)?;
+                None
+            }
+        };
+        let (ws, key, audit, rules, revoke) = match &sb {
+            Some(sb) => {
+                let (rules, revoke) = {
+                    let mut g = lock(&sb.inner);
+                    if g.destroying {
+                        return Err(format!("sandbox {id} is already being destroyed"));
+                    }
+                    g.destroying = true;
+                    (g.artifacts.clone(), g.revoke.clone())
+                };
+                sb.stop_sessions();
+                (
+                    sb.workspace.clone(),
+                    sb.key.clone(),
+                    sb.audit.clone(),
+                    rules,
+                    revoke,
+                )
+            }
+            None => {
+                let r = self.record(id)?;
+                let rules = self.artifact_rules(id)?;
+                let revoke = self
+                    .servers
+                    .values()
+                    .filter(|l| l.group == r.key.server)
+                    .flat_map(|l| l.revoke.clone())
+                    .collect();
+                (
+                    Workspace::at(r.workspace),
+                    r.key,
+                    self.shared.audit.clone(),
+                    rules,
+                    revoke,
+                )
+            }
+        };
+        let backend = &self.shared.backend;
+        let _ = backend.thaw(id);
+        backend.stop(id);
+        let mut t = Teardown {
+            id: id.to_string(),
+            ..Teardown::default()
+        };
+        // the artifacts, before the workspace goes
+        let dest = self
+            .shared
+            .state_dir
+            .join("artifacts")
+            .join(id)
+            .join(mcpbox_audit::now_ms().to_string());
+        if rules.iter().any(|(p, _)| !p.is_empty()) {
+            match export(&ws, &rules, false, &dest, &audit, id, &key) {
+                Ok(list) => t.exported = list,
+                Err(e) => t.left.push(format!("artifacts not exported: {e}")),
+            }
+        }
+        for (name, source, argv) in &revoke {
+            let outcome = revoke_secret(name, source, argv);
+            t.revoked.push((name.clone(), outcome));
+        }
+        if let Err(e) = backend.destroy(id) {
+            t.left.push(e);
+        }
+        if let Err(e) = ws.remove() {
+            t.left.push(format!("{e:#}"));
+        }
+        // checked from the host: nothing of it may be left
+        t.left.extend(backend.leftovers(id));
+        t.left.extend(workspace::mounts_under(&ws.root));
+        if ws.root.exists() {
+            t.left.push(format!("file {}", ws.root.display()));
+        }
+        if let Err(e) = lock(&self.shared.registry).remove(id) {
+            t.left.push(e.to_string());
+        }
+        lock(&self.map).remove(id);
+        if let Some(sb) = &sb {
+            lock(&sb.inner).state = State::Destroyed;
+        }
+        audit_lifecycle(
+            &audit,
+            id,
+            &key,
+            "destroyed",
+            json!({
+                "why": why,
+                "clean": t.clean(),
+                "left": t.left,
+                "exported": t.exported.len(),
+                "revoked": t.revoked.iter().map(|(n, o)| json!({"secret": n, "outcome": o})).collect::<Vec<_>>(),
+            }),
+        );
+        if !t.clean() {
+            tracing::error!(sandbox = %id, left = ?t.left, "teardown left something behind");
+        }
+        Ok(t)
+    }
+
+    fn info_of_record(&self, r: &Record) -> SandboxInfo {
+        let stats = self.shared.backend.stats(&r.id);
+        SandboxInfo {
+            id: r.id.clone(),
+            agent: r.key.agent.clone(),
+            server: r.key.server.clone(),
+            task: r.key.task.clone(),
+            template: r.template.clone(),
+            state: r.state,
+            workspace: r.workspace.clone(),
+            idle_seconds: u64::try_from((mcpbox_audit::now_ms() - r.updated_ms).max(0) / 1000)
+                .unwrap_or(0),
+            created: mcpbox_audit::format_time(r.created_ms),
+            sessions: 0,
+            processes: stats.processes,
+            cpu_usec: stats.cpu_usec,
+            freezer: None,
+        }
+    }
+
+    /// Live sandboxes and recorded ones, by id.
+    fn all_infos(&self) -> Vec<SandboxInfo> {
+        let live: Vec<Arc<Sandbox>> = lock(&self.map).values().cloned().collect();
+        let mut out: Vec<SandboxInfo> = live.iter().map(|s| s.info()).collect();
+        let records = lock(&self.shared.registry).all().unwrap_or_default();
+        for r in records {
+            if !out.iter().any(|i| i.id == r.id) {
+                out.push(self.info_of_record(&r));
+            }
+        }
+        out.sort_by(|a, b| a.created.cmp(&b.created).then(a.id.cmp(&b.id)));
+        out
+    }
+
+    /// Stops every sandbox's sessions' servers (the gateway is stopping):
+    /// each stays recorded, stopped, on its kept workspace.
+    pub fn shutdown(&self) {
+        let all: Vec<Arc<Sandbox>> = lock(&self.map).values().cloned().collect();
+        for sb in all {
+            let _ = self.shared.backend.thaw(&sb.id);
+            let mut g = lock(&sb.inner);
+            if g.state != State::Destroyed {
+                sb.set_state(&mut g, State::Stopped, "serve stopped");
+            }
+        }
+    }
+}
+
+/// Makes a new workspace's folders and its input from the template.
+fn fill(ws: &Workspace, life: &ServerLife) -> anyhow::Result<()> {
+    ws.ensure()?;
+    match &life.template {
+        None => {}
+        Some((name, TemplateBase::Dir(dir))) => {
+            workspace::copy_template(dir, &ws.input())
+                .with_context(|| format!("template {name}"))?;
+        }
+        Some((name, TemplateBase::Snapshot(archive))) => {
+            // a snapshot promoted to a template: its output is the input
+            let tmp = ws.root.join(".template");
+            mcpbox_lifecycle::snapshot::restore(archive, &tmp)
+                .map_err(|e| anyhow::anyhow!("template {name}: {e}"))?;
+            let from = tmp.join("output");
+            if from.is_dir() {
+                std::fs::remove_dir(ws.input()).context("replacing the empty input")?;
+                std::fs::rename(&from, ws.input()).context("moving the template in")?;
+                workspace::private_dir(&ws.input())?;
+                std::fs::set_permissions(
+                    ws.input(),
+                    std::os::unix::fs::PermissionsExt::from_mode(0o755),
+                )?;
+            }
+            std::fs::remove_dir_all(&tmp).ok();
+        }
+    }
+    Ok(())
+}
+
+fn audit_lifecycle(
+    audit: &Arc<dyn Sink>,
+    id: &str,
+    key: &Key,
+    action: &str,
+    detail: serde_json::Value,
+) {
+    let mut e = Event::new(Kind::Lifecycle);
+    e.sandbox_id = id.to_string();
+    e.workspace_id = id.to_string();
+    e.server = key.server.clone();
+    e.caller = key.agent.clone();
+    let mut d = json!({"action": action, "task": key.task});
+    if let (Some(d), serde_json::Value::Object(more)) = (d.as_object_mut(), detail) {
+        d.extend(more);
+    }
+    e.detail = d;
+    audit.record(e);
+}
+
+/// Copies out the artifacts of `ws` by `rules` (patterns, size limit of
+/// each server that ran there), each audited with its digest; refused
+/// matches are audited with the reason.
+fn export(
+    ws: &Workspace,
+    rules: &[(Vec<String>, u64)],
+    allow_large: bool,
+    dest: &Path,
+    audit: &Arc<dyn Sink>,
+    id: &str,
+    key: &Key,
+) -> Result<Vec<Exported>, String> {
+    let (patterns, max_size) = merge_rules(rules);
+    if patterns.is_empty() {
+        return Err("the policy declares no [artifacts] patterns: nothing may leave".into());
+    }
+    let listed = mcpbox_lifecycle::artifacts::list(&ws.output(), &patterns, max_size)
+        .map_err(|e| e.to_string())?;
+    let out = mcpbox_lifecycle::artifacts::export(
+        &ws.output(),
+        &patterns,
+        max_size,
+        allow_large,
+        dest,
+    )
+    .map_err(|e| e.to_string())?;
+    for a in &out {
+        let mut e = Event::new(Kind::Artifact);
+        e.sandbox_id = id.to_string();
+        e.workspace_id = id.to_string();
+        e.server = key.server.clone();
+        e.caller = key.agent.clone();
+        e.files_written = vec![a.path.clone()];
+        e.detail = json!({"action": "exported", "path": a.path, "size": a.size, "sha256": a.sha256, "dest": dest});
+        audit.record(e);
+    }
+    for a in listed.iter().filter(|a| a.refused.is_some()) {
+        if allow_large && out.iter().any(|o| o.path == a.path) {
+            continue;
+        }
+        let mut e = Event::new(Kind::Artifact);
+        e.sandbox_id = id.to_string();
+        e.workspace_id = id.to_string();
+        e.server = key.server.clone();
+        e.caller = key.agent.clone();
+        e.reason = Some("artifact.refused".into());
+        e.detail = json!({"action": "refused", "path": a.path, "size": a.size, "why": a.refused});
+        audit.record(e);
+    }
+    Ok(out)
+}
+
+/// The patterns of every server, and the smallest size limit among them.
+fn merge_rules(rules: &[(Vec<String>, u64)]) -> (Vec<String>, u64) {
+    let mut patterns: Vec<String> = Vec::new();
+    let mut max = u64::MAX;
+    for (p, m) in rules {
+        for x in p {
+            if !patterns.contains(x) {
+                patterns.push(x.clone());
+            }
+        }
+        max = max.min(*m);
+    }
+    (patterns, if max == u64::MAX { 0 } else { max })
+}
+
+/// Runs a secret's `revoke` command on the host with the value in
+/// `MCPBOX_SECRET_VALUE` (and the name in `MCPBOX_SECRET_NAME`), no
+/// stdin, output discarded, bounded by [`REVOKE_TIMEOUT`]. The value is
+/// loaded again from its source. Returns how it ended, for the record
+/// (never the value).
+fn revoke_secret(name: &str, source: &SecretSource, argv: &[String]) -> String {
+    let value = match mcpbox_gateway::load_secret(name, source) {
+        Ok(v) => v,
+        Err(e) => return format!("not run: {e}"),
+    };
+    let Some((prog, args)) = argv.split_first() else {
+        return "not run: empty command".into();
+    };
+    let child = std::process::Command::new(prog)
+        .args(args)
+        .env("MCPBOX_SECRET_NAME", name)
+        .env("MCPBOX_SECRET_VALUE", &value)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn();
+    let mut child = match child {
+        Ok(c) => c,
+        Err(e) => return format!("failed to start {prog}: {e}"),
+    };
+    let deadline = Instant::now() + REVOKE_TIMEOUT;
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => {
+                return match status.code() {
+                    Some(0) => "ok".into(),
+                    Some(c) => format!("exit {c}"),
+                    None => "killed by a signal".into(),
+                }
+            }
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            Ok(None) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return format!("timed out after {}s", REVOKE_TIMEOUT.as_secs());
+            }
+            Err(e) => return format!("failed: {e}"),
+        }
+    }
+}
+
+impl Sandbox {
+    /// Sets the state, in memory and in the registry, and audits it.
+    fn set_state(&self, g: &mut Inner, state: State, why: &str) {
+        if g.state == state {
+            return;
+        }
+        g.state = state;
+        self.shared.record_state(&self.id, state);
+        let action = match state {
+            State::Running => "running",
+            State::Paused => "paused",
+            State::Stopped => "stopped",
+            State::Created => "created",
+            State::Destroyed => "destroyed",
+        };
+        audit_lifecycle(&self.audit, &self.id, &self.key, action, json!({"why": why}));
+    }
+
+    /// The activity hook of session `slot`.
+    pub fn activity(self: &Arc<Self>, slot: u64) -> Arc<dyn Activity> {
+        Arc::new(SessionActivity {
+            sb: self.clone(),
+            slot,
+        })
+    }
+
+    /// Gives session `slot` its feed (the lifecycle parks and closes it).
+    pub fn attach(&self, slot: u64, feed: &HostFeed) {
+        if let Some(s) = lock(&self.inner).sessions.get_mut(&slot) {
+            s.feed = Some(feed.clone());
+        }
+    }
+
+    /// Session `slot` has ended (its relay returned).
+    pub fn leave(&self, slot: u64) {
+        let mut g = lock(&self.inner);
+        g.sessions.remove(&slot);
+        if g.sessions.is_empty() && g.state != State::Destroyed && !g.destroying {
+            self.set_state(&mut g, State::Stopped, "last session ended");
+        }
+        drop(g);
+        self.left.notify_all();
+    }
+
+    /// Whether this tick must destroy it (the caller does, off the lock).
+    fn tick(&self, now: Instant) -> bool {
+        let mut g = lock(&self.inner);
+        if g.destroying || g.state == State::Destroyed {
+            return false;
+        }
+        if g.sessions.values().any(|s| s.busy) {
+            g.last_active = now;
+            return false;
+        }
+        let idle = now.saturating_duration_since(g.last_active);
+        if self.idle.destroy.is_some_and(|d| idle >= d) {
+            return true;
+        }
+        let live = !g.sessions.is_empty() && g.sessions.values().any(|s| !s.parked);
+        if !live {
+            return false;
+        }
+        if self.idle.stop.is_some_and(|d| idle >= d) {
+            if !g.parking {
+                if g.state == State::Paused {
+                    if let Err(e) = self.shared.backend.thaw(&self.id) {
+                        tracing::error!(sandbox = %self.id, "thaw before stop: {e}");
+                    }
+                    self.set_state(&mut g, State::Running, "idle.stop");
+                }
+                g.parking = true;
+                for s in g.sessions.values() {
+                    if let Some(f) = &s.feed {
+                        let _ = f.park();
+                    }
+                }
+            }
+            return false;
+        }
+        if g.state == State::Running
+            && self.freezer.is_some()
+            && self.idle.pause.is_some_and(|d| idle >= d)
+        {
+            match self.shared.backend.freeze(&self.id) {
+                Ok(()) => self.set_state(&mut g, State::Paused, "idle.pause"),
+                Err(e) => tracing::error!(sandbox = %self.id, "idle pause: {e}"),
+            }
+        }
+        false
+    }
+
+    /// Thaws and asks every session to end; waits (bounded) until they
+    /// have.
+    fn stop_sessions(&self) {
+        let _ = self.shared.backend.thaw(&self.id);
+        let feeds: Vec<HostFeed> = lock(&self.inner)
+            .sessions
+            .values()
+            .filter_map(|s| s.feed.clone())
+            .collect();
+        for f in feeds {
+            f.close();
+        }
+        let deadline = Instant::now() + SESSIONS_WAIT;
+        let mut g = lock(&self.inner);
+        while !g.sessions.is_empty() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                tracing::warn!(sandbox = %self.id, "sessions did not end in time; killing what is left");
+                break;
+            }
+            g = self
+                .left
+                .wait_timeout(g, left)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+
+    fn info(&self) -> SandboxInfo {
+        let g = lock(&self.inner);
+        let stats = self.shared.backend.stats(&self.id);
+        SandboxInfo {
+            id: self.id.clone(),
+            agent: self.key.agent.clone(),
+            server: self.key.server.clone(),
+            task: self.key.task.clone(),
+            template: self.template.clone(),
+            state: g.state,
+            workspace: self.workspace.root.clone(),
+            idle_seconds: if g.sessions.values().any(|s| s.busy) {
+                0
+            } else {
+                g.last_active.elapsed().as_secs()
+            },
+            created: mcpbox_audit::format_time(self.created_ms),
+            sessions: g.sessions.len(),
+            processes: stats.processes,
+            cpu_usec: stats.cpu_usec,
+            freezer: self.freezer.clone(),
+        }
+    }
+
+    fn pause(&self) -> Result<(), String> {
+        let mut g = lock(&self.inner);
+        match g.state {
+            State::Paused => return Ok(()),
+            State::Running => {}
+            s => return Err(format!("sandbox {} is {}: nothing runs to pause", self.id, s.as_str())),
+        }
+        if self.freezer.is_none() {
+            return Err(format!(
+                "sandbox {} cannot be paused here: mcpbox has no freezer cgroup on this host (see `mcpbox doctor`)",
+                self.id
+            ));
+        }
+        self.shared.backend.freeze(&self.id)?;
+        self.set_state(&mut g, State::Paused, "mcpbox sandboxes pause");
+        Ok(())
+    }
+
+    fn resume(&self) -> Result<(), String> {
+        let mut g = lock(&self.inner);
+        match g.state {
+            State::Paused => {
+                self.shared.backend.thaw(&self.id)?;
+                g.last_active = Instant::now();
+                self.set_state(&mut g, State::Running, "mcpbox sandboxes resume");
+            }
+            State::Stopped => {
+                g.last_active = Instant::now();
+                g.parking = false;
+                for s in g.sessions.values() {
+                    if let Some(f) = &s.feed {
+                        let _ = f.wake();
+                    }
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+/// A session's [`Activity`]: the idle clock and the thaw on a message.
+struct SessionActivity {
+    sb: Arc<Sandbox>,
+    slot: u64,
+}
+
+impl Activity for SessionActivity {
+    fn host_message(&self) {
+        let sb = &self.sb;
+        let mut g = lock(&sb.inner);
+        g.last_active = Instant::now();
+        g.parking = false;
+        if g.state == State::Paused {
+            match sb.shared.backend.thaw(&sb.id) {
+                Ok(()) => sb.set_state(&mut g, State::Running, "call"),
+                Err(e) => tracing::error!(sandbox = %sb.id, "thaw on a call: {e}"),
+            }
+        }
+    }
+
+    fn status(&self, busy: bool, parked: bool) {
+        let sb = &self.sb;
+        let mut g = lock(&sb.inner);
+        let Some(s) = g.sessions.get_mut(&self.slot) else {
+            return;
+        };
+        if s.busy == busy && s.parked == parked {
+            return;
+        }
+        s.busy = busy;
+        s.parked = parked;
+        if busy {
+            g.last_active = Instant::now();
+        }
+        let all_parked = g.sessions.values().all(|s| s.parked);
+        match g.state {
+            State::Running if all_parked => sb.set_state(&mut g, State::Stopped, "idle.stop"),
+            State::Stopped | State::Created if !all_parked => {
+                sb.set_state(&mut g, State::Running, "call")
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Kept by a session: leaves the sandbox when the relay has ended.
+pub struct SessionGuard {
+    pub sb: Arc<Sandbox>,
+    pub slot: u64,
+}
+
+impl Drop for SessionGuard {
+    fn drop(&mut self) {
+        self.sb.leave(self.slot);
+    }
+}
+
+impl Control for Lifecycle {
+    fn list(&self) -> Vec<SandboxInfo> {
+        self.all_infos()
+    }
+
+    fn show(&self, id: &str) -> Result<SandboxInfo, String> {
+        if let Ok(sb) = self.get(id) {
+            return Ok(sb.info());
+        }
+        self.record(id).map(|r| self.info_of_record(&r))
+    }
+
+    fn pause(&self, id: &str) -> Result<SandboxInfo, String> {
+        let sb = self.get(id)?;
+        sb.pause()?;
+        Ok(sb.info())
+    }
+
+    fn resume(&self, id: &str) -> Result<SandboxInfo, String> {
+        let sb = self.get(id)?;
+        sb.resume()?;
+        Ok(sb.info())
+    }
+
+    fn snapshot(&self, id: &str, archive: &Path, include_tmp: bool) -> Result<SnapshotInfo, String> {
+        let ws = self.workspace_of(id)?;
+        // frozen while it is read, so the archive is one moment's state
+        let live = self.get(id).ok();
+        let froze = match &live {
+            Some(sb) => {
+                let g = lock(&sb.inner);
+                g.state == State::Running
+                    && sb.freezer.is_some()
+                    && self.shared.backend.freeze(id).is_ok()
+            }
+            None => false,
+        };
+        let output = ws.output();
+        let tmp = ws.tmp();
+        let mut parts: Vec<(&str, &Path)> = vec![("output", output.as_path())];
+        if include_tmp {
+            parts.push(("tmp", tmp.as_path()));
+        }
+        let result = mcpbox_lifecycle::snapshot::write(&parts, archive).map_err(|e| e.to_string());
+        if froze {
+            let _ = self.shared.backend.thaw(id);
+        }
+        let info = result?;
+        let (key, audit) = match &live {
+            Some(sb) => (sb.key.clone(), sb.audit.clone()),
+            None => (self.record(id)?.key, self.shared.audit.clone()),
+        };
+        audit_lifecycle(
+            &audit,
+            id,
+            &key,
+            "snapshot",
+            json!({"archive": info.archive, "entries": info.entries, "bytes": info.bytes, "manifest_sha256": info.manifest_sha256, "tmp": include_tmp}),
+        );
+        Ok(info)
+    }
+
+    fn restore(
+        &self,
+        archive: &Path,
+        agent: &str,
+        server: &str,
+        task: Option<&str>,
+    ) -> Result<SandboxInfo, String> {
+        let life = self
+            .servers
+            .get(server)
+            .ok_or_else(|| format!("no server {server} in the config"))?;
+        let key = Key {
+            agent: agent.to_string(),
+            server: life.group.clone(),
+            task: task.map(String::from),
+        };
+        let id = key.id();
+        let map = lock(&self.map);
+        if map.contains_key(&id) || self.record(&id).is_ok() {
+            return Err(format!(
+                "sandbox {id} of {agent} on {server} exists; destroy it first (`mcpbox sandboxes destroy {id}`)"
+            ));
+        }
+        let ws = Workspace::at(self.sandboxes_dir().join(&id));
+        // checked whole, then written beside the workspace, then moved in
+        let staging = self.sandboxes_dir().join(format!(".restore-{id}"));
+        let _ = std::fs::remove_dir_all(&staging);
+        mcpbox_lifecycle::snapshot::restore(archive, &staging).map_err(|e| e.to_string())?;
+        let now = mcpbox_audit::now_ms();
+        let made = (|| -> anyhow::Result<()> {
+            fill(&ws, life)?;
+            for part in ["output", "tmp"] {
+                let from = staging.join(part);
+                if from.is_dir() {
+                    let to = ws.root.join(part);
+                    std::fs::remove_dir_all(&to).ok();
+                    std::fs::rename(&from, &to)
+                        .with_context(|| format!("moving the restored {part} in"))?;
+                    if crate::preflight::is_root() {
+                        chown_tree(&to, mcpbox_sandbox::ROOT_RUN_HOST_ID)?;
+                    }
+                }
+            }
+            ws.ensure()?;
+            lock(&self.shared.registry).put(&Record {
+                id: id.clone(),
+                key: key.clone(),
+                template: life.template.as_ref().map(|(n, _)| n.clone()),
+                state: State::Stopped,
+                workspace: ws.root.clone(),
+                created_ms: now,
+                updated_ms: now,
+                owner_pid: std::process::id(),
+            })?;
+            Ok(())
+        })();
+        std::fs::remove_dir_all(&staging).ok();
+        drop(map);
+        if let Err(e) = made {
+            let _ = ws.remove();
+            return Err(format!("{e:#}"));
+        }
+        audit_lifecycle(
+            &life.audit,
+            &id,
+            &key,
+            "restored",
+            json!({"archive": archive}),
+        );
+        self.show(&id)
+    }
+
+    fn destroy(&self, id: &str) -> Result<Teardown, String> {
+        if !mcpbox_lifecycle::id::is_id(id) {
+            return Err(format!("{id:?} is not a sandbox id"));
+        }
+        self.teardown(id, "mcpbox sandboxes destroy")
+    }
+
+    fn artifacts(&self, id: &str) -> Result<Vec<Artifact>, String> {
+        let ws = self.workspace_of(id)?;
+        let (patterns, max) = merge_rules(&self.artifact_rules(id)?);
+        if patterns.is_empty() {
+            return Ok(Vec::new());
+        }
+        mcpbox_lifecycle::artifacts::list(&ws.output(), &patterns, max).map_err(|e| e.to_string())
+    }
+
+    fn export(&self, id: &str, dest: &Path, allow_large: bool) -> Result<Vec<Exported>, String> {
+        let ws = self.workspace_of(id)?;
+        let rules = self.artifact_rules(id)?;
+        let (key, audit) = match self.get(id) {
+            Ok(sb) => (sb.key.clone(), sb.audit.clone()),
+            Err(_) => (self.record(id)?.key, self.shared.audit.clone()),
+        };
+        export(&ws, &rules, allow_large, dest, &audit, id, &key)
+    }
+}
+
+/// Gives `root` and everything under it (never following a link) to `uid`.
+fn chown_tree(root: &Path, uid: u32) -> anyhow::Result<()> {
+    std::os::unix::fs::lchown(root, Some(uid), Some(uid))
+        .with_context(|| format!("chown {}", root.display()))?;
+    if std::fs::symlink_metadata(root)?.is_dir() {
+        for e in std::fs::read_dir(root)? {
+            chown_tree(&e?.path(), uid)?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,130 @@
+//! A sandbox's workspace on the host: `<state>/sandboxes/<id>/` with
+//! `input` (its own copy of the template, read-only inside), `output` and
+//! `tmp` (read-write inside). Made private (0700) and, as root, owned by
+//! the uid the sandbox runs as where it writes.
+
+use std::fs;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context};
+
+/// The three folders of a workspace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Workspace {
+    pub root: PathBuf,
+}
+
+impl Workspace {
+    pub fn at(root: PathBuf) -> Workspace {
+        Workspace { root }
+    }
+    pub fn input(&self) -> PathBuf {
+        self.root.join("input")
+    }
+    pub fn output(&self) -> PathBuf {
+        self.root.join("output")
+    }
+    pub fn tmp(&self) -> PathBuf {
+        self.root.join("tmp")
+    }
+
+    /// Makes the folders that are missing (a kept workspace keeps what it
+    /// has), with the modes and owners the sandbox needs.
+    pub fn ensure(&self) -> anyhow::Result<()> {
+        private_dir(&self.root)?;
+        private_dir(&self.input())?;
+        for dir in [self.output(), self.tmp()] {
+            private_dir(&dir)?;
+            if crate::preflight::is_root() {
+                let id = mcpbox_sandbox::ROOT_RUN_HOST_ID;
+                std::os::unix::fs::chown(&dir, Some(id), Some(id))
+                    .with_context(|| format!("chown {}", dir.display()))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes the workspace; never follows a link the server left in it
+    /// (`remove_dir_all` unlinks symlinks, it does not descend them).
+    pub fn remove(&self) -> anyhow::Result<()> {
+        match fs::symlink_metadata(&self.root) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(e).with_context(|| format!("{}", self.root.display())),
+            Ok(m) if !m.is_dir() => bail!("{} is not a directory", self.root.display()),
+            Ok(_) => {}
+        }
+        fs::remove_dir_all(&self.root)
+            .with_context(|| format!("removing the workspace {}", self.root.display()))
+    }
+}
+
+/// Creates `dir` (and its parents) and makes it 0700.
+pub fn private_dir(dir: &Path) -> anyhow::Result<()> {
+    fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
+        .with_context(|| format!("chmod {}", dir.display()))
+}
+
+/// Copies the template directory `from` into `to` (which exists and is
+/// empty): directories and regular files only. A symlink, device, fifo or
+/// socket in a template is skipped with a warning: a template is the
+/// operator's, but a link in it would resolve inside every sandbox made
+/// from it, and nothing needs one. The copy is read-only inside the
+/// sandbox (`/workspace/input`), so it is made readable by all.
+pub fn copy_template(from: &Path, to: &Path) -> anyhow::Result<u64> {
+    let meta = fs::symlink_metadata(from)
+        .with_context(|| format!("template base {}", from.display()))?;
+    if !meta.is_dir() {
+        bail!("template base {} is not a directory", from.display());
+    }
+    let mut bytes = 0;
+    copy_dir(from, to, &mut bytes, 0)?;
+    Ok(bytes)
+}
+
+fn copy_dir(from: &Path, to: &Path, bytes: &mut u64, depth: usize) -> anyhow::Result<()> {
+    if depth > 64 {
+        bail!("template {} nests deeper than 64 levels", from.display());
+    }
+    fs::set_permissions(to, fs::Permissions::from_mode(0o755))
+        .with_context(|| format!("chmod {}", to.display()))?;
+    let mut entries: Vec<_> = fs::read_dir(from)
+        .with_context(|| format!("reading {}", from.display()))?
+        .collect::<Result<_, _>>()
+        .with_context(|| format!("reading {}", from.display()))?;
+    entries.sort_by_key(|e| e.file_name());
+    for entry in entries {
+        let src = entry.path();
+        let dst = to.join(entry.file_name());
+        let m = fs::symlink_metadata(&src).with_context(|| format!("{}", src.display()))?;
+        let ft = m.file_type();
+        if ft.is_dir() {
+            fs::create_dir(&dst).with_context(|| format!("creating {}", dst.display()))?;
+            copy_dir(&src, &dst, bytes, depth + 1)?;
+        } else if ft.is_file() {
+            *bytes += fs::copy(&src, &dst)
+                .with_context(|| format!("copying {} to {}", src.display(), dst.display()))?;
+            let mode = if m.mode() & 0o111 != 0 { 0o755 } else { 0o644 };
+            fs::set_permissions(&dst, fs::Permissions::from_mode(mode))
+                .with_context(|| format!("chmod {}", dst.display()))?;
+        } else {
+            tracing::warn!(path = %src.display(), "template: skipping what is not a file or directory");
+        }
+    }
+    Ok(())
+}
+
+/// Host mounts at or under `root` (there should be none: a sandbox's
+/// mounts live in its own mount namespace), for the teardown's check.
+pub fn mounts_under(root: &Path) -> Vec<String> {
+    let Ok(text) = fs::read_to_string("/proc/self/mountinfo") else {
+        return Vec::new();
+    };
+    let root = root.to_string_lossy().to_string();
+    text.lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .filter(|m| *m == root || m.starts_with(&format!("{root}/")))
+        .map(|m| format!("mount {m}"))
+        .collect()
+}
