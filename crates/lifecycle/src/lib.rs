@@ -22,7 +22,9 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+pub mod control;
 pub mod id;
+pub mod render;
 
 /// Where a sandbox is in its life.
 ///
