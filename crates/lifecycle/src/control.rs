@@ -81,23 +81,20 @@ pub const CLIENT_TIMEOUT: Duration = Duration::from_secs(600);
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Request {
-    /// Every sandbox the lifecycle knows.
+    /// Every sandbox the lifecycle knows (`{"op":"list"}`; a struct
+    /// variant so that `deny_unknown_fields` holds for it too).
     List {},
-    Show {
-        id: String,
-    },
-    Pause {
-        id: String,
-    },
-    Resume {
-        id: String,
-    },
-    Destroy {
-        id: String,
-    },
-    Artifacts {
-        id: String,
-    },
+    /// One sandbox.
+    Show { id: String },
+    /// Freezes its processes.
+    Pause { id: String },
+    /// Thaws them.
+    Resume { id: String },
+    /// Tears it down: processes, cgroups, workspace.
+    Destroy { id: String },
+    /// The files of `output` the policy's artifact patterns match.
+    Artifacts { id: String },
+    /// Archives the workspace.
     Snapshot {
         id: String,
         /// Absolute path of the archive to write.
@@ -106,6 +103,7 @@ pub enum Request {
         #[serde(default)]
         include_tmp: bool,
     },
+    /// A new sandbox from an archive.
     Restore {
         /// Absolute path of the archive to read.
         archive: PathBuf,
@@ -114,6 +112,7 @@ pub enum Request {
         #[serde(default)]
         task: Option<String>,
     },
+    /// Copies the exportable artifacts out.
     Export {
         id: String,
         /// Absolute path of the destination directory.
@@ -642,10 +641,12 @@ pub enum ClientError {
     Connect { path: PathBuf, source: io::Error },
     #[error("talking to the control socket {path}: {source}")]
     Io { path: PathBuf, source: io::Error },
-    #[error("the control socket {path} answered with a malformed line: {detail}")]
+    #[error("the control socket {path} answered with a malformed line: {}", crate::render::escape(.detail))]
     Malformed { path: PathBuf, detail: String },
-    /// The server refused or the operation failed: its error text.
-    #[error("{message}")]
+    /// The server refused or the operation failed: its error text, as
+    /// sent in `message`; displayed with control characters escaped, since
+    /// it may quote a task name or a path a sandbox chose.
+    #[error("{}", crate::render::escape(.message))]
     Refused { message: String },
 }
 
@@ -718,4 +719,75 @@ pub fn call_as<T: serde::de::DeserializeOwned>(
             request.op()
         ),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Artifact, Exported, SandboxInfo, SnapshotInfo, Teardown};
+
+    /// A backend no test request may reach.
+    struct Unreachable;
+
+    impl Control for Unreachable {
+        fn list(&self) -> Vec<SandboxInfo> {
+            Vec::new()
+        }
+        fn show(&self, id: &str) -> Result<SandboxInfo, String> {
+            panic!("show {id:?} reached the backend")
+        }
+        fn pause(&self, id: &str) -> Result<SandboxInfo, String> {
+            panic!("pause {id:?} reached the backend")
+        }
+        fn resume(&self, id: &str) -> Result<SandboxInfo, String> {
+            panic!("resume {id:?} reached the backend")
+        }
+        fn snapshot(&self, id: &str, _: &Path, _: bool) -> Result<SnapshotInfo, String> {
+            panic!("snapshot {id:?} reached the backend")
+        }
+        fn restore(
+            &self,
+            archive: &Path,
+            _: &str,
+            _: &str,
+            _: Option<&str>,
+        ) -> Result<SandboxInfo, String> {
+            panic!("restore {archive:?} reached the backend")
+        }
+        fn destroy(&self, id: &str) -> Result<Teardown, String> {
+            panic!("destroy {id:?} reached the backend")
+        }
+        fn artifacts(&self, id: &str) -> Result<Vec<Artifact>, String> {
+            panic!("artifacts {id:?} reached the backend")
+        }
+        fn export(&self, id: &str, _: &Path, _: bool) -> Result<Vec<Exported>, String> {
+            panic!("export {id:?} reached the backend")
+        }
+    }
+
+    #[test]
+    fn handle_line_checks_every_input_before_the_backend_without_a_socket() {
+        for line in [
+            r#"{"op":"destroy","id":"sb-../../x"}"#,
+            r#"{"op":"snapshot","id":"sb-0123456789abcdef","archive":"rel.tar"}"#,
+            r#"{"op":"snapshot","id":"sb-0123456789abcdef","archive":"/a\u0000b"}"#,
+            r#"{"op":"restore","archive":"/a","agent":"a/b","server":"s"}"#,
+            r#"{"op":"restore","archive":"/a","agent":"a","server":"s","task":"\u001b[2J"}"#,
+            r#"{"op":"export","id":"sb-0123456789abcdef","dest":"/d","allow_large":"yes"}"#,
+        ] {
+            let r = handle_line(&Unreachable, line.as_bytes());
+            assert!(!r.ok, "{line}");
+            assert!(r.result.is_none());
+        }
+        let r = handle_line(&Unreachable, br#"{"op":"list"}"#);
+        assert_eq!(r, Response::ok(serde_json::json!([])));
+    }
+
+    #[test]
+    fn a_refusal_quoting_a_hostile_name_displays_escaped() {
+        let e = ClientError::Refused {
+            message: "no sandbox for task \x1b[2J".into(),
+        };
+        assert!(!e.to_string().contains('\x1b'), "{e}");
+    }
 }
