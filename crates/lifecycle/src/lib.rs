@@ -22,8 +22,10 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+pub mod control;
 pub mod id;
 pub mod registry;
+pub mod render;
 
 /// Where a sandbox is in its life.
 ///
