@@ -248,6 +248,57 @@ fn a_parent_name_that_climbs_out_of_the_hierarchy_is_refused() {
     );
 }
 
+fn limits_outside_the_parents_hierarchies_still_apply() {
+    if !can_make_cgroups() {
+        return;
+    }
+    let name = unique("limits");
+    let parent = Parent::create(&name, None).unwrap();
+    let mut s = spec("sleep 1000");
+    s.cgroup_parent = Some(name.clone());
+    s.limits.memory = Some(64 << 20);
+    let sb = spawn(&s).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let pids = parent.procs();
+    assert!(!pids.is_empty());
+    // Every process of the parent is in a memory group of this launch with
+    // the limit, wherever the memory controller lives.
+    let layout = mcpbox_sandbox::cgroup::Layout::read();
+    let (_, memory) = layout
+        .locate(mcpbox_sandbox::cgroup::Controller::Memory)
+        .unwrap();
+    let launch = format!("mcpbox-{}", std::process::id());
+    let limit = [memory.join(&launch), parent.dirs()[0].join(&launch)]
+        .iter()
+        .find_map(|d| {
+            std::fs::read_to_string(d.join("memory.limit_in_bytes"))
+                .or_else(|_| std::fs::read_to_string(d.join("memory.max")))
+                .ok()
+        });
+    assert_eq!(limit.as_deref().map(str::trim), Some("67108864"));
+    stop(sb);
+    parent.kill_all().unwrap();
+    parent.remove().unwrap();
+}
+
+fn doctor_says_which_freezer_idle_pause_uses() {
+    let checks = mcpbox_sandbox::doctor::run();
+    let freezer = checks.iter().find(|c| c.name == "cgroup freezer").unwrap();
+    if mcpbox_sandbox::is_host_root() {
+        assert_eq!(
+            freezer.level,
+            mcpbox_sandbox::doctor::Level::Ok,
+            "{freezer:?}"
+        );
+        assert!(freezer.detail.starts_with("v2") || freezer.detail.starts_with("v1"));
+    } else if freezer.level != mcpbox_sandbox::doctor::Level::Ok {
+        assert!(
+            freezer.advice.contains("stopping the server"),
+            "{freezer:?}"
+        );
+    }
+}
+
 fn main() {
     helper::enter_if_requested(no_bridge);
     let tests: &[(&str, fn())] = &[
@@ -260,6 +311,14 @@ fn main() {
             killing_a_frozen_parent_leaves_no_process_and_no_group,
         ),
         ("tmp_dir_survives_the_sandbox", tmp_dir_survives_the_sandbox),
+        (
+            "limits_outside_the_parents_hierarchies_still_apply",
+            limits_outside_the_parents_hierarchies_still_apply,
+        ),
+        (
+            "doctor_says_which_freezer_idle_pause_uses",
+            doctor_says_which_freezer_idle_pause_uses,
+        ),
         (
             "a_parent_name_that_climbs_out_of_the_hierarchy_is_refused",
             a_parent_name_that_climbs_out_of_the_hierarchy_is_refused,
