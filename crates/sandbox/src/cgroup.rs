@@ -630,11 +630,15 @@ impl Parent {
             Some(v) => vec![v],
             None => vec![Version::V2, Version::V1],
         };
+        // Re-adoption first, on whichever freezer the parent is.
+        if let Some(found) = versions
+            .iter()
+            .find_map(|v| Parent::find(&layout, name, *v))
+        {
+            return Ok(found);
+        }
         let mut failures = Vec::new();
         for version in versions {
-            if let Some(found) = Parent::find(&layout, name, version) {
-                return Ok(found);
-            }
             match Parent::make(&layout, name, version) {
                 Ok(parent) => return Ok(parent),
                 Err(why) => failures.push(why),

@@ -80,6 +80,10 @@ fn frozen_sandbox_uses_no_cpu_and_thaws_with_state_intact() {
         let name = unique(&format!("freeze-{version:?}").to_lowercase());
         let parent = Parent::create(&name, Some(version)).unwrap();
         assert_eq!(parent.version(), version);
+        // Idempotent, and re-adopted on its own freezer whatever is preferred.
+        assert_eq!(Parent::create(&name, None).unwrap(), parent);
+        assert_eq!(Parent::open(&name).as_ref(), Some(&parent));
+        assert!(Parent::list_names().contains(&name));
         // Counts to the counter file, so that thawing shows the loop went
         // on from where it was (state intact), not from the start.
         let script = "i=0; while :; do i=$((i+1)); [ $((i % 20000)) = 0 ] && echo $i > /workspace/tmp/n; done";
