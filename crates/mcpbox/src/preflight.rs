@@ -298,6 +298,8 @@ pub fn spec(loaded: &Loaded, argv: Vec<OsString>, stdio: Stdio) -> Result<Spec, 
         allow_degraded: p.sandbox.dangerously_allow_degraded,
         stdio,
         egress: None,
+        tmp_dir: None,
+        cgroup_parent: None,
     })
 }
 

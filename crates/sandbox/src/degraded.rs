@@ -32,14 +32,17 @@ const SYSTEM_READ: &[&str] = &[
     "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/proc",
 ];
 
-/// A per-sandbox directory on the host standing in for /workspace/tmp,
-/// removed when the sandbox is dropped.
+/// The host directory standing in for /workspace/tmp: a per-sandbox one,
+/// removed when the sandbox is dropped, or the spec's `tmp_dir`, kept
+/// (`.1` is whether to remove it).
 #[derive(Debug)]
-pub struct TmpDir(pub PathBuf);
+pub struct TmpDir(pub PathBuf, bool);
 
 impl Drop for TmpDir {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+        if self.1 {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
     }
 }
 
@@ -72,12 +75,26 @@ pub fn spawn(spec: &Spec, mut prepared: Prepared, mut notes: Vec<String>) -> Res
         ));
     }
     notes.push(NOTE.into());
-    let base = std::env::temp_dir().join(format!("mcpbox-{}-{}", sys::getpid(), unique()));
-    std::fs::create_dir(&base)
-        .map_err(|e| Error::setup(format!("create {}", base.display()), e))?;
-    let tmp = TmpDir(base);
+    let tmp = match &spec.tmp_dir {
+        Some(dir) => TmpDir(dir.clone(), false),
+        None => {
+            let base = std::env::temp_dir().join(format!("mcpbox-{}-{}", sys::getpid(), unique()));
+            std::fs::create_dir(&base)
+                .map_err(|e| Error::setup(format!("create {}", base.display()), e))?;
+            TmpDir(base, true)
+        }
+    };
     let home = tmp.0.join("home");
-    std::fs::create_dir(&home).map_err(|e| Error::setup("create HOME", e))?;
+    match std::fs::symlink_metadata(&home) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => {
+            return Err(Error::setup(
+                "create HOME",
+                std::io::Error::from_raw_os_error(libc::ENOTDIR),
+            ))
+        }
+        Err(_) => std::fs::create_dir(&home).map_err(|e| Error::setup("create HOME", e))?,
+    }
     let host_root = sys::is_host_root();
     if host_root {
         for dir in [&tmp.0, &home] {

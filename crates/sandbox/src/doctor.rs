@@ -216,7 +216,49 @@ fn cgroups() -> Vec<Check> {
             advice,
         });
     }
+    checks.push(freezer(&layout));
     checks
+}
+
+/// Whether a lifecycle parent could be made here, and on which freezer: v2
+/// (`cgroup.freeze`, in every non-root v2 group since Linux 5.2, below our
+/// writable v2 group) or v1 (the `freezer` controller). Reads only; makes
+/// no group.
+fn freezer(layout: &Layout) -> Check {
+    let v2 = layout.v2_group().map(|(_, _, dir)| dir);
+    let v1 = layout.v1_group("freezer").map(|(_, _, dir)| dir);
+    let usable = |d: &Option<std::path::PathBuf>| d.as_deref().is_some_and(is_writable);
+    let state = |d: &Option<std::path::PathBuf>| match d {
+        None => "missing".to_string(),
+        Some(d) => format!("{} not writable", d.display()),
+    };
+    let (level, detail) = match (&v2, &v1) {
+        (Some(d), _) if usable(&v2) => (
+            Level::Ok,
+            format!("v2 (cgroup.freeze, groups below {})", d.display()),
+        ),
+        (_, Some(d)) if usable(&v1) => (
+            Level::Ok,
+            format!("v1 (freezer.state, groups below {})", d.display()),
+        ),
+        _ => (
+            Level::Warn,
+            format!("not usable: v2 {}, v1 freezer {}", state(&v2), state(&v1)),
+        ),
+    };
+    Check {
+        name: "cgroup freezer",
+        level,
+        detail,
+        advice: if level == Level::Ok {
+            "idle sandboxes are paused with the cgroup freezer (no CPU, memory kept)".into()
+        } else {
+            "idle pause falls back to stopping the server (and starting it again on the next \
+             call); fix: run as root, or in a delegated cgroup v2 scope \
+             (`systemd-run --user --scope -p Delegate=yes`)"
+                .into()
+        },
+    }
 }
 
 fn ctrl_check_name(ctrl: Controller) -> &'static str {

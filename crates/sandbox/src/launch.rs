@@ -35,7 +35,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use crate::cgroup::{Group, Layout};
+use crate::cgroup::{Group, Layout, Parent};
 use crate::lastmile::{self, Fds, LastMile, Session, StdioSetup, Then};
 use crate::plan::{self, Access, HostFacts, Step};
 use crate::report::{self, ChildStep, Record};
@@ -154,8 +154,9 @@ pub(crate) enum Call {
     },
 }
 
-/// At most one group per controller (memory, cpu, pids, freezer).
-const MAX_GROUPS: usize = 4;
+/// At most one group per hierarchy: a parent's freezer and CPU accounting,
+/// memory, cpu, pids; one to spare.
+const MAX_GROUPS: usize = 6;
 
 /// The egress bridge's part of the preparation.
 pub(crate) struct BridgePrep {
@@ -570,19 +571,37 @@ pub(crate) fn prepare(spec: &Spec) -> Result<Prepared> {
     })
 }
 
-/// Creates the cgroup `spec` needs, or refuses, or accepts rlimits when the
-/// policy allows the weaker tier.
+/// Creates the cgroups `spec` needs (for its limits, and below its
+/// lifecycle parent), or refuses, or accepts rlimits when the policy allows
+/// the weaker tier.
 fn limits_group(
     spec: &Spec,
     prepared: &mut Prepared,
     notes: &mut Vec<String>,
 ) -> Result<Option<Group>> {
-    if crate::cgroup::needed(&spec.limits).is_empty() {
+    let parent = match &spec.cgroup_parent {
+        Some(name) => {
+            crate::cgroup::check_parent_name(name)?;
+            Some(Parent::open(name).ok_or_else(|| {
+                Error::CgroupParent {
+                    name: name.clone(),
+                    detail: "does not exist in any freezer hierarchy (the lifecycle creates it \
+                         with Parent::create before launching)"
+                        .into(),
+                }
+            })?)
+        }
+        None => None,
+    };
+    if crate::cgroup::needed(&spec.limits).is_empty() && parent.is_none() {
         return Ok(None);
     }
     let name = format!("mcpbox-{}", sys::getpid());
-    match Group::create(&Layout::read(), &spec.limits, &name) {
+    let layout = Layout::read();
+    match Group::create_in(&layout, &spec.limits, &name, parent.as_ref()) {
         Ok(group) => Ok(group),
+        // A missing parent group is no limit to weaken.
+        Err(e @ Error::Cgroup { .. }) if parent.is_some() => Err(e),
         Err(e) if spec.allow_degraded => {
             if let Some(mem) = spec.limits.memory {
                 prepared.command.rlimits.push((libc::RLIMIT_AS, mem));
@@ -593,7 +612,11 @@ fn limits_group(
             if spec.limits.cpu.is_some() {
                 notes.push(format!("cpu limit is not enforced: {e}"));
             }
-            Ok(None)
+            // The parent's groups still, without the limits.
+            match &parent {
+                Some(p) => Group::create_in(&layout, &Default::default(), &name, Some(p)),
+                None => Ok(None),
+            }
         }
         Err(e) => Err(e),
     }
@@ -744,7 +767,14 @@ fn spawn_full(spec: &Spec) -> Result<Sandbox> {
     // so that the holder frees nothing either.
     let mut procs: [Option<OwnedFd>; MAX_GROUPS] = Default::default();
     if let Some(g) = &group {
-        for (slot, fd) in procs.iter_mut().zip(g.open_procs()?) {
+        let fds = g.open_procs()?;
+        if fds.len() > MAX_GROUPS {
+            return Err(Error::setup(
+                "joining the cgroups",
+                std::io::Error::other(format!("{} groups, at most {MAX_GROUPS}", fds.len())),
+            ));
+        }
+        for (slot, fd) in procs.iter_mut().zip(fds) {
             *slot = Some(fd);
         }
     }
@@ -1501,6 +1531,8 @@ mod tests {
             allow_degraded: false,
             stdio: Stdio::Piped,
             egress: None,
+            tmp_dir: None,
+            cgroup_parent: None,
         };
         let err = spawn(&spec).unwrap_err();
         drop(tx);

@@ -147,8 +147,17 @@ pub struct Spec {
     pub env: Vec<(OsString, OsString)>,
     pub input: Option<PathBuf>,
     pub output: Option<PathBuf>,
-    /// Size of the tmpfs at /workspace/tmp, in bytes.
+    /// Size of the tmpfs at /workspace/tmp (and /dev/shm), in bytes; for
+    /// /workspace/tmp ignored when `tmp_dir` is set.
     pub tmp_size: u64,
+    /// A host directory shown read-write at /workspace/tmp instead of a
+    /// tmpfs, so that a long-lived sandbox's tmp (and HOME in it) survives
+    /// a restart of its server and can be snapshotted. The init chowns it
+    /// to the sandbox user (host nobody when mcpbox runs as root), as it
+    /// does the tmpfs, and makes HOME in it if missing. Its contents are
+    /// the sandbox's: whoever reads them on the host must not follow their
+    /// symlinks. None: a fresh tmpfs of `tmp_size` per launch.
+    pub tmp_dir: Option<PathBuf>,
     pub mounts: Vec<BindMount>,
     pub limits: Limits,
     /// When set, only these paths (inside the sandbox) may be executed.
@@ -158,6 +167,12 @@ pub struct Spec {
     pub stdio: Stdio,
     /// Egress through mcpbox's proxy; None: loopback only.
     pub egress: Option<Egress>,
+    /// The name of a lifecycle parent ([`cgroup::Parent`]), which must
+    /// exist: each launch then gets its own group below it in each of the
+    /// parent's hierarchies (freezer, CPU accounting), even when `limits`
+    /// needs no cgroup, so that freezing the parent freezes the whole
+    /// sandbox and its CPU counter counts it. None: no parent.
+    pub cgroup_parent: Option<String>,
 }
 
 /// Errors of the sandbox, each naming the step that failed.
@@ -199,6 +214,9 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// A lifecycle cgroup parent is refused, missing, or cannot be made.
+    #[error("cgroup parent {name}: {detail}")]
+    CgroupParent { name: String, detail: String },
     /// [`spawn`] was called from a process with other threads alive.
     #[error(
         "refusing to fork a sandbox from a process with {threads} threads \
@@ -223,7 +241,7 @@ impl Error {
             Error::Exec { .. } => "execve".into(),
             Error::Unenforceable(_) => "policy".into(),
             Error::NoUserNamespaces { .. } => ChildStep::Unshare.name().into(),
-            Error::Cgroup { .. } => "cgroup".into(),
+            Error::Cgroup { .. } | Error::CgroupParent { .. } => "cgroup".into(),
             Error::Threaded { .. } => "fork".into(),
         }
     }

@@ -291,11 +291,22 @@ pub fn plan(spec: &Spec, host: &HostFacts) -> Vec<Step> {
         path: p(TMP),
         mode: 0o755,
     });
-    steps.push(Step::Tmpfs {
-        path: p(TMP),
-        size: spec.tmp_size,
-        mode: 0o755,
-    });
+    // A host directory that outlives the launch, or a fresh tmpfs. Either
+    // way the init makes HOME in it (an existing one is kept, a symlink in
+    // its place fails the launch: Step::Dir never follows one) and chowns
+    // both to the sandbox user.
+    match &spec.tmp_dir {
+        Some(host) => steps.push(Step::Bind {
+            host: host.clone(),
+            path: p(TMP),
+            access: Access::ReadWrite,
+        }),
+        None => steps.push(Step::Tmpfs {
+            path: p(TMP),
+            size: spec.tmp_size,
+            mode: 0o755,
+        }),
+    }
     steps.push(Step::Dir {
         path: p(HOME),
         mode: 0o700,
@@ -487,6 +498,8 @@ mod tests {
             allow_degraded: false,
             stdio: Stdio::Inherit,
             egress: None,
+            tmp_dir: None,
+            cgroup_parent: None,
         }
     }
 
@@ -645,6 +658,46 @@ mod tests {
             }
         });
         assert!(dir.is_some() && proc_.is_some() && dir < proc_);
+    }
+
+    #[test]
+    fn tmp_dir_replaces_the_tmpfs_with_a_read_write_bind_and_keeps_home() {
+        let with = Spec {
+            tmp_dir: Some("/host/state/tmp".into()),
+            ..spec()
+        };
+        let steps = plan(&with, &debian());
+        assert!(!steps
+            .iter()
+            .any(|s| matches!(s, Step::Tmpfs { path, .. } if path == Path::new(TMP))));
+        let bind = steps.iter().position(|s| {
+            *s == Step::Bind {
+                host: "/host/state/tmp".into(),
+                path: TMP.into(),
+                access: Access::ReadWrite,
+            }
+        });
+        let home = steps.iter().position(|s| {
+            *s == Step::Dir {
+                path: HOME.into(),
+                mode: 0o700,
+            }
+        });
+        let chown = steps.iter().position(|s| {
+            *s == Step::Chown {
+                path: HOME.into(),
+                uid: SANDBOX_UID,
+                gid: SANDBOX_UID,
+            }
+        });
+        assert!(bind.is_some() && bind < home && home < chown);
+        // Without it, the tmpfs of tmp_size.
+        let steps = plan(&spec(), &debian());
+        assert!(steps.contains(&Step::Tmpfs {
+            path: TMP.into(),
+            size: 1 << 20,
+            mode: 0o755
+        }));
     }
 
     #[test]

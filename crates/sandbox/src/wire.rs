@@ -176,6 +176,8 @@ pub fn encode_spec(spec: &Spec) -> Vec<u8> {
         }
         None => w.u8(0),
     }
+    w.opt_path(&spec.tmp_dir);
+    w.opt_path(&spec.cgroup_parent.as_ref().map(PathBuf::from));
     w.0
 }
 
@@ -224,6 +226,11 @@ pub fn decode_spec(buf: &[u8], bridge: crate::BridgeFn) -> io::Result<Spec> {
             bridge,
         }),
     };
+    let tmp_dir = r.opt_path()?;
+    let cgroup_parent = match r.opt_path()? {
+        Some(p) => Some(p.into_os_string().into_string().map_err(|_| bad())?),
+        None => None,
+    };
     if !r.0.is_empty() {
         return Err(bad());
     }
@@ -239,6 +246,8 @@ pub fn decode_spec(buf: &[u8], bridge: crate::BridgeFn) -> io::Result<Spec> {
         allow_degraded,
         stdio,
         egress,
+        tmp_dir,
+        cgroup_parent,
     })
 }
 
@@ -301,6 +310,11 @@ fn encode_error(w: &mut W, e: &Error) {
             w.u8(7);
             w.u64(*threads);
         }
+        Error::CgroupParent { name, detail } => {
+            w.u8(8);
+            w.bytes(name.as_bytes());
+            w.bytes(detail.as_bytes());
+        }
     }
 }
 
@@ -343,6 +357,10 @@ pub fn decode_started(buf: &[u8]) -> io::Result<Started> {
             source: r.io_error()?,
         }),
         7 => Err(Error::Threaded { threads: r.u64()? }),
+        8 => Err(Error::CgroupParent {
+            name: r.string()?,
+            detail: r.string()?,
+        }),
         _ => return Err(bad()),
     };
     if !r.0.is_empty() {
@@ -409,6 +427,8 @@ mod tests {
                 port: 3128,
                 bridge: no_bridge,
             }),
+            tmp_dir: Some("/var/lib/mcpbox/sb/tmp".into()),
+            cgroup_parent: Some("mcpbox-sb-0123456789abcdef".into()),
         }
     }
 
@@ -425,6 +445,8 @@ mod tests {
         assert_eq!(back.allow_exec, s.allow_exec);
         assert_eq!(back.allow_degraded, s.allow_degraded);
         assert_eq!(back.stdio, s.stdio);
+        assert_eq!(back.tmp_dir, s.tmp_dir);
+        assert_eq!(back.cgroup_parent, s.cgroup_parent);
         let (e, f) = (back.egress.unwrap(), s.egress.unwrap());
         assert_eq!((e.socket_dir, e.port), (f.socket_dir, f.port));
     }
@@ -460,6 +482,10 @@ mod tests {
             },
             Error::Unenforceable("no".into()),
             Error::Threaded { threads: 3 },
+            Error::CgroupParent {
+                name: "mcpbox-sb-x".into(),
+                detail: "does not exist".into(),
+            },
         ];
         for e in cases {
             let text = e.to_string();
