@@ -8,6 +8,7 @@ mod doctor;
 mod egress;
 mod failure;
 mod launch;
+mod lifecycle;
 mod preflight;
 mod run;
 mod serve;

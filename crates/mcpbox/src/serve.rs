@@ -1,13 +1,16 @@
-//! `mcpbox serve --config FILE`: the HTTP gateway (crates/serve) with a
-//! sandbox of its own for every client session.
+//! `mcpbox serve --config FILE`: the HTTP gateway (crates/serve) with the
+//! sandbox lifecycle (crate::lifecycle) behind it.
 //!
 //! At start every server's policy is loaded and checked, every client's
-//! token read, and the listen address bound; any failure stops here with
-//! the config key that caused it. Each session then gets: a fresh sandbox
-//! id, the server's policy, its own workspace output directory
-//! (`<state>/workspaces/<client>/<server>/output`: one client never sees
-//! another's files), its own egress proxy when the policy opens the
-//! network, and a relay whose audit `caller` is the client's name.
+//! token read, the sandboxes a previous run left re-adopted (or cleaned
+//! up), the control socket opened and the listen address bound; any
+//! failure stops here with the config key that caused it. Each session
+//! then joins the sandbox of its (client, server or shared group, task):
+//! its workspace (`<state>/sandboxes/<id>/{input,output,tmp}`: one client
+//! never sees another's files), its cgroup parent, the server's policy,
+//! its own egress proxy when the policy opens the network, and a relay
+//! whose audit `caller` is the client's name and whose activity drives
+//! the sandbox's idle clock.
 //!
 //! A server with `url = ...` is remote (placement "outside"): no sandbox,
 //! no workspace; its relay talks to it through
@@ -31,6 +34,7 @@ use mcpbox_serve::upstream::{AddressGuard, Remote, RemoteLauncher};
 use mcpbox_serve::{Backend, ClientSettings, Gateway, Open, Opened, Settings};
 
 use crate::launch::SandboxLauncher;
+use crate::lifecycle::{self, Lifecycle, ServerLife, SessionGuard};
 use crate::preflight::{self, Loaded};
 use crate::state;
 
@@ -54,18 +58,23 @@ enum Place {
     Remote(Arc<Remote>),
 }
 
-/// Opens sessions: a sandbox per session, as `mcpbox run` starts one.
+/// Opens sessions, each in the sandbox of its client, server and task.
 struct Sandboxes {
     servers: HashMap<String, Server>,
     /// The gateway's own records (refused requests).
     audit: Arc<dyn Sink>,
+    life: Arc<Lifecycle>,
+    backend: Arc<dyn lifecycle::Backend>,
 }
 
 /// Runs the gateway until SIGTERM, SIGINT or SIGHUP.
 pub fn run(config: &Path) -> anyhow::Result<i32> {
     let cfg = ServeConfig::load(config).map_err(|e| anyhow::anyhow!("{e}"))?;
     raise_open_file_limit();
-    let (mut settings, backend) = prepare(&cfg)?;
+    let (mut settings, backend, life) = prepare(&cfg)?;
+    let socket = state::state_dir().join("control.sock");
+    let control = mcpbox_lifecycle::control::serve(&socket, life.clone())
+        .with_context(|| format!("opening the control socket {}", socket.display()))?;
     let tls = match &cfg.listen.tls {
         Some(t) => Some(mcpbox_serve::tls::Acceptor::load(&t.cert, &t.key)?),
         None => None,
@@ -102,13 +111,15 @@ pub fn run(config: &Path) -> anyhow::Result<i32> {
             .await
             .context("serving")
     })?;
+    drop(control);
+    life.shutdown();
     eprintln!("mcpbox: stopped");
     Ok(0)
 }
 
 /// Checks every server's policy and every client's token, and builds the
 /// gateway's settings and backend.
-fn prepare(cfg: &ServeConfig) -> anyhow::Result<(Settings, Arc<dyn Backend>)> {
+fn prepare(cfg: &ServeConfig) -> anyhow::Result<(Settings, Arc<dyn Backend>, Arc<Lifecycle>)> {
     let tls = cfg.listen.tls.is_some();
     let mut settings = Settings::new(
         cfg.listen.address,
@@ -128,6 +139,7 @@ fn prepare(cfg: &ServeConfig) -> anyhow::Result<(Settings, Arc<dyn Backend>)> {
         max_streams_per_client: l.max_streams_per_client,
     };
     let mut servers = HashMap::new();
+    let mut lives = HashMap::new();
     let mut stores: HashMap<PathBuf, Arc<mcpbox_audit::SqliteStore>> = HashMap::new();
     for (i, s) in cfg.servers.iter().enumerate() {
         let at = format!("servers[{i}] ({})", s.name);
@@ -153,6 +165,9 @@ fn prepare(cfg: &ServeConfig) -> anyhow::Result<(Settings, Arc<dyn Backend>)> {
             }
         };
         settings.servers.push(s.name.clone());
+        if matches!(place, Place::Sandbox(_)) {
+            lives.insert(s.name.clone(), server_life(cfg, s, &loaded, audit.clone())?);
+        }
         servers.insert(
             s.name.clone(),
             Server {
@@ -193,8 +208,70 @@ fn prepare(cfg: &ServeConfig) -> anyhow::Result<(Settings, Arc<dyn Backend>)> {
         Some(a) => a.clone(),
         None => state::open_default_audit()?,
     };
-    let backend = Sandboxes { servers, audit };
-    Ok((settings, Arc::new(backend)))
+    let local: Arc<dyn lifecycle::Backend> = Arc::new(lifecycle::backend::Local::new());
+    let life = Lifecycle::start(&state::state_dir(), local.clone(), lives, audit.clone())
+        .context("the sandbox lifecycle")?;
+    let backend = Sandboxes {
+        servers,
+        audit,
+        life: life.clone(),
+        backend: local,
+    };
+    Ok((settings, Arc::new(backend), life))
+}
+
+/// What the lifecycle needs of a sandboxed server: its group, idle
+/// times, template, artifact rules, secrets to revoke, audit store.
+fn server_life(
+    cfg: &ServeConfig,
+    s: &mcpbox_policy::serve::Server,
+    loaded: &Loaded,
+    audit: Arc<dyn Sink>,
+) -> anyhow::Result<ServerLife> {
+    let group = match s.placement {
+        mcpbox_policy::serve::Placement::Sandbox => s.name.clone(),
+        mcpbox_policy::serve::Placement::Shared => lifecycle::SHARED.to_string(),
+    };
+    let template = match &s.template {
+        None => None,
+        Some(name) => {
+            let t = cfg
+                .templates
+                .iter()
+                .find(|t| &t.name == name)
+                .with_context(|| format!("servers ({}): no template {name}", s.name))?;
+            let path = match &t.base {
+                mcpbox_policy::serve::TemplateBase::Dir(p)
+                | mcpbox_policy::serve::TemplateBase::Snapshot(p) => p,
+            };
+            if !path.exists() {
+                bail!(
+                    "templates ({name}): {} does not exist: make the template's base, or fix the path",
+                    path.display()
+                );
+            }
+            Some((name.clone(), t.base.clone()))
+        }
+    };
+    let p = &loaded.policy;
+    let revoke = p
+        .secrets
+        .iter()
+        .filter_map(|(name, secret)| {
+            secret
+                .revoke
+                .clone()
+                .map(|argv| (name.clone(), secret.source.clone(), argv))
+        })
+        .collect();
+    Ok(ServerLife {
+        group,
+        idle: s.idle,
+        template,
+        artifacts: (p.artifacts.patterns.clone(), p.artifacts.max_size),
+        revoke,
+        audit,
+    })
 }
 
 /// The host checks `run` makes, once, before anyone connects.
@@ -296,7 +373,7 @@ impl Backend for Sandboxes {
             .get(&open.server)
             .ok_or_else(|| format!("no server {}", open.server))?;
         match &server.place {
-            Place::Sandbox(argv) => open_sandbox(server, argv, open),
+            Place::Sandbox(argv) => open_sandbox(self, server, argv, open),
             Place::Remote(remote) => open_remote(server, remote, open),
         }
         .map_err(|e| format!("{e:#}"))
@@ -305,26 +382,6 @@ impl Backend for Sandboxes {
     fn audit(&self, event: mcpbox_audit::Event) {
         self.audit.record(event);
     }
-}
-
-/// The workspace output of `client` on `server`, created private (and, as
-/// root, owned by the uid the sandbox runs as).
-fn workspace_output(client: &str, server: &str) -> anyhow::Result<PathBuf> {
-    let dir = state::state_dir()
-        .join("workspaces")
-        .join(client)
-        .join(server)
-        .join("output");
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
-        .with_context(|| format!("chmod {}", dir.display()))?;
-    if preflight::is_root() {
-        let id = mcpbox_sandbox::ROOT_RUN_HOST_ID;
-        std::os::unix::fs::chown(&dir, Some(id), Some(id))
-            .with_context(|| format!("chown {}", dir.display()))?;
-    }
-    Ok(dir)
 }
 
 /// A relay on a remote upstream: no sandbox, no workspace, no egress
@@ -346,16 +403,34 @@ fn open_remote(server: &Server, remote: &Arc<Remote>, open: &Open) -> anyhow::Re
         relay,
         sandbox_id,
         keep: Box::new(()),
+        attached: None,
     })
 }
 
-fn open_sandbox(server: &Server, argv: &[OsString], open: &Open) -> anyhow::Result<Opened> {
+fn open_sandbox(
+    backend: &Sandboxes,
+    server: &Server,
+    argv: &[OsString],
+    open: &Open,
+) -> anyhow::Result<Opened> {
     let loaded = &server.loaded;
     let mut spec = preflight::spec(loaded, argv.to_vec(), mcpbox_sandbox::Stdio::Piped)?;
-    if spec.output.is_some() {
-        spec.output = Some(workspace_output(&open.client, &open.server)?);
+    let (sb, slot) = backend
+        .life
+        .join(&open.client, &open.server, open.task.as_deref())?;
+    // from here on, leaving (an error included) gives the slot back
+    let guard = SessionGuard {
+        sb: sb.clone(),
+        slot,
+    };
+    let ws = &sb.workspace;
+    spec.output = Some(ws.output());
+    spec.tmp_dir = Some(ws.tmp());
+    if sb.has_template() {
+        spec.input = Some(ws.input());
     }
-    let sandbox_id = state::new_id();
+    backend.backend.prepare(&sb.id, &mut spec);
+    let sandbox_id = sb.id.clone();
     let workspace_id = state::workspace_id(&spec);
     let audit: Arc<dyn Sink> = open.metrics.sink(server.audit.clone());
     let approver = crate::egress::HostApprover::new();
@@ -377,13 +452,16 @@ fn open_sandbox(server: &Server, argv: &[OsString], open: &Open) -> anyhow::Resu
         spec,
         current: Arc::new(AtomicI32::new(0)),
     };
-    let relay = Relay::new(config, Box::new(launcher));
+    let relay = Relay::new(config, Box::new(launcher)).activity(sb.activity(slot));
     approver.connect(relay.host_asker());
     let relay = crate::run::with_policy(relay, loaded, audit)?;
+    let attach_to = sb.clone();
     Ok(Opened {
         relay,
         sandbox_id,
-        keep: Box::new(proxy),
+        // the proxy first: it goes before the sandbox says it is left
+        keep: Box::new((proxy, guard)),
+        attached: Some(Box::new(move |feed| attach_to.attach(slot, feed))),
     })
 }
 

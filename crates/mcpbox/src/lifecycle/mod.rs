@@ -787,6 +787,11 @@ impl Sandbox {
         audit_lifecycle(&self.audit, &self.id, &self.key, action, json!({"why": why}));
     }
 
+    /// Whether its workspace's input is its own copy of a template.
+    pub fn has_template(&self) -> bool {
+        self.template.is_some()
+    }
+
     /// The activity hook of session `slot`.
     pub fn activity(self: &Arc<Self>, slot: u64) -> Arc<dyn Activity> {
         Arc::new(SessionActivity {
