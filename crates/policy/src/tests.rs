@@ -81,6 +81,7 @@ fn default_example_is_the_default_policy_plus_a_workspace() {
     assert_eq!(p.secrets, d.secrets);
     assert_eq!(p.tools, d.tools);
     assert_eq!(p.output, d.output);
+    assert_eq!(p.artifacts, d.artifacts);
     assert_eq!(p.audit, d.audit);
 }
 
@@ -712,6 +713,146 @@ API_KEY = { from_command = ["op", "read", "op://vault/item"] }
     );
 }
 
+#[test]
+fn secret_revoke_command_is_read_and_printed() {
+    let p = ok(r#"
+[secrets.GITHUB_TOKEN]
+from_command = ["gh", "auth", "token"]
+revoke = ["/usr/local/bin/revoke-token", "--github"]
+[secrets.PLAIN]
+from_env = "PLAIN"
+"#);
+    assert_eq!(
+        p.secrets["GITHUB_TOKEN"].revoke,
+        Some(vec![
+            "/usr/local/bin/revoke-token".to_string(),
+            "--github".to_string()
+        ])
+    );
+    assert_eq!(p.secrets["PLAIN"].revoke, None);
+    let printed = p.to_toml();
+    assert!(
+        printed.contains("revoke = [\"/usr/local/bin/revoke-token\", \"--github\"]"),
+        "{printed}"
+    );
+    assert_eq!(parse(&printed, Path::new(FILE)).unwrap().secrets, p.secrets);
+}
+
+#[test]
+fn secret_revoke_that_runs_nothing_is_refused() {
+    refused(
+        "[secrets]\nT = { from_env = \"A\", revoke = [] }\n",
+        "secrets.T.revoke",
+        2,
+        "empty command",
+    );
+    refused(
+        "[secrets.T]\nfrom_env = \"A\"\nrevoke = [\"\", \"x\"]\n",
+        "secrets.T.revoke",
+        3,
+        "needs a program",
+    );
+    refused(
+        "[secrets.T]\nfrom_env = \"A\"\nrevoke = [\"x\", \"a\\u0000b\"]\n",
+        "secrets.T.revoke",
+        3,
+        "NUL",
+    );
+    refused(
+        "[secrets.T]\nfrom_env = \"A\"\nrevoke = \"gh auth logout\"\n",
+        "secrets.T.revoke",
+        3,
+        "list",
+    );
+}
+
+// ---- artifacts ----
+
+#[test]
+fn artifacts_default_to_nothing_leaving_with_a_10mib_limit() {
+    let p = ok("");
+    assert!(p.artifacts.patterns.is_empty());
+    assert_eq!(p.artifacts.max_size, 10 << 20);
+    assert_eq!(p.artifacts, Artifacts::default());
+    assert!(!p.artifacts.matches("report.md"));
+    assert!(p
+        .to_toml()
+        .contains("[artifacts]\npatterns = []\nmax_size = \"10MiB\"\n"));
+}
+
+#[test]
+fn artifacts_patterns_and_max_size_are_read() {
+    let p = ok(
+        "[artifacts]\npatterns = [\"report.md\", \"dist/**\", \"*.csv\"]\nmax_size = \"1GiB\"\n",
+    );
+    assert_eq!(p.artifacts.patterns, ["report.md", "dist/**", "*.csv"]);
+    assert_eq!(p.artifacts.max_size, 1 << 30);
+    assert!(p.artifacts.matches("report.md"));
+    assert!(p.artifacts.matches("dist/js/app.js"));
+    assert!(p.artifacts.matches("data.csv"));
+    assert!(!p.artifacts.matches("sub/data.csv"));
+    assert!(!p.artifacts.matches("notes.txt"));
+    let printed = p.to_toml();
+    assert!(printed.contains("max_size = \"1GiB\""), "{printed}");
+    assert_eq!(
+        parse(&printed, Path::new(FILE)).unwrap().artifacts,
+        p.artifacts
+    );
+}
+
+#[test]
+fn artifact_pattern_escaping_the_output_directory_is_refused() {
+    refused(
+        "[artifacts]\npatterns = [\"report.md\", \"/etc/shadow\"]\n",
+        "artifacts.patterns[1]",
+        2,
+        "is absolute",
+    );
+    refused(
+        "[artifacts]\npatterns = [\"../../home/u/.ssh/id_ed25519\"]\n",
+        "artifacts.patterns[0]",
+        2,
+        "outside /workspace/output",
+    );
+    refused(
+        "[artifacts]\npatterns = [\"dist/**/../x\"]\n",
+        "artifacts.patterns[0]",
+        2,
+        "\"..\"",
+    );
+}
+
+#[test]
+fn artifact_pattern_malformed_is_refused() {
+    for (pattern, needle) in [
+        ("a//b", "empty segment"),
+        ("dist/", "empty segment"),
+        ("", "empty pattern"),
+        ("./a", "\".\" segment"),
+        ("a**", "inside a segment"),
+        ("a\\u0000b", "NUL"),
+    ] {
+        refused(
+            &format!("[artifacts]\npatterns = [\"{pattern}\"]\n"),
+            "artifacts.patterns[0]",
+            2,
+            needle,
+        );
+    }
+    refused(
+        "[artifacts]\nmax_size = 10\n",
+        "artifacts.max_size",
+        2,
+        "MiB",
+    );
+    refused(
+        "[artifacts]\npattern = [\"a\"]\n",
+        "artifacts.pattern",
+        2,
+        "patterns",
+    );
+}
+
 // ---- process ----
 
 #[test]
@@ -979,6 +1120,7 @@ fn json_schema_covers_every_section() {
         "secrets",
         "tools",
         "output",
+        "artifacts",
         "audit",
         "tests",
     ] {
@@ -1002,6 +1144,9 @@ fn json_schema_covers_every_section() {
         "redact_credential_shapes",
         "a size",
         "show_denied",
+        "revoke",
+        "MCPBOX_SECRET_VALUE",
+        "max_size",
     ] {
         assert!(text.contains(needle), "schema lacks {needle}");
     }
@@ -1060,6 +1205,11 @@ fn garbage_input_never_panics() {
         "ttl = \"1h\"",
         "\\u0000",
         "#",
+        "[artifacts]",
+        "patterns = [\"",
+        "**/",
+        "../",
+        "revoke = [",
     ];
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     let mut accepted = 0;
