@@ -50,7 +50,86 @@ const EXAMPLES: &[(&str, &str)] = &[
         "everything.toml",
         include_str!("../../../examples/everything.toml"),
     ),
+    (
+        "lifecycle/notes.toml",
+        include_str!("../../../examples/lifecycle/notes.toml"),
+    ),
 ];
+
+/// Every `.toml` under `examples/`, recursively.
+fn example_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap().path())
+        .collect();
+    entries.sort();
+    for path in entries {
+        if path.is_dir() {
+            example_files(&path, out);
+        } else if path.extension().is_some_and(|x| x == "toml") {
+            out.push(path);
+        }
+    }
+}
+
+#[test]
+fn every_file_in_the_examples_directory_loads() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+    let mut files = Vec::new();
+    example_files(&root, &mut files);
+    let mut serve_configs = 0;
+    for file in &files {
+        let text = std::fs::read_to_string(file).unwrap();
+        if serve::is_serve_config(&text) {
+            let c = serve::ServeConfig::load(file).unwrap_or_else(|d| panic!("{d}"));
+            // what the binary checks before starting: the policies and bases exist
+            for s in &c.servers {
+                let policy = std::fs::read_to_string(&s.policy)
+                    .unwrap_or_else(|e| panic!("{}: {e}", s.policy.display()));
+                parse(&policy, &s.policy).unwrap_or_else(|d| panic!("{d}"));
+            }
+            for t in &c.templates {
+                match &t.base {
+                    serve::TemplateBase::Dir(d) => assert!(d.is_dir(), "{}", d.display()),
+                    serve::TemplateBase::Snapshot(f) => assert!(f.is_file(), "{}", f.display()),
+                }
+            }
+            serve_configs += 1;
+        } else if let Err(d) = parse(&text, file) {
+            panic!("example {} does not parse:\n{d}", file.display());
+        }
+    }
+    let names: Vec<String> = files
+        .iter()
+        .map(|f| f.strip_prefix(&root).unwrap().display().to_string())
+        .collect();
+    for name in EXAMPLES
+        .iter()
+        .map(|(n, _)| *n)
+        .chain(["lifecycle/serve.toml"])
+    {
+        assert!(names.iter().any(|n| n == name), "{name} not in {names:?}");
+    }
+    assert!(serve_configs >= 1, "no serve config among {names:?}");
+}
+
+#[test]
+fn lifecycle_example_declares_artifacts_and_a_revoked_secret() {
+    let p = parse(
+        EXAMPLES[3].1,
+        Path::new("/repo/examples/lifecycle/notes.toml"),
+    )
+    .expect("parses");
+    assert_eq!(p.artifacts.patterns, ["report.md", "dist/**"]);
+    assert_eq!(p.artifacts.max_size, DEFAULT_MAX_ARTIFACT);
+    assert!(p.artifacts.matches("dist/app/index.js"));
+    assert!(!p.artifacts.matches("scratch.txt"));
+    let s = &p.secrets["NOTES_TOKEN"];
+    assert_eq!(
+        s.revoke,
+        Some(vec!["notes-admin".to_string(), "revoke-token".to_string()])
+    );
+}
 
 #[test]
 fn every_example_parses() {

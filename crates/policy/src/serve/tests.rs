@@ -1153,6 +1153,34 @@ fn lifecycle_keys_are_printed_and_round_trip() {
     assert!(off.contains("stop = \"off\"\ndestroy = \"off\""), "{off}");
 }
 
+#[test]
+fn lifecycle_example_parses_as_documented() {
+    let text = include_str!("../../../../examples/lifecycle/serve.toml");
+    let c = ServeConfig::from_str(text, Path::new("/repo/examples/lifecycle/serve.toml"))
+        .unwrap_or_else(|d| panic!("{d}"));
+    assert_eq!(
+        c.idle,
+        Idle {
+            pause: Some(Duration::from_secs(300)),
+            stop: Some(Duration::from_secs(1800)),
+            destroy: Some(Duration::from_secs(86_400)),
+        }
+    );
+    let notes = c.server("notes").unwrap();
+    assert_eq!(notes.template.as_deref(), Some("notes"));
+    assert_eq!(notes.placement, Placement::Sandbox);
+    assert_eq!(notes.idle.pause, Some(Duration::from_secs(60)));
+    assert_eq!(notes.idle.stop, c.idle.stop);
+    assert_eq!(
+        notes.policy,
+        PathBuf::from("/repo/examples/lifecycle/notes.toml")
+    );
+    assert_eq!(
+        c.template("notes").unwrap().base,
+        TemplateBase::Dir("/repo/examples/lifecycle/template".into())
+    );
+}
+
 // ---- printing, schema, detection ----
 
 #[test]
