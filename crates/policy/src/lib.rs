@@ -13,6 +13,7 @@
 // tests may unwrap: a panic there is a failed test, not a crash on input
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
+mod artifacts;
 mod credentials;
 mod decision;
 mod diagnostic;
@@ -28,14 +29,15 @@ mod validate;
 use std::ops::Range;
 use std::path::Path;
 
+pub use artifacts::path_match as artifact_match;
 pub use credentials::{credential_kind, CREDENTIAL_LOCATIONS};
 pub use decision::{Decision, NetworkAnswer, Reason, ToolHints, Verdict};
 pub use diagnostic::{Diagnostic, Location};
 pub use examples::Example;
 pub use model::{
-    Audit, Durability, Env, Filesystem, Mount, MountMode, Output, Policy, Process, Sandbox, Secret,
-    SecretSource, Server, UpstreamSettings, ValuePart, DEFAULT_MAX_LINE, DEFAULT_MAX_RESULT,
-    DEFAULT_PIDS, DEFAULT_TMP,
+    Artifacts, Audit, Durability, Env, Filesystem, Mount, MountMode, Output, Policy, Process,
+    Sandbox, Secret, SecretSource, Server, UpstreamSettings, ValuePart, DEFAULT_MAX_ARTIFACT,
+    DEFAULT_MAX_LINE, DEFAULT_MAX_RESULT, DEFAULT_PIDS, DEFAULT_TMP,
 };
 pub use network::{HostPattern, HostRule, NetworkRules, Unlisted};
 pub use tools::{glob_match, ToolRule, ToolRules};

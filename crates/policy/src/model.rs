@@ -24,6 +24,8 @@ pub const DEFAULT_PIDS: u32 = 256;
 pub const DEFAULT_MAX_RESULT: u64 = 1 << 20;
 /// Default limit on one JSON-RPC line: 16 MiB.
 pub const DEFAULT_MAX_LINE: u64 = 16 << 20;
+/// Default `[artifacts] max_size`: 10 MiB.
+pub const DEFAULT_MAX_ARTIFACT: u64 = 10 << 20;
 
 fn default_tmp() -> u64 {
     DEFAULT_TMP
@@ -36,6 +38,9 @@ fn default_max_result() -> u64 {
 }
 fn default_max_line() -> u64 {
     DEFAULT_MAX_LINE
+}
+fn default_max_artifact() -> u64 {
+    DEFAULT_MAX_ARTIFACT
 }
 
 /// An mcpbox policy: what one MCP server's sandbox may see and do.
@@ -75,6 +80,10 @@ pub struct Policy {
     /// Limits and screening of what the server sends back.
     #[serde(default)]
     pub output: Output,
+    /// Which files of /workspace/output may leave the sandbox (be exported) when it is
+    /// destroyed or on request; none by default.
+    #[serde(default)]
+    pub artifacts: Artifacts,
     /// The audit log.
     #[serde(default)]
     pub audit: Audit,
@@ -257,6 +266,10 @@ pub struct Secret {
     pub source: SecretSource,
     /// Refresh the value (restarting the server) after this long.
     pub ttl: Option<Duration>,
+    /// A command (program and arguments, no shell) run on the host when the sandbox is
+    /// torn down, given the value in `MCPBOX_SECRET_VALUE` and the name in
+    /// `MCPBOX_SECRET_NAME`. Never empty.
+    pub revoke: Option<Vec<String>>,
 }
 
 /// A secret as written in the file: exactly one of `from_env`, `from_file`, `from_command`.
@@ -281,6 +294,11 @@ pub(crate) struct SecretTable {
     )]
     #[schemars(with = "Option<DurationText>")]
     ttl: Option<Duration>,
+    /// Command (program and arguments, no shell) run on the host when the sandbox is torn
+    /// down, to revoke the value: it gets the value in the environment variable
+    /// MCPBOX_SECRET_VALUE and the secret's name in MCPBOX_SECRET_NAME. Default: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    revoke: Option<Vec<String>>,
 }
 
 const SECRET_HINT: &str =
@@ -306,7 +324,11 @@ impl TryFrom<SecretTable> for Secret {
             ));
         }
         match sources.pop() {
-            Some(source) => Ok(Secret { source, ttl: t.ttl }),
+            Some(source) => Ok(Secret {
+                source,
+                ttl: t.ttl,
+                revoke: t.revoke,
+            }),
             None => Err(format!("secret has no source{HINT_MARK}{SECRET_HINT}")),
         }
     }
@@ -319,6 +341,7 @@ impl From<Secret> for SecretTable {
             from_file: None,
             from_command: None,
             ttl: s.ttl,
+            revoke: s.revoke,
         };
         match s.source {
             SecretSource::Env(v) => t.from_env = Some(v),
@@ -464,6 +487,42 @@ impl Default for Output {
             max_line: DEFAULT_MAX_LINE,
             redact_credential_shapes: false,
         }
+    }
+}
+
+/// The `[artifacts]` section: the files of /workspace/output that may be exported
+/// (`mcpbox artifacts ...`, and before a sandbox is destroyed). Nothing else leaves.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Artifacts {
+    /// Glob patterns relative to /workspace/output: `*` matches within one path segment,
+    /// `?` one character, a `**` segment any number of segments, e.g. ["report.md",
+    /// "dist/**"]. Not absolute, no "." or ".." segment, no empty segment. Default none:
+    /// nothing leaves.
+    #[serde(default)]
+    pub patterns: Vec<String>,
+    /// An artifact larger than this is exported only with a human's approval. Default "10MiB".
+    #[serde(default = "default_max_artifact", with = "units::size")]
+    #[schemars(with = "SizeText")]
+    pub max_size: u64,
+}
+
+impl Default for Artifacts {
+    fn default() -> Self {
+        Artifacts {
+            patterns: Vec::new(),
+            max_size: DEFAULT_MAX_ARTIFACT,
+        }
+    }
+}
+
+impl Artifacts {
+    /// True when `path` (relative to /workspace/output, '/'-separated, no leading
+    /// '/') matches one of the patterns.
+    pub fn matches(&self, path: &str) -> bool {
+        self.patterns
+            .iter()
+            .any(|p| crate::artifacts::path_match(p, path))
     }
 }
 

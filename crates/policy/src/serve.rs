@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::diagnostic::Diagnostic;
 use crate::locate::Locations;
-use crate::units::{self, DurationText, SizeText};
+use crate::units::{self, DurationOrOff, DurationText, SizeText};
 use crate::validate::{check_valid_env_name, Ctx};
 use crate::{serde_diagnostic, syntax_diagnostic, Result};
 
@@ -37,6 +37,11 @@ pub const DEFAULT_MAX_BODY: u64 = 4 << 20;
 /// Largest token file [`TokenSource::load`] reads: a token is short, so a
 /// bigger file is the wrong file (or a device that never ends).
 pub const MAX_TOKEN_FILE: u64 = 64 << 10;
+
+/// Default `[idle] pause`: a sandbox is frozen after 5 minutes without a message.
+pub const DEFAULT_IDLE_PAUSE: Duration = Duration::from_secs(5 * 60);
+/// Default `[idle] stop`: its processes are stopped after 30 minutes.
+pub const DEFAULT_IDLE_STOP: Duration = Duration::from_secs(30 * 60);
 
 /// The top-level keys that make a TOML file a serve config: a policy has none
 /// of them (its `[server]` is singular), so `mcpbox check` can tell the two apart.
@@ -56,6 +61,64 @@ pub struct ServeConfig {
     pub clients: Vec<Client>,
     /// The `[[servers]]`, in file order (at least one).
     pub servers: Vec<Server>,
+    /// The `[idle]` table: the default for every sandboxed server.
+    pub idle: Idle,
+    /// The `[[templates]]`, in file order (possibly none).
+    pub templates: Vec<Template>,
+}
+
+/// `[idle]`: the default for every sandboxed server; a server's own `idle = {...}` replaces it key by key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Idle {
+    /// Freeze the sandbox (cgroup freezer) after this long without a message to or from its servers. Default 5 minutes.
+    pub pause: Option<Duration>,
+    /// Stop its processes (the workspace is kept; the next call restarts the server on it) after this long. Default 30 minutes.
+    pub stop: Option<Duration>,
+    /// Destroy it (processes, cgroups, workspace; artifacts exported first) after this long. Default: never (None).
+    pub destroy: Option<Duration>,
+}
+
+impl Default for Idle {
+    fn default() -> Self {
+        Idle {
+            pause: Some(DEFAULT_IDLE_PAUSE),
+            stop: Some(DEFAULT_IDLE_STOP),
+            destroy: None,
+        }
+    }
+}
+
+/// Where a stdio server's sandbox lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Placement {
+    /// One sandbox per (agent, server): the default, `placement = "sandbox"`.
+    #[default]
+    Sandbox,
+    /// `placement = "shared"`: one sandbox per agent holding every shared server.
+    Shared,
+}
+
+/// A `[[templates]]` entry: what a new workspace starts from, and its policy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Template {
+    /// Its name, `[a-z0-9-]`, unique; servers name it with `template = "..."`.
+    pub name: String,
+    /// What each new workspace's input starts from.
+    pub base: TemplateBase,
+    /// The policy of every server made from it, resolved against the config file's directory.
+    pub policy: PathBuf,
+}
+
+/// What a template's workspaces start from. Paths are resolved against the
+/// config file's directory; their existence is checked by `mcpbox check` and
+/// at start, not here.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TemplateBase {
+    /// A directory, copied into each new workspace's input.
+    Dir(PathBuf),
+    /// A snapshot archive (`mcpbox sandboxes snapshot`), restored into each new workspace.
+    Snapshot(PathBuf),
 }
 
 /// Where and how the gateway listens.
@@ -361,10 +424,17 @@ fn trim_one_newline(mut s: String) -> String {
 pub struct Server {
     /// Its name, `[a-z0-9-]`, unique.
     pub name: String,
-    /// Its policy file, resolved against the config file's directory.
+    /// Its policy file, resolved against the config file's directory (for a
+    /// server made from a template, the template's policy).
     pub policy: PathBuf,
     /// How to reach it.
     pub upstream: Upstream,
+    /// Where its sandbox lives (always [`Placement::Sandbox`] for a `url` server).
+    pub placement: Placement,
+    /// The `[[templates]]` entry it is made from, by name.
+    pub template: Option<String>,
+    /// Its effective idle timeouts: the config's `[idle]` overlaid by the server's own.
+    pub idle: Idle,
 }
 
 /// How the gateway reaches a server.
@@ -407,6 +477,11 @@ impl ServeConfig {
     /// The server of this name.
     pub fn server(&self, name: &str) -> Option<&Server> {
         self.servers.iter().find(|s| s.name == name)
+    }
+
+    /// The template of this name.
+    pub fn template(&self, name: &str) -> Option<&Template> {
+        self.templates.iter().find(|t| t.name == name)
     }
 
     /// Whether `client` may use the server named `server`: it exists, and the
@@ -481,12 +556,90 @@ struct ConfigFile {
     /// What one client may cost the gateway.
     #[serde(default)]
     limits: Limits,
+    /// When an idle sandbox is paused, stopped and destroyed: the default for every
+    /// sandboxed server (a server's own idle = { ... } replaces it key by key).
+    #[serde(default)]
+    idle: IdleFile,
     /// Who may connect: [[clients]] tables, at least one.
     #[serde(default)]
     clients: Vec<ClientFile>,
     /// What the gateway offers: [[servers]] tables, at least one.
     #[serde(default)]
     servers: Vec<ServerFile>,
+    /// What a server's workspace starts from, and its policy: [[templates]] tables,
+    /// named by a server's template = "...".
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    templates: Vec<TemplateFile>,
+}
+
+/// The `[idle]` table, or a server's idle = { ... }: how long a sandbox may go without
+/// a message to or from its servers before each step. Where set, pause < stop < destroy.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(rename = "Idle")]
+struct IdleFile {
+    /// Freeze the sandbox (cgroup freezer; memory kept, no CPU) after this long, e.g.
+    /// "5m"; "off": never. Default "5m".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pause: Option<DurationOrOff>,
+    /// Stop its processes after this long (the workspace is kept; the next call restarts
+    /// the server on it); "off": never. Default "30m".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    stop: Option<DurationOrOff>,
+    /// Destroy it after this long (processes, cgroups and workspace; declared artifacts
+    /// are exported first); "off": never. Default "off".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    destroy: Option<DurationOrOff>,
+}
+
+impl IdleFile {
+    /// `base` with the keys this table sets replaced.
+    fn overlay(&self, base: Idle) -> Idle {
+        Idle {
+            pause: self.pause.map_or(base.pause, |d| d.0),
+            stop: self.stop.map_or(base.stop, |d| d.0),
+            destroy: self.destroy.map_or(base.destroy, |d| d.0),
+        }
+    }
+
+    /// Every key set: what the effective config prints.
+    fn full(idle: Idle) -> IdleFile {
+        IdleFile {
+            pause: Some(DurationOrOff(idle.pause)),
+            stop: Some(DurationOrOff(idle.stop)),
+            destroy: Some(DurationOrOff(idle.destroy)),
+        }
+    }
+}
+
+/// One `[[templates]]` table: name, policy and exactly one of base and snapshot.
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(rename = "Template", transform = template_one_of)]
+struct TemplateFile {
+    /// Unique name: 1 to 64 of a-z, 0-9 and '-'. A server uses it with template = "name".
+    #[serde(default)]
+    #[schemars(length(min = 1, max = 64), pattern(r"^[a-z0-9-]+$"))]
+    name: String,
+    /// A directory copied into each new workspace's input; relative to the config file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    base: Option<PathBuf>,
+    /// A snapshot archive (made by `mcpbox sandboxes snapshot`) restored into each new
+    /// workspace; relative to the config file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    snapshot: Option<PathBuf>,
+    /// The sandbox policy of every server made from this template, as for `mcpbox run`;
+    /// relative to the config file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    policy: Option<PathBuf>,
+}
+
+fn template_one_of(schema: &mut Schema) {
+    require(schema, &["name", "policy"]);
+    schema.insert(
+        "oneOf".into(),
+        serde_json::json!([{ "required": ["base"] }, { "required": ["snapshot"] }]),
+    );
 }
 
 fn default_address_text() -> String {
@@ -629,8 +782,14 @@ struct ServerFile {
     #[schemars(length(min = 1, max = 64), pattern(r"^[a-z0-9-]+$"))]
     name: String,
     /// The server's sandbox policy, as for `mcpbox run`; relative to the config file.
+    /// Exactly one of policy and template.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     policy: Option<PathBuf>,
+    /// The [[templates]] entry this server is made from, by name: its workspace starts
+    /// from the template's base and the template's policy applies. Exactly one of
+    /// policy and template; not for a url server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    template: Option<String>,
     /// A stdio server run in the sandbox: program and arguments, no shell.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     command: Option<Vec<String>>,
@@ -638,13 +797,26 @@ struct ServerFile {
     /// [tools], [secrets] and [network] apply): https://, or http:// to a loopback host.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     url: Option<String>,
+    /// Where a command server's sandbox lives: "sandbox" (default: its own sandbox per
+    /// agent) or "shared" (one sandbox per agent holding every shared server). A url
+    /// server has no sandbox, so "shared" is refused for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    placement: Option<Placement>,
+    /// This server's own idle timeouts: each key set replaces that key of [idle].
+    /// Not for a url server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    idle: Option<IdleFile>,
 }
 
 fn server_one_of(schema: &mut Schema) {
-    require(schema, &["name", "policy"]);
+    require(schema, &["name"]);
     schema.insert(
         "oneOf".into(),
         serde_json::json!([{ "required": ["command"] }, { "required": ["url"] }]),
+    );
+    schema.insert(
+        "allOf".into(),
+        serde_json::json!([{ "oneOf": [{ "required": ["policy"] }, { "required": ["template"] }] }]),
     );
 }
 
@@ -663,6 +835,7 @@ impl From<&ServeConfig> for ConfigFile {
                 allowed_origins: l.allowed_origins.clone(),
             },
             limits: c.limits,
+            idle: IdleFile::full(c.idle),
             clients: c
                 .clients
                 .iter()
@@ -686,15 +859,42 @@ impl From<&ServeConfig> for ConfigFile {
                 .servers
                 .iter()
                 .map(|s| {
-                    let (command, url) = match &s.upstream {
-                        Upstream::Command(argv) => (Some(argv.clone()), None),
-                        Upstream::Url(u) => (None, Some(u.clone())),
+                    let (command, url, placement) = match &s.upstream {
+                        Upstream::Command(argv) => (Some(argv.clone()), None, Some(s.placement)),
+                        Upstream::Url(u) => (None, Some(u.clone()), None),
                     };
+                    // the template brings the policy: printing both would be refused
+                    let policy = match s.template {
+                        Some(_) => None,
+                        None => Some(s.policy.clone()),
+                    };
+                    // a server's own idle is printed, whole, only where it differs
+                    let idle =
+                        (command.is_some() && s.idle != c.idle).then(|| IdleFile::full(s.idle));
                     ServerFile {
                         name: s.name.clone(),
-                        policy: Some(s.policy.clone()),
+                        policy,
+                        template: s.template.clone(),
                         command,
                         url,
+                        placement,
+                        idle,
+                    }
+                })
+                .collect(),
+            templates: c
+                .templates
+                .iter()
+                .map(|t| {
+                    let (base, snapshot) = match &t.base {
+                        TemplateBase::Dir(p) => (Some(p.clone()), None),
+                        TemplateBase::Snapshot(p) => (None, Some(p.clone())),
+                    };
+                    TemplateFile {
+                        name: t.name.clone(),
+                        base,
+                        snapshot,
+                        policy: Some(t.policy.clone()),
                     }
                 })
                 .collect(),
@@ -737,13 +937,20 @@ impl Ctx<'_> {
 const NAME_HINT: &str = "use 1 to 64 of a-z, 0-9 and '-': names appear in URLs (/servers/<name>/mcp) and as the tool prefix <server>__<tool>, and leaving out '_' keeps that split unambiguous";
 
 fn check_name(ctx: &Ctx, table: &str, name: &str, what: &str) -> Result<()> {
+    check_name_with(ctx, table, name, what, NAME_HINT)
+}
+
+const TEMPLATE_NAME_HINT: &str =
+    "use 1 to 64 of a-z, 0-9 and '-', e.g. name = \"py\"; a server names it with template = \"py\"";
+
+fn check_name_with(ctx: &Ctx, table: &str, name: &str, what: &str, hint: &str) -> Result<()> {
     let key = format!("{table}.name");
     if name.is_empty() {
         return Err(ctx.err_in(
             &key,
             table,
             format!("{what} has no name"),
-            format!("add name = \"...\"; {NAME_HINT}"),
+            format!("add name = \"...\"; {hint}"),
         ));
     }
     let ok = name.len() <= MAX_NAME
@@ -754,7 +961,7 @@ fn check_name(ctx: &Ctx, table: &str, name: &str, what: &str) -> Result<()> {
         return Err(ctx.err(
             &key,
             format!("invalid {what} name \"{}\"", name.escape_debug()),
-            NAME_HINT,
+            hint,
         ));
     }
     Ok(())
@@ -763,6 +970,8 @@ fn check_name(ctx: &Ctx, table: &str, name: &str, what: &str) -> Result<()> {
 fn validate(f: ConfigFile, path: &Path, ctx: &Ctx) -> Result<ServeConfig> {
     let listen = validate_listen(f.listen, ctx)?;
     validate_limits(&f.limits, ctx)?;
+    let idle = validate_idle(ctx, &f.idle)?;
+    let templates = validate_templates(ctx, f.templates)?;
 
     // [[servers]]
     if f.servers.is_empty() {
@@ -823,22 +1032,86 @@ fn validate(f: ConfigFile, path: &Path, ctx: &Ctx) -> Result<ServeConfig> {
                 Upstream::Url(url)
             }
         };
+        let is_url = matches!(upstream, Upstream::Url(_));
         let policy_key = format!("{table}.policy");
-        let policy = match s.policy {
-            Some(p) => ctx.host_path(&policy_key, &p)?,
-            None => {
+        let template_key = format!("{table}.template");
+        let (policy, template) = match (s.policy, s.template) {
+            (Some(_), Some(_)) => {
+                return Err(ctx.err(
+                    &template_key,
+                    format!("server \"{}\" has both policy and template", s.name),
+                    "the template brings the policy: remove policy = ..., or remove template = ... and keep the policy",
+                ))
+            }
+            (Some(p), None) => (ctx.host_path(&policy_key, &p)?, None),
+            (None, Some(name)) => {
+                if is_url {
+                    return Err(ctx.err(
+                        &template_key,
+                        format!("url server \"{}\" has a template", s.name),
+                        "a remote server has no sandbox and so no workspace to start from: remove template and give policy = \"NAME.toml\"",
+                    ));
+                }
+                let Some(t) = templates.iter().find(|t| t.name == name) else {
+                    let hint = if templates.is_empty() {
+                        "no [[templates]] is configured: add one with name, base (or snapshot) and policy, or give the server policy = \"NAME.toml\" instead".to_string()
+                    } else {
+                        let known: Vec<&str> = templates.iter().map(|t| t.name.as_str()).collect();
+                        format!("configured templates: {}", known.join(", "))
+                    };
+                    return Err(ctx.err(
+                        &template_key,
+                        format!("no template is named \"{}\"", name.escape_debug()),
+                        hint,
+                    ));
+                };
+                (t.policy.clone(), Some(name))
+            }
+            (None, None) => {
                 return Err(ctx.err_in(
                     &policy_key,
                     &table,
                     format!("server \"{}\" has no policy", s.name),
-                    "add policy = \"NAME.toml\": the sandbox policy, as for mcpbox run (its [tools], [secrets] and [network] also apply to a url server)",
+                    "add policy = \"NAME.toml\": the sandbox policy, as for mcpbox run (its [tools], [secrets] and [network] also apply to a url server); or template = \"NAME\" to take a [[templates]] entry's policy",
                 ))
+            }
+        };
+        let placement = s.placement.unwrap_or_default();
+        if is_url && placement != Placement::Sandbox {
+            return Err(ctx.err(
+                &format!("{table}.placement"),
+                format!("url server \"{}\" has placement = \"shared\"", s.name),
+                "a remote server runs outside any sandbox, so it has no placement: remove the key",
+            ));
+        }
+        let idle = match &s.idle {
+            None => idle,
+            Some(own) => {
+                if is_url {
+                    return Err(ctx.err(
+                        &format!("{table}.idle"),
+                        format!("url server \"{}\" has idle timeouts", s.name),
+                        "a remote server has no sandbox to pause, stop or destroy: remove the key",
+                    ));
+                }
+                let effective = own.overlay(idle);
+                check_idle_order(
+                    ctx,
+                    &format!("{table}.idle"),
+                    own,
+                    effective,
+                    "inherited from [idle]",
+                )?;
+                effective
             }
         };
         servers.push(Server {
             name: s.name,
             policy,
             upstream,
+            placement,
+            template,
+            idle,
         });
     }
 
@@ -946,7 +1219,128 @@ fn validate(f: ConfigFile, path: &Path, ctx: &Ctx) -> Result<ServeConfig> {
         limits: f.limits,
         clients,
         servers,
+        idle,
+        templates,
     })
+}
+
+/// The `[idle]` table over the defaults: no 0 (that is "off"), and in order.
+fn validate_idle(ctx: &Ctx, f: &IdleFile) -> Result<Idle> {
+    let effective = f.overlay(Idle::default());
+    check_idle_order(ctx, "idle", f, effective, "the default")?;
+    Ok(effective)
+}
+
+/// Checks an idle table `own` (at `table`) whose effective value is `effective`:
+/// no key set to 0, and where set, pause < stop < destroy. A refusal names a key
+/// `own` sets, the later one of the pair that breaks the order when `own` sets it;
+/// `inherited_from` says where the keys `own` leaves out come from.
+fn check_idle_order(
+    ctx: &Ctx,
+    table: &str,
+    own: &IdleFile,
+    effective: Idle,
+    inherited_from: &str,
+) -> Result<()> {
+    let steps = [
+        ("pause", own.pause.is_some(), effective.pause),
+        ("stop", own.stop.is_some(), effective.stop),
+        ("destroy", own.destroy.is_some(), effective.destroy),
+    ];
+    for (name, set, value) in steps {
+        if set && value.is_some_and(|d| d.is_zero()) {
+            return Err(ctx.err(
+                &format!("{table}.{name}"),
+                format!("idle {name} is 0"),
+                format!("write a duration such as \"5m\", or {name} = \"off\" to never {name}"),
+            ));
+        }
+    }
+    for later in 1..steps.len() {
+        for earlier in 0..later {
+            let (a, a_set, a_value) = steps[earlier];
+            let (b, b_set, b_value) = steps[later];
+            let (Some(av), Some(bv)) = (a_value, b_value) else {
+                continue;
+            };
+            if av < bv {
+                continue;
+            }
+            // point at what this table wrote: the later key if it wrote it
+            let (key, other, other_set) = if b_set { (b, a, a_set) } else { (a, b, b_set) };
+            let note = if other_set {
+                String::new()
+            } else {
+                format!("; {other} is {inherited_from}")
+            };
+            return Err(ctx.err(
+                &format!("{table}.{key}"),
+                format!(
+                    "idle {b} ({}) is not after {a} ({}){note}",
+                    units::format_duration(bv),
+                    units::format_duration(av),
+                ),
+                format!("each step comes after the one before: pause < stop < destroy; make {b} longer than {a}, or set one of them to \"off\""),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The `[[templates]]`: names, exactly one base, a policy.
+fn validate_templates(ctx: &Ctx, files: Vec<TemplateFile>) -> Result<Vec<Template>> {
+    let mut templates: Vec<Template> = Vec::with_capacity(files.len());
+    for (i, t) in files.into_iter().enumerate() {
+        let table = format!("templates[{i}]");
+        check_name_with(ctx, &table, &t.name, "template", TEMPLATE_NAME_HINT)?;
+        if let Some(first) = templates.iter().position(|o| o.name == t.name) {
+            return Err(ctx.err(
+                &format!("{table}.name"),
+                format!("template name \"{}\" is also templates[{first}]", t.name),
+                "give each template its own name",
+            ));
+        }
+        const BASE_HINT: &str = "write exactly one of base = \"dir\" (a directory copied into each new workspace's input) or snapshot = \"file.tar.gz\" (an archive made by mcpbox sandboxes snapshot)";
+        let base = match (t.base, t.snapshot) {
+            (Some(_), Some(_)) => {
+                return Err(ctx.err(
+                    &format!("{table}.snapshot"),
+                    format!("template \"{}\" has both base and snapshot", t.name),
+                    BASE_HINT,
+                ))
+            }
+            (None, None) => {
+                return Err(ctx.err_in(
+                    &format!("{table}.base"),
+                    &table,
+                    format!("template \"{}\" has neither base nor snapshot", t.name),
+                    BASE_HINT,
+                ))
+            }
+            (Some(dir), None) => TemplateBase::Dir(ctx.host_path(&format!("{table}.base"), &dir)?),
+            (None, Some(file)) => {
+                TemplateBase::Snapshot(ctx.host_path(&format!("{table}.snapshot"), &file)?)
+            }
+        };
+        let policy_key = format!("{table}.policy");
+        let policy = match t.policy {
+            Some(p) => ctx.host_path(&policy_key, &p)?,
+            None => {
+                return Err(ctx.err_in(
+                    &policy_key,
+                    &table,
+                    format!("template \"{}\" has no policy", t.name),
+                    "add policy = \"NAME.toml\": the sandbox policy of every server made from this template",
+                ))
+            }
+        };
+        templates.push(Template {
+            name: t.name,
+            base,
+            policy,
+        });
+    }
+    Ok(templates)
 }
 
 fn token_source(ctx: &Ctx, key: &str, t: TokenFile) -> Result<TokenSource> {

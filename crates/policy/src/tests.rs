@@ -50,7 +50,86 @@ const EXAMPLES: &[(&str, &str)] = &[
         "everything.toml",
         include_str!("../../../examples/everything.toml"),
     ),
+    (
+        "lifecycle/notes.toml",
+        include_str!("../../../examples/lifecycle/notes.toml"),
+    ),
 ];
+
+/// Every `.toml` under `examples/`, recursively.
+fn example_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap().path())
+        .collect();
+    entries.sort();
+    for path in entries {
+        if path.is_dir() {
+            example_files(&path, out);
+        } else if path.extension().is_some_and(|x| x == "toml") {
+            out.push(path);
+        }
+    }
+}
+
+#[test]
+fn every_file_in_the_examples_directory_loads() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+    let mut files = Vec::new();
+    example_files(&root, &mut files);
+    let mut serve_configs = 0;
+    for file in &files {
+        let text = std::fs::read_to_string(file).unwrap();
+        if serve::is_serve_config(&text) {
+            let c = serve::ServeConfig::load(file).unwrap_or_else(|d| panic!("{d}"));
+            // what the binary checks before starting: the policies and bases exist
+            for s in &c.servers {
+                let policy = std::fs::read_to_string(&s.policy)
+                    .unwrap_or_else(|e| panic!("{}: {e}", s.policy.display()));
+                parse(&policy, &s.policy).unwrap_or_else(|d| panic!("{d}"));
+            }
+            for t in &c.templates {
+                match &t.base {
+                    serve::TemplateBase::Dir(d) => assert!(d.is_dir(), "{}", d.display()),
+                    serve::TemplateBase::Snapshot(f) => assert!(f.is_file(), "{}", f.display()),
+                }
+            }
+            serve_configs += 1;
+        } else if let Err(d) = parse(&text, file) {
+            panic!("example {} does not parse:\n{d}", file.display());
+        }
+    }
+    let names: Vec<String> = files
+        .iter()
+        .map(|f| f.strip_prefix(&root).unwrap().display().to_string())
+        .collect();
+    for name in EXAMPLES
+        .iter()
+        .map(|(n, _)| *n)
+        .chain(["lifecycle/serve.toml"])
+    {
+        assert!(names.iter().any(|n| n == name), "{name} not in {names:?}");
+    }
+    assert!(serve_configs >= 1, "no serve config among {names:?}");
+}
+
+#[test]
+fn lifecycle_example_declares_artifacts_and_a_revoked_secret() {
+    let p = parse(
+        EXAMPLES[3].1,
+        Path::new("/repo/examples/lifecycle/notes.toml"),
+    )
+    .expect("parses");
+    assert_eq!(p.artifacts.patterns, ["report.md", "dist/**"]);
+    assert_eq!(p.artifacts.max_size, DEFAULT_MAX_ARTIFACT);
+    assert!(p.artifacts.matches("dist/app/index.js"));
+    assert!(!p.artifacts.matches("scratch.txt"));
+    let s = &p.secrets["NOTES_TOKEN"];
+    assert_eq!(
+        s.revoke,
+        Some(vec!["notes-admin".to_string(), "revoke-token".to_string()])
+    );
+}
 
 #[test]
 fn every_example_parses() {
@@ -81,6 +160,7 @@ fn default_example_is_the_default_policy_plus_a_workspace() {
     assert_eq!(p.secrets, d.secrets);
     assert_eq!(p.tools, d.tools);
     assert_eq!(p.output, d.output);
+    assert_eq!(p.artifacts, d.artifacts);
     assert_eq!(p.audit, d.audit);
 }
 
@@ -712,6 +792,146 @@ API_KEY = { from_command = ["op", "read", "op://vault/item"] }
     );
 }
 
+#[test]
+fn secret_revoke_command_is_read_and_printed() {
+    let p = ok(r#"
+[secrets.GITHUB_TOKEN]
+from_command = ["gh", "auth", "token"]
+revoke = ["/usr/local/bin/revoke-token", "--github"]
+[secrets.PLAIN]
+from_env = "PLAIN"
+"#);
+    assert_eq!(
+        p.secrets["GITHUB_TOKEN"].revoke,
+        Some(vec![
+            "/usr/local/bin/revoke-token".to_string(),
+            "--github".to_string()
+        ])
+    );
+    assert_eq!(p.secrets["PLAIN"].revoke, None);
+    let printed = p.to_toml();
+    assert!(
+        printed.contains("revoke = [\"/usr/local/bin/revoke-token\", \"--github\"]"),
+        "{printed}"
+    );
+    assert_eq!(parse(&printed, Path::new(FILE)).unwrap().secrets, p.secrets);
+}
+
+#[test]
+fn secret_revoke_that_runs_nothing_is_refused() {
+    refused(
+        "[secrets]\nT = { from_env = \"A\", revoke = [] }\n",
+        "secrets.T.revoke",
+        2,
+        "empty command",
+    );
+    refused(
+        "[secrets.T]\nfrom_env = \"A\"\nrevoke = [\"\", \"x\"]\n",
+        "secrets.T.revoke",
+        3,
+        "needs a program",
+    );
+    refused(
+        "[secrets.T]\nfrom_env = \"A\"\nrevoke = [\"x\", \"a\\u0000b\"]\n",
+        "secrets.T.revoke",
+        3,
+        "NUL",
+    );
+    refused(
+        "[secrets.T]\nfrom_env = \"A\"\nrevoke = \"gh auth logout\"\n",
+        "secrets.T.revoke",
+        3,
+        "list",
+    );
+}
+
+// ---- artifacts ----
+
+#[test]
+fn artifacts_default_to_nothing_leaving_with_a_10mib_limit() {
+    let p = ok("");
+    assert!(p.artifacts.patterns.is_empty());
+    assert_eq!(p.artifacts.max_size, 10 << 20);
+    assert_eq!(p.artifacts, Artifacts::default());
+    assert!(!p.artifacts.matches("report.md"));
+    assert!(p
+        .to_toml()
+        .contains("[artifacts]\npatterns = []\nmax_size = \"10MiB\"\n"));
+}
+
+#[test]
+fn artifacts_patterns_and_max_size_are_read() {
+    let p = ok(
+        "[artifacts]\npatterns = [\"report.md\", \"dist/**\", \"*.csv\"]\nmax_size = \"1GiB\"\n",
+    );
+    assert_eq!(p.artifacts.patterns, ["report.md", "dist/**", "*.csv"]);
+    assert_eq!(p.artifacts.max_size, 1 << 30);
+    assert!(p.artifacts.matches("report.md"));
+    assert!(p.artifacts.matches("dist/js/app.js"));
+    assert!(p.artifacts.matches("data.csv"));
+    assert!(!p.artifacts.matches("sub/data.csv"));
+    assert!(!p.artifacts.matches("notes.txt"));
+    let printed = p.to_toml();
+    assert!(printed.contains("max_size = \"1GiB\""), "{printed}");
+    assert_eq!(
+        parse(&printed, Path::new(FILE)).unwrap().artifacts,
+        p.artifacts
+    );
+}
+
+#[test]
+fn artifact_pattern_escaping_the_output_directory_is_refused() {
+    refused(
+        "[artifacts]\npatterns = [\"report.md\", \"/etc/shadow\"]\n",
+        "artifacts.patterns[1]",
+        2,
+        "is absolute",
+    );
+    refused(
+        "[artifacts]\npatterns = [\"../../home/u/.ssh/id_ed25519\"]\n",
+        "artifacts.patterns[0]",
+        2,
+        "outside /workspace/output",
+    );
+    refused(
+        "[artifacts]\npatterns = [\"dist/**/../x\"]\n",
+        "artifacts.patterns[0]",
+        2,
+        "\"..\"",
+    );
+}
+
+#[test]
+fn artifact_pattern_malformed_is_refused() {
+    for (pattern, needle) in [
+        ("a//b", "empty segment"),
+        ("dist/", "empty segment"),
+        ("", "empty pattern"),
+        ("./a", "\".\" segment"),
+        ("a**", "inside a segment"),
+        ("a\\u0000b", "NUL"),
+    ] {
+        refused(
+            &format!("[artifacts]\npatterns = [\"{pattern}\"]\n"),
+            "artifacts.patterns[0]",
+            2,
+            needle,
+        );
+    }
+    refused(
+        "[artifacts]\nmax_size = 10\n",
+        "artifacts.max_size",
+        2,
+        "MiB",
+    );
+    refused(
+        "[artifacts]\npattern = [\"a\"]\n",
+        "artifacts.pattern",
+        2,
+        "patterns",
+    );
+}
+
 // ---- process ----
 
 #[test]
@@ -979,6 +1199,7 @@ fn json_schema_covers_every_section() {
         "secrets",
         "tools",
         "output",
+        "artifacts",
         "audit",
         "tests",
     ] {
@@ -1002,6 +1223,9 @@ fn json_schema_covers_every_section() {
         "redact_credential_shapes",
         "a size",
         "show_denied",
+        "revoke",
+        "MCPBOX_SECRET_VALUE",
+        "max_size",
     ] {
         assert!(text.contains(needle), "schema lacks {needle}");
     }
@@ -1060,6 +1284,11 @@ fn garbage_input_never_panics() {
         "ttl = \"1h\"",
         "\\u0000",
         "#",
+        "[artifacts]",
+        "patterns = [\"",
+        "**/",
+        "../",
+        "revoke = [",
     ];
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     let mut accepted = 0;

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
 use serde::de::{self, Visitor};
-use serde::{Deserializer, Serializer};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::HINT_MARK;
 
@@ -203,6 +203,60 @@ pub(crate) mod opt_duration {
     }
 }
 
+/// Hint shown for a malformed duration where `"off"` is also accepted.
+pub(crate) const DURATION_OR_OFF_HINT: &str =
+    "write a whole number with a unit: ms, s, m, h or d, e.g. \"5m\", \"30m\", \"24h\", or \"off\" for never";
+
+/// A duration that may also be written `"off"` (never): `None`. Printed back
+/// the same way, so an effective config with `"off"` parses again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct DurationOrOff(pub(crate) Option<Duration>);
+
+struct DurationOrOffVisitor;
+
+impl Visitor<'_> for DurationOrOffVisitor {
+    type Value = DurationOrOff;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a duration like \"5m\" or \"off\"")
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<DurationOrOff, E> {
+        if v == "off" {
+            return Ok(DurationOrOff(None));
+        }
+        parse_duration(v)
+            .map(|d| DurationOrOff(Some(d)))
+            .map_err(|m| E::custom(format!("{m}{HINT_MARK}{DURATION_OR_OFF_HINT}")))
+    }
+}
+
+impl<'de> Deserialize<'de> for DurationOrOff {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_str(DurationOrOffVisitor)
+    }
+}
+
+impl Serialize for DurationOrOff {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.0 {
+            Some(d) => s.serialize_str(&format_duration(d)),
+            None => s.serialize_str("off"),
+        }
+    }
+}
+
+impl JsonSchema for DurationOrOff {
+    fn schema_name() -> Cow<'static, str> {
+        "DurationOrOff".into()
+    }
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "type": "string",
+            "description": "a duration: a whole number with a unit ms, s, m, h or d, e.g. \"5m\"; or \"off\" for never",
+            "pattern": "^([0-9]+ *(ms|s|m|h|d)|off)$"
+        })
+    }
+}
+
 /// Schema stand-in for a size string.
 pub(crate) struct SizeText;
 
@@ -289,6 +343,22 @@ mod tests {
             "1S",
         ] {
             assert!(parse_duration(bad).is_err(), "{bad:?} should be refused");
+        }
+    }
+
+    #[test]
+    fn off_is_a_duration_that_never_comes() {
+        #[derive(Deserialize, Serialize)]
+        struct T {
+            d: DurationOrOff,
+        }
+        let t: T = toml::from_str("d = \"off\"").unwrap();
+        assert_eq!(t.d, DurationOrOff(None));
+        assert_eq!(toml::to_string(&t).unwrap().trim(), "d = \"off\"");
+        let t: T = toml::from_str("d = \"5m\"").unwrap();
+        assert_eq!(t.d, DurationOrOff(Some(Duration::from_secs(300))));
+        for bad in ["\"Off\"", "\"never\"", "\"5\"", "5"] {
+            assert!(toml::from_str::<T>(&format!("d = {bad}")).is_err(), "{bad}");
         }
     }
 

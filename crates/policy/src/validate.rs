@@ -413,6 +413,23 @@ pub(crate) fn validate(p: &mut Policy, file: &Path, locs: &Locations) -> Result<
                 }
             }
         }
+        if let Some(argv) = &secret.revoke {
+            let revoke_key = format!("{key}.revoke");
+            if argv.is_empty() {
+                return Err(ctx.err(
+                    &revoke_key,
+                    "revoke is an empty command",
+                    "write the program and its arguments, e.g. [\"gh\", \"auth\", \"logout\"] (it gets the value in MCPBOX_SECRET_VALUE), or leave revoke out",
+                ));
+            }
+            if argv[0].is_empty() || argv.iter().any(|a| a.contains('\0')) {
+                return Err(ctx.err(
+                    &revoke_key,
+                    "revoke needs a program",
+                    "write the program and its arguments, e.g. [\"/usr/local/bin/revoke-token\"]; arguments cannot hold NUL",
+                ));
+            }
+        }
         if secret.ttl.is_some_and(|t| t.is_zero()) {
             return Err(ctx.err(
                 &format!("{key}.ttl"),
@@ -439,6 +456,14 @@ pub(crate) fn validate(p: &mut Policy, file: &Path, locs: &Locations) -> Result<
             "max_line is below 1KiB",
             "e.g. max_line = \"16MiB\"",
         ));
+    }
+
+    // [artifacts]
+    for (i, pattern) in p.artifacts.patterns.iter().enumerate() {
+        let key = format!("artifacts.patterns[{i}]");
+        if let Some((message, hint)) = crate::artifacts::check_pattern(pattern) {
+            return Err(ctx.err(&key, message, hint));
+        }
     }
 
     // [audit]

@@ -785,6 +785,402 @@ fn token_file_readable_by_others_is_refused() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+// ---- the sandbox lifecycle: [idle], placement, [[templates]] ----
+
+const TEMPLATE: &str =
+    "[[templates]]\nname = \"py\"\nbase = \"templates/py\"\npolicy = \"py.toml\"\n";
+
+#[test]
+fn idle_defaults_are_pause_5m_stop_30m_never_destroy() {
+    let c = ok(&format!("{SERVER}{CLIENT}"));
+    let want = Idle {
+        pause: Some(Duration::from_secs(300)),
+        stop: Some(Duration::from_secs(1800)),
+        destroy: None,
+    };
+    assert_eq!(c.idle, want);
+    assert_eq!(Idle::default(), want);
+    assert_eq!(c.servers[0].idle, want);
+    assert_eq!(c.servers[0].placement, Placement::Sandbox);
+    assert_eq!(c.servers[0].template, None);
+    assert!(c.templates.is_empty());
+}
+
+#[test]
+fn idle_is_read_with_units_and_off() {
+    let c = ok(&format!(
+        "[idle]\npause = \"1m\"\nstop = \"off\"\ndestroy = \"24h\"\n{SERVER}{CLIENT}"
+    ));
+    let want = Idle {
+        pause: Some(Duration::from_secs(60)),
+        stop: None,
+        destroy: Some(Duration::from_secs(86_400)),
+    };
+    assert_eq!(c.idle, want);
+    assert_eq!(c.servers[0].idle, want);
+    let c = ok(&format!(
+        "[idle]\npause = \"off\"\nstop = \"off\"\n{SERVER}{CLIENT}"
+    ));
+    assert_eq!(
+        c.idle,
+        Idle {
+            pause: None,
+            stop: None,
+            destroy: None
+        }
+    );
+}
+
+#[test]
+fn server_idle_replaces_the_default_key_by_key() {
+    let c = ok(&format!(
+        "[idle]\nstop = \"1h\"\ndestroy = \"7d\"\n{SERVER}idle = {{ pause = \"1m\" }}\n[[servers]]\nname = \"other\"\npolicy = \"o.toml\"\ncommand = [\"o\"]\nidle = {{ destroy = \"off\" }}\n{CLIENT}"
+    ));
+    assert_eq!(
+        c.servers[0].idle,
+        Idle {
+            pause: Some(Duration::from_secs(60)),
+            stop: Some(Duration::from_secs(3600)),
+            destroy: Some(Duration::from_secs(7 * 86_400)),
+        }
+    );
+    assert_eq!(
+        c.servers[1].idle,
+        Idle {
+            pause: Some(Duration::from_secs(300)),
+            stop: Some(Duration::from_secs(3600)),
+            destroy: None,
+        }
+    );
+}
+
+#[test]
+fn idle_out_of_order_is_refused_at_the_key_that_breaks_it() {
+    // both written: the later one
+    refused(
+        &format!("[idle]\npause = \"10m\"\nstop = \"5m\"\n{SERVER}{CLIENT}"),
+        "idle.stop",
+        3,
+        "pause < stop < destroy",
+    );
+    // against a default: the key written
+    let d = refused(
+        &format!("[idle]\ndestroy = \"10m\"\n{SERVER}{CLIENT}"),
+        "idle.destroy",
+        2,
+        "stop is the default",
+    );
+    assert!(
+        d.message.contains("destroy (10m) is not after stop (30m)"),
+        "{d}"
+    );
+    refused(
+        &format!("[idle]\npause = \"1h\"\n{SERVER}{CLIENT}"),
+        "idle.pause",
+        2,
+        "pause < stop < destroy",
+    );
+    // equal is not after
+    refused(
+        &format!("[idle]\nstop = \"5m\"\n{SERVER}{CLIENT}"),
+        "idle.stop",
+        2,
+        "is not after pause (5m)",
+    );
+    // with stop off, destroy still comes after pause
+    refused(
+        &format!("[idle]\npause = \"1h\"\nstop = \"off\"\ndestroy = \"30m\"\n{SERVER}{CLIENT}"),
+        "idle.destroy",
+        4,
+        "is not after pause (1h)",
+    );
+    // a server's own key against the inherited [idle]
+    refused(
+        &format!("[idle]\nstop = \"1h\"\n{SERVER}idle = {{ pause = \"2h\" }}\n{CLIENT}"),
+        "servers[0].idle.pause",
+        7,
+        "stop is inherited from [idle]",
+    );
+}
+
+#[test]
+fn idle_of_zero_or_a_bad_duration_is_refused() {
+    refused(
+        &format!("[idle]\npause = \"0s\"\n{SERVER}{CLIENT}"),
+        "idle.pause",
+        2,
+        "\"off\"",
+    );
+    refused(
+        &format!("[idle]\nstop = \"never\"\n{SERVER}{CLIENT}"),
+        "idle.stop",
+        2,
+        "\"off\" for never",
+    );
+    refused(
+        &format!("[idle]\npause = 300\n{SERVER}{CLIENT}"),
+        "idle.pause",
+        2,
+        "\"5m\"",
+    );
+    refused(
+        &format!("[idle]\npuase = \"1m\"\n{SERVER}{CLIENT}"),
+        "idle.puase",
+        2,
+        "pause",
+    );
+    refused(
+        &format!("{SERVER}idle = {{ stopp = \"1m\" }}\n{CLIENT}"),
+        "servers[0].idle.stopp",
+        5,
+        "stop",
+    );
+}
+
+#[test]
+fn shared_placement_is_read() {
+    let c = ok(&format!("{SERVER}placement = \"shared\"\n{CLIENT}"));
+    assert_eq!(c.servers[0].placement, Placement::Shared);
+    let c = ok(&format!("{SERVER}placement = \"sandbox\"\n{CLIENT}"));
+    assert_eq!(c.servers[0].placement, Placement::Sandbox);
+    refused(
+        &format!("{SERVER}placement = \"outside\"\n{CLIENT}"),
+        "servers[0].placement",
+        5,
+        "sandbox, shared",
+    );
+}
+
+const URL_SERVER: &str =
+    "[[servers]]\nname = \"tickets\"\nurl = \"https://tickets.internal/mcp\"\npolicy = \"t.toml\"\n";
+
+#[test]
+fn url_server_with_shared_placement_or_idle_is_refused() {
+    refused(
+        &format!("{URL_SERVER}placement = \"shared\"\n{CLIENT}"),
+        "servers[0].placement",
+        5,
+        "no placement",
+    );
+    // the default, written out, is what every url server has
+    let c = ok(&format!("{URL_SERVER}placement = \"sandbox\"\n{CLIENT}"));
+    assert_eq!(c.servers[0].placement, Placement::Sandbox);
+    refused(
+        &format!("{URL_SERVER}idle = {{ pause = \"1m\" }}\n{CLIENT}"),
+        "servers[0].idle",
+        5,
+        "no sandbox",
+    );
+}
+
+#[test]
+fn server_from_a_template_takes_its_policy() {
+    let c = ok(&format!(
+        "{TEMPLATE}[[templates]]\nname = \"snap\"\nsnapshot = \"/var/snap.tar.gz\"\npolicy = \"/p/s.toml\"\n[[servers]]\nname = \"py\"\ntemplate = \"py\"\ncommand = [\"/usr/bin/env\", \"python3\", \"/workspace/input/server.py\"]\n{CLIENT}"
+    ));
+    assert_eq!(
+        c.templates,
+        vec![
+            Template {
+                name: "py".into(),
+                base: TemplateBase::Dir("/etc/mcpbox/templates/py".into()),
+                policy: "/etc/mcpbox/py.toml".into(),
+            },
+            Template {
+                name: "snap".into(),
+                base: TemplateBase::Snapshot("/var/snap.tar.gz".into()),
+                policy: "/p/s.toml".into(),
+            }
+        ]
+    );
+    let s = c.server("py").unwrap();
+    assert_eq!(s.template.as_deref(), Some("py"));
+    assert_eq!(s.policy, PathBuf::from("/etc/mcpbox/py.toml"));
+    assert_eq!(c.template("snap").unwrap().name, "snap");
+}
+
+#[test]
+fn server_with_an_unknown_template_is_refused_with_the_known_names() {
+    refused(
+        &format!(
+            "{TEMPLATE}[[servers]]\nname = \"a\"\ntemplate = \"pyy\"\ncommand = [\"x\"]\n{CLIENT}"
+        ),
+        "servers[0].template",
+        7,
+        "configured templates: py",
+    );
+    refused(
+        &format!("[[servers]]\nname = \"a\"\ntemplate = \"py\"\ncommand = [\"x\"]\n{CLIENT}"),
+        "servers[0].template",
+        3,
+        "no [[templates]] is configured",
+    );
+}
+
+#[test]
+fn server_with_both_policy_and_template_or_neither_is_refused() {
+    refused(
+        &format!("{TEMPLATE}{SERVER}template = \"py\"\n{CLIENT}"),
+        "servers[0].template",
+        9,
+        "the template brings the policy",
+    );
+    refused(
+        &format!("{TEMPLATE}[[servers]]\nname = \"a\"\ncommand = [\"x\"]\n{CLIENT}"),
+        "servers[0].policy",
+        5,
+        "template = \"NAME\"",
+    );
+}
+
+#[test]
+fn url_server_with_a_template_is_refused() {
+    refused(
+        &format!("{TEMPLATE}[[servers]]\nname = \"t\"\nurl = \"https://t.internal/mcp\"\ntemplate = \"py\"\n{CLIENT}"),
+        "servers[0].template",
+        8,
+        "remote server",
+    );
+}
+
+#[test]
+fn template_with_both_bases_or_none_is_refused() {
+    refused(
+        &format!("[[templates]]\nname = \"py\"\nbase = \"d\"\nsnapshot = \"s.tar.gz\"\npolicy = \"p.toml\"\n{SERVER}{CLIENT}"),
+        "templates[0].snapshot",
+        4,
+        "exactly one of base",
+    );
+    refused(
+        &format!("[[templates]]\nname = \"py\"\npolicy = \"p.toml\"\n{SERVER}{CLIENT}"),
+        "templates[0].base",
+        1,
+        "exactly one of base",
+    );
+}
+
+#[test]
+fn template_without_policy_is_refused() {
+    refused(
+        &format!("[[templates]]\nname = \"py\"\nbase = \"d\"\n{SERVER}{CLIENT}"),
+        "templates[0].policy",
+        1,
+        "add policy",
+    );
+}
+
+#[test]
+fn template_names_are_checked_and_unique() {
+    refused(
+        &format!(
+            "[[templates]]\nname = \"Py_3\"\nbase = \"d\"\npolicy = \"p.toml\"\n{SERVER}{CLIENT}"
+        ),
+        "templates[0].name",
+        2,
+        "a-z, 0-9 and '-'",
+    );
+    refused(
+        &format!("[[templates]]\nbase = \"d\"\npolicy = \"p.toml\"\n{SERVER}{CLIENT}"),
+        "templates[0].name",
+        1,
+        "template has no name",
+    );
+    refused(
+        &format!("{TEMPLATE}{TEMPLATE}{SERVER}{CLIENT}"),
+        "templates[1].name",
+        6,
+        "also templates[0]",
+    );
+}
+
+#[test]
+fn template_paths_are_checked_like_other_paths() {
+    refused(
+        &format!(
+            "[[templates]]\nname = \"py\"\nbase = \"~/t\"\npolicy = \"p.toml\"\n{SERVER}{CLIENT}"
+        ),
+        "templates[0].base",
+        3,
+        "not expanded",
+    );
+    refused(
+        &format!(
+            "[[templates]]\nname = \"py\"\nsnapshot = \"\"\npolicy = \"p.toml\"\n{SERVER}{CLIENT}"
+        ),
+        "templates[0].snapshot",
+        3,
+        "empty path",
+    );
+    refused(
+        &format!("[[templates]]\nname = \"py\"\nbase = \"d\"\npolicy = \"p.toml\"\nsource = \"x\"\n{SERVER}{CLIENT}"),
+        "templates[0].source",
+        5,
+        "snapshot",
+    );
+}
+
+#[test]
+fn lifecycle_keys_are_printed_and_round_trip() {
+    let text = format!(
+        "[idle]\ndestroy = \"24h\"\n{TEMPLATE}[[servers]]\nname = \"py\"\ntemplate = \"py\"\ncommand = [\"x\"]\nplacement = \"shared\"\nidle = {{ pause = \"1m\" }}\n{SERVER}{URL_SERVER}{CLIENT}"
+    );
+    let a = ok(&text);
+    let printed = a.to_toml();
+    let b = match ServeConfig::from_str(&printed, Path::new(FILE)) {
+        Ok(b) => b,
+        Err(d) => panic!("effective config does not parse:\n{d}\n---\n{printed}"),
+    };
+    assert_eq!(a, b);
+    assert_eq!(printed, b.to_toml());
+    for needle in [
+        "[idle]\npause = \"5m\"\nstop = \"30m\"\ndestroy = \"1d\"\n",
+        "template = \"py\"",
+        "placement = \"shared\"",
+        "placement = \"sandbox\"",
+        "pause = \"1m\"",
+        "base = \"/etc/mcpbox/templates/py\"",
+        "policy = \"/etc/mcpbox/py.toml\"",
+    ] {
+        assert!(
+            printed.contains(needle),
+            "{needle:?} missing in:\n{printed}"
+        );
+    }
+    // a server with the default idle does not repeat it; a url server has no placement
+    assert_eq!(printed.matches("pause =").count(), 2, "{printed}");
+    assert_eq!(printed.matches("placement =").count(), 2, "{printed}");
+    let off = ok(&format!("[idle]\nstop = \"off\"\n{SERVER}{CLIENT}")).to_toml();
+    assert!(off.contains("stop = \"off\"\ndestroy = \"off\""), "{off}");
+}
+
+#[test]
+fn lifecycle_example_parses_as_documented() {
+    let text = include_str!("../../../../examples/lifecycle/serve.toml");
+    let c = ServeConfig::from_str(text, Path::new("/repo/examples/lifecycle/serve.toml"))
+        .unwrap_or_else(|d| panic!("{d}"));
+    assert_eq!(
+        c.idle,
+        Idle {
+            pause: Some(Duration::from_secs(300)),
+            stop: Some(Duration::from_secs(1800)),
+            destroy: Some(Duration::from_secs(86_400)),
+        }
+    );
+    let notes = c.server("notes").unwrap();
+    assert_eq!(notes.template.as_deref(), Some("notes"));
+    assert_eq!(notes.placement, Placement::Sandbox);
+    assert_eq!(notes.idle.pause, Some(Duration::from_secs(60)));
+    assert_eq!(notes.idle.stop, c.idle.stop);
+    assert_eq!(
+        notes.policy,
+        PathBuf::from("/repo/examples/lifecycle/notes.toml")
+    );
+    assert_eq!(
+        c.template("notes").unwrap().base,
+        TemplateBase::Dir("/repo/examples/lifecycle/template".into())
+    );
+}
+
 // ---- printing, schema, detection ----
 
 #[test]
@@ -828,10 +1224,35 @@ fn json_schema_covers_every_key() {
     assert_eq!(defs["Token"]["oneOf"].as_array().map(Vec::len), Some(2));
     assert_eq!(defs["Client"]["oneOf"].as_array().map(Vec::len), Some(2));
     let required = defs["Server"]["required"].to_string();
+    assert!(required.contains("name"), "{required}");
+    // exactly one of policy and template
+    assert_eq!(
+        defs["Server"]["allOf"][0]["oneOf"].as_array().map(Vec::len),
+        Some(2)
+    );
+    assert_eq!(defs["Template"]["oneOf"].as_array().map(Vec::len), Some(2));
+    let required = defs["Template"]["required"].to_string();
     assert!(
         required.contains("name") && required.contains("policy"),
         "{required}"
     );
+    for key in ["pause", "stop", "destroy"] {
+        assert!(
+            defs["Idle"]["properties"][key].get("description").is_some(),
+            "{key}"
+        );
+    }
+    let placements: Vec<&str> = defs["Placement"]["oneOf"]
+        .as_array()
+        .expect("one schema per placement")
+        .iter()
+        .filter_map(|v| v["const"].as_str())
+        .collect();
+    assert_eq!(placements, ["sandbox", "shared"]);
+    for section in ["idle", "templates"] {
+        assert!(props.contains_key(section), "schema lacks {section}");
+        assert!(props[section].get("description").is_some(), "{section}");
+    }
     let text = s.to_string();
     for needle in [
         "dangerously_allow_plaintext",
@@ -898,6 +1319,16 @@ fn garbage_input_never_panics() {
         "allowed_origins = [\"",
         "https://",
         "\"a__b\"",
+        "[idle]",
+        "[[templates]]",
+        "pause = ",
+        "\"off\"",
+        "\"0s\"",
+        "template = \"py\"",
+        "placement = \"shared\"",
+        "idle = { stop = \"1m\" }",
+        "base = \"d\"",
+        "snapshot = \"s\"",
     ];
     let mut rng = crate::tests::Rng(0x9e37_79b9_7f4a_7c15);
     for _ in 0..3000 {
