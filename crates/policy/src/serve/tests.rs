@@ -1369,3 +1369,36 @@ fn docs_example_is_the_issue_example_and_its_effective_config_is_printed() {
         c.to_toml()
     );
 }
+
+#[test]
+fn docs_lifecycle_example_parses() {
+    let doc = include_str!("../../../../docs/serve.md");
+    let section = doc
+        .split("## Sandbox lifecycle")
+        .nth(1)
+        .expect("docs/serve.md has a Sandbox lifecycle section");
+    let block = section
+        .split("```toml\n")
+        .nth(1)
+        .and_then(|b| b.split("```").next())
+        .expect("a toml block");
+    let c = ok(&format!("{block}{CLIENT}"));
+    assert_eq!(c.idle.destroy, Some(Duration::from_secs(86_400)));
+    let s = c.server("notebook").unwrap();
+    assert_eq!(s.placement, Placement::Shared);
+    assert_eq!(s.template.as_deref(), Some("py"));
+    assert_eq!(s.policy, PathBuf::from("/etc/mcpbox/py.toml"));
+    assert_eq!(s.idle.pause, Some(Duration::from_secs(60)));
+    assert_eq!(s.idle.stop, Some(Duration::from_secs(1800)));
+    // the refusals quoted there are the ones given
+    let d = err(&format!(
+        "[idle]\npause = \"10m\"\nstop = \"5m\"\n{SERVER}{CLIENT}"
+    ));
+    let flat = section.replace('\n', " ");
+    assert!(flat.contains(&format!("{}: {}", d.key, d.message)), "{d}");
+    let d = err(&format!(
+        "[idle]\nstop = \"1h\"\n{SERVER}idle = {{ pause = \"2h\" }}\n{CLIENT}"
+    ));
+    let quoted = format!("{}: {}", d.key, d.message);
+    assert!(flat.contains(&quoted), "{quoted} not quoted");
+}
