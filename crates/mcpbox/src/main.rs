@@ -11,6 +11,7 @@ mod launch;
 mod lifecycle;
 mod preflight;
 mod run;
+mod sandboxes;
 mod serve;
 mod state;
 
@@ -96,6 +97,22 @@ enum Command {
     Doctor,
     /// Query the audit log.
     Audit(audit::Args),
+    /// The sandboxes of a running `mcpbox serve`: list, show, pause,
+    /// resume, snapshot, restore, destroy (over its control socket).
+    Sandboxes {
+        #[command(subcommand)]
+        action: sandboxes::SandboxAction,
+        #[command(flatten)]
+        common: sandboxes::Common,
+    },
+    /// The artifacts of a sandbox: list them, export them (only declared,
+    /// checked, regular files leave).
+    Artifacts {
+        #[command(subcommand)]
+        action: sandboxes::ArtifactAction,
+        #[command(flatten)]
+        common: sandboxes::Common,
+    },
 }
 
 fn init_logging() {
@@ -133,6 +150,8 @@ fn main() -> ExitCode {
         } => pin_accept(&policy),
         Command::Doctor => doctor::run(),
         Command::Audit(args) => audit::run(args),
+        Command::Sandboxes { action, common } => sandboxes::sandboxes(action, &common),
+        Command::Artifacts { action, common } => sandboxes::artifacts(action, &common),
     }
 }
 

@@ -61,7 +61,7 @@ pub const SESSIONS_WAIT: Duration = Duration::from_secs(15);
 pub const REVOKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What the lifecycle knows of one configured server.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ServerLife {
     /// The key's `server`: the server's name, or `shared` for
     /// `placement = "shared"`.
@@ -77,11 +77,6 @@ pub struct ServerLife {
     pub audit: Arc<dyn Sink>,
 }
 
-impl std::fmt::Debug for dyn Sink {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Sink")
-    }
-}
 
 /// The group name of shared servers.
 pub const SHARED: &str = "shared";
@@ -636,6 +631,13 @@ fn fill(ws: &Workspace, life: &ServerLife) -> anyhow::Result<()> {
     Ok(())
 }
 
+fn event(kind: Kind) -> Event {
+    Event {
+        kind: Some(kind),
+        ..Event::default()
+    }
+}
+
 fn audit_lifecycle(
     audit: &Arc<dyn Sink>,
     id: &str,
@@ -643,7 +645,7 @@ fn audit_lifecycle(
     action: &str,
     detail: serde_json::Value,
 ) {
-    let mut e = Event::new(Kind::Lifecycle);
+    let mut e = event(Kind::Lifecycle);
     e.sandbox_id = id.to_string();
     e.workspace_id = id.to_string();
     e.server = key.server.clone();
@@ -683,7 +685,7 @@ fn export(
     )
     .map_err(|e| e.to_string())?;
     for a in &out {
-        let mut e = Event::new(Kind::Artifact);
+        let mut e = event(Kind::Artifact);
         e.sandbox_id = id.to_string();
         e.workspace_id = id.to_string();
         e.server = key.server.clone();
@@ -696,7 +698,7 @@ fn export(
         if allow_large && out.iter().any(|o| o.path == a.path) {
             continue;
         }
-        let mut e = Event::new(Kind::Artifact);
+        let mut e = event(Kind::Artifact);
         e.sandbox_id = id.to_string();
         e.workspace_id = id.to_string();
         e.server = key.server.clone();

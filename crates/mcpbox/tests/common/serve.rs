@@ -123,9 +123,19 @@ impl Gateway {
 
     /// A gateway on `config` (written to `dir/serve.toml`).
     pub fn start_config(dir: tempfile::TempDir, config: &str) -> Gateway {
+        Gateway::start_config_env(dir, config, &[])
+    }
+
+    /// A gateway on `config` with `env` added to its environment.
+    pub fn start_config_env(
+        dir: tempfile::TempDir,
+        config: &str,
+        env: &[(&str, &str)],
+    ) -> Gateway {
         let path = dir.path().join("serve.toml");
         std::fs::write(&path, config).unwrap();
         let mut child = Command::new(super::mcpbox())
+            .envs(env.iter().copied())
             .arg("serve")
             .arg("--config")
             .arg(&path)
@@ -195,6 +205,42 @@ impl Gateway {
 
     pub fn state(&self) -> PathBuf {
         self.dir.path().join("state")
+    }
+
+    /// Runs `mcpbox ARGS` against this gateway's state directory (its
+    /// control socket).
+    pub fn cli(&self, args: &[&str]) -> std::process::Output {
+        Command::new(super::mcpbox())
+            .args(args)
+            .env("MCPBOX_STATE_DIR", self.state())
+            .stdin(Stdio::null())
+            .output()
+            .expect("run mcpbox")
+    }
+
+    /// `mcpbox ARGS --json`, which must succeed: its JSON.
+    pub fn cli_json(&self, args: &[&str]) -> Value {
+        let mut a = args.to_vec();
+        a.push("--json");
+        let out = self.cli(&a);
+        assert!(
+            out.status.success(),
+            "mcpbox {a:?}: {}\n{}\ngateway log:\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr),
+            self.stderr()
+        );
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!("mcpbox {a:?}: not JSON ({e}): {}", String::from_utf8_lossy(&out.stdout))
+        })
+    }
+
+    /// Kills the gateway with SIGKILL (no clean-up of its own runs) and
+    /// hands back its directory, for a gateway started again on it.
+    pub fn kill9(mut self) -> tempfile::TempDir {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        std::mem::replace(&mut self.dir, tempfile::tempdir().unwrap())
     }
 
     /// Runs the Python SDK client script `script` (of `tests/interop`) with

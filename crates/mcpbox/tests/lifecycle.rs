@@ -1,0 +1,680 @@
+//! The sandbox lifecycle of `mcpbox serve`, through the real binary: a
+//! sandbox per (agent, server, task) that outlives its sessions, idle
+//! pause with the cgroup freezer (v1 and v2, both on this machine), idle
+//! stop on a kept workspace, snapshots and restore, artifacts, verified
+//! teardown, and what a `kill -9` of the gateway leaves (nothing, once it
+//! is started again). Driven over HTTP and `mcpbox sandboxes` /
+//! `mcpbox artifacts` on the control socket.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use common::serve::{text_of, Gateway, Mcp, ALICE, BOB};
+use serde_json::{json, Value};
+
+/// A gateway whose one server `ws` is the workspace test server, with
+/// `idle` as its `[idle]` table and `policy` added to its policy.
+fn gateway(idle: &str, policy: &str, env: &[(&str, &str)]) -> Gateway {
+    let dir = tempfile::Builder::new()
+        .prefix("mcpbox-life-")
+        .tempdir()
+        .unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let config = config(dir.path(), idle, policy, "");
+    Gateway::start_config_env(dir, &config, env)
+}
+
+/// The config (and the policy and server binary it names) in `dir`.
+fn config(dir: &Path, idle: &str, policy: &str, server_extra: &str) -> String {
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let server = bin.join("workspace");
+    if !server.exists() {
+        std::fs::copy(common::mcp::testserver("workspace"), &server).unwrap();
+    }
+    std::fs::write(
+        dir.join("ws.toml"),
+        format!(
+            "[server]\nname = \"ws\"\n{}\n[tools]\ndefault = \"allow\"\n{policy}\n",
+            common::peers::mount_same_path(&bin)
+        ),
+    )
+    .unwrap();
+    format!(
+        r#"[listen]
+address = "127.0.0.1:0"
+[idle]
+{idle}
+[[clients]]
+name = "alice"
+token = {{ from_env = "T_ALICE" }}
+[[clients]]
+name = "bob"
+token = {{ from_env = "T_BOB" }}
+[[servers]]
+name = "ws"
+policy = "{}"
+command = ["{}"]
+{server_extra}
+"#,
+        dir.join("ws.toml").display(),
+        server.display()
+    )
+}
+
+fn session(gw: &Gateway, token: &str) -> Mcp {
+    let mut m = gw.mcp("ws", Some(token));
+    m.initialize();
+    m
+}
+
+/// The text of a successful tool call.
+fn call(m: &mut Mcp, tool: &str, args: Value) -> String {
+    let a = m.call(tool, args);
+    assert!(
+        a.get("error").is_none() && a["result"]["isError"] != json!(true),
+        "{tool}: {a}"
+    );
+    text_of(&a)
+}
+
+/// The text of a tool call that must fail.
+fn call_fails(m: &mut Mcp, tool: &str, args: Value) -> String {
+    let a = m.call(tool, args);
+    assert!(
+        a.get("error").is_some() || a["result"]["isError"] == json!(true),
+        "{tool} should have failed: {a}"
+    );
+    a.to_string()
+}
+
+fn sandboxes(gw: &Gateway) -> Vec<Value> {
+    gw.cli_json(&["sandboxes", "list"])
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+/// The one sandbox of `agent`.
+fn sandbox_of(gw: &Gateway, agent: &str) -> Value {
+    let all = sandboxes(gw);
+    let mine: Vec<&Value> = all.iter().filter(|s| s["agent"] == agent).collect();
+    assert_eq!(mine.len(), 1, "{all:?}");
+    mine[0].clone()
+}
+
+/// Polls `sandboxes show` until `want` holds (10 s at most).
+fn show_until(gw: &Gateway, id: &str, what: &str, want: impl Fn(&Value) -> bool) -> Value {
+    let until = Instant::now() + Duration::from_secs(15);
+    loop {
+        let s = gw.cli_json(&["sandboxes", "show", id]);
+        if want(&s) {
+            return s;
+        }
+        assert!(
+            Instant::now() < until,
+            "sandbox never {what}: {s}\ngateway log:\n{}",
+            gw.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn cpu(gw: &Gateway, id: &str) -> u64 {
+    gw.cli_json(&["sandboxes", "show", id])["cpu_usec"]
+        .as_u64()
+        .expect("a cpu counter")
+}
+
+/// Whether this host gives mcpbox a freezer (root here; an ordinary user
+/// without a delegated cgroup has none).
+fn has_freezer(gw: &Gateway, id: &str) -> bool {
+    !gw.cli_json(&["sandboxes", "show", id])["freezer"].is_null()
+}
+
+/// cgroup directories of sandbox `id` anywhere under /sys/fs/cgroup.
+fn cgroup_dirs(id: &str) -> Vec<PathBuf> {
+    let name = format!("mcpbox-{id}");
+    let mut found = Vec::new();
+    let mut stack = vec![PathBuf::from("/sys/fs/cgroup")];
+    while let Some(dir) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let p = e.path();
+            if !e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+                continue;
+            }
+            if e.file_name().to_string_lossy() == name {
+                found.push(p);
+            } else if p.components().count() < 9 {
+                stack.push(p);
+            }
+        }
+    }
+    found
+}
+
+/// Host processes whose cgroup names sandbox `id`.
+fn processes_of(id: &str) -> Vec<u32> {
+    let name = format!("mcpbox-{id}");
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+                .is_ok_and(|c| c.contains(&name))
+        })
+        .collect()
+}
+
+#[test]
+fn two_agents_on_one_server_never_see_each_others_files_processes_or_tmp() {
+    let gw = gateway("", "", &[]);
+    let mut a = session(&gw, ALICE);
+    let mut b = session(&gw, BOB);
+    call(
+        &mut a,
+        "write",
+        json!({"path": "/workspace/output/alice.txt", "text": "alice's"}),
+    );
+    call(
+        &mut a,
+        "write",
+        json!({"path": "/workspace/tmp/alice-tmp.txt", "text": "alice's tmp"}),
+    );
+    assert_eq!(call(&mut b, "ls", json!({"path": "/workspace/output"})), "");
+    assert!(!call(&mut b, "ls", json!({"path": "/workspace/tmp"})).contains("alice"));
+    call_fails(&mut b, "read", json!({"path": "/workspace/output/alice.txt"}));
+    call_fails(&mut b, "read", json!({"path": "/workspace/tmp/alice-tmp.txt"}));
+    // each sees the processes of its own sandbox only: its init, its server
+    for m in [&mut a, &mut b] {
+        let pids = call(m, "ps", json!({}));
+        assert!(pids.split(' ').count() <= 3, "{pids}");
+    }
+    let (sa, sb) = (sandbox_of(&gw, "alice"), sandbox_of(&gw, "bob"));
+    assert_ne!(sa["id"], sb["id"]);
+    assert_ne!(sa["workspace"], sb["workspace"]);
+    let ws_b = PathBuf::from(sb["workspace"].as_str().unwrap());
+    assert!(common::serve::files_under(&ws_b)
+        .iter()
+        .all(|p| !p.to_string_lossy().contains("alice")));
+    // the file is alice's, in her workspace, and a second session of hers
+    // is in the same sandbox
+    let ws_a = PathBuf::from(sa["workspace"].as_str().unwrap());
+    assert_eq!(
+        std::fs::read_to_string(ws_a.join("output/alice.txt")).unwrap(),
+        "alice's"
+    );
+    let mut a2 = session(&gw, ALICE);
+    assert_eq!(
+        call(&mut a2, "read", json!({"path": "/workspace/tmp/alice-tmp.txt"})),
+        "alice's tmp"
+    );
+    assert_eq!(sandbox_of(&gw, "alice")["sessions"], 2);
+}
+
+#[test]
+fn a_task_gets_a_sandbox_of_its_own_and_a_bad_task_name_is_refused() {
+    let gw = gateway("", "", &[]);
+    let open = |task: &str| {
+        let mut m = gw.mcp("ws", Some(ALICE));
+        let msg = m.message(
+            "initialize",
+            json!({"protocolVersion": common::serve::VERSION, "capabilities": {},
+                   "clientInfo": {"name": "t", "version": "0"}}),
+        );
+        let r = m.send_with("POST", msg.to_string().as_bytes(), |h| {
+            h.push(("Mcpbox-Task".into(), task.into()))
+        });
+        (m, r)
+    };
+    for bad in ["../up", ".hidden", "a b", &"x".repeat(65)] {
+        let (_, r) = open(bad);
+        assert_eq!(r.status, 400, "{bad:?}: {}", r.text());
+        assert!(r.text().contains("http.task_invalid"), "{}", r.text());
+    }
+    let mut ids = Vec::new();
+    for task in ["t1", "t2"] {
+        let (mut m, r) = open(task);
+        assert_eq!(r.status, 200, "{}", r.text());
+        m.session = Some(r.header("mcp-session-id").unwrap().to_string());
+        m.post(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        call(
+            &mut m,
+            "write",
+            json!({"path": format!("/workspace/output/{task}.txt"), "text": task}),
+        );
+        assert_eq!(call(&mut m, "ls", json!({"path": "/workspace/output"})), format!("{task}.txt"));
+        ids.push(m);
+    }
+    let all = sandboxes(&gw);
+    let tasks: Vec<&str> = all.iter().filter_map(|s| s["task"].as_str()).collect();
+    assert_eq!(all.len(), 2, "{all:?}");
+    assert!(tasks.contains(&"t1") && tasks.contains(&"t2"), "{all:?}");
+}
+
+/// The pause test on the freezer `version` (`MCPBOX_FREEZER`).
+fn paused_sandbox_uses_no_cpu_and_resumes_with_its_counter(version: &str) {
+    let gw = gateway(
+        "pause = \"1s\"\nstop = \"off\"",
+        "",
+        &[("MCPBOX_FREEZER", version)],
+    );
+    let mut a = session(&gw, ALICE);
+    assert_eq!(call(&mut a, "count", json!({})), "1");
+    assert_eq!(call(&mut a, "count", json!({})), "2");
+    let id = sandbox_of(&gw, "alice")["id"].as_str().unwrap().to_string();
+    if !has_freezer(&gw, &id) {
+        assert!(
+            !common::is_root(),
+            "as root this host has a freezer: {}",
+            gw.stderr()
+        );
+        // an ordinary user without a delegated cgroup: no pause, said so
+        let out = gw.cli(&["sandboxes", "pause", &id]);
+        assert!(!out.status.success());
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("no freezer"),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        eprintln!("no freezer cgroup for this user: the pause itself is not tested here");
+        return;
+    }
+    let s = show_until(&gw, &id, "paused", |s| s["state"] == "paused");
+    assert_eq!(s["freezer"], version, "{s}");
+    let before = cpu(&gw, &id);
+    std::thread::sleep(Duration::from_secs(2));
+    let after = cpu(&gw, &id);
+    assert_eq!(before, after, "a paused sandbox used CPU");
+    assert!(s["processes"].as_u64().unwrap() >= 2, "{s}");
+    // the next call thaws it, with its memory: the counter goes on
+    assert_eq!(call(&mut a, "count", json!({})), "3");
+    let s = gw.cli_json(&["sandboxes", "show", &id]);
+    assert_eq!(s["state"], "running", "{s}");
+    let events = gw.audit_until("lifecycle resumed", |e| {
+        e["kind"] == "lifecycle" && e["detail"]["action"] == "running" && e["detail"]["why"] == "call"
+    });
+    assert!(events
+        .iter()
+        .any(|e| e["kind"] == "lifecycle" && e["detail"]["action"] == "paused"));
+    // and by hand: pause, resume
+    let s = gw.cli_json(&["sandboxes", "pause", &id]);
+    assert_eq!(s["state"], "paused");
+    let s = gw.cli_json(&["sandboxes", "resume", &id]);
+    assert_eq!(s["state"], "running");
+    assert_eq!(call(&mut a, "count", json!({})), "4");
+}
+
+#[test]
+fn paused_sandbox_uses_no_cpu_and_resumes_with_its_counter_v2() {
+    paused_sandbox_uses_no_cpu_and_resumes_with_its_counter("v2");
+}
+
+#[test]
+fn paused_sandbox_uses_no_cpu_and_resumes_with_its_counter_v1() {
+    paused_sandbox_uses_no_cpu_and_resumes_with_its_counter("v1");
+}
+
+#[test]
+fn stopped_sandbox_restarts_on_its_kept_workspace() {
+    let gw = gateway("pause = \"off\"\nstop = \"1s\"", "", &[]);
+    let mut a = session(&gw, ALICE);
+    assert_eq!(call(&mut a, "count", json!({})), "1");
+    call(
+        &mut a,
+        "write",
+        json!({"path": "/workspace/output/kept.txt", "text": "kept"}),
+    );
+    call(
+        &mut a,
+        "write",
+        json!({"path": "/workspace/tmp/kept-tmp.txt", "text": "kept tmp"}),
+    );
+    let id = sandbox_of(&gw, "alice")["id"].as_str().unwrap().to_string();
+    let s = show_until(&gw, &id, "stopped", |s| s["state"] == "stopped");
+    assert_eq!(s["sessions"], 1, "the session stays: {s}");
+    if common::is_root() {
+        assert_eq!(s["processes"], 0, "{s}");
+        assert!(processes_of(&id).is_empty());
+    }
+    // the same session, a new server process on the same workspace
+    assert_eq!(call(&mut a, "count", json!({})), "1");
+    assert_eq!(
+        call(&mut a, "read", json!({"path": "/workspace/output/kept.txt"})),
+        "kept"
+    );
+    assert_eq!(
+        call(&mut a, "read", json!({"path": "/workspace/tmp/kept-tmp.txt"})),
+        "kept tmp"
+    );
+    assert_eq!(gw.cli_json(&["sandboxes", "show", &id])["state"], "running");
+    gw.audit_until("the idle stop", |e| e["reason"] == "idle.stopped");
+}
+
+/// The manifest digest a fresh snapshot of `id` has.
+fn snapshot(gw: &Gateway, id: &str, out: &Path, tmp: bool) -> Value {
+    let mut args = vec!["sandboxes", "snapshot", id, "--out", out.to_str().unwrap()];
+    if tmp {
+        args.push("--tmp");
+    }
+    gw.cli_json(&args)
+}
+
+#[test]
+fn snapshot_restores_with_identical_digests_and_teardown_leaves_nothing() {
+    let gw = gateway("", "", &[]);
+    let mut a = session(&gw, ALICE);
+    for (p, t) in [
+        ("/workspace/output/a.txt", "one"),
+        ("/workspace/output/empty", ""),
+        ("/workspace/tmp/t.txt", "tmp"),
+    ] {
+        call(&mut a, "write", json!({"path": p, "text": t}));
+    }
+    let id = sandbox_of(&gw, "alice")["id"].as_str().unwrap().to_string();
+    let out = gw.dir.path().join("snap.tar.gz");
+    let first = snapshot(&gw, &id, &out, true);
+    assert!(first["entries"].as_u64().unwrap() >= 3, "{first}");
+    drop(a);
+    let t = gw.cli_json(&["sandboxes", "destroy", &id]);
+    assert_eq!(t["left"], json!([]), "teardown left: {t}");
+    let ws = PathBuf::from(first["archive"].as_str().unwrap());
+    assert!(ws.exists());
+    // nothing of it is left: processes, cgroups, workspace, record
+    assert!(processes_of(&id).is_empty());
+    assert!(cgroup_dirs(&id).is_empty(), "{:?}", cgroup_dirs(&id));
+    assert!(!gw.state().join("sandboxes").join(&id).exists());
+    assert!(sandboxes(&gw).is_empty());
+    gw.audit_until("the teardown", |e| {
+        e["kind"] == "lifecycle" && e["detail"]["action"] == "destroyed" && e["detail"]["clean"] == true
+    });
+    // restored for alice: the same content, the same digests
+    let r = gw.cli_json(&[
+        "sandboxes",
+        "restore",
+        out.to_str().unwrap(),
+        "--agent",
+        "alice",
+        "--server",
+        "ws",
+    ]);
+    assert_eq!(r["id"], id.as_str(), "the same identity, the same id: {r}");
+    assert_eq!(r["state"], "stopped");
+    let mut a = session(&gw, ALICE);
+    assert_eq!(
+        call(&mut a, "read", json!({"path": "/workspace/output/a.txt"})),
+        "one"
+    );
+    assert_eq!(
+        call(&mut a, "read", json!({"path": "/workspace/tmp/t.txt"})),
+        "tmp"
+    );
+    let again = snapshot(&gw, &id, &gw.dir.path().join("again.tar.gz"), true);
+    assert_eq!(again["manifest_sha256"], first["manifest_sha256"]);
+    // a second restore onto a live sandbox is refused
+    let out2 = gw.cli(&[
+        "sandboxes",
+        "restore",
+        out.to_str().unwrap(),
+        "--agent",
+        "alice",
+        "--server",
+        "ws",
+    ]);
+    assert!(!out2.status.success());
+    assert!(String::from_utf8_lossy(&out2.stderr).contains("exists"));
+}
+
+/// A gzip tar of `entries` (python's tarfile, so the test does not use
+/// the code under test to craft them): each is (name, kind, data or
+/// link target); a manifest is made for the `file` entries unless
+/// `manifest` is given.
+fn crafted(dir: &Path, name: &str, script: &str) -> PathBuf {
+    let path = dir.join(name);
+    let out = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(format!(
+            r#"
+import tarfile, io, json, hashlib, sys
+path = sys.argv[1]
+def add(t, name, data=b"", kind="file", link=""):
+    i = tarfile.TarInfo(name)
+    if kind == "file":
+        i.size = len(data); t.addfile(i, io.BytesIO(data))
+    elif kind == "symlink":
+        i.type = tarfile.SYMTYPE; i.linkname = link; t.addfile(i)
+def manifest(entries):
+    return json.dumps({{"version": 1, "entries": [
+        {{"path": n, "kind": "file", "size": len(d), "mode": 0o644, "sha256": hashlib.sha256(d).hexdigest()}}
+        for n, d in entries]}}).encode()
+with tarfile.open(path, "w:gz") as t:
+{script}
+"#
+        ))
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    path
+}
+
+#[test]
+fn crafted_snapshots_are_refused_by_restore_with_nothing_written() {
+    let gw = gateway("", "", &[]);
+    // a real snapshot shows the manifest's shape the crafted ones copy
+    let mut a = session(&gw, ALICE);
+    call(&mut a, "write", json!({"path": "/workspace/output/a.txt", "text": "x"}));
+    let id = sandbox_of(&gw, "alice")["id"].as_str().unwrap().to_string();
+    let real = gw.dir.path().join("real.tar.gz");
+    snapshot(&gw, &id, &real, false);
+    let dir = gw.dir.path();
+    let cases = [
+        (
+            "mismatch.tar.gz",
+            "    m = json.loads(manifest([('output/a.txt', b'good')]))\n    add(t, 'MANIFEST.json', json.dumps(m).encode())\n    add(t, 'output/a.txt', b'evil')",
+        ),
+        (
+            "dotdot.tar.gz",
+            "    add(t, 'MANIFEST.json', manifest([('output/../../x', b'x')]))\n    add(t, 'output/../../x', b'x')",
+        ),
+        (
+            "absolute.tar.gz",
+            "    add(t, 'MANIFEST.json', manifest([('/tmp/mcpbox-abs-x', b'x')]))\n    add(t, '/tmp/mcpbox-abs-x', b'x')",
+        ),
+        (
+            "symlink.tar.gz",
+            "    add(t, 'MANIFEST.json', manifest([]))\n    add(t, 'output/passwd', kind='symlink', link='/etc/passwd')",
+        ),
+    ];
+    for (name, script) in cases {
+        let archive = crafted(dir, name, script);
+        let out = gw.cli(&[
+            "sandboxes",
+            "restore",
+            archive.to_str().unwrap(),
+            "--agent",
+            "bob",
+            "--server",
+            "ws",
+        ]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{name} was restored");
+        assert!(err.contains("restore") || err.contains("entry"), "{name}: {err}");
+        // nothing for bob: no record, no workspace, no staging left
+        assert!(sandboxes(&gw).iter().all(|s| s["agent"] != "bob"), "{name}");
+        let names: Vec<String> = std::fs::read_dir(gw.state().join("sandboxes"))
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().to_string())
+            .collect();
+        assert_eq!(names, vec![id.clone()], "{name}: {names:?}");
+        assert!(!Path::new("/tmp/mcpbox-abs-x").exists());
+    }
+}
+
+#[test]
+fn artifact_export_refuses_links_fifos_devices_and_escapes_and_records_digests() {
+    let gw = gateway(
+        "",
+        "[artifacts]\npatterns = [\"**\"]\nmax_size = \"1KiB\"",
+        &[],
+    );
+    let mut a = session(&gw, ALICE);
+    let o = "/workspace/output";
+    call(&mut a, "write", json!({"path": format!("{o}/good.txt"), "text": "good"}));
+    call(&mut a, "write", json!({"path": format!("{o}/victim"), "text": "v"}));
+    call(&mut a, "write", json!({"path": format!("{o}/big.bin"), "text": "x".repeat(2000)}));
+    call(&mut a, "symlink", json!({"path": format!("{o}/passwd"), "target": "/etc/passwd"}));
+    call(&mut a, "symlink", json!({"path": format!("{o}/etc"), "target": "/etc"}));
+    call(&mut a, "hardlink", json!({"path": format!("{o}/hard"), "target": format!("{o}/victim")}));
+    call(&mut a, "mkfifo", json!({"path": format!("{o}/fifo")}));
+    let id = sandbox_of(&gw, "alice")["id"].as_str().unwrap().to_string();
+    let ws = PathBuf::from(sandbox_of(&gw, "alice")["workspace"].as_str().unwrap());
+    if common::is_root() {
+        // a device node (the sandbox user cannot make one; a hostile
+        // server with a way to would leave it like this)
+        let ok = std::process::Command::new("mknod")
+            .arg(ws.join("output/null"))
+            .args(["c", "1", "3"])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok);
+    }
+    let listed = gw.cli_json(&["artifacts", "list", &id]);
+    let refused = |path: &str| {
+        listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["path"] == path)
+            .map(|x| x["refused"].clone())
+    };
+    assert_eq!(refused("good.txt"), Some(Value::Null), "{listed}");
+    for p in ["passwd", "etc", "hard", "victim", "fifo", "big.bin"] {
+        let r = refused(p);
+        assert!(
+            r.as_ref().is_some_and(|r| r.is_string()),
+            "{p} is not refused: {listed}"
+        );
+    }
+    let dest = gw.dir.path().join("exported");
+    let out = gw.cli_json(&["artifacts", "export", &id, "--dest", dest.to_str().unwrap()]);
+    let paths: Vec<&str> = out
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(paths, vec!["good.txt"], "{out}");
+    let mut copied: Vec<String> = std::fs::read_dir(&dest)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().to_string())
+        .collect();
+    copied.sort();
+    assert_eq!(copied, vec!["good.txt"]);
+    let digest = out[0]["sha256"].as_str().unwrap().to_string();
+    let want = {
+        let o = std::process::Command::new("sha256sum")
+            .arg(dest.join("good.txt"))
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&o.stdout)
+            .split(' ')
+            .next()
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(digest, want);
+    gw.audit_until("the artifact's digest", |e| {
+        e["kind"] == "artifact" && e["detail"]["sha256"] == digest.as_str()
+    });
+    // over the limit: a human at the CLI approves it
+    let dest2 = gw.dir.path().join("exported2");
+    let out = gw.cli_json(&[
+        "artifacts",
+        "export",
+        &id,
+        "--dest",
+        dest2.to_str().unwrap(),
+        "--approve-large",
+    ]);
+    let mut paths: Vec<&str> = out
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x["path"].as_str().unwrap())
+        .collect();
+    paths.sort();
+    assert_eq!(paths, vec!["big.bin", "good.txt"], "{out}");
+}
+
+#[test]
+fn kill_9_of_serve_then_a_restart_leaves_no_orphan() {
+    let gw = gateway("pause = \"1s\"\nstop = \"off\"", "", &[]);
+    let mut a = session(&gw, ALICE);
+    call(&mut a, "write", json!({"path": "/workspace/output/before.txt", "text": "kept"}));
+    let id = sandbox_of(&gw, "alice")["id"].as_str().unwrap().to_string();
+    let freezer = has_freezer(&gw, &id);
+    if freezer {
+        // killed while frozen: a frozen process does not die of a signal
+        // until thawed (v1), so only the next start can clean it up
+        show_until(&gw, &id, "paused", |s| s["state"] == "paused");
+    }
+    let config = std::fs::read_to_string(gw.dir.path().join("serve.toml")).unwrap();
+    let dir = gw.kill9();
+    let gw = Gateway::start_config(dir, &config);
+    let s = gw.cli_json(&["sandboxes", "show", &id]);
+    assert_eq!(s["state"], "stopped", "{s}");
+    assert_eq!(s["processes"], 0, "{s}");
+    if common::is_root() {
+        let until = Instant::now() + Duration::from_secs(5);
+        while !processes_of(&id).is_empty() && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert!(processes_of(&id).is_empty(), "orphans: {:?}", processes_of(&id));
+        assert!(cgroup_dirs(&id).is_empty(), "leaked cgroups: {:?}", cgroup_dirs(&id));
+    }
+    gw.audit_until("the adoption", |e| {
+        e["kind"] == "lifecycle" && e["detail"]["action"] == "adopted"
+    });
+    // the workspace was kept: alice goes on where she was
+    let mut a = session(&gw, ALICE);
+    assert_eq!(
+        call(&mut a, "read", json!({"path": "/workspace/output/before.txt"})),
+        "kept"
+    );
+}
+
+#[test]
+fn the_control_socket_is_private_and_says_when_no_gateway_runs() {
+    let gw = gateway("", "", &[]);
+    let sock = gw.state().join("control.sock");
+    let mode = std::fs::metadata(&sock).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    let empty = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(common::mcpbox())
+        .args(["sandboxes", "list"])
+        .env("MCPBOX_STATE_DIR", empty.path())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("no mcpbox serve is running"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // an id that is not one never reaches the lifecycle
+    let out = gw.cli(&["sandboxes", "destroy", "../../etc"]);
+    assert!(!out.status.success());
+}
