@@ -22,6 +22,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+pub mod glob;
 pub mod id;
 
 /// Where a sandbox is in its life.
