@@ -70,7 +70,9 @@ pub fn check_task(task: &str) -> Result<(), String> {
 pub fn is_id(id: &str) -> bool {
     id.len() == 19
         && id.starts_with("sb-")
-        && id[3..].bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        && id[3..]
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 #[cfg(test)]
