@@ -579,6 +579,7 @@ pub fn restore_with(archive: &Path, dest: &Path, limits: &Limits) -> Result<Rest
 
     let tmp = tempfile::Builder::new()
         .prefix(&format!(".{name}.restore-"))
+        .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))
         .tempdir_in(parent)
         .map_err(|e| dest_err(format!("a temporary directory beside it: {e}")))?;
     // On error `tmp` is dropped, and removes what was extracted.

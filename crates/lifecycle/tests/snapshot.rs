@@ -1,6 +1,7 @@
 //! Snapshots and restores, and the crafted archives a restore refuses.
 //! Each refusal test builds its archive by hand and checks the error and
 //! that nothing was written at or beside the destination.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -156,6 +157,7 @@ fn snapshot_restores_with_identical_digests() {
     assert_eq!(r.manifest_sha256, info.manifest_sha256);
     assert_eq!(r.entries, info.entries);
     assert_eq!(r.parts, vec!["output", "tmp"]);
+    assert_eq!(fs::metadata(&dest).unwrap().mode() & 0o777, 0o700);
     let mut want = tree(&ws);
     // the workspace root is not a part; the restored root is ours (0700)
     want.retain(|k, _| k.starts_with("output") || k.starts_with("tmp"));
@@ -204,7 +206,7 @@ fn snapshot_skips_symlinks_fifos_and_devices_left_in_the_workspace() {
     fs::hard_link(out.join("real.txt"), out.join("hard.txt")).unwrap();
     rustix::fs::mknodat(
         rustix::fs::CWD,
-        &out.join("fifo"),
+        out.join("fifo"),
         rustix::fs::FileType::Fifo,
         rustix::fs::Mode::from_raw_mode(0o600),
         0,
@@ -215,7 +217,7 @@ fn snapshot_skips_symlinks_fifos_and_devices_left_in_the_workspace() {
     if root {
         rustix::fs::mknodat(
             rustix::fs::CWD,
-            &out.join("null"),
+            out.join("null"),
             rustix::fs::FileType::CharacterDevice,
             rustix::fs::Mode::from_raw_mode(0o666),
             rustix::fs::makedev(1, 3),
