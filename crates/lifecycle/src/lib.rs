@@ -22,6 +22,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+pub mod artifacts;
 pub mod glob;
 pub mod id;
 pub mod snapshot;
