@@ -22,10 +22,14 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+pub mod artifacts;
 pub mod control;
+pub mod glob;
 pub mod id;
 pub mod registry;
 pub mod render;
+pub mod snapshot;
+mod walk;
 
 /// Where a sandbox is in its life.
 ///
@@ -140,6 +144,10 @@ pub struct SnapshotInfo {
     pub bytes: u64,
     /// Hex SHA-256 of the manifest (which holds every file's digest).
     pub manifest_sha256: String,
+    /// What the workspace held that was not archived (symlinks, fifos,
+    /// sockets, devices, ...), as the manifest lists it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<snapshot::Skipped>,
 }
 
 /// What a teardown found once it was done, checked from the host.

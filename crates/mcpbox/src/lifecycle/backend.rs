@@ -47,9 +47,6 @@ pub trait Backend: Send + Sync {
     /// What of `id` still exists on this machine (cgroup directories,
     /// processes), for the teardown's check; empty when nothing.
     fn leftovers(&self, id: &str) -> Vec<String>;
-    /// Ids of sandboxes this backend holds something of (cgroups), for the
-    /// clean-up after a crash.
-    fn existing(&self) -> Vec<String>;
 }
 
 /// The cgroup name of sandbox `id`.
@@ -88,11 +85,6 @@ impl Local {
             tracing::warn!("sandboxes cannot be paused here (no freezer cgroup): {e}; idle sandboxes are stopped instead");
         }
         Local { prefer, usable }
-    }
-
-    /// Whether sandboxes get a freezer here, and if not, why.
-    pub fn freezer(&self) -> Result<(), String> {
-        self.usable.clone()
     }
 
     fn parent(&self, id: &str) -> Option<Parent> {
@@ -144,15 +136,21 @@ impl Backend for Local {
 
     fn stop(&self, id: &str) {
         if let Some(p) = self.parent(id) {
-            p.kill_all();
+            if let Err(e) = p.kill_all() {
+                tracing::error!(sandbox = id, "killing what is left: {e}");
+            }
         }
     }
 
     fn destroy(&self, id: &str) -> Result<(), String> {
         match self.parent(id) {
             Some(p) => {
-                p.kill_all();
-                p.remove().map_err(|e| e.to_string())
+                let killed = p.kill_all();
+                p.remove()
+                    .map_err(|e| match killed {
+                        Err(k) => format!("{e} (killing: {k})"),
+                        Ok(()) => e.to_string(),
+                    })
             }
             None => Ok(()),
         }
@@ -185,13 +183,5 @@ impl Backend for Local {
                 .map(|d| format!("cgroup {}", d.display())),
         );
         left
-    }
-
-    fn existing(&self) -> Vec<String> {
-        Parent::list_names()
-            .into_iter()
-            .filter_map(|n| n.strip_prefix("mcpbox-").map(String::from))
-            .filter(|id| mcpbox_lifecycle::id::is_id(id))
-            .collect()
     }
 }
