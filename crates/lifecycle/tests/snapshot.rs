@@ -152,6 +152,9 @@ fn snapshot_restores_with_identical_digests() {
     assert_eq!(info.bytes, 6 + big.len() as u64 + 10 + 1 + 9 + 1);
     assert!(info.skipped.is_empty());
 
+    let checked = snapshot::verify(&archive, &Limits::default()).unwrap();
+    assert_eq!(checked.entries.len(), info.entries);
+
     let dest = t.path().join("restored");
     let r = snapshot::restore(&archive, &dest).unwrap();
     assert_eq!(r.manifest_sha256, info.manifest_sha256);
@@ -622,4 +625,26 @@ fn restore_refuses_a_destination_that_is_not_empty() {
     fs::create_dir(&empty).unwrap();
     snapshot::restore(&a, &empty).unwrap();
     assert_eq!(fs::read_to_string(empty.join("output/f")).unwrap(), "f");
+}
+
+#[test]
+fn restore_refuses_a_part_it_does_not_know() {
+    // a snapshot of "etc" is well-formed, but not a workspace part
+    let t = tempfile::tempdir().unwrap();
+    let a = archive(t.path(), |b| {
+        let m = serde_json::to_vec(&json!({
+            "format": "mcpbox-snapshot/1",
+            "parts": ["etc"],
+            "entries": [dir_entry("etc"), file_entry("etc/passwd", b"x")],
+        }))
+        .unwrap();
+        file(b, "MANIFEST.json", &m);
+        dir(b, "etc");
+        file(b, "etc/passwd", b"x");
+    });
+    let err = refused(t.path(), &a);
+    assert_eq!(
+        err.to_string(),
+        "restore: manifest: part \"etc\" is not one of output, tmp"
+    );
 }
