@@ -266,14 +266,24 @@ pub fn teardown(t: &Teardown) -> String {
 
 /// `mcpbox sandboxes snapshot`.
 pub fn snapshot(s: &SnapshotInfo) -> String {
-    format!(
+    let mut out = format!(
         "wrote {}: {} entr{}, {}, manifest sha256 {}\n",
         escape_path(&s.archive),
         s.entries,
         if s.entries == 1 { "y" } else { "ies" },
         bytes(s.bytes),
         escape(&s.manifest_sha256)
-    )
+    );
+    // what a server left that no snapshot carries: worth a look
+    for k in &s.skipped {
+        out.push_str(&format!(
+            "skipped {} ({}): {}\n",
+            escape(&k.path),
+            escape(&k.kind),
+            escape(&k.reason)
+        ));
+    }
+    out
 }
 
 #[cfg(test)]
@@ -437,6 +447,7 @@ revoked GITHUB_TOKEN: exit 0
             entries: 1,
             bytes: 100,
             manifest_sha256: "ab".repeat(32),
+            skipped: vec![],
         };
         assert_eq!(
             snapshot(&s),

@@ -102,6 +102,7 @@ impl Control for Fake {
             entries: 4,
             bytes: 1000,
             manifest_sha256: "cd".repeat(32),
+            skipped: vec![],
         })
     }
 
