@@ -24,10 +24,15 @@ pub struct Key {
 
 impl Key {
     /// The sandbox id: `sb-` and 16 hex digits of a digest of the three
-    /// parts. Fixed length, safe in paths and cgroup names whatever the
-    /// task says, and the same across restarts of `serve`.
-    pub fn id(&self) -> String {
+    /// parts and `salt`, the state directory's own random value. Fixed
+    /// length, safe in paths and cgroup names whatever the task says, the
+    /// same across restarts of `serve` on one state directory, and
+    /// different for two gateways on one machine (whose cgroups share one
+    /// namespace) even when their agents and servers have the same names.
+    pub fn id(&self, salt: &str) -> String {
         let mut h = Sha256::new();
+        h.update(salt.as_bytes());
+        h.update([0]);
         h.update(self.agent.as_bytes());
         h.update([0]);
         h.update(self.server.as_bytes());
@@ -90,15 +95,17 @@ mod tests {
     #[test]
     fn ids_differ_by_every_part_and_are_stable() {
         let a = key("alice", "fs", None);
-        assert_eq!(a.id(), key("alice", "fs", None).id());
-        assert!(is_id(&a.id()));
-        assert_ne!(a.id(), key("bob", "fs", None).id());
-        assert_ne!(a.id(), key("alice", "git", None).id());
-        assert_ne!(a.id(), key("alice", "fs", Some("t1")).id());
+        assert_eq!(a.id("s"), key("alice", "fs", None).id("s"));
+        assert!(is_id(&a.id("s")));
+        assert_ne!(a.id("s"), key("bob", "fs", None).id("s"));
+        assert_ne!(a.id("s"), key("alice", "git", None).id("s"));
+        assert_ne!(a.id("s"), key("alice", "fs", Some("t1")).id("s"));
         // the separator keeps "a"+"bc" apart from "ab"+"c"
-        assert_ne!(key("a", "bc", None).id(), key("ab", "c", None).id());
+        assert_ne!(key("a", "bc", None).id("s"), key("ab", "c", None).id("s"));
+        // another state directory, another id
+        assert_ne!(a.id("s"), a.id("t"));
         // an empty task is not no task
-        assert_ne!(key("a", "b", Some("")).id(), key("a", "b", None).id());
+        assert_ne!(key("a", "b", Some("")).id("s"), key("a", "b", None).id("s"));
     }
 
     #[test]

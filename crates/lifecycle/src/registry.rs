@@ -35,6 +35,12 @@ pub enum Error {
         #[source]
         source: rusqlite::Error,
     },
+    #[error("sandbox registry {path}: reading /dev/urandom for the id salt: {source}")]
+    Random {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("sandbox registry {path}: row {id} has an unknown state {state:?}")]
     BadState {
         path: PathBuf,
@@ -65,6 +71,10 @@ CREATE TABLE IF NOT EXISTS sandboxes (
     updated_ms INTEGER NOT NULL,
     owner_pid  INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS meta (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
 ";
 
 impl Registry {
@@ -94,6 +104,44 @@ impl Registry {
             path: self.path.clone(),
             source,
         }
+    }
+
+    /// This state directory's salt for sandbox ids ([`Key::id`]): made
+    /// once from the kernel's random source, then kept.
+    pub fn salt(&self) -> Result<String> {
+        let have: Option<String> = self
+            .conn
+            .query_row("SELECT value FROM meta WHERE key = 'salt'", [], |r| {
+                r.get(0)
+            })
+            .optional()
+            .map_err(|e| self.err(e))?;
+        if let Some(s) = have {
+            return Ok(s);
+        }
+        let mut bytes = [0u8; 16];
+        {
+            use std::io::Read;
+            std::fs::File::open("/dev/urandom")
+                .and_then(|mut f| f.read_exact(&mut bytes))
+                .map_err(|e| Error::Random {
+                    path: self.path.clone(),
+                    source: e,
+                })?;
+        }
+        let salt: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        self.conn
+            .execute(
+                "INSERT OR IGNORE INTO meta (key, value) VALUES ('salt', ?1)",
+                params![salt],
+            )
+            .map_err(|e| self.err(e))?;
+        // another opener may have won the race: read what is stored
+        self.conn
+            .query_row("SELECT value FROM meta WHERE key = 'salt'", [], |r| {
+                r.get(0)
+            })
+            .map_err(|e| self.err(e))
     }
 
     /// Records `r`, replacing the row of the same id.
@@ -233,7 +281,7 @@ mod tests {
             task: task.map(String::from),
         };
         Record {
-            id: key.id(),
+            id: key.id("salt"),
             key,
             template: Some("py".into()),
             state: State::Running,
@@ -267,6 +315,21 @@ mod tests {
         use std::os::unix::fs::PermissionsExt;
         let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600);
+    }
+
+    #[test]
+    fn the_salt_is_made_once_and_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sandboxes.db");
+        let first = Registry::open(&path).unwrap().salt().unwrap();
+        assert_eq!(first.len(), 32);
+        assert_eq!(Registry::open(&path).unwrap().salt().unwrap(), first);
+        let other = tempfile::tempdir().unwrap();
+        let second = Registry::open(&other.path().join("sandboxes.db"))
+            .unwrap()
+            .salt()
+            .unwrap();
+        assert_ne!(first, second);
     }
 
     #[test]

@@ -174,9 +174,11 @@ pub fn sandboxes(action: SandboxAction, common: &Common) -> ExitCode {
             )
         }
         SandboxAction::Destroy { id } => {
-            let code = call(common, Request::Destroy { id: id.clone() }, |t: &Teardown| {
-                render::teardown(t)
-            });
+            let code = call(
+                common,
+                Request::Destroy { id: id.clone() },
+                |t: &Teardown| render::teardown(t),
+            );
             code
         }
     }
@@ -184,9 +186,11 @@ pub fn sandboxes(action: SandboxAction, common: &Common) -> ExitCode {
 
 pub fn artifacts(action: ArtifactAction, common: &Common) -> ExitCode {
     match action {
-        ArtifactAction::List { id } => call(common, Request::Artifacts { id }, |v: &Vec<Artifact>| {
-            render::artifacts_table(v)
-        }),
+        ArtifactAction::List { id } => {
+            call(common, Request::Artifacts { id }, |v: &Vec<Artifact>| {
+                render::artifacts_table(v)
+            })
+        }
         ArtifactAction::Export {
             id,
             dest,

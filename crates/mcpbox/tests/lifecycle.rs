@@ -169,10 +169,35 @@ fn processes_of(id: &str) -> Vec<u32> {
         .flatten()
         .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
         .filter(|pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
-                .is_ok_and(|c| c.contains(&name))
+            std::fs::read_to_string(format!("/proc/{pid}/cgroup")).is_ok_and(|c| c.contains(&name))
         })
         .collect()
+}
+
+/// No host process is in a cgroup of sandbox `id` (the exit of the last
+/// ones may take a moment: 5 s at most).
+fn assert_no_processes(id: &str) {
+    let until = Instant::now() + Duration::from_secs(5);
+    loop {
+        let left = processes_of(id);
+        if left.is_empty() {
+            return;
+        }
+        if Instant::now() > until {
+            let what: Vec<String> = left
+                .iter()
+                .map(|p| {
+                    format!(
+                        "{p}: {:?} {:?}",
+                        std::fs::read_to_string(format!("/proc/{p}/cmdline")).unwrap_or_default(),
+                        std::fs::read_to_string(format!("/proc/{p}/cgroup")).unwrap_or_default()
+                    )
+                })
+                .collect();
+            panic!("processes of {id} left: {what:#?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 #[test]
@@ -192,8 +217,16 @@ fn two_agents_on_one_server_never_see_each_others_files_processes_or_tmp() {
     );
     assert_eq!(call(&mut b, "ls", json!({"path": "/workspace/output"})), "");
     assert!(!call(&mut b, "ls", json!({"path": "/workspace/tmp"})).contains("alice"));
-    call_fails(&mut b, "read", json!({"path": "/workspace/output/alice.txt"}));
-    call_fails(&mut b, "read", json!({"path": "/workspace/tmp/alice-tmp.txt"}));
+    call_fails(
+        &mut b,
+        "read",
+        json!({"path": "/workspace/output/alice.txt"}),
+    );
+    call_fails(
+        &mut b,
+        "read",
+        json!({"path": "/workspace/tmp/alice-tmp.txt"}),
+    );
     // each sees the processes of its own sandbox only: its init, its server
     for m in [&mut a, &mut b] {
         let pids = call(m, "ps", json!({}));
@@ -215,7 +248,11 @@ fn two_agents_on_one_server_never_see_each_others_files_processes_or_tmp() {
     );
     let mut a2 = session(&gw, ALICE);
     assert_eq!(
-        call(&mut a2, "read", json!({"path": "/workspace/tmp/alice-tmp.txt"})),
+        call(
+            &mut a2,
+            "read",
+            json!({"path": "/workspace/tmp/alice-tmp.txt"})
+        ),
         "alice's tmp"
     );
     assert_eq!(sandbox_of(&gw, "alice")["sessions"], 2);
@@ -252,7 +289,10 @@ fn a_task_gets_a_sandbox_of_its_own_and_a_bad_task_name_is_refused() {
             "write",
             json!({"path": format!("/workspace/output/{task}.txt"), "text": task}),
         );
-        assert_eq!(call(&mut m, "ls", json!({"path": "/workspace/output"})), format!("{task}.txt"));
+        assert_eq!(
+            call(&mut m, "ls", json!({"path": "/workspace/output"})),
+            format!("{task}.txt")
+        );
         ids.push(m);
     }
     let all = sandboxes(&gw);
@@ -301,7 +341,9 @@ fn paused_sandbox_uses_no_cpu_and_resumes_with_its_counter(version: &str) {
     let s = gw.cli_json(&["sandboxes", "show", &id]);
     assert_eq!(s["state"], "running", "{s}");
     let events = gw.audit_until("lifecycle resumed", |e| {
-        e["kind"] == "lifecycle" && e["detail"]["action"] == "running" && e["detail"]["why"] == "call"
+        e["kind"] == "lifecycle"
+            && e["detail"]["action"] == "running"
+            && e["detail"]["why"] == "call"
     });
     assert!(events
         .iter()
@@ -344,16 +386,24 @@ fn stopped_sandbox_restarts_on_its_kept_workspace() {
     assert_eq!(s["sessions"], 1, "the session stays: {s}");
     if common::is_root() {
         assert_eq!(s["processes"], 0, "{s}");
-        assert!(processes_of(&id).is_empty());
+        assert_no_processes(&id);
     }
     // the same session, a new server process on the same workspace
     assert_eq!(call(&mut a, "count", json!({})), "1");
     assert_eq!(
-        call(&mut a, "read", json!({"path": "/workspace/output/kept.txt"})),
+        call(
+            &mut a,
+            "read",
+            json!({"path": "/workspace/output/kept.txt"})
+        ),
         "kept"
     );
     assert_eq!(
-        call(&mut a, "read", json!({"path": "/workspace/tmp/kept-tmp.txt"})),
+        call(
+            &mut a,
+            "read",
+            json!({"path": "/workspace/tmp/kept-tmp.txt"})
+        ),
         "kept tmp"
     );
     assert_eq!(gw.cli_json(&["sandboxes", "show", &id])["state"], "running");
@@ -390,12 +440,14 @@ fn snapshot_restores_with_identical_digests_and_teardown_leaves_nothing() {
     let ws = PathBuf::from(first["archive"].as_str().unwrap());
     assert!(ws.exists());
     // nothing of it is left: processes, cgroups, workspace, record
-    assert!(processes_of(&id).is_empty());
+    assert_no_processes(&id);
     assert!(cgroup_dirs(&id).is_empty(), "{:?}", cgroup_dirs(&id));
     assert!(!gw.state().join("sandboxes").join(&id).exists());
     assert!(sandboxes(&gw).is_empty());
     gw.audit_until("the teardown", |e| {
-        e["kind"] == "lifecycle" && e["detail"]["action"] == "destroyed" && e["detail"]["clean"] == true
+        e["kind"] == "lifecycle"
+            && e["detail"]["action"] == "destroyed"
+            && e["detail"]["clean"] == true
     });
     // restored for alice: the same content, the same digests
     let r = gw.cli_json(&[
@@ -463,7 +515,11 @@ with tarfile.open(path, "w:gz") as t:
         .arg(&path)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     path
 }
 
@@ -472,7 +528,11 @@ fn crafted_snapshots_are_refused_by_restore_with_nothing_written() {
     let gw = gateway("", "", &[]);
     // a real snapshot shows the manifest's shape the crafted ones copy
     let mut a = session(&gw, ALICE);
-    call(&mut a, "write", json!({"path": "/workspace/output/a.txt", "text": "x"}));
+    call(
+        &mut a,
+        "write",
+        json!({"path": "/workspace/output/a.txt", "text": "x"}),
+    );
     let id = sandbox_of(&gw, "alice")["id"].as_str().unwrap().to_string();
     let real = gw.dir.path().join("real.tar.gz");
     snapshot(&gw, &id, &real, false);
@@ -508,7 +568,10 @@ fn crafted_snapshots_are_refused_by_restore_with_nothing_written() {
         ]);
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "{name} was restored");
-        assert!(err.contains("restore") || err.contains("entry"), "{name}: {err}");
+        assert!(
+            err.contains("restore") || err.contains("entry"),
+            "{name}: {err}"
+        );
         // nothing for bob: no record, no workspace, no staging left
         assert!(sandboxes(&gw).iter().all(|s| s["agent"] != "bob"), "{name}");
         let names: Vec<String> = std::fs::read_dir(gw.state().join("sandboxes"))
@@ -530,12 +593,36 @@ fn artifact_export_refuses_links_fifos_devices_and_escapes_and_records_digests()
     );
     let mut a = session(&gw, ALICE);
     let o = "/workspace/output";
-    call(&mut a, "write", json!({"path": format!("{o}/good.txt"), "text": "good"}));
-    call(&mut a, "write", json!({"path": format!("{o}/victim"), "text": "v"}));
-    call(&mut a, "write", json!({"path": format!("{o}/big.bin"), "text": "x".repeat(2000)}));
-    call(&mut a, "symlink", json!({"path": format!("{o}/passwd"), "target": "/etc/passwd"}));
-    call(&mut a, "symlink", json!({"path": format!("{o}/etc"), "target": "/etc"}));
-    call(&mut a, "hardlink", json!({"path": format!("{o}/hard"), "target": format!("{o}/victim")}));
+    call(
+        &mut a,
+        "write",
+        json!({"path": format!("{o}/good.txt"), "text": "good"}),
+    );
+    call(
+        &mut a,
+        "write",
+        json!({"path": format!("{o}/victim"), "text": "v"}),
+    );
+    call(
+        &mut a,
+        "write",
+        json!({"path": format!("{o}/big.bin"), "text": "x".repeat(2000)}),
+    );
+    call(
+        &mut a,
+        "symlink",
+        json!({"path": format!("{o}/passwd"), "target": "/etc/passwd"}),
+    );
+    call(
+        &mut a,
+        "symlink",
+        json!({"path": format!("{o}/etc"), "target": "/etc"}),
+    );
+    call(
+        &mut a,
+        "hardlink",
+        json!({"path": format!("{o}/hard"), "target": format!("{o}/victim")}),
+    );
     call(&mut a, "mkfifo", json!({"path": format!("{o}/fifo")}));
     let id = sandbox_of(&gw, "alice")["id"].as_str().unwrap().to_string();
     let ws = PathBuf::from(sandbox_of(&gw, "alice")["workspace"].as_str().unwrap());
@@ -623,7 +710,11 @@ fn artifact_export_refuses_links_fifos_devices_and_escapes_and_records_digests()
 fn kill_9_of_serve_then_a_restart_leaves_no_orphan() {
     let gw = gateway("pause = \"1s\"\nstop = \"off\"", "", &[]);
     let mut a = session(&gw, ALICE);
-    call(&mut a, "write", json!({"path": "/workspace/output/before.txt", "text": "kept"}));
+    call(
+        &mut a,
+        "write",
+        json!({"path": "/workspace/output/before.txt", "text": "kept"}),
+    );
     let id = sandbox_of(&gw, "alice")["id"].as_str().unwrap().to_string();
     let freezer = has_freezer(&gw, &id);
     if freezer {
@@ -642,8 +733,16 @@ fn kill_9_of_serve_then_a_restart_leaves_no_orphan() {
         while !processes_of(&id).is_empty() && Instant::now() < until {
             std::thread::sleep(Duration::from_millis(50));
         }
-        assert!(processes_of(&id).is_empty(), "orphans: {:?}", processes_of(&id));
-        assert!(cgroup_dirs(&id).is_empty(), "leaked cgroups: {:?}", cgroup_dirs(&id));
+        assert!(
+            processes_of(&id).is_empty(),
+            "orphans: {:?}",
+            processes_of(&id)
+        );
+        assert!(
+            cgroup_dirs(&id).is_empty(),
+            "leaked cgroups: {:?}",
+            cgroup_dirs(&id)
+        );
     }
     gw.audit_until("the adoption", |e| {
         e["kind"] == "lifecycle" && e["detail"]["action"] == "adopted"
@@ -651,7 +750,11 @@ fn kill_9_of_serve_then_a_restart_leaves_no_orphan() {
     // the workspace was kept: alice goes on where she was
     let mut a = session(&gw, ALICE);
     assert_eq!(
-        call(&mut a, "read", json!({"path": "/workspace/output/before.txt"})),
+        call(
+            &mut a,
+            "read",
+            json!({"path": "/workspace/output/before.txt"})
+        ),
         "kept"
     );
 }

@@ -445,7 +445,11 @@ async fn initialize(ctx: &Ctx, msg: Message, _slot: Slot) -> Result<Response<Bod
     }
     let mut members = Vec::new();
     for server in &servers {
-        match ctx.gw.open_session(&ctx.client.name, server, task.as_deref(), false).await {
+        match ctx
+            .gw
+            .open_session(&ctx.client.name, server, task.as_deref(), false)
+            .await
+        {
             Ok(session) => members.push(Member {
                 server: server.clone(),
                 session,

@@ -591,7 +591,8 @@ async fn post(
             )
             .id(msg.id().cloned().unwrap_or(Value::Null)));
         }
-        let task = initialize_task(ctx, &msg).map_err(|r| r.id(msg.id().cloned().unwrap_or(Value::Null)))?;
+        let task = initialize_task(ctx, &msg)
+            .map_err(|r| r.id(msg.id().cloned().unwrap_or(Value::Null)))?;
         (open_session(ctx, task.as_deref()).await?, true)
     } else {
         // any revision the gateway speaks is taken in the header (clients

@@ -146,11 +146,10 @@ impl Backend for Local {
         match self.parent(id) {
             Some(p) => {
                 let killed = p.kill_all();
-                p.remove()
-                    .map_err(|e| match killed {
-                        Err(k) => format!("{e} (killing: {k})"),
-                        Ok(()) => e.to_string(),
-                    })
+                p.remove().map_err(|e| match killed {
+                    Err(k) => format!("{e} (killing: {k})"),
+                    Ok(()) => e.to_string(),
+                })
             }
             None => Ok(()),
         }

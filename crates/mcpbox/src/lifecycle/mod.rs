@@ -77,7 +77,6 @@ pub struct ServerLife {
     pub audit: Arc<dyn Sink>,
 }
 
-
 /// The group name of shared servers.
 pub const SHARED: &str = "shared";
 
@@ -100,6 +99,8 @@ impl Shared {
 /// The lifecycle of every sandbox of one state directory.
 pub struct Lifecycle {
     shared: Arc<Shared>,
+    /// The state directory's salt for sandbox ids.
+    salt: String,
     servers: HashMap<String, ServerLife>,
     map: Mutex<HashMap<String, Arc<Sandbox>>>,
 }
@@ -156,6 +157,7 @@ impl Lifecycle {
     ) -> anyhow::Result<Arc<Lifecycle>> {
         workspace::private_dir(&state_dir.join("sandboxes"))?;
         let registry = Registry::open(&state_dir.join("sandboxes.db"))?;
+        let salt = registry.salt()?;
         let shared = Arc::new(Shared {
             registry: Mutex::new(registry),
             backend,
@@ -164,6 +166,7 @@ impl Lifecycle {
         });
         let life = Arc::new(Lifecycle {
             shared,
+            salt,
             servers,
             map: Mutex::new(HashMap::new()),
         });
@@ -207,7 +210,13 @@ impl Lifecycle {
             let left = backend.leftovers(&r.id);
             if !r.workspace.is_dir() {
                 lock(&self.shared.registry).remove(&r.id)?;
-                self.audit_lifecycle(&self.shared.audit, &r.id, &r.key, "cleaned", json!({"processes_killed": killed, "left": left, "why": "workspace missing"}));
+                self.audit_lifecycle(
+                    &self.shared.audit,
+                    &r.id,
+                    &r.key,
+                    "cleaned",
+                    json!({"processes_killed": killed, "left": left, "why": "workspace missing"}),
+                );
                 continue;
             }
             let was = r.state;
@@ -260,7 +269,7 @@ impl Lifecycle {
             server: life.group.clone(),
             task: task.map(String::from),
         };
-        let id = key.id();
+        let id = key.id(&self.salt);
         let sb = {
             let mut map = lock(&self.map);
             match map.get(&id) {
@@ -310,7 +319,12 @@ impl Lifecycle {
         let backend = &self.shared.backend;
         let existing = lock(&self.shared.registry).get(id)?;
         let (ws, created_ms, template, state) = match existing {
-            Some(r) => (Workspace::at(r.workspace), r.created_ms, r.template, r.state),
+            Some(r) => (
+                Workspace::at(r.workspace),
+                r.created_ms,
+                r.template,
+                r.state,
+            ),
             None => {
                 let ws = Workspace::at(self.sandboxes_dir().join(id));
                 let now = mcpbox_audit::now_ms();
@@ -676,14 +690,9 @@ fn export(
     }
     let listed = mcpbox_lifecycle::artifacts::list(&ws.output(), &patterns, max_size)
         .map_err(|e| e.to_string())?;
-    let out = mcpbox_lifecycle::artifacts::export(
-        &ws.output(),
-        &patterns,
-        max_size,
-        allow_large,
-        dest,
-    )
-    .map_err(|e| e.to_string())?;
+    let out =
+        mcpbox_lifecycle::artifacts::export(&ws.output(), &patterns, max_size, allow_large, dest)
+            .map_err(|e| e.to_string())?;
     for a in &out {
         let mut e = event(Kind::Artifact);
         e.sandbox_id = id.to_string();
@@ -786,7 +795,13 @@ impl Sandbox {
             State::Created => "created",
             State::Destroyed => "destroyed",
         };
-        audit_lifecycle(&self.audit, &self.id, &self.key, action, json!({"why": why}));
+        audit_lifecycle(
+            &self.audit,
+            &self.id,
+            &self.key,
+            action,
+            json!({"why": why}),
+        );
     }
 
     /// Whether its workspace's input is its own copy of a template.
@@ -924,7 +939,13 @@ impl Sandbox {
         match g.state {
             State::Paused => return Ok(()),
             State::Running => {}
-            s => return Err(format!("sandbox {} is {}: nothing runs to pause", self.id, s.as_str())),
+            s => {
+                return Err(format!(
+                    "sandbox {} is {}: nothing runs to pause",
+                    self.id,
+                    s.as_str()
+                ))
+            }
         }
         if self.freezer.is_none() {
             return Err(format!(
@@ -1041,7 +1062,12 @@ impl Control for Lifecycle {
         Ok(sb.info())
     }
 
-    fn snapshot(&self, id: &str, archive: &Path, include_tmp: bool) -> Result<SnapshotInfo, String> {
+    fn snapshot(
+        &self,
+        id: &str,
+        archive: &Path,
+        include_tmp: bool,
+    ) -> Result<SnapshotInfo, String> {
         let ws = self.workspace_of(id)?;
         // frozen while it is read, so the archive is one moment's state
         let live = self.get(id).ok();
@@ -1095,7 +1121,7 @@ impl Control for Lifecycle {
             server: life.group.clone(),
             task: task.map(String::from),
         };
-        let id = key.id();
+        let id = key.id(&self.salt);
         let map = lock(&self.map);
         if map.contains_key(&id) || self.record(&id).is_ok() {
             return Err(format!(

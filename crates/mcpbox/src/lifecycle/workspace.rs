@@ -73,8 +73,8 @@ pub fn private_dir(dir: &Path) -> anyhow::Result<()> {
 /// from it, and nothing needs one. The copy is read-only inside the
 /// sandbox (`/workspace/input`), so it is made readable by all.
 pub fn copy_template(from: &Path, to: &Path) -> anyhow::Result<u64> {
-    let meta = fs::symlink_metadata(from)
-        .with_context(|| format!("template base {}", from.display()))?;
+    let meta =
+        fs::symlink_metadata(from).with_context(|| format!("template base {}", from.display()))?;
     if !meta.is_dir() {
         bail!("template base {} is not a directory", from.display());
     }

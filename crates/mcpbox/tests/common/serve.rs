@@ -127,11 +127,7 @@ impl Gateway {
     }
 
     /// A gateway on `config` with `env` added to its environment.
-    pub fn start_config_env(
-        dir: tempfile::TempDir,
-        config: &str,
-        env: &[(&str, &str)],
-    ) -> Gateway {
+    pub fn start_config_env(dir: tempfile::TempDir, config: &str, env: &[(&str, &str)]) -> Gateway {
         let path = dir.path().join("serve.toml");
         std::fs::write(&path, config).unwrap();
         let mut child = Command::new(super::mcpbox())
@@ -231,7 +227,10 @@ impl Gateway {
             self.stderr()
         );
         serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-            panic!("mcpbox {a:?}: not JSON ({e}): {}", String::from_utf8_lossy(&out.stdout))
+            panic!(
+                "mcpbox {a:?}: not JSON ({e}): {}",
+                String::from_utf8_lossy(&out.stdout)
+            )
         })
     }
 

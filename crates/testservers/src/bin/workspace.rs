@@ -29,7 +29,11 @@ impl Server for Workspace {
     fn tools(&mut self) -> Vec<Value> {
         let path = json!({"path": {"type": "string"}});
         vec![
-            tool("count", "Adds one to an in-memory counter and returns it.", json!({})),
+            tool(
+                "count",
+                "Adds one to an in-memory counter and returns it.",
+                json!({}),
+            ),
             tool(
                 "write",
                 "Writes text to a path.",
@@ -48,7 +52,11 @@ impl Server for Workspace {
                 "Makes a hardlink at path of target.",
                 json!({"path": {"type": "string"}, "target": {"type": "string"}}),
             ),
-            tool("mkfifo", "Makes a fifo at path (with the mkfifo program).", path),
+            tool(
+                "mkfifo",
+                "Makes a fifo at path (with the mkfifo program).",
+                path,
+            ),
         ]
     }
 

@@ -368,7 +368,11 @@ fn host_leaving_a_parked_session_ends_it_without_a_server() {
     t.server_dies(0);
     assert_eq!(
         t.on(Event::Host(Line::Eof)),
-        s(&["audit ServerExit server.stopped", "audit SessionEnd", "end HostClosed"])
+        s(&[
+            "audit ServerExit server.stopped",
+            "audit SessionEnd",
+            "end HostClosed"
+        ])
     );
     assert!(t.s.is_ended());
 }
