@@ -141,11 +141,78 @@ pub fn run(loaded: Loaded, mut spec: Spec) -> anyhow::Result<i32> {
         server: loaded.policy.name().to_string(),
     };
     let _proxy = crate::egress::for_policy(&loaded, audit.clone(), ids, &mut spec, &approver)?;
-    let config = relay_config(&loaded, spec.output.clone(), sandbox_id, workspace_id)?;
+    let output = spec.output.clone();
+    let config = relay_config(
+        &loaded,
+        spec.output.clone(),
+        sandbox_id.clone(),
+        workspace_id.clone(),
+    )?;
     let relay = Relay::new(config, Box::new(SandboxLauncher { spec, current }));
     approver.connect(relay.host_asker());
+    let sink: Arc<dyn mcpbox_audit::Sink> = audit.clone();
     let outcome = with_policy(relay, &loaded, audit)?
         .run(Box::new(std::io::stdin()), Box::new(std::io::stdout()))
         .context("relay")?;
+    if let Some(dir) = output {
+        report_special_files(&dir, &sink, &loaded, &sandbox_id, &workspace_id);
+    }
     Ok(outcome.server_exit.map_or(0, |e| e.status()))
+}
+
+/// Most special files named one by one on stderr.
+const SPECIAL_SHOWN: usize = 20;
+
+/// `run` writes to the host's output directory directly (one host, its
+/// own directory): what the server left there that is not a plain file
+/// (a symlink, a hardlink, a fifo, a socket, a device) is reported on
+/// stderr and audited (`flag`, `output.special_file`), so the host does
+/// not meet it unwarned. Under `serve`, only artifacts leave at all.
+fn report_special_files(
+    dir: &std::path::Path,
+    audit: &Arc<dyn mcpbox_audit::Sink>,
+    loaded: &Loaded,
+    sandbox_id: &str,
+    workspace_id: &str,
+) {
+    let all = vec!["**".to_string()];
+    let listed = match mcpbox_lifecycle::artifacts::list(dir, &all, u64::MAX) {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::warn!("cannot check {} for special files: {e}", dir.display());
+            return;
+        }
+    };
+    let special: Vec<_> = listed
+        .into_iter()
+        .filter(|a| a.refused.is_some())
+        .collect();
+    if special.is_empty() {
+        return;
+    }
+    eprintln!(
+        "mcpbox: the server left {} special file(s) in {} (not plain files; check before you use them):",
+        special.len(),
+        dir.display()
+    );
+    for a in special.iter().take(SPECIAL_SHOWN) {
+        eprintln!(
+            "mcpbox:   {}: {}",
+            mcpbox_lifecycle::render::escape(&a.path),
+            mcpbox_lifecycle::render::escape(a.refused.as_deref().unwrap_or(""))
+        );
+    }
+    let mut e = mcpbox_audit::Event {
+        kind: Some(mcpbox_audit::Kind::Flag),
+        sandbox_id: sandbox_id.to_string(),
+        workspace_id: workspace_id.to_string(),
+        server: loaded.policy.name().to_string(),
+        reason: Some(mcpbox_policy::Reason::OutputSpecialFile.as_str().into()),
+        ..Default::default()
+    };
+    e.detail = serde_json::json!({
+        "count": special.len(),
+        "files": special.iter().take(100).map(|a| serde_json::json!({"path": a.path, "why": a.refused})).collect::<Vec<_>>(),
+    });
+    audit.record(e);
 }

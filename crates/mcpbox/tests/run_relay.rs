@@ -413,3 +413,32 @@ fn requests_piped_with_eof_right_behind_them_are_all_answered() {
     let denied = by_id(3).unwrap();
     assert_eq!(denied["result"]["isError"], json!(true), "{denied}");
 }
+
+#[test]
+fn special_files_a_server_leaves_in_output_are_reported_and_audited() {
+    let ws = server_ws("workspace");
+    let p = policy(&ws, "[tools]\ndefault = \"allow\"\n");
+    let mut s = start(&ws, &p, "workspace", &[]);
+    s.initialize();
+    let o = "/workspace/output";
+    for (tool, args) in [
+        ("write", json!({"path": format!("{o}/plain.txt"), "text": "fine"})),
+        ("symlink", json!({"path": format!("{o}/key"), "target": "/root/.ssh/id_ed25519"})),
+        ("mkfifo", json!({"path": format!("{o}/pipe")})),
+        ("hardlink", json!({"path": format!("{o}/twin"), "target": format!("{o}/plain.txt")})),
+    ] {
+        let r = s.call(tool, args);
+        assert!(r.get("error").is_none() && r["result"]["isError"] != json!(true), "{tool}: {r}");
+    }
+    let (status, stderr) = s.finish();
+    assert!(status.success(), "{stderr}");
+    for name in ["key", "pipe", "twin"] {
+        assert!(stderr.contains(&format!("  {name}: ")), "{name} not reported:\n{stderr}");
+    }
+    let audit = audit_json(&ws);
+    let flag = audit
+        .iter()
+        .find(|e| e["reason"] == "output.special_file")
+        .unwrap_or_else(|| panic!("no flag record: {audit:?}"));
+    assert!(flag["detail"]["count"].as_u64().unwrap() >= 3, "{flag}");
+}

@@ -599,8 +599,18 @@ fn clients_workspaces_are_isolated() {
         json!({"path": "/workspace/output/bob.txt", "text": "bob's"}),
     );
     assert!(text_of(&r).starts_with("wrote"), "{r}");
-    let ws = gw.state().join("workspaces");
-    let of = |c: &str| common::serve::files_under(&ws.join(c).join("plain").join("output"));
+    // each client's sandbox has a workspace of its own
+    let sandboxes = gw.cli_json(&["sandboxes", "list"]);
+    let of = |c: &str| {
+        let sb = sandboxes
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["agent"] == c)
+            .unwrap_or_else(|| panic!("no sandbox of {c}: {sandboxes}"));
+        let ws = std::path::PathBuf::from(sb["workspace"].as_str().unwrap());
+        common::serve::files_under(&ws.join("output"))
+    };
     let names = |c: &str| -> Vec<String> {
         of(c)
             .iter()

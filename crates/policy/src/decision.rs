@@ -158,6 +158,8 @@ reasons! {
     ServerInvalidJson = "server.invalid_json", "the server wrote a line to stdout that is not a JSON-RPC object; dropped";
     ServerLineTooLong = "server.line_too_long", "the server wrote a line longer than `output.max_line`; dropped";
     ServerLineCompacted = "server.line_compacted", "the server wrote an over-long line whose long strings were cut to fit";
+    ArtifactRefused = "artifact.refused", "a file of a sandbox's output matched `[artifacts] patterns` but was not exported: not a regular file with one link, inside output, within `max_size` (or not approved)";
+    OutputSpecialFile = "output.special_file", "`mcpbox run`: the server left a symlink, hardlink, fifo, socket or device in the output directory (reported, not removed)";
     RedactionSecret = "redaction.secret", "a secret's value (or an encoding of it) was replaced in the server's output";
     // ---- credential shapes found in results
     CredentialGithubPat = "credential.github_pat", "a GitHub fine-grained personal access token";

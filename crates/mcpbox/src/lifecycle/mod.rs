@@ -712,7 +712,7 @@ fn export(
         e.workspace_id = id.to_string();
         e.server = key.server.clone();
         e.caller = key.agent.clone();
-        e.reason = Some("artifact.refused".into());
+        e.reason = Some(mcpbox_policy::Reason::ArtifactRefused.as_str().into());
         e.detail = json!({"action": "refused", "path": a.path, "size": a.size, "why": a.refused});
         audit.record(e);
     }
