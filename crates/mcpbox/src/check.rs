@@ -107,6 +107,29 @@ fn check_serve(file: &Path) -> ExitCode {
             }
         }
     }
+    for (i, t) in config.templates.iter().enumerate() {
+        let (key, path, want_dir) = match &t.base {
+            serve::TemplateBase::Dir(p) => ("base", p, true),
+            serve::TemplateBase::Snapshot(p) => ("snapshot", p, false),
+        };
+        let ok = std::fs::metadata(path).is_ok_and(|m| m.is_dir() == want_dir);
+        if !ok {
+            let what = if want_dir { "a directory" } else { "a file" };
+            eprintln!(
+                "mcpbox: templates[{i}] ({}): {key}: {} is not {what}: make it, or fix the path",
+                t.name,
+                path.display()
+            );
+            failed = true;
+        } else if !want_dir {
+            // a snapshot template is checked whole, as restore would
+            let limits = mcpbox_lifecycle::snapshot::Limits::default();
+            if let Err(e) = mcpbox_lifecycle::snapshot::verify(path, &limits) {
+                eprintln!("mcpbox: templates[{i}] ({}): snapshot: {e}", t.name);
+                failed = true;
+            }
+        }
+    }
     if failed {
         return ExitCode::from(1);
     }

@@ -183,10 +183,7 @@ fn report_special_files(
             return;
         }
     };
-    let special: Vec<_> = listed
-        .into_iter()
-        .filter(|a| a.refused.is_some())
-        .collect();
+    let special: Vec<_> = listed.into_iter().filter(|a| a.refused.is_some()).collect();
     if special.is_empty() {
         return;
     }

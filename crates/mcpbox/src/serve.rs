@@ -240,15 +240,20 @@ fn server_life(
                 .iter()
                 .find(|t| &t.name == name)
                 .with_context(|| format!("servers ({}): no template {name}", s.name))?;
-            let path = match &t.base {
-                mcpbox_policy::serve::TemplateBase::Dir(p)
-                | mcpbox_policy::serve::TemplateBase::Snapshot(p) => p,
-            };
-            if !path.exists() {
-                bail!(
-                    "templates ({name}): {} does not exist: make the template's base, or fix the path",
-                    path.display()
-                );
+            match &t.base {
+                mcpbox_policy::serve::TemplateBase::Dir(p) => {
+                    if !p.is_dir() {
+                        bail!(
+                            "templates ({name}): base: {} is not a directory: make the template's base, or fix the path",
+                            p.display()
+                        );
+                    }
+                }
+                mcpbox_policy::serve::TemplateBase::Snapshot(p) => {
+                    let limits = mcpbox_lifecycle::snapshot::Limits::default();
+                    mcpbox_lifecycle::snapshot::verify(p, &limits)
+                        .map_err(|e| anyhow::anyhow!("templates ({name}): snapshot: {e}"))?;
+                }
             }
             Some((name.clone(), t.base.clone()))
         }

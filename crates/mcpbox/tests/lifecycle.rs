@@ -781,3 +781,135 @@ fn the_control_socket_is_private_and_says_when_no_gateway_runs() {
     let out = gw.cli(&["sandboxes", "destroy", "../../etc"]);
     assert!(!out.status.success());
 }
+
+/// The standard config with server `ws` made from template `t` (whose
+/// `[[templates]]` entry is `template`) instead of naming its policy.
+fn template_config(dir: &Path, template: &str) -> String {
+    let plain = config(dir, "", "", "");
+    let policy_line = format!("policy = \"{}\"\n", dir.join("ws.toml").display());
+    let with = plain.replace(&policy_line, "template = \"t\"\n");
+    format!(
+        "{with}\n[[templates]]\nname = \"t\"\npolicy = \"{}\"\n{template}\n",
+        dir.join("ws.toml").display()
+    )
+}
+
+#[test]
+fn a_template_gives_each_agent_its_own_copy_never_the_template() {
+    let dir = tempfile::Builder::new()
+        .prefix("mcpbox-life-")
+        .tempdir()
+        .unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let base = dir.path().join("template");
+    std::fs::create_dir(&base).unwrap();
+    std::fs::create_dir(base.join("sub")).unwrap();
+    std::fs::write(base.join("seed.txt"), "seed").unwrap();
+    std::fs::write(base.join("sub/deep.txt"), "deep").unwrap();
+    std::os::unix::fs::symlink("/etc/passwd", base.join("link")).unwrap();
+    for d in [&base, &base.join("sub")] {
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let config = template_config(dir.path(), &format!("base = \"{}\"", base.display()));
+    let gw = Gateway::start_config(dir, &config);
+    let mut a = session(&gw, ALICE);
+    let mut b = session(&gw, BOB);
+    for m in [&mut a, &mut b] {
+        assert_eq!(
+            call(m, "read", json!({"path": "/workspace/input/seed.txt"})),
+            "seed"
+        );
+        assert_eq!(
+            call(m, "read", json!({"path": "/workspace/input/sub/deep.txt"})),
+            "deep"
+        );
+        // read-only inside, and a link in a template is not copied
+        call_fails(
+            m,
+            "write",
+            json!({"path": "/workspace/input/seed.txt", "text": "mine"}),
+        );
+        assert!(!call(m, "ls", json!({"path": "/workspace/input"})).contains("link"));
+    }
+    let (sa, sb) = (sandbox_of(&gw, "alice"), sandbox_of(&gw, "bob"));
+    assert_eq!(sa["template"], "t");
+    let input_a = PathBuf::from(sa["workspace"].as_str().unwrap()).join("input");
+    let input_b = PathBuf::from(sb["workspace"].as_str().unwrap()).join("input");
+    assert_ne!(input_a, input_b);
+    assert!(input_a.join("seed.txt").is_file() && input_b.join("seed.txt").is_file());
+    assert_eq!(
+        std::fs::read_to_string(base.join("seed.txt")).unwrap(),
+        "seed"
+    );
+}
+
+#[test]
+fn a_snapshot_promoted_to_a_template_seeds_new_workspaces() {
+    // a sandbox's work...
+    let gw = gateway("", "", &[]);
+    let mut a = session(&gw, ALICE);
+    call(
+        &mut a,
+        "write",
+        json!({"path": "/workspace/output/result.txt", "text": "done"}),
+    );
+    let id = sandbox_of(&gw, "alice")["id"].as_str().unwrap().to_string();
+    let keep = tempfile::tempdir().unwrap();
+    let archive = keep.path().join("work.tar.gz");
+    snapshot(&gw, &id, &archive, false);
+    drop(a);
+    drop(gw);
+    // ...is the next gateway's template: its output is their input
+    let dir = tempfile::Builder::new()
+        .prefix("mcpbox-life-")
+        .tempdir()
+        .unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(keep.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let config = template_config(dir.path(), &format!("snapshot = \"{}\"", archive.display()));
+    // (checked whole at start, as `mcpbox check` does: see below)
+    let gw = Gateway::start_config(dir, &config);
+    let mut b = session(&gw, BOB);
+    assert_eq!(
+        call(
+            &mut b,
+            "read",
+            json!({"path": "/workspace/input/result.txt"})
+        ),
+        "done"
+    );
+    assert_eq!(call(&mut b, "ls", json!({"path": "/workspace/output"})), "");
+}
+
+#[test]
+fn check_refuses_a_template_whose_base_is_missing_or_whose_snapshot_is_crafted() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = template_config(dir.path(), "base = \"no-such-dir\"");
+    std::fs::write(dir.path().join("serve.toml"), &missing).unwrap();
+    let out = std::process::Command::new(common::mcpbox())
+        .arg("check")
+        .arg(dir.path().join("serve.toml"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("templates[0] (t): base") && err.contains("no-such-dir"),
+        "{err}"
+    );
+    let bad = crafted(
+        dir.path(),
+        "bad.tar.gz",
+        "    add(t, 'MANIFEST.json', manifest([]))\n    add(t, 'output/passwd', kind='symlink', link='/etc/passwd')",
+    );
+    let text = template_config(dir.path(), &format!("snapshot = \"{}\"", bad.display()));
+    std::fs::write(dir.path().join("serve.toml"), &text).unwrap();
+    let out = std::process::Command::new(common::mcpbox())
+        .arg("check")
+        .arg(dir.path().join("serve.toml"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("templates[0] (t): snapshot"), "{err}");
+}

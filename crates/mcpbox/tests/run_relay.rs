@@ -422,18 +422,33 @@ fn special_files_a_server_leaves_in_output_are_reported_and_audited() {
     s.initialize();
     let o = "/workspace/output";
     for (tool, args) in [
-        ("write", json!({"path": format!("{o}/plain.txt"), "text": "fine"})),
-        ("symlink", json!({"path": format!("{o}/key"), "target": "/root/.ssh/id_ed25519"})),
+        (
+            "write",
+            json!({"path": format!("{o}/plain.txt"), "text": "fine"}),
+        ),
+        (
+            "symlink",
+            json!({"path": format!("{o}/key"), "target": "/root/.ssh/id_ed25519"}),
+        ),
         ("mkfifo", json!({"path": format!("{o}/pipe")})),
-        ("hardlink", json!({"path": format!("{o}/twin"), "target": format!("{o}/plain.txt")})),
+        (
+            "hardlink",
+            json!({"path": format!("{o}/twin"), "target": format!("{o}/plain.txt")}),
+        ),
     ] {
         let r = s.call(tool, args);
-        assert!(r.get("error").is_none() && r["result"]["isError"] != json!(true), "{tool}: {r}");
+        assert!(
+            r.get("error").is_none() && r["result"]["isError"] != json!(true),
+            "{tool}: {r}"
+        );
     }
     let (status, stderr) = s.finish();
     assert!(status.success(), "{stderr}");
     for name in ["key", "pipe", "twin"] {
-        assert!(stderr.contains(&format!("  {name}: ")), "{name} not reported:\n{stderr}");
+        assert!(
+            stderr.contains(&format!("  {name}: ")),
+            "{name} not reported:\n{stderr}"
+        );
     }
     let audit = audit_json(&ws);
     let flag = audit

@@ -541,7 +541,14 @@ impl Lifecycle {
         if ws.root.exists() {
             t.left.push(format!("file {}", ws.root.display()));
         }
-        if let Err(e) = lock(&self.shared.registry).remove(id) {
+        // clean: the record goes; not clean: it stays (stopped), so that
+        // `destroy` can be asked again and the next start tries again
+        let kept = if t.clean() {
+            lock(&self.shared.registry).remove(id)
+        } else {
+            lock(&self.shared.registry).set_state(id, State::Stopped, mcpbox_audit::now_ms())
+        };
+        if let Err(e) = kept {
             t.left.push(e.to_string());
         }
         lock(&self.map).remove(id);

@@ -33,7 +33,11 @@ impl Workspace {
     /// has), with the modes and owners the sandbox needs.
     pub fn ensure(&self) -> anyhow::Result<()> {
         private_dir(&self.root)?;
+        // input is read-only inside and must be readable by the sandbox's
+        // user; the 0700 root above keeps other host users out
         private_dir(&self.input())?;
+        fs::set_permissions(self.input(), fs::Permissions::from_mode(0o755))
+            .with_context(|| format!("chmod {}", self.input().display()))?;
         for dir in [self.output(), self.tmp()] {
             private_dir(&dir)?;
             if crate::preflight::is_root() {
