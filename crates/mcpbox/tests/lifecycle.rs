@@ -913,3 +913,135 @@ fn check_refuses_a_template_whose_base_is_missing_or_whose_snapshot_is_crafted()
     assert!(!out.status.success(), "{err}");
     assert!(err.contains("templates[0] (t): snapshot"), "{err}");
 }
+
+#[test]
+fn idle_destroy_exports_artifacts_revokes_secrets_and_leaves_nothing() {
+    let dir = tempfile::Builder::new()
+        .prefix("mcpbox-life-")
+        .tempdir()
+        .unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let marker = dir.path().join("revoked");
+    // the revoke command records the name and a digest of the value it got
+    let policy = format!(
+        "[artifacts]\npatterns = [\"*.md\"]\n[secrets.API_TOKEN]\nfrom_env = \"LIFE_TOKEN\"\nrevoke = [\"/bin/sh\", \"-c\", \"printf '%s %s' \\\"$MCPBOX_SECRET_NAME\\\" \\\"$(printf %s \\\"$MCPBOX_SECRET_VALUE\\\" | sha256sum | cut -c1-16)\\\" > {}\"]\n",
+        marker.display()
+    );
+    let config = config(
+        dir.path(),
+        "pause = \"off\"\nstop = \"off\"\ndestroy = \"2s\"",
+        &policy,
+        "",
+    );
+    let gw = Gateway::start_config_env(dir, &config, &[("LIFE_TOKEN", "tok-5e1f-value")]);
+    let mut a = session(&gw, ALICE);
+    call(
+        &mut a,
+        "write",
+        json!({"path": "/workspace/output/report.md", "text": "# report"}),
+    );
+    call(
+        &mut a,
+        "write",
+        json!({"path": "/workspace/output/scratch.bin", "text": "no"}),
+    );
+    let id = sandbox_of(&gw, "alice")["id"].as_str().unwrap().to_string();
+    let ws = PathBuf::from(sandbox_of(&gw, "alice")["workspace"].as_str().unwrap());
+    let events = gw.audit_until("the idle teardown", |e| {
+        e["kind"] == "lifecycle" && e["detail"]["action"] == "destroyed"
+    });
+    let done = events
+        .iter()
+        .find(|e| e["kind"] == "lifecycle" && e["detail"]["action"] == "destroyed")
+        .unwrap();
+    assert_eq!(done["detail"]["why"], "idle.destroy", "{done}");
+    assert_eq!(done["detail"]["clean"], true, "{done}");
+    assert_eq!(done["detail"]["exported"], 1, "{done}");
+    assert_eq!(done["detail"]["revoked"][0]["outcome"], "ok", "{done}");
+    // only the artifact came out, with its digest audited
+    let out = gw.state().join("artifacts").join(&id);
+    let copies = common::serve::files_under(&out);
+    assert_eq!(copies.len(), 1, "{copies:?}");
+    assert!(copies[0].ends_with("report.md"));
+    assert!(events.iter().any(|e| e["kind"] == "artifact"
+        && e["detail"]["path"] == "report.md"
+        && e["detail"]["sha256"].is_string()));
+    // the revoke command saw the name and the value (never audited)
+    let want = {
+        use std::io::Write;
+        let mut c = std::process::Command::new("sha256sum")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        c.stdin
+            .take()
+            .unwrap()
+            .write_all(b"tok-5e1f-value")
+            .unwrap();
+        String::from_utf8(c.wait_with_output().unwrap().stdout).unwrap()[..16].to_string()
+    };
+    assert_eq!(
+        std::fs::read_to_string(&marker).unwrap(),
+        format!("API_TOKEN {want}")
+    );
+    assert!(!events
+        .iter()
+        .any(|e| e.to_string().contains("tok-5e1f-value")));
+    // nothing of it is left
+    assert!(!ws.exists());
+    assert_no_processes(&id);
+    assert!(cgroup_dirs(&id).is_empty());
+    assert!(sandboxes(&gw).is_empty());
+    // the session it had is gone; a new one starts afresh
+    let msg = a.message("tools/call", json!({"name": "count", "arguments": {}}));
+    let r = a.post(&msg);
+    assert_eq!(r.status, 404, "{}", r.text());
+    let mut a = session(&gw, ALICE);
+    assert_eq!(call(&mut a, "ls", json!({"path": "/workspace/output"})), "");
+}
+
+#[test]
+fn shared_servers_of_one_agent_share_a_workspace_and_other_agents_do_not() {
+    let dir = tempfile::Builder::new()
+        .prefix("mcpbox-life-")
+        .tempdir()
+        .unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut config = config(dir.path(), "", "", "placement = \"shared\"");
+    let server = dir.path().join("bin/workspace");
+    config.push_str(&format!(
+        "[[servers]]\nname = \"ws2\"\npolicy = \"{}\"\ncommand = [\"{}\"]\nplacement = \"shared\"\n",
+        dir.path().join("ws.toml").display(),
+        server.display()
+    ));
+    let gw = Gateway::start_config(dir, &config);
+    let mut a1 = session(&gw, ALICE);
+    let mut a2 = gw.mcp("ws2", Some(ALICE));
+    a2.initialize();
+    call(
+        &mut a1,
+        "write",
+        json!({"path": "/workspace/output/from-ws.txt", "text": "shared"}),
+    );
+    assert_eq!(
+        call(
+            &mut a2,
+            "read",
+            json!({"path": "/workspace/output/from-ws.txt"})
+        ),
+        "shared"
+    );
+    let mut b = gw.mcp("ws2", Some(BOB));
+    b.initialize();
+    call_fails(
+        &mut b,
+        "read",
+        json!({"path": "/workspace/output/from-ws.txt"}),
+    );
+    let all = sandboxes(&gw);
+    let alice: Vec<&Value> = all.iter().filter(|s| s["agent"] == "alice").collect();
+    assert_eq!(alice.len(), 1, "{all:?}");
+    assert_eq!(alice[0]["server"], "shared");
+    assert_eq!(alice[0]["sessions"], 2);
+}

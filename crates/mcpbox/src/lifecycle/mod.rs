@@ -519,10 +519,23 @@ impl Lifecycle {
             .join("artifacts")
             .join(id)
             .join(mcpbox_audit::now_ms().to_string());
+        // an export that fails keeps the workspace: no artifact is lost to
+        // a teardown (the record stays for another try)
+        let mut keep_workspace = false;
         if rules.iter().any(|(p, _)| !p.is_empty()) {
-            match export(&ws, &rules, false, &dest, &audit, id, &key) {
+            let made = dest
+                .parent()
+                .map_or(Ok(()), workspace::private_dir)
+                .map_err(|e| format!("{e:#}"));
+            match made.and_then(|()| export(&ws, &rules, false, &dest, &audit, id, &key)) {
                 Ok(list) => t.exported = list,
-                Err(e) => t.left.push(format!("artifacts not exported: {e}")),
+                Err(e) => {
+                    keep_workspace = true;
+                    t.left.push(format!(
+                        "artifacts not exported ({e}); the workspace {} is kept",
+                        ws.root.display()
+                    ));
+                }
             }
         }
         for (name, source, argv) in &revoke {
@@ -532,13 +545,15 @@ impl Lifecycle {
         if let Err(e) = backend.destroy(id) {
             t.left.push(e);
         }
-        if let Err(e) = ws.remove() {
-            t.left.push(format!("{e:#}"));
+        if !keep_workspace {
+            if let Err(e) = ws.remove() {
+                t.left.push(format!("{e:#}"));
+            }
         }
         // checked from the host: nothing of it may be left
         t.left.extend(backend.leftovers(id));
         t.left.extend(workspace::mounts_under(&ws.root));
-        if ws.root.exists() {
+        if ws.root.exists() && !keep_workspace {
             t.left.push(format!("file {}", ws.root.display()));
         }
         // clean: the record goes; not clean: it stays (stopped), so that
