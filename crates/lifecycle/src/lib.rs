@@ -26,6 +26,7 @@ pub mod artifacts;
 pub mod control;
 pub mod glob;
 pub mod id;
+#[cfg(feature = "registry")]
 pub mod registry;
 pub mod render;
 pub mod snapshot;

@@ -174,12 +174,26 @@ pub fn sandboxes(action: SandboxAction, common: &Common) -> ExitCode {
             )
         }
         SandboxAction::Destroy { id } => {
-            let code = call(
-                common,
-                Request::Destroy { id: id.clone() },
-                |t: &Teardown| render::teardown(t),
-            );
-            code
+            // a teardown that left something behind is a failure: exit 1
+            let req = Request::Destroy { id };
+            match control::call_as::<Teardown>(&socket(common), &req) {
+                Ok(t) => {
+                    if common.json {
+                        println!("{}", serde_json::to_string_pretty(&t).unwrap_or_default());
+                    } else {
+                        print!("{}", render::teardown(&t));
+                    }
+                    if t.clean() {
+                        ExitCode::SUCCESS
+                    } else {
+                        ExitCode::from(1)
+                    }
+                }
+                Err(e) => {
+                    eprintln!("mcpbox: {e}");
+                    ExitCode::from(1)
+                }
+            }
         }
     }
 }

@@ -486,10 +486,11 @@ fn snapshot_restores_with_identical_digests_and_teardown_leaves_nothing() {
     assert!(String::from_utf8_lossy(&out2.stderr).contains("exists"));
 }
 
-/// A gzip tar of `entries` (python's tarfile, so the test does not use
-/// the code under test to craft them): each is (name, kind, data or
-/// link target); a manifest is made for the `file` entries unless
-/// `manifest` is given.
+/// A gzip tar made by `script` (python's tarfile, so the test does not use
+/// the code under test to craft it), with helpers: `add(t, name, data,
+/// kind, link)` adds an entry (`file`, `dir`, `symlink`), `manifest(files)`
+/// a well-formed manifest (format `mcpbox-snapshot/1`, part `output`) of
+/// the `output` directory and the (name, data) files given.
 fn crafted(dir: &Path, name: &str, script: &str) -> PathBuf {
     let path = dir.join(name);
     let out = std::process::Command::new("python3")
@@ -500,15 +501,19 @@ import tarfile, io, json, hashlib, sys
 path = sys.argv[1]
 def add(t, name, data=b"", kind="file", link=""):
     i = tarfile.TarInfo(name)
+    i.mode = 0o644
     if kind == "file":
         i.size = len(data); t.addfile(i, io.BytesIO(data))
+    elif kind == "dir":
+        i.type = tarfile.DIRTYPE; i.mode = 0o755; t.addfile(i)
     elif kind == "symlink":
         i.type = tarfile.SYMTYPE; i.linkname = link; t.addfile(i)
-def manifest(entries):
-    return json.dumps({{"version": 1, "entries": [
-        {{"path": n, "kind": "file", "size": len(d), "mode": 0o644, "sha256": hashlib.sha256(d).hexdigest()}}
-        for n, d in entries]}}).encode()
-with tarfile.open(path, "w:gz") as t:
+def manifest(files):
+    entries = [{{"path": "output", "kind": "dir", "size": 0, "mode": "0755"}}]
+    entries += [{{"path": n, "kind": "file", "size": len(d), "mode": "0644",
+                 "sha256": hashlib.sha256(d).hexdigest()}} for n, d in files]
+    return json.dumps({{"format": "mcpbox-snapshot/1", "parts": ["output"], "entries": entries}}).encode()
+with tarfile.open(path, "w:gz", format=tarfile.GNU_FORMAT) as t:
 {script}
 "#
         ))
@@ -537,26 +542,55 @@ fn crafted_snapshots_are_refused_by_restore_with_nothing_written() {
     let real = gw.dir.path().join("real.tar.gz");
     snapshot(&gw, &id, &real, false);
     let dir = gw.dir.path();
+    // each case: the archive, and what the refusal must name (so a case
+    // refused for a lesser reason, a malformed manifest say, fails)
+    let head = "    add(t, 'output', kind='dir')\n";
     let cases = [
         (
+            "good.tar.gz",
+            format!("    add(t, 'MANIFEST.json', manifest([('output/a.txt', b'good')]))\n{head}    add(t, 'output/a.txt', b'good')"),
+            "",
+        ),
+        (
             "mismatch.tar.gz",
-            "    m = json.loads(manifest([('output/a.txt', b'good')]))\n    add(t, 'MANIFEST.json', json.dumps(m).encode())\n    add(t, 'output/a.txt', b'evil')",
+            format!("    add(t, 'MANIFEST.json', manifest([('output/a.txt', b'good')]))\n{head}    add(t, 'output/a.txt', b'evil')"),
+            "digest mismatch",
         ),
         (
             "dotdot.tar.gz",
-            "    add(t, 'MANIFEST.json', manifest([('output/../../x', b'x')]))\n    add(t, 'output/../../x', b'x')",
+            format!("    add(t, 'MANIFEST.json', manifest([('output/../../x', b'x')]))\n{head}    add(t, 'output/../../x', b'x')"),
+            "'..'",
         ),
         (
             "absolute.tar.gz",
-            "    add(t, 'MANIFEST.json', manifest([('/tmp/mcpbox-abs-x', b'x')]))\n    add(t, '/tmp/mcpbox-abs-x', b'x')",
+            format!("    add(t, 'MANIFEST.json', manifest([('/tmp/mcpbox-abs-x', b'x')]))\n{head}    add(t, '/tmp/mcpbox-abs-x', b'x')"),
+            "absolute",
         ),
         (
             "symlink.tar.gz",
-            "    add(t, 'MANIFEST.json', manifest([]))\n    add(t, 'output/passwd', kind='symlink', link='/etc/passwd')",
+            format!("    add(t, 'MANIFEST.json', manifest([]))\n{head}    add(t, 'output/passwd', kind='symlink', link='/etc/passwd')"),
+            "symlink",
         ),
     ];
-    for (name, script) in cases {
+    for (name, script, why) in &cases {
         let archive = crafted(dir, name, script);
+        if why.is_empty() {
+            // the well-formed one restores: the crafted ones differ from it
+            // only by their trick
+            let r = gw.cli_json(&[
+                "sandboxes",
+                "restore",
+                archive.to_str().unwrap(),
+                "--agent",
+                "bob",
+                "--server",
+                "ws",
+            ]);
+            let bob = r["id"].as_str().unwrap().to_string();
+            let t = gw.cli_json(&["sandboxes", "destroy", &bob]);
+            assert_eq!(t["left"], json!([]), "{t}");
+            continue;
+        }
         let out = gw.cli(&[
             "sandboxes",
             "restore",
@@ -900,7 +934,7 @@ fn check_refuses_a_template_whose_base_is_missing_or_whose_snapshot_is_crafted()
     let bad = crafted(
         dir.path(),
         "bad.tar.gz",
-        "    add(t, 'MANIFEST.json', manifest([]))\n    add(t, 'output/passwd', kind='symlink', link='/etc/passwd')",
+        "    add(t, 'MANIFEST.json', manifest([]))\n    add(t, 'output', kind='dir')\n    add(t, 'output/passwd', kind='symlink', link='/etc/passwd')",
     );
     let text = template_config(dir.path(), &format!("snapshot = \"{}\"", bad.display()));
     std::fs::write(dir.path().join("serve.toml"), &text).unwrap();
@@ -911,7 +945,10 @@ fn check_refuses_a_template_whose_base_is_missing_or_whose_snapshot_is_crafted()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{err}");
-    assert!(err.contains("templates[0] (t): snapshot"), "{err}");
+    assert!(
+        err.contains("templates[0] (t): snapshot") && err.contains("symlink"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -360,7 +360,7 @@ fn bad_task(why: String) -> Refusal {
         StatusCode::BAD_REQUEST,
         INVALID_REQUEST,
         Reason::HttpTaskInvalid,
-        &format!("Mcpbox-Task: {why}"),
+        format!("Mcpbox-Task: {why}"),
     )
 }
 

@@ -99,6 +99,12 @@ pub struct Open {
     pub metrics: Arc<Metrics>,
 }
 
+/// Called with a session's feed once it is attached ([`Opened::attached`]).
+pub type OnAttach = Box<dyn FnOnce(&HostFeed) + Send>;
+
+/// The stateless session of each (client, server, task).
+type StatelessKey = (String, String, Option<String>);
+
 /// A relay, ready to run, for one session.
 pub struct Opened {
     /// The relay, configured (caller, sandbox id, policy, audit, ...).
@@ -111,7 +117,7 @@ pub struct Opened {
     /// Called once with the session's feed when it is attached, before
     /// any message: the lifecycle parks, wakes and closes the session
     /// through it.
-    pub attached: Option<Box<dyn FnOnce(&HostFeed) + Send>>,
+    pub attached: Option<OnAttach>,
 }
 
 impl std::fmt::Debug for Opened {
@@ -186,7 +192,7 @@ pub struct Gateway {
     aggregates: Mutex<HashMap<String, Arc<aggregate::Aggregate>>>,
     /// The session that takes a client's requests of the stateless
     /// revision (2026-07-28) on a server: (client, server) → session id.
-    stateless: tokio::sync::Mutex<HashMap<(String, String, Option<String>), String>>,
+    stateless: tokio::sync::Mutex<HashMap<StatelessKey, String>>,
     next_id: std::sync::atomic::AtomicU64,
     stopping: AtomicBool,
     busy: Arc<AtomicUsize>,
