@@ -81,8 +81,9 @@ impl Sink for NullSink {
 /// session's own thread (calls must be quick; a thaw of a frozen cgroup
 /// is).
 pub trait Activity: Send + Sync {
-    /// A host message is about to be handled: a frozen server is thawed
-    /// here, before the message can reach it.
+    /// A host message (or the host's end) is about to be handled: a
+    /// frozen server is thawed here, before the message can reach it (or
+    /// the stop it causes).
     fn host_message(&self);
     /// After each event: whether anything is under way
     /// ([`crate::session::Session::busy`]) and whether the server is
@@ -513,7 +514,9 @@ impl Driver {
                     None => Event::Timer,
                 },
             };
-            let from_host = matches!(event, Event::Host(Line::Data(_)));
+            // any word from the host, its end included: a frozen server
+            // must be able to read a message, or to exit when told to
+            let from_host = matches!(event, Event::Host(_) | Event::HostGone);
             if let (true, Some(a)) = (from_host, &self.activity) {
                 a.host_message();
             }

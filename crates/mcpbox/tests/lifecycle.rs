@@ -354,6 +354,15 @@ fn paused_sandbox_uses_no_cpu_and_resumes_with_its_counter(version: &str) {
     let s = gw.cli_json(&["sandboxes", "resume", &id]);
     assert_eq!(s["state"], "running");
     assert_eq!(call(&mut a, "count", json!({})), "4");
+    // the client leaves while its sandbox is frozen: the server is thawed
+    // to be stopped (a frozen v1 task would not even die of SIGKILL)
+    gw.cli_json(&["sandboxes", "pause", &id]);
+    let r = a.send_with("DELETE", b"", |_| {});
+    assert!(r.status < 300, "{}", r.text());
+    let s = show_until(&gw, &id, "stopped with no process", |s| {
+        s["state"] == "stopped" && s["processes"] == 0 && s["sessions"] == 0
+    });
+    assert!(s["cpu_usec"].is_u64(), "{s}");
 }
 
 #[test]
