@@ -328,13 +328,37 @@ fn main() {
             a_parent_name_that_climbs_out_of_the_hierarchy_is_refused,
         ),
     ];
-    let filters: Vec<OsString> = std::env::args_os()
+    // The libtest command line, as far as `cargo test` and `cargo nextest`
+    // use it: `--list [--format terse] [--ignored]` lists the tests
+    // (`name: test` lines; none is ignored), `--exact NAME` runs exactly
+    // that one, other words filter by substring, other flags are ignored.
+    let args: Vec<String> = std::env::args_os()
         .skip(1)
-        .filter(|a| !a.to_string_lossy().starts_with('-'))
+        .map(|a| a.to_string_lossy().into_owned())
         .collect();
+    if args.iter().any(|a| a == "--list") {
+        if !args.iter().any(|a| a == "--ignored") {
+            for (name, _) in tests {
+                println!("{name}: test");
+            }
+        }
+        return;
+    }
+    let exact = args.iter().any(|a| a == "--exact");
+    let filters: Vec<&String> = args.iter().filter(|a| !a.starts_with('-')).collect();
+    let selected = |name: &str| {
+        filters.is_empty()
+            || filters.iter().any(|f| {
+                if exact {
+                    name == f.as_str()
+                } else {
+                    name.contains(f.as_str())
+                }
+            })
+    };
     let mut failed = Vec::new();
     for (name, test) in tests {
-        if !filters.is_empty() && !filters.iter().any(|f| name.contains(&*f.to_string_lossy())) {
+        if !selected(name) {
             continue;
         }
         println!("test {name} ...");
