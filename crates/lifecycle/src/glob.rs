@@ -10,113 +10,38 @@
 //! There is no escaping, no character class and no brace: a policy that
 //! needs them names the files. Matching is linear in the pattern times the
 //! path (no backtracking blow-up on `**/**/**` or `*a*a*a`), since the path
-//! comes from the sandbox and may be crafted.
+//! comes from the sandbox and may be crafted. The matcher is the policy
+//! crate's (`mcpbox_policy::artifact_patterns`), so what the policy loader
+//! accepts and what the export walk matches are one rule.
 
 /// Why a pattern is refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("artifact pattern {pattern:?}: {reason}")]
 pub struct PatternError {
     pub pattern: String,
-    pub reason: &'static str,
+    pub reason: String,
 }
 
-/// Checks a pattern from the policy: relative, no `..` or `.` segment, no
-/// empty segment (so no `//`, leading or trailing `/`), no NUL, and `**`
-/// only as a whole segment.
+/// Checks a pattern as the policy loader does (`mcpbox_policy`'s
+/// checker: one rule for both): relative, no `..` or `.` segment, no empty
+/// segment, no NUL, and `**` only as a whole segment.
 pub fn check_pattern(pattern: &str) -> Result<(), PatternError> {
-    let refuse = |reason| {
-        Err(PatternError {
-            pattern: pattern.to_string(),
-            reason,
-        })
-    };
-    if pattern.is_empty() {
-        return refuse("an empty pattern");
-    }
-    if pattern.starts_with('/') {
-        return refuse("an absolute pattern (patterns are relative to /workspace/output)");
-    }
-    if pattern.contains('\0') {
-        return refuse("a NUL in a pattern");
-    }
-    for seg in pattern.split('/') {
-        match seg {
-            "" => return refuse("an empty segment"),
-            "." => return refuse("a '.' segment"),
-            ".." => return refuse("a '..' segment"),
-            "**" => {}
-            s if s.contains("**") => return refuse("'**' is only a whole segment"),
-            _ => {}
-        }
-    }
-    Ok(())
+    mcpbox_policy::artifact_patterns::check(pattern).map_err(|(reason, _hint)| PatternError {
+        pattern: pattern.to_string(),
+        reason,
+    })
 }
 
 /// Whether `path` (relative, `/`-separated) matches `pattern`. A pattern
 /// that [`check_pattern`] refuses matches nothing.
 pub fn matches(pattern: &str, path: &str) -> bool {
-    check_pattern(pattern).is_ok() && match_segments(pattern, path, false)
+    mcpbox_policy::artifact_patterns::path_match(pattern, path)
 }
 
 /// Whether some path below the directory `dir` could match `pattern`:
 /// whether a walk has to look inside `dir`.
 pub fn may_contain(pattern: &str, dir: &str) -> bool {
-    check_pattern(pattern).is_ok() && match_segments(pattern, dir, true)
-}
-
-/// Dynamic programming over segments: `next[j]` is whether pattern
-/// segments `i..` match path segments `j..`. With `prefix`, running out of
-/// path while pattern remains is a (potential) match.
-fn match_segments(pattern: &str, path: &str, prefix: bool) -> bool {
-    let pat: Vec<&str> = pattern.split('/').collect();
-    let segs: Vec<&str> = if path.is_empty() {
-        Vec::new()
-    } else {
-        path.split('/').collect()
-    };
-    let n = segs.len();
-    // row for i = pat.len(): only the empty rest of the path matches
-    let mut next = vec![false; n + 1];
-    next[n] = true;
-    for i in (0..pat.len()).rev() {
-        let mut row = vec![false; n + 1];
-        row[n] = prefix || (pat[i] == "**" && next[n]);
-        for j in (0..n).rev() {
-            row[j] = if pat[i] == "**" {
-                // none of the path here, or one segment and stay on `**`
-                next[j] || row[j + 1]
-            } else {
-                match_segment(pat[i], segs[j]) && next[j + 1]
-            };
-        }
-        next = row;
-    }
-    next[0]
-}
-
-/// `*` and `?` within one segment, by the two-pointer method with one
-/// back-track point (linear for a single `*`, at most quadratic overall).
-fn match_segment(pat: &str, name: &str) -> bool {
-    let p: Vec<char> = pat.chars().collect();
-    let s: Vec<char> = name.chars().collect();
-    let (mut pi, mut si) = (0, 0);
-    let mut star: Option<(usize, usize)> = None;
-    while si < s.len() {
-        if pi < p.len() && (p[pi] == '?' || p[pi] == s[si]) {
-            pi += 1;
-            si += 1;
-        } else if pi < p.len() && p[pi] == '*' {
-            star = Some((pi, si));
-            pi += 1;
-        } else if let Some((sp, ss)) = star {
-            pi = sp + 1;
-            si = ss + 1;
-            star = Some((sp, ss + 1));
-        } else {
-            return false;
-        }
-    }
-    p[pi..].iter().all(|&c| c == '*')
+    mcpbox_policy::artifact_patterns::may_contain(pattern, dir)
 }
 
 #[cfg(test)]

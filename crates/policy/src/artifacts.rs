@@ -3,40 +3,86 @@
 //!
 //! A pattern is '/'-separated segments relative to /workspace/output. Within a
 //! segment `*` matches any characters and `?` one; a segment that is exactly
-//! `**` matches any number of segments (none included). Matching is iterative,
-//! as for tool names, so a hostile path cannot make it blow up.
+//! `**` matches any number of segments (none included). Matching is linear in
+//! the pattern times the path (dynamic programming over segments, one
+//! back-track point within a segment), so a hostile path cannot make it blow
+//! up. The one matcher of artifact patterns: the lifecycle's export walk uses
+//! it too (`mcpbox_lifecycle::glob`).
 
-use crate::tools::glob_match;
-
-/// Matches `pattern` against `path` (relative to /workspace/output, '/'-separated).
+/// Matches `pattern` against `path` (relative to /workspace/output,
+/// '/'-separated). A pattern [`check`] refuses matches nothing.
 pub fn path_match(pattern: &str, path: &str) -> bool {
-    let p: Vec<&str> = pattern.split('/').collect();
-    let n: Vec<&str> = path.split('/').collect();
-    let (mut pi, mut ni) = (0, 0);
-    // the last `**` seen and the path segment it was tried at
+    check_pattern(pattern).is_none() && match_segments(pattern, path, false)
+}
+
+/// Whether some path below the directory `dir` could match `pattern`:
+/// whether a walk of the output has to look inside `dir`.
+pub fn may_contain(pattern: &str, dir: &str) -> bool {
+    check_pattern(pattern).is_none() && match_segments(pattern, dir, true)
+}
+
+/// Checks a pattern as the policy loader does: `Err((message, hint))` for
+/// one that is refused.
+pub fn check(pattern: &str) -> Result<(), (String, &'static str)> {
+    match check_pattern(pattern) {
+        None => Ok(()),
+        Some(problem) => Err(problem),
+    }
+}
+
+/// Dynamic programming over segments: `next[j]` is whether pattern
+/// segments `i..` match path segments `j..`. With `prefix`, running out of
+/// path while pattern remains is a (potential) match.
+fn match_segments(pattern: &str, path: &str, prefix: bool) -> bool {
+    let pat: Vec<&str> = pattern.split('/').collect();
+    let segs: Vec<&str> = if path.is_empty() {
+        Vec::new()
+    } else {
+        path.split('/').collect()
+    };
+    let n = segs.len();
+    // row for i = pat.len(): only the empty rest of the path matches
+    let mut next = vec![false; n + 1];
+    next[n] = true;
+    for i in (0..pat.len()).rev() {
+        let mut row = vec![false; n + 1];
+        row[n] = prefix || (pat[i] == "**" && next[n]);
+        for j in (0..n).rev() {
+            row[j] = if pat[i] == "**" {
+                // none of the path here, or one segment and stay on `**`
+                next[j] || row[j + 1]
+            } else {
+                match_segment(pat[i], segs[j]) && next[j + 1]
+            };
+        }
+        next = row;
+    }
+    next[0]
+}
+
+/// `*` and `?` within one segment, by the two-pointer method with one
+/// back-track point (linear for a single `*`, at most quadratic overall).
+fn match_segment(pat: &str, name: &str) -> bool {
+    let p: Vec<char> = pat.chars().collect();
+    let s: Vec<char> = name.chars().collect();
+    let (mut pi, mut si) = (0, 0);
     let mut star: Option<(usize, usize)> = None;
-    while ni < n.len() {
-        match p.get(pi) {
-            Some(&"**") => {
-                star = Some((pi, ni));
-                pi += 1;
-            }
-            Some(seg) if glob_match(seg, n[ni]) => {
-                pi += 1;
-                ni += 1;
-            }
-            _ => match star {
-                // let the `**` take one more segment and retry
-                Some((sp, sn)) => {
-                    pi = sp + 1;
-                    ni = sn + 1;
-                    star = Some((sp, sn + 1));
-                }
-                None => return false,
-            },
+    while si < s.len() {
+        if pi < p.len() && (p[pi] == '?' || p[pi] == s[si]) {
+            pi += 1;
+            si += 1;
+        } else if pi < p.len() && p[pi] == '*' {
+            star = Some((pi, si));
+            pi += 1;
+        } else if let Some((sp, ss)) = star {
+            pi = sp + 1;
+            si = ss + 1;
+            star = Some((sp, ss + 1));
+        } else {
+            return false;
         }
     }
-    p[pi..].iter().all(|s| *s == "**")
+    p[pi..].iter().all(|&c| c == '*')
 }
 
 /// Why a pattern is refused, as (message, hint); `None` when it is valid.

@@ -30,6 +30,10 @@ use std::ops::Range;
 use std::path::Path;
 
 pub use artifacts::path_match as artifact_match;
+/// The artifact pattern matcher and checker, for the lifecycle's export walk.
+pub mod artifact_patterns {
+    pub use crate::artifacts::{check, may_contain, path_match};
+}
 pub use credentials::{credential_kind, CREDENTIAL_LOCATIONS};
 pub use decision::{Decision, NetworkAnswer, Reason, ToolHints, Verdict};
 pub use diagnostic::{Diagnostic, Location};

@@ -13,7 +13,6 @@
 // reach it.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::ffi::OsString;
 use std::io::Read;
 use std::path::PathBuf;
 use std::time::Duration;
