@@ -555,22 +555,7 @@ pub fn restore_with(archive: &Path, dest: &Path, limits: &Limits) -> Result<Rest
         path: dest.into(),
         reason,
     };
-    let name = match dest.file_name() {
-        Some(n) => n.to_string_lossy().into_owned(),
-        None => return Err(dest_err("no final name".into())),
-    };
-    match std::fs::symlink_metadata(dest) {
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-        Err(e) => return Err(dest_err(e.to_string())),
-        Ok(m) if m.file_type().is_symlink() => return Err(dest_err("a symlink".into())),
-        Ok(m) if m.is_dir() => {
-            let mut it = std::fs::read_dir(dest).map_err(|e| dest_err(e.to_string()))?;
-            if it.next().is_some() {
-                return Err(dest_err("exists and is not empty".into()));
-            }
-        }
-        Ok(_) => return Err(dest_err("exists and is not a directory".into())),
-    }
+    let name = crate::walk::fresh_dest(dest).map_err(dest_err)?;
     let parent = parent_of(dest);
 
     // Our own copy: what is checked is what is extracted.

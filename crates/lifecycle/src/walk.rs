@@ -22,6 +22,30 @@ use sha2::{Digest, Sha256};
 /// (each level holds one descriptor open).
 pub(crate) const MAX_DEPTH: usize = 128;
 
+/// Checks a destination a restore or an export will create: it must not
+/// exist, or be an empty directory (never a symlink, never a file), and
+/// have a final name. Returns that name (for the temporary beside it).
+pub(crate) fn fresh_dest(dest: &Path) -> Result<String, String> {
+    let name = match dest.file_name() {
+        Some(n) => n.to_string_lossy().into_owned(),
+        None => return Err("no final name".into()),
+    };
+    match std::fs::symlink_metadata(dest) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(name),
+        Err(e) => Err(e.to_string()),
+        Ok(m) if m.file_type().is_symlink() => Err("a symlink".into()),
+        Ok(m) if m.is_dir() => {
+            let mut it = std::fs::read_dir(dest).map_err(|e| e.to_string())?;
+            if it.next().is_some() {
+                Err("exists and is not empty".into())
+            } else {
+                Ok(name)
+            }
+        }
+        Ok(_) => Err("exists and is not a directory".into()),
+    }
+}
+
 /// What a directory entry is, from lstat.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kind {
