@@ -1091,3 +1091,31 @@ fn shared_servers_of_one_agent_share_a_workspace_and_other_agents_do_not() {
     assert_eq!(alice[0]["server"], "shared");
     assert_eq!(alice[0]["sessions"], 2);
 }
+
+#[test]
+fn sigterm_while_paused_stops_in_order_and_removes_the_cgroups() {
+    let mut gw = gateway("pause = \"1s\"\nstop = \"off\"", "", &[]);
+    let mut a = session(&gw, ALICE);
+    call(
+        &mut a,
+        "write",
+        json!({"path": "/workspace/output/kept.txt", "text": "kept"}),
+    );
+    let id = sandbox_of(&gw, "alice")["id"].as_str().unwrap().to_string();
+    let ws = PathBuf::from(sandbox_of(&gw, "alice")["workspace"].as_str().unwrap());
+    if has_freezer(&gw, &id) {
+        show_until(&gw, &id, "paused", |s| s["state"] == "paused");
+    }
+    gw.sigterm();
+    // a frozen server is thawed to be stopped: the gateway ends (the bound
+    // is only against a hang, not a measure)
+    let status = gw.wait(Duration::from_secs(30));
+    assert!(status.success(), "{status:?}\n{}", gw.stderr());
+    assert_no_processes(&id);
+    assert!(cgroup_dirs(&id).is_empty(), "left: {:?}", cgroup_dirs(&id));
+    // the workspace is kept for the next start
+    assert_eq!(
+        std::fs::read_to_string(ws.join("output/kept.txt")).unwrap(),
+        "kept"
+    );
+}

@@ -803,6 +803,19 @@ impl Parent {
         self.set_frozen(false)
     }
 
+    /// Thaws the sandbox without waiting for it to run: the kernel lets
+    /// its tasks run from the write on (v1 has no thawing state; v2's
+    /// `frozen 0` follows at once). For the latency of the call that
+    /// resumes a paused sandbox: a message written to it meanwhile waits in
+    /// its pipe.
+    pub fn thaw_quick(&self) -> Result<()> {
+        let (file, value) = match self.version() {
+            Version::V2 => ("cgroup.freeze", "0"),
+            Version::V1 => ("freezer.state", "THAWED"),
+        };
+        self.write(file, value)
+    }
+
     fn set_frozen(&self, frozen: bool) -> Result<()> {
         let (file, value) = match (self.version(), frozen) {
             (Version::V2, true) => ("cgroup.freeze", "1"),

@@ -423,6 +423,9 @@ impl Session {
             }
             return std::mem::take(&mut self.out);
         }
+        if matches!(event, Event::Host(_) | Event::Server { .. }) {
+            self.server.active(now.mono);
+        }
         match event {
             Event::Host(line) => self.on_host(line),
             Event::HostGone => self.host_gone(),

@@ -4,7 +4,12 @@
 //!   the host's messages are held (in order) and sent once it is up.
 //! - **exit detection**: the driver is asked to check the process
 //!   ([`Effect::CheckServer`]) every [`EXIT_POLL`], every [`FAST_POLL`]
-//!   once stdout closed or a stop began. The server is *down* when it has
+//!   once stdout closed or a stop began. While nothing at all happens the
+//!   interval doubles up to [`IDLE_POLL`] (a gateway holding hundreds of
+//!   idle or paused sandboxes would otherwise wake for each four times a
+//!   second); any message from the host or the server brings it back. An
+//!   exit is still seen at once through stdout's end; only a server whose
+//!   grandchild holds stdout open is found by the poll alone. The server is *down* when it has
 //!   exited and its stdout is closed; a process gone with stdout held open
 //!   (a grandchild) gets [`DRAIN`] to finish, a process that closed stdout
 //!   but lives on gets [`DRAIN`] before it is terminated.
@@ -49,6 +54,8 @@ use crate::{EndReason, CODE_SERVER_EXITED, CODE_SERVER_RESTARTING};
 /// How often a running server is checked for an exit it did not announce
 /// by closing stdout.
 pub const EXIT_POLL: Duration = Duration::from_millis(250);
+/// The longest interval between exit checks of an idle server.
+pub const IDLE_POLL: Duration = Duration::from_secs(4);
 /// How often it is checked once its exit is near.
 pub const FAST_POLL: Duration = Duration::from_millis(5);
 /// How long the last lines may drain after the process is gone (a
@@ -96,6 +103,8 @@ pub(crate) struct Supervisor {
     terminated: Option<Instant>,
     killed: bool,
     next_check: Instant,
+    /// The current interval between exit checks (backs off while idle).
+    poll: Duration,
     stderr_closed: bool,
     /// When the shortest secret TTL runs out.
     ttl_due: Option<Instant>,
@@ -126,6 +135,7 @@ impl Supervisor {
             terminated: None,
             killed: false,
             next_check: now,
+            poll: EXIT_POLL,
             stderr_closed: false,
             ttl_due: None,
             restarting: false,
@@ -143,6 +153,15 @@ impl Supervisor {
 
     pub(crate) fn ended(&self) -> bool {
         self.phase == Phase::Ended
+    }
+
+    /// Something happened (a message either way): exit checks go back to
+    /// [`EXIT_POLL`].
+    pub(crate) fn active(&mut self, now: Instant) {
+        self.poll = EXIT_POLL;
+        if self.phase == Phase::Up && self.next_check > now + EXIT_POLL {
+            self.next_check = now + EXIT_POLL;
+        }
     }
 
     pub(crate) fn has_held(&self) -> bool {
@@ -206,6 +225,7 @@ impl Session {
         let s = &mut self.server;
         s.launches += 1;
         s.phase = Phase::Up;
+        s.poll = EXIT_POLL;
         s.next_check = now + EXIT_POLL;
         s.ttl_due = self.redaction.secrets.min_ttl().map(|t| now + t);
         let first = s.launches == 1;
@@ -510,7 +530,10 @@ impl Session {
         let s = &mut self.server;
         if s.exited.is_none() && now >= s.next_check {
             let fast = s.stdout_closed || s.stopping();
-            s.next_check = now + if fast { FAST_POLL } else { EXIT_POLL };
+            s.next_check = now + if fast { FAST_POLL } else { s.poll };
+            if !fast {
+                s.poll = (s.poll * 2).min(IDLE_POLL);
+            }
             let gen = s.gen;
             self.out.push(Effect::CheckServer { gen });
         }

@@ -61,6 +61,9 @@ pub struct Local {
     prefer: Option<Version>,
     /// Whether a cgroup parent could be made at all (checked at start).
     usable: Result<(), String>,
+    /// The parents made or found, by id: the thaw on a call must not read
+    /// /proc/self/mountinfo again.
+    parents: std::sync::Mutex<std::collections::HashMap<String, Parent>>,
 }
 
 impl Local {
@@ -84,11 +87,28 @@ impl Local {
         if let Err(e) = &usable {
             tracing::warn!("sandboxes cannot be paused here (no freezer cgroup): {e}; idle sandboxes are stopped instead");
         }
-        Local { prefer, usable }
+        Local {
+            prefer,
+            usable,
+            parents: std::sync::Mutex::new(std::collections::HashMap::new()),
+        }
     }
 
+    /// The parent of `id`: remembered, or found on the host (a previous
+    /// run's), or none.
     fn parent(&self, id: &str) -> Option<Parent> {
-        Parent::open(&group_name(id))
+        let mut known = self.parents.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(p) = known.get(id) {
+            return Some(p.clone());
+        }
+        let p = Parent::open(&group_name(id))?;
+        known.insert(id.to_string(), p.clone());
+        Some(p)
+    }
+
+    fn forget(&self, id: &str) {
+        let mut known = self.parents.lock().unwrap_or_else(|p| p.into_inner());
+        known.remove(id);
     }
 }
 
@@ -111,7 +131,10 @@ impl Backend for Local {
             return Ok(None);
         }
         let p = Parent::create(&group_name(id), self.prefer).map_err(|e| e.to_string())?;
-        Ok(Some(version_name(p.version())))
+        let version = version_name(p.version());
+        let mut known = self.parents.lock().unwrap_or_else(|p| p.into_inner());
+        known.insert(id.to_string(), p);
+        Ok(Some(version))
     }
 
     fn prepare(&self, id: &str, spec: &mut mcpbox_sandbox::Spec) {
@@ -129,7 +152,9 @@ impl Backend for Local {
 
     fn thaw(&self, id: &str) -> Result<(), String> {
         match self.parent(id) {
-            Some(p) => p.thaw().map_err(|e| e.to_string()),
+            // no wait for the processes to run again: what is written to
+            // them meanwhile waits in their pipes
+            Some(p) => p.thaw_quick().map_err(|e| e.to_string()),
             None => Ok(()),
         }
     }
@@ -145,6 +170,7 @@ impl Backend for Local {
     fn destroy(&self, id: &str) -> Result<(), String> {
         match self.parent(id) {
             Some(p) => {
+                self.forget(id);
                 let killed = p.kill_all();
                 p.remove().map_err(|e| match killed {
                     Err(k) => format!("{e} (killing: {k})"),

@@ -623,12 +623,19 @@ impl Lifecycle {
         out
     }
 
-    /// Stops every sandbox's sessions' servers (the gateway is stopping):
-    /// each stays recorded, stopped, on its kept workspace.
+    /// The gateway is stopping, its sessions ended: every sandbox stays
+    /// recorded, stopped, on its kept workspace; what is left of its
+    /// processes is killed and its cgroups are removed (made again when it
+    /// is used next).
     pub fn shutdown(&self) {
         let all: Vec<Arc<Sandbox>> = lock(&self.map).values().cloned().collect();
+        let backend = &self.shared.backend;
         for sb in all {
-            let _ = self.shared.backend.thaw(&sb.id);
+            let _ = backend.thaw(&sb.id);
+            backend.stop(&sb.id);
+            if let Err(e) = backend.destroy(&sb.id) {
+                tracing::error!(sandbox = %sb.id, "removing its cgroups at stop: {e}");
+            }
             let mut g = lock(&sb.inner);
             if g.state != State::Destroyed {
                 sb.set_state(&mut g, State::Stopped, "serve stopped");

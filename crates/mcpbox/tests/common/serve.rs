@@ -348,7 +348,21 @@ impl Gateway {
 }
 
 impl Drop for Gateway {
+    /// Stops the gateway as a user would (SIGTERM: its sandboxes' cgroups
+    /// are removed on the way out), and kills it if it has not ended in 10 s.
     fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = Command::new("kill")
+                .args(["-TERM", &self.child.id().to_string()])
+                .status();
+            let until = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < until {
+                if let Ok(Some(_)) = self.child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }

@@ -389,3 +389,22 @@ fn wake_starts_a_parked_server() {
     t.init(json!({}));
     assert_eq!(t.on(Event::Wake), Vec::<String>::new());
 }
+
+#[test]
+fn exit_checks_of_an_idle_server_back_off_and_a_message_brings_them_back() {
+    let mut t = T::new(config(), rules(vec![]));
+    t.init(json!({}));
+    // each check with nothing in between doubles the wait, up to IDLE_POLL
+    let mut waits = Vec::new();
+    for _ in 0..8 {
+        let wait = t.s.deadline().unwrap() - t.now().mono;
+        waits.push(wait.as_millis() as u64);
+        t.after(wait.as_millis() as u64);
+        assert!(summary(&t.last, true).contains(&"check 1".to_string()));
+    }
+    assert_eq!(waits, [250, 250, 500, 1000, 2000, 4000, 4000, 4000]);
+    // a message from the host: the next check is within EXIT_POLL again
+    t.host(&call(1, "a", json!({})));
+    let wait = t.s.deadline().unwrap() - t.now().mono;
+    assert!(wait <= Duration::from_millis(250), "{wait:?}");
+}
