@@ -127,7 +127,9 @@ class Stdio:
 # Streamable HTTP transport
 # ---------------------------------------------------------------------------
 class Http:
-    def __init__(self, url):
+    """`headers` are sent with every POST (e.g. `Mcpbox-Task`)."""
+
+    def __init__(self, url, headers=None):
         u = urllib.parse.urlsplit(url)
         if u.hostname not in ("127.0.0.1", "::1", "localhost"):
             raise Failed(f"refusing non-loopback url {url}")
@@ -136,11 +138,12 @@ class Http:
         self.session = None
         self.version = None
         self.next_id = 0
+        self.extra = dict(headers or {})
 
     def _post(self, msg):
         body = json.dumps(msg, separators=(",", ":")).encode()
         headers = {"Content-Type": "application/json",
-                   "Accept": "application/json, text/event-stream"}
+                   "Accept": "application/json, text/event-stream", **self.extra}
         if self.session:
             headers["Mcp-Session-Id"] = self.session
         if self.version:
@@ -241,17 +244,24 @@ def summarize_ms(samples_s):
             "mean_ms": statistics.fmean(ms)}
 
 
-def read_status(pid):
+def proc_fields(path, keys):
+    """{key: its first number} of the `Key: N ...` lines of a /proc file
+    (status, smaps_rollup) named in keys; None when it cannot be read."""
     try:
-        text = Path(f"/proc/{pid}/status").read_text()
+        text = Path(path).read_text()
     except OSError:
         return None
     f = {}
     for line in text.splitlines():
         k, _, v = line.partition(":")
-        if k in ("VmRSS", "VmHWM", "Threads"):
+        if k in keys:
             f[k] = int(v.split()[0])
-    return f if "VmRSS" in f else None
+    return f
+
+
+def read_status(pid):
+    f = proc_fields(f"/proc/{pid}/status", ("VmRSS", "VmHWM", "Threads"))
+    return f if f and "VmRSS" in f else None
 
 
 def own_tree_rss(pid):
