@@ -1,0 +1,261 @@
+//! The teardown of a sandbox, in its order: sessions closed, artifacts
+//! exported (a failed export keeps the workspace), secrets revoked, what
+//! is left killed, cgroups and workspace removed, then checked from the
+//! host and audited.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mcpbox_audit::{Kind, Sink};
+use mcpbox_lifecycle::id::Key;
+use mcpbox_lifecycle::{Exported, State, Teardown};
+use mcpbox_policy::SecretSource;
+use serde_json::json;
+
+use super::workspace::{self, Workspace};
+use super::{audit_lifecycle, event, lock, Lifecycle};
+
+/// How long a secret's `revoke` command may run.
+pub const REVOKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+impl Lifecycle {
+    /// Stops, exports, revokes, removes and checks: the teardown of `id`.
+    pub(super) fn teardown(&self, id: &str, why: &str) -> Result<Teardown, String> {
+        let sb = match self.get(id) {
+            Ok(sb) => Some(sb),
+            Err(_) => {
+                // not live: a stopped sandbox of a previous run
+                self.record(id)?;
+                None
+            }
+        };
+        let (ws, key, audit, rules, revoke) = match &sb {
+            Some(sb) => {
+                let (rules, revoke) = {
+                    let mut g = lock(&sb.inner);
+                    if g.destroying {
+                        return Err(format!("sandbox {id} is already being destroyed"));
+                    }
+                    g.destroying = true;
+                    (g.artifacts.clone(), g.revoke.clone())
+                };
+                sb.stop_sessions();
+                (
+                    sb.workspace.clone(),
+                    sb.key.clone(),
+                    sb.audit.clone(),
+                    rules,
+                    revoke,
+                )
+            }
+            None => {
+                let r = self.record(id)?;
+                let rules = self.artifact_rules(id)?;
+                let revoke = self
+                    .servers
+                    .values()
+                    .filter(|l| l.group == r.key.server)
+                    .flat_map(|l| l.revoke.clone())
+                    .collect();
+                (
+                    Workspace::at(r.workspace),
+                    r.key,
+                    self.shared.audit.clone(),
+                    rules,
+                    revoke,
+                )
+            }
+        };
+        let backend = &self.shared.backend;
+        let _ = backend.thaw(id);
+        backend.stop(id);
+        let mut t = Teardown {
+            id: id.to_string(),
+            ..Teardown::default()
+        };
+        // the artifacts, before the workspace goes
+        let dest = self
+            .shared
+            .state_dir
+            .join("artifacts")
+            .join(id)
+            .join(mcpbox_audit::now_ms().to_string());
+        // an export that fails keeps the workspace: no artifact is lost to
+        // a teardown (the record stays for another try)
+        let mut keep_workspace = false;
+        if rules.iter().any(|(p, _)| !p.is_empty()) {
+            let made = dest
+                .parent()
+                .map_or(Ok(()), workspace::private_dir)
+                .map_err(|e| format!("{e:#}"));
+            match made.and_then(|()| export(&ws, &rules, false, &dest, &audit, id, &key)) {
+                Ok(list) => t.exported = list,
+                Err(e) => {
+                    keep_workspace = true;
+                    t.left.push(format!(
+                        "artifacts not exported ({e}); the workspace {} is kept",
+                        ws.root.display()
+                    ));
+                }
+            }
+        }
+        for (name, source, argv) in &revoke {
+            let outcome = revoke_secret(name, source, argv);
+            t.revoked.push((name.clone(), outcome));
+        }
+        if let Err(e) = backend.destroy(id) {
+            t.left.push(e);
+        }
+        if !keep_workspace {
+            if let Err(e) = ws.remove() {
+                t.left.push(format!("{e:#}"));
+            }
+        }
+        // checked from the host: nothing of it may be left
+        t.left.extend(backend.leftovers(id));
+        t.left.extend(workspace::mounts_under(&ws.root));
+        if ws.root.exists() && !keep_workspace {
+            t.left.push(format!("file {}", ws.root.display()));
+        }
+        // clean: the record goes; not clean: it stays (stopped), so that
+        // `destroy` can be asked again and the next start tries again
+        let kept = if t.clean() {
+            lock(&self.shared.registry).remove(id)
+        } else {
+            lock(&self.shared.registry).set_state(id, State::Stopped, mcpbox_audit::now_ms())
+        };
+        if let Err(e) = kept {
+            t.left.push(e.to_string());
+        }
+        lock(&self.map).remove(id);
+        if let Some(sb) = &sb {
+            lock(&sb.inner).state = State::Destroyed;
+        }
+        audit_lifecycle(
+            &audit,
+            id,
+            &key,
+            "destroyed",
+            json!({
+                "why": why,
+                "clean": t.clean(),
+                "left": t.left,
+                "exported": t.exported.len(),
+                "revoked": t.revoked.iter().map(|(n, o)| json!({"secret": n, "outcome": o})).collect::<Vec<_>>(),
+            }),
+        );
+        if !t.clean() {
+            tracing::error!(sandbox = %id, left = ?t.left, "teardown left something behind");
+        }
+        Ok(t)
+    }
+}
+
+/// Copies out the artifacts of `ws` by `rules` (patterns, size limit of
+/// each server that ran there), each audited with its digest; refused
+/// matches are audited with the reason.
+pub(super) fn export(
+    ws: &Workspace,
+    rules: &[(Vec<String>, u64)],
+    allow_large: bool,
+    dest: &Path,
+    audit: &Arc<dyn Sink>,
+    id: &str,
+    key: &Key,
+) -> Result<Vec<Exported>, String> {
+    let (patterns, max_size) = merge_rules(rules);
+    if patterns.is_empty() {
+        return Err("the policy declares no [artifacts] patterns: nothing may leave".into());
+    }
+    let listed = mcpbox_lifecycle::artifacts::list(&ws.output(), &patterns, max_size)
+        .map_err(|e| e.to_string())?;
+    let out =
+        mcpbox_lifecycle::artifacts::export(&ws.output(), &patterns, max_size, allow_large, dest)
+            .map_err(|e| e.to_string())?;
+    for a in &out {
+        let mut e = event(Kind::Artifact);
+        e.sandbox_id = id.to_string();
+        e.workspace_id = id.to_string();
+        e.server = key.server.clone();
+        e.caller = key.agent.clone();
+        e.files_written = vec![a.path.clone()];
+        e.detail = json!({"action": "exported", "path": a.path, "size": a.size, "sha256": a.sha256, "dest": dest});
+        audit.record(e);
+    }
+    for a in listed.iter().filter(|a| a.refused.is_some()) {
+        if allow_large && out.iter().any(|o| o.path == a.path) {
+            continue;
+        }
+        let mut e = event(Kind::Artifact);
+        e.sandbox_id = id.to_string();
+        e.workspace_id = id.to_string();
+        e.server = key.server.clone();
+        e.caller = key.agent.clone();
+        e.reason = Some(mcpbox_policy::Reason::ArtifactRefused.as_str().into());
+        e.detail = json!({"action": "refused", "path": a.path, "size": a.size, "why": a.refused});
+        audit.record(e);
+    }
+    Ok(out)
+}
+
+/// The patterns of every server, and the smallest size limit among them.
+pub(super) fn merge_rules(rules: &[(Vec<String>, u64)]) -> (Vec<String>, u64) {
+    let mut patterns: Vec<String> = Vec::new();
+    let mut max = u64::MAX;
+    for (p, m) in rules {
+        for x in p {
+            if !patterns.contains(x) {
+                patterns.push(x.clone());
+            }
+        }
+        max = max.min(*m);
+    }
+    (patterns, if max == u64::MAX { 0 } else { max })
+}
+
+/// Runs a secret's `revoke` command on the host with the value in
+/// `MCPBOX_SECRET_VALUE` (and the name in `MCPBOX_SECRET_NAME`), no
+/// stdin, output discarded, bounded by [`REVOKE_TIMEOUT`]. The value is
+/// loaded again from its source. Returns how it ended, for the record
+/// (never the value).
+fn revoke_secret(name: &str, source: &SecretSource, argv: &[String]) -> String {
+    let value = match mcpbox_gateway::load_secret(name, source) {
+        Ok(v) => v,
+        Err(e) => return format!("not run: {e}"),
+    };
+    let Some((prog, args)) = argv.split_first() else {
+        return "not run: empty command".into();
+    };
+    let child = std::process::Command::new(prog)
+        .args(args)
+        .env("MCPBOX_SECRET_NAME", name)
+        .env("MCPBOX_SECRET_VALUE", &value)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn();
+    let mut child = match child {
+        Ok(c) => c,
+        Err(e) => return format!("failed to start {prog}: {e}"),
+    };
+    let deadline = Instant::now() + REVOKE_TIMEOUT;
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => {
+                return match status.code() {
+                    Some(0) => "ok".into(),
+                    Some(c) => format!("exit {c}"),
+                    None => "killed by a signal".into(),
+                }
+            }
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            Ok(None) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return format!("timed out after {}s", REVOKE_TIMEOUT.as_secs());
+            }
+            Err(e) => return format!("failed: {e}"),
+        }
+    }
+}
