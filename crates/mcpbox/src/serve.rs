@@ -209,8 +209,15 @@ fn prepare(cfg: &ServeConfig) -> anyhow::Result<(Settings, Arc<dyn Backend>, Arc
         None => state::open_default_audit()?,
     };
     let local: Arc<dyn lifecycle::Backend> = Arc::new(lifecycle::backend::Local::new());
-    let life = Lifecycle::start(&state::state_dir(), local.clone(), lives, audit.clone())
-        .context("the sandbox lifecycle")?;
+    let max = usize::try_from(cfg.limits.max_sandboxes_per_client).unwrap_or(usize::MAX);
+    let life = Lifecycle::start(
+        &state::state_dir(),
+        local.clone(),
+        lives,
+        audit.clone(),
+        max,
+    )
+    .context("the sandbox lifecycle")?;
     let backend = Sandboxes {
         servers,
         audit,
@@ -372,7 +379,7 @@ fn remote(loaded: &Loaded, url: &str) -> anyhow::Result<Remote> {
 }
 
 impl Backend for Sandboxes {
-    fn open(&self, open: &Open) -> Result<Opened, String> {
+    fn open(&self, open: &Open) -> Result<Opened, mcpbox_serve::OpenError> {
         let server = self
             .servers
             .get(&open.server)
@@ -381,7 +388,10 @@ impl Backend for Sandboxes {
             Place::Sandbox(argv) => open_sandbox(self, server, argv, open),
             Place::Remote(remote) => open_remote(server, remote, open),
         }
-        .map_err(|e| format!("{e:#}"))
+        .map_err(|e| match e.downcast_ref::<lifecycle::SandboxLimit>() {
+            Some(limit) => mcpbox_serve::OpenError::SandboxLimit(limit.0.clone()),
+            None => mcpbox_serve::OpenError::Failed(format!("{e:#}")),
+        })
     }
 
     fn audit(&self, event: mcpbox_audit::Event) {

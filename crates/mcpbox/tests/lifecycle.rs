@@ -1119,3 +1119,39 @@ fn sigterm_while_paused_stops_in_order_and_removes_the_cgroups() {
         "kept"
     );
 }
+
+#[test]
+fn a_client_naming_task_after_task_is_stopped_at_its_sandbox_limit() {
+    let gw = gateway(
+        "pause = \"off\"\n[limits]\nmax_sandboxes_per_client = 2",
+        "",
+        &[],
+    );
+    let open = |task: &str| {
+        let mut m = gw.mcp("ws", Some(ALICE));
+        let msg = m.message(
+            "initialize",
+            json!({"protocolVersion": common::serve::VERSION, "capabilities": {},
+                   "clientInfo": {"name": "t", "version": "0"}}),
+        );
+        m.send_with("POST", msg.to_string().as_bytes(), |h| {
+            h.push(("Mcpbox-Task".into(), task.into()))
+        })
+    };
+    assert_eq!(open("t1").status, 200);
+    assert_eq!(open("t2").status, 200);
+    let r = open("t3");
+    assert_eq!(r.status, 429, "{}", r.text());
+    assert!(r.text().contains("http.sandbox_limit"), "{}", r.text());
+    // the same task again is no new sandbox; another client has its own
+    assert_eq!(open("t1").status, 200);
+    let mut b = session(&gw, BOB);
+    call(&mut b, "count", json!({}));
+    // once one is destroyed there is room again
+    let t1 = sandboxes(&gw)
+        .into_iter()
+        .find(|s| s["task"] == "t1")
+        .unwrap();
+    gw.cli_json(&["sandboxes", "destroy", t1["id"].as_str().unwrap()]);
+    assert_eq!(open("t3").status, 200);
+}

@@ -193,6 +193,9 @@ fn default_max_sessions_per_client() -> u32 {
 fn default_max_streams_per_client() -> u32 {
     1024
 }
+fn default_max_sandboxes_per_client() -> u32 {
+    32
+}
 
 /// The `[limits]` table: what one client may cost the gateway. Every key is
 /// optional; each must be more than 0.
@@ -232,6 +235,12 @@ pub struct Limits {
     #[serde(default = "default_max_streams_per_client")]
     #[schemars(range(min = 1))]
     pub max_streams_per_client: u32,
+    /// Sandboxes one client may have (live or kept: each task its own, each
+    /// with a workspace on disk); a session that would make one more is
+    /// refused with 429 until one is destroyed. Default 32.
+    #[serde(default = "default_max_sandboxes_per_client")]
+    #[schemars(range(min = 1))]
+    pub max_sandboxes_per_client: u32,
 }
 
 impl Default for Limits {
@@ -245,6 +254,7 @@ impl Default for Limits {
             body_timeout: default_body_timeout(),
             max_sessions_per_client: default_max_sessions_per_client(),
             max_streams_per_client: default_max_streams_per_client(),
+            max_sandboxes_per_client: default_max_sandboxes_per_client(),
         }
     }
 }
@@ -1450,7 +1460,7 @@ fn parse_address(ctx: &Ctx, s: &str) -> Result<SocketAddr> {
 }
 
 fn validate_limits(l: &Limits, ctx: &Ctx) -> Result<()> {
-    let zero: [(&str, bool); 8] = [
+    let zero: [(&str, bool); 9] = [
         ("max_body", l.max_body == 0),
         ("max_concurrent", l.max_concurrent == 0),
         ("rate_per_second", l.rate_per_second == 0),
@@ -1459,6 +1469,7 @@ fn validate_limits(l: &Limits, ctx: &Ctx) -> Result<()> {
         ("body_timeout", l.body_timeout.is_zero()),
         ("max_sessions_per_client", l.max_sessions_per_client == 0),
         ("max_streams_per_client", l.max_streams_per_client == 0),
+        ("max_sandboxes_per_client", l.max_sandboxes_per_client == 0),
     ];
     for (name, is_zero) in zero {
         if is_zero {

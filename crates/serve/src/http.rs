@@ -666,6 +666,12 @@ pub(crate) fn open_refusal(reason: Reason) -> Refusal {
             reason,
             "this client has too many open sessions: end one (DELETE) first",
         ),
+        Reason::HttpSandboxLimit => Refusal::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            TRANSPORT_ERROR,
+            reason,
+            "this client has as many sandboxes as limits.max_sandboxes_per_client allows: destroy one (mcpbox sandboxes destroy) or reuse a task",
+        ),
         _ => Refusal::new(
             StatusCode::SERVICE_UNAVAILABLE,
             TRANSPORT_ERROR,

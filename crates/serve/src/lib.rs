@@ -128,12 +128,37 @@ impl std::fmt::Debug for Opened {
     }
 }
 
+/// Why a backend did not open a session.
+#[derive(Debug)]
+pub enum OpenError {
+    /// The server could not be started (for the gateway's log; the client
+    /// is told only that, 503 `http.session_failed`).
+    Failed(String),
+    /// The client has as many sandboxes as it may (429
+    /// `http.sandbox_limit`; the text is for the client and the log).
+    SandboxLimit(String),
+}
+
+impl std::fmt::Display for OpenError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            OpenError::Failed(s) | OpenError::SandboxLimit(s) => f.write_str(s),
+        }
+    }
+}
+
+impl From<String> for OpenError {
+    fn from(s: String) -> Self {
+        OpenError::Failed(s)
+    }
+}
+
 /// Where sessions get their relays, and gateway-level records go.
 pub trait Backend: Send + Sync + 'static {
     /// A relay for a new session of `open.client` on `open.server`. The
     /// error is for the gateway's log (the client is told only that the
     /// server could not be started).
-    fn open(&self, open: &Open) -> Result<Opened, String>;
+    fn open(&self, open: &Open) -> Result<Opened, OpenError>;
 
     /// Records a refused request (kind `access`).
     fn audit(&self, event: AuditEvent);
@@ -343,7 +368,11 @@ impl Gateway {
             .map_err(|_| Reason::HttpSessionFailed)?;
         let opened = match opened {
             Ok(o) => o,
-            Err(e) => {
+            Err(OpenError::SandboxLimit(e)) => {
+                tracing::warn!(client, server, "session refused: {e}");
+                return Err(Reason::HttpSandboxLimit);
+            }
+            Err(OpenError::Failed(e)) => {
                 tracing::error!(client, server, "cannot open a session: {e}");
                 return Err(Reason::HttpSessionFailed);
             }

@@ -77,6 +77,18 @@ pub struct ServerLife {
     pub audit: Arc<dyn Sink>,
 }
 
+/// A session refused because its agent has as many sandboxes as it may.
+#[derive(Debug)]
+pub struct SandboxLimit(pub String);
+
+impl std::fmt::Display for SandboxLimit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for SandboxLimit {}
+
 /// The group name of shared servers.
 pub const SHARED: &str = "shared";
 
@@ -99,6 +111,8 @@ impl Shared {
 /// The lifecycle of every sandbox of one state directory.
 pub struct Lifecycle {
     shared: Arc<Shared>,
+    /// `limits.max_sandboxes_per_client`.
+    max_per_agent: usize,
     /// The state directory's salt for sandbox ids.
     salt: String,
     servers: HashMap<String, ServerLife>,
@@ -154,6 +168,7 @@ impl Lifecycle {
         backend: Arc<dyn Backend>,
         servers: HashMap<String, ServerLife>,
         audit: Arc<dyn Sink>,
+        max_per_agent: usize,
     ) -> anyhow::Result<Arc<Lifecycle>> {
         workspace::private_dir(&state_dir.join("sandboxes"))?;
         let registry = Registry::open(&state_dir.join("sandboxes.db"))?;
@@ -166,6 +181,7 @@ impl Lifecycle {
         });
         let life = Arc::new(Lifecycle {
             shared,
+            max_per_agent,
             salt,
             servers,
             map: Mutex::new(HashMap::new()),
@@ -278,6 +294,7 @@ impl Lifecycle {
                 }
                 Some(sb) => sb.clone(),
                 None => {
+                    self.check_room(&map, &id, agent)?;
                     let sb = Arc::new(self.make(&id, key, life)?);
                     map.insert(id.clone(), sb.clone());
                     sb
@@ -312,6 +329,38 @@ impl Lifecycle {
             slot
         };
         Ok((sb, slot))
+    }
+
+    /// Refuses a new sandbox `id` of `agent` when the agent has as many as
+    /// it may (live ones and kept ones alike: each holds a workspace).
+    fn check_room(
+        &self,
+        map: &HashMap<String, Arc<Sandbox>>,
+        id: &str,
+        agent: &str,
+    ) -> anyhow::Result<()> {
+        let records = lock(&self.shared.registry).all()?;
+        if records.iter().any(|r| r.id == id) {
+            return Ok(()); // a kept one, re-adopted: not one more
+        }
+        let mut ids: Vec<&str> = map
+            .values()
+            .filter(|s| s.key.agent == agent)
+            .map(|s| s.id.as_str())
+            .collect();
+        for r in records.iter().filter(|r| r.key.agent == agent) {
+            if !ids.contains(&r.id.as_str()) {
+                ids.push(&r.id);
+            }
+        }
+        if ids.len() >= self.max_per_agent {
+            return Err(anyhow::Error::new(SandboxLimit(format!(
+                "{agent} has {} sandboxes, as many as limits.max_sandboxes_per_client ({}) allows: destroy one first (mcpbox sandboxes list)",
+                ids.len(),
+                self.max_per_agent
+            ))));
+        }
+        Ok(())
     }
 
     /// A sandbox for `key`: re-adopted from the registry, or created.

@@ -143,12 +143,13 @@ fn defaults_are_the_safe_ones() {
     assert_eq!(l.body_timeout, Duration::from_secs(30));
     assert_eq!(l.max_sessions_per_client, 64);
     assert_eq!(l.max_streams_per_client, 1024);
+    assert_eq!(l.max_sandboxes_per_client, 32);
 }
 
 #[test]
 fn limits_are_read_with_units() {
     let c = ok(&format!(
-        "[limits]\nmax_body = \"1MiB\"\nmax_concurrent = 4\nrate_per_second = 10\nburst = 20\nheader_timeout = \"2s\"\nbody_timeout = \"1m\"\nmax_sessions_per_client = 2\nmax_streams_per_client = 3\n{SERVER}{CLIENT}"
+        "[limits]\nmax_body = \"1MiB\"\nmax_concurrent = 4\nrate_per_second = 10\nburst = 20\nheader_timeout = \"2s\"\nbody_timeout = \"1m\"\nmax_sessions_per_client = 2\nmax_streams_per_client = 3\nmax_sandboxes_per_client = 5\n{SERVER}{CLIENT}"
     ));
     assert_eq!(
         c.limits,
@@ -161,6 +162,7 @@ fn limits_are_read_with_units() {
             body_timeout: Duration::from_secs(60),
             max_sessions_per_client: 2,
             max_streams_per_client: 3,
+            max_sandboxes_per_client: 5,
         }
     );
 }
@@ -717,6 +719,7 @@ fn limit_of_zero_is_refused() {
         ("body_timeout", "\"0ms\""),
         ("max_sessions_per_client", "0"),
         ("max_streams_per_client", "0"),
+        ("max_sandboxes_per_client", "0"),
     ] {
         refused(
             &format!("[limits]\n{key} = {value}\n{SERVER}{CLIENT}"),
