@@ -1155,3 +1155,31 @@ fn a_client_naming_task_after_task_is_stopped_at_its_sandbox_limit() {
     gw.cli_json(&["sandboxes", "destroy", t1["id"].as_str().unwrap()]);
     assert_eq!(open("t3").status, 200);
 }
+
+#[test]
+fn the_sandboxed_server_cannot_reach_the_control_socket_the_registry_or_other_workspaces() {
+    let gw = gateway("", "", &[]);
+    let mut b = session(&gw, BOB);
+    let mut a = session(&gw, ALICE);
+    call(
+        &mut b,
+        "write",
+        json!({"path": "/workspace/output/bob.txt", "text": "bob"}),
+    );
+    let ws_b = PathBuf::from(sandbox_of(&gw, "bob")["workspace"].as_str().unwrap());
+    let state = gw.state();
+    for path in [
+        state.join("control.sock"),
+        state.join("sandboxes.db"),
+        state.join("audit.db"),
+        ws_b.join("output/bob.txt"),
+    ] {
+        let err = call_fails(&mut a, "read", json!({"path": path}));
+        assert!(
+            err.contains("No such file") || err.contains("Permission denied"),
+            "{}: {err}",
+            path.display()
+        );
+    }
+    call_fails(&mut a, "ls", json!({"path": state.join("sandboxes")}));
+}
