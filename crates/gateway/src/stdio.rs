@@ -50,7 +50,7 @@ use serde_json::json;
 
 use crate::asker::{Dispatch, HostAsker, Outside};
 use crate::launcher::{ExitInfo, Launcher, ProcessControl, ServerProcess};
-use crate::lines::{Line, LineReader};
+use crate::lines::{write_line, Line, LineReader};
 use crate::pin::PinStore;
 use crate::policy::{AllowAll, ApprovalWorker, Approver, ToolPolicy};
 use crate::redact::StreamRedactor;
@@ -367,7 +367,10 @@ enum HostOut {
 impl HostOut {
     fn write(&mut self, line: &[u8]) -> std::io::Result<()> {
         match self {
-            HostOut::Stream(w) => w.write_all(line).and_then(|()| w.write_all(b"\n")),
+            HostOut::Stream(w) if line.len() < w.capacity() => {
+                w.write_all(line).and_then(|()| w.write_all(b"\n"))
+            }
+            HostOut::Stream(w) => w.flush().and_then(|()| write_line(w.get_mut(), line)),
             HostOut::Sink(s) => s.message(line),
         }
     }
