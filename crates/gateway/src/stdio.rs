@@ -880,10 +880,14 @@ fn spawn_stderr(
             .zip(stream.counts.iter().copied())
             .filter(|(_, c)| *c > 0)
             .collect();
-        let _ = tx.send(Input::Event(Event::StderrClosed { gen, redactions }));
+        let _ = inbox.send(Input::Event(Event::StderrClosed { gen, redactions }));
     })?;
     Ok(())
 }
+
+/// Records the audit writer takes into one write, at most (more only when
+/// one input made more).
+const AUDIT_BATCH: usize = 256;
 
 /// The audit writer: records in order, each call's `files_written` listed
 /// when its record is written.
@@ -894,19 +898,35 @@ fn spawn_audit(
     let (tx, rx) = mpsc::channel::<Vec<Record>>();
     let handle = spawn_named("mcpbox-audit", move || {
         background_priority();
-        for batch in rx {
-            for record in batch {
-                let mut e = record.event;
-                if let (Some(since), Some(dir)) = (record.files_since, &output_dir) {
-                    // Bounded (see [`crate::written`]).
-                    let w = crate::written::files_written_since(dir, since);
-                    e.files_written = w.paths;
-                    if w.truncated {
-                        e.detail = json!({"files_written_truncated": true});
-                    }
+        while let Ok(mut batch) = rx.recv() {
+            // What queued while the last write ran goes in with it: one
+            // SQLite transaction for all ([`Sink::record_all`]) costs about
+            // what one record does (its WAL frames and locks), so a writer
+            // that fell behind on a busy machine catches up instead of
+            // taking CPU from the host path for each record. Nothing waits
+            // for a batch to fill.
+            while batch.len() < AUDIT_BATCH {
+                match rx.try_recv() {
+                    Ok(more) => batch.extend(more),
+                    Err(_) => break,
                 }
-                sink.record(e);
             }
+            let events = batch
+                .into_iter()
+                .map(|record| {
+                    let mut e = record.event;
+                    if let (Some(since), Some(dir)) = (record.files_since, &output_dir) {
+                        // Bounded (see [`crate::written`]).
+                        let w = crate::written::files_written_since(dir, since);
+                        e.files_written = w.paths;
+                        if w.truncated {
+                            e.detail = json!({"files_written_truncated": true});
+                        }
+                    }
+                    e
+                })
+                .collect();
+            sink.record_all(events);
         }
     })?;
     Ok((tx, handle))
