@@ -525,7 +525,7 @@ fn insert_row(tx: &Connection, seq: i64, prev_hash: &str, event: &Event) -> Resu
     event.result_bytes = event.result_bytes.map(|v| v.min(i64::MAX.unsigned_abs()));
     event.duration_ms = event.duration_ms.map(|v| v.min(i64::MAX.unsigned_abs()));
     let json = record_json(seq, &event)?;
-    let hash = chain_hash(&prev_hash, &json);
+    let hash = chain_hash(prev_hash, &json);
     let files_written = serde_json::to_string(&event.files_written)?;
     let detail = crate::canonical::canonical_json(&event.detail);
     tx.prepare_cached(
