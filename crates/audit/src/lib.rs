@@ -195,11 +195,24 @@ pub struct Event {
 pub trait Sink: Send + Sync {
     /// Records one event durably before returning.
     fn record(&self, event: Event);
+
+    /// Records `events`, in order, durably before returning, as that many
+    /// `record` calls would. A store may write them together (the SQLite
+    /// store: one transaction, a fraction of the cost of one each); the
+    /// default records each in turn.
+    fn record_all(&self, events: Vec<Event>) {
+        for e in events {
+            self.record(e);
+        }
+    }
 }
 
 impl<S: Sink + ?Sized> Sink for Arc<S> {
     fn record(&self, event: Event) {
         (**self).record(event)
+    }
+    fn record_all(&self, events: Vec<Event>) {
+        (**self).record_all(events)
     }
 }
 
@@ -207,11 +220,17 @@ impl<S: Sink + ?Sized> Sink for Box<S> {
     fn record(&self, event: Event) {
         (**self).record(event)
     }
+    fn record_all(&self, events: Vec<Event>) {
+        (**self).record_all(events)
+    }
 }
 
 impl<S: Sink + ?Sized> Sink for &S {
     fn record(&self, event: Event) {
         (**self).record(event)
+    }
+    fn record_all(&self, events: Vec<Event>) {
+        (**self).record_all(events)
     }
 }
 

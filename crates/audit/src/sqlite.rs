@@ -400,6 +400,33 @@ impl Sink for SqliteStore {
             append_row(conn, e).map(|_| ())
         });
     }
+
+    /// One transaction for all of `events` (the WAL frames of the pages
+    /// they share, and the locks, once). If it fails nothing of it was
+    /// written, and they go one by one as [`Sink::record`] takes them:
+    /// whatever fails then is queued, in order.
+    fn record_all(&self, mut events: Vec<Event>) {
+        let now = crate::now_ms();
+        for e in events.iter_mut().filter(|e| e.time_ms == 0) {
+            e.time_ms = now;
+        }
+        let mut guard = self.lock();
+        let inner = &mut *guard;
+        let conn = &mut inner.conn;
+        if events.len() > 1 && inner.pending.len() == 0 {
+            match append_rows(conn, &events) {
+                Ok(_) => return,
+                Err(e) => {
+                    tracing::debug!(error = %e, "audit batch failed; writing its events one by one")
+                }
+            }
+        }
+        for event in events {
+            write_through(&mut inner.pending, event, "sqlite", |e| {
+                append_row(conn, e).map(|_| ())
+            });
+        }
+    }
 }
 
 /// Creates or migrates the schema, in one transaction.
@@ -459,12 +486,12 @@ fn to_i64(v: u64) -> i64 {
 
 /// Appends one row and moves the chain head, in one IMMEDIATE transaction.
 fn append_row(conn: &mut Connection, event: &Event) -> Result<i64> {
-    // SQLite integers are signed: clamp before hashing so the stored row
-    // and the hashed record agree.
-    let mut event = event.clone();
-    event.result_bytes = event.result_bytes.map(|v| v.min(i64::MAX.unsigned_abs()));
-    event.duration_ms = event.duration_ms.map(|v| v.min(i64::MAX.unsigned_abs()));
+    append_rows(conn, std::slice::from_ref(event))
+}
 
+/// Appends `events` in one transaction, chained in order; returns the seq
+/// of the last (the head's, unchanged, when there are none).
+fn append_rows(conn: &mut Connection, events: &[Event]) -> Result<i64> {
     let tx = conn
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .map_err(Error::sqlite("begin insert"))?;
@@ -475,9 +502,30 @@ fn append_row(conn: &mut Connection, event: &Event) -> Result<i64> {
         .and_then(|mut st| st.query_row([], |r| Ok((r.get(0)?, r.get(1)?))).optional())
         .map_err(Error::sqlite("read chain head"))?
         .unwrap_or((0, GENESIS.to_owned()));
-    let seq = prev_seq + 1;
+    let (mut seq, mut prev_hash) = (prev_seq, prev_hash);
+    for event in events {
+        seq += 1;
+        prev_hash = insert_row(&tx, seq, &prev_hash, event)?;
+    }
+    tx.prepare_cached(
+        "INSERT INTO chain_head (id, seq, hash) VALUES (1, ?1, ?2)
+         ON CONFLICT (id) DO UPDATE SET seq = excluded.seq, hash = excluded.hash",
+    )
+    .and_then(|mut st| st.execute(params![seq, prev_hash]))
+    .map_err(Error::sqlite("move chain head"))?;
+    tx.commit().map_err(Error::sqlite("commit event"))?;
+    Ok(seq)
+}
+
+/// Inserts one row at `seq` after `prev_hash`; returns its hash.
+fn insert_row(tx: &Connection, seq: i64, prev_hash: &str, event: &Event) -> Result<String> {
+    // SQLite integers are signed: clamp before hashing so the stored row
+    // and the hashed record agree.
+    let mut event = event.clone();
+    event.result_bytes = event.result_bytes.map(|v| v.min(i64::MAX.unsigned_abs()));
+    event.duration_ms = event.duration_ms.map(|v| v.min(i64::MAX.unsigned_abs()));
     let json = record_json(seq, &event)?;
-    let hash = chain_hash(&prev_hash, &json);
+    let hash = chain_hash(prev_hash, &json);
     let files_written = serde_json::to_string(&event.files_written)?;
     let detail = crate::canonical::canonical_json(&event.detail);
     tx.prepare_cached(
@@ -508,14 +556,7 @@ fn append_row(conn: &mut Connection, event: &Event) -> Result<i64> {
             hash,
         ]))
     .map_err(Error::sqlite("insert event"))?;
-    tx.prepare_cached(
-        "INSERT INTO chain_head (id, seq, hash) VALUES (1, ?1, ?2)
-         ON CONFLICT (id) DO UPDATE SET seq = excluded.seq, hash = excluded.hash",
-    )
-    .and_then(|mut st| st.execute(params![seq, hash]))
-    .map_err(Error::sqlite("move chain head"))?;
-    tx.commit().map_err(Error::sqlite("commit event"))?;
-    Ok(seq)
+    Ok(hash)
 }
 
 /// Turns a row selected with [`SELECT_COLUMNS`] back into a record and its

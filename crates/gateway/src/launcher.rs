@@ -55,12 +55,19 @@ pub trait ProcessControl: Send {
 pub trait ServerStdin: AsFd + Send + Sync {}
 impl<T: AsFd + Send + Sync> ServerStdin for T {}
 
+/// Our end of the server's stdout: a pipe (or socket). The relay's driver
+/// waits for it in its own `poll` and reads the descriptor itself (no
+/// reader thread, see the stdio driver), so a `Read` wrapper's buffering
+/// would be bypassed: pass the pipe end, not a `BufReader`.
+pub trait ServerStdout: AsFd + Send {}
+impl<T: AsFd + Send> ServerStdout for T {}
+
 /// A started server: its three pipes and its control handle.
 pub struct ServerProcess {
     /// The server's stdin (ours alone: the relay makes it non-blocking).
     pub stdin: Box<dyn ServerStdin>,
-    /// The server's stdout.
-    pub stdout: Box<dyn Read + Send>,
+    /// The server's stdout (read by the relay's driver itself).
+    pub stdout: Box<dyn ServerStdout>,
     /// The server's stderr.
     pub stderr: Box<dyn Read + Send>,
     /// Signals and waiting.

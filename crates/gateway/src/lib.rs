@@ -116,7 +116,7 @@ use std::time::Duration;
 
 pub use asker::{HostAsker, NetworkAnswer};
 pub use launcher::{
-    CommandLauncher, ExitInfo, Launcher, ProcessControl, ServerProcess, ServerStdin,
+    CommandLauncher, ExitInfo, Launcher, ProcessControl, ServerProcess, ServerStdin, ServerStdout,
 };
 pub use mcpbox_policy::{Decision, Reason, ToolHints, Verdict};
 pub use pin::{
@@ -124,7 +124,9 @@ pub use pin::{
 };
 pub use policy::{AllowAll, ApprovalAnswer, ApprovalRequest, ApprovalWorker, Approver, ToolPolicy};
 pub use secrets::{load_secret, Secret, SecretError, SecretSource, Secrets};
-pub use stdio::{relay, Activity, Attached, FeedError, HostFeed, HostSink, Relay, StderrHandler};
+pub use stdio::{
+    relay, Activity, Attached, FeedError, HostFeed, HostInput, HostSink, Relay, StderrHandler,
+};
 
 /// Policy refusal as a protocol error (only with [`Config::deny_as_error`];
 /// by default a denied call gets a tool result with `isError: true`).

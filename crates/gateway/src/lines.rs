@@ -195,6 +195,16 @@ impl<R: Read> LineReader<R> {
         r
     }
 
+    /// The stream read from.
+    pub fn get_ref(&self) -> &R {
+        &self.inner
+    }
+
+    /// The stream read from, mutably.
+    pub fn get_mut(&mut self) -> &mut R {
+        &mut self.inner
+    }
+
     fn start_discard(&mut self, extra_from: usize, extra_to: usize) {
         self.discarding = true;
         self.prefix.clear();

@@ -3,15 +3,16 @@
 //!
 //! Threads, each blocking on one thing:
 //!
-//! - **driver** (the caller of [`Relay::run`]): owns the session; takes one
-//!   input at a time from a bounded channel, or wakes at the session's
-//!   deadline (`recv_timeout`), feeds it as an [`Event`] and performs the
-//!   [`Effect`]s: writes to the host (flushed once per input), writes
+//! - **driver** (the caller of [`Relay::run`]): owns the session; waits in
+//!   one `poll` for the host's input, the server's stdout and the wake-up
+//!   of its bounded input queue, or for the session's deadline. It reads
+//!   the host's and the server's lines itself (`stdio/source.rs`), takes
+//!   what other threads queued, feeds each as an [`Event`] and performs
+//!   the [`Effect`]s: writes to the host (flushed once per input), writes
 //!   lines to the server's stdin (see below), signals the server, and
 //!   queues audit records. No lock is held while it does.
-//! - **readers**: host stdin, server stdout, server stderr (stderr lines
-//!   are redacted and handed to the [`StderrHandler`] there; they never
-//!   reach the MCP stream). Each sends what it read into the channel.
+//! - **stderr reader**: the server's stderr lines are redacted and handed
+//!   to the [`StderrHandler`] there; they never reach the MCP stream.
 //! - **server stdin writer**: so that a server that stops reading blocks
 //!   only its own pipe, never the driver. Our end of that pipe is
 //!   non-blocking (`O_NONBLOCK`, set at attach): while the writer has
@@ -28,29 +29,33 @@
 //!   holds up the driver.
 //! - **approver** (only with a fallback approver): [`ApprovalWorker`].
 //!
-//! A message from the host crosses one channel to the driver, which writes
-//! it to the server's stdin itself while the pipe has room (one more
-//! channel, to the stdin writer, only when it has not); a message from the
-//! server crosses one channel to the driver, which writes it to the host
-//! itself. Each thread hand-off is a wake-up of a sleeping thread, the
-//! bulk of what the relay adds to a round trip, so the common case has one
-//! per direction. Unchanged lines are written as they were read.
+//! A message from the host wakes the driver, which reads it and writes it
+//! to the server's stdin itself while the pipe has room (one channel, to
+//! the stdin writer, only when it has not); a message from the server
+//! wakes the driver, which reads it and writes it to the host itself.
+//! Each thread hand-off is a wake-up of a sleeping thread, the bulk of
+//! what the relay adds to a round trip, so the common case has none
+//! besides the driver's own (issue 7: a reader thread per direction, and
+//! a channel from each to the driver, cost two more per round trip).
+//! Unchanged lines are written as they were read.
 
 mod server_in;
+mod source;
 
 use std::collections::{HashMap, VecDeque};
 use std::io::{BufWriter, Read, Write};
-use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
+use std::os::fd::AsFd;
+use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Arc;
 use std::thread;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use mcpbox_audit::{Event as AuditEvent, Sink};
 use serde_json::json;
 
 use crate::asker::{Dispatch, HostAsker, Outside};
 use crate::launcher::{ExitInfo, Launcher, ProcessControl, ServerProcess};
-use crate::lines::{write_line, Line, LineReader};
+use crate::lines::{write_line, Line};
 use crate::pin::PinStore;
 use crate::policy::{AllowAll, ApprovalWorker, Approver, ToolPolicy};
 use crate::redact::StreamRedactor;
@@ -59,11 +64,20 @@ use crate::secrets::Secrets;
 use crate::session::{Asked, Effect, Event, Now, Record, Session};
 use crate::{Config, Error, Outcome, Result};
 use server_in::ServerIn;
+use source::{Inbox, Source};
 
 /// Inputs queued for the driver before it hands them to the session.
 /// Readers block when it is full, which is the back-pressure on a flooding
 /// server or host.
 const INPUT_QUEUE: usize = 256;
+
+/// The host's input for [`Relay::run`]: a descriptor (stdin, a pipe or
+/// socket end) that the driver waits for in its own `poll` and reads
+/// itself, so a `Read` wrapper's buffering would be bypassed: pass the
+/// descriptor, not a `BufReader`. It is never made non-blocking (a
+/// terminal or a shared pipe end keeps its flags).
+pub trait HostInput: AsFd + Send {}
+impl<T: AsFd + Send> HostInput for T {}
 
 /// Receives each (redacted, sanitized) line of the server's stderr.
 pub type StderrHandler = Arc<dyn Fn(&str, &str) + Send + Sync>;
@@ -181,13 +195,14 @@ impl Relay {
     /// audit record was written.
     pub fn run(
         self,
-        host_in: Box<dyn Read + Send>,
+        host_in: Box<dyn HostInput>,
         host_out: Box<dyn Write + Send>,
     ) -> Result<Outcome> {
         let dispatch = self.dispatch.clone();
         let (tx, rx) = mpsc::sync_channel::<Input>(INPUT_QUEUE);
+        let inbox = Inbox::new(tx);
         let host_out = HostOut::Stream(BufWriter::with_capacity(64 * 1024, host_out));
-        let result = Driver::run(self, Some(host_in), host_out, tx, rx);
+        let result = Driver::run(self, Some(host_in), host_out, inbox, rx);
         dispatch.disconnect();
         result
     }
@@ -199,14 +214,15 @@ impl Relay {
     /// and what it does once the session has ended).
     pub fn attach(self, sink: Box<dyn HostSink>) -> (HostFeed, Attached) {
         let (tx, rx) = mpsc::sync_channel::<Input>(INPUT_QUEUE);
+        let inbox = Inbox::new(tx);
         let feed = HostFeed {
-            tx: tx.clone(),
+            inbox: inbox.clone(),
             max_line: self.config.max_line,
         };
         let attached = Attached {
             relay: self,
             sink,
-            tx,
+            inbox,
             rx,
         };
         (feed, attached)
@@ -217,7 +233,7 @@ impl Relay {
 pub struct Attached {
     relay: Relay,
     sink: Box<dyn HostSink>,
-    tx: SyncSender<Input>,
+    inbox: Inbox,
     rx: Receiver<Input>,
 }
 
@@ -233,7 +249,13 @@ impl Attached {
     /// the feed before this starts wait in its queue.
     pub fn run(self) -> Result<Outcome> {
         let dispatch = self.relay.dispatch.clone();
-        let result = Driver::run(self.relay, None, HostOut::Sink(self.sink), self.tx, self.rx);
+        let result = Driver::run(
+            self.relay,
+            None,
+            HostOut::Sink(self.sink),
+            self.inbox,
+            self.rx,
+        );
         dispatch.disconnect();
         result
     }
@@ -265,7 +287,7 @@ pub enum FeedError {
 /// the host's messages. Cloneable; never blocks.
 #[derive(Clone)]
 pub struct HostFeed {
-    tx: SyncSender<Input>,
+    inbox: Inbox,
     max_line: usize,
 }
 
@@ -309,11 +331,11 @@ impl HostFeed {
     /// session's input queue is full (call it off an async runtime's
     /// threads); a session that has ended already is fine.
     pub fn close(&self) {
-        let _ = self.tx.send(Input::Event(Event::Host(Line::Eof)));
+        let _ = self.inbox.send(Input::Event(Event::Host(Line::Eof)));
     }
 
     fn push(&self, input: Input) -> std::result::Result<(), FeedError> {
-        match self.tx.try_send(input) {
+        match self.inbox.try_send(input) {
             Ok(()) => Ok(()),
             Err(mpsc::TrySendError::Full(_)) => Err(FeedError::Busy),
             Err(mpsc::TrySendError::Disconnected(_)) => Err(FeedError::Closed),
@@ -327,7 +349,7 @@ pub fn relay(
     policy: Arc<dyn ToolPolicy>,
     secrets: Secrets,
     launcher: Box<dyn Launcher>,
-    host_in: Box<dyn Read + Send>,
+    host_in: Box<dyn HostInput>,
     host_out: Box<dyn Write + Send>,
     audit: Arc<dyn Sink>,
 ) -> Result<Outcome> {
@@ -386,7 +408,15 @@ impl HostOut {
 struct Driver {
     config: Config,
     activity: Option<Arc<dyn Activity>>,
-    tx: SyncSender<Input>,
+    inbox: Inbox,
+    /// The host's input, read by the driver (none for [`Relay::attach`]:
+    /// the host's messages come through the inbox).
+    host_in: Option<Source>,
+    /// The current server's stdout, read by the driver, with its
+    /// generation.
+    server_out: Option<(u32, Source)>,
+    /// Which of the two is looked at first, alternately (fairness).
+    host_first: bool,
     host_out: HostOut,
     host_failed: bool,
     host_dirty: bool,
@@ -413,9 +443,9 @@ fn spawn_named<F: FnOnce() + Send + 'static>(name: &str, f: F) -> Result<thread:
 impl Driver {
     fn run(
         relay: Relay,
-        host_in: Option<Box<dyn Read + Send>>,
+        host_in: Option<Box<dyn HostInput>>,
         host_out: HostOut,
-        tx: SyncSender<Input>,
+        inbox: Inbox,
         rx: Receiver<Input>,
     ) -> Result<Outcome> {
         let Relay {
@@ -435,12 +465,12 @@ impl Driver {
             None => None,
         };
         let (audit_tx, audit_thread) = spawn_audit(audit, config.output_dir.clone())?;
-        let launch_tx = spawn_launcher(launcher, tx.clone())?;
+        let launch_tx = spawn_launcher(launcher, inbox.clone())?;
         let approver = match approver {
             Some(a) => {
-                let tx = tx.clone();
+                let inbox = inbox.clone();
                 let answered = move |key, answer| {
-                    let _ = tx.send(Input::Event(Event::Approval { key, answer }));
+                    let _ = inbox.send(Input::Event(Event::Approval { key, answer }));
                 };
                 Some(ApprovalWorker::spawn(a, answered).map_err(Error::Thread)?)
             }
@@ -456,10 +486,14 @@ impl Driver {
             make_nonce(),
             Now::system(),
         );
+        let max_line = config.max_line;
         let mut driver = Driver {
             config,
             activity,
-            tx: tx.clone(),
+            inbox: inbox.clone(),
+            host_in: host_in.map(|fd| Source::new(fd, max_line, None)),
+            server_out: None,
+            host_first: false,
             host_out,
             host_failed: false,
             host_dirty: false,
@@ -478,16 +512,10 @@ impl Driver {
             new_stderr: None,
             outcome: None,
         };
-        let ask_tx = tx.clone();
-        dispatch.connect(Box::new(move |q| ask_tx.send(Input::Ask(q)).is_ok()));
+        dispatch.connect(Box::new(move |q| inbox.send(Input::Ask(q))));
         let mut follow = VecDeque::new();
         let effects = session.start(Now::system());
         driver.perform(effects, &mut follow);
-        match host_in {
-            Some(host_in) => spawn_host_reader(host_in, driver.config.max_line, tx)?,
-            // messages come through the HostFeed, which holds a sender
-            None => drop(tx),
-        }
         let result = driver.run_loop(&mut session, &rx, follow);
         if result.is_err() {
             // we could not go on (a thread would not start): the server
@@ -512,10 +540,7 @@ impl Driver {
         loop {
             let event = match follow.pop_front() {
                 Some(e) => e,
-                None => match self.next_input(session, rx) {
-                    Some(input) => self.admit(input)?,
-                    None => Event::Timer,
-                },
+                None => self.next_event(session, rx)?.unwrap_or(Event::Timer),
             };
             // any word from the host, its end included: a frozen server
             // must be able to read a message, or to exit when told to
@@ -535,7 +560,7 @@ impl Driver {
                     gen,
                     self.config.server_name.clone(),
                     self.stderr.clone(),
-                    self.tx.clone(),
+                    self.inbox.clone(),
                 )?;
             }
             self.perform(effects, &mut follow);
@@ -545,17 +570,102 @@ impl Driver {
         }
     }
 
-    /// The next input, or `None` when the session's deadline passed first.
-    fn next_input(&self, session: &Session, rx: &Receiver<Input>) -> Option<Input> {
-        match session.deadline() {
-            Some(d) => {
-                let wait = d.saturating_duration_since(Instant::now());
-                // timeout: the deadline; disconnected cannot happen (we
-                // hold a sender), and would be a tick as well
-                rx.recv_timeout(wait).ok()
+    /// The next event: what other threads queued, else a line the host
+    /// or the server has ready, else whichever comes first of those and
+    /// the session's deadline (`None`: the deadline passed).
+    fn next_event(&mut self, session: &Session, rx: &Receiver<Input>) -> Result<Option<Event>> {
+        loop {
+            // disconnected cannot happen: we hold a sender (the inbox)
+            if let Ok(input) = rx.try_recv() {
+                return self.admit(input).map(Some);
             }
-            // we hold a sender ourselves, so this returns
-            None => rx.recv().ok(),
+            if let Some(event) = self.read_line() {
+                return Ok(Some(event));
+            }
+            let timeout = match session.deadline() {
+                Some(d) => match d.checked_duration_since(Instant::now()) {
+                    Some(wait) if !wait.is_zero() => Some(wait),
+                    _ => return Ok(None),
+                },
+                None => None,
+            };
+            self.wait(timeout);
+        }
+    }
+
+    /// One line from the host or the current server, whichever has one
+    /// (taking turns), without blocking.
+    fn read_line(&mut self) -> Option<Event> {
+        self.host_first = !self.host_first;
+        for host in [self.host_first, !self.host_first] {
+            if host {
+                if let Some(line) = self.host_in.as_mut().and_then(|s| s.next("host input")) {
+                    return Some(Event::Host(line));
+                }
+            } else if let Some((gen, s)) = self.server_out.as_mut() {
+                if let Some(line) = s.next("server stdout") {
+                    return Some(Event::Server { gen: *gen, line });
+                }
+            }
+        }
+        None
+    }
+
+    /// Waits until the inbox was woken, the host's input or the server's
+    /// stdout is ready, or `timeout` passed (`None`: no limit).
+    fn wait(&mut self, timeout: Option<Duration>) {
+        use rustix::event::{poll, PollFd, PollFlags};
+        // without its eventfd (it could not be made) the inbox is looked
+        // at every few milliseconds instead
+        let timeout = match self.inbox.wake_fd() {
+            Some(_) => timeout,
+            None => Some(timeout.map_or(source::NO_WAKE_POLL, |t| t.min(source::NO_WAKE_POLL))),
+        };
+        let timespec = timeout.map(|d| rustix::time::Timespec {
+            tv_sec: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+            tv_nsec: i64::from(d.subsec_nanos()),
+        });
+        let host = self.host_in.as_ref().filter(|s| s.waits());
+        let server = self
+            .server_out
+            .as_ref()
+            .map(|(_, s)| s)
+            .filter(|s| s.waits());
+        let all = [
+            self.inbox.wake_fd(),
+            host.map(Source::fd),
+            server.map(Source::fd),
+        ];
+        let mut fds: Vec<PollFd<'_>> = Vec::with_capacity(3);
+        let mut slots = [None; 3];
+        for (slot, fd) in all.iter().enumerate() {
+            if let Some(fd) = fd {
+                slots[slot] = Some(fds.len());
+                fds.push(PollFd::new(fd, PollFlags::IN));
+            }
+        }
+        match poll(&mut fds, timespec.as_ref()) {
+            Ok(_) | Err(rustix::io::Errno::INTR) => {}
+            Err(e) => {
+                // cannot happen with valid descriptors; do not spin
+                tracing::error!("poll failed: {e}");
+                thread::sleep(source::NO_WAKE_POLL);
+            }
+        }
+        let ready: [bool; 3] = slots.map(|s| s.is_some_and(|i| !fds[i].revents().is_empty()));
+        drop(fds);
+        if ready[0] {
+            self.inbox.reset();
+        }
+        if ready[1] {
+            if let Some(s) = self.host_in.as_mut() {
+                s.ready();
+            }
+        }
+        if ready[2] {
+            if let Some((_, s)) = self.server_out.as_mut() {
+                s.ready();
+            }
         }
     }
 
@@ -602,22 +712,15 @@ impl Driver {
     /// stderr for the reader started later.
     fn attach(&mut self, gen: u32, proc: ServerProcess) -> Result<Box<dyn Read + Send>> {
         let stdin = ServerIn::start(proc.stdin)?;
-        let tx = self.tx.clone();
-        let max_line = self.config.max_line;
         // strings in an over-long line are cut to a bit under max_result,
         // so that the result's own truncation marker still fits
         let keep = self.config.max_result.saturating_sub(64).max(64);
-        let stdout = proc.stdout;
-        spawn_named("mcpbox-server-out", move || {
-            let mut reader = LineReader::with_compaction(stdout, max_line, keep);
-            loop {
-                let line = reader.next_line().unwrap_or(Line::Eof);
-                let eof = matches!(line, Line::Eof);
-                if tx.send(Input::Event(Event::Server { gen, line })).is_err() || eof {
-                    return;
-                }
-            }
-        })?;
+        // the previous generation's stdout, if any, is at its end (a
+        // server is started again only once it is down) and is closed
+        self.server_out = Some((
+            gen,
+            Source::new(proc.stdout, self.config.max_line, Some(keep)),
+        ));
         self.server = Current {
             gen,
             stdin: Some(stdin),
@@ -757,7 +860,7 @@ fn spawn_stderr(
     gen: u32,
     server: String,
     handler: StderrHandler,
-    tx: SyncSender<Input>,
+    inbox: Inbox,
 ) -> Result<()> {
     spawn_named("mcpbox-server-err", move || {
         let names = redactor.names().to_vec();
@@ -780,34 +883,14 @@ fn spawn_stderr(
             .zip(stream.counts.iter().copied())
             .filter(|(_, c)| *c > 0)
             .collect();
-        let _ = tx.send(Input::Event(Event::StderrClosed { gen, redactions }));
+        let _ = inbox.send(Input::Event(Event::StderrClosed { gen, redactions }));
     })?;
     Ok(())
 }
 
-fn spawn_host_reader(
-    host_in: Box<dyn Read + Send>,
-    max_line: usize,
-    tx: SyncSender<Input>,
-) -> Result<()> {
-    spawn_named("mcpbox-host-in", move || {
-        let mut reader = LineReader::new(host_in, max_line);
-        loop {
-            let line = match reader.next_line() {
-                Ok(line) => line,
-                Err(e) => {
-                    tracing::warn!("reading host input failed: {e}");
-                    Line::Eof
-                }
-            };
-            let eof = matches!(line, Line::Eof);
-            if tx.send(Input::Event(Event::Host(line))).is_err() || eof {
-                return;
-            }
-        }
-    })?;
-    Ok(())
-}
+/// Records the audit writer takes into one write, at most (more only when
+/// one input made more).
+const AUDIT_BATCH: usize = 256;
 
 /// The audit writer: records in order, each call's `files_written` listed
 /// when its record is written.
@@ -818,19 +901,35 @@ fn spawn_audit(
     let (tx, rx) = mpsc::channel::<Vec<Record>>();
     let handle = spawn_named("mcpbox-audit", move || {
         background_priority();
-        for batch in rx {
-            for record in batch {
-                let mut e = record.event;
-                if let (Some(since), Some(dir)) = (record.files_since, &output_dir) {
-                    // Bounded (see [`crate::written`]).
-                    let w = crate::written::files_written_since(dir, since);
-                    e.files_written = w.paths;
-                    if w.truncated {
-                        e.detail = json!({"files_written_truncated": true});
-                    }
+        while let Ok(mut batch) = rx.recv() {
+            // What queued while the last write ran goes in with it: one
+            // SQLite transaction for all ([`Sink::record_all`]) costs about
+            // what one record does (its WAL frames and locks), so a writer
+            // that fell behind on a busy machine catches up instead of
+            // taking CPU from the host path for each record. Nothing waits
+            // for a batch to fill.
+            while batch.len() < AUDIT_BATCH {
+                match rx.try_recv() {
+                    Ok(more) => batch.extend(more),
+                    Err(_) => break,
                 }
-                sink.record(e);
             }
+            let events = batch
+                .into_iter()
+                .map(|record| {
+                    let mut e = record.event;
+                    if let (Some(since), Some(dir)) = (record.files_since, &output_dir) {
+                        // Bounded (see [`crate::written`]).
+                        let w = crate::written::files_written_since(dir, since);
+                        e.files_written = w.paths;
+                        if w.truncated {
+                            e.detail = json!({"files_written_truncated": true});
+                        }
+                    }
+                    e
+                })
+                .collect();
+            sink.record_all(events);
         }
     })?;
     Ok((tx, handle))
@@ -850,7 +949,7 @@ fn background_priority() {
 /// The launcher thread: starts each server generation asked for.
 fn spawn_launcher(
     mut launcher: Box<dyn Launcher>,
-    tx: SyncSender<Input>,
+    inbox: Inbox,
 ) -> Result<Sender<(u32, Secrets, bool)>> {
     let (launch_tx, rx) = mpsc::channel::<(u32, Secrets, bool)>();
     spawn_named("mcpbox-launcher", move || {
@@ -866,7 +965,7 @@ fn spawn_launcher(
                 result,
                 secrets,
             };
-            if tx.send(launched).is_err() {
+            if !inbox.send(launched) {
                 return;
             }
         }
