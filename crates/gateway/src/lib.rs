@@ -18,12 +18,13 @@
 //!   once into typed views ([`message`]); a line that needs no change is
 //!   forwarded as the bytes that came in.
 //! - Drivers that own a session each and perform its effects. The stdio
-//!   driver behind [`Relay`] (one loop on the calling thread, fed by reader
-//!   threads over one channel, non-blocking writes to the server's stdin
-//!   with a writer thread for what a full pipe will not take, one audit
-//!   writer, one launcher thread, and with a fallback approver one
-//!   [`ApprovalWorker`]) is the only one today; an HTTP gateway would feed
-//!   the same events per session.
+//!   driver behind [`Relay`] (one loop on the calling thread that polls the
+//!   host's input, the server's stdout and its inbox's eventfd and reads
+//!   the lines itself, non-blocking writes to the server's stdin with a
+//!   writer thread for what a full pipe will not take, a stderr reader, one
+//!   audit writer, one launcher thread, and with a fallback approver one
+//!   [`ApprovalWorker`]); the HTTP gateway attaches the same driver per
+//!   session ([`Relay::attach`]: [`HostFeed`] in, [`HostSink`] out).
 //!
 //! Approvals: with form elicitation (declared at `initialize`, or per
 //! request in `_meta` under the 2026-07-28 revision) the session itself asks

@@ -39,8 +39,14 @@
 //! a channel from each to the driver, cost two more per round trip).
 //! Unchanged lines are written as they were read.
 
+mod feed;
 mod server_in;
 mod source;
+mod threads;
+
+pub use feed::{Attached, FeedError, HostFeed, HostSink};
+
+use threads::{make_nonce, spawn_audit, spawn_launcher, spawn_stderr};
 
 use std::collections::{HashMap, VecDeque};
 use std::io::{BufWriter, Read, Write};
@@ -51,15 +57,12 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use mcpbox_audit::{Event as AuditEvent, Sink};
-use serde_json::json;
 
 use crate::asker::{Dispatch, HostAsker, Outside};
 use crate::launcher::{ExitInfo, Launcher, ProcessControl, ServerProcess};
-use crate::lines::{write_line, Line};
+use crate::lines::write_line;
 use crate::pin::PinStore;
 use crate::policy::{AllowAll, ApprovalWorker, Approver, ToolPolicy};
-use crate::redact::StreamRedactor;
-use crate::screen::sanitize;
 use crate::secrets::Secrets;
 use crate::session::{Asked, Effect, Event, Now, Record, Session};
 use crate::{Config, Error, Outcome, Result};
@@ -226,120 +229,6 @@ impl Relay {
             rx,
         };
         (feed, attached)
-    }
-}
-
-/// A session prepared by [`Relay::attach`], not yet running.
-pub struct Attached {
-    relay: Relay,
-    sink: Box<dyn HostSink>,
-    inbox: Inbox,
-    rx: Receiver<Input>,
-}
-
-impl std::fmt::Debug for Attached {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Attached").finish_non_exhaustive()
-    }
-}
-
-impl Attached {
-    /// Runs the session until the host closes ([`HostFeed::close`]) or
-    /// the server exits, as [`Relay::run`] does. Messages sent through
-    /// the feed before this starts wait in its queue.
-    pub fn run(self) -> Result<Outcome> {
-        let dispatch = self.relay.dispatch.clone();
-        let result = Driver::run(
-            self.relay,
-            None,
-            HostOut::Sink(self.sink),
-            self.inbox,
-            self.rx,
-        );
-        dispatch.disconnect();
-        result
-    }
-}
-
-/// Takes the messages of a session prepared with [`Relay::attach`] that are
-/// for the host, one JSON-RPC message each, in order. Called on the
-/// session's own thread: it must not block (hand the message on).
-pub trait HostSink: Send {
-    /// One message, without a newline. An error means the host is gone:
-    /// the session ends as it does when writing to a stdio host fails.
-    fn message(&mut self, message: &[u8]) -> std::io::Result<()>;
-    /// Called once after the messages of one input were handed over.
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-/// Why [`HostFeed::send`] did not take a message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FeedError {
-    /// The session's input queue is full: try again shortly.
-    Busy,
-    /// The session has ended.
-    Closed,
-}
-
-/// The host's side of a session prepared with [`Relay::attach`]: hands it
-/// the host's messages. Cloneable; never blocks.
-#[derive(Clone)]
-pub struct HostFeed {
-    inbox: Inbox,
-    max_line: usize,
-}
-
-impl std::fmt::Debug for HostFeed {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HostFeed").finish_non_exhaustive()
-    }
-}
-
-impl HostFeed {
-    /// Hands one message from the host to the session. A message longer
-    /// than the session's `max_line` is refused by the session (-32600),
-    /// as an over-long stdio line is.
-    pub fn send(&self, message: Vec<u8>) -> std::result::Result<(), FeedError> {
-        let line = if message.len() > self.max_line {
-            let keep = message.len().min(crate::lines::TOO_LONG_PREFIX);
-            Line::TooLong {
-                len: message.len(),
-                prefix: message[..keep].to_vec(),
-            }
-        } else {
-            Line::Data(message)
-        };
-        self.push(Input::Event(Event::Host(line)))
-    }
-
-    /// Asks the session to park its server (the lifecycle's idle stop):
-    /// stopped, session kept, started again by the next host message. A
-    /// busy session ignores it.
-    pub fn park(&self) -> std::result::Result<(), FeedError> {
-        self.push(Input::Event(Event::Park))
-    }
-
-    /// Asks the session to start a parked server now.
-    pub fn wake(&self) -> std::result::Result<(), FeedError> {
-        self.push(Input::Event(Event::Wake))
-    }
-
-    /// Tells the session the host has closed (stdin's end of file): the
-    /// server is stopped politely and the session ends. Blocks while the
-    /// session's input queue is full (call it off an async runtime's
-    /// threads); a session that has ended already is fine.
-    pub fn close(&self) {
-        let _ = self.inbox.send(Input::Event(Event::Host(Line::Eof)));
-    }
-
-    fn push(&self, input: Input) -> std::result::Result<(), FeedError> {
-        match self.inbox.try_send(input) {
-            Ok(()) => Ok(()),
-            Err(mpsc::TrySendError::Full(_)) => Err(FeedError::Busy),
-            Err(mpsc::TrySendError::Disconnected(_)) => Err(FeedError::Closed),
-        }
     }
 }
 
@@ -852,140 +741,4 @@ impl Driver {
         self.host_failed = true;
         follow.push_back(Event::HostGone);
     }
-}
-
-fn spawn_stderr(
-    mut stderr: Box<dyn Read + Send>,
-    redactor: crate::redact::Redactor,
-    gen: u32,
-    server: String,
-    handler: StderrHandler,
-    inbox: Inbox,
-) -> Result<()> {
-    spawn_named("mcpbox-server-err", move || {
-        let names = redactor.names().to_vec();
-        let mut stream = StreamRedactor::new(redactor, 8 * 1024);
-        let mut buf = [0u8; 8192];
-        let log = |line: &[u8]| {
-            let text = String::from_utf8_lossy(line);
-            let (clean, _) = sanitize(&text);
-            handler(&server, &clean);
-        };
-        loop {
-            match stderr.read(&mut buf) {
-                Ok(0) | Err(_) => break,
-                Ok(n) => stream.push(&buf[..n], log),
-            }
-        }
-        stream.finish(log);
-        let redactions = names
-            .into_iter()
-            .zip(stream.counts.iter().copied())
-            .filter(|(_, c)| *c > 0)
-            .collect();
-        let _ = inbox.send(Input::Event(Event::StderrClosed { gen, redactions }));
-    })?;
-    Ok(())
-}
-
-/// Records the audit writer takes into one write, at most (more only when
-/// one input made more).
-const AUDIT_BATCH: usize = 256;
-
-/// The audit writer: records in order, each call's `files_written` listed
-/// when its record is written.
-fn spawn_audit(
-    sink: Arc<dyn Sink>,
-    output_dir: Option<std::path::PathBuf>,
-) -> Result<(Sender<Vec<Record>>, thread::JoinHandle<()>)> {
-    let (tx, rx) = mpsc::channel::<Vec<Record>>();
-    let handle = spawn_named("mcpbox-audit", move || {
-        background_priority();
-        while let Ok(mut batch) = rx.recv() {
-            // What queued while the last write ran goes in with it: one
-            // SQLite transaction for all ([`Sink::record_all`]) costs about
-            // what one record does (its WAL frames and locks), so a writer
-            // that fell behind on a busy machine catches up instead of
-            // taking CPU from the host path for each record. Nothing waits
-            // for a batch to fill.
-            while batch.len() < AUDIT_BATCH {
-                match rx.try_recv() {
-                    Ok(more) => batch.extend(more),
-                    Err(_) => break,
-                }
-            }
-            let events = batch
-                .into_iter()
-                .map(|record| {
-                    let mut e = record.event;
-                    if let (Some(since), Some(dir)) = (record.files_since, &output_dir) {
-                        // Bounded (see [`crate::written`]).
-                        let w = crate::written::files_written_since(dir, since);
-                        e.files_written = w.paths;
-                        if w.truncated {
-                            e.detail = json!({"files_written_truncated": true});
-                        }
-                    }
-                    e
-                })
-                .collect();
-            sink.record_all(events);
-        }
-    })?;
-    Ok((tx, handle))
-}
-
-/// Lowers the calling thread's scheduling priority (nice 10; Linux applies
-/// `setpriority` to one thread when given its tid). The audit writer is
-/// background work: on a busy machine the threads on the host's path should
-/// win the CPU when they wake. Best effort: a failure changes nothing else.
-fn background_priority() {
-    let tid = rustix::thread::gettid();
-    if let Err(e) = rustix::process::setpriority_process(Some(tid), 10) {
-        tracing::debug!("cannot lower the audit writer's priority: {e}");
-    }
-}
-
-/// The launcher thread: starts each server generation asked for.
-fn spawn_launcher(
-    mut launcher: Box<dyn Launcher>,
-    inbox: Inbox,
-) -> Result<Sender<(u32, Secrets, bool)>> {
-    let (launch_tx, rx) = mpsc::channel::<(u32, Secrets, bool)>();
-    spawn_named("mcpbox-launcher", move || {
-        for (gen, mut secrets, refresh) in rx {
-            if refresh {
-                for e in secrets.refresh() {
-                    tracing::warn!("{e}");
-                }
-            }
-            let result = launcher.launch(&secrets.env());
-            let launched = Input::Launched {
-                gen,
-                result,
-                secrets,
-            };
-            if !inbox.send(launched) {
-                return;
-            }
-        }
-    })?;
-    Ok(launch_tx)
-}
-
-/// An unguessable per-session nonce for the ids of mcpbox's own requests
-/// to the host, so a server cannot forge an approval answer by reusing an id.
-fn make_nonce() -> String {
-    let mut seed = [0u8; 16];
-    let random = std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut seed))
-        .is_ok();
-    let mut material = seed.to_vec();
-    if !random {
-        let t = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default();
-        material.extend_from_slice(format!("{t:?}{}", std::process::id()).as_bytes());
-    }
-    crate::digest::sha256_hex(&material)[..24].to_string()
 }
