@@ -416,12 +416,9 @@ pub fn plan(spec: &Spec, host: &HostFacts) -> Vec<Step> {
         size: DEV_SIZE,
         mode: 0o755,
     });
+    // Each bind makes its own mount point (an empty file).
     for dev in DEVICES {
         let path = Path::new("/dev").join(dev);
-        steps.push(Step::File {
-            path: path.clone(),
-            contents: String::new(),
-        });
         steps.push(Step::Bind {
             host: path.clone(),
             path,
