@@ -286,15 +286,21 @@ pub(crate) fn compile_root(steps: &[Step]) -> Result<Vec<RootOp>> {
     );
     op("chdir /".into(), Call::Chdir { path: c("/")? });
 
+    // The directory the step before made: a bind onto it needs no Touch.
+    let mut made_dir: Option<&Path> = None;
     for step in steps {
+        let dir_before = made_dir.take();
         match step {
-            Step::Dir { path, mode } => op(
-                format!("mkdir {}", path.display()),
-                Call::Mkdir {
-                    path: c(new(path))?,
-                    mode: *mode,
-                },
-            ),
+            Step::Dir { path, mode } => {
+                made_dir = Some(path);
+                op(
+                    format!("mkdir {}", path.display()),
+                    Call::Mkdir {
+                        path: c(new(path))?,
+                        mode: *mode,
+                    },
+                )
+            }
             Step::Tmpfs { path, size, mode } => op(
                 format!("tmpfs {}", path.display()),
                 Call::Mount {
@@ -307,12 +313,16 @@ pub(crate) fn compile_root(steps: &[Step]) -> Result<Vec<RootOp>> {
             ),
             Step::Bind { host, path, access } => {
                 let target = c(new(path))?;
-                op(
-                    format!("bind target {}", path.display()),
-                    Call::Touch {
-                        path: target.clone(),
-                    },
-                );
+                // The mount point: the directory just made, or an empty
+                // file made now unless something is there already.
+                if dir_before != Some(path.as_path()) {
+                    op(
+                        format!("bind target {}", path.display()),
+                        Call::Touch {
+                            path: target.clone(),
+                        },
+                    );
+                }
                 op(
                     format!("bind {} -> {}", host.display(), path.display()),
                     Call::Mount {
@@ -440,7 +450,13 @@ pub(crate) fn compile_root(steps: &[Step]) -> Result<Vec<RootOp>> {
 
 /// Executes the compiled root in the init: system calls only. Returns the
 /// index of the operation that failed.
+///
+/// The umask is 0 while the root is built, so every directory and file gets
+/// exactly the mode the plan gives it (no chmod after each mkdir, and no
+/// caller's umask 077 making /etc/passwd unreadable to the sandbox user);
+/// the caller's is put back after, for the command to inherit.
 fn build_root(ops: &[RootOp]) -> Result<(), (usize, std::io::Error)> {
+    let caller_umask = sys::umask(0);
     for (i, op) in ops.iter().enumerate() {
         let done = match &op.call {
             Call::Mount {
@@ -458,7 +474,9 @@ fn build_root(ops: &[RootOp]) -> Result<(), (usize, std::io::Error)> {
             ),
             Call::SetAttr { target, attrs } => sys::mount_setattr_recursive(target, *attrs),
             Call::Mkdir { path, mode } => match sys::mkdir(path, *mode) {
-                Ok(()) => sys::chmod(path, *mode),
+                // Made with exactly `mode` (umask 0; mkdir(2) keeps the
+                // sticky bit).
+                Ok(()) => Ok(()),
                 // Never chmod through a symlink of the new root: it would
                 // resolve against the staging root.
                 Err(e) if e.raw_os_error() == Some(libc::EEXIST) => match sys::lstat_is_dir(path) {
@@ -478,6 +496,7 @@ fn build_root(ops: &[RootOp]) -> Result<(), (usize, std::io::Error)> {
         };
         done.map_err(|e| (i, e))?;
     }
+    sys::umask(caller_umask);
     Ok(())
 }
 
@@ -1400,14 +1419,15 @@ mod tests {
     }
 
     #[test]
-    fn a_read_only_bind_is_touched_mounted_from_oldroot_then_made_read_only() {
+    fn a_read_only_bind_onto_its_new_dir_is_mounted_from_oldroot_then_made_read_only() {
         let ops = compile_root(&steps()).unwrap();
         let i = ops
             .iter()
             .position(|o| o.label == "bind /usr -> /usr")
             .unwrap();
+        // The directory made just before is the mount point: no Touch.
         assert!(
-            matches!(&ops[i - 1].call, Call::Touch { path } if path.as_bytes() == b"/newroot/usr")
+            matches!(&ops[i - 1].call, Call::Mkdir { path, .. } if path.as_bytes() == b"/newroot/usr")
         );
         match &ops[i].call {
             Call::Mount { source, flags, .. } => {
@@ -1427,6 +1447,10 @@ mod tests {
             .iter()
             .position(|o| o.label == "bind /dev/null -> /dev/null")
             .unwrap();
+        // No directory made for it: its mount point is touched first.
+        assert!(
+            matches!(&ops[i - 1].call, Call::Touch { path } if path.as_bytes() == b"/newroot/dev/null")
+        );
         assert!(!matches!(ops[i + 1].call, Call::SetAttr { .. }));
     }
 

@@ -116,42 +116,44 @@ pub const ETC_ENTRIES: &[&str] = &[
     "terminfo",
 ];
 
-/// /etc files up to this size are copied, larger ones bind-mounted.
-const MAX_COPIED: u64 = 256 * 1024;
+/// /etc files up to this size are copied, larger ones bind-mounted. A copy
+/// costs its bytes three times (read here, carried in the plan, written
+/// into the new root's tmpfs) and a bind costs three system calls, so the
+/// line sits where those meet: the few small tables (protocols, services,
+/// host.conf) are copied, ld.so.cache (binary) and mime.types (74 KiB on
+/// Debian 12) are bound read-only like /usr, and never read by mcpbox.
+const MAX_COPIED: u64 = 16 * 1024;
 
 /// Host device nodes bound into the sandbox's /dev.
 pub const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
 
 impl HostFacts {
-    /// Reads the facts from the host filesystem (lstat only).
+    /// Reads the facts from the host filesystem: one lstat per path, a
+    /// readlink for a symlink, and the contents of the small /etc files.
     pub fn read(spec: &Spec) -> HostFacts {
-        let kind = |p: &Path| match std::fs::symlink_metadata(p) {
+        // The lstat's size is the file's: a regular file is not followed.
+        let kind = |p: &Path, contents: bool| match std::fs::symlink_metadata(p) {
             Ok(m) if m.file_type().is_symlink() => match std::fs::read_link(p) {
                 Ok(t) => Kind::Symlink(t),
                 Err(_) => Kind::Missing,
             },
             Ok(m) if m.is_dir() => Kind::Dir,
+            Ok(m) if contents && m.file_type().is_file() && m.len() <= MAX_COPIED => Kind::File(
+                std::fs::read(p)
+                    .ok()
+                    .and_then(|b| String::from_utf8(b).ok()),
+            ),
             Ok(_) => Kind::File(None),
             Err(_) => Kind::Missing,
-        };
-        let with_contents = |p: &Path| match kind(p) {
-            Kind::File(_) => match std::fs::metadata(p) {
-                Ok(m) if m.len() <= MAX_COPIED => match std::fs::read(p) {
-                    Ok(bytes) => Kind::File(String::from_utf8(bytes).ok()),
-                    Err(_) => Kind::File(None),
-                },
-                _ => Kind::File(None),
-            },
-            other => other,
         };
         HostFacts {
             system: SYSTEM_DIRS
                 .iter()
-                .map(|d| (*d, kind(Path::new(d))))
+                .map(|d| (*d, kind(Path::new(d), false)))
                 .collect(),
             etc: ETC_ENTRIES
                 .iter()
-                .map(|e| (*e, with_contents(&Path::new("/etc").join(e))))
+                .map(|e| (*e, kind(&Path::new("/etc").join(e), true)))
                 .collect(),
             mount_is_file: spec.mounts.iter().map(|m| !m.host.is_dir()).collect(),
         }
@@ -414,12 +416,9 @@ pub fn plan(spec: &Spec, host: &HostFacts) -> Vec<Step> {
         size: DEV_SIZE,
         mode: 0o755,
     });
+    // Each bind makes its own mount point (an empty file).
     for dev in DEVICES {
         let path = Path::new("/dev").join(dev);
-        steps.push(Step::File {
-            path: path.clone(),
-            contents: String::new(),
-        });
         steps.push(Step::Bind {
             host: path.clone(),
             path,

@@ -720,6 +720,12 @@ pub fn mkdir(path: &CStr, mode: u32) -> io::Result<()> {
     check(unsafe { libc::mkdir(path.as_ptr(), mode) }).map(drop)
 }
 
+/// umask(2): sets the file mode creation mask, returns the previous one.
+pub fn umask(mask: u32) -> u32 {
+    // SAFETY: integer argument; umask cannot fail.
+    unsafe { libc::umask(mask as libc::mode_t) as u32 }
+}
+
 /// chmod(2).
 pub fn chmod(path: &CStr, mode: u32) -> io::Result<()> {
     // SAFETY: valid NUL-terminated path.
