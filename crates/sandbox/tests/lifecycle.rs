@@ -85,7 +85,8 @@ fn frozen_sandbox_uses_no_cpu_and_thaws_with_state_intact() {
         assert!(Parent::list_names().contains(&name));
         // Counts to the counter file, so that thawing shows the loop went
         // on from where it was (state intact), not from the start.
-        let script = "i=0; while :; do i=$((i+1)); [ $((i % 20000)) = 0 ] && echo $i > /workspace/tmp/n; done";
+        // (written beside and renamed, so a read never sees it half written)
+        let script = "i=0; while :; do i=$((i+1)); [ $((i % 20000)) = 0 ] && echo $i > /workspace/tmp/n.new && mv /workspace/tmp/n.new /workspace/tmp/n; done";
         let tmp = tempfile::tempdir().unwrap();
         let counter = tmp.path().join("n");
         let count = || -> u64 {
@@ -105,13 +106,15 @@ fn frozen_sandbox_uses_no_cpu_and_thaws_with_state_intact() {
         // holder (or its launch group's members), init, sh at least.
         std::thread::sleep(Duration::from_millis(300));
         assert!(parent.procs().len() >= 2, "{:?}", parent.procs());
+        // the loop runs and is counted (on a loaded machine it may take a
+        // while to get its CPU: waited for, not timed)
         let u0 = usage(&parent);
-        std::thread::sleep(Duration::from_millis(500));
-        let u1 = usage(&parent);
-        assert!(
-            u1 > u0 + Duration::from_millis(100),
-            "{version:?}: busy loop not counted: {u0:?} -> {u1:?}"
-        );
+        let u1 = wait_for(|| {
+            let u = usage(&parent);
+            (u > u0 + Duration::from_millis(50) && count() > 0).then_some(u)
+        })
+        .unwrap_or_else(|| panic!("{version:?}: busy loop not counted from {u0:?}"));
+        assert!(u1 > u0);
 
         parent.freeze().unwrap();
         assert!(parent.is_frozen());
@@ -127,16 +130,14 @@ fn frozen_sandbox_uses_no_cpu_and_thaws_with_state_intact() {
 
         parent.thaw().unwrap();
         assert!(!parent.is_frozen());
-        std::thread::sleep(Duration::from_millis(500));
-        let t1 = usage(&parent);
-        // Went on counting from where it was: the same shell, not a new one.
+        // Goes on counting from where it was: the same shell, not a new one.
+        let t1 = wait_for(|| {
+            let t = usage(&parent);
+            (count() > n1 && t > f1 + Duration::from_millis(50)).then_some(t)
+        })
+        .unwrap_or_else(|| panic!("{version:?}: {} after thaw, {n1} before", count()));
         assert!(
-            count() > n1,
-            "{version:?}: {} after thaw, {n1} before",
-            count()
-        );
-        assert!(
-            t1 > f1 + Duration::from_millis(100),
+            t1 > f1,
             "{version:?}: not running after thaw: {f1:?} -> {t1:?}"
         );
         assert!(
@@ -299,6 +300,21 @@ fn doctor_says_which_freezer_idle_pause_uses() {
             freezer.advice.contains("stopping the server"),
             "{freezer:?}"
         );
+    }
+}
+
+/// Polls `f` every 20 ms for up to 20 s (a bound against a hang, not a
+/// measure): its first `Some`.
+fn wait_for<T>(mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let until = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        if std::time::Instant::now() > until {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
