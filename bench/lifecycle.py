@@ -110,6 +110,7 @@ class Gateway:
             # far above the load: the figures measure the lifecycle, not the limiter
             '[limits]\nmax_concurrent = 4096\nrate_per_second = 1000000\nburst = 1000000\n'
             'max_sessions_per_client = 8192\nmax_streams_per_client = 1024\n'
+            'max_sandboxes_per_client = 8192\n'
             'header_timeout = "120s"\n\n'
             f'[idle]\n{idle}\n\n'
             '[[clients]]\nname = "bench"\ndangerously_allow_anonymous = true\n\n'
