@@ -67,6 +67,21 @@ command = ["{}"]
     )
 }
 
+/// An `initialize` of `token`'s client on `ws` naming `task` in the
+/// `Mcpbox-Task` header: the client (no session set yet) and the answer.
+fn open_task(gw: &Gateway, token: &str, task: &str) -> (Mcp, common::http::Response) {
+    let mut m = gw.mcp("ws", Some(token));
+    let msg = m.message(
+        "initialize",
+        json!({"protocolVersion": common::serve::VERSION, "capabilities": {},
+               "clientInfo": {"name": "t", "version": "0"}}),
+    );
+    let r = m.send_with("POST", msg.to_string().as_bytes(), |h| {
+        h.push(("Mcpbox-Task".into(), task.into()))
+    });
+    (m, r)
+}
+
 fn session(gw: &Gateway, token: &str) -> Mcp {
     let mut m = gw.mcp("ws", Some(token));
     m.initialize();
@@ -261,18 +276,7 @@ fn two_agents_on_one_server_never_see_each_others_files_processes_or_tmp() {
 #[test]
 fn a_task_gets_a_sandbox_of_its_own_and_a_bad_task_name_is_refused() {
     let gw = gateway("", "", &[]);
-    let open = |task: &str| {
-        let mut m = gw.mcp("ws", Some(ALICE));
-        let msg = m.message(
-            "initialize",
-            json!({"protocolVersion": common::serve::VERSION, "capabilities": {},
-                   "clientInfo": {"name": "t", "version": "0"}}),
-        );
-        let r = m.send_with("POST", msg.to_string().as_bytes(), |h| {
-            h.push(("Mcpbox-Task".into(), task.into()))
-        });
-        (m, r)
-    };
+    let open = |task: &str| open_task(&gw, ALICE, task);
     for bad in ["../up", ".hidden", "a b", &"x".repeat(65)] {
         let (_, r) = open(bad);
         assert_eq!(r.status, 400, "{bad:?}: {}", r.text());
@@ -1127,17 +1131,7 @@ fn a_client_naming_task_after_task_is_stopped_at_its_sandbox_limit() {
         "",
         &[],
     );
-    let open = |task: &str| {
-        let mut m = gw.mcp("ws", Some(ALICE));
-        let msg = m.message(
-            "initialize",
-            json!({"protocolVersion": common::serve::VERSION, "capabilities": {},
-                   "clientInfo": {"name": "t", "version": "0"}}),
-        );
-        m.send_with("POST", msg.to_string().as_bytes(), |h| {
-            h.push(("Mcpbox-Task".into(), task.into()))
-        })
-    };
+    let open = |task: &str| open_task(&gw, ALICE, task).1;
     assert_eq!(open("t1").status, 200);
     assert_eq!(open("t2").status, 200);
     let r = open("t3");
