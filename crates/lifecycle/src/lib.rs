@@ -4,9 +4,10 @@
 //! ([`id::Key`]: agent, server or shared group, optional task), a
 //! workspace folder under the state directory (`input`, `output`, `tmp`),
 //! a cgroup parent that every server process of it runs under, and a
-//! state ([`State`]). The binary (`crates/mcpbox/src/lifecycle.rs`) runs
-//! the state machine and talks to the processes through a
-//! [`Backend`]; this crate holds the parts that need no process:
+//! state ([`State`]). The binary (`crates/mcpbox/src/lifecycle/`) runs
+//! the state machine and talks to the processes through its `Backend`
+//! (`lifecycle/backend.rs`); this crate holds the parts that need no
+//! process:
 //!
 //! - [`id`]: the sandbox id of an identity, and the task name check;
 //! - [`registry`]: the sandboxes recorded in SQLite, so a restarted

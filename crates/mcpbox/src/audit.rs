@@ -8,10 +8,10 @@ use mcpbox_audit::{format_table, now_ms, parse_time, to_json_line, Query, Sqlite
 /// Filters and output options of `mcpbox audit`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Audit database (default: the state directory's audit.db, or the policy's [audit] path).
+    /// Audit database (default: the state directory's audit.db, or the policy's `[audit]` path).
     #[arg(long)]
     pub db: Option<PathBuf>,
-    /// Take the database path from this policy's [audit] section.
+    /// Take the database path from this policy's `[audit]` section.
     #[arg(long)]
     pub policy: Option<PathBuf>,
     /// Only this server.

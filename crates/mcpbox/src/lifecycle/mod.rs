@@ -28,8 +28,10 @@
 //! server; after each event, busy or not, parked or not); a timer thread
 //! ticks every [`TICK`] and applies `idle.pause`, `idle.stop` and
 //! `idle.destroy`; the control socket (`mcpbox sandboxes ...`) calls the
-//! [`Control`] operations. Locks: the map, then one sandbox's state, then
-//! the registry; nothing blocks while holding the map.
+//! [`mcpbox_lifecycle::Control`] operations (`ops.rs`). Locks: the map,
+//! then one sandbox's state, then the registry. A new sandbox's workspace
+//! (its template copied) is made while the map is held, so a large
+//! template delays other new sessions for that long.
 
 pub mod backend;
 mod ops;
@@ -226,7 +228,7 @@ impl Lifecycle {
             let left = backend.leftovers(&r.id);
             if !r.workspace.is_dir() {
                 lock(&self.shared.registry).remove(&r.id)?;
-                self.audit_lifecycle(
+                audit_lifecycle(
                     &self.shared.audit,
                     &r.id,
                     &r.key,
@@ -240,7 +242,7 @@ impl Lifecycle {
             r.updated_ms = now;
             r.owner_pid = std::process::id();
             lock(&self.shared.registry).put(&r)?;
-            self.audit_lifecycle(
+            audit_lifecycle(
                 &self.shared.audit,
                 &r.id,
                 &r.key,
@@ -395,7 +397,7 @@ impl Lifecycle {
                     let _ = lock(&self.shared.registry).remove(id);
                     return Err(e);
                 }
-                self.audit_lifecycle(
+                audit_lifecycle(
                     &life.audit,
                     id,
                     &key,
@@ -494,17 +496,6 @@ impl Lifecycle {
             .filter(|(name, l)| l.group == r.key.server || **name == r.key.server)
             .map(|(_, l)| l.artifacts.clone())
             .collect())
-    }
-
-    fn audit_lifecycle(
-        &self,
-        audit: &Arc<dyn Sink>,
-        id: &str,
-        key: &Key,
-        action: &str,
-        detail: serde_json::Value,
-    ) {
-        audit_lifecycle(audit, id, key, action, detail);
     }
 
     fn info_of_record(&self, r: &Record) -> SandboxInfo {
