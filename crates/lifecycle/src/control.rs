@@ -90,8 +90,14 @@ pub enum Request {
     Pause { id: String },
     /// Thaws them.
     Resume { id: String },
-    /// Tears it down: processes, cgroups, workspace.
-    Destroy { id: String },
+    /// Tears it down: processes, cgroups, workspace. `allow_large`: the
+    /// artifacts over the size limit are exported too (a human said so);
+    /// without it such an artifact keeps the workspace.
+    Destroy {
+        id: String,
+        #[serde(default)]
+        allow_large: bool,
+    },
     /// The files of `output` the policy's artifact patterns match.
     Artifacts { id: String },
     /// Archives the workspace.
@@ -147,7 +153,7 @@ impl Request {
             Request::Show { id }
             | Request::Pause { id }
             | Request::Resume { id }
-            | Request::Destroy { id }
+            | Request::Destroy { id, .. }
             | Request::Artifacts { id } => check_id(id),
             Request::Snapshot { id, archive, .. } => {
                 check_id(id)?;
@@ -277,7 +283,7 @@ fn handle(control: &dyn Control, request: &Request) -> Response {
         Request::Show { id } => reply(control.show(id)),
         Request::Pause { id } => reply(control.pause(id)),
         Request::Resume { id } => reply(control.resume(id)),
-        Request::Destroy { id } => reply(control.destroy(id)),
+        Request::Destroy { id, allow_large } => reply(control.destroy(id, *allow_large)),
         Request::Artifacts { id } => reply(control.artifacts(id)),
         Request::Snapshot {
             id,
@@ -754,7 +760,7 @@ mod tests {
         ) -> Result<SandboxInfo, String> {
             panic!("restore {archive:?} reached the backend")
         }
-        fn destroy(&self, id: &str) -> Result<Teardown, String> {
+        fn destroy(&self, id: &str, _allow_large: bool) -> Result<Teardown, String> {
             panic!("destroy {id:?} reached the backend")
         }
         fn artifacts(&self, id: &str) -> Result<Vec<Artifact>, String> {

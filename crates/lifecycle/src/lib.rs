@@ -193,7 +193,9 @@ pub trait Control: Send + Sync + 'static {
         server: &str,
         task: Option<&str>,
     ) -> Result<SandboxInfo, String>;
-    fn destroy(&self, id: &str) -> Result<Teardown, String>;
+    /// Tears it down; artifacts over the size limit are exported only with
+    /// `allow_large` (without it they keep the workspace: none is lost).
+    fn destroy(&self, id: &str, allow_large: bool) -> Result<Teardown, String>;
     fn artifacts(&self, id: &str) -> Result<Vec<Artifact>, String>;
     /// Copies the sandbox's exportable artifacts into `dest` (created, must
     /// not exist or be empty); files over the size limit only when

@@ -126,7 +126,7 @@ impl Control for Fake {
         })
     }
 
-    fn destroy(&self, id: &str) -> Result<Teardown, String> {
+    fn destroy(&self, id: &str, _allow_large: bool) -> Result<Teardown, String> {
         self.record(format!("destroy {id}"));
         self.known(id).map(|()| Teardown {
             id: id.into(),
@@ -268,7 +268,10 @@ fn an_id_that_escapes_is_refused_before_the_backend_sees_it() {
         Request::Show { id: bad.into() },
         Request::Pause { id: bad.into() },
         Request::Resume { id: bad.into() },
-        Request::Destroy { id: bad.into() },
+        Request::Destroy {
+            id: bad.into(),
+            allow_large: false,
+        },
         Request::Artifacts {
             id: "../../../etc".into(),
         },
@@ -528,7 +531,14 @@ fn every_op_round_trips() {
     )
     .unwrap();
     assert_eq!(got, exported());
-    let got: Teardown = call_as(p, &Request::Destroy { id: ID.into() }).unwrap();
+    let got: Teardown = call_as(
+        p,
+        &Request::Destroy {
+            id: ID.into(),
+            allow_large: false,
+        },
+    )
+    .unwrap();
     assert!(got.clean());
     assert_eq!(got.revoked, [("TOKEN".to_owned(), "exit 0".to_owned())]);
     assert_eq!(

@@ -61,7 +61,14 @@ pub enum SandboxAction {
     },
     /// Tear it down: sessions ended, artifacts exported, secrets revoked,
     /// processes, cgroups and workspace removed, checked from the host.
-    Destroy { id: String },
+    Destroy {
+        id: String,
+        /// Export the artifacts over `[artifacts] max_size` too: you, a
+        /// human, approve them by passing this. Without it such an
+        /// artifact keeps the workspace (the teardown says so).
+        #[arg(long)]
+        approve_large: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -173,9 +180,12 @@ pub fn sandboxes(action: SandboxAction, common: &Common) -> ExitCode {
                 render::sandbox_detail,
             )
         }
-        SandboxAction::Destroy { id } => {
+        SandboxAction::Destroy { id, approve_large } => {
             // a teardown that left something behind is a failure: exit 1
-            let req = Request::Destroy { id };
+            let req = Request::Destroy {
+                id,
+                allow_large: approve_large,
+            };
             match control::call_as::<Teardown>(&socket(common), &req) {
                 Ok(t) => {
                     if common.json {

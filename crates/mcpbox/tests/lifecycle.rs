@@ -1177,3 +1177,41 @@ fn the_sandboxed_server_cannot_reach_the_control_socket_the_registry_or_other_wo
     }
     call_fails(&mut a, "ls", json!({"path": state.join("sandboxes")}));
 }
+
+#[test]
+fn an_artifact_over_the_limit_keeps_the_workspace_until_a_human_approves() {
+    let gw = gateway(
+        "",
+        "[artifacts]\npatterns = [\"*.bin\"]\nmax_size = \"1KiB\"",
+        &[],
+    );
+    let mut a = session(&gw, ALICE);
+    call(
+        &mut a,
+        "write",
+        json!({"path": "/workspace/output/big.bin", "text": "x".repeat(2000)}),
+    );
+    let id = sandbox_of(&gw, "alice")["id"].as_str().unwrap().to_string();
+    let ws = PathBuf::from(sandbox_of(&gw, "alice")["workspace"].as_str().unwrap());
+    drop(a);
+    // without a human's word the teardown keeps what it may not export
+    let out = gw.cli(&["sandboxes", "destroy", &id, "--json"]);
+    assert!(
+        !out.status.success(),
+        "a teardown that kept something exits 1"
+    );
+    let t: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(t["left"].to_string().contains("wait for a human"), "{t}");
+    assert!(ws.join("output/big.bin").is_file(), "the artifact was lost");
+    let kept = sandboxes(&gw);
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    assert_eq!(kept[0]["state"], "stopped");
+    // approved: exported, then everything goes
+    let t = gw.cli_json(&["sandboxes", "destroy", &id, "--approve-large"]);
+    assert_eq!(t["left"], json!([]), "{t}");
+    assert_eq!(t["exported"][0]["path"], "big.bin", "{t}");
+    let copies = common::serve::files_under(&gw.state().join("artifacts").join(&id));
+    assert!(copies.iter().any(|p| p.ends_with("big.bin")), "{copies:?}");
+    assert!(!ws.exists());
+    assert!(sandboxes(&gw).is_empty());
+}

@@ -302,7 +302,8 @@ fn overlayfs() -> Check {
         } else {
             "not listed in /proc/filesystems".into()
         },
-        advice: "not used: a template is copied into each workspace and a snapshot is an archive".into(),
+        advice: "not used: a template is copied into each workspace and a snapshot is an archive"
+            .into(),
     }
 }
 

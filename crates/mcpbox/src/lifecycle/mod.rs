@@ -446,7 +446,7 @@ impl Lifecycle {
                 let _ = std::thread::Builder::new()
                     .name("mcpbox-teardown".into())
                     .spawn(move || {
-                        if let Err(e) = life.teardown(&id, "idle.destroy") {
+                        if let Err(e) = life.teardown(&id, "idle.destroy", false) {
                             tracing::error!(sandbox = %id, "idle teardown: {e}");
                         }
                     });

@@ -152,11 +152,11 @@ impl Control for Lifecycle {
         self.show(&id)
     }
 
-    fn destroy(&self, id: &str) -> Result<Teardown, String> {
+    fn destroy(&self, id: &str, allow_large: bool) -> Result<Teardown, String> {
         if !mcpbox_lifecycle::id::is_id(id) {
             return Err(format!("{id:?} is not a sandbox id"));
         }
-        self.teardown(id, "mcpbox sandboxes destroy")
+        self.teardown(id, "mcpbox sandboxes destroy", allow_large)
     }
 
     fn artifacts(&self, id: &str) -> Result<Vec<Artifact>, String> {

@@ -21,7 +21,12 @@ pub const REVOKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl Lifecycle {
     /// Stops, exports, revokes, removes and checks: the teardown of `id`.
-    pub(super) fn teardown(&self, id: &str, why: &str) -> Result<Teardown, String> {
+    pub(super) fn teardown(
+        &self,
+        id: &str,
+        why: &str,
+        allow_large: bool,
+    ) -> Result<Teardown, String> {
         let sb = match self.get(id) {
             Ok(sb) => Some(sb),
             Err(_) => {
@@ -89,8 +94,22 @@ impl Lifecycle {
                 .parent()
                 .map_or(Ok(()), workspace::private_dir)
                 .map_err(|e| format!("{e:#}"));
-            match made.and_then(|()| export(&ws, &rules, false, &dest, &audit, id, &key)) {
-                Ok(list) => t.exported = list,
+            match made.and_then(|()| export(&ws, &rules, allow_large, &dest, &audit, id, &key)) {
+                Ok(list) => {
+                    t.exported = list;
+                    // an artifact a human has not approved yet is not lost
+                    // with the workspace: it stays, and the teardown says why
+                    let waiting = waiting_for_approval(&ws, &rules, allow_large);
+                    if !waiting.is_empty() {
+                        keep_workspace = true;
+                        t.left.push(format!(
+                            "{} artifact(s) over [artifacts] max_size wait for a human ({}): the workspace {} is kept; `mcpbox sandboxes destroy {id} --approve-large` exports them and finishes",
+                            waiting.len(),
+                            waiting.join(", "),
+                            ws.root.display()
+                        ));
+                    }
+                }
                 Err(e) => {
                     keep_workspace = true;
                     t.left.push(format!(
@@ -200,6 +219,28 @@ pub(super) fn export(
 }
 
 /// The patterns of every server, and the smallest size limit among them.
+/// The matching artifacts refused only for their size (and not approved).
+fn waiting_for_approval(
+    ws: &Workspace,
+    rules: &[(Vec<String>, u64)],
+    allow_large: bool,
+) -> Vec<String> {
+    if allow_large {
+        return Vec::new();
+    }
+    let (patterns, max) = merge_rules(rules);
+    mcpbox_lifecycle::artifacts::list(&ws.output(), &patterns, max)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|a| {
+            a.refused
+                .as_deref()
+                .is_some_and(|r| r.ends_with("needs approval"))
+        })
+        .map(|a| a.path)
+        .collect()
+}
+
 pub(super) fn merge_rules(rules: &[(Vec<String>, u64)]) -> (Vec<String>, u64) {
     let mut patterns: Vec<String> = Vec::new();
     let mut max = u64::MAX;
