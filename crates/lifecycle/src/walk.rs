@@ -181,6 +181,12 @@ fn components(rel: &str) -> io::Result<Vec<CString>> {
 /// Opens the directory `rel` below `root` component by component, each
 /// with `O_NOFOLLOW|O_DIRECTORY`; `""` is `root` itself.
 pub(crate) fn open_dir_beneath(root: BorrowedFd<'_>, rel: &str) -> Result<OwnedFd, WalkError> {
+    descend(root, rel, false)
+}
+
+/// Opens `rel` below `root` one component at a time (`O_NOFOLLOW|
+/// O_DIRECTORY`), making each missing one first (0700) when `make`.
+fn descend(root: BorrowedFd<'_>, rel: &str, make: bool) -> Result<OwnedFd, WalkError> {
     let mut fd = rfs::openat(root, c".", DIR_FLAGS, Mode::empty()).map_err(at(rel))?;
     if rel.is_empty() {
         return Ok(fd);
@@ -189,6 +195,12 @@ pub(crate) fn open_dir_beneath(root: BorrowedFd<'_>, rel: &str) -> Result<OwnedF
         path: rel.to_string(),
         source,
     })? {
+        if make {
+            match rfs::mkdirat(&fd, &c, Mode::from_raw_mode(0o700)) {
+                Ok(()) | Err(rustix::io::Errno::EXIST) => {}
+                Err(e) => return Err(at(rel)(e)),
+            }
+        }
         fd = open_dir_in(fd.as_fd(), &c).map_err(at(rel))?;
     }
     Ok(fd)
@@ -220,21 +232,7 @@ pub(crate) fn open_file_beneath(
 /// Makes the directories of `rel` below `root` (mode 0700, an existing
 /// directory is fine, a symlink is not) and opens the last one.
 pub(crate) fn make_dirs_beneath(root: BorrowedFd<'_>, rel: &str) -> Result<OwnedFd, WalkError> {
-    let mut fd = rfs::openat(root, c".", DIR_FLAGS, Mode::empty()).map_err(at(rel))?;
-    if rel.is_empty() {
-        return Ok(fd);
-    }
-    for c in components(rel).map_err(|source| WalkError {
-        path: rel.to_string(),
-        source,
-    })? {
-        match rfs::mkdirat(&fd, &c, Mode::from_raw_mode(0o700)) {
-            Ok(()) | Err(rustix::io::Errno::EXIST) => {}
-            Err(e) => return Err(at(rel)(e)),
-        }
-        fd = open_dir_in(fd.as_fd(), &c).map_err(at(rel))?;
-    }
-    Ok(fd)
+    descend(root, rel, true)
 }
 
 /// Creates the file `name` in `dir`: `O_CREAT|O_EXCL|O_NOFOLLOW`, so an

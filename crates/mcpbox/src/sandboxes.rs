@@ -107,6 +107,17 @@ fn call<T: serde::de::DeserializeOwned + serde::Serialize>(
     req: Request,
     human: impl Fn(&T) -> String,
 ) -> ExitCode {
+    call_judged(common, req, human, |_| true)
+}
+
+/// [`call`], with the exit status 1 when `ok` says the result is a
+/// failure (a teardown that left something behind).
+fn call_judged<T: serde::de::DeserializeOwned + serde::Serialize>(
+    common: &Common,
+    req: Request,
+    human: impl Fn(&T) -> String,
+    ok: impl Fn(&T) -> bool,
+) -> ExitCode {
     match control::call_as::<T>(&socket(common), &req) {
         Ok(v) => {
             if common.json {
@@ -120,7 +131,11 @@ fn call<T: serde::de::DeserializeOwned + serde::Serialize>(
             } else {
                 print!("{}", human(&v));
             }
-            ExitCode::SUCCESS
+            if ok(&v) {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
         }
         Err(e) => {
             eprintln!("mcpbox: {e}");
@@ -180,31 +195,15 @@ pub fn sandboxes(action: SandboxAction, common: &Common) -> ExitCode {
                 render::sandbox_detail,
             )
         }
-        SandboxAction::Destroy { id, approve_large } => {
-            // a teardown that left something behind is a failure: exit 1
-            let req = Request::Destroy {
+        SandboxAction::Destroy { id, approve_large } => call_judged(
+            common,
+            Request::Destroy {
                 id,
                 allow_large: approve_large,
-            };
-            match control::call_as::<Teardown>(&socket(common), &req) {
-                Ok(t) => {
-                    if common.json {
-                        println!("{}", serde_json::to_string_pretty(&t).unwrap_or_default());
-                    } else {
-                        print!("{}", render::teardown(&t));
-                    }
-                    if t.clean() {
-                        ExitCode::SUCCESS
-                    } else {
-                        ExitCode::from(1)
-                    }
-                }
-                Err(e) => {
-                    eprintln!("mcpbox: {e}");
-                    ExitCode::from(1)
-                }
-            }
-        }
+            },
+            render::teardown,
+            Teardown::clean,
+        ),
     }
 }
 

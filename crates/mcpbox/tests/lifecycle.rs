@@ -1180,11 +1180,14 @@ fn the_sandboxed_server_cannot_reach_the_control_socket_the_registry_or_other_wo
 
 #[test]
 fn an_artifact_over_the_limit_keeps_the_workspace_until_a_human_approves() {
-    let gw = gateway(
-        "",
-        "[artifacts]\npatterns = [\"*.bin\"]\nmax_size = \"1KiB\"",
-        &[],
+    let marks = tempfile::tempdir().unwrap();
+    let marker = marks.path().join("revoked");
+    // the revoke command appends a line each time it runs
+    let policy = format!(
+        "[artifacts]\npatterns = [\"*.bin\"]\nmax_size = \"1KiB\"\n[secrets.API_TOKEN]\nfrom_env = \"LIFE_TOKEN\"\nrevoke = [\"/bin/sh\", \"-c\", \"echo once >> {}\"]\n",
+        marker.display()
     );
+    let gw = gateway("", &policy, &[("LIFE_TOKEN", "tok-approval-value")]);
     let mut a = session(&gw, ALICE);
     call(
         &mut a,
@@ -1206,6 +1209,8 @@ fn an_artifact_over_the_limit_keeps_the_workspace_until_a_human_approves() {
     let kept = sandboxes(&gw);
     assert_eq!(kept.len(), 1, "{kept:?}");
     assert_eq!(kept[0]["state"], "stopped");
+    // the credential goes with the sandbox, not while it is kept
+    assert!(!marker.exists(), "revoked before the teardown went through");
     // approved: exported, then everything goes
     let t = gw.cli_json(&["sandboxes", "destroy", &id, "--approve-large"]);
     assert_eq!(t["left"], json!([]), "{t}");
@@ -1214,4 +1219,5 @@ fn an_artifact_over_the_limit_keeps_the_workspace_until_a_human_approves() {
     assert!(copies.iter().any(|p| p.ends_with("big.bin")), "{copies:?}");
     assert!(!ws.exists());
     assert!(sandboxes(&gw).is_empty());
+    assert_eq!(std::fs::read_to_string(&marker).unwrap(), "once\n");
 }

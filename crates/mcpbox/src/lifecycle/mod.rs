@@ -136,6 +136,8 @@ struct Inner {
     /// `idle.stop` asked the sessions to park; cleared by activity.
     parking: bool,
     destroying: bool,
+    /// A snapshot froze it and reads it: the idle clock leaves it alone.
+    snapshotting: bool,
     servers: Vec<String>,
     artifacts: Vec<(Vec<String>, u64)>,
     revoke: Vec<(String, SecretSource, Vec<String>)>,
@@ -322,12 +324,10 @@ impl Lifecycle {
             );
             g.last_active = Instant::now();
             g.parking = false;
-            if g.state != State::Running {
-                if g.state == State::Paused {
-                    let _ = sb.shared.backend.thaw(&sb.id);
-                }
-                sb.set_state(&mut g, State::Running, "session");
+            if let Err(e) = sb.thaw_locked(&mut g, "session") {
+                tracing::error!(sandbox = %sb.id, "thaw for a new session: {e}");
             }
+            sb.set_state(&mut g, State::Running, "session");
             slot
         };
         Ok((sb, slot))
@@ -428,6 +428,7 @@ impl Lifecycle {
                 last_active: Instant::now(),
                 parking: false,
                 destroying: false,
+                snapshotting: false,
                 servers: Vec::new(),
                 artifacts: Vec::new(),
                 revoke: Vec::new(),
@@ -491,11 +492,24 @@ impl Lifecycle {
         }
         let r = self.record(id)?;
         Ok(self
-            .servers
-            .iter()
-            .filter(|(name, l)| l.group == r.key.server || **name == r.key.server)
-            .map(|(_, l)| l.artifacts.clone())
+            .lives_of(&r.key.server)
+            .map(|l| l.artifacts.clone())
             .collect())
+    }
+
+    /// The configured servers whose sandboxes are keyed by `group` (a
+    /// server's own name, or `shared`).
+    fn lives_of<'a>(&'a self, group: &'a str) -> impl Iterator<Item = &'a ServerLife> + 'a {
+        self.servers.values().filter(move |l| l.group == group)
+    }
+
+    /// Whose sandbox `id` is, and where its records go: the live one's
+    /// server's audit store, else (a kept sandbox) the gateway's.
+    fn owner(&self, id: &str) -> Result<(Key, Arc<dyn Sink>), String> {
+        match self.get(id) {
+            Ok(sb) => Ok((sb.key.clone(), sb.audit.clone())),
+            Err(_) => Ok((self.record(id)?.key, self.shared.audit.clone())),
+        }
     }
 
     fn info_of_record(&self, r: &Record) -> SandboxInfo {
@@ -583,9 +597,15 @@ fn fill(ws: &Workspace, life: &ServerLife) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn event(kind: Kind) -> Event {
+/// An audit record of `kind` about sandbox `id` of `key` (its agent the
+/// caller, its workspace named by the sandbox id).
+fn sandbox_event(kind: Kind, id: &str, key: &Key) -> Event {
     Event {
         kind: Some(kind),
+        sandbox_id: id.to_string(),
+        workspace_id: id.to_string(),
+        server: key.server.clone(),
+        caller: key.agent.clone(),
         ..Event::default()
     }
 }
@@ -597,11 +617,7 @@ fn audit_lifecycle(
     action: &str,
     detail: serde_json::Value,
 ) {
-    let mut e = event(Kind::Lifecycle);
-    e.sandbox_id = id.to_string();
-    e.workspace_id = id.to_string();
-    e.server = key.server.clone();
-    e.caller = key.agent.clone();
+    let mut e = sandbox_event(Kind::Lifecycle, id, key);
     let mut d = json!({"action": action, "task": key.task});
     if let (Some(d), serde_json::Value::Object(more)) = (d.as_object_mut(), detail) {
         d.extend(more);
@@ -632,6 +648,16 @@ impl Sandbox {
             action,
             json!({"why": why}),
         );
+    }
+
+    /// Thaws it if it is paused, and marks it running (`why` for the
+    /// record).
+    fn thaw_locked(&self, g: &mut Inner, why: &str) -> Result<(), String> {
+        if g.state == State::Paused {
+            self.shared.backend.thaw(&self.id)?;
+            self.set_state(g, State::Running, why);
+        }
+        Ok(())
     }
 
     /// Whether its workspace's input is its own copy of a template.
@@ -668,7 +694,7 @@ impl Sandbox {
     /// Whether this tick must destroy it (the caller does, off the lock).
     fn tick(&self, now: Instant) -> bool {
         let mut g = lock(&self.inner);
-        if g.destroying || g.state == State::Destroyed {
+        if g.destroying || g.snapshotting || g.state == State::Destroyed {
             return false;
         }
         if g.sessions.values().any(|s| s.busy) {
@@ -685,11 +711,8 @@ impl Sandbox {
         }
         if self.idle.stop.is_some_and(|d| idle >= d) {
             if !g.parking {
-                if g.state == State::Paused {
-                    if let Err(e) = self.shared.backend.thaw(&self.id) {
-                        tracing::error!(sandbox = %self.id, "thaw before stop: {e}");
-                    }
-                    self.set_state(&mut g, State::Running, "idle.stop");
+                if let Err(e) = self.thaw_locked(&mut g, "idle.stop") {
+                    tracing::error!(sandbox = %self.id, "thaw before stop: {e}");
                 }
                 g.parking = true;
                 for s in g.sessions.values() {
@@ -792,9 +815,8 @@ impl Sandbox {
         let mut g = lock(&self.inner);
         match g.state {
             State::Paused => {
-                self.shared.backend.thaw(&self.id)?;
+                self.thaw_locked(&mut g, "mcpbox sandboxes resume")?;
                 g.last_active = Instant::now();
-                self.set_state(&mut g, State::Running, "mcpbox sandboxes resume");
             }
             State::Stopped => {
                 g.last_active = Instant::now();
@@ -823,11 +845,8 @@ impl Activity for SessionActivity {
         let mut g = lock(&sb.inner);
         g.last_active = Instant::now();
         g.parking = false;
-        if g.state == State::Paused {
-            match sb.shared.backend.thaw(&sb.id) {
-                Ok(()) => sb.set_state(&mut g, State::Running, "call"),
-                Err(e) => tracing::error!(sandbox = %sb.id, "thaw on a call: {e}"),
-            }
+        if let Err(e) = sb.thaw_locked(&mut g, "call") {
+            tracing::error!(sandbox = %sb.id, "thaw on a call: {e}");
         }
     }
 

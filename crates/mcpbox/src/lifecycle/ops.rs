@@ -48,10 +48,13 @@ impl Control for Lifecycle {
         let live = self.get(id).ok();
         let froze = match &live {
             Some(sb) => {
-                let g = lock(&sb.inner);
-                g.state == State::Running
+                let mut g = lock(&sb.inner);
+                let froze = g.state == State::Running
                     && sb.freezer.is_some()
-                    && self.shared.backend.freeze(id).is_ok()
+                    && self.shared.backend.freeze(id).is_ok();
+                // the idle clock must not pause (and this then thaw) it meanwhile
+                g.snapshotting = froze;
+                froze
             }
             None => false,
         };
@@ -62,14 +65,13 @@ impl Control for Lifecycle {
             parts.push(("tmp", tmp.as_path()));
         }
         let result = mcpbox_lifecycle::snapshot::write(&parts, archive).map_err(|e| e.to_string());
-        if froze {
+        if let (true, Some(sb)) = (froze, &live) {
+            let mut g = lock(&sb.inner);
             let _ = self.shared.backend.thaw(id);
+            g.snapshotting = false;
         }
         let info = result?;
-        let (key, audit) = match &live {
-            Some(sb) => (sb.key.clone(), sb.audit.clone()),
-            None => (self.record(id)?.key, self.shared.audit.clone()),
-        };
+        let (key, audit) = self.owner(id)?;
         audit_lifecycle(
             &audit,
             id,
@@ -171,11 +173,8 @@ impl Control for Lifecycle {
     fn export(&self, id: &str, dest: &Path, allow_large: bool) -> Result<Vec<Exported>, String> {
         let ws = self.workspace_of(id)?;
         let rules = self.artifact_rules(id)?;
-        let (key, audit) = match self.get(id) {
-            Ok(sb) => (sb.key.clone(), sb.audit.clone()),
-            Err(_) => (self.record(id)?.key, self.shared.audit.clone()),
-        };
-        export(&ws, &rules, allow_large, dest, &audit, id, &key)
+        let (key, audit) = self.owner(id)?;
+        export(&ws, &rules, allow_large, dest, &audit, id, &key).map(|e| e.out)
     }
 }
 

@@ -9,12 +9,12 @@ use std::time::{Duration, Instant};
 
 use mcpbox_audit::{Kind, Sink};
 use mcpbox_lifecycle::id::Key;
-use mcpbox_lifecycle::{Exported, State, Teardown};
+use mcpbox_lifecycle::{Artifact, Exported, State, Teardown};
 use mcpbox_policy::SecretSource;
 use serde_json::json;
 
 use super::workspace::{self, Workspace};
-use super::{audit_lifecycle, event, lock, Lifecycle};
+use super::{audit_lifecycle, lock, sandbox_event, Lifecycle};
 
 /// How long a secret's `revoke` command may run.
 pub const REVOKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -27,14 +27,8 @@ impl Lifecycle {
         why: &str,
         allow_large: bool,
     ) -> Result<Teardown, String> {
-        let sb = match self.get(id) {
-            Ok(sb) => Some(sb),
-            Err(_) => {
-                // not live: a stopped sandbox of a previous run
-                self.record(id)?;
-                None
-            }
-        };
+        // live, or not: a stopped sandbox of a previous run
+        let sb = self.get(id).ok();
         let (ws, key, audit, rules, revoke) = match &sb {
             Some(sb) => {
                 let (rules, revoke) = {
@@ -56,11 +50,12 @@ impl Lifecycle {
             }
             None => {
                 let r = self.record(id)?;
-                let rules = self.artifact_rules(id)?;
+                let rules = self
+                    .lives_of(&r.key.server)
+                    .map(|l| l.artifacts.clone())
+                    .collect();
                 let revoke = self
-                    .servers
-                    .values()
-                    .filter(|l| l.group == r.key.server)
+                    .lives_of(&r.key.server)
                     .flat_map(|l| l.revoke.clone())
                     .collect();
                 (
@@ -95,11 +90,11 @@ impl Lifecycle {
                 .map_or(Ok(()), workspace::private_dir)
                 .map_err(|e| format!("{e:#}"));
             match made.and_then(|()| export(&ws, &rules, allow_large, &dest, &audit, id, &key)) {
-                Ok(list) => {
-                    t.exported = list;
+                Ok(exports) => {
                     // an artifact a human has not approved yet is not lost
                     // with the workspace: it stays, and the teardown says why
-                    let waiting = waiting_for_approval(&ws, &rules, allow_large);
+                    let waiting = exports.waiting_for_approval();
+                    t.exported = exports.out;
                     if !waiting.is_empty() {
                         keep_workspace = true;
                         t.left.push(format!(
@@ -119,9 +114,13 @@ impl Lifecycle {
                 }
             }
         }
-        for (name, source, argv) in &revoke {
-            let outcome = revoke_secret(name, source, argv);
-            t.revoked.push((name.clone(), outcome));
+        // the credentials go with the sandbox: not while its workspace is
+        // kept for another try (the next try revokes them, once)
+        if !keep_workspace {
+            for (name, source, argv) in &revoke {
+                let outcome = revoke_secret(name, source, argv);
+                t.revoked.push((name.clone(), outcome));
+            }
         }
         if let Err(e) = backend.destroy(id) {
             t.left.push(e);
@@ -182,7 +181,7 @@ pub(super) fn export(
     audit: &Arc<dyn Sink>,
     id: &str,
     key: &Key,
-) -> Result<Vec<Exported>, String> {
+) -> Result<Exports, String> {
     let (patterns, max_size) = merge_rules(rules);
     if patterns.is_empty() {
         return Err("the policy declares no [artifacts] patterns: nothing may leave".into());
@@ -193,54 +192,47 @@ pub(super) fn export(
         mcpbox_lifecycle::artifacts::export(&ws.output(), &patterns, max_size, allow_large, dest)
             .map_err(|e| e.to_string())?;
     for a in &out {
-        let mut e = event(Kind::Artifact);
-        e.sandbox_id = id.to_string();
-        e.workspace_id = id.to_string();
-        e.server = key.server.clone();
-        e.caller = key.agent.clone();
+        let mut e = sandbox_event(Kind::Artifact, id, key);
         e.files_written = vec![a.path.clone()];
         e.detail = json!({"action": "exported", "path": a.path, "size": a.size, "sha256": a.sha256, "dest": dest});
         audit.record(e);
     }
-    for a in listed.iter().filter(|a| a.refused.is_some()) {
-        if allow_large && out.iter().any(|o| o.path == a.path) {
-            continue;
-        }
-        let mut e = event(Kind::Artifact);
-        e.sandbox_id = id.to_string();
-        e.workspace_id = id.to_string();
-        e.server = key.server.clone();
-        e.caller = key.agent.clone();
+    let refused: Vec<Artifact> = listed
+        .into_iter()
+        .filter(|a| a.refused.is_some() && !out.iter().any(|o| o.path == a.path))
+        .collect();
+    for a in &refused {
+        let mut e = sandbox_event(Kind::Artifact, id, key);
         e.reason = Some(mcpbox_policy::Reason::ArtifactRefused.as_str().into());
         e.detail = json!({"action": "refused", "path": a.path, "size": a.size, "why": a.refused});
         audit.record(e);
     }
-    Ok(out)
+    Ok(Exports { out, refused })
+}
+
+/// What an export copied, and what matched but stayed (with why).
+pub(super) struct Exports {
+    pub(super) out: Vec<Exported>,
+    pub(super) refused: Vec<Artifact>,
+}
+
+impl Exports {
+    /// The refused artifacts only a human's approval would let out (over
+    /// the size limit).
+    fn waiting_for_approval(&self) -> Vec<String> {
+        self.refused
+            .iter()
+            .filter(|a| {
+                a.refused
+                    .as_deref()
+                    .is_some_and(|r| r.ends_with("needs approval"))
+            })
+            .map(|a| a.path.clone())
+            .collect()
+    }
 }
 
 /// The patterns of every server, and the smallest size limit among them.
-/// The matching artifacts refused only for their size (and not approved).
-fn waiting_for_approval(
-    ws: &Workspace,
-    rules: &[(Vec<String>, u64)],
-    allow_large: bool,
-) -> Vec<String> {
-    if allow_large {
-        return Vec::new();
-    }
-    let (patterns, max) = merge_rules(rules);
-    mcpbox_lifecycle::artifacts::list(&ws.output(), &patterns, max)
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|a| {
-            a.refused
-                .as_deref()
-                .is_some_and(|r| r.ends_with("needs approval"))
-        })
-        .map(|a| a.path)
-        .collect()
-}
-
 pub(super) fn merge_rules(rules: &[(Vec<String>, u64)]) -> (Vec<String>, u64) {
     let mut patterns: Vec<String> = Vec::new();
     let mut max = u64::MAX;
