@@ -126,6 +126,17 @@ reasons! {
     ToolDefault = "tool.default", "no `[tools]` pattern matched; `tools.default` decided";
     ToolDefaultAllow = "tool.default_allow", "no policy was given: every tool is allowed";
     ToolDestructiveHint = "tool.destructive_hint", "the server marked the tool destructive and `tools.destructive` is stricter than the rule that matched";
+    // ---- command policy (`[commands]`) and tool arguments
+    CommandCategory = "command.category", "a `[commands.categories]` verdict decided: the strictest over the categories of the command (the source names the category)";
+    CommandProgram = "command.program", "a `[commands.programs]` entry for the command's program decided, overriding its categories";
+    CommandDefault = "command.default", "the command's program is in no category and has no `[commands.programs]` entry; `commands.default` decided";
+    CommandUnparsed = "command.unparsed", "the command could not be classified (a syntax error, a computed program name, `eval`, nesting too deep); `commands.unparsed` decided";
+    ArgumentInvalid = "argument.invalid", "an argument that `[commands]` declares (or mcpbox's built-in server expects) has the wrong JSON type";
+    ArgumentPathOutside = "argument.path_outside", "a path argument resolves outside the workspace";
+    // ---- background jobs of the built-in sandbox server (`[jobs]`)
+    JobLimit = "job.limit", "a background job was refused: `jobs.max_running` jobs are running already";
+    JobTimeout = "job.timeout", "a background job was stopped at its time limit (`jobs.max_time`)";
+    JobMemory = "job.memory", "a background job was stopped at its memory limit (`jobs.max_memory`)";
     // ---- approvals
     ApprovalRequired = "approval.required", "the call needs a human approval and no approval channel is available";
     ApprovalGranted = "approval.granted", "a human approved this exact call";

@@ -14,6 +14,7 @@
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 mod artifacts;
+mod commands;
 mod credentials;
 mod decision;
 mod diagnostic;
@@ -21,6 +22,7 @@ mod examples;
 mod locate;
 mod model;
 mod network;
+mod paths;
 pub mod serve;
 mod tools;
 mod units;
@@ -34,16 +36,23 @@ pub use artifacts::path_match as artifact_match;
 pub mod artifact_patterns {
     pub use crate::artifacts::{check, may_contain, path_match};
 }
+pub use commands::{
+    classify_argv, classify_line, Category, Classified, CommandDecision, CommandRules, Parsed,
+    ToolArg, MAX_DEPTH as MAX_COMMAND_DEPTH, MAX_INPUT as MAX_COMMAND_INPUT,
+};
 pub use credentials::{credential_kind, CREDENTIAL_LOCATIONS};
 pub use decision::{Decision, NetworkAnswer, Reason, ToolHints, Verdict};
 pub use diagnostic::{Diagnostic, Location};
 pub use examples::Example;
 pub use model::{
-    Artifacts, Audit, Durability, Env, Filesystem, Mount, MountMode, Output, Policy, Process,
-    Sandbox, Secret, SecretSource, Server, UpstreamSettings, ValuePart, DEFAULT_MAX_ARTIFACT,
-    DEFAULT_MAX_LINE, DEFAULT_MAX_RESULT, DEFAULT_PIDS, DEFAULT_TMP,
+    Artifacts, Audit, Durability, Env, Filesystem, Jobs, Mount, MountMode, Output, Policy, Process,
+    Sandbox, Secret, SecretSource, Server, UpstreamSettings, ValuePart, DEFAULT_EXEC_OUTPUT,
+    DEFAULT_EXEC_TIMEOUT, DEFAULT_JOB_MEMORY, DEFAULT_JOB_OUTPUT, DEFAULT_JOB_TIME,
+    DEFAULT_MAX_ARTIFACT, DEFAULT_MAX_JOBS, DEFAULT_MAX_LINE, DEFAULT_MAX_RESULT, DEFAULT_PIDS,
+    DEFAULT_TMP,
 };
 pub use network::{HostPattern, HostRule, NetworkRules, Unlisted};
+pub use paths::confine_path;
 pub use tools::{glob_match, ToolRule, ToolRules};
 pub use units::{format_duration, format_size, parse_duration, parse_size};
 pub use validate::MAX_TMP;

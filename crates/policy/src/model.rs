@@ -9,6 +9,7 @@ use std::time::Duration;
 use schemars::{JsonSchema, Schema, SchemaGenerator};
 use serde::{Deserialize, Serialize};
 
+use crate::commands::CommandRules;
 use crate::examples::Example;
 use crate::locate::Locations;
 use crate::network::NetworkRules;
@@ -77,6 +78,14 @@ pub struct Policy {
     /// Per-tool rules applied by the relay.
     #[serde(default)]
     pub tools: ToolRules,
+    /// Shell-like tool arguments (a command line, an argument vector) classified by what
+    /// their commands do, and a verdict per category or program. No effect until a tool
+    /// argument is declared.
+    #[serde(default)]
+    pub commands: CommandRules,
+    /// Background jobs and exec limits of mcpbox's built-in sandbox server.
+    #[serde(default)]
+    pub jobs: Jobs,
     /// Limits and screening of what the server sends back.
     #[serde(default)]
     pub output: Output,
@@ -486,6 +495,88 @@ impl Default for Output {
             max_result: DEFAULT_MAX_RESULT,
             max_line: DEFAULT_MAX_LINE,
             redact_credential_shapes: false,
+        }
+    }
+}
+
+/// Default `[jobs] max_running`.
+pub const DEFAULT_MAX_JOBS: u32 = 4;
+/// Default `[jobs] max_time`: 10 minutes.
+pub const DEFAULT_JOB_TIME: Duration = Duration::from_secs(600);
+/// Default `[jobs] max_memory`: 512 MiB.
+pub const DEFAULT_JOB_MEMORY: u64 = 512 << 20;
+/// Default `[jobs] exec_timeout`: 60 seconds.
+pub const DEFAULT_EXEC_TIMEOUT: Duration = Duration::from_secs(60);
+/// Default `[jobs] max_output`: 64 KiB.
+pub const DEFAULT_EXEC_OUTPUT: u64 = 64 << 10;
+/// Default `[jobs] job_output`: 8 MiB.
+pub const DEFAULT_JOB_OUTPUT: u64 = 8 << 20;
+
+fn default_max_jobs() -> u32 {
+    DEFAULT_MAX_JOBS
+}
+fn default_job_time() -> Duration {
+    DEFAULT_JOB_TIME
+}
+fn default_job_memory() -> u64 {
+    DEFAULT_JOB_MEMORY
+}
+fn default_exec_timeout() -> Duration {
+    DEFAULT_EXEC_TIMEOUT
+}
+fn default_exec_output() -> u64 {
+    DEFAULT_EXEC_OUTPUT
+}
+fn default_job_output() -> u64 {
+    DEFAULT_JOB_OUTPUT
+}
+
+/// The `[jobs]` section: limits of mcpbox's built-in sandbox server on its `exec` and
+/// `run_code` calls and on the background jobs they start. Every limit is bounded, so a
+/// model cannot make a job run forever or fill memory with its output.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Jobs {
+    /// Background jobs running at once, 1 to 64; one more is refused (`job.limit`). Default 4.
+    #[serde(default = "default_max_jobs")]
+    #[schemars(range(min = 1, max = 64))]
+    pub max_running: u32,
+    /// A background job running longer than this is stopped (`job.timeout`). More than 0
+    /// and at most 24h. Default "10m".
+    #[serde(default = "default_job_time", with = "units::duration")]
+    #[schemars(with = "DurationText")]
+    pub max_time: Duration,
+    /// A background job whose resident memory grows past this is stopped (`job.memory`).
+    /// More than 0 and at most 1TiB. Default "512MiB".
+    #[serde(default = "default_job_memory", with = "units::size")]
+    #[schemars(with = "SizeText")]
+    pub max_memory: u64,
+    /// The default and the ceiling of the timeout of one `exec` or `run_code` call (a
+    /// longer timeout asked for is cut to this). More than 0 and at most 1h. Default "60s".
+    #[serde(default = "default_exec_timeout", with = "units::duration")]
+    #[schemars(with = "DurationText")]
+    pub exec_timeout: Duration,
+    /// Of stdout and of stderr, each, at most this much is returned by one `exec` call.
+    /// More than 0 and at most 16MiB. Default "64KiB".
+    #[serde(default = "default_exec_output", with = "units::size")]
+    #[schemars(with = "SizeText")]
+    pub max_output: u64,
+    /// Of stdout and of stderr, each, at most this much is kept per background job.
+    /// More than 0 and at most 256MiB. Default "8MiB".
+    #[serde(default = "default_job_output", with = "units::size")]
+    #[schemars(with = "SizeText")]
+    pub job_output: u64,
+}
+
+impl Default for Jobs {
+    fn default() -> Self {
+        Jobs {
+            max_running: DEFAULT_MAX_JOBS,
+            max_time: DEFAULT_JOB_TIME,
+            max_memory: DEFAULT_JOB_MEMORY,
+            exec_timeout: DEFAULT_EXEC_TIMEOUT,
+            max_output: DEFAULT_EXEC_OUTPUT,
+            job_output: DEFAULT_JOB_OUTPUT,
         }
     }
 }

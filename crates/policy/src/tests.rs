@@ -1202,6 +1202,8 @@ fn json_schema_covers_every_section() {
         "artifacts",
         "audit",
         "tests",
+        "commands",
+        "jobs",
     ] {
         assert!(props.contains_key(section), "schema lacks {section}");
         assert!(
@@ -1226,6 +1228,11 @@ fn json_schema_covers_every_section() {
         "revoke",
         "MCPBOX_SECRET_VALUE",
         "max_size",
+        "argv_tools",
+        "vcs_write",
+        "tool.argument",
+        "exec_timeout",
+        "job_output",
     ] {
         assert!(text.contains(needle), "schema lacks {needle}");
     }
@@ -1545,4 +1552,170 @@ fn upstream_header_the_gateway_sets_or_a_bad_name_is_refused() {
         4,
         "without header",
     );
+}
+
+// ---- [commands] and [jobs]
+
+#[test]
+fn commands_section_is_read_over_its_defaults() {
+    let p = ok("[commands]\ntools = [\"run_shell.cmd\"]\nargv_tools = [\"spawn.argv\"]\ndefault = \"approve\"\nunparsed = \"deny\"\n[commands.categories]\ndelete = \"approve\"\n[commands.programs]\ncurl = \"deny\"\n");
+    let c = &p.commands;
+    assert_eq!(
+        c.line_args,
+        vec![ToolArg {
+            tool: "run_shell".into(),
+            argument: "cmd".into()
+        }]
+    );
+    assert_eq!(c.argv_args[0].to_string(), "spawn.argv");
+    assert_eq!(c.default, Verdict::Approve);
+    assert_eq!(c.unparsed, Verdict::Deny);
+    assert_eq!(c.categories[&Category::Delete], Verdict::Approve);
+    // left out: the defaults
+    assert_eq!(c.categories[&Category::Privilege], Verdict::Deny);
+    assert_eq!(c.categories[&Category::Listener], Verdict::Approve);
+    assert_eq!(c.categories[&Category::Network], Verdict::Allow);
+    assert_eq!(c.programs["curl"], Verdict::Deny);
+    let d = c
+        .decide_call("run_shell", Some(&serde_json::json!({"cmd": "curl x"})))
+        .unwrap();
+    assert_eq!(d.decision.source, "commands.programs.curl");
+    // no section: no effect
+    assert!(ok("").commands.is_empty());
+    assert_eq!(ok("").commands, CommandRules::default());
+}
+
+#[test]
+fn commands_unparsed_allow_is_refused_at_its_line() {
+    let d = refused(
+        "[commands]\ntools = [\"a.b\"]\nunparsed = \"allow\"\n",
+        "commands.unparsed",
+        3,
+        "approve",
+    );
+    assert!(
+        d.to_string()
+            .starts_with("/p/policy.toml:3:1: commands.unparsed: "),
+        "{d}"
+    );
+}
+
+#[test]
+fn commands_unknown_category_is_refused_with_the_valid_ones() {
+    let d = refused(
+        "[commands.categories]\ndelete = \"approve\"\nexfiltrate = \"deny\"\n",
+        "commands.categories.exfiltrate",
+        3,
+        "vcs_write",
+    );
+    assert!(d.message.contains("unknown category"), "{d}");
+    refused(
+        "[commands.categories]\ndelete = \"maybe\"\n",
+        "commands.categories.delete",
+        2,
+        "approve",
+    );
+}
+
+#[test]
+fn commands_tool_argument_needs_exactly_one_dot() {
+    for bad in ["nodot", "a.b.c", ".cmd", "tool.", "a b.c", ""] {
+        refused(
+            &format!("[commands]\ntools = [\"ok.cmd\", \"{bad}\"]\n"),
+            "commands.tools[1]",
+            2,
+            "tool.argument",
+        );
+    }
+    refused(
+        "[commands]\nargv_tools = [\"x\"]\n",
+        "commands.argv_tools[0]",
+        2,
+        "one '.'",
+    );
+    refused(
+        "[commands]\ntools = [\"a.b\"]\nargv_tools = [\"a.b\"]\n",
+        "commands.argv_tools[0]",
+        3,
+        "already declared",
+    );
+}
+
+#[test]
+fn commands_program_names_are_basenames() {
+    for bad in ["\"/bin/rm\"", "\"a b\"", "\"\""] {
+        let d = err(&format!("[commands.programs]\n{bad} = \"deny\"\n"));
+        assert!(d.key.starts_with("commands.programs."), "{d}");
+        assert_eq!(d.location.map(|l| l.line), Some(2), "{d}");
+    }
+    refused(
+        "[commands.programs]\ncurl = \"never\"\n",
+        "commands.programs.curl",
+        2,
+        "deny",
+    );
+}
+
+#[test]
+fn jobs_default_and_read() {
+    let j = ok("").jobs;
+    assert_eq!(j, Jobs::default());
+    assert_eq!(j.max_running, 4);
+    assert_eq!(j.max_time, Duration::from_secs(600));
+    assert_eq!(j.max_memory, 512 << 20);
+    assert_eq!(j.exec_timeout, Duration::from_secs(60));
+    assert_eq!(j.max_output, 64 << 10);
+    assert_eq!(j.job_output, 8 << 20);
+    let j = ok("[jobs]\nmax_running = 64\nmax_time = \"24h\"\nmax_memory = \"1GiB\"\nexec_timeout = \"1h\"\nmax_output = \"16MiB\"\njob_output = \"256MiB\"\n").jobs;
+    assert_eq!(j.max_running, 64);
+    assert_eq!(j.max_time, Duration::from_secs(86_400));
+    assert_eq!(j.exec_timeout, Duration::from_secs(3600));
+    assert_eq!(j.job_output, 256 << 20);
+}
+
+#[test]
+fn jobs_out_of_range_are_refused() {
+    for (text, key) in [
+        ("max_running = 0", "jobs.max_running"),
+        ("max_running = 65", "jobs.max_running"),
+        ("max_time = \"0s\"", "jobs.max_time"),
+        ("max_time = \"25h\"", "jobs.max_time"),
+        ("max_memory = \"0B\"", "jobs.max_memory"),
+        ("max_memory = \"2TiB\"", "jobs.max_memory"),
+        ("exec_timeout = \"0ms\"", "jobs.exec_timeout"),
+        ("exec_timeout = \"61m\"", "jobs.exec_timeout"),
+        ("max_output = \"0B\"", "jobs.max_output"),
+        ("max_output = \"17MiB\"", "jobs.max_output"),
+        ("job_output = \"0B\"", "jobs.job_output"),
+        ("job_output = \"257MiB\"", "jobs.job_output"),
+    ] {
+        refused(&format!("[jobs]\n{text}\n"), key, 2, "");
+    }
+    refused("[jobs]\nmax_memory = 5\n", "jobs.max_memory", 2, "a size");
+    refused("[jobs]\nmax_time = \"10\"\n", "jobs.max_time", 2, "unit");
+    refused("[jobs]\nnope = 1\n", "jobs.nope", 2, "max_running");
+}
+
+#[test]
+fn effective_policy_shows_commands_and_jobs() {
+    let p = ok("[commands]\ntools = [\"run.cmd\"]\n[commands.programs]\ncurl = \"deny\"\n");
+    let t = p.to_toml();
+    for needle in [
+        "[commands]",
+        "tools = [\"run.cmd\"]",
+        "unparsed = \"approve\"",
+        "[commands.categories]",
+        "privilege = \"deny\"",
+        "listener = \"approve\"",
+        "curl = \"deny\"",
+        "[jobs]",
+        "max_running = 4",
+        "max_time = \"10m\"",
+        "job_output = \"8MiB\"",
+    ] {
+        assert!(t.contains(needle), "{needle:?} missing in:\n{t}");
+    }
+    let again = parse(&t, Path::new(FILE)).expect("the effective policy parses");
+    assert_eq!(again.commands, p.commands);
+    assert_eq!(again.jobs, p.jobs);
 }

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::path::{Component, Path, PathBuf};
+use std::time::Duration;
 
 use crate::credentials::credential_kind;
 use crate::diagnostic::Diagnostic;
@@ -442,6 +443,12 @@ pub(crate) fn validate(p: &mut Policy, file: &Path, locs: &Locations) -> Result<
     // [upstream]
     check_upstream(&ctx, p)?;
 
+    // [commands]
+    check_commands(&ctx, &p.commands)?;
+
+    // [jobs]
+    check_jobs(&ctx, &p.jobs)?;
+
     // [output]
     if p.output.max_result == 0 {
         return Err(ctx.err(
@@ -480,6 +487,129 @@ pub(crate) fn validate(p: &mut Policy, file: &Path, locs: &Locations) -> Result<
                 format!("tests[{i}].{suffix}")
             };
             return Err(ctx.err(&key, message, hint));
+        }
+    }
+    Ok(())
+}
+
+/// `[commands]`: declared arguments, the unparsed verdict, program names. Unknown
+/// categories and verdicts are refused by deserialization.
+fn check_commands(ctx: &Ctx, c: &crate::commands::CommandRules) -> Result<(), Diagnostic> {
+    if c.unparsed == crate::Verdict::Allow {
+        return Err(ctx.err(
+            "commands.unparsed",
+            "unparsed = \"allow\" would let through any command that cannot be classified",
+            "write \"approve\" (ask a human, the default) or \"deny\"; a computed program name (`$CMD`) or `eval` must never pass unseen",
+        ));
+    }
+    let mut seen: BTreeMap<String, String> = BTreeMap::new();
+    for (list, args) in [
+        ("commands.tools", &c.line_args),
+        ("commands.argv_tools", &c.argv_args),
+    ] {
+        for (i, a) in args.iter().enumerate() {
+            let key = format!("{list}[{i}]");
+            let bad =
+                |s: &str| s.is_empty() || s.chars().any(|ch| ch.is_whitespace() || ch.is_control());
+            if bad(&a.tool) || bad(&a.argument) || a.argument.contains('.') {
+                return Err(ctx.err(
+                    &key,
+                    "not a tool argument written \"tool.argument\"",
+                    "write the tool's name, one '.', and the argument's name, e.g. \"run_shell.cmd\"; no whitespace",
+                ));
+            }
+            if let Some(first) = seen.insert(a.to_string(), key.clone()) {
+                return Err(ctx.err(
+                    &key,
+                    format!("{a} is already declared at {first}"),
+                    "declare each argument once, in tools (a command line) or argv_tools (an argument vector)",
+                ));
+            }
+        }
+    }
+    for name in c.programs.keys() {
+        if name.is_empty()
+            || name.contains('/')
+            || name.chars().any(|ch| ch.is_whitespace() || ch.is_control())
+        {
+            return Err(ctx.err(
+                &join("commands.programs", name),
+                format!("invalid program name \"{}\"", name.escape_debug()),
+                "write a program's basename, e.g. curl = \"deny\" (`/usr/bin/curl` is curl)",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Longest `jobs.max_time`: 24 hours.
+const MAX_JOB_TIME: Duration = Duration::from_secs(24 * 3600);
+/// Longest `jobs.exec_timeout`: 1 hour.
+const MAX_EXEC_TIMEOUT: Duration = Duration::from_secs(3600);
+/// Largest `jobs.max_memory`: 1 TiB.
+const MAX_JOB_MEMORY: u64 = 1 << 40;
+/// Largest `jobs.max_output`: 16 MiB.
+const MAX_EXEC_OUTPUT: u64 = 16 << 20;
+/// Largest `jobs.job_output`: 256 MiB.
+const MAX_JOB_OUTPUT: u64 = 256 << 20;
+
+/// `[jobs]`: every limit more than 0 and bounded, so none can be switched off.
+fn check_jobs(ctx: &Ctx, j: &crate::model::Jobs) -> Result<(), Diagnostic> {
+    if j.max_running == 0 || j.max_running > 64 {
+        return Err(ctx.err(
+            "jobs.max_running",
+            format!("max_running {} is out of range", j.max_running),
+            "use 1 to 64, e.g. max_running = 4",
+        ));
+    }
+    for (key, d, max, example) in [
+        (
+            "jobs.max_time",
+            j.max_time,
+            MAX_JOB_TIME,
+            "max_time = \"10m\"; at most \"24h\"",
+        ),
+        (
+            "jobs.exec_timeout",
+            j.exec_timeout,
+            MAX_EXEC_TIMEOUT,
+            "exec_timeout = \"60s\"; at most \"1h\"",
+        ),
+    ] {
+        if d.is_zero() || d > max {
+            return Err(ctx.err(
+                key,
+                format!("{} is out of range", crate::units::format_duration(d)),
+                format!("use more than 0, e.g. {example}"),
+            ));
+        }
+    }
+    for (key, size, max, example) in [
+        (
+            "jobs.max_memory",
+            j.max_memory,
+            MAX_JOB_MEMORY,
+            "max_memory = \"512MiB\"; at most \"1TiB\"",
+        ),
+        (
+            "jobs.max_output",
+            j.max_output,
+            MAX_EXEC_OUTPUT,
+            "max_output = \"64KiB\"; at most \"16MiB\"",
+        ),
+        (
+            "jobs.job_output",
+            j.job_output,
+            MAX_JOB_OUTPUT,
+            "job_output = \"8MiB\"; at most \"256MiB\"",
+        ),
+    ] {
+        if size == 0 || size > max {
+            return Err(ctx.err(
+                key,
+                format!("{} is out of range", crate::units::format_size(size)),
+                format!("use more than 0, e.g. {example}"),
+            ));
         }
     }
     Ok(())
