@@ -1387,6 +1387,34 @@ fn docs_full_example_parses() {
         p.tools.decide("delete_all", &ToolHints::default()).verdict,
         Verdict::Deny
     );
+    let call = |cmd: &str| {
+        p.commands
+            .decide_call("run_shell", Some(&serde_json::json!({ "cmd": cmd })))
+            .map(|d| d.decision.verdict)
+    };
+    assert_eq!(call("rm -rf build"), Some(Verdict::Approve));
+    assert_eq!(call("curl x"), Some(Verdict::Deny));
+    assert_eq!(call("ls"), Some(Verdict::Allow));
+    assert_eq!(p.jobs.max_running, 4);
+}
+
+#[test]
+fn docs_commands_and_jobs_examples_parse() {
+    let doc = include_str!("../../../docs/policy.md");
+    for head in ["```toml\n[commands]\n", "```toml\n[jobs]\n"] {
+        let start = doc.find(head).expect("an example block") + "```toml\n".len();
+        let end = start + doc[start..].find("```").expect("block end");
+        let p = parse(&doc[start..end], Path::new(FILE)).unwrap_or_else(|d| panic!("{d}"));
+        assert_eq!(
+            p.jobs,
+            Jobs::default(),
+            "the documented values are the defaults"
+        );
+        if head.contains("commands") {
+            assert_eq!(p.commands.line_args.len(), 1);
+            assert_eq!(p.commands.argv_args.len(), 1);
+        }
+    }
 }
 
 // ---- [[tests]] examples ----
