@@ -123,7 +123,9 @@ pub use mcpbox_policy::{Decision, Reason, ToolHints, Verdict};
 pub use pin::{
     accept_pins, pending_path, pin_list, tool_digest, PinError, PinStore, PinVerdict, PinWrite,
 };
-pub use policy::{AllowAll, ApprovalAnswer, ApprovalRequest, ApprovalWorker, Approver, ToolPolicy};
+pub use policy::{
+    AllowAll, ApprovalAnswer, ApprovalRequest, ApprovalWorker, Approver, ArgumentCheck, ToolPolicy,
+};
 pub use secrets::{load_secret, Secret, SecretError, SecretSource, Secrets};
 pub use stdio::{
     relay, Activity, Attached, FeedError, HostFeed, HostInput, HostSink, Relay, StderrHandler,

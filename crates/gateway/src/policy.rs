@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use mcpbox_policy::{Decision, Reason, ToolHints, Verdict};
+use serde_json::Value;
 
 /// Tool rules. Implemented over the policy crate by the binary.
 pub trait ToolPolicy: Send + Sync {
@@ -19,6 +20,25 @@ pub trait ToolPolicy: Send + Sync {
     fn visible(&self, tool: &str, hints: &ToolHints) -> bool {
         self.decide(tool, hints).verdict != Verdict::Deny
     }
+    /// Rules over a call's arguments (a command line's categories, a path
+    /// outside the workspace); None when none apply to `tool`. The session
+    /// takes the stricter of this and [`ToolPolicy::decide`].
+    fn check_arguments(&self, _tool: &str, _arguments: Option<&Value>) -> Option<ArgumentCheck> {
+        None
+    }
+}
+
+/// What the rules over one call's arguments concluded.
+#[derive(Debug, Clone)]
+pub struct ArgumentCheck {
+    /// Their decision.
+    pub decision: Decision,
+    /// What they found, for the call's audit record (command categories
+    /// and program names; never argument values).
+    pub detail: Value,
+    /// `params._meta` entries the gateway sets on the call it forwards,
+    /// replacing what the host sent under those keys.
+    pub meta: Vec<(String, Value)>,
 }
 
 /// A policy that allows everything (source `default`).
@@ -44,6 +64,9 @@ pub struct ApprovalRequest {
     pub expires_at: SystemTime,
     /// The policy decision that asked for approval.
     pub decision: Decision,
+    /// What the argument rules found (command categories), shown to the
+    /// human; Null when none applied.
+    pub detail: Value,
 }
 
 /// The answer to an approval.

@@ -316,6 +316,18 @@ impl<R: Read> Read for Hashing<R> {
 /// changes between the manifest's pass and the archive's (a running
 /// server) fails the snapshot: pause the sandbox first.
 pub fn write(parts: &[(&str, &Path)], archive: &Path) -> Result<SnapshotInfo> {
+    write_excluding(parts, archive, &[])
+}
+
+/// [`write`], leaving out the entries whose archive paths (`part/rel`) are
+/// in `exclude`, and everything under them: they are neither archived nor
+/// listed as skipped. The built-in sandbox server keeps its own
+/// checkpoints in `tmp/.mcpbox` and leaves them out of the next one.
+pub fn write_excluding(
+    parts: &[(&str, &Path)],
+    archive: &Path,
+    exclude: &[&str],
+) -> Result<SnapshotInfo> {
     let limits = Limits::default();
     let mut roots: Vec<(String, OwnedFd)> = Vec::new();
     for (name, path) in parts {
@@ -381,6 +393,7 @@ pub fn write(parts: &[(&str, &Path)], archive: &Path) -> Result<SnapshotInfo> {
                     });
                     Ok(false)
                 }
+                Visit::Node(n) if exclude.contains(&n.rel) => Ok(false),
                 Visit::Node(n) => match n.kind {
                     Kind::Dir => {
                         entries.push(ManifestEntry {

@@ -3,6 +3,7 @@
 #![forbid(unsafe_code)]
 
 mod audit;
+mod builtin;
 mod check;
 mod doctor;
 mod egress;
@@ -59,8 +60,16 @@ enum Command {
         /// Policy file (TOML). Without it, the strictest default applies.
         #[arg(long, short)]
         policy: Option<PathBuf>,
+        /// Run a server built into mcpbox instead of a command: `sandbox`
+        /// (exec, run_code, files, background jobs, snapshots).
+        #[arg(long, value_name = "NAME", conflicts_with = "command")]
+        builtin: Option<String>,
         /// The server command and its arguments.
-        #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+        #[arg(
+            required_unless_present = "builtin",
+            trailing_var_arg = true,
+            allow_hyphen_values = true
+        )]
         command: Vec<OsString>,
     },
     /// Serve MCP over Streamable HTTP to many clients, with a sandbox of its
@@ -139,10 +148,26 @@ fn main() -> ExitCode {
     // itself to fork sandboxes from a single-threaded process) becomes it
     // here and never returns.
     mcpbox_sandbox::helper::enter_if_requested(mcpbox_egress::bridge);
+    // Inside a sandbox, as the built-in server (`builtin.rs` starts it so).
+    let args: Vec<OsString> = std::env::args_os().take(4).collect();
+    if args.len() == 3 && args[1] == mcpbox_builtin::ARG {
+        return ExitCode::from(
+            mcpbox_builtin::main(&args[2].to_string_lossy()).clamp(0, 255) as u8,
+        );
+    }
     let cli = Cli::parse();
     match cli.command {
         Command::Exec { policy, command } => finish(sandboxed(Mode::Exec, policy, command)),
-        Command::Run { policy, command } => finish(sandboxed(Mode::Run, policy, command)),
+        Command::Run {
+            policy,
+            builtin: None,
+            command,
+        } => finish(sandboxed(Mode::Run, policy, command)),
+        Command::Run {
+            policy,
+            builtin: Some(name),
+            ..
+        } => finish(sandboxed(Mode::Builtin(name), policy, Vec::new())),
         Command::Serve { config } => finish(serve(&config)),
         Command::Check { file, schema } => check::run(file.as_deref(), schema),
         Command::Pin {
@@ -156,10 +181,12 @@ fn main() -> ExitCode {
 }
 
 /// The two commands that start a sandbox.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum Mode {
     Exec,
     Run,
+    /// `run --builtin NAME`.
+    Builtin(String),
 }
 
 /// The one prepare path of `exec` and `run`: signals, logging, the policy
@@ -173,13 +200,25 @@ fn sandboxed(mode: Mode, policy: Option<PathBuf>, command: Vec<OsString>) -> Res
     init_logging();
     let stdio = match mode {
         Mode::Exec => mcpbox_sandbox::Stdio::Inherit,
-        Mode::Run => mcpbox_sandbox::Stdio::Piped,
+        Mode::Run | Mode::Builtin(_) => mcpbox_sandbox::Stdio::Piped,
     };
+    if let Mode::Builtin(name) = &mode {
+        builtin::check_name(name).map_err(|e| Failure::at("builtin", e))?;
+    }
     let loaded = preflight::load(policy.as_deref()).map_err(|e| Failure::at("policy", e))?;
-    let spec = preflight::spec(&loaded, command, stdio).map_err(|e| Failure::at("policy", e))?;
+    let command = match mode {
+        Mode::Builtin(_) => builtin::argv(&loaded.policy).map_err(|e| Failure::at("builtin", e))?,
+        _ => command,
+    };
+    let mut spec =
+        preflight::spec(&loaded, command, stdio).map_err(|e| Failure::at("policy", e))?;
     match mode {
         Mode::Exec => exec(&loaded, spec),
-        Mode::Run => run::run(loaded, spec).map_err(Failure::from_run),
+        Mode::Run => run::run(loaded, spec, false).map_err(Failure::from_run),
+        Mode::Builtin(_) => {
+            builtin::add_binary(&mut spec).map_err(|e| Failure::at("builtin", e))?;
+            run::run(loaded, spec, true).map_err(Failure::from_run)
+        }
     }
 }
 

@@ -9,25 +9,46 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Arc;
 
 use anyhow::Context;
-use mcpbox_gateway::{Config, Relay, Secret, Secrets, ToolPolicy};
-use mcpbox_policy::{Decision, ToolHints, ToolRules};
+use mcpbox_gateway::{ArgumentCheck, Config, Relay, Secret, Secrets, ToolPolicy};
+use mcpbox_policy::{CommandRules, Decision, ToolHints, ToolRules};
 use mcpbox_sandbox::Spec;
+use serde_json::Value;
 
 use crate::launch::SandboxLauncher;
 use crate::preflight::Loaded;
 use crate::state;
 
-/// The policy's `[tools]` rules as the relay sees them: the same decision
-/// types, so this only forwards.
-struct Tools(ToolRules);
+/// The policy's rules as the relay sees them: `[tools]` over names,
+/// `[commands]` over the command lines of the tools it declares, and the
+/// built-in server's own argument checks when it is the server.
+struct Tools {
+    rules: ToolRules,
+    commands: CommandRules,
+    builtin: Option<crate::builtin::Checks>,
+}
 
 impl ToolPolicy for Tools {
     fn decide(&self, tool: &str, hints: &ToolHints) -> Decision {
-        self.0.decide(tool, hints)
+        self.rules.decide(tool, hints)
     }
 
     fn visible(&self, tool: &str, hints: &ToolHints) -> bool {
-        self.0.visible_in_list(tool, hints)
+        self.rules.visible_in_list(tool, hints)
+    }
+
+    fn check_arguments(&self, tool: &str, arguments: Option<&Value>) -> Option<ArgumentCheck> {
+        let found = self
+            .commands
+            .decide_call(tool, arguments)
+            .map(|c| ArgumentCheck {
+                decision: c.decision.clone(),
+                detail: c.audit_detail(),
+                meta: Vec::new(),
+            });
+        match &self.builtin {
+            Some(b) => b.check(tool, arguments, &self.commands, found),
+            None => found,
+        }
     }
 }
 
@@ -38,9 +59,21 @@ pub fn pin_file(loaded: &Loaded) -> PathBuf {
         .join(format!("{}.json", loaded.policy.name()))
 }
 
-/// The policy's `[tools]` rules, for a relay.
-pub fn tool_policy(loaded: &Loaded) -> Arc<dyn ToolPolicy> {
-    Arc::new(Tools(loaded.policy.tools.clone()))
+/// The policy's tool and command rules, for a relay; `builtin` when the
+/// server is the built-in one.
+pub fn tool_policy(
+    loaded: &Loaded,
+    builtin: Option<crate::builtin::Checks>,
+) -> Arc<dyn ToolPolicy> {
+    let mut commands = loaded.policy.commands.clone();
+    if builtin.is_some() {
+        crate::builtin::declare_commands(&mut commands);
+    }
+    Arc::new(Tools {
+        rules: loaded.policy.tools.clone(),
+        commands,
+        builtin,
+    })
 }
 
 /// The relay's settings from the policy (output limits, call timeout,
@@ -76,9 +109,10 @@ pub fn with_policy(
     relay: Relay,
     loaded: &Loaded,
     audit: Arc<dyn mcpbox_audit::Sink>,
+    builtin: Option<crate::builtin::Checks>,
 ) -> anyhow::Result<Relay> {
     Ok(relay
-        .policy(tool_policy(loaded))
+        .policy(tool_policy(loaded, builtin))
         .secrets(secrets(loaded)?)
         .audit(audit))
 }
@@ -127,7 +161,7 @@ fn spawn_signal_thread(current: Arc<AtomicI32>) -> anyhow::Result<()> {
 
 /// `loaded` and `spec` come from main's prepare path, which blocked the
 /// forwarded signals before any thread existed.
-pub fn run(loaded: Loaded, mut spec: Spec) -> anyhow::Result<i32> {
+pub fn run(loaded: Loaded, mut spec: Spec, builtin: bool) -> anyhow::Result<i32> {
     let current = Arc::new(AtomicI32::new(0));
     spawn_signal_thread(current.clone())?;
     let sandbox_id = state::new_id();
@@ -142,6 +176,20 @@ pub fn run(loaded: Loaded, mut spec: Spec) -> anyhow::Result<i32> {
     };
     let _proxy = crate::egress::for_policy(&loaded, audit.clone(), ids, &mut spec, &approver)?;
     let output = spec.output.clone();
+    // The built-in server's tmp is a host directory (not a tmpfs) for this
+    // run, so that the gateway can measure an artifact in it; it is
+    // removed when the run ends.
+    let builtin_tmp = if builtin {
+        let dir = tempfile::Builder::new()
+            .prefix("mcpbox-builtin-tmp-")
+            .tempdir()
+            .context("a tmp directory for the built-in server")?;
+        spec.tmp_dir = Some(dir.path().to_path_buf());
+        Some(dir)
+    } else {
+        None
+    };
+    let checks = builtin.then(|| crate::builtin::Checks::for_spec(&spec, &loaded.policy));
     let config = relay_config(
         &loaded,
         spec.output.clone(),
@@ -151,9 +199,10 @@ pub fn run(loaded: Loaded, mut spec: Spec) -> anyhow::Result<i32> {
     let relay = Relay::new(config, Box::new(SandboxLauncher { spec, current }));
     approver.connect(relay.host_asker());
     let sink: Arc<dyn mcpbox_audit::Sink> = audit.clone();
-    let outcome = with_policy(relay, &loaded, audit)?
+    let outcome = with_policy(relay, &loaded, audit, checks)?
         .run(Box::new(std::io::stdin()), Box::new(std::io::stdout()))
         .context("relay")?;
+    drop(builtin_tmp);
     if let Some(dir) = output {
         report_special_files(&dir, &sink, &loaded, &sandbox_id, &workspace_id);
     }

@@ -52,8 +52,10 @@ struct Server {
 
 /// Where a server runs.
 enum Place {
-    /// In a sandbox of its own per session: this command.
-    Sandbox(Vec<OsString>),
+    /// In a sandbox of its own per session: this command; `builtin` when
+    /// it is the built-in server (the binary is bound in, and the
+    /// gateway checks its tools' arguments).
+    Sandbox { argv: Vec<OsString>, builtin: bool },
     /// Elsewhere, reached over Streamable HTTP.
     Remote(Arc<Remote>),
 }
@@ -149,7 +151,18 @@ fn prepare(cfg: &ServeConfig) -> anyhow::Result<(Settings, Arc<dyn Backend>, Arc
             Upstream::Command(argv) => {
                 let argv = argv.iter().map(OsString::from).collect::<Vec<_>>();
                 check_sandboxed(&at, s, &loaded, &argv)?;
-                Place::Sandbox(argv)
+                Place::Sandbox {
+                    argv,
+                    builtin: false,
+                }
+            }
+            Upstream::Builtin(_) => {
+                let argv = crate::builtin::argv(&loaded.policy).with_context(|| at.clone())?;
+                check_sandboxed(&at, s, &loaded, &argv)?;
+                Place::Sandbox {
+                    argv,
+                    builtin: true,
+                }
             }
             Upstream::Url(url) => Place::Remote(Arc::new(
                 remote(&loaded, url).with_context(|| format!("{at}: url {url}"))?,
@@ -165,7 +178,7 @@ fn prepare(cfg: &ServeConfig) -> anyhow::Result<(Settings, Arc<dyn Backend>, Arc
             }
         };
         settings.servers.push(s.name.clone());
-        if matches!(place, Place::Sandbox(_)) {
+        if matches!(place, Place::Sandbox { .. }) {
             lives.insert(s.name.clone(), server_life(cfg, s, &loaded, audit.clone())?);
         }
         servers.insert(
@@ -385,7 +398,7 @@ impl Backend for Sandboxes {
             .get(&open.server)
             .ok_or_else(|| format!("no server {}", open.server))?;
         match &server.place {
-            Place::Sandbox(argv) => open_sandbox(self, server, argv, open),
+            Place::Sandbox { argv, builtin } => open_sandbox(self, server, argv, *builtin, open),
             Place::Remote(remote) => open_remote(server, remote, open),
         }
         .map_err(|e| match e.downcast_ref::<lifecycle::SandboxLimit>() {
@@ -413,7 +426,8 @@ fn open_remote(server: &Server, remote: &Arc<Remote>, open: &Open) -> anyhow::Re
     config.server_name = open.server.clone();
     config.caller = open.client.clone();
     let launcher = RemoteLauncher::new(remote.clone(), runtime);
-    let relay = crate::run::with_policy(Relay::new(config, Box::new(launcher)), loaded, audit)?;
+    let relay =
+        crate::run::with_policy(Relay::new(config, Box::new(launcher)), loaded, audit, None)?;
     Ok(Opened {
         relay,
         sandbox_id,
@@ -426,10 +440,14 @@ fn open_sandbox(
     backend: &Sandboxes,
     server: &Server,
     argv: &[OsString],
+    builtin: bool,
     open: &Open,
 ) -> anyhow::Result<Opened> {
     let loaded = &server.loaded;
     let mut spec = preflight::spec(loaded, argv.to_vec(), mcpbox_sandbox::Stdio::Piped)?;
+    if builtin {
+        crate::builtin::add_binary(&mut spec)?;
+    }
     let (sb, slot) = backend
         .life
         .join(&open.client, &open.server, open.task.as_deref())?;
@@ -444,6 +462,7 @@ fn open_sandbox(
     if sb.has_template() {
         spec.input = Some(ws.input());
     }
+    let checks = builtin.then(|| crate::builtin::Checks::for_spec(&spec, &loaded.policy));
     backend.backend.prepare(&sb.id, &mut spec);
     let sandbox_id = sb.id.clone();
     let workspace_id = state::workspace_id(&spec);
@@ -469,7 +488,7 @@ fn open_sandbox(
     };
     let relay = Relay::new(config, Box::new(launcher)).activity(sb.activity(slot));
     approver.connect(relay.host_asker());
-    let relay = crate::run::with_policy(relay, loaded, audit)?;
+    let relay = crate::run::with_policy(relay, loaded, audit, checks)?;
     let attach_to = sb.clone();
     Ok(Opened {
         relay,

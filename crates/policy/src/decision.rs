@@ -170,6 +170,7 @@ reasons! {
     ServerLineTooLong = "server.line_too_long", "the server wrote a line longer than `output.max_line`; dropped";
     ServerLineCompacted = "server.line_compacted", "the server wrote an over-long line whose long strings were cut to fit";
     ArtifactRefused = "artifact.refused", "a file of a sandbox's output matched `[artifacts] patterns` but was not exported: not a regular file with one link, inside output, within `max_size` (or not approved)";
+    ArtifactLarge = "artifact.large", "a call of the built-in sandbox server's `export_artifact` names a file over `[artifacts] max_size`: it waits for a human's approval, and the server copies no more than the size approved";
     OutputSpecialFile = "output.special_file", "`mcpbox run`: the server left a symlink, hardlink, fifo, socket or device in the output directory (reported, not removed)";
     RedactionSecret = "redaction.secret", "a secret's value (or an encoding of it) was replaced in the server's output";
     // ---- credential shapes found in results

@@ -457,7 +457,13 @@ pub enum Upstream {
     /// the policy's `[tools]`, `[secrets]` and `[network]` apply). `https://`,
     /// or `http://` to a loopback host; as written in the file.
     Url(String),
+    /// A server built into mcpbox, run in the sandbox like a command
+    /// server: its name (`sandbox`, the only one; [`BUILTINS`]).
+    Builtin(String),
 }
+
+/// The servers built into mcpbox (`builtin = "..."`).
+pub const BUILTINS: &[&str] = &["sandbox"];
 
 impl ServeConfig {
     /// Reads and validates the config file. Relative paths in it resolve against
@@ -781,7 +787,7 @@ fn token_one_of(schema: &mut Schema) {
     );
 }
 
-/// One `[[servers]]` table: exactly one of command and url.
+/// One `[[servers]]` table: exactly one of command, url and builtin.
 #[derive(Debug, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 #[schemars(rename = "Server", transform = server_one_of)]
@@ -807,6 +813,11 @@ struct ServerFile {
     /// [tools], [secrets] and [network] apply): https://, or http:// to a loopback host.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     url: Option<String>,
+    /// A server built into mcpbox, run in the sandbox as a command server is:
+    /// "sandbox" (exec, run_code, files, background jobs, snapshots; docs/builtin.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("enum" = ["sandbox"]))]
+    builtin: Option<String>,
     /// Where a command server's sandbox lives: "sandbox" (default: its own sandbox per
     /// agent) or "shared" (one sandbox per agent holding every shared server). A url
     /// server has no sandbox, so "shared" is refused for it.
@@ -822,7 +833,7 @@ fn server_one_of(schema: &mut Schema) {
     require(schema, &["name"]);
     schema.insert(
         "oneOf".into(),
-        serde_json::json!([{ "required": ["command"] }, { "required": ["url"] }]),
+        serde_json::json!([{ "required": ["command"] }, { "required": ["url"] }, { "required": ["builtin"] }]),
     );
     schema.insert(
         "allOf".into(),
@@ -869,9 +880,12 @@ impl From<&ServeConfig> for ConfigFile {
                 .servers
                 .iter()
                 .map(|s| {
-                    let (command, url, placement) = match &s.upstream {
-                        Upstream::Command(argv) => (Some(argv.clone()), None, Some(s.placement)),
-                        Upstream::Url(u) => (None, Some(u.clone()), None),
+                    let (command, url, builtin, placement) = match &s.upstream {
+                        Upstream::Command(argv) => {
+                            (Some(argv.clone()), None, None, Some(s.placement))
+                        }
+                        Upstream::Url(u) => (None, Some(u.clone()), None, None),
+                        Upstream::Builtin(b) => (None, None, Some(b.clone()), Some(s.placement)),
                     };
                     // the template brings the policy: printing both would be refused
                     let policy = match s.template {
@@ -879,14 +893,14 @@ impl From<&ServeConfig> for ConfigFile {
                         None => Some(s.policy.clone()),
                     };
                     // a server's own idle is printed, whole, only where it differs
-                    let idle =
-                        (command.is_some() && s.idle != c.idle).then(|| IdleFile::full(s.idle));
+                    let idle = (url.is_none() && s.idle != c.idle).then(|| IdleFile::full(s.idle));
                     ServerFile {
                         name: s.name.clone(),
                         policy,
                         template: s.template.clone(),
                         command,
                         url,
+                        builtin,
                         placement,
                         idle,
                     }
@@ -1002,7 +1016,26 @@ fn validate(f: ConfigFile, path: &Path, ctx: &Ctx) -> Result<ServeConfig> {
                 "give each server its own name",
             ));
         }
+        if let Some(b) = &s.builtin {
+            let key = format!("{table}.builtin");
+            if s.command.is_some() || s.url.is_some() {
+                return Err(ctx.err_in(
+                    &key,
+                    &table,
+                    "a server has builtin and also command or url",
+                    "keep one: builtin = \"sandbox\" (mcpbox's own server), command (a stdio server) or url (a remote one)",
+                ));
+            }
+            if !BUILTINS.contains(&b.as_str()) {
+                return Err(ctx.err(
+                    &key,
+                    format!("no built-in server named \"{}\"", b.escape_debug()),
+                    format!("use one of: {}", BUILTINS.join(", ")),
+                ));
+            }
+        }
         let upstream = match (s.command, s.url) {
+            (None, None) if s.builtin.is_some() => Upstream::Builtin(s.builtin.unwrap_or_default()),
             (Some(_), Some(_)) => {
                 return Err(ctx.err_in(
                     &format!("{table}.url"),
@@ -1016,7 +1049,7 @@ fn validate(f: ConfigFile, path: &Path, ctx: &Ctx) -> Result<ServeConfig> {
                     &format!("{table}.command"),
                     &table,
                     format!("server \"{}\" has neither command nor url", s.name),
-                    "add command = [\"program\", \"arg\"] for a stdio server run in the sandbox, or url = \"https://...\" for a remote one",
+                    "add command = [\"program\", \"arg\"] for a stdio server run in the sandbox, url = \"https://...\" for a remote one, or builtin = \"sandbox\" for mcpbox's own sandbox server",
                 ))
             }
             (Some(argv), None) => {

@@ -25,11 +25,19 @@ use crate::message::{at, id_key, IdKey, Message};
 use crate::policy::{ApprovalAnswer, ApprovalRequest};
 
 /// A call waiting for a human.
+/// A decision and what the argument rules found (for the record).
+pub(super) struct Decided {
+    pub(super) decision: Decision,
+    pub(super) detail: Value,
+}
+
 struct Waiting {
     raw: Vec<u8>,
     id: Value,
     tool: String,
     args_digest: String,
+    /// What the argument rules found, for the call's record.
+    detail: Value,
     /// `approval:elicitation` or `approval:fallback`.
     via: &'static str,
     deadline: Instant,
@@ -86,17 +94,18 @@ impl Session {
         id: Value,
         tool: String,
         args_digest: String,
-        decision: Decision,
+        decided: Decided,
         raw: Vec<u8>,
         elicit: bool,
     ) {
+        let Decided { decision, detail } = decided;
         let via = if elicit {
             "approval:elicitation"
         } else if self.fallback_approver {
             "approval:fallback"
         } else {
             let d = Decision::deny(Reason::ApprovalRequired, decision.source);
-            return self.deny_call(&id, &tool, &args_digest, d);
+            return self.deny_call(&id, &tool, &args_digest, d, &detail);
         };
         let key = self.approvals.next_key;
         self.approvals.next_key += 1;
@@ -107,6 +116,7 @@ impl Session {
             args_digest: args_digest.clone(),
             expires_at: self.now.wall + wait,
             decision: decision.clone(),
+            detail: detail.clone(),
         };
         let elicit_id = if elicit {
             let (message, schema) = approval_form(&request, wait);
@@ -128,6 +138,7 @@ impl Session {
                 id,
                 tool,
                 args_digest,
+                detail,
                 via,
                 deadline: self.now.mono + wait,
                 elicit: elicit_id,
@@ -229,7 +240,7 @@ impl Session {
                 tracing::info!(server = %self.config.server_name, tool = %w.tool, %approver, "tool call approved");
                 let decision =
                     Decision::approve(Reason::ApprovalGranted, format!("{}:{approver}", w.via));
-                self.forward_call(w.id, w.tool, w.args_digest, decision, w.raw);
+                self.forward_call(w.id, w.tool, w.args_digest, decision, w.detail, w.raw);
             }
             other => {
                 let reason = match other {
@@ -238,7 +249,7 @@ impl Session {
                     _ => Reason::ApprovalRequired,
                 };
                 let d = Decision::deny(reason, w.via);
-                self.deny_call(&w.id, &w.tool, &w.args_digest, d);
+                self.deny_call(&w.id, &w.tool, &w.args_digest, d, &w.detail);
             }
         }
     }
@@ -318,7 +329,7 @@ fn approval_form(request: &ApprovalRequest, wait: Duration) -> (String, Value) {
         .expires_at
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
-    let message = format!(
+    let mut message = format!(
         "mcpbox: approve one call to tool `{}` on server `{}`?\narguments sha256: {}\npolicy: {} ({})\nexpires: unix time {} (in {}s)",
         request.tool,
         request.server,
@@ -328,6 +339,10 @@ fn approval_form(request: &ApprovalRequest, wait: Duration) -> (String, Value) {
         expires_unix,
         wait.as_secs()
     );
+    if let Some(cats) = request.detail.get("categories").and_then(Value::as_array) {
+        let cats: Vec<&str> = cats.iter().filter_map(Value::as_str).collect();
+        message.push_str(&format!("\ncommand categories: {}", cats.join(", ")));
+    }
     let schema = json!({
         "type": "object",
         "properties": {

@@ -41,6 +41,8 @@ pub(crate) struct Call {
     pub(crate) since: Option<SystemTime>,
     pub(crate) deadline: Option<Instant>,
     pub(crate) decision: Decision,
+    /// What the argument rules found (command categories), for the audit.
+    pub(crate) detail: Value,
 }
 
 pub(crate) struct InFlight {
@@ -128,16 +130,29 @@ impl Session {
                     .map_or(String::new(), |p| p.display().to_string())
             );
             let decision = Decision::deny(reason, source);
-            return self.deny_call(&id, &tool, &args_digest, decision);
+            return self.deny_call(&id, &tool, &args_digest, decision, &Value::Null);
         }
         let hints = self.tools.hints(&tool);
-        let decision = self.decide(&tool, &hints);
+        let mut decision = self.decide(&tool, &hints);
+        let mut detail = Value::Null;
+        let mut line = line;
+        let arguments = msg.params().and_then(|p| p.get("arguments"));
+        if let Some(check) = self.policy.check_arguments(&tool, arguments) {
+            // the tool's rule and the arguments' rules both apply: the
+            // stricter wins (the tool's on a tie)
+            decision = decision.stricter(check.decision);
+            detail = check.detail;
+            if !check.meta.is_empty() {
+                line = with_meta(&msg.value, &check.meta);
+            }
+        }
         match decision.verdict {
-            Verdict::Allow => self.forward_call(id, tool, args_digest, decision, line),
-            Verdict::Deny => self.deny_call(&id, &tool, &args_digest, decision),
+            Verdict::Allow => self.forward_call(id, tool, args_digest, decision, detail, line),
+            Verdict::Deny => self.deny_call(&id, &tool, &args_digest, decision, &detail),
             Verdict::Approve => {
                 let elicit = self.elicitation_for(msg);
-                self.ask_approval(id, tool, args_digest, decision, line, elicit);
+                let decided = super::approvals::Decided { decision, detail };
+                self.ask_approval(id, tool, args_digest, decided, line, elicit);
             }
         }
     }
@@ -149,6 +164,7 @@ impl Session {
         tool: String,
         args_digest: String,
         decision: Decision,
+        detail: Value,
         line: Vec<u8>,
     ) {
         let now = self.now.mono;
@@ -165,13 +181,21 @@ impl Session {
             since,
             deadline: self.config.call_timeout.map(|t| now + t),
             decision,
+            detail,
         };
         self.calls.track(id, Pending::ToolsCall(call));
         self.send_server(line);
     }
 
     /// Refuses a call: one audit record, one answer, nothing to the server.
-    pub(super) fn deny_call(&mut self, id: &Value, tool: &str, args_digest: &str, d: Decision) {
+    pub(super) fn deny_call(
+        &mut self,
+        id: &Value,
+        tool: &str,
+        args_digest: &str,
+        d: Decision,
+        detail: &Value,
+    ) {
         tracing::info!(server = %self.config.server_name, tool, reason = d.reason.as_str(), source = %d.source, "tool call denied");
         self.audit(Kind::ToolCall, |e| {
             e.tool = Some(tool.to_string());
@@ -179,6 +203,9 @@ impl Session {
             e.reason = Some(d.reason.as_str().to_string());
             e.source = Some(d.source.clone());
             e.args_digest = Some(args_digest.to_string());
+            if !detail.is_null() {
+                e.detail = detail.clone();
+            }
         });
         let meta = json!({"action": "deny", "reason": d.reason.as_str(), "source": d.source});
         let text = deny_text(&self.config.server_name, tool, &d);
@@ -216,6 +243,9 @@ impl Session {
             e.source = Some(call.decision.source);
             e.args_digest = Some(call.args_digest);
             e.duration_ms = Some(ms(duration));
+            if !call.detail.is_null() {
+                e.detail = call.detail;
+            }
             fill(e);
         });
         self.out.push(Effect::Audit(Record {
@@ -378,10 +408,36 @@ pub(super) fn deny_text(server: &str, tool: &str, d: &Decision) -> String {
         Reason::ApprovalTimeout => "nobody approved this call in time",
         Reason::PinChanged => "the tool's definition changed since it was pinned; it stays blocked until the change is reviewed (`mcpbox pin accept`)",
         Reason::PinNew => "this tool appeared after the tool list was pinned; it stays blocked until it is reviewed (`mcpbox pin accept`)",
+        Reason::CommandCategory | Reason::CommandProgram | Reason::CommandDefault => "the policy's [commands] rules do not allow this command line",
+        Reason::CommandUnparsed => "the command line could not be read as shell syntax (or names its program by an expansion), so its commands cannot be checked; write it plainly",
+        Reason::ArgumentPathOutside => "a path argument points outside /workspace",
+        Reason::ArgumentInvalid => "an argument the policy checks has the wrong type",
+        Reason::ArtifactRefused => "the file may not leave the sandbox as an artifact (not a regular file, or not matched by artifacts.patterns)",
         _ => "the policy does not allow this tool",
     };
     format!(
         "mcpbox refused the call to tool `{tool}` on server `{server}`: {why} (reason: {}, source: {})",
         d.reason, d.source
     )
+}
+
+/// The call's line with `meta` set in `params._meta`, replacing whatever
+/// the host put under those keys: they are the gateway's word to the
+/// server, and a host must not be able to speak it.
+fn with_meta(msg: &Value, meta: &[(String, Value)]) -> Vec<u8> {
+    let mut v = msg.clone();
+    if let Some(params) = v.get_mut("params").and_then(Value::as_object_mut) {
+        let m = params
+            .entry("_meta")
+            .or_insert_with(|| Value::Object(Map::new()));
+        if !m.is_object() {
+            *m = Value::Object(Map::new());
+        }
+        if let Some(m) = m.as_object_mut() {
+            for (k, val) in meta {
+                m.insert(k.clone(), val.clone());
+            }
+        }
+    }
+    to_line(&v)
 }

@@ -1,0 +1,205 @@
+#!/usr/bin/env python3
+"""mcpbox's built-in sandbox server, measured (bench/run's builtin section).
+
+  builtin.py exec --mcpbox M --bwrap B --srt S --srt-settings F --out FILE --dir D [--runs N]
+      One `mcpbox run --builtin sandbox` (stdio): N `exec` calls of `true`
+      and of `python3 -c pass` in the warm sandbox, call to result. Beside
+      them, the same programs started N times directly, under bwrap and
+      under srt (spawn to exit).
+  builtin.py fresh --mcpbox M --out FILE --dir D [--runs N]
+      One `mcpbox serve` with `builtin = "sandbox"` from a directory
+      template: N new tasks, each timed from `initialize` to the result of
+      its first `exec true` (a new sandbox: its workspace copied from the
+      template, its cgroups, the server started).
+  builtin.py tables OUT
+      The markdown rows of both, with E2B's published start time beside.
+
+Rows say "status": "ok" or "failed" with "why"; the exit code is 0 either way.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from mcpclient import Failed, Http, Stdio, handshake, summarize_ms  # noqa: E402
+from lifecycle import free_port  # noqa: E402
+
+# E2B's own figure for a sandbox start (Firecracker microVM restored from a
+# snapshot), as its site and docs publish it; not measured here (no
+# network, and no KVM in this VM).
+E2B_START_MS = 150
+E2B_SOURCE = "e2b.dev (\"sandboxes start in ~150ms\"; github.com/e2b-dev/E2B)"
+
+
+def opts(argv, keys):
+    o = {}
+    i = 0
+    while i < len(argv):
+        k = argv[i].lstrip("-").replace("-", "_")
+        if k not in keys:
+            raise SystemExit(f"unknown option {argv[i]}")
+        o[k] = argv[i + 1]
+        i += 2
+    return o
+
+
+def write(out, result):
+    Path(out).write_text(json.dumps(result, indent=1))
+
+
+def call(t, tool, args):
+    res, _ = t.request("tools/call", {"name": tool, "arguments": args})
+    if res.get("isError"):
+        raise Failed(f"{tool} refused: {json.dumps(res)[:200]}")
+    sc = res.get("structuredContent") or {}
+    if sc.get("exit_code") != 0:
+        raise Failed(f"{tool} {args} exited {sc.get('exit_code')}: {sc.get('stderr', '')[:200]}")
+    return res
+
+
+def spawn_times(cmd, runs):
+    samples = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        r = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        samples.append(time.perf_counter() - t0)
+        if r.returncode != 0:
+            raise Failed(f"{cmd[0]} exited {r.returncode}")
+    return summarize_ms(samples)
+
+
+def cmd_exec(argv):
+    o = opts(argv, {"mcpbox", "bwrap", "srt", "srt_settings", "out", "dir", "runs"})
+    runs = int(o.get("runs", 100))
+    d = Path(o["dir"])
+    d.mkdir(parents=True, exist_ok=True)
+    policy = d / "sandbox.toml"
+    policy.write_text('[server]\nname = "bench-sandbox"\n[process]\npids = 256\n')
+    result = {"status": "ok", "runs": runs, "rows": {}}
+    rows = result["rows"]
+    progs = {"true": ["true"], "python": ["python3", "-c", "pass"]}
+    err = open(d / "stderr.log", "wb")
+    env = dict(os.environ, MCPBOX_STATE_DIR=str(d / "state"))
+    try:
+        saved = dict(os.environ)
+        os.environ.update(env)
+        try:
+            t = Stdio([o["mcpbox"], "run", "--builtin", "sandbox", "--policy", str(policy)], err)
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+        try:
+            handshake(t)
+            for name, argv in progs.items():
+                for _ in range(5):
+                    call(t, "exec", {"argv": argv})
+                samples = []
+                for _ in range(runs):
+                    t0 = time.perf_counter()
+                    call(t, "exec", {"argv": argv})
+                    samples.append(time.perf_counter() - t0)
+                rows[f"mcpbox-builtin exec {name}"] = summarize_ms(samples)
+        finally:
+            t.close()
+    except Failed as e:
+        result = {"status": "failed", "why": str(e)}
+        write(o["out"], result)
+        return
+    bwrap = [o["bwrap"], "--unshare-all", "--unshare-user", "--cap-drop", "ALL",
+             "--ro-bind", "/usr", "/usr", "--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib",
+             "--symlink", "usr/lib64", "/lib64", "--ro-bind", "/etc", "/etc", "--proc", "/proc",
+             "--dev", "/dev", "--tmpfs", "/tmp", "--die-with-parent", "--new-session", "--"]
+    for name, argv in progs.items():
+        full = shutil.which(argv[0]) or argv[0]
+        prog = [full, *argv[1:]]
+        for label, cmd, n in (("direct", prog, runs),
+                              ("bwrap", bwrap + prog, runs),
+                              ("srt", [o["srt"], "-s", o["srt_settings"], "--", *prog], max(5, runs // 10))):
+            try:
+                rows[f"{label} {name}"] = spawn_times(cmd, n)
+            except (Failed, OSError) as e:
+                rows[f"{label} {name}"] = {"status": "failed", "why": str(e)}
+    write(o["out"], result)
+
+
+def cmd_fresh(argv):
+    o = opts(argv, {"mcpbox", "out", "dir", "runs"})
+    runs = int(o.get("runs", 30))
+    d = Path(o["dir"])
+    if d.exists():
+        shutil.rmtree(d)
+    (d / "template").mkdir(parents=True)
+    (d / "template" / "README.md").write_text("the template\n")
+    d.chmod(0o755)
+    port = free_port()
+    (d / "sandbox.toml").write_text('[server]\nname = "bench-sandbox"\n[process]\npids = 256\n')
+    (d / "serve.toml").write_text(
+        f'[listen]\naddress = "127.0.0.1:{port}"\n'
+        '[limits]\nmax_sandboxes_per_client = 8192\nrate_per_second = 1000000\nburst = 1000000\n'
+        '[[templates]]\nname = "t"\nbase = "template"\npolicy = "sandbox.toml"\n'
+        '[[clients]]\nname = "bench"\ndangerously_allow_anonymous = true\n'
+        '[[servers]]\nname = "sandbox"\nbuiltin = "sandbox"\ntemplate = "t"\n')
+    log = open(d / "gateway.log", "wb")
+    env = dict(os.environ, MCPBOX_STATE_DIR=str(d / "state"))
+    gw = subprocess.Popen([o["mcpbox"], "serve", "--config", str(d / "serve.toml")],
+                          stdout=subprocess.DEVNULL, stderr=log, env=env)
+    url = f"http://127.0.0.1:{port}/servers/sandbox/mcp"
+    try:
+        deadline = time.monotonic() + 30
+        while not (d / "state" / "control.sock").exists():
+            if time.monotonic() > deadline or gw.poll() is not None:
+                raise Failed("the gateway did not start (see gateway.log)")
+            time.sleep(0.05)
+        samples = []
+        for i in range(runs + 3):
+            t0 = time.perf_counter()
+            t = Http(url, {"Mcpbox-Task": f"fresh-{i}"})
+            handshake(t)
+            call(t, "exec", {"argv": ["true"]})
+            dt = time.perf_counter() - t0
+            t.close()
+            if i >= 3:
+                samples.append(dt)
+        write(o["out"], {"status": "ok", "runs": runs, "rows": {"mcpbox-builtin fresh sandbox": summarize_ms(samples)}})
+    except (Failed, OSError) as e:
+        write(o["out"], {"status": "failed", "why": str(e)})
+    finally:
+        gw.terminate()
+        try:
+            gw.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            gw.kill()
+
+
+def cmd_tables(argv):
+    out = Path(argv[0]) / "builtin"
+    lines = ["", "### Built-in sandbox server", "",
+             "| row | median ms | p90 ms | vs direct |", "|---|---|---|---|"]
+    ex = json.loads((out / "exec.json").read_text()) if (out / "exec.json").exists() else {}
+    fr = json.loads((out / "fresh.json").read_text()) if (out / "fresh.json").exists() else {}
+    for part in (ex, fr):
+        if part.get("status") != "ok":
+            lines.append(f"| failed | {part.get('why', 'not run')} | | |")
+            continue
+        for name, row in part["rows"].items():
+            if "p50_ms" not in row:
+                lines.append(f"| {name} | failed: {row.get('why')} | | |")
+                continue
+            prog = name.rsplit(" ", 1)[-1]
+            base = part["rows"].get(f"direct {prog}", {}).get("p50_ms")
+            ratio = f"{row['p50_ms'] / base:.2f}x" if base else ""
+            lines.append(f"| {name} | {row['p50_ms']:.2f} | {row['p90_ms']:.2f} | {ratio} |")
+    lines.append(f"| E2B sandbox start (published, not measured) | {E2B_START_MS} | | |")
+    lines.append("")
+    lines.append(f"E2B's figure: {E2B_SOURCE}.")
+    text = "\n".join(lines) + "\n"
+    (out / "table.md").write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    {"exec": cmd_exec, "fresh": cmd_fresh, "tables": cmd_tables}[sys.argv[1]](sys.argv[2:])

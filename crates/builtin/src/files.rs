@@ -1,0 +1,414 @@
+//! `read_file`, `write_file`, `list_files`, `delete_file`: inside
+//! /workspace only.
+//!
+//! Two checks, on two sides. The gateway refuses a path argument that
+//! names a place outside /workspace as written (`mcpbox_policy::confine_path`,
+//! reason `argument.path_outside`); here every path is opened with
+//! openat2(2) and `RESOLVE_BENEATH` from a descriptor of /workspace, so
+//! that a symlink, a `..` after one, or a magic link in /proc cannot lead
+//! out either: the kernel refuses (EXDEV) what a string check cannot see.
+
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+
+use mcpbox_policy::Reason;
+use rustix::fs::{openat2, AtFlags, FileType, Mode, OFlags, ResolveFlags};
+use rustix::io::Errno;
+use serde_json::{json, Value};
+
+/// A refused or failed file operation, with the reason code a result names.
+#[derive(Debug)]
+pub struct Refusal {
+    pub reason: Option<Reason>,
+    pub message: String,
+}
+
+impl Refusal {
+    fn outside(path: &str, why: &str) -> Refusal {
+        Refusal {
+            reason: Some(Reason::ArgumentPathOutside),
+            message: format!(
+                "{path}: outside the workspace ({why}); only paths under /workspace are served"
+            ),
+        }
+    }
+
+    fn io(path: &str, e: Errno) -> Refusal {
+        if e == Errno::XDEV {
+            return Refusal::outside(path, "a symlink on the way leads out");
+        }
+        let what = match e {
+            Errno::NOENT => "no such file or directory".to_string(),
+            Errno::ROFS => "read-only (the template's input is; write under /workspace/output or /workspace/tmp)".to_string(),
+            Errno::ISDIR => "is a directory".to_string(),
+            Errno::NOTDIR => "not a directory".to_string(),
+            Errno::NOTEMPTY => "directory not empty (pass recursive: true)".to_string(),
+            Errno::LOOP => "too many symlinks".to_string(),
+            other => std::io::Error::from(other).to_string(),
+        };
+        Refusal {
+            reason: None,
+            message: format!("{path}: {what}"),
+        }
+    }
+
+    pub fn invalid(message: String) -> Refusal {
+        Refusal {
+            reason: Some(Reason::ArgumentInvalid),
+            message,
+        }
+    }
+}
+
+/// The most entries one `list_files` returns.
+const MAX_LIST: usize = 10_000;
+/// How deep a recursive listing or deletion descends.
+const MAX_DEPTH: usize = 64;
+
+/// The workspace, as a descriptor every path is resolved beneath.
+pub struct Root {
+    fd: OwnedFd,
+    /// Where it is ("/workspace" in the sandbox).
+    pub path: String,
+}
+
+fn beneath() -> ResolveFlags {
+    // RESOLVE_BENEATH: no absolute symlink, no `..` above the root, no
+    // escape at all (openat2(2)); NO_MAGICLINKS: no /proc/self/fd/N jumps.
+    ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS
+}
+
+impl Root {
+    pub fn open(path: &str) -> std::io::Result<Root> {
+        let fd = rustix::fs::open(
+            path,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        Ok(Root {
+            fd,
+            path: path.trim_end_matches('/').to_string(),
+        })
+    }
+
+    /// `path` checked and made relative to the root ("." for the root).
+    pub fn rel(&self, path: &str) -> Result<String, Refusal> {
+        let abs = mcpbox_policy::confine_path(path, &self.path)
+            .map_err(|why| Refusal::outside(path, &why))?;
+        let rel = abs
+            .strip_prefix(&self.path)
+            .unwrap_or("")
+            .trim_start_matches('/');
+        Ok(if rel.is_empty() {
+            ".".into()
+        } else {
+            rel.into()
+        })
+    }
+
+    fn open_at(&self, rel: &str, flags: OFlags, mode: Mode) -> Result<OwnedFd, Errno> {
+        loop {
+            match openat2(&self.fd, rel, flags | OFlags::CLOEXEC, mode, beneath()) {
+                Err(Errno::AGAIN) | Err(Errno::INTR) => continue,
+                r => return r,
+            }
+        }
+    }
+
+    /// Opens a regular file for reading; anything else is refused.
+    pub fn open_regular(&self, path: &str) -> Result<(File, u64, String), Refusal> {
+        let rel = self.rel(path)?;
+        let fd = self
+            .open_at(&rel, OFlags::RDONLY | OFlags::NOFOLLOW, Mode::empty())
+            .map_err(|e| Refusal::io(path, e))?;
+        let st = rustix::fs::fstat(&fd).map_err(|e| Refusal::io(path, e))?;
+        if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+            return Err(Refusal::invalid(format!("{path}: not a regular file")));
+        }
+        Ok((File::from(fd), u64::try_from(st.st_size).unwrap_or(0), rel))
+    }
+
+    /// `read_file`: up to `max` bytes from `offset`, as text when it is
+    /// UTF-8, else base64.
+    pub fn read(&self, path: &str, offset: u64, max: u64) -> Result<Value, Refusal> {
+        let (mut f, size, rel) = self.open_regular(path)?;
+        f.seek(SeekFrom::Start(offset))
+            .map_err(|e| io_err(path, &e))?;
+        let mut buf = Vec::new();
+        f.take(max)
+            .read_to_end(&mut buf)
+            .map_err(|e| io_err(path, &e))?;
+        let end = offset + buf.len() as u64;
+        let (content, encoding) = match String::from_utf8(buf) {
+            Ok(s) => (s, "utf-8"),
+            Err(e) => (crate::b64::encode(e.as_bytes()), "base64"),
+        };
+        Ok(json!({
+            "path": self.show(&rel),
+            "size": size,
+            "offset": offset,
+            "content": content,
+            "encoding": encoding,
+            "truncated": end < size,
+        }))
+    }
+
+    /// `write_file`: creates or replaces (or appends to) a regular file.
+    pub fn write(
+        &self,
+        path: &str,
+        data: &[u8],
+        append: bool,
+        create_dirs: bool,
+    ) -> Result<Value, Refusal> {
+        let rel = self.rel(path)?;
+        if rel == "." {
+            return Err(Refusal::invalid(format!("{path}: is the workspace itself")));
+        }
+        if create_dirs {
+            if let Some((parent, _)) = rel.rsplit_once('/') {
+                self.make_dirs(path, parent)?;
+            }
+        }
+        let mut flags = OFlags::WRONLY | OFlags::CREATE | OFlags::NOFOLLOW;
+        flags |= if append {
+            OFlags::APPEND
+        } else {
+            OFlags::TRUNC
+        };
+        let fd = self
+            .open_at(&rel, flags, Mode::from_raw_mode(0o644))
+            .map_err(|e| Refusal::io(path, e))?;
+        let st = rustix::fs::fstat(&fd).map_err(|e| Refusal::io(path, e))?;
+        if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+            return Err(Refusal::invalid(format!("{path}: not a regular file")));
+        }
+        let mut f = File::from(fd);
+        f.write_all(data).map_err(|e| io_err(path, &e))?;
+        Ok(json!({"path": self.show(&rel), "bytes": data.len(), "appended": append}))
+    }
+
+    fn make_dirs(&self, path: &str, parent: &str) -> Result<(), Refusal> {
+        let mut at = String::new();
+        for part in parent.split('/') {
+            if !at.is_empty() {
+                at.push('/');
+            }
+            at.push_str(part);
+            // the parent of each step is opened beneath the root, so the
+            // directory is never made through a link that leads out
+            let (dir, name) = match at.rsplit_once('/') {
+                Some((d, n)) => (d.to_string(), n),
+                None => (".".to_string(), at.as_str()),
+            };
+            let dfd = self
+                .open_at(&dir, OFlags::PATH | OFlags::DIRECTORY, Mode::empty())
+                .map_err(|e| Refusal::io(path, e))?;
+            match rustix::fs::mkdirat(&dfd, name, Mode::from_raw_mode(0o755)) {
+                Ok(()) | Err(Errno::EXIST) => {}
+                Err(e) => return Err(Refusal::io(path, e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// `list_files`: the entries of a directory, recursively if asked.
+    pub fn list(&self, path: &str, recursive: bool) -> Result<Value, Refusal> {
+        let rel = self.rel(path)?;
+        let fd = self
+            .open_at(&rel, OFlags::RDONLY | OFlags::DIRECTORY, Mode::empty())
+            .map_err(|e| Refusal::io(path, e))?;
+        let mut out = Vec::new();
+        let mut truncated = false;
+        let base = if rel == "." {
+            String::new()
+        } else {
+            rel.clone()
+        };
+        self.list_into(fd.as_fd(), &base, recursive, 0, &mut out, &mut truncated)
+            .map_err(|e| Refusal::io(path, e))?;
+        Ok(json!({"path": self.show(&rel), "entries": out, "truncated": truncated}))
+    }
+
+    fn list_into(
+        &self,
+        dir: BorrowedFd<'_>,
+        rel: &str,
+        recursive: bool,
+        depth: usize,
+        out: &mut Vec<Value>,
+        truncated: &mut bool,
+    ) -> Result<(), Errno> {
+        let mut names: Vec<String> = Vec::new();
+        let dup = rustix::fs::openat(
+            dir,
+            ".",
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        for e in rustix::fs::Dir::new(dup)? {
+            let e = e?;
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name != "." && name != ".." {
+                names.push(name);
+            }
+        }
+        names.sort();
+        for name in names {
+            if out.len() >= MAX_LIST {
+                *truncated = true;
+                return Ok(());
+            }
+            let Ok(st) = rustix::fs::statat(dir, name.as_str(), AtFlags::SYMLINK_NOFOLLOW) else {
+                continue;
+            };
+            let kind = FileType::from_raw_mode(st.st_mode);
+            let child = if rel.is_empty() {
+                name.clone()
+            } else {
+                format!("{rel}/{name}")
+            };
+            out.push(json!({
+                "path": self.show(&child),
+                "type": kind_name(kind),
+                "size": u64::try_from(st.st_size).unwrap_or(0),
+            }));
+            if recursive && kind == FileType::Directory {
+                if depth + 1 >= MAX_DEPTH {
+                    *truncated = true;
+                    continue;
+                }
+                let sub = rustix::fs::openat(
+                    dir,
+                    name.as_str(),
+                    OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                    Mode::empty(),
+                )?;
+                self.list_into(sub.as_fd(), &child, true, depth + 1, out, truncated)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// `delete_file`: a file, a link (never what it points to), or a
+    /// directory (with `recursive`). The workspace and its three mounts
+    /// are not deletable.
+    pub fn delete(&self, path: &str, recursive: bool) -> Result<Value, Refusal> {
+        let rel = self.rel(path)?;
+        if rel == "." || !rel.contains('/') {
+            return Err(Refusal::invalid(format!(
+                "{path}: the workspace and its top-level directories cannot be deleted; delete what is in them"
+            )));
+        }
+        let (parent, name) = rel.rsplit_once('/').unwrap_or((".", rel.as_str()));
+        let dfd = self
+            .open_at(parent, OFlags::RDONLY | OFlags::DIRECTORY, Mode::empty())
+            .map_err(|e| Refusal::io(path, e))?;
+        let st = rustix::fs::statat(&dfd, name, AtFlags::SYMLINK_NOFOLLOW)
+            .map_err(|e| Refusal::io(path, e))?;
+        let mut count = 0u64;
+        if FileType::from_raw_mode(st.st_mode) == FileType::Directory {
+            if recursive {
+                remove_tree(dfd.as_fd(), name, 0, &mut count).map_err(|e| Refusal::io(path, e))?;
+            } else {
+                rustix::fs::unlinkat(&dfd, name, AtFlags::REMOVEDIR)
+                    .map_err(|e| Refusal::io(path, e))?;
+                count = 1;
+            }
+        } else {
+            rustix::fs::unlinkat(&dfd, name, AtFlags::empty()).map_err(|e| Refusal::io(path, e))?;
+            count = 1;
+        }
+        Ok(json!({"path": self.show(&rel), "deleted": count}))
+    }
+
+    /// A relative path as the agent writes it.
+    pub fn show(&self, rel: &str) -> String {
+        if rel == "." || rel.is_empty() {
+            self.path.clone()
+        } else {
+            format!("{}/{rel}", self.path)
+        }
+    }
+}
+
+/// Removes directory `name` in `dir` and everything under it, never
+/// following a link; counts what it removed.
+pub fn remove_tree(
+    dir: BorrowedFd<'_>,
+    name: &str,
+    depth: usize,
+    count: &mut u64,
+) -> Result<(), Errno> {
+    if depth >= MAX_DEPTH {
+        return Err(Errno::LOOP);
+    }
+    let sub = rustix::fs::openat(
+        dir,
+        name,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    clear_dir(sub.as_fd(), depth, count, &[])?;
+    rustix::fs::unlinkat(dir, name, AtFlags::REMOVEDIR)?;
+    *count += 1;
+    Ok(())
+}
+
+/// Removes everything in `dir` but the names in `keep`.
+pub fn clear_dir(
+    dir: BorrowedFd<'_>,
+    depth: usize,
+    count: &mut u64,
+    keep: &[&str],
+) -> Result<(), Errno> {
+    let dup = rustix::fs::openat(
+        dir,
+        ".",
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    let mut names = Vec::new();
+    for e in rustix::fs::Dir::new(dup)? {
+        let e = e?;
+        let n = e.file_name().to_string_lossy().into_owned();
+        if n != "." && n != ".." && !keep.contains(&n.as_str()) {
+            names.push((n, e.file_type()));
+        }
+    }
+    for (n, t) in names {
+        let is_dir = match t {
+            FileType::Unknown => rustix::fs::statat(dir, n.as_str(), AtFlags::SYMLINK_NOFOLLOW)
+                .map(|s| FileType::from_raw_mode(s.st_mode) == FileType::Directory)
+                .unwrap_or(false),
+            t => t == FileType::Directory,
+        };
+        if is_dir {
+            remove_tree(dir, &n, depth + 1, count)?;
+        } else {
+            rustix::fs::unlinkat(dir, n.as_str(), AtFlags::empty())?;
+            *count += 1;
+        }
+    }
+    Ok(())
+}
+
+fn kind_name(k: FileType) -> &'static str {
+    match k {
+        FileType::RegularFile => "file",
+        FileType::Directory => "dir",
+        FileType::Symlink => "symlink",
+        _ => "other",
+    }
+}
+
+fn io_err(path: &str, e: &std::io::Error) -> Refusal {
+    match e.raw_os_error() {
+        Some(n) => Refusal::io(path, Errno::from_raw_os_error(n)),
+        None => Refusal {
+            reason: None,
+            message: format!("{path}: {e}"),
+        },
+    }
+}

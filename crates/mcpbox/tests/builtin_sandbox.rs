@@ -1,0 +1,166 @@
+//! The built-in sandbox server through the real binary, driven by the
+//! official MCP Python SDK: `mcpbox run --builtin sandbox` over stdio, and
+//! `builtin = "sandbox"` under `mcpbox serve` for two agents.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::process::Command;
+
+use common::audit::events;
+use common::peers::peers;
+use common::serve::{Gateway, ALICE, BOB};
+use common::{interop_script, mcpbox, Workspace};
+
+/// The policy of the tests: two jobs at once, a small memory limit, curl
+/// refused by name, privilege changes by category (the default).
+const POLICY: &str = r#"
+[filesystem]
+output = "output"
+[jobs]
+max_running = 2
+max_memory = "64MiB"
+max_time = "60s"
+exec_timeout = "30s"
+[commands.programs]
+curl = "deny"
+[process]
+memory = "1GiB"
+pids = 256
+"#;
+
+fn drive_stdio(ws: &Workspace, scenario: &str) {
+    let policy = ws.raw_policy(&format!("[server]\nname = \"sandbox\"\n{POLICY}"));
+    let out = Command::new(peers().join("venv/bin/python"))
+        .arg(interop_script("builtin.py"))
+        .args([scenario, "stdio"])
+        .arg(mcpbox())
+        .arg(&policy)
+        .env("MCPBOX_STATE_DIR", ws.path().join("state"))
+        .current_dir(ws.path())
+        .output()
+        .expect("run the python client");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.trim_end().ends_with("done"),
+        "{scenario} failed:\n{stdout}\nstderr:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn builtin_multi_step_task_through_the_python_sdk() {
+    let ws = Workspace::new();
+    drive_stdio(&ws, "task");
+    // the artifact is on the host, in the policy's output directory
+    let artifact = std::fs::read_to_string(ws.output().join("result.txt")).unwrap();
+    assert_eq!(artifact, "42\n");
+    // every call is in the audit, the command lines with their categories
+    let recs = events(&ws.path().join("state/audit.db"));
+    let calls: Vec<_> = recs.iter().filter(|r| r["kind"] == "tool_call").collect();
+    assert!(calls.len() >= 20, "one record per call: {}", calls.len());
+    let exec = calls
+        .iter()
+        .find(|r| r["tool"] == "exec")
+        .expect("an exec record");
+    assert!(
+        exec["detail"]["categories"].is_array(),
+        "an exec record names its command categories: {exec}"
+    );
+    let run_code = calls.iter().find(|r| r["tool"] == "run_code").unwrap();
+    assert_eq!(run_code["detail"]["commands"][0]["program"], "python3");
+}
+
+#[test]
+fn builtin_refuses_paths_outside_denied_categories_and_jobs_over_limits() {
+    let ws = Workspace::new();
+    drive_stdio(&ws, "refusals");
+    let recs = events(&ws.path().join("state/audit.db"));
+    let denied: Vec<_> = recs
+        .iter()
+        .filter(|r| r["kind"] == "tool_call" && r["decision"] == "deny")
+        .map(|r| r["reason"].as_str().unwrap_or("").to_string())
+        .collect();
+    for reason in [
+        "argument.path_outside",
+        "command.category",
+        "approval.required",
+        "command.program",
+    ] {
+        assert!(
+            denied.iter().any(|r| r == reason),
+            "a refusal with {reason} is audited: {denied:?}"
+        );
+    }
+}
+
+#[test]
+fn builtin_two_agents_never_see_each_other_nor_other_servers_secrets() {
+    let dir = tempfile::Builder::new()
+        .prefix("mcpbox-serve-")
+        .tempdir()
+        .unwrap();
+    let secret = "builtin-own-secret-51d2";
+    // under serve, the sandbox's workspace holds its output
+    let jobs = POLICY.replace("[filesystem]\noutput = \"output\"\n", "");
+    let policy = format!(
+        "[server]\nname = \"sandbox\"\n{jobs}\n[secrets.OWN_TOKEN]\nfrom_env = \"T_OWN\"\n"
+    );
+    let other = "[server]\nname = \"other\"\n[secrets.OTHER_TOKEN]\nfrom_env = \"T_OTHER\"\n";
+    std::fs::write(dir.path().join("sandbox.toml"), policy).unwrap();
+    std::fs::write(dir.path().join("other.toml"), other).unwrap();
+    let config = format!(
+        "[listen]\naddress = \"127.0.0.1:0\"\n\
+         [[clients]]\nname = \"alice\"\ntoken = {{ from_env = \"T_ALICE\" }}\n\
+         [[clients]]\nname = \"bob\"\ntoken = {{ from_env = \"T_BOB\" }}\n\
+         [[servers]]\nname = \"sandbox\"\nbuiltin = \"sandbox\"\npolicy = \"{}\"\n\
+         [[servers]]\nname = \"other\"\nbuiltin = \"sandbox\"\npolicy = \"{}\"\n",
+        dir.path().join("sandbox.toml").display(),
+        dir.path().join("other.toml").display(),
+    );
+    let gw = Gateway::start_config_env(
+        dir,
+        &config,
+        &[("T_OWN", secret), ("T_OTHER", "other-server-secret-9e1c")],
+    );
+    let url = gw.url("/servers/sandbox/mcp");
+    let out = Command::new(peers().join("venv/bin/python"))
+        .arg(interop_script("builtin.py"))
+        .args(["isolation", "http", &url, ALICE, &url, BOB])
+        .env("BUILTIN_SECRET", secret)
+        .output()
+        .expect("run the python client");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.trim_end().ends_with("done"),
+        "isolation failed:\n{stdout}\nstderr:\n{}\ngateway:\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        gw.stderr()
+    );
+    // two sandboxes, one per agent
+    let list = gw.cli_json(&["sandboxes", "list"]);
+    let owners: Vec<String> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["agent"].as_str().unwrap_or("").to_string())
+        .collect();
+    assert!(
+        owners.contains(&"alice".to_string()) && owners.contains(&"bob".to_string()),
+        "{list}"
+    );
+}
+
+#[test]
+fn builtin_unknown_name_is_a_clear_error() {
+    let out = Command::new(mcpbox())
+        .args(["run", "--builtin", "nosuch"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{err}");
+    assert!(
+        err.contains("no such built-in server") && err.contains("sandbox"),
+        "{err}"
+    );
+}
