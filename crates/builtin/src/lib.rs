@@ -149,7 +149,7 @@ impl Server {
     }
 
     fn run(&mut self) {
-        let mut stdin = std::io::stdin().lock();
+        let stdin = std::io::stdin();
         let mut stdin_open = true;
         let mut buf: Vec<u8> = Vec::new();
         let mut chunk = vec![0u8; 1 << 16];
@@ -167,8 +167,7 @@ impl Server {
                 tv_nsec: i64::from(d.subsec_nanos()),
             });
             let stdin_ready = {
-                let stdin_fd = std::io::stdin();
-                let stdin_fd = stdin_fd.as_fd();
+                let stdin_fd = stdin.as_fd();
                 let mut fds: Vec<PollFd<'_>> = Vec::new();
                 if stdin_open {
                     fds.push(PollFd::new(&stdin_fd, PollFlags::IN));
@@ -188,9 +187,13 @@ impl Server {
                 stdin_open && !fds[0].revents().is_empty()
             };
             if stdin_ready {
-                match stdin.read(&mut chunk) {
-                    Ok(0) | Err(_) => stdin_open = false,
+                // read(2) on the descriptor itself: no buffer of std's
+                // may hold bytes that poll(2) then no longer reports
+                match rustix::io::read(stdin.as_fd(), &mut chunk) {
+                    Ok(0) => stdin_open = false,
                     Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    Err(rustix::io::Errno::INTR) | Err(rustix::io::Errno::AGAIN) => {}
+                    Err(_) => stdin_open = false,
                 }
                 while let Some(i) = buf.iter().position(|&b| b == b'\n') {
                     let line: Vec<u8> = buf.drain(..=i).collect();

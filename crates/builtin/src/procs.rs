@@ -178,6 +178,9 @@ pub struct Proc {
 /// something it left running) before the group is killed.
 const PIPE_GRACE: Duration = Duration::from_millis(200);
 
+/// How often a process without a pidfd is checked for its exit.
+const NO_PIDFD_POLL: Duration = Duration::from_millis(5);
+
 /// How a process is to be limited.
 pub struct Bounds {
     pub timeout: Duration,
@@ -260,6 +263,8 @@ impl Proc {
         }
         Some(match self.exited_at {
             Some(t) => (t + PIPE_GRACE).min(self.deadline),
+            // no pidfd (an old kernel): the exit is only seen by polling
+            None if self.pidfd.is_none() => (Instant::now() + NO_PIDFD_POLL).min(self.deadline),
             None => self.deadline,
         })
     }

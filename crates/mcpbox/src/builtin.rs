@@ -162,7 +162,11 @@ impl Checks {
                 Some("sh") => "sh",
                 _ => "node",
             };
-            let cd = commands.decide_argv(&[prog.to_string()]);
+            let input = mcpbox_policy::Input::Argv(vec![prog.to_string()]);
+            let cd = commands.decide(mcpbox_policy::Classifier::classify(
+                &crate::classify::Child,
+                &input,
+            ));
             out = Some(merge(
                 out,
                 cd.decision.clone(),

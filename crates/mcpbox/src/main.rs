@@ -5,6 +5,7 @@
 mod audit;
 mod builtin;
 mod check;
+mod classify;
 mod doctor;
 mod egress;
 mod failure;
@@ -150,6 +151,10 @@ fn main() -> ExitCode {
     mcpbox_sandbox::helper::enter_if_requested(mcpbox_egress::bridge);
     // Inside a sandbox, as the built-in server (`builtin.rs` starts it so).
     let args: Vec<OsString> = std::env::args_os().take(4).collect();
+    // A child classifying one command line (classify.rs starts it so).
+    if args.len() == 2 && args[1] == classify::ARG {
+        return ExitCode::from(classify::child_main());
+    }
     if args.len() == 3 && args[1] == mcpbox_builtin::ARG {
         return ExitCode::from(
             mcpbox_builtin::main(&args[2].to_string_lossy()).clamp(0, 255) as u8,

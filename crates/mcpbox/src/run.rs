@@ -37,9 +37,10 @@ impl ToolPolicy for Tools {
     }
 
     fn check_arguments(&self, tool: &str, arguments: Option<&Value>) -> Option<ArgumentCheck> {
+        // command lines are parsed in a child process with limits (classify.rs)
         let found = self
             .commands
-            .decide_call(tool, arguments)
+            .decide_call_with(tool, arguments, &crate::classify::Child)
             .map(|c| ArgumentCheck {
                 decision: c.decision.clone(),
                 detail: c.audit_detail(),

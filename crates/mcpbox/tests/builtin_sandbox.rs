@@ -8,9 +8,11 @@ mod common;
 use std::process::Command;
 
 use common::audit::events;
+use common::mcp::{result_text, Session};
 use common::peers::peers;
 use common::serve::{Gateway, ALICE, BOB};
 use common::{interop_script, mcpbox, Workspace};
+use serde_json::json;
 
 /// The policy of the tests: two jobs at once, a small memory limit, curl
 /// refused by name, privilege changes by category (the default).
@@ -67,6 +69,10 @@ fn builtin_multi_step_task_through_the_python_sdk() {
         exec["detail"]["categories"].is_array(),
         "an exec record names its command categories: {exec}"
     );
+    let failed = calls
+        .iter()
+        .find(|r| r["tool"] == "exec" && r["exit_status"] == 3);
+    assert!(failed.is_some(), "an exec's exit status is in its record");
     let run_code = calls.iter().find(|r| r["tool"] == "run_code").unwrap();
     assert_eq!(run_code["detail"]["commands"][0]["program"], "python3");
 }
@@ -148,6 +154,121 @@ fn builtin_two_agents_never_see_each_other_nor_other_servers_secrets() {
     assert!(
         owners.contains(&"alice".to_string()) && owners.contains(&"bob".to_string()),
         "{list}"
+    );
+}
+
+/// Answers the next `elicitation/create` with `approve`; returns its message.
+fn answer_elicitation(s: &mut Session, approve: bool) -> String {
+    loop {
+        let m = s.recv();
+        if m["method"] == "elicitation/create" {
+            let answer = if approve {
+                json!({"action": "accept", "content": {"approve": true}})
+            } else {
+                json!({"action": "decline"})
+            };
+            s.send(&json!({"jsonrpc": "2.0", "id": m["id"], "result": answer}));
+            return m["params"]["message"].as_str().unwrap_or("").to_string();
+        }
+    }
+}
+
+#[test]
+fn builtin_export_over_the_limit_needs_a_human_and_a_forged_limit_is_overwritten() {
+    let ws = Workspace::new();
+    let policy = ws.raw_policy(
+        "[server]\nname = \"sandbox\"\n[filesystem]\noutput = \"output\"\n[artifacts]\nmax_size = \"1KiB\"\n",
+    );
+    let state = ws.path().join("state");
+    let args: Vec<String> = ["run", "--builtin", "sandbox", "--policy"]
+        .iter()
+        .map(|a| a.to_string())
+        .chain([policy.display().to_string()])
+        .collect();
+    let mut s = Session::start_mcpbox(&args, &[("MCPBOX_STATE_DIR", state.to_str().unwrap())]);
+    s.request(
+        "initialize",
+        json!({"protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}},
+               "clientInfo": {"name": "mcpbox-test", "version": "0"}}),
+    );
+    s.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    let big = "x".repeat(4096);
+    let r = s.call(
+        "write_file",
+        json!({"path": "/workspace/tmp/big.bin", "content": big}),
+    );
+    assert_eq!(r["result"]["isError"], false, "{r}");
+    let r = s.call(
+        "write_file",
+        json!({"path": "/workspace/tmp/small.txt", "content": "small"}),
+    );
+    assert_eq!(r["result"]["isError"], false, "{r}");
+
+    // within the limit: no human asked
+    let r = s.call(
+        "export_artifact",
+        json!({"path": "/workspace/tmp/small.txt"}),
+    );
+    assert_eq!(r["result"]["structuredContent"]["bytes"], 5, "{r}");
+
+    // over it, with the host forging the size limit in _meta: the gateway
+    // measures the file itself, asks, and the human declines
+    s.send(
+        &json!({"jsonrpc": "2.0", "id": 900, "method": "tools/call", "params": {
+        "name": "export_artifact", "arguments": {"path": "/workspace/tmp/big.bin"},
+        "_meta": {"io.mcpbox/max_bytes": 1_000_000_000u64}}}),
+    );
+    let asked = answer_elicitation(&mut s, false);
+    assert!(asked.contains("export_artifact"), "{asked}");
+    let r = loop {
+        let m = s.recv();
+        if m["id"] == 900 {
+            break m;
+        }
+    };
+    assert_eq!(r["result"]["isError"], true, "{r}");
+    assert!(result_text(&r).contains("approval.declined"), "{r}");
+    assert!(
+        !ws.output().join("big.bin").exists(),
+        "a declined export wrote nothing"
+    );
+
+    // the same call approved: exported, at the size that was approved
+    s.send(
+        &json!({"jsonrpc": "2.0", "id": 901, "method": "tools/call", "params": {
+        "name": "export_artifact", "arguments": {"path": "/workspace/tmp/big.bin"}}}),
+    );
+    answer_elicitation(&mut s, true);
+    let r = loop {
+        let m = s.recv();
+        if m["id"] == 901 {
+            break m;
+        }
+    };
+    assert_eq!(r["result"]["structuredContent"]["bytes"], 4096, "{r}");
+    assert_eq!(
+        std::fs::read(ws.output().join("big.bin")).unwrap().len(),
+        4096
+    );
+
+    // a link, planted by the agent, is refused before the server sees it
+    let r = s.call(
+        "exec",
+        json!({"command": "ln -s /etc/passwd /workspace/tmp/pw"}),
+    );
+    assert_eq!(r["result"]["structuredContent"]["exit_code"], 0, "{r}");
+    let r = s.call("export_artifact", json!({"path": "/workspace/tmp/pw"}));
+    assert!(result_text(&r).contains("artifact.refused"), "{r}");
+    drop(s);
+    let recs = events(&state.join("audit.db"));
+    let large: Vec<_> = recs
+        .iter()
+        .filter(|e| e["tool"] == "export_artifact" && e["detail"]["bytes"] == 4096)
+        .collect();
+    assert_eq!(
+        large.len(),
+        2,
+        "both large exports are audited with the size: {recs:?}"
     );
 }
 

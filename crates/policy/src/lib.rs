@@ -37,8 +37,9 @@ pub mod artifact_patterns {
     pub use crate::artifacts::{check, may_contain, path_match};
 }
 pub use commands::{
-    classify_argv, classify_line, Category, Classified, CommandDecision, CommandRules, Parsed,
-    ToolArg, MAX_DEPTH as MAX_COMMAND_DEPTH, MAX_INPUT as MAX_COMMAND_INPUT,
+    classify, classify_argv, classify_line, Category, Classified, Classifier, CommandDecision,
+    CommandRules, InProcess, Input, Parsed, ToolArg, MAX_DEPTH as MAX_COMMAND_DEPTH,
+    MAX_INPUT as MAX_COMMAND_INPUT,
 };
 pub use credentials::{credential_kind, CREDENTIAL_LOCATIONS};
 pub use decision::{Decision, NetworkAnswer, Reason, ToolHints, Verdict};

@@ -351,7 +351,7 @@ impl Session {
         let plain = (original_len.is_none() && is_plain(&line)).then_some(line.as_slice());
         let mut tool = None;
         // a finished call's record, written once the response is out
-        let mut finished: Option<(Call, Reason, u64)> = None;
+        let mut finished: Option<(Call, Reason, u64, Option<i32>)> = None;
         if msg.is_answer() {
             let key = msg.id().map(id_key).unwrap_or_default();
             if self.reinit_answered(&key) {
@@ -375,8 +375,15 @@ impl Session {
                         call.decision.reason
                     };
                     let bytes = original_len.unwrap_or(line.len()) as u64;
+                    // a command tool's exit status (the argument rules
+                    // applied to it), as its result says
+                    let exit = (!call.detail.is_null())
+                        .then(|| at(v, &["result", "structuredContent", "exit_code"]))
+                        .flatten()
+                        .and_then(Value::as_i64)
+                        .and_then(|c| i32::try_from(c).ok());
                     tool = Some(call.tool.clone());
-                    finished = Some((call, reason, bytes));
+                    finished = Some((call, reason, bytes, exit));
                 }
                 Pending::Other => {}
             }
@@ -394,8 +401,11 @@ impl Session {
         } else {
             self.send_host(line);
         }
-        if let Some((call, reason, bytes)) = finished {
-            self.record_call(call, reason, |e| e.result_bytes = Some(bytes));
+        if let Some((call, reason, bytes, exit)) = finished {
+            self.record_call(call, reason, |e| {
+                e.result_bytes = Some(bytes);
+                e.exit_status = exit;
+            });
         }
     }
 }

@@ -37,12 +37,17 @@ pub struct Session {
 impl Session {
     /// Starts `mcpbox run --policy POLICY -- ARGS` with `env` added.
     pub fn start(policy: &Path, args: &[&str], env: &[(&str, &str)]) -> Session {
+        let mut all = vec!["run".to_string(), "--policy".into()];
+        all.push(policy.display().to_string());
+        all.push("--".into());
+        all.extend(args.iter().map(|a| a.to_string()));
+        Session::start_mcpbox(&all, env)
+    }
+
+    /// Starts `mcpbox ARGS` with `env` added.
+    pub fn start_mcpbox(args: &[String], env: &[(&str, &str)]) -> Session {
         let mut cmd = Command::new(super::mcpbox());
-        cmd.arg("run")
-            .arg("--policy")
-            .arg(policy)
-            .arg("--")
-            .args(args);
+        cmd.args(args);
         for (k, v) in env {
             cmd.env(k, v);
         }

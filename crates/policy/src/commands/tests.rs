@@ -816,3 +816,46 @@ fn a_long_line_of_many_commands_is_classified() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn numbers_that_overflow_the_parser_are_unparsed_not_a_crash() {
+    // each of these panicked inside brush-parser 0.4 (an unwrap on an
+    // integer parse); the first was found by the command_line fuzz target
+    for l in [
+        "88888888888888>8888888888888888888888888//oww$orr$or$X",
+        "echo 99999999999>x",
+        "echo {1..99999999999999999999}",
+        "echo ~99999999999999999999/x",
+        "echo $(echo {1..99999999999999999999})",
+        "sh -c 'echo 99999999999<x'",
+    ] {
+        assert!(unparsed(l), "{l}");
+    }
+    // ordinary numbers are not
+    assert!(!unparsed("date -d @1700000000"));
+    assert!(!unparsed("echo 2>/dev/null 1>&2"));
+}
+
+#[test]
+fn a_heredoc_inside_a_substitution_is_unparsed_not_an_endless_allocation() {
+    // brush-parser 0.4 allocated without end on the first (found by the
+    // command_line fuzz target); the check runs before the parser
+    for l in [
+        "~aurl -cho $(                   <<      #      id) `d)80who m=i` b",
+        "echo $(cat <<EOF\nx\nEOF\n)",
+        "cat <(cat <<EOF\nx\nEOF\n)",
+        "cat <<X $( << # id)",
+    ] {
+        assert!(unparsed(l), "{l}");
+    }
+    assert!(!unparsed("cat > f <<'EOF'\nhello\nEOF"));
+    assert!(!unparsed("cat > f <<'EOF'\necho $(date)\nEOF"));
+}
+
+#[test]
+fn nested_parameter_expansions_are_bounded_before_the_parser_backtracks() {
+    let deep = format!("echo {}x{}", "${a:-".repeat(14), "}".repeat(14));
+    assert!(unparsed(&deep), "{deep}");
+    // plain expansions, however many, are not nesting
+    assert!(!unparsed(&"echo ${HOME} ".repeat(20)));
+}

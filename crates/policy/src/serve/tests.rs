@@ -71,6 +71,34 @@ fn refused(text: &str, key: &str, line: usize, needle: &str) -> Diagnostic {
 // ---- what is accepted ----
 
 #[test]
+fn a_builtin_server_parses_and_prints_again() {
+    let text = format!(
+        "{CLIENT}[[servers]]\nname = \"sandbox\"\npolicy = \"s.toml\"\nbuiltin = \"sandbox\"\n"
+    );
+    let c = ok(&text);
+    assert_eq!(c.servers[0].upstream, Upstream::Builtin("sandbox".into()));
+    let again = ok(&c.to_toml());
+    assert_eq!(
+        again.servers[0].upstream,
+        Upstream::Builtin("sandbox".into())
+    );
+}
+
+#[test]
+fn a_builtin_server_with_a_command_too_is_refused() {
+    let text = format!("{CLIENT}[[servers]]\nname = \"sandbox\"\npolicy = \"s.toml\"\nbuiltin = \"sandbox\"\ncommand = [\"x\"]\n");
+    refused(&text, "servers[0].builtin", 7, "builtin");
+}
+
+#[test]
+fn an_unknown_builtin_server_is_refused_with_the_names_there_are() {
+    let text = format!(
+        "{CLIENT}[[servers]]\nname = \"sandbox\"\npolicy = \"s.toml\"\nbuiltin = \"shell\"\n"
+    );
+    refused(&text, "servers[0].builtin", 7, "sandbox");
+}
+
+#[test]
 fn issue_example_parses_as_written() {
     let c = ok(ISSUE_EXAMPLE);
     assert_eq!(c.path, PathBuf::from(FILE));
@@ -1223,7 +1251,9 @@ fn json_schema_covers_every_key() {
     assert_eq!(s["additionalProperties"], serde_json::Value::Bool(false));
     assert!(!s.to_string().contains("null"), "toml has no null");
     let defs = &s["$defs"];
-    assert_eq!(defs["Server"]["oneOf"].as_array().map(Vec::len), Some(2));
+    // exactly one of command, url and builtin
+    assert_eq!(defs["Server"]["oneOf"].as_array().map(Vec::len), Some(3));
+    assert!(defs["Server"]["properties"]["builtin"]["description"].is_string());
     assert_eq!(defs["Token"]["oneOf"].as_array().map(Vec::len), Some(2));
     assert_eq!(defs["Client"]["oneOf"].as_array().map(Vec::len), Some(2));
     let required = defs["Server"]["required"].to_string();

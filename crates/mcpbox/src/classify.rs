@@ -1,0 +1,203 @@
+//! Command lines classified in a child process (`mcpbox __classify`).
+//!
+//! `[commands]` parses the command lines the agent sends with a real shell
+//! parser (brush-parser), whose input is hostile. Fuzzing it
+//! (fuzz/fuzz_targets/command_line.rs) found a panic on an integer parse,
+//! an allocation without end and exponential backtracking; each is checked
+//! for before the parser runs, but a parser of that size will have more.
+//! With `panic = "abort"`, and the relay of every session of a `serve` in
+//! one process, any of them in-process would end every session. So a line
+//! that is not plain words is parsed in a child process of its own, limited
+//! to [`CPU_SECONDS`] of CPU and [`MEMORY`] of address space (setrlimit(2),
+//! set by the child on itself before it reads its input) and [`WALL`] of
+//! wall time (the parent kills it then). Whatever goes wrong there makes
+//! the line `unparsed`, which is never allowed silently.
+//!
+//! The child is this binary (`/proc/self/exe`), started with
+//! `std::process::Command`, which uses posix_spawn(3) here (no `pre_exec`,
+//! no working directory): a multi-threaded mcpbox never forks.
+
+use std::io::{Read, Write};
+use std::os::fd::AsFd;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use mcpbox_policy::{Classifier, Input, Parsed};
+
+/// The argument mcpbox runs itself with to classify one input.
+pub const ARG: &str = "__classify";
+/// CPU the child may use (RLIMIT_CPU: SIGXCPU, then SIGKILL).
+const CPU_SECONDS: u64 = 2;
+/// Address space the child may map (RLIMIT_AS).
+const MEMORY: u64 = 512 << 20;
+/// How long the parent waits for the answer.
+const WALL: Duration = Duration::from_secs(3);
+/// The most the parent reads of the answer.
+const MAX_ANSWER: usize = 1 << 20;
+
+/// Classifies in a child process, but plain words (the common case,
+/// `ls -la src`) in this one: they hold nothing the parser could stumble on.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Child;
+
+impl Classifier for Child {
+    fn classify(&self, input: &Input) -> Parsed {
+        if is_plain(input) {
+            return mcpbox_policy::classify(input);
+        }
+        match in_child(input) {
+            Ok(p) => p,
+            Err(why) => Parsed::Unparsed(why),
+        }
+    }
+}
+
+/// Words of letters, digits and `-_./=:,@%+`, spaces between them, and no
+/// run of ten digits: no quote, expansion, substitution, redirection,
+/// glob, brace, tilde or operator.
+fn is_plain(input: &Input) -> bool {
+    let plain = |s: &str| {
+        let chars_ok = s
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == ' ' || "-_./=:,@%+".contains(c));
+        let mut run = 0;
+        let digits_ok = s.chars().all(|c| {
+            run = if c.is_ascii_digit() { run + 1 } else { 0 };
+            run < 10
+        });
+        chars_ok && digits_ok && s.len() <= 4096
+    };
+    match input {
+        Input::Line(l) => plain(l),
+        Input::Argv(a) => a.len() <= 256 && a.iter().all(|s| plain(s)),
+    }
+}
+
+fn in_child(input: &Input) -> Result<Parsed, String> {
+    let request = serde_json::to_vec(input).map_err(|e| format!("checker: {e}"))?;
+    let mut child = Command::new("/proc/self/exe")
+        .arg(ARG)
+        .env_clear()
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("the command checker did not start: {e}"))?;
+    // the request is at most a 64 KiB line (bigger is unparsed before
+    // this), within a pipe's buffer: written whole before reading
+    let written = child
+        .stdin
+        .take()
+        .map(|mut w| w.write_all(&request))
+        .unwrap_or(Ok(()));
+    let answer = match (written, child.stdout.take()) {
+        (Ok(()), Some(out)) => read_until(out, Instant::now() + WALL),
+        (Err(e), _) => Err(format!("the command checker: {e}")),
+        (_, None) => Err("the command checker has no output".into()),
+    };
+    // whatever happened, the child is gone before we answer
+    let _ = child.kill();
+    let status = child.wait();
+    let answer = answer?;
+    serde_json::from_slice(&answer).map_err(|_| {
+        format!(
+            "the command checker failed on this command line ({})",
+            status.map_or_else(|e| e.to_string(), |s| s.to_string())
+        )
+    })
+}
+
+/// Reads `out` to its end, or until `deadline`.
+fn read_until(mut out: std::process::ChildStdout, deadline: Instant) -> Result<Vec<u8>, String> {
+    rustix::io::ioctl_fionbio(out.as_fd(), true).map_err(|e| format!("checker: {e}"))?;
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 16384];
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err("the command line took too long to check".into());
+        }
+        let ts = rustix::event::Timespec {
+            tv_sec: i64::try_from(left.as_secs()).unwrap_or(i64::MAX),
+            tv_nsec: i64::from(left.subsec_nanos()),
+        };
+        let mut fds = [rustix::event::PollFd::new(
+            &out,
+            rustix::event::PollFlags::IN,
+        )];
+        match rustix::event::poll(&mut fds, Some(&ts)) {
+            Ok(_) | Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(format!("checker: {e}")),
+        }
+        match out.read(&mut chunk) {
+            Ok(0) => return Ok(buf),
+            Ok(n) => {
+                buf.extend_from_slice(&chunk[..n]);
+                if buf.len() > MAX_ANSWER {
+                    return Err("the command checker answered too much".into());
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(format!("checker: {e}")),
+        }
+    }
+}
+
+/// The child: limits itself, reads one request, writes one answer.
+pub fn child_main() -> u8 {
+    use rustix::process::{setrlimit, Resource, Rlimit};
+    for (res, v) in [(Resource::Cpu, CPU_SECONDS), (Resource::As, MEMORY)] {
+        let limit = Rlimit {
+            current: Some(v),
+            maximum: Some(v),
+        };
+        if setrlimit(res, limit).is_err() {
+            return 2;
+        }
+    }
+    let mut request = Vec::new();
+    if std::io::stdin()
+        .take(mcpbox_policy::MAX_COMMAND_INPUT as u64 * 8)
+        .read_to_end(&mut request)
+        .is_err()
+    {
+        return 2;
+    }
+    let Ok(input) = serde_json::from_slice::<Input>(&request) else {
+        return 2;
+    };
+    let parsed = mcpbox_policy::classify(&input);
+    match serde_json::to_vec(&parsed) {
+        Ok(out) => {
+            if std::io::stdout().write_all(&out).is_err() {
+                return 2;
+            }
+            0
+        }
+        Err(_) => 2,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plain_words_are_plain_and_anything_shell_is_not() {
+        assert!(is_plain(&Input::Line("ls -la src/main.rs".into())));
+        assert!(is_plain(&Input::Argv(vec!["git".into(), "status".into()])));
+        for l in [
+            "ls | wc",
+            "echo $(id)",
+            "a > b",
+            "echo ~",
+            "echo {1..3}",
+            "a; b",
+            "'q'",
+            "echo 12345678901",
+        ] {
+            assert!(!is_plain(&Input::Line(l.into())), "{l}");
+        }
+    }
+}
