@@ -272,6 +272,57 @@ fn builtin_export_over_the_limit_needs_a_human_and_a_forged_limit_is_overwritten
     );
 }
 
+/// Command lines that panicked, allocated without end or backtracked for
+/// minutes inside the shell parser (found by the command_line fuzz
+/// target; its seeds): each is refused as unparsed, and the same relay
+/// then runs the next call.
+#[test]
+fn exec_lines_that_broke_the_parser_are_unparsed_and_the_relay_lives() {
+    let ws = Workspace::new();
+    let policy = ws.raw_policy("[server]\nname = \"sandbox\"\n[commands]\nunparsed = \"deny\"\n");
+    let state = ws.path().join("state");
+    let args: Vec<String> = ["run", "--builtin", "sandbox", "--policy"]
+        .iter()
+        .map(|a| a.to_string())
+        .chain([policy.display().to_string()])
+        .collect();
+    let mut s = Session::start_mcpbox(&args, &[("MCPBOX_STATE_DIR", state.to_str().unwrap())]);
+    s.initialize();
+    // compiled in: the rootless pass may not read the checkout
+    let seeds: [(&str, &[u8]); 4] = [
+        (
+            "io-number-overflow",
+            include_bytes!("../../../fuzz/corpus/command_line/io-number-overflow"),
+        ),
+        (
+            "heredoc-in-substitution-oom",
+            include_bytes!("../../../fuzz/corpus/command_line/heredoc-in-substitution-oom"),
+        ),
+        (
+            "unbalanced-nesting-timeout",
+            include_bytes!("../../../fuzz/corpus/command_line/unbalanced-nesting-timeout"),
+        ),
+        (
+            "nested-expansions-slow",
+            include_bytes!("../../../fuzz/corpus/command_line/nested-expansions-slow"),
+        ),
+    ];
+    for (name, bytes) in seeds {
+        let line = String::from_utf8_lossy(bytes).into_owned();
+        let r = s.call("exec", json!({"command": line}));
+        assert!(
+            result_text(&r).contains("commands.unparsed"),
+            "{name}: {r}\n{}",
+            s.stderr()
+        );
+    }
+    let r = s.call("exec", json!({"command": "echo still here | tr a-z A-Z"}));
+    assert_eq!(
+        r["result"]["structuredContent"]["stdout"], "STILL HERE\n",
+        "{r}"
+    );
+}
+
 #[test]
 fn builtin_unknown_name_is_a_clear_error() {
     let out = Command::new(mcpbox())
