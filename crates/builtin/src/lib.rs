@@ -748,6 +748,15 @@ fn spawn_error(tool: &str, args: &Value, e: &std::io::Error) -> String {
     }
 }
 
+/// The reason code of an end we caused, for results.
+fn end_reason(p: &Proc) -> Value {
+    match p.end {
+        Some(End::TimedOut) => json!(Reason::JobTimeout.as_str()),
+        Some(End::Memory) => json!(Reason::JobMemory.as_str()),
+        _ => Value::Null,
+    }
+}
+
 fn end_fields(p: &Proc) -> (Value, Value, &'static str) {
     match p.end {
         Some(End::Exited(c)) => (json!(c), Value::Null, "exited"),
@@ -768,6 +777,7 @@ fn run_result(p: &Proc) -> Value {
         "stdout_truncated": p.stdout().truncated(),
         "stderr_truncated": p.stderr().truncated(),
         "duration_ms": u64::try_from(p.duration.as_millis()).unwrap_or(u64::MAX),
+        "reason": end_reason(p),
     });
     let mut text = match p.end {
         Some(End::Exited(c)) => format!("exit status {c}"),
@@ -804,6 +814,7 @@ fn job_state(p: &Proc) -> Value {
         "started_ms": p.wall_start_ms,
         "stdout_bytes": p.stdout().total,
         "stderr_bytes": p.stderr().total,
+        "reason": end_reason(p),
     });
     let d = if p.end.is_some() {
         p.duration

@@ -104,6 +104,7 @@ pub fn list() -> Vec<Value> {
             "duration_ms": {"type": "integer"},
             "stdout_bytes": {"type": "integer"},
             "stderr_bytes": {"type": "integer"},
+            "reason": {"type": ["string", "null"]},
         }),
         &["job_id", "state"],
     );

@@ -175,10 +175,15 @@ fn killing_a_frozen_parent_leaves_no_process_and_no_group() {
         parent.kill_all().unwrap();
         assert!(parent.procs().is_empty(), "{:?}", parent.procs());
         for pid in before {
-            assert!(
-                !std::path::Path::new(&format!("/proc/{pid}/status")).exists() || is_zombie(pid),
-                "{version:?}: pid {pid} alive"
-            );
+            // a killed process leaves its cgroup in do_exit a moment before
+            // it is a zombie: wait (bounded) for that moment
+            let gone =
+                || !std::path::Path::new(&format!("/proc/{pid}/status")).exists() || is_zombie(pid);
+            let deadline = std::time::Instant::now() + Duration::from_secs(5);
+            while !gone() && std::time::Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            assert!(gone(), "{version:?}: pid {pid} alive");
         }
         let _ = sb.wait().unwrap();
         drop(sb);

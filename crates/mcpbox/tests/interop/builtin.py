@@ -141,11 +141,13 @@ async def refusals(c):
         check(data(r)["state"] == "stopped", f"stop_job stops {j}")
     r = await c.call_tool("start_job", {"command": "sleep 30", "timeout_seconds": 0.5})
     state = await wait_job(c, data(r)["job_id"])
-    check(state["state"] == "timeout", "a job past its time limit is stopped and reported as timeout")
+    check(state["state"] == "timeout" and state["reason"] == "job.timeout",
+          "a job past its time limit is stopped and reported as timeout (job.timeout)")
     hog = "import time\nb=[]\nwhile True:\n    b.append(b'x' * (4 << 20))\n    time.sleep(0.005)\n"
     r = await c.call_tool("start_job", {"argv": ["python3", "-c", hog]})
     state = await wait_job(c, data(r)["job_id"])
-    check(state["state"] == "memory", "a job past jobs.max_memory is stopped and reported as memory")
+    check(state["state"] == "memory" and state["reason"] == "job.memory",
+          "a job past jobs.max_memory is stopped and reported as memory (job.memory)")
     r = await c.call_tool("exec", {"command": "sleep 30", "timeout_seconds": 0.3})
     check(data(r)["state"] == "timeout", "an exec past its timeout is stopped and says so")
     print("done", flush=True)
