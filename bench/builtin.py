@@ -3,7 +3,9 @@
 
   builtin.py exec --mcpbox M --bwrap B --srt S --srt-settings F --out FILE --dir D [--runs N]
       One `mcpbox run --builtin sandbox` (stdio): N `exec` calls of `true`
-      and of `python3 -c pass` in the warm sandbox, call to result. Beside
+      and of `python3 -c pass` (argv) and of the line `true | true` (whose
+      parse runs in the command checker's child) in the warm sandbox, call
+      to result. Beside
       them, the same programs started N times directly, under bwrap and
       under srt (spawn to exit).
   builtin.py fresh --mcpbox M --out FILE --dir D [--runs N]
@@ -81,7 +83,9 @@ def cmd_exec(argv):
     policy.write_text('[server]\nname = "bench-sandbox"\n[process]\npids = 256\n')
     result = {"status": "ok", "runs": runs, "rows": {}}
     rows = result["rows"]
-    progs = {"true": ["true"], "python": ["python3", "-c", "pass"]}
+    # absolute paths: the same programs inside and outside (a `python3` on
+    # the bench's PATH may be a pyenv shim, a shell script)
+    progs = {"true": ["/usr/bin/true"], "python": ["/usr/bin/python3", "-c", "pass"]}
     err = open(d / "stderr.log", "wb")
     env = dict(os.environ, MCPBOX_STATE_DIR=str(d / "state"))
     try:
@@ -103,6 +107,13 @@ def cmd_exec(argv):
                     call(t, "exec", {"argv": argv})
                     samples.append(time.perf_counter() - t0)
                 rows[f"mcpbox-builtin exec {name}"] = summarize_ms(samples)
+            # a line with a pipe: parsed in the command checker's child
+            samples = []
+            for _ in range(runs):
+                t0 = time.perf_counter()
+                call(t, "exec", {"command": "/usr/bin/true | /usr/bin/true"})
+                samples.append(time.perf_counter() - t0)
+            rows["mcpbox-builtin exec line, a pipe (parsed in the checker child)"] = summarize_ms(samples)
         finally:
             t.close()
     except Failed as e:
@@ -114,8 +125,7 @@ def cmd_exec(argv):
              "--symlink", "usr/lib64", "/lib64", "--ro-bind", "/etc", "/etc", "--proc", "/proc",
              "--dev", "/dev", "--tmpfs", "/tmp", "--die-with-parent", "--new-session", "--"]
     for name, argv in progs.items():
-        full = shutil.which(argv[0]) or argv[0]
-        prog = [full, *argv[1:]]
+        prog = argv
         for label, cmd, n in (("direct", prog, runs),
                               ("bwrap", bwrap + prog, runs),
                               ("srt", [o["srt"], "-s", o["srt_settings"], "--", *prog], max(5, runs // 10))):
