@@ -33,8 +33,9 @@ from lifecycle import free_port  # noqa: E402
 # E2B's own figure for a sandbox start (Firecracker microVM restored from a
 # snapshot), as its site and docs publish it; not measured here (no
 # network, and no KVM in this VM).
-E2B_START_MS = 150
-E2B_SOURCE = "e2b.dev (\"sandboxes start in ~150ms\"; github.com/e2b-dev/E2B)"
+E2B_START_MS = 100
+E2B_SOURCE = ("E2B's docs, Sandbox overview (e2b.dev/docs/sandbox; docs/sandbox.mdx of "
+              "github.com/e2b-dev/docs, January 2026): \"Sandboxes can start in as little as ~100ms\"")
 
 
 def opts(argv, keys):
