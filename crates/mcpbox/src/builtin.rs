@@ -157,12 +157,15 @@ impl Checks {
             }
         }
         if tool == "run_code" && !commands.is_empty() {
-            let prog = match args.get("language").and_then(Value::as_str) {
-                Some("python") => "python3",
-                Some("sh") => "sh",
-                _ => "node",
+            // a shell snippet is a command line like exec's: its commands
+            // are classified, or `sudo` denied in exec would pass here;
+            // Python and Node code is its interpreter's category (`build`)
+            let code = args.get("code").and_then(Value::as_str).unwrap_or("");
+            let input = match args.get("language").and_then(Value::as_str) {
+                Some("sh") => mcpbox_policy::Input::Line(code.to_string()),
+                Some("python") => mcpbox_policy::Input::Argv(vec!["python3".into()]),
+                _ => mcpbox_policy::Input::Argv(vec!["node".into()]),
             };
-            let input = mcpbox_policy::Input::Argv(vec![prog.to_string()]);
             let cd = commands.decide(mcpbox_policy::Classifier::classify(
                 &crate::classify::Child,
                 &input,
