@@ -55,12 +55,20 @@ pub fn run(file: Option<&Path>, schema: Option<SchemaKind>) -> ExitCode {
         eprintln!("mcpbox: {e}");
         return ExitCode::from(1);
     }
+    warn_policy(&loaded.policy, "");
     println!(
         "# effective policy for {} (defaults filled in, paths resolved)",
         file.display()
     );
     print!("{}", loaded.policy.to_toml());
     ExitCode::SUCCESS
+}
+
+/// What is valid but may not be what the author meant, on stderr.
+fn warn_policy(policy: &mcpbox_policy::Policy, prefix: &str) {
+    for o in policy.network.overlaps() {
+        eprintln!("mcpbox: warning: {prefix}{o}");
+    }
 }
 
 /// A serve config: the config itself, then each server's policy with the
@@ -98,7 +106,7 @@ fn check_serve(file: &Path) -> ExitCode {
         // A url server runs outside any sandbox: its policy's sandbox half
         // (filesystem, process limits) does not apply, so it is not checked
         // against this host.
-        if let Upstream::Command(_) = server.upstream {
+        if let Upstream::Command(_) | Upstream::Builtin(_) = server.upstream {
             if let Err(e) =
                 preflight::spec(&loaded, vec!["true".into()], mcpbox_sandbox::Stdio::Piped)
             {
@@ -106,6 +114,7 @@ fn check_serve(file: &Path) -> ExitCode {
                 failed = true;
             }
         }
+        warn_policy(&loaded.policy, &format!("{entry}: "));
     }
     for (i, t) in config.templates.iter().enumerate() {
         let (key, path, want_dir) = match &t.base {

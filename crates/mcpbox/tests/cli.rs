@@ -29,6 +29,21 @@ fn check_prints_the_effective_policy() {
 }
 
 #[test]
+fn check_warns_where_a_deny_without_a_port_overrides_an_allow_on_another_port() {
+    let ws = Workspace::new();
+    let p = ws.raw_policy(
+        "[network]\nallow = [\"*.example.com:8443\"]\ndeny = [\"uploads.example.com\"]\n",
+    );
+    let out = run(&["check", p.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("warning: network.deny[0]") && err.contains("every port"),
+        "{err}"
+    );
+}
+
+#[test]
 fn check_names_file_line_and_key_of_an_unknown_key() {
     let ws = Workspace::new();
     let p = ws.raw_policy("[filesystem]\ntmp = \"1MiB\"\ninptu = \"x\"\n");

@@ -109,6 +109,24 @@ fn allowed_name_reaches_a_local_server_through_the_proxy_and_is_audited() {
     assert!(audit.contains("\"allow\""), "{audit}");
 }
 
+/// A deny without a port used to cover only 80 and 443: beside an allow
+/// of the same domain on another port, the denied host got through there.
+#[test]
+fn denied_host_without_a_port_is_refused_on_the_port_a_wildcard_allows() {
+    let port = upstream("should not be seen");
+    let ws = Workspace::new();
+    let extra = format!(
+        "[network]\nallow = [\"*.fetch.test:{port}\"]\ndeny = [\"uploads.fetch.test\"]\n\
+         [network.hosts]\n\"uploads.fetch.test\" = \"127.0.0.1\"\n\"api.fetch.test\" = \"127.0.0.1\"\n"
+    );
+    let body = fetch(&ws, &extra, &format!("http://uploads.fetch.test:{port}/"));
+    assert_eq!(body, "HTTP 403 network.deny");
+    // the rest of the wildcard still works on that port
+    let ws = Workspace::new();
+    let body = fetch(&ws, &extra, &format!("http://api.fetch.test:{port}/"));
+    assert_eq!(body, "should not be seen");
+}
+
 #[test]
 fn unlisted_name_is_refused_with_the_rule_and_reason() {
     let port = upstream("should not be seen");

@@ -36,7 +36,8 @@ pub enum HostPattern {
 pub struct HostRule {
     /// What hosts it matches.
     pub pattern: HostPattern,
-    /// The port it is limited to; `None` means the web ports 80 and 443.
+    /// The port it is limited to; `None` means the web ports 80 and 443 in
+    /// `allow`, and every port in `deny` (a deny reads as absolute).
     pub port: Option<u16>,
     text: String,
 }
@@ -297,10 +298,12 @@ impl HostRule {
         }
     }
 
-    fn matches(&self, host: &Host, port: u16) -> bool {
+    /// Whether it covers `host:port`; `any_port` makes a rule without a
+    /// port cover every port (a `deny` rule), else only 80 and 443.
+    fn matches(&self, host: &Host, port: u16, any_port: bool) -> bool {
         let port_ok = match self.port {
             Some(p) => p == port,
-            None => port == 80 || port == 443,
+            None => any_port || port == 80 || port == 443,
         };
         if !port_ok {
             return false;
@@ -421,7 +424,8 @@ impl NetworkRules {
             .deny
             .iter()
             .enumerate()
-            .find(|(_, r)| r.matches(&h, port))
+            // a deny without a port is absolute: every port
+            .find(|(_, r)| r.matches(&h, port, true))
         {
             return Decision::deny(
                 Reason::NetworkDeny,
@@ -432,7 +436,7 @@ impl NetworkRules {
             .allow
             .iter()
             .enumerate()
-            .find(|(_, r)| r.matches(&h, port))
+            .find(|(_, r)| r.matches(&h, port, false))
         {
             return Decision::allow(
                 Reason::NetworkAllow,
@@ -443,6 +447,34 @@ impl NetworkRules {
             Unlisted::Deny => Decision::deny(Reason::NetworkUnlisted, "network.unlisted"),
             Unlisted::Approve => Decision::approve(Reason::NetworkUnlisted, "network.unlisted"),
         }
+    }
+
+    /// Where a deny rule takes hosts (and ports) out of an allow rule, said
+    /// for `mcpbox check`: `deny` wins, which may surprise whoever wrote
+    /// the allow. One line per overlapping (deny, allow) pair.
+    pub fn overlaps(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for (i, d) in self.deny.iter().enumerate() {
+            for (j, a) in self.allow.iter().enumerate() {
+                if !patterns_overlap(&d.pattern, &a.pattern) {
+                    continue;
+                }
+                let ports_meet = match (d.port, a.port) {
+                    (None, _) => true,
+                    (Some(p), Some(q)) => p == q,
+                    (Some(p), None) => p == 80 || p == 443,
+                };
+                if ports_meet {
+                    out.push(format!(
+                        "network.deny[{i}] \"{}\" takes precedence over network.allow[{j}] \"{}\" where they overlap{}",
+                        d.text.escape_debug(),
+                        a.text.escape_debug(),
+                        if d.port.is_none() { " (a deny without a port covers every port)" } else { "" }
+                    ));
+                }
+            }
+        }
+        out
     }
 
     /// The address `[network.hosts]` maps this name to, if any.
@@ -457,6 +489,33 @@ impl NetworkRules {
     /// True when no egress can ever be allowed (no allow rule and unlisted hosts denied).
     pub fn is_closed(&self) -> bool {
         self.allow.is_empty() && self.unlisted == Unlisted::Deny
+    }
+}
+
+/// Whether some host matches both patterns.
+fn patterns_overlap(a: &HostPattern, b: &HostPattern) -> bool {
+    let under = |name: &str, domain: &str| {
+        name.len() > domain.len() + 1
+            && name.ends_with(domain)
+            && name.as_bytes()[name.len() - domain.len() - 1] == b'.'
+    };
+    match (a, b) {
+        (HostPattern::Name(x), HostPattern::Name(y)) => x == y,
+        (HostPattern::Subdomains(s), HostPattern::Name(n))
+        | (HostPattern::Name(n), HostPattern::Subdomains(s)) => under(n, s),
+        (HostPattern::Subdomains(x), HostPattern::Subdomains(y)) => {
+            x == y || under(x, y) || under(y, x)
+        }
+        (HostPattern::Ip(x), HostPattern::Ip(y)) => x == y,
+        (HostPattern::Ip(ip), HostPattern::Cidr(net, len))
+        | (HostPattern::Cidr(net, len), HostPattern::Ip(ip)) => {
+            net.is_ipv4() == ip.is_ipv4() && network_of(*ip, *len) == *net
+        }
+        (HostPattern::Cidr(n1, l1), HostPattern::Cidr(n2, l2)) => {
+            let l = (*l1).min(*l2);
+            n1.is_ipv4() == n2.is_ipv4() && network_of(*n1, l) == network_of(*n2, l)
+        }
+        _ => false,
     }
 }
 
@@ -480,6 +539,53 @@ mod tests {
 
     fn allowed(r: &NetworkRules, host: &str, port: u16) -> bool {
         r.decide(host, port).verdict == Verdict::Allow
+    }
+
+    #[test]
+    fn a_deny_without_a_port_covers_every_port_even_past_an_allow_with_one() {
+        // the hole: `deny = ["uploads.example.com"]` used to cover 80 and
+        // 443 only, so an allow on 8443 let that host through there
+        let r = rules(&["*.example.com:8443"], &["uploads.example.com"]);
+        for port in [80, 443, 8443, 22] {
+            let d = r.decide("uploads.example.com", port);
+            assert_eq!(d.verdict, Verdict::Deny, "port {port}: {d:?}");
+            assert_eq!(d.reason, Reason::NetworkDeny, "port {port}: {d:?}");
+        }
+        assert_eq!(r.decide("api.example.com", 8443).verdict, Verdict::Allow);
+        // an allow without a port is still the web ports only
+        let r = rules(&["api.example.com"], &[]);
+        assert_eq!(r.decide("api.example.com", 443).verdict, Verdict::Allow);
+        assert_eq!(r.decide("api.example.com", 22).verdict, Verdict::Deny);
+        // a deny with a port is that port only
+        let r = rules(
+            &["*.example.com:8443", "*.example.com"],
+            &["uploads.example.com:443"],
+        );
+        assert_eq!(
+            r.decide("uploads.example.com", 8443).verdict,
+            Verdict::Allow
+        );
+        assert_eq!(r.decide("uploads.example.com", 443).verdict, Verdict::Deny);
+    }
+
+    #[test]
+    fn overlapping_allow_and_deny_are_named_for_check() {
+        let r = rules(
+            &["*.example.com:8443", "api.other.org", "10.0.0.0/8"],
+            &["uploads.example.com", "10.1.2.3:22", "unrelated.net"],
+        );
+        let o = r.overlaps();
+        assert_eq!(o.len(), 1, "{o:?}");
+        assert!(
+            o[0].contains("network.deny[0]") && o[0].contains("network.allow[0]"),
+            "{o:?}"
+        );
+        assert!(o[0].contains("every port"), "{o:?}");
+        // a deny on a port the allow does not open does not overlap it
+        let r = rules(&["10.0.0.0/8:443"], &["10.1.2.3:22"]);
+        assert!(r.overlaps().is_empty());
+        let r = rules(&["10.0.0.0/8"], &["10.1.0.0/16"]);
+        assert_eq!(r.overlaps().len(), 1);
     }
 
     #[test]
