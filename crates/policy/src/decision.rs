@@ -125,6 +125,7 @@ reasons! {
     ToolRule = "tool.rule", "a `[tools]` pattern matched the tool; the source names the pattern";
     ToolDefault = "tool.default", "no `[tools]` pattern matched; `tools.default` decided";
     ToolDefaultAllow = "tool.default_allow", "no policy was given: every tool is allowed";
+    ToolNameInvalid = "tool.name_invalid", "a tool name outside the MCP specification's characters (ASCII letters, digits, `_`, `-`, `.`; 1 to 128): withheld from the host's list and refused when called, so that a look-alike (`dеploy` with a Cyrillic е, full-width letters, an invisible character) never sidesteps a rule on the real name";
     ToolDestructiveHint = "tool.destructive_hint", "the server marked the tool destructive and `tools.destructive` is stricter than the rule that matched";
     // ---- command policy (`[commands]`) and tool arguments
     CommandCategory = "command.category", "a `[commands.categories]` verdict decided: the strictest over the categories of the command (the source names the category)";

@@ -681,6 +681,53 @@ fn poisoned_description_is_stripped_and_flagged() {
 }
 
 #[test]
+fn look_alike_tool_names_are_withheld_and_a_call_to_one_never_reaches_the_server() {
+    let mut host = start(
+        "poisoned",
+        &[],
+        rules(vec![("deploy", Verdict::Deny)]),
+        config(),
+    );
+    host.init(json!({}));
+    let listed = names(&host.list(1));
+    assert_eq!(
+        listed,
+        vec!["weather", "colors"],
+        "only the plain names: {listed:?}"
+    );
+    for (i, look_alike) in [
+        "d\u{435}ploy",
+        "\u{ff44}\u{ff45}\u{ff50}\u{ff4c}\u{ff4f}\u{ff59}",
+        "deploy\u{200b}",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let r = host.call(10 + i as i64, look_alike, json!({}));
+        let text = r.to_string();
+        assert!(
+            !text.contains("deployed"),
+            "{look_alike:?} reached the server: {r}"
+        );
+        assert_eq!(
+            decision_meta(&r)["reason"],
+            json!("tool.name_invalid"),
+            "{r}"
+        );
+    }
+    let r = host.call(20, "deploy", json!({}));
+    assert_eq!(decision_meta(&r)["reason"], json!(RULE_REASON), "{r}");
+    let audit = host.audit.clone();
+    host.close();
+    let flagged = audit
+        .of(Kind::Flag)
+        .iter()
+        .filter(|e| e.reason.as_deref() == Some("tool.name_invalid"))
+        .count();
+    assert_eq!(flagged, 3, "each look-alike flagged once");
+}
+
+#[test]
 fn discover_era_request_meta_capabilities_are_honoured() {
     let mut host = start(
         "plain",

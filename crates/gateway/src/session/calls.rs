@@ -120,6 +120,11 @@ impl Session {
             Some(args) => json_digest(args),
             None => json_digest(&Value::Object(Map::new())),
         };
+        // a name no rule can be written for safely: never sent
+        if !super::tools::valid_tool_name(&tool) {
+            let decision = Decision::deny(Reason::ToolNameInvalid, "relay");
+            return self.deny_call(&id, &tool, &args_digest, decision, &Value::Null);
+        }
         // pinning first: a withheld tool is not the tool the policy knows
         if let Some(reason) = self.pin_refusal(&tool) {
             let source = format!(
@@ -422,6 +427,7 @@ pub(super) fn deny_text(server: &str, tool: &str, d: &Decision) -> String {
         Reason::CommandUnparsed => "the command line could not be read as shell syntax (or names its program by an expansion), so its commands cannot be checked; write it plainly",
         Reason::ArgumentPathOutside => "a path argument points outside /workspace",
         Reason::ArgumentInvalid => "an argument the policy checks has the wrong type",
+        Reason::ToolNameInvalid => "the tool's name has characters outside those MCP allows (a look-alike of another name); it is withheld",
         Reason::ArtifactRefused => "the file may not leave the sandbox as an artifact (not a regular file, or not matched by artifacts.patterns)",
         _ => "the policy does not allow this tool",
     };

@@ -123,6 +123,14 @@ impl Session {
                 changed = true;
                 continue;
             };
+            if !valid_tool_name(&name) {
+                // a look-alike of a name a rule is written for must not
+                // reach the host: withheld and flagged, its call refused
+                tracing::warn!(server = %self.config.server_name, tool = %name.escape_debug(), "tool name outside the MCP characters withheld");
+                self.flag(Some(&name), Reason::ToolNameInvalid, "relay");
+                changed = true;
+                continue;
+            }
             let hints = ToolHints::from_tool(&tool);
             self.tools.hints.insert(name.clone(), hints);
             if let Some(verdict) = verdicts.as_ref().and_then(|vs| vs.get(i)) {
@@ -252,4 +260,14 @@ fn clean_schema(v: &mut Value, f: &mut dyn FnMut(&mut Value, &mut String), texts
         }
         _ => {}
     }
+}
+
+/// The tool-name characters of the MCP specification (2025-11-25, "Tool
+/// names"): 1 to 128 of ASCII letters, digits, `_`, `-` and `.`. Anything
+/// else can look like another name to a human and to a rule.
+pub(crate) fn valid_tool_name(name: &str) -> bool {
+    (1..=128).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
 }
