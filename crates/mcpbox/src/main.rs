@@ -298,6 +298,17 @@ fn pin_accept(policy: &std::path::Path) -> ExitCode {
 /// egress, the proxy's socket is bound first and its thread started only
 /// after the fork; connections made meanwhile wait in the backlog.
 fn exec(loaded: &preflight::Loaded, mut spec: mcpbox_sandbox::Spec) -> Result<i32, Failure> {
+    // `[secrets]` as `run` injects them, with the same refusal when a
+    // source is missing (they were silently left out; exec has no relay,
+    // so the command's output is not redacted: it is the caller's own)
+    for secret in run::secrets(loaded)
+        .map_err(|e| Failure::at("secrets", e))?
+        .0
+    {
+        let key = std::ffi::OsString::from(&secret.name);
+        spec.env.retain(|(name, _)| *name != key);
+        spec.env.push((key, secret.value.into()));
+    }
     let bound = if loaded.policy.network.is_closed() {
         None
     } else {

@@ -83,3 +83,40 @@ fn a_policy_refused_by_the_host_checks_exits_125_naming_the_step_in_exec_and_run
         );
     }
 }
+
+/// `exec` used to ignore `[secrets]`: a secret whose source was unset ran
+/// with no value and exit 0, where `run` refuses the same policy.
+#[test]
+fn exec_injects_secrets_as_run_does_and_refuses_a_missing_source() {
+    let ws = Workspace::new();
+    let p = ws.raw_policy("[secrets.API_TOKEN]\nfrom_env = \"MCPBOX_TEST_EXEC_SECRET\"\n");
+    let out = Command::new(mcpbox())
+        .args([
+            "exec",
+            "--policy",
+            p.to_str().unwrap(),
+            "--",
+            "/bin/sh",
+            "-c",
+            "echo \"[$API_TOKEN]\"",
+        ])
+        .env("MCPBOX_TEST_EXEC_SECRET", "s3cret-value-77")
+        .env("MCPBOX_STATE_DIR", ws.path().join("state"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "[s3cret-value-77]\n");
+    let out = Command::new(mcpbox())
+        .args(["exec", "--policy", p.to_str().unwrap(), "--", "/bin/true"])
+        .env_remove("MCPBOX_TEST_EXEC_SECRET")
+        .env("MCPBOX_STATE_DIR", ws.path().join("state"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{err}");
+    assert!(err.contains("secrets.API_TOKEN"), "{err}");
+}
