@@ -8,6 +8,13 @@ use std::time::Duration;
 /// Errors while resolving a secret. They name the secret, never its value.
 #[derive(Debug, thiserror::Error)]
 pub enum SecretError {
+    /// The source gave an empty value: nothing to inject, nothing to redact,
+    /// most likely a mistake (an exported but unset variable).
+    #[error("secret {name}: its source gave an empty value")]
+    Empty {
+        /// Secret name.
+        name: String,
+    },
     /// The named environment variable of the gateway is not set or not UTF-8.
     #[error("secret {name}: environment variable {var} is not set")]
     EnvMissing {
@@ -111,7 +118,13 @@ pub fn load_secret(name: &str, source: &SecretSource) -> Result<String, SecretEr
             })?
         }
     };
-    Ok(trim_one_newline(value))
+    let value = trim_one_newline(value);
+    if value.is_empty() {
+        return Err(SecretError::Empty {
+            name: name.to_string(),
+        });
+    }
+    Ok(value)
 }
 
 fn trim_one_newline(mut s: String) -> String {

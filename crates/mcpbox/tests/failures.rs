@@ -119,4 +119,14 @@ fn exec_injects_secrets_as_run_does_and_refuses_a_missing_source() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(125), "{err}");
     assert!(err.contains("secrets.API_TOKEN"), "{err}");
+    // set but empty is refused too: nothing to inject or to redact
+    let out = Command::new(mcpbox())
+        .args(["exec", "--policy", p.to_str().unwrap(), "--", "/bin/true"])
+        .env("MCPBOX_TEST_EXEC_SECRET", "")
+        .env("MCPBOX_STATE_DIR", ws.path().join("state"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{err}");
+    assert!(err.contains("empty value"), "{err}");
 }
