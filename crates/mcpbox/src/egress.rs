@@ -232,9 +232,30 @@ fn bind_with_approver(
         port: BRIDGE_PORT,
         bridge: mcpbox_egress::bridge,
     });
+    // The proxy variables (a policy may not set them: `check` refuses),
+    // then git's config entries: the policy's own first, the proxy's after
+    // them, one count (they used to be appended as a second entry 0).
+    let is_git = |k: &str| k.starts_with("GIT_CONFIG_");
     let env = mcpbox_egress::proxy_env(BRIDGE_PORT);
-    spec.env
-        .extend(env.into_iter().map(|(k, v)| (k.into(), v.into())));
+    let mut git: Vec<(String, String)> = spec
+        .env
+        .iter()
+        .filter(|(k, _)| k.to_str().is_some_and(is_git))
+        .map(|(k, v)| {
+            (
+                k.to_string_lossy().into_owned(),
+                v.to_string_lossy().into_owned(),
+            )
+        })
+        .collect();
+    spec.env.retain(|(k, _)| !k.to_str().is_some_and(is_git));
+    mcpbox_egress::merge_git_config(&mut git, BRIDGE_PORT);
+    spec.env.extend(
+        env.into_iter()
+            .filter(|(k, _)| !is_git(k))
+            .chain(git)
+            .map(|(k, v)| (k.into(), v.into())),
+    );
     Ok(Bound {
         running,
         listener,

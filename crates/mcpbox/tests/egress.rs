@@ -127,6 +127,36 @@ fn denied_host_without_a_port_is_refused_on_the_port_a_wildcard_allows() {
     assert_eq!(body, "should not be seen");
 }
 
+/// With `[network]` on, the proxy's git entry used to be appended as a
+/// second `GIT_CONFIG_*` entry 0 beside the policy's, so one of them was
+/// lost: now the policy's come first and the proxy's follows them.
+#[test]
+fn policy_git_config_survives_the_proxy_environment() {
+    let ws = Workspace::new();
+    let p = ws.policy(
+        "[network]\nallow = [\"fetch.test:8080\"]\n[network.hosts]\n\"fetch.test\" = \"127.0.0.1\"\n\
+         [env]\nset = { GIT_CONFIG_COUNT = \"1\", GIT_CONFIG_KEY_0 = \"user.name\", GIT_CONFIG_VALUE_0 = \"agent\" }\n",
+    );
+    let out = Command::new(mcpbox())
+        .args(["exec", "--policy", p.to_str().unwrap(), "--", "/bin/sh", "-c"])
+        .arg("echo $GIT_CONFIG_COUNT $GIT_CONFIG_KEY_0=$GIT_CONFIG_VALUE_0 $GIT_CONFIG_KEY_1=$GIT_CONFIG_VALUE_1; env | grep -c '^GIT_CONFIG_COUNT='")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut lines = text.lines();
+    let first = lines.next().unwrap_or("");
+    assert!(
+        first.starts_with("2 user.name=agent http.proxy=http://127.0.0.1:"),
+        "{text}"
+    );
+    assert_eq!(lines.next(), Some("1"), "one count: {text}");
+}
+
 #[test]
 fn unlisted_name_is_refused_with_the_rule_and_reason() {
     let port = upstream("should not be seen");

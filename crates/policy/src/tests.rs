@@ -680,6 +680,36 @@ fn ld_preload_injection_is_refused() {
     );
 }
 
+/// With egress on, the proxy's variables used to replace the policy's
+/// silently: now the policy may not set them, but git's config variables.
+#[test]
+fn env_variable_the_egress_proxy_sets_is_refused_with_network_on() {
+    let net = "[network]\nallow = [\"api.example.com\"]\n";
+    refused(
+        &format!("{net}[env]\nset = {{ HTTPS_PROXY = \"http://corp:3128\" }}\n"),
+        "env.set.HTTPS_PROXY",
+        4,
+        "egress proxy",
+    );
+    refused(
+        &format!("{net}[env]\npass = [\"npm_config_proxy\"]\n"),
+        "env.pass[0]",
+        4,
+        "egress proxy",
+    );
+    refused(
+        &format!("{net}[secrets.ALL_PROXY]\nfrom_env = \"X\"\n"),
+        "secrets.ALL_PROXY",
+        3,
+        "egress proxy",
+    );
+    // without egress nothing sets them, and git's are merged either way
+    ok("[env]\nset = { HTTPS_PROXY = \"http://corp:3128\" }\n");
+    ok(&format!(
+        "{net}[env]\nset = {{ GIT_CONFIG_COUNT = \"1\", GIT_CONFIG_KEY_0 = \"user.name\", GIT_CONFIG_VALUE_0 = \"agent\" }}\n"
+    ));
+}
+
 #[test]
 fn env_both_set_and_passed_is_refused() {
     refused(

@@ -117,6 +117,27 @@ pub(crate) fn check_valid_env_name(ctx: &Ctx, key: &str, name: &str) -> Result<(
     ))
 }
 
+/// The variables mcpbox sets to its egress proxy (crates/egress/src/env.rs,
+/// whose test checks the two lists agree), but git's config variables,
+/// which are merged.
+pub const PROXY_VARIABLES: &[&str] = &[
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "ALL_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "all_proxy",
+    "NO_PROXY",
+    "no_proxy",
+    "npm_config_proxy",
+    "npm_config_https_proxy",
+    "npm_config_noproxy",
+    "PIP_PROXY",
+    "GLOBAL_AGENT_HTTP_PROXY",
+    "GLOBAL_AGENT_NO_PROXY",
+    "NODE_USE_ENV_PROXY",
+];
+
 fn check_env_name(ctx: &Ctx, key: &str, name: &str) -> Result<(), Diagnostic> {
     check_valid_env_name(ctx, key, name)?;
     if name.starts_with("LD_") {
@@ -282,9 +303,33 @@ pub(crate) fn validate(p: &mut Policy, file: &Path, locs: &Locations) -> Result<
             ));
         }
     }
+    // With egress on, mcpbox points programs at its proxy through these
+    // variables (crates/egress/src/env.rs): one the policy also sets would
+    // silently lose to it, or win over it. Git's config variables are the
+    // exception: mcpbox appends its entry after the policy's.
+    let network_on = !p.network.is_closed();
+    let proxy_var = |name: &str| network_on && PROXY_VARIABLES.contains(&name);
+    for name in p.env.set.keys() {
+        if proxy_var(name) {
+            return Err(ctx.err(
+                &join("env.set", name),
+                format!("{name} is set by mcpbox to its egress proxy when [network] allows anything"),
+                "remove it: the proxy carries every connection the policy allows (git's GIT_CONFIG_* variables may be set: mcpbox adds its entry after them)",
+            ));
+        }
+    }
     for (i, name) in p.env.pass.iter().enumerate() {
         let key = format!("env.pass[{i}]");
         check_env_name(&ctx, &key, name)?;
+        if proxy_var(name) {
+            return Err(ctx.err(
+                &key,
+                format!(
+                    "{name} is set by mcpbox to its egress proxy when [network] allows anything"
+                ),
+                "remove it from env.pass: the proxy carries every connection the policy allows",
+            ));
+        }
         if p.env.set.contains_key(name) {
             return Err(ctx.err(
                 &key,
@@ -390,6 +435,15 @@ pub(crate) fn validate(p: &mut Policy, file: &Path, locs: &Locations) -> Result<
     for (name, secret) in &mut p.secrets {
         let key = join("secrets", name);
         check_env_name(&ctx, &key, name)?;
+        if network_on && PROXY_VARIABLES.contains(&name.as_str()) {
+            return Err(ctx.err(
+                &key,
+                format!(
+                    "{name} is set by mcpbox to its egress proxy when [network] allows anything"
+                ),
+                "name the secret otherwise: the proxy carries every connection the policy allows",
+            ));
+        }
         if p.env.set.contains_key(name) || p.env.pass.contains(name) {
             return Err(ctx.err(
                 &key,
