@@ -261,6 +261,8 @@ fn bind_egress(
     egress::bind(&loaded.policy.network, store, ids, spec)
 }
 
+/// Accepts what is pending for every server of the policy (each has its
+/// own pin file, `run::pin_file`).
 fn pin_accept(policy: &std::path::Path) -> ExitCode {
     let loaded = match preflight::load(Some(policy)) {
         Ok(l) => l,
@@ -269,28 +271,45 @@ fn pin_accept(policy: &std::path::Path) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let file = run::pin_file(&loaded);
-    match mcpbox_gateway::accept_pins(&file) {
-        Ok(true) => {
-            println!(
-                "accepted the pending tool definitions for {}",
-                loaded.policy.name()
-            );
-            ExitCode::SUCCESS
-        }
-        Ok(false) => {
-            println!(
-                "nothing pending for {} ({})",
-                loaded.policy.name(),
-                file.display()
-            );
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("mcpbox: {e}");
-            ExitCode::from(1)
+    let dir = run::pin_dir(&loaded);
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            // the pending twin names the pin file it replaces
+            let name = e.file_name().to_string_lossy().into_owned();
+            name.strip_suffix(".pending")
+                .filter(|n| n.ends_with(".json"))
+                .map(|n| dir.join(n))
+        })
+        .collect();
+    files.sort();
+    let mut accepted = 0;
+    for file in &files {
+        match mcpbox_gateway::accept_pins(file) {
+            Ok(true) => accepted += 1,
+            Ok(false) => {}
+            Err(e) => {
+                eprintln!("mcpbox: {e}");
+                return ExitCode::from(1);
+            }
         }
     }
+    if accepted > 0 {
+        println!(
+            "accepted the pending tool definitions for {} ({accepted} server{})",
+            loaded.policy.name(),
+            if accepted == 1 { "" } else { "s" }
+        );
+    } else {
+        println!(
+            "nothing pending for {} ({})",
+            loaded.policy.name(),
+            dir.display()
+        );
+    }
+    ExitCode::SUCCESS
 }
 
 /// `mcpbox exec`: this process is the sandbox's supervisor. It is

@@ -53,11 +53,51 @@ impl ToolPolicy for Tools {
     }
 }
 
-/// Where the tool pins of this policy are kept.
-pub fn pin_file(loaded: &Loaded) -> PathBuf {
-    state::state_dir()
+/// The directory of the tool pins of this policy's servers.
+pub fn pin_dir(loaded: &Loaded) -> PathBuf {
+    state::state_dir().join("pins").join(loaded.policy.name())
+}
+
+/// Where the tool pins of the server `identity` (its command, `url:` and
+/// its URL, or `builtin:` and its name) under this policy are kept:
+/// `pins/<policy name>/<digest of the identity>.json`. Keyed by the policy's
+/// name alone, two servers sharing one policy overwrote each other's pins
+/// and blocked each other's tools as new. A pin file of that older layout
+/// (`pins/<name>.json`) is the starting point of a server that has none
+/// yet, so pins survive the upgrade.
+pub fn pin_file(loaded: &Loaded, identity: &str) -> PathBuf {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(identity.as_bytes());
+    let hex: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
+    let file = pin_dir(loaded).join(format!("{hex}.json"));
+    let legacy = state::state_dir()
         .join("pins")
-        .join(format!("{}.json", loaded.policy.name()))
+        .join(format!("{}.json", loaded.policy.name()));
+    if !file.exists() && legacy.is_file() {
+        if let Some(dir) = file.parent() {
+            let _ = std::fs::create_dir_all(dir);
+        }
+        if let Err(e) = std::fs::copy(&legacy, &file) {
+            tracing::warn!(
+                "pins: copying {} to {}: {e}",
+                legacy.display(),
+                file.display()
+            );
+        }
+    }
+    file
+}
+
+/// The identity of a server started from `argv`, for its pins.
+pub fn command_identity(argv: &[std::ffi::OsString]) -> String {
+    let parts: Vec<String> = argv
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    format!(
+        "command:{}",
+        serde_json::to_string(&parts).unwrap_or_default()
+    )
 }
 
 /// The policy's tool and command rules, for a relay; `builtin` when the
@@ -82,12 +122,13 @@ pub fn tool_policy(
 /// names the session.
 pub fn relay_config(
     loaded: &Loaded,
+    identity: &str,
     output_dir: Option<PathBuf>,
     sandbox_id: String,
     workspace_id: String,
 ) -> anyhow::Result<Config> {
     let p = &loaded.policy;
-    let pins = pin_file(loaded);
+    let pins = pin_file(loaded, identity);
     if let Some(dir) = pins.parent() {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
@@ -191,8 +232,15 @@ pub fn run(loaded: Loaded, mut spec: Spec, builtin: bool) -> anyhow::Result<i32>
         None
     };
     let checks = builtin.then(|| crate::builtin::Checks::for_spec(&spec, &loaded.policy));
+    // the built-in server's argv carries its limits: its identity is its name
+    let identity = if builtin {
+        "builtin:sandbox".to_string()
+    } else {
+        command_identity(&spec.argv)
+    };
     let config = relay_config(
         &loaded,
+        &identity,
         spec.output.clone(),
         sandbox_id.clone(),
         workspace_id.clone(),

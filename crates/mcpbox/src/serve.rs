@@ -422,7 +422,9 @@ fn open_remote(server: &Server, remote: &Arc<Remote>, open: &Open) -> anyhow::Re
     let sandbox_id = state::new_id();
     let audit: Arc<dyn Sink> = open.metrics.sink(server.audit.clone());
     let workspace_id = format!("remote-{}", open.server);
-    let mut config = crate::run::relay_config(loaded, None, sandbox_id.clone(), workspace_id)?;
+    let identity = format!("url:{}", remote.url());
+    let mut config =
+        crate::run::relay_config(loaded, &identity, None, sandbox_id.clone(), workspace_id)?;
     config.server_name = open.server.clone();
     config.caller = open.client.clone();
     let launcher = RemoteLauncher::new(remote.clone(), runtime);
@@ -474,8 +476,14 @@ fn open_sandbox(
         server: open.server.clone(),
     };
     let proxy = crate::egress::for_policy(loaded, audit.clone(), ids, &mut spec, &approver)?;
+    let identity = if builtin {
+        "builtin:sandbox".to_string()
+    } else {
+        crate::run::command_identity(argv)
+    };
     let mut config = crate::run::relay_config(
         loaded,
+        &identity,
         spec.output.clone(),
         sandbox_id.clone(),
         workspace_id,

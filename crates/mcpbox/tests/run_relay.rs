@@ -179,6 +179,42 @@ fn rug_pull_is_withheld_until_pin_accept() {
     s.finish();
 }
 
+/// Pins used to be keyed by the policy's name alone: a second server under
+/// the same policy found the first one's pins, and every tool of its own
+/// was withheld as new (and each overwrote the other's file).
+#[test]
+fn two_servers_sharing_one_policy_keep_pins_of_their_own() {
+    let ws = server_ws("plain");
+    std::fs::copy(testserver("echo_secrets"), ws.input().join("echo_secrets")).unwrap();
+    let p = policy(&ws, "");
+    let mut a = start(&ws, &p, "plain", &[]);
+    a.initialize();
+    let a_tools = a.tool_names();
+    assert!(!a_tools.is_empty());
+    a.finish();
+    let mut b = start(&ws, &p, "echo_secrets", &[]);
+    b.initialize();
+    let b_tools = b.tool_names();
+    assert!(
+        !b_tools.is_empty(),
+        "the second server's tools are withheld as new"
+    );
+    assert_ne!(a_tools, b_tools);
+    b.finish();
+    // the first server's pins are untouched: its tools are all still there
+    let mut a = start(&ws, &p, "plain", &[]);
+    a.initialize();
+    assert_eq!(a.tool_names(), a_tools);
+    a.finish();
+    let pins: Vec<_> = std::fs::read_dir(ws.path().join("state/pins"))
+        .unwrap()
+        .flatten()
+        .collect();
+    assert_eq!(pins.len(), 1, "one directory for the policy: {pins:?}");
+    let files = std::fs::read_dir(pins[0].path()).unwrap().count();
+    assert_eq!(files, 2, "a pin file per server");
+}
+
 #[test]
 fn server_crash_mid_call_answers_every_in_flight_request() {
     let ws = server_ws("crasher");

@@ -118,6 +118,11 @@ impl std::fmt::Debug for Remote {
 }
 
 impl Remote {
+    /// The upstream's URL, as configured (for its pins' identity).
+    pub fn url(&self) -> String {
+        self.url.to_string()
+    }
+
     /// A remote server at `url` (`https://`, or `http://`): `credential`
     /// is the policy's `[upstream]`, `ca_file` the roots that verify an
     /// https upstream ([`crate::tls::SYSTEM_CA_FILE`]), `fixed` the address
