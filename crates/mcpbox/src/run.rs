@@ -245,7 +245,12 @@ pub fn run(loaded: Loaded, mut spec: Spec, builtin: bool) -> anyhow::Result<i32>
         sandbox_id.clone(),
         workspace_id.clone(),
     )?;
-    let relay = Relay::new(config, Box::new(SandboxLauncher { spec, current }));
+    // The server's stderr, redacted and stripped of escapes, on ours, where
+    // a stdio host logs it (it used to need MCPBOX_LOG=info); never on the
+    // MCP stream. (`serve` logs it at info: many servers share its stderr.)
+    let relay = Relay::new(config, Box::new(SandboxLauncher { spec, current })).stderr_handler(
+        Arc::new(|server: &str, line: &str| eprintln!("mcpbox: [{server}] {line}")),
+    );
     approver.connect(relay.host_asker());
     let sink: Arc<dyn mcpbox_audit::Sink> = audit.clone();
     let outcome = with_policy(relay, &loaded, audit, checks)?

@@ -132,6 +132,11 @@ fn secret_is_redacted_from_results_errors_and_stderr() {
         !stderr.contains(secret),
         "secret in mcpbox's stderr: {stderr}"
     );
+    // the server's stderr reaches ours by default, redacted
+    assert!(
+        stderr.contains("mcpbox: [policy] ") && stderr.contains("[REDACTED:API_TOKEN]"),
+        "{stderr}"
+    );
     // Nothing of it in the audit log either.
     let db = std::fs::read(ws.path().join("audit.db")).unwrap();
     assert!(!String::from_utf8_lossy(&db).contains(secret));
