@@ -597,11 +597,16 @@ impl Proxy {
         rec.status = Some(r.status);
         if r.status == 403 || r.status == 400 {
             rec.decide(Verdict::Deny, r.reason, &r.source);
+            // On stderr by default (it used to reach only the audit and a
+            // response header most servers drop), without the host: a
+            // server can write a secret into the name it asks for; the
+            // audit record has it.
+            tracing::warn!(reason = %r.reason, source = %r.source, "egress refused a connection (`mcpbox audit --kind network` names the host)");
         } else {
             // The policy allowed it; the failure is recorded beside that.
             rec.error = Some(r.reason);
+            tracing::debug!(status = r.status, reason = %r.reason, source = %r.source, "egress connection failed");
         }
-        tracing::debug!(status = r.status, reason = %r.reason, source = %r.source, "egress refused a connection");
     }
 
     /// Relays both ways: this thread carries upstream→client, one extra

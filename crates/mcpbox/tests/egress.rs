@@ -165,6 +165,15 @@ fn unlisted_name_is_refused_with_the_rule_and_reason() {
     let body = fetch(&ws, &extra, &format!("http://other.test:{port}/"));
     assert_eq!(body, "HTTP 403 network.unlisted");
     assert!(audit(&ws).contains("\"deny\""));
+    // the refusal is on mcpbox's stderr too, with its reason, not the host
+    let p = ws.policy(&format!("[audit]\npath = \"audit.db\"\n{extra}"));
+    let out = exec_python(&p, FETCH, &[&format!("http://other.test:{port}/")]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("egress refused a connection") && err.contains("network.unlisted"),
+        "{err}"
+    );
+    assert!(!err.contains("other.test"), "{err}");
 }
 
 #[test]
