@@ -121,7 +121,8 @@ pub use launcher::{
 };
 pub use mcpbox_policy::{Decision, Reason, ToolHints, Verdict};
 pub use pin::{
-    accept_pins, pending_path, pin_list, tool_digest, PinError, PinStore, PinVerdict, PinWrite,
+    accept_pins, pending_path, pin_list, read_pins, tool_digest, PinError, PinStore, PinVerdict,
+    PinWrite, Pins,
 };
 pub use policy::{
     AllowAll, ApprovalAnswer, ApprovalRequest, ApprovalWorker, Approver, ArgumentCheck, ToolPolicy,

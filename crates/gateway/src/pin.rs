@@ -183,7 +183,8 @@ fn write_atomic(path: &Path, value: &Value) -> Result<(), PinError> {
     std::fs::rename(&tmp, path).map_err(io)
 }
 
-fn read_pins(path: &Path) -> Result<Option<Pins>, PinError> {
+/// Reads a pin file (or its pending twin); `None` when there is none.
+pub fn read_pins(path: &Path) -> Result<Option<Pins>, PinError> {
     match std::fs::read(path) {
         Ok(bytes) => {
             let v: Value = serde_json::from_slice(&bytes).map_err(|_| PinError::Invalid {

@@ -11,6 +11,7 @@ mod egress;
 mod failure;
 mod launch;
 mod lifecycle;
+mod pins;
 mod preflight;
 mod run;
 mod sandboxes;
@@ -35,9 +36,27 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum PinAction {
-    /// Accept the pending tool list recorded by `mcpbox run`.
+    /// The pinned tools of each server under a policy, and what is pending.
+    List {
+        /// The servers' policy file.
+        #[arg(long, short)]
+        policy: PathBuf,
+    },
+    /// What a pending change adds, removes and changes, per server.
+    Diff {
+        /// The servers' policy file.
+        #[arg(long, short)]
+        policy: PathBuf,
+    },
+    /// Accept the pending tool lists (withheld changes), showing the diff.
     Accept {
-        /// The server's policy file.
+        /// The servers' policy file.
+        #[arg(long, short)]
+        policy: PathBuf,
+    },
+    /// Forget the pins: each server's next tool list is pinned as it comes.
+    Reset {
+        /// The servers' policy file.
         #[arg(long, short)]
         policy: PathBuf,
     },
@@ -80,8 +99,8 @@ enum Command {
         #[arg(long, short)]
         config: PathBuf,
     },
-    /// Accept the current tool definitions of a policy's server after a
-    /// change was withheld (a new or changed tool).
+    /// Review the tool definitions pinned for a policy's servers: list,
+    /// diff, accept (a withheld new or changed tool), reset.
     Pin {
         #[command(subcommand)]
         action: PinAction,
@@ -175,9 +194,12 @@ fn main() -> ExitCode {
         } => finish(sandboxed(Mode::Builtin(name), policy, Vec::new())),
         Command::Serve { config } => finish(serve(&config)),
         Command::Check { file, schema } => check::run(file.as_deref(), schema),
-        Command::Pin {
-            action: PinAction::Accept { policy },
-        } => pin_accept(&policy),
+        Command::Pin { action } => match action {
+            PinAction::List { policy } => pins::run(pins::Op::List, &policy),
+            PinAction::Diff { policy } => pins::run(pins::Op::Diff, &policy),
+            PinAction::Accept { policy } => pins::run(pins::Op::Accept, &policy),
+            PinAction::Reset { policy } => pins::run(pins::Op::Reset, &policy),
+        },
         Command::Doctor => doctor::run(),
         Command::Audit(args) => audit::run(args),
         Command::Sandboxes { action, common } => sandboxes::sandboxes(action, &common),
@@ -259,57 +281,6 @@ fn bind_egress(
         server: loaded.policy.name().to_string(),
     };
     egress::bind(&loaded.policy.network, store, ids, spec)
-}
-
-/// Accepts what is pending for every server of the policy (each has its
-/// own pin file, `run::pin_file`).
-fn pin_accept(policy: &std::path::Path) -> ExitCode {
-    let loaded = match preflight::load(Some(policy)) {
-        Ok(l) => l,
-        Err(e) => {
-            eprintln!("mcpbox: {e}");
-            return ExitCode::from(1);
-        }
-    };
-    let dir = run::pin_dir(&loaded);
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| {
-            // the pending twin names the pin file it replaces
-            let name = e.file_name().to_string_lossy().into_owned();
-            name.strip_suffix(".pending")
-                .filter(|n| n.ends_with(".json"))
-                .map(|n| dir.join(n))
-        })
-        .collect();
-    files.sort();
-    let mut accepted = 0;
-    for file in &files {
-        match mcpbox_gateway::accept_pins(file) {
-            Ok(true) => accepted += 1,
-            Ok(false) => {}
-            Err(e) => {
-                eprintln!("mcpbox: {e}");
-                return ExitCode::from(1);
-            }
-        }
-    }
-    if accepted > 0 {
-        println!(
-            "accepted the pending tool definitions for {} ({accepted} server{})",
-            loaded.policy.name(),
-            if accepted == 1 { "" } else { "s" }
-        );
-    } else {
-        println!(
-            "nothing pending for {} ({})",
-            loaded.policy.name(),
-            dir.display()
-        );
-    }
-    ExitCode::SUCCESS
 }
 
 /// `mcpbox exec`: this process is the sandbox's supervisor. It is

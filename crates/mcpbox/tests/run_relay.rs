@@ -163,25 +163,40 @@ fn rug_pull_is_withheld_until_pin_accept() {
         audit.iter().any(|e| e["kind"] == json!("pin_change")),
         "{audit:?}"
     );
-    // A human accepts the change; the next session shows it.
+    // A human reviews the change, then accepts it; the next session shows it.
     let (k, v) = state_env(&ws);
-    let out = std::process::Command::new(mcpbox())
-        .args(["pin", "accept", "--policy"])
-        .arg(&p)
-        .env(k, v)
-        .output()
-        .unwrap();
+    let pin = |op: &str| {
+        let out = std::process::Command::new(mcpbox())
+            .args(["pin", op, "--policy"])
+            .arg(&p)
+            .env(&k, &v)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "pin {op}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let diff = pin("diff");
+    assert!(diff.contains("+ exfil (new tool)"), "{diff}");
+    let accepted = pin("accept");
     assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        accepted.contains("+ exfil") && accepted.contains("accepted"),
+        "{accepted}"
     );
+    assert!(pin("list").contains("exfil"));
+    assert!(pin("diff").contains("nothing pending"));
     let mut s = start(&ws, &p, "rugpull", &[]);
     s.initialize();
     let _ = s.tool_names();
     let again = s.tool_names();
     assert!(again.contains(&"exfil".to_string()), "{again:?}");
     s.finish();
+    // reset forgets them: the next list is pinned as it comes
+    assert!(pin("reset").contains("reset server"));
+    assert!(pin("list").contains("no pins"));
 }
 
 /// Pins used to be keyed by the policy's name alone: a second server under

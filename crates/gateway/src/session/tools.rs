@@ -174,7 +174,7 @@ impl Session {
         let reason = verdict.reason().unwrap_or(Reason::PinChanged);
         let first_time = self.tools.withheld.get(name) != Some(&reason) || accepted;
         if first_time {
-            tracing::warn!(server = %self.config.server_name, tool = %name, reason = reason.as_str(), accepted, "tool definition differs from pin");
+            tracing::warn!(server = %self.config.server_name, tool = %name, reason = reason.as_str(), accepted, "tool definition differs from pin: review it with `mcpbox pin diff --policy POLICY`, then `mcpbox pin accept --policy POLICY`");
             self.audit(Kind::PinChange, |e| {
                 e.tool = Some(name.to_string());
                 e.reason = Some(reason.as_str().to_string());
