@@ -328,7 +328,8 @@ fn heredoc_in_a_substitution(line: &str) -> Option<String> {
 /// Quotes are ignored on purpose: overcounting only makes a line unparsed.
 /// A `${` counts when it is inside another one: `${HOME}` is parsed without
 /// recursion, but nested expansions (`${a:-${b:-${c}}}`) backtrack (found
-/// by the `command_line` fuzz target: 103 bytes took 1.5 s).
+/// by the `command_line` fuzz target: 103 bytes took 1.5 s); so does a `[`
+/// inside one (a subscript, parsed as arithmetic: `${a[[[[+@}`).
 fn openers(line: &str) -> usize {
     let mut n = 0;
     let mut prev = ' ';
@@ -341,7 +342,8 @@ fn openers(line: &str) -> usize {
             expansions += 1;
         } else if c == '}' && expansions > 0 {
             expansions -= 1;
-        } else if c == '(' || c == '`' || c == '{' {
+        } else if c == '(' || c == '`' || c == '{' || (c == '[' && expansions > 0) {
+            // `[` inside `${...}` opens a subscript, parsed as arithmetic
             n += 1;
         }
         prev = c;

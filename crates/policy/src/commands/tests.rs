@@ -858,4 +858,7 @@ fn nested_parameter_expansions_are_bounded_before_the_parser_backtracks() {
     assert!(unparsed(&deep), "{deep}");
     // plain expansions, however many, are not nesting
     assert!(!unparsed(&"echo ${HOME} ".repeat(20)));
+    // nor is a subscript; many brackets inside one are
+    assert!(!unparsed("echo ${a[0]} ${b[1]}"));
+    assert!(unparsed("echo ${a[[[[[[[[[[[[[+@}"));
 }
