@@ -20,9 +20,20 @@ pub trait ToolPolicy: Send + Sync {
     fn visible(&self, tool: &str, hints: &ToolHints) -> bool {
         self.decide(tool, hints).verdict != Verdict::Deny
     }
+    /// Whether calls to `tool` have argument rules: then the session holds
+    /// the call and asks its driver to run [`ToolPolicy::check_arguments`]
+    /// ([`crate::session::Effect::CheckArguments`]), which may do I/O (the
+    /// binary parses a command line in a child process and measures an
+    /// artifact on disk); the session core itself does none. Must be pure
+    /// and quick.
+    fn checks_arguments(&self, _tool: &str) -> bool {
+        false
+    }
     /// Rules over a call's arguments (a command line's categories, a path
     /// outside the workspace); None when none apply to `tool`. The session
-    /// takes the stricter of this and [`ToolPolicy::decide`].
+    /// takes the stricter of this and [`ToolPolicy::decide`]. Called by the
+    /// driver, off the session core, for a tool [`ToolPolicy::checks_arguments`]
+    /// names.
     fn check_arguments(&self, _tool: &str, _arguments: Option<&Value>) -> Option<ArgumentCheck> {
         None
     }

@@ -296,6 +296,8 @@ impl HostOut {
 
 struct Driver {
     config: Config,
+    /// The tool rules, for [`Effect::CheckArguments`].
+    policy: Arc<dyn ToolPolicy>,
     activity: Option<Arc<dyn Activity>>,
     inbox: Inbox,
     /// The host's input, read by the driver (none for [`Relay::attach`]:
@@ -368,7 +370,7 @@ impl Driver {
         let fallback = approver.is_some();
         let mut session = Session::new(
             config.clone(),
-            policy,
+            policy.clone(),
             secrets,
             pins,
             fallback,
@@ -378,6 +380,7 @@ impl Driver {
         let max_line = config.max_line;
         let mut driver = Driver {
             config,
+            policy,
             activity,
             inbox: inbox.clone(),
             host_in: host_in.map(|fd| Source::new(fd, max_line, None)),
@@ -683,6 +686,16 @@ impl Driver {
                     if let Err(e) = w.write() {
                         tracing::error!("{e}");
                     }
+                }
+                Effect::CheckArguments {
+                    key,
+                    tool,
+                    arguments,
+                } => {
+                    // on the driver's thread, outside the session core: the
+                    // binary's rules parse a command line in a child process
+                    let check = self.policy.check_arguments(&tool, arguments.as_ref());
+                    follow.push_back(Event::ArgumentsChecked { key, check });
                 }
                 Effect::AskApprover { key, request } => {
                     let asked = self.approver.as_ref().is_some_and(|a| a.ask(key, request));

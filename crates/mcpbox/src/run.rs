@@ -36,6 +36,10 @@ impl ToolPolicy for Tools {
         self.rules.visible_in_list(tool, hints)
     }
 
+    fn checks_arguments(&self, tool: &str) -> bool {
+        self.builtin.is_some() || self.commands.declares(tool)
+    }
+
     fn check_arguments(&self, tool: &str, arguments: Option<&Value>) -> Option<ArgumentCheck> {
         // command lines are parsed in a child process with limits (classify.rs)
         let found = self

@@ -2066,6 +2066,14 @@ enum ArgKind {
 }
 
 impl CommandRules {
+    /// Whether `tool` has a declared argument.
+    pub fn declares(&self, tool: &str) -> bool {
+        self.line_args
+            .iter()
+            .chain(&self.argv_args)
+            .any(|a| a.tool == tool)
+    }
+
     /// True when no tool argument is declared: the section has no effect.
     pub fn is_empty(&self) -> bool {
         self.line_args.is_empty() && self.argv_args.is_empty()

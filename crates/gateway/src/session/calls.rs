@@ -24,6 +24,19 @@ use crate::{
 /// before the call is the lesser error.
 const COARSE_CLOCK_MARGIN: std::time::Duration = std::time::Duration::from_millis(20);
 
+/// A call held while the driver runs its argument rules.
+pub(crate) struct Held {
+    id: Value,
+    tool: String,
+    args_digest: String,
+    /// The tool's own decision.
+    decision: Decision,
+    /// The message, for `_meta` the rules set.
+    value: Value,
+    line: Vec<u8>,
+    elicit: bool,
+}
+
 /// What an in-flight host request was, for handling its response.
 pub(crate) enum Pending {
     ToolsCall(Call),
@@ -138,24 +151,79 @@ impl Session {
             return self.deny_call(&id, &tool, &args_digest, decision, &Value::Null);
         }
         let hints = self.tools.hints(&tool);
-        let mut decision = self.decide(&tool, &hints);
+        let decision = self.decide(&tool, &hints);
+        let elicit = self.elicitation_for(msg);
+        if decision.verdict != Verdict::Deny && self.policy.checks_arguments(&tool) {
+            // the driver runs the argument rules (they may do I/O) and
+            // answers with Event::ArgumentsChecked; the call waits here
+            let key = self.next_check;
+            self.next_check += 1;
+            let arguments = msg.params().and_then(|p| p.get("arguments")).cloned();
+            self.checking.insert(
+                key,
+                Held {
+                    id,
+                    tool: tool.clone(),
+                    args_digest,
+                    decision,
+                    value: msg.value.clone(),
+                    line,
+                    elicit,
+                },
+            );
+            self.out.push(Effect::CheckArguments {
+                key,
+                tool,
+                arguments,
+            });
+            return;
+        }
+        self.decided(id, tool, args_digest, decision, Value::Null, line, elicit);
+    }
+
+    /// The argument rules' answer for held call `key`: the stricter of
+    /// the tool's decision and theirs wins (the tool's on a tie).
+    pub(super) fn arguments_checked(&mut self, key: u64, check: Option<crate::ArgumentCheck>) {
+        let Some(h) = self.checking.remove(&key) else {
+            return;
+        };
+        let mut decision = h.decision;
         let mut detail = Value::Null;
-        let mut line = line;
-        let arguments = msg.params().and_then(|p| p.get("arguments"));
-        if let Some(check) = self.policy.check_arguments(&tool, arguments) {
-            // the tool's rule and the arguments' rules both apply: the
-            // stricter wins (the tool's on a tie)
+        let mut line = h.line;
+        if let Some(check) = check {
             decision = decision.stricter(check.decision);
             detail = check.detail;
             if !check.meta.is_empty() {
-                line = with_meta(&msg.value, &check.meta);
+                line = with_meta(&h.value, &check.meta);
             }
         }
+        self.decided(
+            h.id,
+            h.tool,
+            h.args_digest,
+            decision,
+            detail,
+            line,
+            h.elicit,
+        );
+    }
+
+    /// Acts on a call's final decision.
+    #[allow(clippy::too_many_arguments)]
+    fn decided(
+        &mut self,
+        id: Value,
+        tool: String,
+        args_digest: String,
+        decision: Decision,
+        detail: Value,
+        line: Vec<u8>,
+        elicit: bool,
+    ) {
         match decision.verdict {
             Verdict::Allow => self.forward_call(id, tool, args_digest, decision, detail, line),
             Verdict::Deny => self.deny_call(&id, &tool, &args_digest, decision, &detail),
             Verdict::Approve => {
-                let elicit = self.elicitation_for(msg);
                 let decided = super::approvals::Decided { decision, detail };
                 self.ask_approval(id, tool, args_digest, decided, line, elicit);
             }

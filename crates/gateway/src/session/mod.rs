@@ -132,6 +132,13 @@ pub enum Event {
     },
     /// [`Session::deadline`] has passed.
     Timer,
+    /// The argument rules answered [`Effect::CheckArguments`] `key`.
+    ArgumentsChecked {
+        /// The key of the request.
+        key: u64,
+        /// What they concluded (None: no rule applied).
+        check: Option<crate::ArgumentCheck>,
+    },
     /// The fallback approver answered [`Effect::AskApprover`] `key`.
     Approval {
         /// The key of the request.
@@ -235,6 +242,17 @@ pub enum Effect {
     Audit(Record),
     /// Write the pin file or its pending twin.
     WritePins(PinWrite),
+    /// Run the policy's argument rules on a held call
+    /// ([`crate::ToolPolicy::check_arguments`]); answer with
+    /// [`Event::ArgumentsChecked`].
+    CheckArguments {
+        /// Echoed in the answer.
+        key: u64,
+        /// The tool.
+        tool: String,
+        /// The call's arguments, as sent.
+        arguments: Option<Value>,
+    },
     /// Ask the fallback approver; answer with [`Event::Approval`].
     AskApprover {
         /// Echoed in the answer.
@@ -349,6 +367,9 @@ pub struct Session {
     nonce: String,
     host: HostState,
     calls: Calls,
+    /// Calls held while the driver runs their argument rules.
+    checking: std::collections::HashMap<u64, calls::Held>,
+    next_check: u64,
     approvals: Approvals,
     tools: ToolScreen,
     server: Supervisor,
@@ -391,6 +412,8 @@ impl Session {
             nonce,
             host: HostState::default(),
             calls: Calls::default(),
+            checking: std::collections::HashMap::new(),
+            next_check: 0,
             approvals: Approvals::default(),
             tools,
             server: Supervisor::new(now.mono),
@@ -440,6 +463,7 @@ impl Session {
             Event::StderrClosed { gen, redactions } => self.stderr_closed(gen, redactions),
             Event::Timer => {}
             Event::Approval { key, answer } => self.approval_answered(key, answer),
+            Event::ArgumentsChecked { key, check } => self.arguments_checked(key, check),
             Event::Ask { ticket, question } => self.ask(ticket, question),
             Event::Park => self.park(),
             Event::Wake => self.wake(),

@@ -84,6 +84,70 @@ fn lying_annotation_cannot_loosen_the_policy() {
     );
 }
 
+/// A policy whose `run` tool has argument rules (run by the driver).
+struct ChecksRun;
+impl ToolPolicy for ChecksRun {
+    fn decide(&self, _tool: &str, _hints: &ToolHints) -> Decision {
+        Decision::allow(Reason::ToolDefault, "tools.default")
+    }
+    fn checks_arguments(&self, tool: &str) -> bool {
+        tool == "run"
+    }
+}
+
+#[test]
+fn a_call_with_argument_rules_waits_for_the_driver_and_the_stricter_decision_wins() {
+    let mut t = T::new(config(), Arc::new(ChecksRun));
+    t.init(json!({}));
+    // the core asks; nothing goes to the server meanwhile
+    assert_eq!(
+        t.host(&call(1, "run", json!({"c": "rm x"}))),
+        ["check-arguments 0 run"]
+    );
+    let deny = crate::ArgumentCheck {
+        decision: Decision::deny(Reason::CommandCategory, "commands.categories.delete"),
+        detail: json!({"categories": ["delete"]}),
+        meta: Vec::new(),
+    };
+    assert_eq!(
+        t.on(Event::ArgumentsChecked {
+            key: 0,
+            check: Some(deny)
+        }),
+        s(&[
+            "audit ToolCall deny command.category",
+            "host denied command.category id=1"
+        ])
+    );
+    // an answer for no held call is ignored
+    assert!(t
+        .on(Event::ArgumentsChecked {
+            key: 0,
+            check: None
+        })
+        .is_empty());
+    // allowed, with _meta set by the gateway over what the host sent
+    let c = r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"run","arguments":{},"_meta":{"k":"forged","other":1}}}"#;
+    assert_eq!(t.host(c), ["check-arguments 1 run"]);
+    let allow = crate::ArgumentCheck {
+        decision: Decision::allow(Reason::CommandCategory, "commands.categories.inspect"),
+        detail: Value::Null,
+        meta: vec![("k".into(), json!("ours"))],
+    };
+    let out = t.on(Event::ArgumentsChecked {
+        key: 1,
+        check: Some(allow),
+    });
+    assert_eq!(out.len(), 1, "{out:?}");
+    let sent: Value = serde_json::from_str(out[0].strip_prefix("server ").unwrap()).unwrap();
+    assert_eq!(sent["params"]["_meta"], json!({"k": "ours", "other": 1}));
+    // a tool without rules is decided at once, as before
+    assert_eq!(
+        t.host(&call(3, "echo", json!({}))),
+        [format!("server {}", call(3, "echo", json!({})))]
+    );
+}
+
 // ---- approvals ------------------------------------------------------------
 
 fn approving() -> T {

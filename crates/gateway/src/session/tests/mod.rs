@@ -252,6 +252,7 @@ pub(super) fn describe(e: &Effect) -> String {
                 .map_or(String::new(), |n| n.to_string_lossy().into())
         ),
         Effect::AskApprover { key, request } => format!("approver {key} {}", request.tool),
+        Effect::CheckArguments { key, tool, .. } => format!("check-arguments {key} {tool}"),
         Effect::Answer { ticket, answer } => match answer {
             Asked::Response(_) => format!("answer {ticket} response"),
             Asked::Unavailable => format!("answer {ticket} unavailable"),
