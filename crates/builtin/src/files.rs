@@ -8,6 +8,7 @@
 //! that a symlink, a `..` after one, or a magic link in /proc cannot lead
 //! out either: the kernel refuses (EXDEV) what a string check cannot see.
 
+use std::ffi::{CStr, CString};
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -142,7 +143,7 @@ impl Root {
         let end = offset + buf.len() as u64;
         let (content, encoding) = match String::from_utf8(buf) {
             Ok(s) => (s, "utf-8"),
-            Err(e) => (crate::b64::encode(e.as_bytes()), "base64"),
+            Err(e) => (crate::encode_base64(e.as_bytes()), "base64"),
         };
         Ok(json!({
             "path": self.show(&rel),
@@ -240,34 +241,20 @@ impl Root {
         out: &mut Vec<Value>,
         truncated: &mut bool,
     ) -> Result<(), Errno> {
-        let mut names: Vec<String> = Vec::new();
-        let dup = rustix::fs::openat(
-            dir,
-            ".",
-            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-            Mode::empty(),
-        )?;
-        for e in rustix::fs::Dir::new(dup)? {
-            let e = e?;
-            let name = e.file_name().to_string_lossy().into_owned();
-            if name != "." && name != ".." {
-                names.push(name);
-            }
-        }
-        names.sort();
-        for name in names {
+        for (name, _) in entries(dir)? {
             if out.len() >= MAX_LIST {
                 *truncated = true;
                 return Ok(());
             }
-            let Ok(st) = rustix::fs::statat(dir, name.as_str(), AtFlags::SYMLINK_NOFOLLOW) else {
+            let Ok(st) = rustix::fs::statat(dir, name.as_c_str(), AtFlags::SYMLINK_NOFOLLOW) else {
                 continue;
             };
             let kind = FileType::from_raw_mode(st.st_mode);
+            let shown = name.to_string_lossy();
             let child = if rel.is_empty() {
-                name.clone()
+                shown.into_owned()
             } else {
-                format!("{rel}/{name}")
+                format!("{rel}/{shown}")
             };
             out.push(json!({
                 "path": self.show(&child),
@@ -281,7 +268,7 @@ impl Root {
                 }
                 let sub = rustix::fs::openat(
                     dir,
-                    name.as_str(),
+                    name.as_c_str(),
                     OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
                     Mode::empty(),
                 )?;
@@ -310,7 +297,9 @@ impl Root {
         let mut count = 0u64;
         if FileType::from_raw_mode(st.st_mode) == FileType::Directory {
             if recursive {
-                remove_tree(dfd.as_fd(), name, 0, &mut count).map_err(|e| Refusal::io(path, e))?;
+                // no NUL: confine_path refused it
+                let name = CString::new(name).map_err(|_| Refusal::io(path, Errno::INVAL))?;
+                remove_tree(dfd.as_fd(), &name, 0, &mut count).map_err(|e| Refusal::io(path, e))?;
             } else {
                 rustix::fs::unlinkat(&dfd, name, AtFlags::REMOVEDIR)
                     .map_err(|e| Refusal::io(path, e))?;
@@ -337,7 +326,7 @@ impl Root {
 /// following a link; counts what it removed.
 pub fn remove_tree(
     dir: BorrowedFd<'_>,
-    name: &str,
+    name: &CStr,
     depth: usize,
     count: &mut u64,
 ) -> Result<(), Errno> {
@@ -363,23 +352,12 @@ pub fn clear_dir(
     count: &mut u64,
     keep: &[&str],
 ) -> Result<(), Errno> {
-    let dup = rustix::fs::openat(
-        dir,
-        ".",
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )?;
-    let mut names = Vec::new();
-    for e in rustix::fs::Dir::new(dup)? {
-        let e = e?;
-        let n = e.file_name().to_string_lossy().into_owned();
-        if n != "." && n != ".." && !keep.contains(&n.as_str()) {
-            names.push((n, e.file_type()));
+    for (n, t) in entries(dir)? {
+        if n.to_str().is_ok_and(|n| keep.contains(&n)) {
+            continue;
         }
-    }
-    for (n, t) in names {
         let is_dir = match t {
-            FileType::Unknown => rustix::fs::statat(dir, n.as_str(), AtFlags::SYMLINK_NOFOLLOW)
+            FileType::Unknown => rustix::fs::statat(dir, n.as_c_str(), AtFlags::SYMLINK_NOFOLLOW)
                 .map(|s| FileType::from_raw_mode(s.st_mode) == FileType::Directory)
                 .unwrap_or(false),
             t => t == FileType::Directory,
@@ -387,11 +365,33 @@ pub fn clear_dir(
         if is_dir {
             remove_tree(dir, &n, depth + 1, count)?;
         } else {
-            rustix::fs::unlinkat(dir, n.as_str(), AtFlags::empty())?;
+            rustix::fs::unlinkat(dir, n.as_c_str(), AtFlags::empty())?;
             *count += 1;
         }
     }
     Ok(())
+}
+
+/// The entries of `dir` but `.` and `..`, sorted, with the type the
+/// directory reports. Names stay as the kernel gives them: one that is not
+/// UTF-8 still names its file (shown lossily, used exactly).
+fn entries(dir: BorrowedFd<'_>) -> Result<Vec<(CString, FileType)>, Errno> {
+    let dup = rustix::fs::openat(
+        dir,
+        ".",
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    let mut out = Vec::new();
+    for e in rustix::fs::Dir::new(dup)? {
+        let e = e?;
+        let name = e.file_name();
+        if name.to_bytes() != b"." && name.to_bytes() != b".." {
+            out.push((name.to_owned(), e.file_type()));
+        }
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(out)
 }
 
 fn kind_name(k: FileType) -> &'static str {

@@ -22,7 +22,6 @@
 
 #![forbid(unsafe_code)]
 
-mod b64;
 mod files;
 mod procs;
 mod snap;
@@ -423,7 +422,7 @@ impl Server {
         let path = str_arg(args, "path").unwrap_or("");
         let data = match (str_arg(args, "content"), str_arg(args, "content_base64")) {
             (Some(t), None) => t.as_bytes().to_vec(),
-            (None, Some(b)) => b64::decode(b).map_err(Refusal::invalid)?,
+            (None, Some(b)) => decode_base64(b)?,
             (None, None) => Vec::new(),
             (Some(_), Some(_)) => {
                 return Err(Refusal::invalid(
@@ -842,6 +841,28 @@ fn refused(r: &Refusal) -> Value {
     v
 }
 
+/// Standard base64 (RFC 4648 §4), padded or not, for file contents.
+const BASE64: base64::engine::GeneralPurpose = base64::engine::GeneralPurpose::new(
+    &base64::alphabet::STANDARD,
+    base64::engine::GeneralPurposeConfig::new()
+        .with_decode_padding_mode(base64::engine::DecodePaddingMode::Indifferent),
+);
+
+/// Base64 as an agent writes it: padded or not, wrapped or not.
+fn decode_base64(text: &str) -> Result<Vec<u8>, Refusal> {
+    use base64::Engine;
+    let compact: String = text.chars().filter(|c| !c.is_ascii_whitespace()).collect();
+    BASE64
+        .decode(compact)
+        .map_err(|e| Refusal::invalid(format!("content_base64: {e}")))
+}
+
+/// `data` as padded standard base64.
+pub(crate) fn encode_base64(data: &[u8]) -> String {
+    use base64::Engine;
+    BASE64.encode(data)
+}
+
 fn str_arg<'a>(args: &'a Value, key: &str) -> Option<&'a str> {
     args.get(key).and_then(Value::as_str)
 }
@@ -852,4 +873,21 @@ fn u64_arg(args: &Value, key: &str) -> Option<u64> {
 
 fn bool_arg(args: &Value, key: &str) -> bool {
     args.get(key).and_then(Value::as_bool).unwrap_or(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64_round_trips_and_takes_unpadded_or_wrapped_text() {
+        for n in 0..10 {
+            let data: Vec<u8> = (0..n).map(|i| (i * 37 + 200) as u8).collect();
+            assert_eq!(decode_base64(&encode_base64(&data)).ok(), Some(data));
+        }
+        assert_eq!(encode_base64(b"fo"), "Zm8=");
+        assert_eq!(decode_base64("Zm8").ok(), Some(b"fo".to_vec()));
+        assert_eq!(decode_base64("Zm9v\nYmFy\n").ok(), Some(b"foobar".to_vec()));
+        assert!(decode_base64("a*b").is_err());
+    }
 }

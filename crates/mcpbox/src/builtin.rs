@@ -38,8 +38,9 @@ const COMMAND_TOOLS: &[&str] = &["exec", "start_job"];
 /// The tools with a `cwd` argument.
 const CWD_TOOLS: &[&str] = &["exec", "run_code", "start_job"];
 
-/// The names `--builtin` and `builtin =` accept.
-pub const NAMES: &[&str] = &["sandbox"];
+/// The identity of the built-in server's pins (its argv carries its
+/// limits, which must not re-pin it when they change).
+pub const PIN_IDENTITY: &str = "builtin:sandbox";
 
 /// The server's command line inside the sandbox, with its limits.
 pub fn argv(policy: &Policy) -> anyhow::Result<Vec<OsString>> {
@@ -291,12 +292,14 @@ fn host_size(dir: &Path, rel: &str) -> Result<u64, String> {
 
 /// Checks a `--builtin` name.
 pub fn check_name(name: &str) -> anyhow::Result<()> {
-    if NAMES.contains(&name) {
+    // the names `builtin =` in a serve config accepts, too
+    let names = mcpbox_policy::serve::BUILTINS;
+    if names.contains(&name) {
         Ok(())
     } else {
         anyhow::bail!(
             "--builtin {name}: no such built-in server (there is: {})",
-            NAMES.join(", ")
+            names.join(", ")
         )
     }
 }

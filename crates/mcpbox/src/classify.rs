@@ -19,6 +19,7 @@
 
 use std::io::{Read, Write};
 use std::os::fd::AsFd;
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -45,7 +46,7 @@ impl Classifier for Child {
         if is_plain(input) {
             return mcpbox_policy::classify(input);
         }
-        match in_child(input) {
+        match in_child(Path::new("/proc/self/exe"), input) {
             Ok(p) => p,
             Err(why) => Parsed::Unparsed(why),
         }
@@ -73,9 +74,10 @@ fn is_plain(input: &Input) -> bool {
     }
 }
 
-fn in_child(input: &Input) -> Result<Parsed, String> {
+/// Classifies `input` in `program ARG` (this binary; another in tests).
+fn in_child(program: &Path, input: &Input) -> Result<Parsed, String> {
     let request = serde_json::to_vec(input).map_err(|e| format!("checker: {e}"))?;
-    let mut child = Command::new("/proc/self/exe")
+    let mut child = Command::new(program)
         .arg(ARG)
         .env_clear()
         .stdin(Stdio::piped())
@@ -182,6 +184,20 @@ pub fn child_main() -> u8 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A checker that dies, answers garbage or floods never decides a
+    /// line: each is an error (the line is then unparsed).
+    #[test]
+    fn a_checker_that_fails_or_floods_leaves_the_line_unchecked() {
+        let input = Input::Line("echo $(id)".into());
+        // it may be gone before the request is written (a broken pipe)
+        let died = in_child(Path::new("/bin/false"), &input).unwrap_err();
+        assert!(died.contains("command checker"), "{died}");
+        let flood = in_child(Path::new("/usr/bin/yes"), &input).unwrap_err();
+        assert!(flood.contains("answered too much"), "{flood}");
+        let missing = in_child(Path::new("/nonexistent/checker"), &input).unwrap_err();
+        assert!(missing.contains("did not start"), "{missing}");
+    }
 
     #[test]
     fn plain_words_are_plain_and_anything_shell_is_not() {

@@ -238,7 +238,7 @@ pub fn run(loaded: Loaded, mut spec: Spec, builtin: bool) -> anyhow::Result<i32>
     let checks = builtin.then(|| crate::builtin::Checks::for_spec(&spec, &loaded.policy));
     // the built-in server's argv carries its limits: its identity is its name
     let identity = if builtin {
-        "builtin:sandbox".to_string()
+        crate::builtin::PIN_IDENTITY.to_string()
     } else {
         command_identity(&spec.argv)
     };

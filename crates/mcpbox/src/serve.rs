@@ -477,7 +477,7 @@ fn open_sandbox(
     };
     let proxy = crate::egress::for_policy(loaded, audit.clone(), ids, &mut spec, &approver)?;
     let identity = if builtin {
-        "builtin:sandbox".to_string()
+        crate::builtin::PIN_IDENTITY.to_string()
     } else {
         crate::run::command_identity(argv)
     };

@@ -30,6 +30,16 @@ exec_timeout = "30s"
 curl = "deny"
 "#;
 
+/// `mcpbox run --builtin sandbox --policy POLICY`, its state in `state`.
+fn start_builtin(policy: &std::path::Path, state: &std::path::Path) -> Session {
+    let args: Vec<String> = ["run", "--builtin", "sandbox", "--policy"]
+        .iter()
+        .map(|a| a.to_string())
+        .chain([policy.display().to_string()])
+        .collect();
+    Session::start_mcpbox(&args, &[("MCPBOX_STATE_DIR", state.to_str().unwrap())])
+}
+
 fn drive_stdio(ws: &Workspace, scenario: &str) {
     let policy = ws.raw_policy(&format!("[server]\nname = \"sandbox\"\n{POLICY}"));
     let out = Command::new(peers().join("venv/bin/python"))
@@ -179,12 +189,7 @@ fn builtin_export_over_the_limit_needs_a_human_and_a_forged_limit_is_overwritten
         "[server]\nname = \"sandbox\"\n[filesystem]\noutput = \"output\"\n[artifacts]\nmax_size = \"1KiB\"\n",
     );
     let state = ws.path().join("state");
-    let args: Vec<String> = ["run", "--builtin", "sandbox", "--policy"]
-        .iter()
-        .map(|a| a.to_string())
-        .chain([policy.display().to_string()])
-        .collect();
-    let mut s = Session::start_mcpbox(&args, &[("MCPBOX_STATE_DIR", state.to_str().unwrap())]);
+    let mut s = start_builtin(&policy, &state);
     s.request(
         "initialize",
         json!({"protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}},
@@ -280,12 +285,7 @@ fn exec_lines_that_broke_the_parser_are_unparsed_and_the_relay_lives() {
     let ws = Workspace::new();
     let policy = ws.raw_policy("[server]\nname = \"sandbox\"\n[commands]\nunparsed = \"deny\"\n");
     let state = ws.path().join("state");
-    let args: Vec<String> = ["run", "--builtin", "sandbox", "--policy"]
-        .iter()
-        .map(|a| a.to_string())
-        .chain([policy.display().to_string()])
-        .collect();
-    let mut s = Session::start_mcpbox(&args, &[("MCPBOX_STATE_DIR", state.to_str().unwrap())]);
+    let mut s = start_builtin(&policy, &state);
     s.initialize();
     // compiled in: the rootless pass may not read the checkout
     let seeds: [(&str, &[u8]); 4] = [

@@ -133,15 +133,19 @@ fn denied_host_without_a_port_is_refused_on_the_port_a_wildcard_allows() {
 #[test]
 fn policy_git_config_survives_the_proxy_environment() {
     let ws = Workspace::new();
-    let p = ws.policy(
-        "[network]\nallow = [\"fetch.test:8080\"]\n[network.hosts]\n\"fetch.test\" = \"127.0.0.1\"\n\
-         [env]\nset = { GIT_CONFIG_COUNT = \"1\", GIT_CONFIG_KEY_0 = \"user.name\", GIT_CONFIG_VALUE_0 = \"agent\" }\n",
-    );
-    let out = Command::new(mcpbox())
-        .args(["exec", "--policy", p.to_str().unwrap(), "--", "/bin/sh", "-c"])
-        .arg("echo $GIT_CONFIG_COUNT $GIT_CONFIG_KEY_0=$GIT_CONFIG_VALUE_0 $GIT_CONFIG_KEY_1=$GIT_CONFIG_VALUE_1; env | grep -c '^GIT_CONFIG_COUNT='")
-        .output()
-        .unwrap();
+    let p = ws.policy(&format!(
+        "{}[env]\nset = {{ GIT_CONFIG_COUNT = \"1\", GIT_CONFIG_KEY_0 = \"user.name\", GIT_CONFIG_VALUE_0 = \"agent\" }}\n",
+        network(8080)
+    ));
+    let out = common::run(&[
+        "exec",
+        "--policy",
+        p.to_str().unwrap(),
+        "--",
+        "/bin/sh",
+        "-c",
+        "echo $GIT_CONFIG_COUNT $GIT_CONFIG_KEY_0=$GIT_CONFIG_VALUE_0 $GIT_CONFIG_KEY_1=$GIT_CONFIG_VALUE_1; env | grep -c '^GIT_CONFIG_COUNT='",
+    ]);
     assert!(
         out.status.success(),
         "{}",

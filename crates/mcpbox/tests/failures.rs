@@ -90,43 +90,32 @@ fn a_policy_refused_by_the_host_checks_exits_125_naming_the_step_in_exec_and_run
 fn exec_injects_secrets_as_run_does_and_refuses_a_missing_source() {
     let ws = Workspace::new();
     let p = ws.raw_policy("[secrets.API_TOKEN]\nfrom_env = \"MCPBOX_TEST_EXEC_SECRET\"\n");
-    let out = Command::new(mcpbox())
-        .args([
-            "exec",
-            "--policy",
-            p.to_str().unwrap(),
-            "--",
-            "/bin/sh",
-            "-c",
-            "echo \"[$API_TOKEN]\"",
-        ])
-        .env("MCPBOX_TEST_EXEC_SECRET", "s3cret-value-77")
-        .env("MCPBOX_STATE_DIR", ws.path().join("state"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    // `mcpbox exec` of `command` with the secret's source set to `value`
+    // (None: unset)
+    let exec = |value: Option<&str>, command: &[&str]| {
+        let mut cmd = Command::new(mcpbox());
+        cmd.args(["exec", "--policy", p.to_str().unwrap(), "--"])
+            .args(command)
+            .env("MCPBOX_STATE_DIR", ws.path().join("state"));
+        match value {
+            Some(v) => cmd.env("MCPBOX_TEST_EXEC_SECRET", v),
+            None => cmd.env_remove("MCPBOX_TEST_EXEC_SECRET"),
+        };
+        let out = cmd.output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        (out, err)
+    };
+    let (out, err) = exec(
+        Some("s3cret-value-77"),
+        &["/bin/sh", "-c", "echo \"[$API_TOKEN]\""],
     );
+    assert!(out.status.success(), "{err}");
     assert_eq!(String::from_utf8_lossy(&out.stdout), "[s3cret-value-77]\n");
-    let out = Command::new(mcpbox())
-        .args(["exec", "--policy", p.to_str().unwrap(), "--", "/bin/true"])
-        .env_remove("MCPBOX_TEST_EXEC_SECRET")
-        .env("MCPBOX_STATE_DIR", ws.path().join("state"))
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
+    let (out, err) = exec(None, &["/bin/true"]);
     assert_eq!(out.status.code(), Some(125), "{err}");
     assert!(err.contains("secrets.API_TOKEN"), "{err}");
     // set but empty is refused too: nothing to inject or to redact
-    let out = Command::new(mcpbox())
-        .args(["exec", "--policy", p.to_str().unwrap(), "--", "/bin/true"])
-        .env("MCPBOX_TEST_EXEC_SECRET", "")
-        .env("MCPBOX_STATE_DIR", ws.path().join("state"))
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
+    let (out, err) = exec(Some(""), &["/bin/true"]);
     assert_eq!(out.status.code(), Some(125), "{err}");
     assert!(err.contains("empty value"), "{err}");
 }

@@ -25,14 +25,15 @@ use crate::{
 const COARSE_CLOCK_MARGIN: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// A call held while the driver runs its argument rules.
+/// A decided (or, held, still to be decided) `tools/call`.
 pub(crate) struct Held {
     id: Value,
     tool: String,
     args_digest: String,
-    /// The tool's own decision.
+    /// The tool's own decision, then the stricter of it and the rules'.
     decision: Decision,
-    /// The message, for `_meta` the rules set.
-    value: Value,
+    /// What the argument rules found, for the record.
+    detail: Value,
     line: Vec<u8>,
     elicit: bool,
 }
@@ -151,81 +152,60 @@ impl Session {
             return self.deny_call(&id, &tool, &args_digest, decision, &Value::Null);
         }
         let hints = self.tools.hints(&tool);
-        let decision = self.decide(&tool, &hints);
-        let elicit = self.elicitation_for(msg);
-        if decision.verdict != Verdict::Deny && self.policy.checks_arguments(&tool) {
-            // the driver runs the argument rules (they may do I/O) and
-            // answers with Event::ArgumentsChecked; the call waits here
-            let key = self.next_check;
-            self.next_check += 1;
-            let arguments = msg.params().and_then(|p| p.get("arguments")).cloned();
-            self.checking.insert(
-                key,
-                Held {
-                    id,
-                    tool: tool.clone(),
-                    args_digest,
-                    decision,
-                    value: msg.value.clone(),
-                    line,
-                    elicit,
-                },
-            );
-            self.out.push(Effect::CheckArguments {
-                key,
-                tool,
-                arguments,
-            });
-            return;
+        let held = Held {
+            decision: self.decide(&tool, &hints),
+            elicit: self.elicitation_for(msg),
+            id,
+            tool,
+            args_digest,
+            detail: Value::Null,
+            line,
+        };
+        if held.decision.verdict == Verdict::Deny || !self.policy.checks_arguments(&held.tool) {
+            return self.decided(held);
         }
-        self.decided(id, tool, args_digest, decision, Value::Null, line, elicit);
+        // the driver runs the argument rules (they may do I/O) and answers
+        // with Event::ArgumentsChecked; the call waits here, with its
+        // message for the `_meta` the rules may set
+        let key = self.next_check;
+        self.next_check += 1;
+        self.out.push(Effect::CheckArguments {
+            key,
+            tool: held.tool.clone(),
+            arguments: msg.params().and_then(|p| p.get("arguments")).cloned(),
+        });
+        self.checking.insert(key, (held, msg.value.clone()));
     }
 
     /// The argument rules' answer for held call `key`: the stricter of
     /// the tool's decision and theirs wins (the tool's on a tie).
     pub(super) fn arguments_checked(&mut self, key: u64, check: Option<crate::ArgumentCheck>) {
-        let Some(h) = self.checking.remove(&key) else {
+        let Some((mut h, message)) = self.checking.remove(&key) else {
             return;
         };
-        let mut decision = h.decision;
-        let mut detail = Value::Null;
-        let mut line = h.line;
         if let Some(check) = check {
-            decision = decision.stricter(check.decision);
-            detail = check.detail;
+            h.decision = h.decision.stricter(check.decision);
+            h.detail = check.detail;
             if !check.meta.is_empty() {
-                line = with_meta(&h.value, &check.meta);
+                h.line = with_meta(&message, &check.meta);
             }
         }
-        self.decided(
-            h.id,
-            h.tool,
-            h.args_digest,
-            decision,
-            detail,
-            line,
-            h.elicit,
-        );
+        self.decided(h);
     }
 
     /// Acts on a call's final decision.
-    #[allow(clippy::too_many_arguments)]
-    fn decided(
-        &mut self,
-        id: Value,
-        tool: String,
-        args_digest: String,
-        decision: Decision,
-        detail: Value,
-        line: Vec<u8>,
-        elicit: bool,
-    ) {
-        match decision.verdict {
-            Verdict::Allow => self.forward_call(id, tool, args_digest, decision, detail, line),
-            Verdict::Deny => self.deny_call(&id, &tool, &args_digest, decision, &detail),
+    fn decided(&mut self, h: Held) {
+        match h.decision.verdict {
+            Verdict::Allow => {
+                self.forward_call(h.id, h.tool, h.args_digest, h.decision, h.detail, h.line)
+            }
+            Verdict::Deny => self.deny_call(&h.id, &h.tool, &h.args_digest, h.decision, &h.detail),
             Verdict::Approve => {
-                let decided = super::approvals::Decided { decision, detail };
-                self.ask_approval(id, tool, args_digest, decided, line, elicit);
+                let decided = super::approvals::Decided {
+                    decision: h.decision,
+                    detail: h.detail,
+                };
+                self.ask_approval(h.id, h.tool, h.args_digest, decided, h.line, h.elicit);
             }
         }
     }

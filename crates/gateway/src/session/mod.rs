@@ -367,8 +367,9 @@ pub struct Session {
     nonce: String,
     host: HostState,
     calls: Calls,
-    /// Calls held while the driver runs their argument rules.
-    checking: std::collections::HashMap<u64, calls::Held>,
+    /// Calls held while the driver runs their argument rules, with their
+    /// message.
+    checking: std::collections::HashMap<u64, (calls::Held, Value)>,
     next_check: u64,
     approvals: Approvals,
     tools: ToolScreen,
