@@ -212,6 +212,12 @@ pub struct Config {
     /// with the regular files in it changed during the call
     /// ([`written::files_written_since`]); `None` records none.
     pub output_dir: Option<PathBuf>,
+    /// The host directories behind the sandbox's (input, output, mounts).
+    /// When set, the roots a client offers (its answer to the server's
+    /// `roots/list`) are translated to the sandbox's paths, and those
+    /// under none of them are dropped and flagged (`root.outside`): the
+    /// host's paths never reach the server. `None` passes roots as sent.
+    pub paths: Option<mcpbox_policy::PathMap>,
 }
 
 impl Default for Config {
@@ -231,6 +237,7 @@ impl Default for Config {
             accept_pin_changes: false,
             deny_as_error: false,
             output_dir: None,
+            paths: None,
         }
     }
 }

@@ -50,6 +50,10 @@ pub struct ArgumentCheck {
     /// `params._meta` entries the gateway sets on the call it forwards,
     /// replacing what the host sent under those keys.
     pub meta: Vec<(String, Value)>,
+    /// The arguments forwarded instead of the host's (its host paths made
+    /// the sandbox's); None forwards them as sent. The audit's argument
+    /// digest stays the host's.
+    pub arguments: Option<Value>,
 }
 
 /// A policy that allows everything (source `default`).

@@ -695,7 +695,10 @@ impl Driver {
                     // on the driver's thread, outside the session core: the
                     // binary's rules parse a command line in a child process
                     let check = self.policy.check_arguments(&tool, arguments.as_ref());
-                    follow.push_back(Event::ArgumentsChecked { key, check });
+                    follow.push_back(Event::ArgumentsChecked {
+                        key,
+                        check: check.map(Box::new),
+                    });
                 }
                 Effect::AskApprover { key, request } => {
                     let asked = self.approver.as_ref().is_some_and(|a| a.ask(key, request));

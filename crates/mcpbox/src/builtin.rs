@@ -237,7 +237,7 @@ impl Checks {
 }
 
 /// The stricter of `prior` and `d`, with both details and every meta entry.
-fn merge(
+pub(crate) fn merge(
     prior: Option<ArgumentCheck>,
     d: Decision,
     detail: Value,
@@ -248,6 +248,7 @@ fn merge(
             decision: d,
             detail,
             meta,
+            arguments: None,
         },
         Some(mut p) => {
             p.decision = p.decision.stricter(d);

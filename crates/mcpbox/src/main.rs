@@ -2,6 +2,7 @@
 //! the libraries together. It is the only place that prints.
 #![forbid(unsafe_code)]
 
+mod arguments;
 mod audit;
 mod builtin;
 mod check;

@@ -18,13 +18,16 @@ use crate::launch::SandboxLauncher;
 use crate::preflight::Loaded;
 use crate::state;
 
-/// The policy's rules as the relay sees them: `[tools]` over names,
+/// The policy's rules as the relay sees them: `[tools]` over names and
+/// over argument values (`[[tools.arguments]]`, `outside_paths`),
 /// `[commands]` over the command lines of the tools it declares, and the
-/// built-in server's own argument checks when it is the server.
+/// built-in server's own argument checks when it is the server. Host
+/// paths in arguments become the sandbox's first (`view`).
 struct Tools {
     rules: ToolRules,
     commands: CommandRules,
     builtin: Option<crate::builtin::Checks>,
+    view: crate::arguments::SandboxView,
 }
 
 impl ToolPolicy for Tools {
@@ -37,23 +40,59 @@ impl ToolPolicy for Tools {
     }
 
     fn checks_arguments(&self, tool: &str) -> bool {
-        self.builtin.is_some() || self.commands.declares(tool)
+        self.builtin.is_some()
+            || self.commands.declares(tool)
+            || self.rules.arguments.applies_to(tool)
     }
 
     fn check_arguments(&self, tool: &str, arguments: Option<&Value>) -> Option<ArgumentCheck> {
+        // a command line is the [commands] rules' to read, not a path
+        let skip = |name: &str| self.commands.declares_argument(tool, name);
+        let translated =
+            arguments.and_then(|a| mcpbox_policy::translate_host_paths(a, self.view.map(), &skip));
+        let arguments = translated.as_ref().or(arguments);
         // command lines are parsed in a child process with limits (classify.rs)
-        let found = self
+        let mut found = self
             .commands
             .decide_call_with(tool, arguments, &crate::classify::Child)
             .map(|c| ArgumentCheck {
                 decision: c.decision.clone(),
                 detail: c.audit_detail(),
                 meta: Vec::new(),
+                arguments: None,
             });
-        match &self.builtin {
-            Some(b) => b.check(tool, arguments, &self.commands, found),
-            None => found,
+        if let Some(b) = &self.builtin {
+            found = b.check(tool, arguments, &self.commands, found);
         }
+        let ws = mcpbox_policy::Workspace {
+            dirs: self.view.dirs(),
+            resolve: &self.view,
+        };
+        if let Some(f) = self.rules.arguments.check(tool, arguments, &ws, &skip) {
+            found = Some(crate::builtin::merge(
+                found,
+                f.decision,
+                f.detail,
+                Vec::new(),
+            ));
+        }
+        if translated.is_some() {
+            let mut c = found.unwrap_or_else(|| ArgumentCheck {
+                decision: Decision::allow(mcpbox_policy::Reason::ToolDefault, "tools.arguments"),
+                detail: Value::Null,
+                meta: Vec::new(),
+                arguments: None,
+            });
+            if c.detail.is_null() {
+                c.detail = serde_json::json!({});
+            }
+            if let Some(d) = c.detail.as_object_mut() {
+                d.insert("host_paths_translated".into(), Value::Bool(true));
+            }
+            c.arguments = translated;
+            found = Some(c);
+        }
+        found
     }
 }
 
@@ -109,6 +148,7 @@ pub fn command_identity(argv: &[std::ffi::OsString]) -> String {
 pub fn tool_policy(
     loaded: &Loaded,
     builtin: Option<crate::builtin::Checks>,
+    view: crate::arguments::SandboxView,
 ) -> Arc<dyn ToolPolicy> {
     let mut commands = loaded.policy.commands.clone();
     if builtin.is_some() {
@@ -118,6 +158,7 @@ pub fn tool_policy(
         rules: loaded.policy.tools.clone(),
         commands,
         builtin,
+        view,
     })
 }
 
@@ -156,9 +197,10 @@ pub fn with_policy(
     loaded: &Loaded,
     audit: Arc<dyn mcpbox_audit::Sink>,
     builtin: Option<crate::builtin::Checks>,
+    view: crate::arguments::SandboxView,
 ) -> anyhow::Result<Relay> {
     Ok(relay
-        .policy(tool_policy(loaded, builtin))
+        .policy(tool_policy(loaded, builtin, view))
         .secrets(secrets(loaded)?)
         .audit(audit))
 }
@@ -242,13 +284,15 @@ pub fn run(loaded: Loaded, mut spec: Spec, builtin: bool) -> anyhow::Result<i32>
     } else {
         command_identity(&spec.argv)
     };
-    let config = relay_config(
+    let view = crate::arguments::SandboxView::for_spec(&spec);
+    let mut config = relay_config(
         &loaded,
         &identity,
         spec.output.clone(),
         sandbox_id.clone(),
         workspace_id.clone(),
     )?;
+    config.paths = Some(view.map().clone());
     // The server's stderr, redacted and stripped of escapes, on ours, where
     // a stdio host logs it (it used to need MCPBOX_LOG=info); never on the
     // MCP stream. (`serve` logs it at info: many servers share its stderr.)
@@ -257,7 +301,7 @@ pub fn run(loaded: Loaded, mut spec: Spec, builtin: bool) -> anyhow::Result<i32>
     );
     approver.connect(relay.host_asker());
     let sink: Arc<dyn mcpbox_audit::Sink> = audit.clone();
-    let outcome = with_policy(relay, &loaded, audit, checks)?
+    let outcome = with_policy(relay, &loaded, audit, checks, view)?
         .run(Box::new(std::io::stdin()), Box::new(std::io::stdout()))
         .context("relay")?;
     drop(builtin_tmp);

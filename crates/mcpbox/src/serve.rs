@@ -428,8 +428,17 @@ fn open_remote(server: &Server, remote: &Arc<Remote>, open: &Open) -> anyhow::Re
     config.server_name = open.server.clone();
     config.caller = open.client.clone();
     let launcher = RemoteLauncher::new(remote.clone(), runtime);
-    let relay =
-        crate::run::with_policy(Relay::new(config, Box::new(launcher)), loaded, audit, None)?;
+    // no sandbox: no host directory is behind anything, so client roots
+    // are all dropped and absolute path arguments are outside
+    let view = crate::arguments::SandboxView::none();
+    config.paths = Some(view.map().clone());
+    let relay = crate::run::with_policy(
+        Relay::new(config, Box::new(launcher)),
+        loaded,
+        audit,
+        None,
+        view,
+    )?;
     Ok(Opened {
         relay,
         sandbox_id,
@@ -490,13 +499,15 @@ fn open_sandbox(
     )?;
     config.server_name = open.server.clone();
     config.caller = open.client.clone();
+    let view = crate::arguments::SandboxView::for_spec(&spec);
+    config.paths = Some(view.map().clone());
     let launcher = SandboxLauncher {
         spec,
         current: Arc::new(AtomicI32::new(0)),
     };
     let relay = Relay::new(config, Box::new(launcher)).activity(sb.activity(slot));
     approver.connect(relay.host_asker());
-    let relay = crate::run::with_policy(relay, loaded, audit, checks)?;
+    let relay = crate::run::with_policy(relay, loaded, audit, checks, view)?;
     let attach_to = sb.clone();
     Ok(Opened {
         relay,

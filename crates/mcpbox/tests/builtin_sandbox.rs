@@ -28,6 +28,14 @@ max_time = "60s"
 exec_timeout = "30s"
 [commands.programs]
 curl = "deny"
+# read_file's path is left to the built-in server's own checks (lexical
+# confinement at the gateway, RESOLVE_BENEATH in the server), so that the
+# refusals scenario sees the server refuse a planted symlink; every other
+# path argument keeps the gateway's default rule, which follows links
+[[tools.arguments]]
+tool = "read_file"
+argument = "path"
+paths = ["/"]
 "#;
 
 /// `mcpbox run --builtin sandbox --policy POLICY`, its state in `state`.

@@ -40,7 +40,9 @@ fn config(dir: &Path, idle: &str, policy: &str, server_extra: &str) -> String {
     std::fs::write(
         dir.join("ws.toml"),
         format!(
-            "[server]\nname = \"ws\"\n{}\n[tools]\ndefault = \"allow\"\n{policy}\n",
+            // outside_paths: these tests attack the sandbox itself, with
+            // paths the gateway's default rule would refuse first
+            "[server]\nname = \"ws\"\n{}\n[tools]\ndefault = \"allow\"\noutside_paths = \"allow\"\n{policy}\n",
             common::peers::mount_same_path(&bin)
         ),
     )

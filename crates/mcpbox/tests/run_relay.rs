@@ -473,7 +473,11 @@ fn requests_piped_with_eof_right_behind_them_are_all_answered() {
 #[test]
 fn special_files_a_server_leaves_in_output_are_reported_and_audited() {
     let ws = server_ws("workspace");
-    let p = policy(&ws, "[tools]\ndefault = \"allow\"\n");
+    // the symlinks' targets are outside on purpose: the server plants them
+    let p = policy(
+        &ws,
+        "[tools]\ndefault = \"allow\"\n[[tools.arguments]]\ntool = \"symlink\"\nargument = \"target\"\nnot_a_path = true\n",
+    );
     let mut s = start(&ws, &p, "workspace", &[]);
     s.initialize();
     let o = "/workspace/output";

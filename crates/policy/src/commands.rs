@@ -2074,6 +2074,15 @@ impl CommandRules {
             .any(|a| a.tool == tool)
     }
 
+    /// Whether `tool.argument` is declared (a command line or an argument
+    /// vector): its value is a command, which the path rules leave alone.
+    pub fn declares_argument(&self, tool: &str, argument: &str) -> bool {
+        self.line_args
+            .iter()
+            .chain(&self.argv_args)
+            .any(|a| a.tool == tool && a.argument == argument)
+    }
+
     /// True when no tool argument is declared: the section has no effect.
     pub fn is_empty(&self) -> bool {
         self.line_args.is_empty() && self.argv_args.is_empty()

@@ -133,7 +133,11 @@ reasons! {
     CommandDefault = "command.default", "the command's program is in no category and has no `[commands.programs]` entry; `commands.default` decided";
     CommandUnparsed = "command.unparsed", "the command could not be classified (a syntax error, a computed program name, `eval`, nesting too deep); `commands.unparsed` decided";
     ArgumentInvalid = "argument.invalid", "an argument that `[commands]` declares (or mcpbox's built-in server expects) has the wrong JSON type";
-    ArgumentPathOutside = "argument.path_outside", "a path argument resolves outside the workspace";
+    ArgumentPathOutside = "argument.path_outside", "a path argument resolves outside the workspace (`tools.outside_paths`) or outside a rule's `paths`, symlinks followed as the sandbox sees them";
+    ArgumentHostOutside = "argument.host_outside", "a URL argument names a host a `[[tools.arguments]]` rule's `hosts` does not list (or is not a plain http(s)/ws(s) URL)";
+    ArgumentValueRefused = "argument.value_refused", "an argument's value is not one of a `[[tools.arguments]]` rule's `one_of`";
+    ArgumentTooLong = "argument.too_long", "an argument's value is longer than a `[[tools.arguments]]` rule's `max_length`";
+    RootOutside = "root.outside", "a root the client offered is not under a host directory the sandbox mounts: the server never sees it (nor its host path)";
     // ---- background jobs of the built-in sandbox server (`[jobs]`)
     JobLimit = "job.limit", "a background job was refused: `jobs.max_running` jobs are running already";
     JobTimeout = "job.timeout", "a background job was stopped at its time limit (`jobs.max_time`)";

@@ -13,6 +13,7 @@
 // tests may unwrap: a panic there is a failed test, not a crash on input
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
+mod arguments;
 mod artifacts;
 mod commands;
 mod credentials;
@@ -36,6 +37,10 @@ pub use artifacts::path_match as artifact_match;
 pub mod artifact_patterns {
     pub use crate::artifacts::{check, may_contain, path_match};
 }
+pub use arguments::{
+    is_path_name, translate_host_paths, url_host, ArgumentFinding, ArgumentRule, ArgumentRules,
+    Lexical, Resolve, Workspace, WORKSPACE,
+};
 pub use commands::{
     classify, classify_argv, classify_line, Category, Classified, Classifier, CommandDecision,
     CommandRules, InProcess, Input, Parsed, ToolArg, MAX_DEPTH as MAX_COMMAND_DEPTH,
@@ -53,7 +58,7 @@ pub use model::{
     DEFAULT_TMP,
 };
 pub use network::{HostPattern, HostRule, NetworkRules, Unlisted};
-pub use paths::confine_path;
+pub use paths::{confine_path, PathMap};
 pub use tools::{glob_match, ToolRule, ToolRules};
 pub use units::{format_duration, format_size, parse_duration, parse_size};
 pub use validate::{MAX_TMP, PROXY_VARIABLES};

@@ -298,6 +298,12 @@ impl HostRule {
         }
     }
 
+    /// Whether it covers `host:port` as an `allow` rule does (no port: 80
+    /// and 443); a host that is not a valid name or IP literal never matches.
+    pub fn covers(&self, host: &str, port: u16) -> bool {
+        normalize_host(host).is_some_and(|h| self.matches(&h, port, false))
+    }
+
     /// Whether it covers `host:port`; `any_port` makes a rule without a
     /// port cover every port (a `deny` rule), else only 80 and 443.
     fn matches(&self, host: &Host, port: u16, any_port: bool) -> bool {

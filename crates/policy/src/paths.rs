@@ -53,8 +53,108 @@ pub fn confine_path(path: &str, root: &str) -> Result<String, String> {
     Ok(join(&parts))
 }
 
+/// The host directories behind the sandbox's directories, for the paths a
+/// host knows: a client offers `file:///home/u/proj` as a root, or names
+/// `/home/u/proj/src/a.rs` in an argument, where the server sees
+/// `/workspace/input`. Matching is on the text, segment-wise: a host path
+/// reached through a symlink of the host's is not translated (and then
+/// counts as outside).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PathMap {
+    /// (host directory, sandbox directory), normalised, longest host first.
+    pairs: Vec<(String, String)>,
+}
+
+impl PathMap {
+    /// A map from (host directory, sandbox directory) pairs; relative
+    /// paths are ignored.
+    pub fn new<I, H, S>(pairs: I) -> PathMap
+    where
+        I: IntoIterator<Item = (H, S)>,
+        H: AsRef<str>,
+        S: AsRef<str>,
+    {
+        let mut pairs: Vec<(String, String)> = pairs
+            .into_iter()
+            .filter(|(h, s)| h.as_ref().starts_with('/') && s.as_ref().starts_with('/'))
+            .map(|(h, s)| (normalise_abs(h.as_ref()), normalise_abs(s.as_ref())))
+            .collect();
+        pairs.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then(a.cmp(b)));
+        PathMap { pairs }
+    }
+
+    /// The sandbox directories, in no particular order.
+    pub fn sandbox_dirs(&self) -> impl Iterator<Item = &str> {
+        self.pairs.iter().map(|(_, s)| s.as_str())
+    }
+
+    /// The sandbox path of an absolute host path, if a mapped host
+    /// directory holds it.
+    pub fn to_sandbox(&self, host_path: &str) -> Option<String> {
+        if !host_path.starts_with('/') || host_path.contains('\0') {
+            return None;
+        }
+        let norm = normalise_abs(host_path);
+        self.pairs.iter().find_map(|(h, s)| {
+            let rest = if norm == *h {
+                ""
+            } else if h == "/" {
+                &norm[..]
+            } else {
+                norm.strip_prefix(h.as_str())
+                    .filter(|r| r.starts_with('/'))?
+            };
+            Some(if rest.is_empty() {
+                s.clone()
+            } else if s == "/" {
+                rest.to_string()
+            } else {
+                format!("{s}{rest}")
+            })
+        })
+    }
+
+    /// A root a client offers, as the server may see it: a `file://` URI
+    /// already under /workspace or a mapped sandbox directory as it is
+    /// (normalised), one under a mapped host directory as its sandbox
+    /// path; anything else None (dropped).
+    pub fn root_uri(&self, uri: &str) -> Option<String> {
+        let path = file_uri_path(strip_file_scheme(uri)?).ok()?;
+        if !path.starts_with('/') {
+            return None;
+        }
+        let norm = normalise_abs(&path);
+        let inside =
+            |d: &str| norm == d || norm.strip_prefix(d).is_some_and(|r| r.starts_with('/'));
+        if inside("/workspace") || self.sandbox_dirs().any(|d| d != "/" && inside(d)) {
+            return Some(format!("file://{}", percent_encode_path(&norm)));
+        }
+        self.uri_to_sandbox(uri)
+    }
+
+    /// A `file://` URI of a host path as the URI of its sandbox path.
+    pub fn uri_to_sandbox(&self, uri: &str) -> Option<String> {
+        let path = file_uri_path(strip_file_scheme(uri)?).ok()?;
+        self.to_sandbox(&path)
+            .map(|p| format!("file://{}", percent_encode_path(&p)))
+    }
+}
+
+/// `%XX` for every byte of `p` but unreserved characters and `/`.
+fn percent_encode_path(p: &str) -> String {
+    let mut out = String::with_capacity(p.len());
+    for b in p.bytes() {
+        if b.is_ascii_alphanumeric() || b"/-._~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
 /// The rest of `s` after a case-insensitive `file://`.
-fn strip_file_scheme(s: &str) -> Option<&str> {
+pub(crate) fn strip_file_scheme(s: &str) -> Option<&str> {
     let head = s.get(..7)?;
     if head.eq_ignore_ascii_case("file://") {
         s.get(7..)
@@ -64,7 +164,7 @@ fn strip_file_scheme(s: &str) -> Option<&str> {
 }
 
 /// The path of a `file://` URI (what follows the scheme), percent-decoded.
-fn file_uri_path(rest: &str) -> Result<String, String> {
+pub(crate) fn file_uri_path(rest: &str) -> Result<String, String> {
     if rest.contains(['?', '#']) {
         return Err("a file URI with a query or fragment is not a path".into());
     }
@@ -122,6 +222,11 @@ fn normalise(base: &[String], path: &str) -> Vec<String> {
     parts
 }
 
+/// An absolute path with `.`, `..` and empty segments resolved on the text.
+pub(crate) fn normalise_abs(path: &str) -> String {
+    join(&normalise(&[], path))
+}
+
 fn join(parts: &[String]) -> String {
     if parts.is_empty() {
         return "/".into();
@@ -137,6 +242,48 @@ fn join(parts: &[String]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn host_paths_map_to_the_sandbox_segment_wise() {
+        let m = PathMap::new([
+            ("/home/u/proj", "/workspace/input"),
+            ("/home/u/proj/out", "/workspace/output"),
+            ("/srv/data/", "/data"),
+        ]);
+        assert_eq!(m.to_sandbox("/home/u/proj").unwrap(), "/workspace/input");
+        assert_eq!(
+            m.to_sandbox("/home/u/proj/src/a.rs").unwrap(),
+            "/workspace/input/src/a.rs"
+        );
+        // the longest host directory wins
+        assert_eq!(
+            m.to_sandbox("/home/u/proj/out/r.md").unwrap(),
+            "/workspace/output/r.md"
+        );
+        assert_eq!(m.to_sandbox("/srv/data/x").unwrap(), "/data/x");
+        assert!(m.to_sandbox("/home/u/projx").is_none());
+        assert!(m.to_sandbox("/home/u/proj/../.ssh").is_none());
+        assert!(m.to_sandbox("relative").is_none());
+        assert_eq!(
+            m.uri_to_sandbox("file:///home/u/proj/a%20b").unwrap(),
+            "file:///workspace/input/a%20b"
+        );
+        assert!(m.uri_to_sandbox("file:///etc").is_none());
+        assert!(m.uri_to_sandbox("https://x/home/u/proj").is_none());
+        // a root already in the sandbox stays; one outside everything goes
+        assert_eq!(
+            m.root_uri("file:///workspace/input/").unwrap(),
+            "file:///workspace/input"
+        );
+        assert_eq!(m.root_uri("file:///data/x").unwrap(), "file:///data/x");
+        assert_eq!(
+            m.root_uri("file:///home/u/proj/src").unwrap(),
+            "file:///workspace/input/src"
+        );
+        assert!(m.root_uri("file:///home/u").is_none());
+        assert!(m.root_uri("file:///workspace/../etc").is_none());
+        assert!(m.root_uri("not a uri").is_none());
+    }
 
     const ROOT: &str = "/workspace";
 

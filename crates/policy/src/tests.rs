@@ -1777,3 +1777,91 @@ fn effective_policy_shows_commands_and_jobs() {
     assert_eq!(again.commands, p.commands);
     assert_eq!(again.jobs, p.jobs);
 }
+
+#[test]
+fn argument_rules_parse_with_their_defaults() {
+    let p = ok(r#"
+[tools]
+outside_paths = "approve"
+
+[[tools.arguments]]
+tool = "write_*"
+argument = "path"
+paths = ["/workspace/output/", "/data"]
+
+[[tools.arguments]]
+tool = "fetch"
+argument = "url"
+hosts = ["*.example.com", "api.github.com:8443"]
+otherwise = "approve"
+
+[[tools.arguments]]
+tool = "deploy"
+argument = "env"
+one_of = ["staging", "prod", 3, true]
+max_length = 10
+
+[[tools.arguments]]
+tool = "http_get"
+argument = "path"
+not_a_path = true
+"#);
+    let a = &p.tools.arguments;
+    assert_eq!(a.outside_paths, Verdict::Approve);
+    assert_eq!(a.rules.len(), 4);
+    assert_eq!(
+        a.rules[0].paths.as_deref().unwrap(),
+        ["/workspace/output".to_string(), "/data".to_string()]
+    );
+    assert_eq!(a.rules[0].otherwise, Verdict::Deny);
+    assert_eq!(a.rules[1].otherwise, Verdict::Approve);
+    assert!(a.rules[3].not_a_path);
+    // a policy without them denies paths outside by default
+    assert_eq!(ok("").tools.arguments.outside_paths, Verdict::Deny);
+}
+
+#[test]
+fn argument_rules_are_refused_at_their_line() {
+    refused(
+        "[[tools.arguments]]\ntool = \"w\"\nargument = \"path\"\n",
+        "tools.arguments[0]",
+        1,
+        "paths, hosts",
+    );
+    refused(
+        "[[tools.arguments]]\ntool = \"w\"\nargument = \"path\"\npaths = [\"output\"]\n",
+        "tools.arguments[0].paths[0]",
+        4,
+        "absolute",
+    );
+    refused(
+        "[[tools.arguments]]\ntool = \"w\"\nargument = \"path\"\npaths = [\"/workspace/../etc\"]\n",
+        "tools.arguments[0].paths[0]",
+        4,
+        "..",
+    );
+    refused(
+        "[[tools.arguments]]\ntool = \"w x\"\nargument = \"path\"\nmax_length = 3\n",
+        "tools.arguments[0].tool",
+        2,
+        "glob",
+    );
+    refused(
+        "[[tools.arguments]]\ntool = \"w\"\nargument = \"p\"\none_of = [[1]]\n",
+        "tools.arguments[0].one_of[0]",
+        4,
+        "string",
+    );
+    refused(
+        "[[tools.arguments]]\ntool = \"w\"\nargument = \"p\"\nhosts = [\"https://x.com/\"]\n",
+        "tools.arguments[0].hosts",
+        4,
+        "host",
+    );
+    refused(
+        "[[tools.arguments]]\ntool = \"w\"\nargument = \"p\"\nmax_len = 3\n",
+        "tools.arguments[0].max_len",
+        4,
+        "max_length",
+    );
+}

@@ -12,6 +12,7 @@ use serde::de::{self, MapAccess, Visitor};
 use serde::ser::SerializeMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use crate::arguments::ArgumentRules;
 use crate::decision::{Decision, Reason, ToolHints, Verdict};
 use crate::locate::key_segment;
 use crate::{with_sub_key, HINT_MARK};
@@ -36,10 +37,18 @@ pub struct ToolRules {
     pub destructive: Verdict,
     /// The pattern rules, in file order.
     pub rules: Vec<ToolRule>,
+    /// `[[tools.arguments]]` and `outside_paths`: rules over argument values.
+    pub arguments: ArgumentRules,
 }
 
 /// Keys of `[tools]` that are settings, not patterns.
-pub(crate) const TOOL_SETTINGS: &[&str] = &["default", "show_denied", "destructive"];
+pub(crate) const TOOL_SETTINGS: &[&str] = &[
+    "default",
+    "show_denied",
+    "destructive",
+    "outside_paths",
+    "arguments",
+];
 
 /// Matches a glob (`*`, `?`) against a tool name, over characters, iteratively
 /// (no backtracking blow-up on hostile names).
@@ -140,6 +149,8 @@ impl<'de> Visitor<'de> for ToolsVisitor {
                 "default" => out.default = map.next_value()?,
                 "destructive" => out.destructive = map.next_value()?,
                 "show_denied" => out.show_denied = map.next_value()?,
+                "outside_paths" => out.arguments.outside_paths = map.next_value()?,
+                "arguments" => out.arguments.rules = map.next_value()?,
                 _ => {
                     if let Err(m) = check_pattern(&key) {
                         let msg = format!(
@@ -165,10 +176,12 @@ impl<'de> Visitor<'de> for ToolsVisitor {
 
 impl Serialize for ToolRules {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut m = s.serialize_map(Some(3 + self.rules.len()))?;
+        let mut m = s.serialize_map(Some(5 + self.rules.len()))?;
         m.serialize_entry("default", &self.default)?;
         m.serialize_entry("show_denied", &self.show_denied)?;
         m.serialize_entry("destructive", &self.destructive)?;
+        m.serialize_entry("outside_paths", &self.arguments.outside_paths)?;
+        m.serialize_entry("arguments", &self.arguments.rules)?;
         for r in &self.rules {
             m.serialize_entry(&r.pattern, &r.action)?;
         }
@@ -182,13 +195,16 @@ impl JsonSchema for ToolRules {
     }
     fn json_schema(g: &mut SchemaGenerator) -> Schema {
         let action = g.subschema_for::<Verdict>();
+        let rule = g.subschema_for::<crate::arguments::ArgumentRule>();
         json_schema!({
             "type": "object",
             "description": "per-tool rules: every key other than the settings below is a glob (`*`, `?`) over tool names mapped to an action; the strictest matching rule wins (deny > approve > allow)",
             "properties": {
                 "default": { "allOf": [action], "default": "allow", "description": "action for a tool no pattern matches" },
                 "show_denied": { "type": "boolean", "default": false, "description": "keep denied tools in tools/list (calls are still refused)" },
-                "destructive": { "allOf": [action], "default": "allow", "description": "decision floor for tools whose untrusted annotations say destructiveHint = true; it can only make a decision stricter" }
+                "destructive": { "allOf": [action], "default": "allow", "description": "decision floor for tools whose untrusted annotations say destructiveHint = true; it can only make a decision stricter" },
+                "outside_paths": { "allOf": [action], "default": "deny", "description": "for an argument whose name says it is a path (path, file, dir, *_path, uri, ...) or any file:// value, when it is absolute, ~-relative or has a .. segment and resolves outside /workspace and the policy's mounts (symlinks followed as the sandbox sees them)" },
+                "arguments": { "type": "array", "items": rule, "default": [], "description": "rules over one argument of the tools a glob names: paths, hosts, one_of, max_length; a violation gets `otherwise`" }
             },
             "additionalProperties": action
         })

@@ -497,6 +497,9 @@ pub(crate) fn validate(p: &mut Policy, file: &Path, locs: &Locations) -> Result<
     // [upstream]
     check_upstream(&ctx, p)?;
 
+    // [[tools.arguments]]
+    check_argument_rules(&ctx, &mut p.tools.arguments.rules)?;
+
     // [commands]
     check_commands(&ctx, &p.commands)?;
 
@@ -541,6 +544,93 @@ pub(crate) fn validate(p: &mut Policy, file: &Path, locs: &Locations) -> Result<
                 format!("tests[{i}].{suffix}")
             };
             return Err(ctx.err(&key, message, hint));
+        }
+    }
+    Ok(())
+}
+
+/// `[[tools.arguments]]`: a tool glob, an argument name, at least one
+/// constraint, and sandbox directories that are absolute (normalised here).
+fn check_argument_rules(
+    ctx: &Ctx,
+    rules: &mut [crate::arguments::ArgumentRule],
+) -> Result<(), Diagnostic> {
+    for (i, r) in rules.iter_mut().enumerate() {
+        let key = format!("tools.arguments[{i}]");
+        if let Err(m) = crate::tools::check_pattern(&r.tool) {
+            return Err(ctx.err(
+                &format!("{key}.tool"),
+                m,
+                "write a tool name or a glob over tool names (`*`, `?`), e.g. tool = \"write_*\"",
+            ));
+        }
+        if r.argument.is_empty()
+            || r.argument
+                .chars()
+                .any(|c| c.is_whitespace() || c.is_control())
+        {
+            return Err(ctx.err(
+                &format!("{key}.argument"),
+                "not an argument name",
+                "write the name of one top-level argument of the tool, e.g. argument = \"path\"",
+            ));
+        }
+        let constrained =
+            r.paths.is_some() || r.hosts.is_some() || r.one_of.is_some() || r.max_length.is_some();
+        if !constrained && !r.not_a_path {
+            return Err(ctx.err(
+                &key,
+                "the rule constrains nothing",
+                "add paths, hosts, one_of or max_length (or not_a_path = true to keep the default path rule off this argument)",
+            ));
+        }
+        if r.not_a_path && r.paths.is_some() {
+            return Err(ctx.err(
+                &format!("{key}.not_a_path"),
+                "not_a_path = true and paths contradict each other",
+                "leave not_a_path out: a rule with paths already replaces the default path rule for this argument",
+            ));
+        }
+        if let Some(dirs) = r.paths.as_mut() {
+            if dirs.is_empty() {
+                return Err(ctx.err(
+                    &format!("{key}.paths"),
+                    "an empty list of directories refuses every value",
+                    "list the sandbox directories the argument may name, e.g. paths = [\"/workspace/output\"]",
+                ));
+            }
+            for (j, d) in dirs.iter_mut().enumerate() {
+                let (norm, _) =
+                    sandbox_path(ctx, &format!("{key}.paths[{j}]"), Path::new(d.as_str()))?;
+                *d = norm.to_string_lossy().into_owned();
+            }
+        }
+        if let Some(h) = &r.hosts {
+            if h.is_empty() {
+                return Err(ctx.err(
+                    &format!("{key}.hosts"),
+                    "an empty list of hosts refuses every value",
+                    "list host patterns as in [network], e.g. hosts = [\"*.example.com\"]",
+                ));
+            }
+        }
+        if let Some(values) = &r.one_of {
+            if values.is_empty() {
+                return Err(ctx.err(
+                    &format!("{key}.one_of"),
+                    "an empty one_of refuses every value",
+                    "list the values the argument may take, e.g. one_of = [\"staging\", \"prod\"]",
+                ));
+            }
+            for (j, v) in values.iter().enumerate() {
+                if !(v.is_string() || v.is_number() || v.is_boolean()) {
+                    return Err(ctx.err(
+                        &format!("{key}.one_of[{j}]"),
+                        "one_of holds strings, numbers and booleans only",
+                        "write each value as a string, number or boolean",
+                    ));
+                }
+            }
         }
     }
     Ok(())

@@ -180,17 +180,25 @@ impl Session {
     /// The argument rules' answer for held call `key`: the stricter of
     /// the tool's decision and theirs wins (the tool's on a tie).
     pub(super) fn arguments_checked(&mut self, key: u64, check: Option<crate::ArgumentCheck>) {
-        let Some((mut h, message)) = self.checking.remove(&key) else {
+        let Some((mut h, mut message)) = self.checking.remove(&key) else {
             return;
         };
         if let Some(check) = check {
             h.decision = h.decision.stricter(check.decision);
             h.detail = check.detail;
-            if !check.meta.is_empty() {
+            let mut rewritten = false;
+            if let Some(args) = check.arguments {
+                if let Some(p) = message.get_mut("params").and_then(Value::as_object_mut) {
+                    p.insert("arguments".into(), args);
+                    rewritten = true;
+                }
+            }
+            if rewritten || !check.meta.is_empty() {
                 h.line = with_meta(&message, &check.meta);
             }
         }
         self.decided(h);
+        self.stop_if_host_done();
     }
 
     /// Acts on a call's final decision.
@@ -446,6 +454,21 @@ impl Session {
             if self.is_our_question(&id_key(id)) {
                 tracing::warn!(server = %self.config.server_name, "server request reusing an mcpbox request id dropped");
                 return;
+            }
+            if msg.method() == Some("roots/list") && self.config.paths.is_some() {
+                // the host's answer is translated (roots_answered), so its
+                // id must be remembered; past the bound, the relay answers
+                if self.roots_asked.len() >= super::ROOTS_ASKED {
+                    tracing::warn!(server = %self.config.server_name, "too many roots/list requests unanswered; refused");
+                    let line = crate::message::error_line(
+                        id,
+                        -32603,
+                        "too many roots/list requests are waiting for the client",
+                        None,
+                    );
+                    return self.send_server(line);
+                }
+                self.roots_asked.push_back(id_key(id));
             }
         }
         changed |= self.redact_secrets(&mut msg.value, tool.as_deref());

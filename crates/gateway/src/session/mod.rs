@@ -136,8 +136,9 @@ pub enum Event {
     ArgumentsChecked {
         /// The key of the request.
         key: u64,
-        /// What they concluded (None: no rule applied).
-        check: Option<crate::ArgumentCheck>,
+        /// What they concluded (None: no rule applied). Boxed: events
+        /// travel through the driver's channel and stay small.
+        check: Option<Box<crate::ArgumentCheck>>,
     },
     /// The fallback approver answered [`Effect::AskApprover`] `key`.
     Approval {
@@ -371,6 +372,10 @@ pub struct Session {
     /// message.
     checking: std::collections::HashMap<u64, (calls::Held, Value)>,
     next_check: u64,
+    /// Ids of the server's `roots/list` requests the host has yet to
+    /// answer (with [`Config::paths`]), oldest first, at most
+    /// [`ROOTS_ASKED`].
+    roots_asked: std::collections::VecDeque<String>,
     approvals: Approvals,
     tools: ToolScreen,
     server: Supervisor,
@@ -415,6 +420,7 @@ impl Session {
             calls: Calls::default(),
             checking: std::collections::HashMap::new(),
             next_check: 0,
+            roots_asked: std::collections::VecDeque::new(),
             approvals: Approvals::default(),
             tools,
             server: Supervisor::new(now.mono),
@@ -464,7 +470,9 @@ impl Session {
             Event::StderrClosed { gen, redactions } => self.stderr_closed(gen, redactions),
             Event::Timer => {}
             Event::Approval { key, answer } => self.approval_answered(key, answer),
-            Event::ArgumentsChecked { key, check } => self.arguments_checked(key, check),
+            Event::ArgumentsChecked { key, check } => {
+                self.arguments_checked(key, check.map(|c| *c))
+            }
             Event::Ask { ticket, question } => self.ask(ticket, question),
             Event::Park => self.park(),
             Event::Wake => self.wake(),
@@ -647,8 +655,67 @@ impl Session {
                 self.send_server(line);
             }
             // an answer to a server-to-client request
-            Shape::Response | Shape::Error | Shape::Other => self.send_server(line),
+            Shape::Response | Shape::Error | Shape::Other => {
+                let key = msg.id().map(id_key).unwrap_or_default();
+                match self.roots_asked.iter().position(|k| *k == key) {
+                    Some(at) => {
+                        self.roots_asked.remove(at);
+                        self.roots_answered(msg);
+                    }
+                    None => self.send_server(line),
+                }
+            }
         }
+    }
+
+    /// The host's answer to the server's `roots/list`, with each root made
+    /// the sandbox's path (a `file://` URI under a host directory behind
+    /// the sandbox's) and every other root dropped: the server never sees
+    /// a host path. What was dropped is logged and audited (how many, never
+    /// the paths).
+    fn roots_answered(&mut self, mut msg: Message) {
+        let Some(map) = self.config.paths.clone() else {
+            return self.host_value_to_server(&msg.value);
+        };
+        let mut dropped = 0usize;
+        if let Some(result) = msg.value.get_mut("result") {
+            // only the roots, each rebuilt from its uri and name: nothing
+            // else the host put in its answer reaches the server
+            let offered = result
+                .get("roots")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
+            let mut kept = Vec::new();
+            for root in offered {
+                let uri = root.get("uri").and_then(Value::as_str).unwrap_or("");
+                match map.root_uri(uri) {
+                    Some(inside) => {
+                        let mut r = serde_json::Map::new();
+                        r.insert("uri".into(), Value::String(inside));
+                        if let Some(name) = root.get("name").filter(|n| n.is_string()) {
+                            r.insert("name".into(), name.clone());
+                        }
+                        kept.push(Value::Object(r));
+                    }
+                    None => dropped += 1,
+                }
+            }
+            *result = json!({ "roots": kept });
+        }
+        if dropped > 0 {
+            tracing::warn!(server = %self.config.server_name, dropped, "roots outside the sandbox's mounts dropped from the client's answer");
+            self.audit(Kind::Flag, |e| {
+                e.reason = Some(Reason::RootOutside.as_str().to_string());
+                e.source = Some("roots".to_string());
+                e.detail = json!({"dropped": dropped});
+            });
+        }
+        self.host_value_to_server(&msg.value);
+    }
+
+    fn host_value_to_server(&mut self, v: &Value) {
+        self.send_server(to_line(v));
     }
 
     fn host_request(&mut self, line: Vec<u8>, msg: Message) {
@@ -716,6 +783,11 @@ impl Session {
         with.stricter(self.policy.decide(tool, &ToolHints::default()))
     }
 }
+
+/// Most `roots/list` requests of the server awaiting the host's answer;
+/// one more is answered with an error by the relay, not sent on (an id
+/// forgotten would let the host's answer through untranslated).
+pub(super) const ROOTS_ASKED: usize = 64;
 
 /// Whether an `elicitation` capability covers form mode: `{}` (before
 /// modes existed, form was the only one) or an object with `form`.

@@ -316,7 +316,11 @@ impl Session {
         }
         self.refuse_held(Reason::ServerStopped);
         self.server.restarting = false;
-        self.begin_stop();
+        // calls whose arguments are being checked still go out first
+        // (`stop_if_host_done`)
+        if self.checking.is_empty() {
+            self.begin_stop();
+        }
     }
 
     pub(super) fn host_gone(&mut self) {
@@ -436,7 +440,23 @@ impl Session {
                 self.host_message(line, msg);
             }
         }
-        if self.host.closed.is_some() && self.server.is_up() {
+        // a released call whose arguments the driver is checking goes to
+        // the server when the check answers (`arguments_checked`), and
+        // the server's stdin is closed after it
+        if self.host.closed.is_some() && self.server.is_up() && self.checking.is_empty() {
+            self.begin_stop();
+        }
+    }
+
+    /// After a held call's argument check: when the host closed its input
+    /// while the call waited, the server's stdin is closed once the last
+    /// such call is out (as `release_held` does for held messages).
+    pub(super) fn stop_if_host_done(&mut self) {
+        if self.host.closed.is_some()
+            && self.checking.is_empty()
+            && self.server.held.is_empty()
+            && self.server.is_up()
+        {
             self.begin_stop();
         }
     }

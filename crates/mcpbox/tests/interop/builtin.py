@@ -112,7 +112,8 @@ async def refusals(c):
     check(r.is_error and "outside the workspace" in text_of(r),
           "a read through the planted symlink is refused (RESOLVE_BENEATH)")
     r = await c.call_tool("write_file", {"path": "/workspace/tmp/etc-link/x", "content": "x"})
-    check(r.is_error and "outside the workspace" in text_of(r), "so is a write through it")
+    check(r.is_error and "argument.path_outside" in text_of(r) and "tools.outside_paths" in text_of(r),
+          "a write through it is refused at the gateway, which follows the link as the sandbox would")
     r = await c.call_tool("exec", {"command": "ls", "cwd": "/etc"})
     check(r.is_error and "argument.path_outside" in text_of(r), "a cwd outside the workspace is refused")
     # the server is non-dumpable: the agent's code (its child, same user)

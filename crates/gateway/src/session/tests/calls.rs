@@ -108,11 +108,12 @@ fn a_call_with_argument_rules_waits_for_the_driver_and_the_stricter_decision_win
         decision: Decision::deny(Reason::CommandCategory, "commands.categories.delete"),
         detail: json!({"categories": ["delete"]}),
         meta: Vec::new(),
+        arguments: None,
     };
     assert_eq!(
         t.on(Event::ArgumentsChecked {
             key: 0,
-            check: Some(deny)
+            check: Some(Box::new(deny))
         }),
         s(&[
             "audit ToolCall deny command.category",
@@ -133,10 +134,11 @@ fn a_call_with_argument_rules_waits_for_the_driver_and_the_stricter_decision_win
         decision: Decision::allow(Reason::CommandCategory, "commands.categories.inspect"),
         detail: Value::Null,
         meta: vec![("k".into(), json!("ours"))],
+        arguments: None,
     };
     let out = t.on(Event::ArgumentsChecked {
         key: 1,
-        check: Some(allow),
+        check: Some(Box::new(allow)),
     });
     assert_eq!(out.len(), 1, "{out:?}");
     let sent: Value = serde_json::from_str(out[0].strip_prefix("server ").unwrap()).unwrap();
