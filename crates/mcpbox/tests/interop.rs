@@ -139,6 +139,46 @@ fn server_filesystem_cannot_reach_outside_its_workspace() {
     assert!(!ws.input().join("evil.txt").exists());
 }
 
+#[test]
+fn server_filesystem_takes_the_hosts_roots_as_sandbox_paths() {
+    let ws = Workspace::new();
+    let policy = format!(
+        "[filesystem]\ninput = \"input\"\noutput = \"output\"\n{}\n[audit]\npath = \"audit.db\"\n",
+        npm_mount()
+    );
+    // no directories on its command line: it waits for the client's roots
+    let server = vec![peers()
+        .join("npm/bin/mcp-server-filesystem")
+        .display()
+        .to_string()];
+    let (input, output) = (ws.input(), ws.output());
+    let roots = format!(
+        "file://{} file://{} file:///etc",
+        input.display(),
+        output.display()
+    );
+    drive(
+        &ws,
+        "filesystem_roots",
+        "legacy",
+        &policy,
+        &server,
+        &[
+            ("MCPBOX_INTEROP_ROOTS", roots),
+            ("MCPBOX_INTEROP_HOST_INPUT", input.display().to_string()),
+            ("MCPBOX_INTEROP_HOST_OUTPUT", output.display().to_string()),
+        ],
+    );
+    assert_eq!(
+        std::fs::read_to_string(output.join("via-host-path.txt")).unwrap(),
+        "translated"
+    );
+    let flagged = common::audit::events(&ws.path().join("audit.db"))
+        .into_iter()
+        .any(|e| e["reason"] == "root.outside" && e["detail"]["dropped"] == serde_json::json!(1));
+    assert!(flagged, "the dropped root is audited");
+}
+
 fn time_server(mode: &str) {
     let ws = Workspace::new();
     let venv = peers().join("venv");

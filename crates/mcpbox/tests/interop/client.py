@@ -50,6 +50,42 @@ async def filesystem(c):
     check(r.is_error and "approval" in text_of(r), "move_file needs approval and is refused without it")
 
 
+async def filesystem_roots(c):
+    """server-filesystem started without directories: it takes the client's
+    roots, which name host paths; mcpbox translates them to the sandbox's
+    and drops the one outside."""
+    host_input, host_output = os.environ["MCPBOX_INTEROP_HOST_INPUT"], os.environ["MCPBOX_INTEROP_HOST_OUTPUT"]
+    # the server asks for the roots once the handshake is done, on its own
+    # time: wait (bounded) until it has them
+    for _ in range(100):
+        r = await c.call_tool("list_allowed_directories", {})
+        allowed = text_of(r)
+        if "/workspace" in allowed:
+            break
+        await asyncio.sleep(0.1)
+    check(not r.is_error and "/workspace/input" in allowed and "/workspace/output" in allowed,
+          "the host's roots reach the server as /workspace/input and /workspace/output")
+    check(host_input not in allowed and "/etc" not in allowed,
+          "neither the host's paths nor the root outside the sandbox reach the server")
+    r = await c.call_tool("read_text_file", {"path": f"{host_input}/hello.txt"})
+    check(not r.is_error and "hello from the host" in text_of(r),
+          "a read of a host path is a read of its sandbox path")
+    r = await c.call_tool("write_file", {"path": f"{host_output}/via-host-path.txt", "content": "translated"})
+    check(not r.is_error, "a write to a host path in output lands in output")
+    r = await c.call_tool("read_text_file", {"path": "/etc/passwd"})
+    check(r.is_error and "argument.path_outside" in text_of(r), "a path outside is refused at the gateway")
+
+
+def host_roots():
+    """The roots the client offers: MCPBOX_INTEROP_ROOTS, URIs separated by spaces."""
+    from mcp import types
+    uris = os.environ.get("MCPBOX_INTEROP_ROOTS", "").split()
+
+    async def cb(context):
+        return types.ListRootsResult(roots=[types.Root(uri=u, name=f"root {i}") for i, u in enumerate(uris)])
+    return cb
+
+
 async def time_server(c):
     tools = {t.name for t in (await c.list_tools()).tools}
     check("get_current_time" in tools, "time tools are listed")
@@ -57,7 +93,8 @@ async def time_server(c):
     check(not r.is_error and "UTC" in text_of(r), "get_current_time answers")
 
 
-SCENARIOS = {"everything": everything, "filesystem": filesystem, "time": time_server}
+SCENARIOS = {"everything": everything, "filesystem": filesystem, "filesystem_roots": filesystem_roots,
+             "time": time_server}
 
 
 async def main():
@@ -67,7 +104,8 @@ async def main():
     params = StdioServerParameters(
         command=mcpbox, args=["run", "--policy", policy, "--", *server], env=dict(os.environ)
     )
-    async with Client(params, mode=mode, read_timeout_seconds=60) as c:
+    extra = {"list_roots_callback": host_roots()} if os.environ.get("MCPBOX_INTEROP_ROOTS") else {}
+    async with Client(params, mode=mode, read_timeout_seconds=60, **extra) as c:
         await SCENARIOS[scenario](c)
     print("done", flush=True)
 

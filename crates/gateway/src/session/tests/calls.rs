@@ -501,3 +501,56 @@ fn garbage_from_the_server_is_flagged_once_and_dropped() {
         Vec::<String>::new()
     );
 }
+
+// ---- roots ----------------------------------------------------------------------
+
+fn with_paths() -> Config {
+    Config {
+        paths: Some(mcpbox_policy::PathMap::new([(
+            "/home/u/proj",
+            "/workspace/input",
+        )])),
+        ..config()
+    }
+}
+
+#[test]
+fn the_hosts_roots_reach_the_server_as_sandbox_paths_and_nothing_else_does() {
+    let mut t = T::new(with_paths(), rules(vec![]));
+    let ask = r#"{"jsonrpc":"2.0","id":"r1","method":"roots/list"}"#;
+    assert_eq!(t.server(ask), [format!("host {ask}")]);
+    let answer = r#"{"jsonrpc":"2.0","id":"r1","result":{"roots":[{"uri":"file:///home/u/proj/src","name":"p","x":1},{"uri":"file:///etc"}],"hostPath":"/home/u"}}"#;
+    let out = t.host(answer);
+    assert_eq!(out.len(), 2, "{out:?}");
+    assert_eq!(out[0], "audit Flag root.outside");
+    let sent: Value = serde_json::from_str(out[1].strip_prefix("server ").unwrap()).unwrap();
+    assert_eq!(
+        sent["result"],
+        json!({"roots": [{"uri": "file:///workspace/input/src", "name": "p"}]})
+    );
+    // a second answer to the same id is not translated again: it is an
+    // answer to nothing the relay asked, and passes as any would
+    let late = r#"{"jsonrpc":"2.0","id":"r2","result":{}}"#;
+    assert_eq!(t.host(late), [format!("server {late}")]);
+}
+
+#[test]
+fn a_server_flooding_roots_requests_cannot_make_the_relay_forget_one() {
+    let mut t = T::new(with_paths(), rules(vec![]));
+    for i in 0..super::super::ROOTS_ASKED {
+        let ask = format!(r#"{{"jsonrpc":"2.0","id":{i},"method":"roots/list"}}"#);
+        assert_eq!(t.server(&ask), [format!("host {ask}")]);
+    }
+    // one more is answered by the relay, not sent to the host
+    let extra = r#"{"jsonrpc":"2.0","id":"more","method":"roots/list"}"#;
+    let out = t.server(extra);
+    assert_eq!(out.len(), 1, "{out:?}");
+    assert!(
+        out[0].starts_with("server ") && out[0].contains("-32603"),
+        "{out:?}"
+    );
+    // and the oldest is still translated
+    let answer = r#"{"jsonrpc":"2.0","id":0,"result":{"roots":[{"uri":"file:///home/u/proj"}]}}"#;
+    let out = t.host(answer);
+    assert!(out[0].contains("file:///workspace/input"), "{out:?}");
+}
