@@ -11,7 +11,11 @@
 //! and kgid 65534, the sandbox user's host ids, so inside the sandbox the
 //! caller's files are the sandbox user's own. Nothing else is mapped: a
 //! file of any other host user (nobody included) shows as the overflow id
-//! and is used through its "other" bits, as before.
+//! and is used through its "other" bits, as before. Ownership of root's
+//! files on a read-only mount buys no chmod, chown, utime or link (EROFS);
+//! it does allow what needs no write: `O_NOATIME` and a read lease
+//! (`F_SETLEASE`, which can delay a host writer of the file by
+//! lease-break-time; docs/threat-model.md).
 //!
 //! Only **read-only** mounts are idmapped. Through a writable idmapped
 //! mount whatever the sandbox user creates is stored as uid 0 on disk, with
@@ -189,7 +193,9 @@ fn idmapped_tree(host: &Path, userns: &OwnedFd) -> std::io::Result<OwnedFd> {
 
 /// The compiled bind of `host` at `at`: the `Call::Mount` that
 /// `compile_root` makes for a `Step::Bind` (source under /oldroot, target
-/// under /newroot, `MS_BIND | MS_REC`): its index and target.
+/// under /newroot, `MS_BIND`, with `MS_REC`, which the recursive
+/// `open_tree` stands for): its index and target. The mount attributes
+/// are set by the plan's own step after it, whatever they are.
 fn bind_op(ops: &[RootOp], host: &Path, at: &Path) -> Option<(usize, CString)> {
     let under = |root: &str, p: &Path| {
         sys::cstr(Path::new(root).join(p.strip_prefix("/").unwrap_or(p))).ok()
@@ -197,7 +203,7 @@ fn bind_op(ops: &[RootOp], host: &Path, at: &Path) -> Option<(usize, CString)> {
     let (source, target) = (under("/oldroot", host)?, under("/newroot", at)?);
     let i = ops.iter().position(|op| {
         matches!(&op.call, Call::Mount { source: Some(s), target: t, fstype: None, flags, .. }
-            if *s == source && *t == target && *flags == libc::MS_BIND | libc::MS_REC)
+            if *s == source && *t == target && *flags & libc::MS_BIND != 0)
     })?;
     Some((i, target))
 }
