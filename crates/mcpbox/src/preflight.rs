@@ -121,36 +121,18 @@ impl Loaded {
 
     /// As root, the sandbox user is host uid 65534: it must be able to use
     /// the directories it is given, or the server fails in confusing ways.
+    /// A read-only directory of the caller (uid 0) is exempt: the launch
+    /// shows it through an idmapped mount, where root's files are the
+    /// sandbox user's, and gives this same error itself where the
+    /// filesystem refuses one (`mcpbox_sandbox::idmapped_when_root`).
     fn check_root_access(&self, key: &str, path: &Path, write: bool) -> Result<(), Error> {
-        if !is_root() {
+        if !is_root() || mcpbox_sandbox::idmapped_when_root(path, write) {
             return Ok(());
         }
-        let Ok(meta) = std::fs::metadata(path) else {
-            return Ok(());
-        };
-        let id = mcpbox_sandbox::ROOT_RUN_HOST_ID;
-        let mode = meta.mode();
-        let (r, w, x) = if meta.uid() == id {
-            (0o400, 0o200, 0o100)
-        } else if meta.gid() == id {
-            (0o040, 0o020, 0o010)
-        } else {
-            (0o004, 0o002, 0o001)
-        };
-        let ok = mode & r != 0 && mode & x != 0 && (!write || mode & w != 0);
-        if ok {
-            return Ok(());
+        match mcpbox_sandbox::root_run_access_problem(path, write) {
+            None => Ok(()),
+            Some((problem, hint)) => Err(self.diag(key, problem, hint)),
         }
-        let need = if write {
-            "read, write and search"
-        } else {
-            "read and search"
-        };
-        Err(self.diag(
-            key,
-            format!("{} is not usable by uid {id}: mcpbox runs as root, so the sandbox runs as host uid {id} (nobody), which needs {need} access", path.display()),
-            format!("`chown {id}:{id} {}` or `chmod o+{}x` it, or run mcpbox as an ordinary user", path.display(), if write { "rw" } else { "r" }),
-        ))
     }
 }
 

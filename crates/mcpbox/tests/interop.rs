@@ -1,6 +1,6 @@
 //! Interop: MCP servers and clients nobody here wrote, through `mcpbox run`.
 //! The reference servers (npm: server-everything, server-filesystem; PyPI:
-//! mcp-server-time) run inside the sandbox; the official Python SDK client
+//! mcp-server-time, mcp-server-git) run inside the sandbox; the official Python SDK client
 //! drives them, in both protocol eras. `scripts/install-peers.sh` installs
 //! them (pinned) into .local/peers; `.ci/run` calls it. A missing peer is a
 //! failure, not a skip.
@@ -201,4 +201,57 @@ fn python_time_server_runs_sandboxed_stateless_2026_revision() {
     // mcp-server-time (Python SDK 2.x) speaks the stateless revision:
     // server/discover and per-request _meta pass through the relay.
     time_server("2026-07-28");
+}
+
+/// Issue 11: as root, a root-owned git repository given as the input is
+/// shown through an idmapped mount, so the sandbox user owns it and git
+/// answers instead of refusing "dubious ownership" (before the idmap, the
+/// repository's owner was root and the sandbox user host nobody).
+#[test]
+fn git_server_answers_on_a_root_owned_repository_as_root() {
+    if !common::is_root() {
+        eprintln!(
+            "skipped: the root-owned repository case exists only when mcpbox runs as root \
+             (rootless, the sandbox user is the caller, who owns the repository)"
+        );
+        return;
+    }
+    let ws = Workspace::new();
+    let repo = ws.path().join("repo");
+    std::fs::create_dir(&repo).unwrap();
+    let git = |args: &[&str]| {
+        let out = Command::new("git")
+            .args(["-c", "user.name=root", "-c", "user.email=root@localhost"])
+            .args(args)
+            .current_dir(&repo)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+    };
+    git(&["init", "-q", "-b", "main"]);
+    std::fs::write(repo.join("README"), "root's repository\n").unwrap();
+    git(&["add", "README"]);
+    git(&["commit", "-q", "-m", "first commit from root"]);
+    std::fs::write(repo.join("untracked.txt"), "new\n").unwrap();
+    // root-owned and private, as a repository under /root would be
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&repo, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let venv = peers().join("venv");
+    let policy = format!(
+        "[filesystem]\ninput = \"repo\"\n{}[audit]\npath = \"audit.db\"\n",
+        mount_same_path(&venv)
+    );
+    let server = vec![
+        venv.join("bin/mcp-server-git").display().to_string(),
+        "--repository".into(),
+        "/workspace/input".into(),
+    ];
+    drive(
+        &ws,
+        "git",
+        "legacy",
+        &policy,
+        &server,
+        &[("MCPBOX_INTEROP_REPO", "/workspace/input".into())],
+    );
 }

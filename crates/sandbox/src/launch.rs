@@ -114,6 +114,12 @@ pub(crate) enum Call {
         flags: libc::c_ulong,
         data: Option<CString>,
     },
+    /// move_mount(2) of a detached mount tree the supervisor made (an
+    /// idmapped read-only bind, idmap.rs): replaces the bind's `Mount`.
+    Attach {
+        tree: RawFd,
+        target: CString,
+    },
     /// mount_setattr(AT_RECURSIVE).
     SetAttr {
         target: CString,
@@ -179,6 +185,9 @@ pub(crate) struct Prepared {
     pub(crate) as_root: bool,
     pub(crate) piped: bool,
     pub(crate) abi: i64,
+    /// The detached idmapped trees that `root`'s `Call::Attach` operations
+    /// name, held open until the init has attached them (idmap.rs).
+    pub(crate) idmapped: Vec<OwnedFd>,
 }
 
 fn env_value<'a>(env: &'a [(OsString, OsString)], key: &str) -> Option<&'a OsStr> {
@@ -472,6 +481,7 @@ fn build_root(ops: &[RootOp]) -> Result<(), (usize, std::io::Error)> {
                 *flags,
                 data.as_deref(),
             ),
+            Call::Attach { tree, target } => sys::move_mount_attach(*tree, target),
             Call::SetAttr { target, attrs } => sys::mount_setattr_recursive(target, *attrs),
             Call::Mkdir { path, mode } => match sys::mkdir(path, *mode) {
                 // Made with exactly `mode` (umask 0; mkdir(2) keeps the
@@ -587,6 +597,7 @@ pub(crate) fn prepare(spec: &Spec) -> Result<Prepared> {
         as_root,
         piped: spec.stdio == Stdio::Piped,
         abi,
+        idmapped: Vec::new(),
     })
 }
 
@@ -779,6 +790,9 @@ pub(crate) fn await_exec(sb: &mut Sandbox, report_r: OwnedFd, prepared: &Prepare
 
 fn spawn_full(spec: &Spec) -> Result<Sandbox> {
     let mut prepared = prepare(spec)?;
+    // As root, the caller's read-only directories become idmapped trees,
+    // made here in the host's namespaces and attached by the init.
+    prepared.idmapped = crate::idmap::attach(spec, &mut prepared.root, prepared.as_root)?;
     let mut notes = Vec::new();
     let group = limits_group(spec, &mut prepared, &mut notes)?;
     // The holder joins the group by writing "0" (itself) to each
@@ -904,7 +918,9 @@ fn supervise_startup(
 /// the sandbox user (the only mapping an ordinary user may write,
 /// user_namespaces(7)). As root: inside root maps to host root only so the
 /// init can reach bind sources; the sandbox user maps to host nobody, so
-/// the command never owns a host file it did not create.
+/// the command never owns a host file it did not create (the caller's
+/// read-only directories are shown to it through idmapped mounts instead,
+/// idmap.rs).
 fn write_id_maps(holder: libc::pid_t, as_root: bool) -> Result<()> {
     let dir = PathBuf::from(format!("/proc/{holder}"));
     let w = |file: &str, text: &str| {

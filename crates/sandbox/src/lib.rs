@@ -18,6 +18,7 @@ pub mod cgroup;
 mod degraded;
 pub mod doctor;
 pub mod helper;
+mod idmap;
 mod init;
 mod landlock;
 mod lastmile;
@@ -32,6 +33,7 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
+pub use idmap::{idmapped_when_root, root_run_access_problem};
 pub use launch::{spawn, Sandbox, Status};
 pub use report::ChildStep;
 
@@ -79,7 +81,9 @@ pub fn is_host_root() -> bool {
 /// The uid and gid the command runs as inside the sandbox.
 pub const SANDBOX_UID: u32 = 1000;
 /// The host uid/gid the sandbox user maps to when mcpbox runs as root: never
-/// host root, so that a hostile server owns nothing of the host.
+/// host root, so that a hostile server owns nothing of the host. The
+/// caller's read-only directories are shown to it through idmapped mounts
+/// (on-disk uid 0 appears as this id; see [`idmapped_when_root`]).
 pub const ROOT_RUN_HOST_ID: u32 = 65534;
 
 /// Where things appear inside the sandbox.

@@ -93,8 +93,22 @@ async def time_server(c):
     check(not r.is_error and "UTC" in text_of(r), "get_current_time answers")
 
 
+async def git_server(c):
+    repo = os.environ["MCPBOX_INTEROP_REPO"]
+    tools = {t.name for t in (await c.list_tools()).tools}
+    check("git_status" in tools and "git_log" in tools, "git tools are listed")
+    r = await c.call_tool("git_status", {"repo_path": repo})
+    status = text_of(r)
+    check("dubious ownership" not in status, f"git trusts the root-owned repository: {status[:300]}")
+    check(not r.is_error and "On branch main" in status, f"git_status answers: {status[:300]}")
+    check("untracked.txt" in status, "git_status sees the untracked file")
+    r = await c.call_tool("git_log", {"repo_path": repo, "max_count": 5})
+    log = text_of(r)
+    check(not r.is_error and "first commit from root" in log, f"git_log answers: {log[:300]}")
+
+
 SCENARIOS = {"everything": everything, "filesystem": filesystem, "filesystem_roots": filesystem_roots,
-             "time": time_server}
+             "time": time_server, "git": git_server}
 
 
 async def main():
