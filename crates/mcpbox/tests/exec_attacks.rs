@@ -290,6 +290,23 @@ fn allow_exec_refuses_a_memfd_launch_of_an_unlisted_program() {
 }
 
 #[test]
+fn allow_exec_refuses_a_descriptor_launch_of_an_unlisted_file() {
+    // The same routes for a file opened by path: execveat of an O_PATH
+    // descriptor and /proc/self/fd/N are checked by Landlock as an execve
+    // of the file is. The loader route is the Limitation of
+    // loader_can_still_run_an_unlisted_read_only_system_program.
+    let ws = Workspace::new();
+    let p = allow_only_the_probe(&ws, "");
+    for via in ["fd", "proc"] {
+        let line = ws.probe_line(&p, &["fd-exec", via, "/usr/bin/id"]);
+        assert!(line.starts_with("err 13 start"), "{via}: {line}");
+    }
+    // The listed probe runs that way.
+    let line = ws.probe_line(&p, &["fd-exec", "fd", "/workspace/input/probe"]);
+    assert_eq!(line, "ok ran: file");
+}
+
+#[test]
 fn allow_exec_refuses_a_loader_launch_of_a_program_written_to_tmp() {
     let ws = Workspace::new();
     let p = allow_only_the_probe(&ws, "");

@@ -87,6 +87,58 @@ fn memfd_with_self(flags: libc::c_uint) -> std::io::Result<std::os::fd::OwnedFd>
     Ok(fd)
 }
 
+/// Starts the program open at `fd` with the argument `say WORD` through
+/// `via`: `fd` execveat(fd, "", AT_EMPTY_PATH) (fexecve(3)), `proc`
+/// execve of /proc/self/fd/N, `loader` the dynamic loader given
+/// /proc/self/fd/N; reports as [`report_run`].
+fn run_from_fd(fd: &std::os::fd::OwnedFd, via: &str, word: &'static str) {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::process::CommandExt;
+    let raw = fd.as_raw_fd();
+    let by_path = format!("/proc/self/fd/{raw}");
+    let mut cmd = match via {
+        "fd" => {
+            let mut cmd = std::process::Command::new("/nonexistent");
+            let argv = [cstr("probe"), cstr("say"), cstr(word)];
+            // Runs in the child after stdio is set up: on success the child
+            // becomes the descriptor's program, on failure spawning fails
+            // with execveat's errno.
+            unsafe {
+                cmd.pre_exec(move || {
+                    let ptrs = [
+                        argv[0].as_ptr(),
+                        argv[1].as_ptr(),
+                        argv[2].as_ptr(),
+                        std::ptr::null(),
+                    ];
+                    let env = [std::ptr::null::<libc::c_char>()];
+                    libc::syscall(
+                        libc::SYS_execveat,
+                        raw,
+                        c"".as_ptr(),
+                        ptrs.as_ptr(),
+                        env.as_ptr(),
+                        libc::AT_EMPTY_PATH,
+                    );
+                    Err(errno())
+                })
+            };
+            cmd
+        }
+        "proc" => {
+            let mut cmd = std::process::Command::new(&by_path);
+            cmd.args(["say", word]);
+            cmd
+        }
+        _ => {
+            let mut cmd = std::process::Command::new(LOADER);
+            cmd.args([by_path.as_str(), "say", word]);
+            cmd
+        }
+    };
+    report_run(&mut cmd);
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let action = arg(&args, 1);
@@ -128,63 +180,27 @@ fn main() {
         // `memfd-exec VIA FLAGS`: copies this probe into an anonymous memory
         // file made with FLAGS (0, MFD_NOEXEC_SEAL = 8, MFD_EXEC = 16) and
         // starts it, as a program the allow list does not name, through
-        // VIA: `fd` execveat(fd, "", AT_EMPTY_PATH) (fexecve(3)), `proc`
-        // execve of /proc/self/fd/N, `loader` the dynamic loader given
-        // /proc/self/fd/N.
+        // VIA (see run_from_fd).
         "memfd-exec" => {
-            use std::os::fd::AsRawFd;
-            use std::os::unix::process::CommandExt;
             let flags: libc::c_uint = arg(&args, 3).parse().unwrap_or(0);
-            let fd = match memfd_with_self(flags) {
-                Ok(fd) => fd,
-                Err(e) => {
-                    println!("err {} memfd_create: {e}", e.raw_os_error().unwrap_or(0));
-                    return;
-                }
-            };
-            let raw = fd.as_raw_fd();
-            let by_path = format!("/proc/self/fd/{raw}");
-            let mut cmd = match arg(&args, 2) {
-                "fd" => {
-                    let mut cmd = std::process::Command::new("/nonexistent");
-                    let argv = [cstr("probe"), cstr("say"), cstr("memfd")];
-                    // Runs in the child after stdio is set up: on success the
-                    // child becomes the memfd's program, on failure spawning
-                    // fails with execveat's errno.
-                    unsafe {
-                        cmd.pre_exec(move || {
-                            let ptrs = [
-                                argv[0].as_ptr(),
-                                argv[1].as_ptr(),
-                                argv[2].as_ptr(),
-                                std::ptr::null(),
-                            ];
-                            let env = [std::ptr::null::<libc::c_char>()];
-                            libc::syscall(
-                                libc::SYS_execveat,
-                                raw,
-                                c"".as_ptr(),
-                                ptrs.as_ptr(),
-                                env.as_ptr(),
-                                libc::AT_EMPTY_PATH,
-                            );
-                            Err(errno())
-                        })
-                    };
-                    cmd
-                }
-                "proc" => {
-                    let mut cmd = std::process::Command::new(&by_path);
-                    cmd.args(["say", "memfd"]);
-                    cmd
-                }
-                _ => {
-                    let mut cmd = std::process::Command::new(LOADER);
-                    cmd.args([by_path.as_str(), "say", "memfd"]);
-                    cmd
-                }
-            };
-            report_run(&mut cmd);
+            match memfd_with_self(flags) {
+                Ok(fd) => run_from_fd(&fd, arg(&args, 2), "memfd"),
+                Err(e) => println!("err {} memfd_create: {e}", e.raw_os_error().unwrap_or(0)),
+            }
+        }
+        // `fd-exec VIA PATH`: the same launches of a file opened by path
+        // (O_PATH for `fd`, as fexecve(3) allows, else read-only).
+        "fd-exec" => {
+            use std::os::unix::fs::OpenOptionsExt;
+            let mut open = std::fs::OpenOptions::new();
+            open.read(true);
+            if arg(&args, 2) == "fd" {
+                open.custom_flags(libc::O_PATH);
+            }
+            match open.open(arg(&args, 3)) {
+                Ok(f) => run_from_fd(&std::os::fd::OwnedFd::from(f), arg(&args, 2), "file"),
+                Err(e) => println!("err {} open: {e}", e.raw_os_error().unwrap_or(0)),
+            }
         }
         // `loader PATH ARGS...`: the dynamic loader runs PATH.
         "loader" => report_run(
