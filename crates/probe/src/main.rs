@@ -39,6 +39,106 @@ fn cstr(s: &str) -> std::ffi::CString {
     std::ffi::CString::new(s).unwrap_or_default()
 }
 
+/// The dynamic loader, run as a program: `ld.so FILE ARGS` maps FILE with
+/// mmap and jumps to it, so FILE itself is never execve'd.
+#[cfg(target_arch = "x86_64")]
+const LOADER: &str = "/lib64/ld-linux-x86-64.so.2";
+#[cfg(target_arch = "aarch64")]
+const LOADER: &str = "/lib/ld-linux-aarch64.so.1";
+
+/// Runs `cmd` with its output captured: `ok ran: <its first stdout line>`
+/// when it exited 0, `err <errno> ...` when it could not be started, and
+/// `err 1 ...` with its first stderr line when it failed (the loader
+/// refusing to map a file says why there).
+fn report_run(cmd: &mut std::process::Command) {
+    match cmd.stdin(std::process::Stdio::null()).output() {
+        Err(e) => println!("err {} start: {e}", e.raw_os_error().unwrap_or(0)),
+        Ok(o) if o.status.success() => {
+            let out = String::from_utf8_lossy(&o.stdout);
+            println!("ok ran: {}", out.lines().next().unwrap_or(""));
+        }
+        Ok(o) => {
+            let err = String::from_utf8_lossy(&o.stderr);
+            println!("err 1 {}: {}", o.status, err.lines().next().unwrap_or(""));
+        }
+    }
+}
+
+/// Copies this probe's own executable to `dst`, mode 0755: a program the
+/// allow list does not name, planted where the sandbox can write.
+fn plant(dst: &str) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::copy("/proc/self/exe", dst)?;
+    std::fs::set_permissions(dst, std::fs::Permissions::from_mode(0o755))
+}
+
+/// An anonymous memory file (memfd_create(2) with `flags`) holding a copy
+/// of this probe; not close-on-exec, so that a child can reach it as
+/// /proc/self/fd/N.
+fn memfd_with_self(flags: libc::c_uint) -> std::io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    let fd = unsafe { libc::syscall(libc::SYS_memfd_create, cstr("probe").as_ptr(), flags) };
+    if fd < 0 {
+        return Err(errno());
+    }
+    let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) };
+    let mut file = std::fs::File::from(fd.try_clone()?);
+    std::io::copy(&mut std::fs::File::open("/proc/self/exe")?, &mut file)?;
+    Ok(fd)
+}
+
+/// Starts the program open at `fd` with the argument `say WORD` through
+/// `via`: `fd` execveat(fd, "", AT_EMPTY_PATH) (fexecve(3)), `proc`
+/// execve of /proc/self/fd/N, `loader` the dynamic loader given
+/// /proc/self/fd/N; reports as [`report_run`].
+fn run_from_fd(fd: &std::os::fd::OwnedFd, via: &str, word: &'static str) {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::process::CommandExt;
+    let raw = fd.as_raw_fd();
+    let by_path = format!("/proc/self/fd/{raw}");
+    let mut cmd = match via {
+        "fd" => {
+            let mut cmd = std::process::Command::new("/nonexistent");
+            let argv = [cstr("probe"), cstr("say"), cstr(word)];
+            // Runs in the child after stdio is set up: on success the child
+            // becomes the descriptor's program, on failure spawning fails
+            // with execveat's errno.
+            unsafe {
+                cmd.pre_exec(move || {
+                    let ptrs = [
+                        argv[0].as_ptr(),
+                        argv[1].as_ptr(),
+                        argv[2].as_ptr(),
+                        std::ptr::null(),
+                    ];
+                    let env = [std::ptr::null::<libc::c_char>()];
+                    libc::syscall(
+                        libc::SYS_execveat,
+                        raw,
+                        c"".as_ptr(),
+                        ptrs.as_ptr(),
+                        env.as_ptr(),
+                        libc::AT_EMPTY_PATH,
+                    );
+                    Err(errno())
+                })
+            };
+            cmd
+        }
+        "proc" => {
+            let mut cmd = std::process::Command::new(&by_path);
+            cmd.args(["say", word]);
+            cmd
+        }
+        _ => {
+            let mut cmd = std::process::Command::new(LOADER);
+            cmd.args([by_path.as_str(), "say", word]);
+            cmd
+        }
+    };
+    report_run(&mut cmd);
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let action = arg(&args, 1);
@@ -74,6 +174,76 @@ fn main() {
                 .status()
                 .map(|s| format!("status {s}")),
         ),
+        // Prints its arguments: what a program the tests start prints to
+        // show it ran.
+        "say" => println!("{}", args[2.min(args.len())..].join(" ")),
+        // `memfd-exec VIA FLAGS`: copies this probe into an anonymous memory
+        // file made with FLAGS (0, MFD_NOEXEC_SEAL = 8, MFD_EXEC = 16) and
+        // starts it, as a program the allow list does not name, through
+        // VIA (see run_from_fd).
+        "memfd-exec" => {
+            let flags: libc::c_uint = arg(&args, 3).parse().unwrap_or(0);
+            match memfd_with_self(flags) {
+                Ok(fd) => run_from_fd(&fd, arg(&args, 2), "memfd"),
+                Err(e) => println!("err {} memfd_create: {e}", e.raw_os_error().unwrap_or(0)),
+            }
+        }
+        // `fd-exec VIA PATH`: the same launches of a file opened by path
+        // (O_PATH for `fd`, as fexecve(3) allows, else read-only).
+        "fd-exec" => {
+            use std::os::unix::fs::OpenOptionsExt;
+            let mut open = std::fs::OpenOptions::new();
+            open.read(true);
+            if arg(&args, 2) == "fd" {
+                open.custom_flags(libc::O_PATH);
+            }
+            match open.open(arg(&args, 3)) {
+                Ok(f) => run_from_fd(&std::os::fd::OwnedFd::from(f), arg(&args, 2), "file"),
+                Err(e) => println!("err {} open: {e}", e.raw_os_error().unwrap_or(0)),
+            }
+        }
+        // `loader PATH ARGS...`: the dynamic loader runs PATH.
+        "loader" => report_run(
+            std::process::Command::new(LOADER)
+                .arg(arg(&args, 2))
+                .args(&args[3.min(args.len())..]),
+        ),
+        // `plant-and-load DST`: plants a copy of this probe at DST and has
+        // the dynamic loader run it.
+        "plant-and-load" => match plant(arg(&args, 2)) {
+            Err(e) => println!("err {} plant: {e}", e.raw_os_error().unwrap_or(0)),
+            Ok(()) => report_run(std::process::Command::new(LOADER).args([
+                arg(&args, 2),
+                "say",
+                "planted",
+            ])),
+        },
+        // `plant-and-map DST`: plants a copy of this probe (an ELF file, as
+        // a library is) at DST and maps it as code, as dlopen(3) and
+        // Python's ctypes do.
+        "plant-and-map" => {
+            use std::os::fd::AsRawFd;
+            let mapped = plant(arg(&args, 2))
+                .and_then(|()| std::fs::File::open(arg(&args, 2)))
+                .and_then(|f| {
+                    let p = unsafe {
+                        libc::mmap(
+                            std::ptr::null_mut(),
+                            4096,
+                            libc::PROT_READ | libc::PROT_EXEC,
+                            libc::MAP_PRIVATE,
+                            f.as_raw_fd(),
+                            0,
+                        )
+                    };
+                    if p == libc::MAP_FAILED {
+                        return Err(errno());
+                    }
+                    unsafe { libc::munmap(p, 4096) };
+                    Ok("mapped executable".into())
+                });
+            result(mapped)
+        }
         "status" => {
             let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
             let keep = [

@@ -27,6 +27,11 @@ pub const NOTE: &str = "user namespaces are unavailable here: running in the deg
     (Landlock, seccomp, no_new_privs, rlimits; host paths and /proc are visible read-only, \
     UDP is not blocked, processes that leave the session can outlive mcpbox); see `mcpbox doctor`";
 
+/// What `process.allow_exec` cannot hold in this tier, said on stderr.
+pub const NOTE_ALLOW_EXEC: &str = "allow_exec in the degraded tier: a program written to tmp or \
+    output can still be run through the dynamic loader (ld.so FILE), since no mount can be made \
+    noexec here";
+
 /// Host directories the command may read (and execute) in this tier.
 const SYSTEM_READ: &[&str] = &[
     "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/proc",
@@ -75,6 +80,13 @@ pub fn spawn(spec: &Spec, mut prepared: Prepared, mut notes: Vec<String>) -> Res
         ));
     }
     notes.push(NOTE.into());
+    if spec.allow_exec.is_some() {
+        // No mount namespace, so no mount of ours to make noexec: Landlock
+        // still refuses execve of an unlisted file and seccomp memfd_create,
+        // but the dynamic loader maps what it is given (docs/threat-model.md,
+        // Limitations).
+        notes.push(NOTE_ALLOW_EXEC.into());
+    }
     let tmp = match &spec.tmp_dir {
         Some(dir) => TmpDir(dir.clone(), false),
         None => {

@@ -402,6 +402,15 @@ pub(crate) fn compile_root(steps: &[Step]) -> Result<Vec<RootOp>> {
                     data: None,
                 },
             ),
+            // mount_setattr(AT_RECURSIVE) sets noexec and clears nothing:
+            // the mount keeps its read-write, nosuid and nodev.
+            Step::NoExec { path } => op(
+                format!("noexec {}", path.display()),
+                Call::SetAttr {
+                    target: c(new(path))?,
+                    attrs: sys::MOUNT_ATTR_NOEXEC,
+                },
+            ),
             Step::Chown { path, uid, gid } => op(
                 format!("chown {}", path.display()),
                 Call::Chown {
@@ -593,7 +602,7 @@ pub(crate) fn prepare(spec: &Spec) -> Result<Prepared> {
         command: command_last_mile(rlimits, as_root, last_cap),
         landlock,
         bridge,
-        filter: seccomp::compile(seccomp::RULES),
+        filter: seccomp::compile(&seccomp::rules(spec.allow_exec.is_some())),
         as_root,
         piped: spec.stdio == Stdio::Piped,
         abi,

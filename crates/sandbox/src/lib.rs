@@ -164,7 +164,10 @@ pub struct Spec {
     pub tmp_dir: Option<PathBuf>,
     pub mounts: Vec<BindMount>,
     pub limits: Limits,
-    /// When set, only these paths (inside the sandbox) may be executed.
+    /// When set, only these paths (inside the sandbox) may be executed
+    /// (Landlock), every writable mount is noexec (plan.rs), so that a file
+    /// the command writes cannot be run through the dynamic loader or
+    /// mapped as code either, and `memfd_create` is refused (seccomp.rs).
     pub allow_exec: Option<Vec<PathBuf>>,
     /// Accept the weaker tier (rlimits for memory, no cgroup for cpu).
     pub allow_degraded: bool,

@@ -60,6 +60,15 @@ pub enum Step {
         uid: u32,
         gid: u32,
     },
+    /// Makes the mount at `path` (and its submounts) noexec: execve of a
+    /// file there fails, and so does mapping one as code (mmap with
+    /// PROT_EXEC, mount(8) "noexec"), which is how the dynamic loader and
+    /// dlopen run a file. Right after a writable mount is made, with
+    /// `process.allow_exec`, so that nothing mounted later below it is
+    /// touched.
+    NoExec {
+        path: PathBuf,
+    },
 }
 
 /// What a host path is.
@@ -179,6 +188,16 @@ const DEV_SIZE: u64 = 64 * 1024;
 pub fn plan(spec: &Spec, host: &HostFacts) -> Vec<Step> {
     let mut steps = Vec::new();
     let p = |s: &str| PathBuf::from(s);
+    // With an allow list, nothing the command can write may run: Landlock
+    // refuses execve there, but the dynamic loader (`ld.so FILE`, an execve
+    // of an allowed file) and dlopen map a file with mmap, which Landlock
+    // does not check and a noexec mount refuses. Every writable mount
+    // below is followed by this step.
+    let noexec = |steps: &mut Vec<Step>, path: PathBuf| {
+        if spec.allow_exec.is_some() {
+            steps.push(Step::NoExec { path });
+        }
+    };
 
     // System directories, read-only, or the same symlinks the host has.
     for (dir, kind) in &host.system {
@@ -288,6 +307,7 @@ pub fn plan(spec: &Spec, host: &HostFacts) -> Vec<Step> {
             path: p(OUTPUT),
             access: Access::ReadWrite,
         });
+        noexec(&mut steps, p(OUTPUT));
     }
     steps.push(Step::Dir {
         path: p(TMP),
@@ -309,6 +329,7 @@ pub fn plan(spec: &Spec, host: &HostFacts) -> Vec<Step> {
             mode: 0o755,
         }),
     }
+    noexec(&mut steps, p(TMP));
     steps.push(Step::Dir {
         path: p(HOME),
         mode: 0o700,
@@ -336,6 +357,8 @@ pub fn plan(spec: &Spec, host: &HostFacts) -> Vec<Step> {
             from: p(TMP),
             path: p("/tmp"),
         });
+        // A bind copies the noexec of its source already; said here too.
+        noexec(&mut steps, p("/tmp"));
     } else {
         steps.push(Step::Symlink {
             path: p("/tmp"),
@@ -380,6 +403,9 @@ pub fn plan(spec: &Spec, host: &HostFacts) -> Vec<Step> {
             path: m.at.clone(),
             access,
         });
+        if m.writable {
+            noexec(&mut steps, m.at.clone());
+        }
     }
 
     // The egress proxy's socket directory, when the policy opens egress.
@@ -445,6 +471,7 @@ pub fn plan(spec: &Spec, host: &HostFacts) -> Vec<Step> {
         size: spec.tmp_size,
         mode: 0o1777,
     });
+    noexec(&mut steps, p("/dev/shm"));
     steps
 }
 
@@ -711,6 +738,50 @@ mod tests {
         let passwd = passwd.unwrap_or_default();
         assert_eq!(passwd.lines().count(), 3);
         assert!(passwd.contains("sandbox:x:1000"));
+    }
+
+    #[test]
+    fn with_an_allow_list_every_writable_mount_is_made_noexec_right_after_it() {
+        let mut s = spec();
+        s.mounts.push(BindMount {
+            host: "/host/cache".into(),
+            at: "/tmp/cache".into(),
+            writable: true,
+        });
+        // Without a list, written programs may run (scripts in tmp).
+        let open = plan(&s, &debian());
+        assert!(!open.iter().any(|st| matches!(st, Step::NoExec { .. })));
+        s.allow_exec = Some(vec!["/usr/bin/python3".into()]);
+        let steps = plan(&s, &debian());
+        let noexec: Vec<&Path> = steps
+            .iter()
+            .filter_map(|st| match st {
+                Step::NoExec { path } => Some(path.as_path()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            noexec,
+            [OUTPUT, TMP, "/tmp", "/tmp/cache", "/dev/shm"].map(Path::new)
+        );
+        // Each right after the mount it is for, so that a read-only mount
+        // made later below it keeps its exec.
+        for (i, st) in steps.iter().enumerate() {
+            let Step::NoExec { path } = st else { continue };
+            let made = match &steps[i - 1] {
+                Step::Bind { path, access, .. } => {
+                    assert_eq!(*access, Access::ReadWrite);
+                    path
+                }
+                Step::Tmpfs { path, .. } | Step::Alias { path, .. } => path,
+                other => panic!("{} follows {other:?}", path.display()),
+            };
+            assert_eq!(made, path);
+        }
+        // Every path Landlock lets the command write is covered.
+        for w in writable_paths(&s) {
+            assert!(noexec.contains(&w.as_path()), "{}", w.display());
+        }
     }
 
     #[test]

@@ -166,6 +166,33 @@ pub const RULES: &[Rule] = &[
     rule!(SYS_uselib, EPERM),
 ];
 
+/// Refused on top of [`RULES`] when `process.allow_exec` is set: the ways
+/// a listed program could start an unlisted one without an `execve` that
+/// Landlock checks (docs/threat-model.md, "Exec allowlist").
+pub const ALLOW_EXEC_RULES: &[Rule] = &[
+    // memfd_create: an anonymous memory file lives on the kernel's internal
+    // shmem mount, which Landlock lets through (it checks paths, and an
+    // internal mount has none) and which no mount of ours can make noexec.
+    // So an unlisted program copied into one runs through execveat(fd, "",
+    // AT_EMPTY_PATH), fexecve, `/proc/self/fd/N`, or the dynamic loader
+    // (`ld.so /proc/self/fd/N` maps it with mmap, which neither an
+    // MFD_NOEXEC_SEAL nor vm.memfd_noexec = 2 refuses: they only take the
+    // exec bits away). Refused whatever the flags, with ENOSYS, as on a
+    // kernel before 3.17, so that a program with a fallback (shm_open, a
+    // file in tmp) takes it, and the fallback's file is on a noexec mount.
+    rule!(SYS_memfd_create, ENOSYS),
+];
+
+/// The rules of one sandbox: [`RULES`], plus [`ALLOW_EXEC_RULES`] when
+/// its policy has an `allow_exec` list.
+pub fn rules(allow_exec: bool) -> Vec<Rule> {
+    let mut rules = RULES.to_vec();
+    if allow_exec {
+        rules.extend_from_slice(ALLOW_EXEC_RULES);
+    }
+    rules
+}
+
 #[cfg(target_arch = "x86_64")]
 const AUDIT_ARCH: u32 = 0xc000_003e; // AUDIT_ARCH_X86_64
 #[cfg(target_arch = "aarch64")]
@@ -363,6 +390,25 @@ mod tests {
     fn foreign_architecture_is_killed() {
         let p = compile(RULES);
         assert_eq!(run(&p, 0x4000_0003, 0, [0; 6]), SECCOMP_RET_KILL_PROCESS);
+    }
+
+    #[test]
+    fn memfd_create_is_refused_with_enosys_only_under_an_allow_list() {
+        let nr = libc::SYS_memfd_create as u32;
+        let enosys = SECCOMP_RET_ERRNO | libc::ENOSYS as u32;
+        let open = compile(&rules(false));
+        assert_eq!(run(&open, AUDIT_ARCH, nr, [0; 6]), SECCOMP_RET_ALLOW);
+        let listed = compile(&rules(true));
+        // MFD_CLOEXEC, MFD_EXEC, MFD_NOEXEC_SEAL: refused whatever the flags,
+        // since the loader maps a sealed one just as well.
+        for flags in [0u64, 1, 0x10, 0x8] {
+            assert_eq!(run(&listed, AUDIT_ARCH, nr, [0, flags, 0, 0, 0, 0]), enosys);
+        }
+        // The rest of the list still holds.
+        assert_eq!(
+            run(&listed, AUDIT_ARCH, libc::SYS_mount as u32, [0; 6]),
+            eperm()
+        );
     }
 
     #[cfg(target_arch = "x86_64")]

@@ -187,6 +187,7 @@ struct MountAttr {
 pub const MOUNT_ATTR_RDONLY: u64 = 0x0000_0001;
 pub const MOUNT_ATTR_NOSUID: u64 = 0x0000_0002;
 pub const MOUNT_ATTR_NODEV: u64 = 0x0000_0004;
+pub const MOUNT_ATTR_NOEXEC: u64 = 0x0000_0008;
 
 /// mount_setattr(2) with AT_RECURSIVE: sets attributes on a whole mount
 /// tree at once, so that a read-only bind cannot leave a writable submount
