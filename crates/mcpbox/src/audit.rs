@@ -27,10 +27,11 @@ pub struct Args {
     #[arg(long)]
     pub kind: Option<String>,
     /// From this time: 2026-11-29T10:00:00Z, 2026-11-29, or relative like -1h.
-    #[arg(long)]
+    /// (`--since -1h` as written: a value may start with a hyphen.)
+    #[arg(long, allow_hyphen_values = true)]
     pub since: Option<String>,
     /// Until this time (same forms).
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true)]
     pub until: Option<String>,
     /// At most this many (the newest).
     #[arg(long)]

@@ -346,3 +346,23 @@ fn check_schema_serve_is_the_serve_config_schema() {
     let schema: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(schema["properties"].get("filesystem").is_some());
 }
+
+#[test]
+fn audit_since_takes_a_relative_time_as_the_help_writes_it() {
+    // `--since -1h` once failed with "unexpected argument '-1'": clap read
+    // the value as an option
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("audit.db");
+    let out = run(&[
+        "audit",
+        "--since",
+        "-1h",
+        "--until",
+        "-0s",
+        "--db",
+        db.to_str().unwrap(),
+    ]);
+    let err = stderr(&out);
+    assert!(!err.contains("unexpected argument"), "{err}");
+    assert!(err.contains("no audit log at"), "{err}");
+}
