@@ -121,12 +121,12 @@ impl Loaded {
 
     /// As root, the sandbox user is host uid 65534: it must be able to use
     /// the directories it is given, or the server fails in confusing ways.
-    /// A read-only directory of the caller (uid 0) is exempt: the launch
-    /// shows it through an idmapped mount, where root's files are the
-    /// sandbox user's, and gives this same error itself where the
-    /// filesystem refuses one (`mcpbox_sandbox::idmapped_when_root`).
+    /// A directory of the caller (uid 0) is exempt: the launch shows it
+    /// through an idmapped mount, where root's files are the sandbox
+    /// user's, and gives this same error itself where the filesystem
+    /// refuses one (`mcpbox_sandbox::idmapped_when_root`).
     fn check_root_access(&self, key: &str, path: &Path, write: bool) -> Result<(), Error> {
-        if !is_root() || mcpbox_sandbox::idmapped_when_root(path, write) {
+        if !is_root() || mcpbox_sandbox::idmapped_when_root(path) {
             return Ok(());
         }
         match mcpbox_sandbox::root_run_access_problem(path, write) {

@@ -221,6 +221,46 @@ fn output_is_writable_and_lands_on_the_host() {
 }
 
 #[test]
+fn setting_setuid_or_setgid_bits_on_output_files_is_refused() {
+    // A set-id file left in output keeps its bits on the host, where it
+    // runs as its owner (the caller, or root through a root run's
+    // idmapped output): chmod, fchmod, install -m, a creation mode and
+    // mkdir with a set-id bit are all refused (seccomp), as root and not
+    let ws = Workspace::new();
+    let script = "cp /bin/true /workspace/output/t; \
+        chmod 4755 /workspace/output/t && echo chmod-ran; \
+        chmod g+s /workspace/output/t && echo chmod-g+s-ran; \
+        install -m 2755 /bin/true /workspace/output/i && echo install-ran; \
+        /usr/bin/python3 -c 'import os; os.open(\"/workspace/output/c\", os.O_CREAT | os.O_WRONLY, 0o6755); print(\"open-ran\")'; \
+        /usr/bin/python3 -c 'import os; os.mkdir(\"/workspace/output/d\", 0o2775); print(\"mkdir-ran\")'; \
+        /usr/bin/python3 -c 'import os; os.fchmod(os.open(\"/workspace/output/t\", os.O_RDONLY), 0o4755); print(\"fchmod-ran\")'; \
+        chmod 1777 /workspace/output/t && echo sticky-ok; chmod 755 /workspace/output/t && echo plain-ok";
+    let out = Command::new(mcpbox())
+        .args(["exec", "--policy"])
+        .arg(ws.policy(""))
+        .args(["--", "/bin/sh", "-c", script])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        !stdout.contains("-ran"),
+        "a set-id mode was accepted:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("sticky-ok") && stdout.contains("plain-ok"),
+        "{stdout}"
+    );
+    for f in ["t", "i", "c", "d"] {
+        if let Ok(m) = std::fs::metadata(ws.output().join(f)) {
+            use std::os::unix::fs::MetadataExt;
+            assert_eq!(m.mode() & 0o6000, 0, "{f}: {:o}", m.mode());
+        }
+    }
+}
+
+#[test]
 fn tmp_is_private_empty_and_size_limited() {
     let ws = Workspace::new();
     let p = ws.policy("tmp = \"1MiB\"\n");

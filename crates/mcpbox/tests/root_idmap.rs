@@ -1,9 +1,9 @@
-//! Running as root (issue 11): the caller's read-only directories are shown
-//! through idmapped mounts, so root's own 0700 directories work without a
-//! chmod, and the idmap grants nothing more: read-only stays read-only,
-//! other users' files stay theirs, the output is never idmapped (a setuid
-//! file there would be root's on the host), and a filesystem without
-//! idmapped mounts gets the old clear error.
+//! Running as root (issue 11): the caller's directories are shown through
+//! idmapped mounts, so root's own 0700 directories work without a chmod and
+//! what the server writes to output is root's, and the idmap grants nothing
+//! more: read-only stays read-only, other users' files stay theirs, no
+//! set-id bit can be set (a setuid file in output would be root's on the
+//! host), and a filesystem without idmapped mounts gets the old clear error.
 //!
 //! Root-only: unprivileged, the sandbox user is the caller already and no
 //! idmap is made. Each test says so when it is skipped.
@@ -177,26 +177,81 @@ fn files_of_other_host_users_in_an_idmapped_input_stay_theirs() {
 }
 
 #[test]
-fn a_setuid_file_the_server_makes_in_output_is_never_root_owned_on_the_host() {
-    if skipped("a_setuid_file_the_server_makes_in_output_is_never_root_owned_on_the_host") {
+fn files_the_server_writes_to_output_belong_to_the_caller_as_root() {
+    if skipped("files_the_server_writes_to_output_belong_to_the_caller_as_root") {
         return;
     }
-    // Through an idmapped writable mount this file would be uid 0 on disk
-    // and setuid: a root shell for any local user. The output is a plain
-    // bind, used as host nobody.
+    // A root-owned private output, as root's own directories are: no
+    // chmod, no chown to nobody, and what the server writes is root's.
     let ws = Workspace::new();
+    std::os::unix::fs::chown(ws.output(), Some(0), Some(0)).unwrap();
+    chmod(&ws.output(), 0o700);
     let policy = ws.policy("");
     let out = sh(
         &policy,
-        "cp /bin/true /workspace/output/rootme && chmod 6755 /workspace/output/rootme",
+        "echo report > /workspace/output/r.md && mkdir /workspace/output/d && \
+         echo x > /workspace/output/d/f && stat -c '%u' /workspace/output",
     );
     assert!(out.status.success(), "{}", text(&out));
-    let meta = std::fs::metadata(ws.output().join("rootme")).unwrap();
-    assert_eq!((meta.uid(), meta.gid()), (65534, 65534));
-    // And a root-owned private output is still refused before anything
-    // starts, with the fix.
-    chmod(&ws.output(), 0o700);
+    // inside, the output is the sandbox user's own
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "1000",
+        "{}",
+        text(&out)
+    );
+    for f in ["r.md", "d", "d/f"] {
+        let meta = std::fs::metadata(ws.output().join(f)).unwrap();
+        assert_eq!((meta.uid(), meta.gid()), (0, 0), "{f}");
+    }
+    assert_eq!(
+        std::fs::read_to_string(ws.output().join("r.md")).unwrap(),
+        "report\n"
+    );
+}
+
+#[test]
+fn a_setuid_file_the_server_makes_in_output_is_never_setuid_on_the_host() {
+    if skipped("a_setuid_file_the_server_makes_in_output_is_never_setuid_on_the_host") {
+        return;
+    }
+    // Through the idmapped output this file is uid 0 on disk: with a
+    // setuid bit it would be a root shell for any local user. Every way to
+    // set the bit is refused (chmod, fchmod, a creation mode, mknod, mkdir).
+    let ws = Workspace::new();
     std::os::unix::fs::chown(ws.output(), Some(0), Some(0)).unwrap();
+    let policy = ws.policy("");
+    let out = sh(
+        &policy,
+        "cp /bin/true /workspace/output/rootme; \
+         chmod 6755 /workspace/output/rootme && echo chmod-ran; \
+         chmod u+s /workspace/output/rootme && echo chmod-u+s-ran; \
+         install -m 4755 /bin/true /workspace/output/installed && echo install-ran; \
+         /usr/bin/python3 -c 'import os; fd = os.open(\"/workspace/output/created\", os.O_CREAT | os.O_WRONLY, 0o4755); print(\"open-ran\")'; \
+         /usr/bin/python3 -c 'import os; os.mkdir(\"/workspace/output/sgid\", 0o2775); print(\"mkdir-ran\")'; \
+         /usr/bin/python3 -c 'import os; fd = os.open(\"/workspace/output/rootme\", os.O_RDONLY); os.fchmod(fd, 0o4755); print(\"fchmod-ran\")'; \
+         true",
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        !stdout.contains("-ran"),
+        "a set-id mode was accepted: {}",
+        text(&out)
+    );
+    let meta = std::fs::metadata(ws.output().join("rootme")).unwrap();
+    assert_eq!(meta.uid(), 0, "the output is idmapped: the file is root's");
+    assert_eq!(meta.mode() & 0o6000, 0, "{:o}", meta.mode());
+    for f in ["installed", "created", "sgid"] {
+        if let Ok(m) = std::fs::metadata(ws.output().join(f)) {
+            assert_eq!(m.mode() & 0o6000, 0, "{f}: {:o}", m.mode());
+        }
+    }
+    // And an output that is nobody's (not the caller's) is a plain bind,
+    // used as host nobody; a private one of someone else's is refused
+    // before anything starts, with the fix.
+    std::os::unix::fs::chown(ws.output(), Some(1001), Some(1001)).unwrap();
+    chmod(&ws.output(), 0o700);
     let out = sh(&policy, "true");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(125), "{}", text(&out));
@@ -204,7 +259,6 @@ fn a_setuid_file_the_server_makes_in_output_is_never_root_owned_on_the_host() {
         stderr.contains("filesystem.output") && stderr.contains("not usable by uid 65534"),
         "{stderr}"
     );
-    assert!(stderr.contains("chown 65534:65534"), "{stderr}");
 }
 
 /// Runs `script` (which gets $MCPBOX and $DIR) in a private mount namespace

@@ -13,17 +13,20 @@
 //! file of any other host user (nobody included) shows as the overflow id
 //! and is used through its "other" bits, as before. Ownership of root's
 //! files on a read-only mount buys no chmod, chown, utime or link (EROFS);
-//! it does allow what needs no write: `O_NOATIME` and a read lease
-//! (`F_SETLEASE`, which can delay a host writer of the file by
-//! lease-break-time; docs/threat-model.md).
+//! it does allow what needs no write: `O_NOATIME` (a read lease,
+//! `F_SETLEASE`, which could delay a host writer of the file by
+//! lease-break-time, is refused by seccomp; docs/threat-model.md).
 //!
-//! Only **read-only** mounts are idmapped. Through a writable idmapped
-//! mount whatever the sandbox user creates is stored as uid 0 on disk, with
-//! the mode it chose: `chmod 4755` on its own file would leave a setuid-root
-//! executable on the host (checked on this kernel), a privilege escalation
-//! for any local user who can reach it. The output and writable extra
-//! mounts therefore stay plain binds used as host nobody, with the clear
-//! error of `mcpbox check` when nobody cannot write them.
+//! Writable mounts (the output, `rw` extra mounts) are idmapped too when
+//! root owns them: what the sandbox user creates there is stored as uid 0
+//! on disk, so the caller owns its output. With the mode it chooses,
+//! though: a `chmod 4755` of its own file would leave a setuid-root
+//! executable on the host, a privilege escalation for any local user who
+//! can reach it. The seccomp filter therefore refuses every mode with
+//! S_ISUID or S_ISGID in chmod, open, mknod and mkdir, in every sandbox
+//! (`seccomp::RULES`); openat2, whose mode seccomp cannot read, can make
+//! only an empty set-id file, whose bits the kernel clears on its first
+//! write by a process without CAP_FSETID (docs/threat-model.md).
 //!
 //! The sequence (each step's place found by experiment on Linux 6.18; the
 //! rules are those of mount_setattr(2), open_tree(2), move_mount(2)):
@@ -65,11 +68,11 @@ use crate::sys::{self, Fork};
 use crate::{Error, Result, Spec, ROOT_RUN_HOST_ID};
 
 /// Whether a caller's directory (or file) given to the sandbox is shown
-/// through an idmapped mount when mcpbox runs as root: read-only, and owned
-/// by uid 0, the caller. A directory of anyone else (nobody, say) is not:
-/// the mapping covers uid 0 alone, so it would only hide its owner.
-pub fn idmapped_when_root(host: &Path, writable: bool) -> bool {
-    !writable && std::fs::metadata(host).is_ok_and(|m| m.uid() == 0)
+/// through an idmapped mount when mcpbox runs as root: owned by uid 0, the
+/// caller, read-only or writable. A directory of anyone else (nobody, say)
+/// is not: the mapping covers uid 0 alone, so it would only hide its owner.
+pub fn idmapped_when_root(host: &Path) -> bool {
+    std::fs::metadata(host).is_ok_and(|m| m.uid() == 0)
 }
 
 /// What is wrong with giving `path` to a sandbox whose user is host uid
@@ -113,18 +116,38 @@ pub fn root_run_access_problem(path: &Path, write: bool) -> Option<(String, Stri
     ))
 }
 
-/// The mounts of `spec` that are the caller's and read-only: the input and
-/// the read-only extra mounts, as (host path, path inside).
-fn candidates(spec: &Spec) -> Vec<(PathBuf, PathBuf)> {
+/// One mount to idmap: host path, path inside, writable.
+struct Candidate {
+    host: PathBuf,
+    at: PathBuf,
+    writable: bool,
+}
+
+/// The mounts of `spec` that are the caller's: the input, the output and
+/// the extra mounts owned by uid 0. (A tmp directory is the sandbox's own,
+/// chowned to it by the init, and not a candidate.)
+fn candidates(spec: &Spec) -> Vec<Candidate> {
     let mut out = Vec::new();
-    if let Some(input) = &spec.input {
-        if idmapped_when_root(input, false) {
-            out.push((input.clone(), PathBuf::from(crate::INPUT)));
+    let fixed = [
+        (&spec.input, crate::INPUT, false),
+        (&spec.output, crate::OUTPUT, true),
+    ];
+    for (host, at, writable) in fixed {
+        if let Some(h) = host.as_ref().filter(|h| idmapped_when_root(h)) {
+            out.push(Candidate {
+                host: h.clone(),
+                at: PathBuf::from(at),
+                writable,
+            });
         }
     }
     for m in &spec.mounts {
-        if idmapped_when_root(&m.host, m.writable) {
-            out.push((m.host.clone(), m.at.clone()));
+        if idmapped_when_root(&m.host) {
+            out.push(Candidate {
+                host: m.host.clone(),
+                at: m.at.clone(),
+                writable: m.writable,
+            });
         }
     }
     out
@@ -177,17 +200,15 @@ fn mapping_userns() -> std::io::Result<OwnedFd> {
     }
 }
 
-/// Step 2 for one host path: the detached, idmapped, read-only copy.
-fn idmapped_tree(host: &Path, userns: &OwnedFd) -> std::io::Result<OwnedFd> {
+/// Step 2 for one host path: the detached, idmapped copy, read-only unless
+/// `writable`, nosuid and nodev either way.
+fn idmapped_tree(host: &Path, writable: bool, userns: &OwnedFd) -> std::io::Result<OwnedFd> {
     let tree = sys::open_tree_clone(&sys::cstr(host)?)?;
-    sys::mount_setattr_idmap(
-        tree.as_fd(),
-        sys::MOUNT_ATTR_IDMAP
-            | sys::MOUNT_ATTR_RDONLY
-            | sys::MOUNT_ATTR_NOSUID
-            | sys::MOUNT_ATTR_NODEV,
-        userns.as_fd(),
-    )?;
+    let mut attrs = sys::MOUNT_ATTR_IDMAP | sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV;
+    if !writable {
+        attrs |= sys::MOUNT_ATTR_RDONLY;
+    }
+    sys::mount_setattr_idmap(tree.as_fd(), attrs, userns.as_fd())?;
     Ok(tree)
 }
 
@@ -224,9 +245,9 @@ pub(crate) fn attach(spec: &Spec, ops: &mut [RootOp], as_root: bool) -> Result<V
     }
     let userns = mapping_userns();
     let mut trees = Vec::new();
-    for (host, at) in wanted {
+    for Candidate { host, at, writable } in wanted {
         let made = match &userns {
-            Ok(ns) => idmapped_tree(&host, ns),
+            Ok(ns) => idmapped_tree(&host, writable, ns),
             Err(e) => Err(std::io::Error::new(e.kind(), e.to_string())),
         };
         match made {
@@ -244,11 +265,11 @@ pub(crate) fn attach(spec: &Spec, ops: &mut [RootOp], as_root: bool) -> Result<V
                         target,
                     },
                 };
-                tracing::debug!(host = %host.display(), at = %at.display(), "idmapped read-only mount: on-disk uid 0 is the sandbox user");
+                tracing::debug!(host = %host.display(), at = %at.display(), writable, "idmapped mount: on-disk uid 0 is the sandbox user");
                 trees.push(tree);
             }
             Err(e) => {
-                if let Some((problem, hint)) = root_run_access_problem(&host, false) {
+                if let Some((problem, hint)) = root_run_access_problem(&host, writable) {
                     return Err(Error::setup(
                         format!("idmapped mount of {}", host.display()),
                         std::io::Error::other(format!(
@@ -326,11 +347,15 @@ mod tests {
     }
 
     #[test]
-    fn only_read_only_root_owned_paths_are_candidates() {
+    fn only_root_owned_paths_are_candidates() {
         // / is root's on every host this runs on.
-        assert!(idmapped_when_root(Path::new("/"), false));
-        assert!(!idmapped_when_root(Path::new("/"), true), "never writable");
-        assert!(!idmapped_when_root(Path::new("/nonexistent/x"), false));
+        assert!(idmapped_when_root(Path::new("/")));
+        assert!(!idmapped_when_root(Path::new("/nonexistent/x")));
+        let nobody = tempfile::tempdir().unwrap();
+        if sys::geteuid() == 0 {
+            std::os::unix::fs::chown(nobody.path(), Some(65534), Some(65534)).unwrap();
+            assert!(!idmapped_when_root(nobody.path()));
+        }
     }
 
     #[test]

@@ -48,6 +48,22 @@ const CLONE_NS_FLAGS: u32 = (libc::CLONE_NEWUSER
     | libc::CLONE_NEWCGROUP) as u32
     | 0x80;
 
+/// S_ISUID | S_ISGID (inode(7)).
+const SETID_BITS: u32 = libc::S_ISUID | libc::S_ISGID;
+/// A mode argument, by its position, that carries a set-id bit.
+const SETID_MODE_ARG1: ArgCond = ArgCond::AnyBit {
+    arg: 1,
+    mask: SETID_BITS,
+};
+const SETID_MODE_ARG2: ArgCond = ArgCond::AnyBit {
+    arg: 2,
+    mask: SETID_BITS,
+};
+const SETID_MODE_ARG3: ArgCond = ArgCond::AnyBit {
+    arg: 3,
+    mask: SETID_BITS,
+};
+
 macro_rules! rule {
     ($name:ident, $action:expr) => {
         Rule {
@@ -154,6 +170,45 @@ pub const RULES: &[Rule] = &[
         ArgCond::Equals {
             arg: 1,
             value: libc::TIOCLINUX as u32
+        },
+        EPERM
+    ),
+    // Set-user-ID and set-group-ID bits (chmod(2), open(2), mknod(2),
+    // mkdir(2)): every mount of the sandbox is nosuid, so inside they mean
+    // nothing, but a file the server leaves in output keeps them on the
+    // host, where it runs as its owner: the caller (rootless), or root
+    // itself through the idmapped output of a root run, whose files are
+    // stored as uid 0. So the mode of a chmod, and the creation mode of an
+    // open, mknod or mkdir, may not carry S_ISUID or S_ISGID. openat2
+    // passes its mode in memory, which seccomp cannot read: it can create
+    // an empty set-id file, whose bits the kernel clears on the first write
+    // or truncate by a process without CAP_FSETID, as every sandboxed one
+    // is (docs/threat-model.md, Limitations).
+    rule!(SYS_fchmod, SETID_MODE_ARG1, EPERM),
+    rule!(SYS_fchmodat, SETID_MODE_ARG2, EPERM),
+    rule!(SYS_fchmodat2, SETID_MODE_ARG2, EPERM),
+    rule!(SYS_openat, SETID_MODE_ARG3, EPERM),
+    rule!(SYS_mknodat, SETID_MODE_ARG2, EPERM),
+    rule!(SYS_mkdirat, SETID_MODE_ARG2, EPERM),
+    #[cfg(target_arch = "x86_64")]
+    rule!(SYS_chmod, SETID_MODE_ARG1, EPERM),
+    #[cfg(target_arch = "x86_64")]
+    rule!(SYS_open, SETID_MODE_ARG2, EPERM),
+    #[cfg(target_arch = "x86_64")]
+    rule!(SYS_creat, SETID_MODE_ARG1, EPERM),
+    #[cfg(target_arch = "x86_64")]
+    rule!(SYS_mknod, SETID_MODE_ARG1, EPERM),
+    #[cfg(target_arch = "x86_64")]
+    rule!(SYS_mkdir, SETID_MODE_ARG1, EPERM),
+    // File leases (fcntl(2) F_SETLEASE): a read lease on a file of the
+    // caller's, which an idmapped mount lets the sandbox user own, would
+    // hold up a host process that opens it for writing for up to
+    // lease-break-time (45 s). No server needs one.
+    rule!(
+        SYS_fcntl,
+        ArgCond::Equals {
+            arg: 1,
+            value: libc::F_SETLEASE as u32
         },
         EPERM
     ),
@@ -384,6 +439,39 @@ mod tests {
             run(&p, AUDIT_ARCH, nr, [0, libc::TIOCGWINSZ, 0, 0, 0, 0]),
             SECCOMP_RET_ALLOW
         );
+    }
+
+    #[test]
+    fn set_id_modes_are_refused_plain_modes_allowed() {
+        let p = compile(RULES);
+        let at = |nr: libc::c_long, arg: usize, mode: u64| {
+            let mut args = [0u64; 6];
+            args[arg] = mode;
+            run(&p, AUDIT_ARCH, nr as u32, args)
+        };
+        for (nr, arg) in [
+            (libc::SYS_fchmod, 1),
+            (libc::SYS_fchmodat, 2),
+            (libc::SYS_fchmodat2, 2),
+            (libc::SYS_openat, 3),
+            (libc::SYS_mknodat, 2),
+            (libc::SYS_mkdirat, 2),
+        ] {
+            assert_eq!(at(nr, arg, 0o4755), eperm(), "{nr} setuid");
+            assert_eq!(at(nr, arg, 0o2755), eperm(), "{nr} setgid");
+            assert_eq!(at(nr, arg, 0o1777), SECCOMP_RET_ALLOW, "{nr} sticky");
+            assert_eq!(at(nr, arg, 0o755), SECCOMP_RET_ALLOW, "{nr} plain");
+        }
+    }
+
+    #[test]
+    fn file_leases_are_refused_other_fcntls_allowed() {
+        let p = compile(RULES);
+        let nr = libc::SYS_fcntl as u32;
+        let cmd = |c: i32| run(&p, AUDIT_ARCH, nr, [3, c as u64, 0, 0, 0, 0]);
+        assert_eq!(cmd(libc::F_SETLEASE), eperm());
+        assert_eq!(cmd(libc::F_GETFL), SECCOMP_RET_ALLOW);
+        assert_eq!(cmd(libc::F_SETFD), SECCOMP_RET_ALLOW);
     }
 
     #[test]
