@@ -149,15 +149,24 @@ pub fn is_path_name(name: &str) -> bool {
 
 /// Whether a string value is a path the default rule looks at: absolute,
 /// `~`-relative, a `file://` URI, or with a `..` segment.
+/// Surrounding whitespace is ignored (a server may trim it), and any
+/// `file:` value counts, written with `//` or not.
 fn is_path_like(s: &str) -> bool {
+    let s = s.trim();
     s.starts_with('/')
         || s.starts_with('~')
-        || strip_file_scheme(s).is_some()
+        || is_file_uri(s)
         || s.split(['/', '\\']).any(|seg| seg == "..")
+}
+
+/// Whether `s` starts with the `file:` scheme, in any case.
+fn is_file_uri(s: &str) -> bool {
+    s.get(..5).is_some_and(|h| h.eq_ignore_ascii_case("file:"))
 }
 
 /// The absolute sandbox path a value names, before resolution.
 fn sandbox_text(s: &str) -> Result<String, String> {
+    let s = s.trim();
     if s.is_empty() {
         return Err("empty path".into());
     }
@@ -169,6 +178,9 @@ fn sandbox_text(s: &str) -> Result<String, String> {
     }
     let p = match strip_file_scheme(s) {
         Some(rest) => file_uri_path(rest)?,
+        None if is_file_uri(s) => {
+            return Err("a file URI must be written file:///path".into());
+        }
         None => s.to_string(),
     };
     Ok(if p.starts_with('/') {
@@ -360,7 +372,7 @@ fn default_violation(
     let path_name = is_path_name(name);
     match value {
         Value::String(s) => {
-            let looked_at = (path_name && is_path_like(s)) || strip_file_scheme(s).is_some();
+            let looked_at = (path_name && is_path_like(s)) || is_file_uri(s.trim());
             looked_at
                 .then(|| check_path(s, ws.dirs, ws.resolve).err())
                 .flatten()
@@ -568,6 +580,10 @@ mod tests {
             ("content", "file:///etc/passwd"),
             ("uri", "FILE:///etc/passwd"),
             ("target", "file://localhost/root/x"),
+            ("path", " /etc/passwd"),
+            ("path", "file:/etc/passwd"),
+            ("note", "file:etc/passwd"),
+            ("path", "file:///workspace/%2e%2e/etc/passwd"),
         ] {
             let f = check(&r, "read", json!({ k: v })).unwrap_or_else(|| panic!("{k}={v}"));
             assert_eq!(f.decision.verdict, Verdict::Deny, "{k}={v}");
