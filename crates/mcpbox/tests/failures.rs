@@ -119,3 +119,104 @@ fn exec_injects_secrets_as_run_does_and_refuses_a_missing_source() {
     assert_eq!(out.status.code(), Some(125), "{err}");
     assert!(err.contains("empty value"), "{err}");
 }
+
+/// A script in the workspace whose `#!` interpreter is on the host but not
+/// mounted in the sandbox: execve says ENOENT, which used to read "command
+/// not found" for a program that is plainly there (issue 11). The error
+/// now names the interpreter and the mount to add, in `exec` and `run`
+/// alike, and with that mount the script runs.
+#[test]
+fn a_script_whose_interpreter_is_not_mounted_names_the_interpreter_and_the_mount() {
+    use std::os::unix::fs::PermissionsExt;
+    let ws = Workspace::new();
+    // "a venv" outside every mount: a copy of the host's sh
+    let venv = ws.path().join("venv");
+    std::fs::create_dir_all(venv.join("bin")).unwrap();
+    let sh = venv.join("bin/sh");
+    std::fs::copy("/bin/sh", &sh).unwrap();
+    std::fs::set_permissions(&sh, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let script = ws.input().join("server.sh");
+    std::fs::write(
+        &script,
+        format!("#!{}\necho ran-by-venv-sh\n", sh.display()),
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+
+    let p = ws.policy("[audit]\npath = \"audit.db\"\n");
+    for cmd in ["exec", "run"] {
+        let out = run_mcpbox(
+            &[
+                cmd,
+                "--policy",
+                p.to_str().unwrap(),
+                "--",
+                "/workspace/input/server.sh",
+            ],
+            &ws,
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(127), "{cmd}: {err}");
+        assert!(
+            err.contains("the program /workspace/input/server.sh exists")
+                && err.contains(&format!(
+                    "its interpreter {} is not in the sandbox",
+                    sh.display()
+                ))
+                && err.contains(&format!("add a read-only mount of {}", venv.display())),
+            "{cmd}: {err}"
+        );
+        assert!(!err.contains("command not found"), "{cmd}: {err}");
+    }
+
+    // the mount it asks for is the fix
+    let p = ws.policy(&format!(
+        "[[filesystem.mounts]]\nhost = \"{0}\"\nat = \"{0}\"\n",
+        venv.display()
+    ));
+    let out = run_mcpbox(
+        &[
+            "exec",
+            "--policy",
+            p.to_str().unwrap(),
+            "--",
+            "/workspace/input/server.sh",
+        ],
+        &ws,
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "ran-by-venv-sh\n");
+}
+
+/// The interpreter named by the `#!` line exists nowhere: said so, no
+/// mount suggested.
+#[test]
+fn a_script_whose_interpreter_exists_nowhere_says_so() {
+    use std::os::unix::fs::PermissionsExt;
+    let ws = Workspace::new();
+    let script = ws.input().join("tool");
+    std::fs::write(
+        &script,
+        "#!/nonexistent/mcpbox-test/bin/python3\nprint(1)\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let p = ws.policy("");
+    let out = run_mcpbox(
+        &[
+            "exec",
+            "--policy",
+            p.to_str().unwrap(),
+            "--",
+            "/workspace/input/tool",
+        ],
+        &ws,
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(127), "{err}");
+    assert!(
+        err.contains("its interpreter /nonexistent/mcpbox-test/bin/python3 does not exist"),
+        "{err}"
+    );
+}
