@@ -10,6 +10,7 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 
 use common::{mcpbox, Workspace};
+use serde_json::{json, Value};
 
 fn run_mcpbox(args: &[&str], ws: &Workspace) -> std::process::Output {
     let mut child = Command::new(mcpbox())
@@ -218,5 +219,65 @@ fn a_script_whose_interpreter_exists_nowhere_says_so() {
     assert!(
         err.contains("its interpreter /nonexistent/mcpbox-test/bin/python3 does not exist"),
         "{err}"
+    );
+}
+
+/// `mcpbox run` of `sh -c SCRIPT` that fails after reading the host's
+/// first line (its `initialize`, so that it is in flight): the host's
+/// answer to it.
+fn initialize_error_of_a_failing_server(policy: &str, script: &str, env: &[(&str, &str)]) -> Value {
+    let ws = Workspace::new();
+    let p = ws.policy(policy);
+    let state = ws.path().join("state");
+    let mut env = env.to_vec();
+    env.push(("MCPBOX_STATE_DIR", state.to_str().unwrap()));
+    let mut s = common::mcp::Session::start(&p, &["/bin/sh", "-c", script], &env);
+    let answer = s.request(
+        "initialize",
+        json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}),
+    );
+    let _ = s.child.kill();
+    let _ = s.child.wait();
+    answer
+}
+
+/// Issue 11: a server that exits at start reached the host as "mcp server
+/// exited (status 1)", with the reason only on mcpbox's own stderr, which
+/// a host like an editor hides. Its last stderr lines are now in the error.
+#[test]
+fn a_server_that_exits_at_start_tells_the_host_why() {
+    let answer = initialize_error_of_a_failing_server(
+        "[audit]\npath = \"audit.db\"\n",
+        "read line; echo 'loading config' >&2; echo 'boom: missing config file' >&2; exit 1",
+        &[],
+    );
+    let error = &answer["error"];
+    let message = error["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("exited (status 1)") && message.contains("boom: missing config file"),
+        "{answer}"
+    );
+    assert_eq!(
+        error["data"]["stderr"],
+        json!(["loading config", "boom: missing config file"]),
+        "{answer}"
+    );
+}
+
+/// A crashing server's stderr reaches the host only as mcpbox's stderr
+/// reader redacted it: a secret it prints is never in the error.
+#[test]
+fn a_secret_a_crashing_server_prints_is_redacted_in_the_hosts_error() {
+    let value = "s3cret-crash-value-4242";
+    let answer = initialize_error_of_a_failing_server(
+        "[secrets]\nAPI_TOKEN = { from_env = \"MCPBOX_TEST_CRASH_TOKEN\" }\n",
+        "read line; echo \"fatal: token $API_TOKEN rejected\" >&2; exit 2",
+        &[("MCPBOX_TEST_CRASH_TOKEN", value)],
+    );
+    let text = answer.to_string();
+    assert!(!text.contains(value), "{text}");
+    assert!(
+        text.contains("fatal: token [REDACTED:API_TOKEN] rejected"),
+        "{text}"
     );
 }
