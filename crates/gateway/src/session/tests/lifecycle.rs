@@ -487,3 +487,32 @@ fn exit_checks_of_an_idle_server_back_off_and_a_message_brings_them_back() {
     let wait = t.s.deadline().unwrap() - t.now().mono;
     assert!(wait <= Duration::from_millis(250), "{wait:?}");
 }
+
+/// A server that could not be started (its interpreter missing, say)
+/// leaves the host's held request with the reason, not only "stopped".
+#[test]
+fn a_request_held_for_a_server_that_could_not_start_gets_the_reason() {
+    // a restart's start is the one that fails here: stop, then start 2
+    let secrets = Secrets(vec![Secret {
+        name: "TOKEN".into(),
+        value: "old-secret-value-42".into(),
+        ttl: Some(Duration::from_secs(1)),
+        source: None,
+    }]);
+    let mut t = T::with(config(), rules(vec![]), secrets, None, false);
+    t.after(1_000);
+    t.server_dies(0);
+    t.host(&call(7, "a", json!({})));
+    t.on(Event::ServerStartFailed {
+        gen: 2,
+        error: "cannot run server.py: its interpreter /opt/venv/bin/python is not in the sandbox"
+            .into(),
+    });
+    let err = t.to_host().remove(0);
+    assert_eq!(err["id"], 7);
+    assert_eq!(
+        err["error"]["message"],
+        "mcp server could not be started: cannot run server.py: its interpreter \
+         /opt/venv/bin/python is not in the sandbox"
+    );
+}
