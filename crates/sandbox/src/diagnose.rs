@@ -375,6 +375,15 @@ mod tests {
     }
 
     #[test]
+    fn the_degraded_tiers_host_view_is_explained_on_host_paths() {
+        let dir = tempfile::tempdir().unwrap();
+        let prog = script(dir.path(), "tool", "#!/nonexistent/z/bin/perl\n");
+        let view = [bind(Path::new("/"), "/")];
+        let text = missing_interpreter(&[prog.clone()], &view).unwrap();
+        assert!(text.contains(&prog.display().to_string()) && text.contains("does not exist"));
+    }
+
+    #[test]
     fn a_missing_program_or_one_without_an_interpreter_is_not_explained() {
         let input = tempfile::tempdir().unwrap();
         script(input.path(), "data", "just text\n");

@@ -678,6 +678,13 @@ pub fn spawn(spec: &Spec) -> Result<Sandbox> {
                 "user namespaces unavailable; degraded tier accepted by the policy"
             );
             let mut prepared = prepare(spec)?;
+            // No new root in this tier: the command sees the host's paths,
+            // so an exec failure is explained on those.
+            prepared.view = vec![Step::Bind {
+                host: PathBuf::from("/"),
+                path: PathBuf::from("/"),
+                access: Access::ReadOnly,
+            }];
             let mut notes = Vec::new();
             if let Some(mem) = spec.limits.memory {
                 prepared.command.rlimits.push((libc::RLIMIT_AS, mem));
