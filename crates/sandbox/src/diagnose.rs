@@ -51,12 +51,9 @@ enum Seen {
 pub(crate) fn missing_interpreter(candidates: &[PathBuf], view: &[Step]) -> Option<String> {
     // execvp(3) went on past each candidate that did not exist; the first
     // one that does is the one whose execve failed for its interpreter.
-    let program = candidates
+    let (program, host) = candidates
         .iter()
-        .find(|c| matches!(regular_file(view, c), Some(Seen::Host(_))))?;
-    let Some(Seen::Host(host)) = regular_file(view, program) else {
-        return None;
-    };
+        .find_map(|c| regular_file(view, c).map(|h| (c, h)))?;
     let (interp, what) = interpreter_of(&host)?;
     if !matches!(resolve(view, &interp, MAX_LINKS), Seen::Missing) {
         // It is there: the ENOENT came from further down (the loader of
@@ -81,9 +78,9 @@ pub(crate) fn missing_interpreter(candidates: &[PathBuf], view: &[Step]) -> Opti
 }
 
 /// The host path of `inside` when it is a regular file there.
-fn regular_file(view: &[Step], inside: &Path) -> Option<Seen> {
+fn regular_file(view: &[Step], inside: &Path) -> Option<PathBuf> {
     match resolve(view, inside, MAX_LINKS) {
-        Seen::Host(h) if h.is_file() => Some(Seen::Host(h)),
+        Seen::Host(h) if h.is_file() => Some(h),
         _ => None,
     }
 }
@@ -379,7 +376,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let prog = script(dir.path(), "tool", "#!/nonexistent/z/bin/perl\n");
         let view = [bind(Path::new("/"), "/")];
-        let text = missing_interpreter(&[prog.clone()], &view).unwrap();
+        let text = missing_interpreter(std::slice::from_ref(&prog), &view).unwrap();
         assert!(text.contains(&prog.display().to_string()) && text.contains("does not exist"));
     }
 
