@@ -67,59 +67,75 @@ fn find_head_end(buf: &[u8]) -> Option<usize> {
     buf.windows(4).position(|w| w == b"\r\n\r\n").map(|p| p + 4)
 }
 
-fn is_token(s: &str) -> bool {
-    !s.is_empty()
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
-}
+/// Most header fields accepted in one request head. A head is at most
+/// [`MAX_HEAD`] bytes anyway; this bounds the work per head and matches
+/// hyper's own default (100), with room for proxy clients' extras.
+pub const MAX_HEADERS: usize = 128;
 
 /// Parses a head (including its final empty line) strictly: CRLF line ends,
-/// no obs-fold, no control characters, no whitespace before the colon.
+/// no obs-fold, no control characters, no whitespace before the colon, at
+/// most [`MAX_HEADERS`] fields. The framing fields of a forwarded request
+/// are checked by [`rewrite_absolute`].
+///
+/// The grammar is `httparse`'s (the parser hyper uses). Its defaults already
+/// refuse, for a request: whitespace between a field name and its colon
+/// (RFC 9112 §5.1, a smuggling shape), obs-fold (§5.2: a line that starts
+/// with a space is not a field name), more than one space between the parts
+/// of the request line, a version other than HTTP/1.0 and HTTP/1.1, a method
+/// or field name that is not a token, a target or value with a control
+/// character, and more fields than the slice it is given. What it accepts
+/// and the proxy does not is checked here, before and after it runs:
+/// - a bare LF as a line end (httparse takes `\n` alone, RFC 9112 §2.2
+///   allows it; a proxy and an upstream that split lines differently
+///   disagree about where a field ends, so only CRLF is taken);
+/// - empty lines before the request line (httparse skips them, §2.2);
+/// - bytes after the head's empty line (the caller hands the head alone);
+/// - field values that are obs-text but not UTF-8 (httparse gives bytes).
 pub fn parse_head(head: &[u8]) -> Result<RequestHead, HeadError> {
     let text = std::str::from_utf8(head).map_err(|_| HeadError::Malformed("head is not utf-8"))?;
-    let text = text
-        .strip_suffix("\r\n\r\n")
-        .ok_or(HeadError::Malformed("head does not end with an empty line"))?;
-    let mut lines = text.split("\r\n");
-    let request_line = lines
-        .next()
-        .ok_or(HeadError::Malformed("no request line"))?;
-    let mut parts = request_line.split(' ');
-    let (method, target, version) = match (parts.next(), parts.next(), parts.next(), parts.next()) {
-        (Some(m), Some(t), Some(v), None) => (m, t, v),
-        _ => {
-            return Err(HeadError::Malformed(
-                "request line is not `METHOD TARGET VERSION`",
-            ))
+    if !text.ends_with("\r\n\r\n") {
+        return Err(HeadError::Malformed("head does not end with an empty line"));
+    }
+    // Only CRLF ends a line: every LF must follow a CR. A CR not followed
+    // by LF is refused by httparse itself (it expects LF after every CR).
+    let bytes = text.as_bytes();
+    if bytes
+        .iter()
+        .enumerate()
+        .any(|(i, &b)| b == b'\n' && (i == 0 || bytes[i - 1] != b'\r'))
+    {
+        return Err(HeadError::Malformed("bare line feed in the head"));
+    }
+    if text.starts_with("\r\n") {
+        return Err(HeadError::Malformed("empty line before the request line"));
+    }
+
+    let mut fields = vec![httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut req = httparse::Request::new(&mut fields);
+    let len = match req.parse(head) {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) => {
+            return Err(HeadError::Malformed("head does not end with an empty line"))
         }
+        Err(e) => return Err(HeadError::Malformed(parse_error(e))),
     };
-    if !is_token(method) {
-        return Err(HeadError::Malformed("bad method"));
+    if len != head.len() {
+        return Err(HeadError::Malformed("bytes after the end of the head"));
     }
-    if target.is_empty() || target.bytes().any(|b| b <= b' ' || b == 0x7f) {
-        return Err(HeadError::Malformed("bad request target"));
-    }
-    if version != "HTTP/1.1" && version != "HTTP/1.0" {
-        return Err(HeadError::Malformed("unsupported http version"));
-    }
-    let mut headers = Vec::new();
-    for line in lines {
-        if line.starts_with([' ', '\t']) {
-            return Err(HeadError::Malformed("obsolete header line folding"));
-        }
-        let (name, value) = line
-            .split_once(':')
-            .ok_or(HeadError::Malformed("header line without a colon"))?;
-        if !is_token(name) {
-            return Err(HeadError::Malformed("bad header name"));
-        }
-        if value.bytes().any(|b| (b < b' ' && b != b'\t') || b == 0x7f) {
-            return Err(HeadError::Malformed("control character in a header value"));
-        }
-        headers.push((
-            name.to_string(),
-            value.trim_matches([' ', '\t']).to_string(),
-        ));
+    let (Some(method), Some(target), Some(minor)) = (req.method, req.path, req.version) else {
+        return Err(HeadError::Malformed("no request line"));
+    };
+    let version = match minor {
+        0 => "HTTP/1.0",
+        1 => "HTTP/1.1",
+        _ => return Err(HeadError::Malformed("unsupported http version")),
+    };
+
+    let mut headers = Vec::with_capacity(req.headers.len());
+    for field in req.headers.iter() {
+        let value = std::str::from_utf8(field.value)
+            .map_err(|_| HeadError::Malformed("header value is not utf-8"))?;
+        headers.push((field.name.to_string(), value.to_string()));
     }
     Ok(RequestHead {
         method: method.to_string(),
@@ -127,6 +143,20 @@ pub fn parse_head(head: &[u8]) -> Result<RequestHead, HeadError> {
         version: version.to_string(),
         headers,
     })
+}
+
+/// httparse's error, said as the part of the head that is wrong.
+fn parse_error(e: httparse::Error) -> &'static str {
+    match e {
+        httparse::Error::HeaderName => "bad header name",
+        httparse::Error::HeaderValue => "control character in a header value",
+        httparse::Error::NewLine => "bad line ending",
+        httparse::Error::Token => "request line is not `METHOD TARGET VERSION`",
+        httparse::Error::Version => "unsupported http version",
+        httparse::Error::TooManyHeaders => "too many header fields",
+        // A request has no status; any other error is a malformed head.
+        _ => "malformed request head",
+    }
 }
 
 /// A checked host: a lowercase DNS name or an IP literal.
@@ -284,27 +314,37 @@ pub fn rewrite_absolute(req: &RequestHead) -> Result<Forward, HeadError> {
         path.to_string()
     };
 
+    // The body is streamed as sent, so its framing is the upstream's to
+    // read; two framings an upstream may read differently are refused here
+    // (RFC 9112 §6.3: Transfer-Encoding with Content-Length, or an invalid
+    // Content-Length, is a request smuggling shape the recipient rejects).
     let mut named: Vec<String> = Vec::new();
-    let mut content_lengths: Vec<&str> = Vec::new();
+    let mut content_length = false;
     let mut chunked = false;
     for (name, value) in &req.headers {
         if name.eq_ignore_ascii_case("connection") {
             named.extend(value.split(',').map(|v| v.trim().to_ascii_lowercase()));
         }
         if name.eq_ignore_ascii_case("content-length") {
-            content_lengths.push(value);
+            // RFC 9110 §8.6: `Content-Length = 1*DIGIT`. A list ("3, 3"),
+            // a sign or a second field is refused rather than interpreted
+            // (httparse hands values over unread).
+            if content_length {
+                return Err(HeadError::Malformed("more than one content-length header"));
+            }
+            if value.is_empty() || !value.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(HeadError::Malformed("content-length is not a number"));
+            }
+            content_length = true;
         }
         if name.eq_ignore_ascii_case("transfer-encoding") {
             chunked = true;
         }
     }
-    if chunked && !content_lengths.is_empty() {
+    if chunked && content_length {
         return Err(HeadError::Malformed(
             "both content-length and transfer-encoding",
         ));
-    }
-    if content_lengths.windows(2).any(|w| w[0] != w[1]) {
-        return Err(HeadError::Malformed("conflicting content-length headers"));
     }
 
     let host_header = if port == 80 {
@@ -433,6 +473,61 @@ mod tests {
             "POST http://a/ HTTP/1.1\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n",
         );
         assert!(rewrite_absolute(&h).is_err());
+    }
+
+    #[test]
+    fn shapes_httparse_accepts_are_still_malformed() {
+        let many: String = (0..=MAX_HEADERS).map(|i| format!("X-{i}: v\r\n")).collect();
+        let too_many = format!("GET http://a/ HTTP/1.1\r\n{many}\r\n");
+        for bad in [
+            // bare LF ending a field line (httparse takes it as a line end)
+            "GET http://a/ HTTP/1.1\r\nX: y\nZ: w\r\n\r\n",
+            // empty lines before the request line (httparse skips them)
+            "\r\nGET http://a/ HTTP/1.1\r\n\r\n",
+            // a second request after the head's empty line
+            "GET http://a/ HTTP/1.1\r\n\r\nGET http://b/ HTTP/1.1\r\n\r\n",
+            // bare CR, NUL and DEL inside a value
+            "GET http://a/ HTTP/1.1\r\nX: a\rb\r\n\r\n",
+            "GET http://a/ HTTP/1.1\r\nX: a\0b\r\n\r\n",
+            "GET http://a/ HTTP/1.1\r\nX: a\x7fb\r\n\r\n",
+            // tab or trailing space in the request line
+            "GET\thttp://a/ HTTP/1.1\r\n\r\n",
+            "GET http://a/ HTTP/1.1 \r\n\r\n",
+            // obs-fold on the first field, empty field name
+            "GET http://a/ HTTP/1.1\r\n X: a\r\n\r\n",
+            "GET http://a/ HTTP/1.1\r\n: a\r\n\r\n",
+            too_many.as_str(),
+        ] {
+            assert!(parse_head(bad.as_bytes()).is_err(), "{bad:?}");
+        }
+        let at_limit: String = (0..MAX_HEADERS).map(|i| format!("X-{i}: v\r\n")).collect();
+        let h = head(&format!("GET http://a/ HTTP/1.1\r\n{at_limit}\r\n"));
+        assert_eq!(h.headers.len(), MAX_HEADERS);
+        let h = head("GET http://a/ HTTP/1.1\r\nX:  \tspaced out\t \r\nY:\r\n\r\n");
+        assert_eq!(
+            h.headers,
+            [
+                ("X".into(), "spaced out".into()),
+                ("Y".into(), String::new())
+            ]
+        );
+    }
+
+    #[test]
+    fn content_length_that_two_parsers_could_read_differently_is_refused() {
+        for bad in [
+            "POST http://a/ HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\n",
+            "POST http://a/ HTTP/1.1\r\nContent-Length: 3\r\ncontent-length: 4\r\n\r\n",
+            "POST http://a/ HTTP/1.1\r\nContent-Length: 3, 3\r\n\r\n",
+            "POST http://a/ HTTP/1.1\r\nContent-Length: +3\r\n\r\n",
+            "POST http://a/ HTTP/1.1\r\nContent-Length: 0x3\r\n\r\n",
+            "POST http://a/ HTTP/1.1\r\nContent-Length:\r\n\r\n",
+            "POST http://a/ HTTP/1.1\r\nTransfer-Encoding: chunked\r\ncontent-length: 3\r\n\r\n",
+        ] {
+            assert!(rewrite_absolute(&head(bad)).is_err(), "{bad:?}");
+        }
+        let ok = head("POST http://a/ HTTP/1.1\r\nContent-Length: 003\r\n\r\n");
+        assert!(rewrite_absolute(&ok).is_ok());
     }
 
     #[test]

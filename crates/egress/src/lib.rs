@@ -13,6 +13,12 @@
 //! CONNECT host, relays through fixed 64 KiB buffers, and writes one audit
 //! record per connection, with package names for known registries.
 //!
+//! Request heads are parsed by `httparse` (the HTTP/1 parser under hyper,
+//! fuzzed and maintained there, no dependencies of its own) rather than by
+//! hand; the proxy adds the rules it needs on top (CRLF only, nothing
+//! before the request line, at most 128 fields, one numeric
+//! `Content-Length` and never with `Transfer-Encoding`), see `http.rs`.
+//!
 //! Limitations (what this does not stop): classic domain fronting by the
 //! HTTP `Host` header inside TLS (the proxy cannot see inside TLS; it only
 //! checks SNI); a client that uses Encrypted Client Hello with an outer name

@@ -613,6 +613,32 @@ fn malformed_request_is_the_clients_fault() {
     assert!(h.connector.attempts.lock().unwrap().is_empty());
 }
 
+/// Request smuggling shapes that an upstream and the proxy could frame
+/// differently never reach an upstream: a repeated or non-numeric
+/// Content-Length, a bare LF line end, too many fields.
+#[test]
+fn smuggling_heads_never_reach_an_upstream() {
+    let h = start(
+        allow(&["api.test"]),
+        resolver(&[("api.test", &["1.1.1.1"])]),
+    );
+    let many: String = (0..200).map(|i| format!("X-{i}: v\r\n")).collect();
+    for req in [
+        "POST http://api.test/ HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\nabc"
+            .to_string(),
+        "POST http://api.test/ HTTP/1.1\r\nContent-Length: 3, 3\r\n\r\nabc".to_string(),
+        "GET http://api.test/ HTTP/1.1\r\nX: y\nHost: api.test\r\n\r\n".to_string(),
+        format!("GET http://api.test/ HTTP/1.1\r\n{many}\r\n"),
+    ] {
+        let mut s = TcpStream::connect(h.addr).unwrap();
+        s.write_all(req.as_bytes()).unwrap();
+        let head = read_head(&mut s);
+        assert_eq!(status(&head), 400, "{req:?}");
+        assert_eq!(header(&head, "X-Mcpbox-Fault"), Some("client"));
+    }
+    assert!(h.connector.attempts.lock().unwrap().is_empty());
+}
+
 #[test]
 fn unreachable_upstream_is_a_502_naming_the_upstream() {
     let h = start(

@@ -229,6 +229,8 @@ pub fn fuzz_session(data: &[u8]) {
             13 => Event::StderrClosed {
                 gen,
                 redactions: vec![("TOKEN".into(), 1)],
+                // as if the reader had missed it: the core redacts again
+                tail: vec![format!("fatal: {SECRET} {}", ops.word())],
             },
             14 => match ops.byte().unwrap_or(0) % 8 {
                 0 => Event::Host(Line::Eof),

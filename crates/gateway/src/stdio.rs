@@ -12,7 +12,9 @@
 //!   lines to the server's stdin (see below), signals the server, and
 //!   queues audit records. No lock is held while it does.
 //! - **stderr reader**: the server's stderr lines are redacted and handed
-//!   to the [`StderrHandler`] there; they never reach the MCP stream.
+//!   to the [`StderrHandler`] there; they never reach the MCP stream, but
+//!   for the last few (redacted) in the error of a request the server
+//!   left unanswered when it exited.
 //! - **server stdin writer**: so that a server that stops reading blocks
 //!   only its own pipe, never the driver. Our end of that pipe is
 //!   non-blocking (`O_NONBLOCK`, set at attach): while the writer has
@@ -140,8 +142,10 @@ impl Relay {
 
     /// Sets where the server's stderr lines go (server name, line). By
     /// default they are logged with `tracing` (target
-    /// `mcpbox::server_stderr`); they never enter the MCP stream. Lines
-    /// are already redacted and stripped of terminal escapes.
+    /// `mcpbox::server_stderr`); they never enter the MCP stream (the last
+    /// few, redacted, come with the error of a request left unanswered when
+    /// the server exits, whatever the handler). Lines are already redacted
+    /// and stripped of terminal escapes.
     pub fn stderr_handler(mut self, handler: StderrHandler) -> Relay {
         self.stderr = handler;
         self

@@ -10,6 +10,7 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 
 use common::{mcpbox, Workspace};
+use serde_json::{json, Value};
 
 fn run_mcpbox(args: &[&str], ws: &Workspace) -> std::process::Output {
     let mut child = Command::new(mcpbox())
@@ -118,4 +119,165 @@ fn exec_injects_secrets_as_run_does_and_refuses_a_missing_source() {
     let (out, err) = exec(Some(""), &["/bin/true"]);
     assert_eq!(out.status.code(), Some(125), "{err}");
     assert!(err.contains("empty value"), "{err}");
+}
+
+/// A script in the workspace whose `#!` interpreter is on the host but not
+/// mounted in the sandbox: execve says ENOENT, which used to read "command
+/// not found" for a program that is plainly there (issue 11). The error
+/// now names the interpreter and the mount to add, in `exec` and `run`
+/// alike, and with that mount the script runs.
+#[test]
+fn a_script_whose_interpreter_is_not_mounted_names_the_interpreter_and_the_mount() {
+    use std::os::unix::fs::PermissionsExt;
+    let ws = Workspace::new();
+    // "a venv" outside every mount: a copy of the host's sh
+    let venv = ws.path().join("venv");
+    std::fs::create_dir_all(venv.join("bin")).unwrap();
+    let sh = venv.join("bin/sh");
+    std::fs::copy("/bin/sh", &sh).unwrap();
+    std::fs::set_permissions(&sh, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let script = ws.input().join("server.sh");
+    std::fs::write(
+        &script,
+        format!("#!{}\necho ran-by-venv-sh\n", sh.display()),
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+
+    let p = ws.policy("[audit]\npath = \"audit.db\"\n");
+    for cmd in ["exec", "run"] {
+        let out = run_mcpbox(
+            &[
+                cmd,
+                "--policy",
+                p.to_str().unwrap(),
+                "--",
+                "/workspace/input/server.sh",
+            ],
+            &ws,
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(127), "{cmd}: {err}");
+        assert!(
+            err.contains("the program /workspace/input/server.sh exists")
+                && err.contains(&format!(
+                    "its interpreter {} is not in the sandbox",
+                    sh.display()
+                ))
+                && err.contains(&format!("add a read-only mount of {}", venv.display())),
+            "{cmd}: {err}"
+        );
+        assert!(!err.contains("command not found"), "{cmd}: {err}");
+    }
+
+    // the mount it asks for is the fix
+    let p = ws.policy(&format!(
+        "[[filesystem.mounts]]\nhost = \"{0}\"\nat = \"{0}\"\n",
+        venv.display()
+    ));
+    let out = run_mcpbox(
+        &[
+            "exec",
+            "--policy",
+            p.to_str().unwrap(),
+            "--",
+            "/workspace/input/server.sh",
+        ],
+        &ws,
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "ran-by-venv-sh\n");
+}
+
+/// The interpreter named by the `#!` line exists nowhere: said so, no
+/// mount suggested.
+#[test]
+fn a_script_whose_interpreter_exists_nowhere_says_so() {
+    use std::os::unix::fs::PermissionsExt;
+    let ws = Workspace::new();
+    let script = ws.input().join("tool");
+    std::fs::write(
+        &script,
+        "#!/nonexistent/mcpbox-test/bin/python3\nprint(1)\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let p = ws.policy("");
+    let out = run_mcpbox(
+        &[
+            "exec",
+            "--policy",
+            p.to_str().unwrap(),
+            "--",
+            "/workspace/input/tool",
+        ],
+        &ws,
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(127), "{err}");
+    assert!(
+        err.contains("its interpreter /nonexistent/mcpbox-test/bin/python3 does not exist"),
+        "{err}"
+    );
+}
+
+/// `mcpbox run` of `sh -c SCRIPT` that fails after reading the host's
+/// first line (its `initialize`, so that it is in flight): the host's
+/// answer to it.
+fn initialize_error_of_a_failing_server(policy: &str, script: &str, env: &[(&str, &str)]) -> Value {
+    let ws = Workspace::new();
+    let p = ws.policy(policy);
+    let state = ws.path().join("state");
+    let mut env = env.to_vec();
+    env.push(("MCPBOX_STATE_DIR", state.to_str().unwrap()));
+    let mut s = common::mcp::Session::start(&p, &["/bin/sh", "-c", script], &env);
+    let answer = s.request(
+        "initialize",
+        json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}),
+    );
+    let _ = s.child.kill();
+    let _ = s.child.wait();
+    answer
+}
+
+/// Issue 11: a server that exits at start reached the host as "mcp server
+/// exited (status 1)", with the reason only on mcpbox's own stderr, which
+/// a host like an editor hides. Its last stderr lines are now in the error.
+#[test]
+fn a_server_that_exits_at_start_tells_the_host_why() {
+    let answer = initialize_error_of_a_failing_server(
+        "[audit]\npath = \"audit.db\"\n",
+        "read line; echo 'loading config' >&2; echo 'boom: missing config file' >&2; exit 1",
+        &[],
+    );
+    let error = &answer["error"];
+    let message = error["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("exited (status 1)") && message.contains("boom: missing config file"),
+        "{answer}"
+    );
+    assert_eq!(
+        error["data"]["stderr"],
+        json!(["loading config", "boom: missing config file"]),
+        "{answer}"
+    );
+}
+
+/// A crashing server's stderr reaches the host only as mcpbox's stderr
+/// reader redacted it: a secret it prints is never in the error.
+#[test]
+fn a_secret_a_crashing_server_prints_is_redacted_in_the_hosts_error() {
+    let value = "s3cret-crash-value-4242";
+    let answer = initialize_error_of_a_failing_server(
+        "[secrets]\nAPI_TOKEN = { from_env = \"MCPBOX_TEST_CRASH_TOKEN\" }\n",
+        "read line; echo \"fatal: token $API_TOKEN rejected\" >&2; exit 2",
+        &[("MCPBOX_TEST_CRASH_TOKEN", value)],
+    );
+    let text = answer.to_string();
+    assert!(!text.contains(value), "{text}");
+    assert!(
+        text.contains("fatal: token [REDACTED:API_TOKEN] rejected"),
+        "{text}"
+    );
 }

@@ -870,3 +870,39 @@ fn two_clients_with_one_token_are_refused_at_start() {
         "the same token as another client",
     );
 }
+
+/// Issue 11, through the gateway: a server that exits before answering
+/// `initialize` gives the client its last (redacted) stderr lines in the
+/// error, as `mcpbox run` does, not only "exited (status 1)".
+#[test]
+fn a_server_that_exits_at_start_tells_the_client_why() {
+    let failing = Server {
+        name: "failing",
+        command: vec![
+            "/bin/sh".into(),
+            "-c".into(),
+            "read line; echo 'boom: missing config file' >&2; exit 1".into(),
+        ],
+        policy: "",
+    };
+    let gw = Gateway::start("", &[failing]);
+    let mut m = gw.mcp("failing", Some(ALICE));
+    let msg = m.message(
+        "initialize",
+        json!({"protocolVersion": "2025-11-25", "capabilities": {},
+               "clientInfo": {"name": "t", "version": "0"}}),
+    );
+    let r = m.post(&msg);
+    let answer = r.json();
+    let message = answer["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("exited (status 1)") && message.contains("boom: missing config file"),
+        "{} {answer}",
+        r.status
+    );
+    assert_eq!(
+        answer["error"]["data"]["stderr"],
+        json!(["boom: missing config file"]),
+        "{answer}"
+    );
+}

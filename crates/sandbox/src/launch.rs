@@ -178,6 +178,9 @@ pub(crate) struct Prepared {
     pub(crate) root: Vec<RootOp>,
     pub(crate) args: sys::ExecArgs,
     pub(crate) candidates: Vec<CString>,
+    /// The mount plan the root is built from, kept to explain an exec
+    /// failure afterwards (`diagnose.rs`).
+    pub(crate) view: Vec<Step>,
     pub(crate) command: LastMile,
     pub(crate) landlock: landlock::Plan,
     pub(crate) bridge: Option<BridgePrep>,
@@ -595,10 +598,12 @@ pub(crate) fn prepare(spec: &Spec) -> Result<Prepared> {
         socket: Path::new(crate::EGRESS_DIR).join("egress.sock"),
         last: bridge_last_mile(as_root, last_cap),
     });
+    let view = plan::plan(spec, &facts);
     Ok(Prepared {
-        root: compile_root(&plan::plan(spec, &facts))?,
+        root: compile_root(&view)?,
         args: sys::ExecArgs::new(argv, envp),
         candidates: exec_candidates(argv0, &spec.env)?,
+        view,
         command: command_last_mile(rlimits, as_root, last_cap),
         landlock,
         bridge,
@@ -693,6 +698,13 @@ pub fn spawn(spec: &Spec) -> Result<Sandbox> {
                 "user namespaces unavailable; degraded tier accepted by the policy"
             );
             let mut prepared = prepare(spec)?;
+            // No new root in this tier: the command sees the host's paths,
+            // so an exec failure is explained on those.
+            prepared.view = vec![Step::Bind {
+                host: PathBuf::from("/"),
+                path: PathBuf::from("/"),
+                access: Access::ReadOnly,
+            }];
             let mut notes = Vec::new();
             if let Some(mem) = spec.limits.memory {
                 prepared.command.rlimits.push((libc::RLIMIT_AS, mem));
@@ -778,13 +790,43 @@ pub(crate) fn child_error(record: Record, root: &[RootOp], argv0: &CString) -> E
     }
 }
 
+/// A "not found" of a program that is there is its interpreter's: the
+/// error then names the interpreter and the mount to add
+/// (`diagnose.rs`, run here in the supervisor, after the fact).
+pub(crate) fn explain_exec(error: Error, prepared: &Prepared) -> Error {
+    match error {
+        Error::Exec {
+            command,
+            detail,
+            code: 127,
+        } => {
+            let candidates: Vec<PathBuf> = prepared
+                .candidates
+                .iter()
+                .map(|c| PathBuf::from(OsStr::from_bytes(c.as_bytes())))
+                .collect();
+            let detail =
+                crate::diagnose::missing_interpreter(&candidates, &prepared.view).unwrap_or(detail);
+            Error::Exec {
+                command,
+                detail,
+                code: 127,
+            }
+        }
+        other => other,
+    }
+}
+
 /// Reads the report pipe to EOF (the command's execve closed it); a record
 /// before that is a failed step, and the start is undone.
 pub(crate) fn await_exec(sb: &mut Sandbox, report_r: OwnedFd, prepared: &Prepared) -> Result<()> {
     let failure = match report::read(report_r.as_raw_fd()) {
         Err(e) => Some(Error::setup("reading the report pipe", e)),
         Ok(None) => None,
-        Ok(Some(r)) => Some(child_error(r, &prepared.root, &prepared.args.argv()[0])),
+        Ok(Some(r)) => Some(explain_exec(
+            child_error(r, &prepared.root, &prepared.args.argv()[0]),
+            prepared,
+        )),
     };
     match failure {
         None => Ok(()),
@@ -919,7 +961,10 @@ fn supervise_startup(
     // 3. EOF: every write end is closed, the last one by execve.
     match next()? {
         None => Ok(()),
-        Some(r) => Err(child_error(r, &prepared.root, argv0)),
+        Some(r) => Err(explain_exec(
+            child_error(r, &prepared.root, argv0),
+            prepared,
+        )),
     }
 }
 

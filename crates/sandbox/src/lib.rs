@@ -16,6 +16,7 @@
 
 pub mod cgroup;
 mod degraded;
+mod diagnose;
 pub mod doctor;
 pub mod helper;
 mod idmap;

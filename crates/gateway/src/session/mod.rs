@@ -129,6 +129,11 @@ pub enum Event {
         gen: u32,
         /// `(secret name, count)` for each secret found.
         redactions: Vec<(String, usize)>,
+        /// Its last lines, redacted and sanitized as logged (at most
+        /// [`supervise::STDERR_TAIL_LINES`] lines of
+        /// [`supervise::STDERR_TAIL_BYTES`] bytes in all, oldest first):
+        /// the error of a request the server never answered carries them.
+        tail: Vec<String>,
     },
     /// [`Session::deadline`] has passed.
     Timer,
@@ -467,7 +472,11 @@ impl Session {
             Event::ServerExited { gen, exit } => self.server_exited(gen, exit),
             Event::ServerStarted { gen, secrets } => self.server_started(gen, secrets),
             Event::ServerStartFailed { gen, error } => self.server_start_failed(gen, &error),
-            Event::StderrClosed { gen, redactions } => self.stderr_closed(gen, redactions),
+            Event::StderrClosed {
+                gen,
+                redactions,
+                tail,
+            } => self.stderr_closed(gen, redactions, tail),
             Event::Timer => {}
             Event::Approval { key, answer } => self.approval_answered(key, answer),
             Event::ArgumentsChecked { key, check } => {

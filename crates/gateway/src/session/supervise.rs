@@ -28,10 +28,12 @@
 //!   [`Event::Wake`]) starts the next generation on the same workspace,
 //!   replays `initialize` and then sends what the host sent, as a TTL
 //!   restart does; the host sees only latency.
-//! - **end**: when the server is down for good, calls in flight are answered
-//!   with [`CODE_SERVER_EXITED`], the stderr reader gets up to
-//!   [`STDERR_WAIT`] to report its redactions, then the last audit records
-//!   and [`Effect::End`].
+//! - **end**: when the server is down for good, the stderr reader gets up
+//!   to [`STDERR_WAIT`] to report its redactions and its last lines, then
+//!   the requests in flight are answered with [`CODE_SERVER_EXITED`] and
+//!   those lines (a server that exits at start says why: "boom: missing
+//!   config file", not only "exited (status 1)"), then the last audit
+//!   records and [`Effect::End`].
 //!
 //! [`Event::ServerStarted`]: super::Event::ServerStarted
 //! [`Event::Park`]: super::Event::Park
@@ -48,6 +50,7 @@ use super::calls::Pending;
 use super::{outcome, Effect, Session};
 use crate::launcher::ExitInfo;
 use crate::message::{id_key, to_line, IdKey, Message, Shape};
+use crate::redact::{find_credentials, redact_credentials};
 use crate::secrets::Secrets;
 use crate::{EndReason, CODE_SERVER_EXITED, CODE_SERVER_RESTARTING};
 
@@ -64,6 +67,14 @@ pub const FAST_POLL: Duration = Duration::from_millis(5);
 pub const DRAIN: Duration = Duration::from_millis(500);
 /// How long the stderr reader may take to report after the server is down.
 pub const STDERR_WAIT: Duration = Duration::from_secs(1);
+/// Most lines of the server's stderr kept for the error of a request it
+/// never answered.
+pub const STDERR_TAIL_LINES: usize = 10;
+/// Most bytes of those lines, all together.
+pub const STDERR_TAIL_BYTES: usize = 2048;
+/// Most bytes of one of them (a longer line is cut), so that one long line
+/// does not crowd out the others.
+pub const STDERR_TAIL_LINE_BYTES: usize = 512;
 /// How long a restarted server may take to answer the replayed
 /// `initialize` before held messages are sent anyway.
 pub const REINIT_WAIT: Duration = Duration::from_secs(10);
@@ -106,6 +117,10 @@ pub(crate) struct Supervisor {
     /// The current interval between exit checks (backs off while idle).
     poll: Duration,
     stderr_closed: bool,
+    /// The last stderr lines of the current generation, once it closed.
+    stderr_tail: Vec<String>,
+    /// Why the current generation could not be started.
+    start_error: Option<String>,
     /// When the shortest secret TTL runs out.
     ttl_due: Option<Instant>,
     /// The stop under way is a TTL restart.
@@ -137,6 +152,8 @@ impl Supervisor {
             next_check: now,
             poll: EXIT_POLL,
             stderr_closed: false,
+            stderr_tail: Vec::new(),
+            start_error: None,
             ttl_due: None,
             restarting: false,
             parking: false,
@@ -207,6 +224,8 @@ impl Session {
         s.terminated = None;
         s.killed = false;
         s.stderr_closed = false;
+        s.stderr_tail.clear();
+        s.start_error = None;
         s.reinit = None;
         let gen = s.gen;
         self.out.push(Effect::StartServer {
@@ -258,6 +277,7 @@ impl Session {
         tracing::error!(server = %self.config.server_name, error, "starting the server failed");
         self.server.stdout_closed = true;
         self.server.stderr_closed = true;
+        self.server.start_error = Some(error.to_string());
         self.server.restarting = false;
         self.server_down();
     }
@@ -283,7 +303,12 @@ impl Session {
         }
     }
 
-    pub(super) fn stderr_closed(&mut self, gen: u32, redactions: Vec<(String, usize)>) {
+    pub(super) fn stderr_closed(
+        &mut self,
+        gen: u32,
+        redactions: Vec<(String, usize)>,
+        tail: Vec<String>,
+    ) {
         for (name, count) in redactions {
             if count > 0 {
                 self.audit(Kind::Redaction, |e| {
@@ -295,6 +320,7 @@ impl Session {
         }
         if gen == self.server.gen {
             self.server.stderr_closed = true;
+            self.server.stderr_tail = bounded_tail(tail);
         }
     }
 
@@ -470,8 +496,19 @@ impl Session {
                 continue;
             };
             if let (Shape::Request, Some(id)) = (msg.shape, msg.id()) {
-                let data = json!({"reason": reason.as_str()});
-                self.host_error(id, CODE_SERVER_EXITED, "mcp server stopped", Some(data));
+                let mut data = json!({"reason": reason.as_str()});
+                // Why it never got there: the start's error, or what the
+                // server said on stderr before it exited.
+                let tail = self.stderr_tail();
+                let text = match &self.server.start_error {
+                    Some(e) => format!("mcp server could not be started: {e}"),
+                    None if !tail.is_empty() => {
+                        data["stderr"] = json!(tail);
+                        with_tail("mcp server stopped".into(), &tail)
+                    }
+                    None => "mcp server stopped".to_string(),
+                };
+                self.host_error(id, CODE_SERVER_EXITED, &text, Some(data));
             }
         }
     }
@@ -610,11 +647,8 @@ impl Session {
             return;
         }
         self.server.parking = false;
-        self.answer_inflight(info.unwrap_or(ExitInfo {
-            code: None,
-            signal: None,
-        }));
-        self.refuse_held(Reason::ServerExited);
+        // The requests in flight are answered in `finish`, once stderr has
+        // closed (or [`STDERR_WAIT`] passed): its last lines say why.
         let reason = if self.host.gone {
             EndReason::HostGone
         } else if self.host.closed.is_some() {
@@ -630,16 +664,22 @@ impl Session {
     }
 
     /// Every request in flight gets [`CODE_SERVER_EXITED`] (and a call its
-    /// audit record); so does every call waiting for approval.
+    /// audit record), with the server's last stderr lines when it has
+    /// them; so does every call waiting for approval.
     fn answer_inflight(&mut self, info: ExitInfo) {
-        let msg = format!("mcp server exited ({info})");
+        let tail = self.stderr_tail();
+        let msg = with_tail(format!("mcp server exited ({info})"), &tail);
         for f in self.calls.drain() {
             if let Pending::ToolsCall(call) = f.pending {
                 self.record_call(call, Reason::ServerExited, |e| {
                     e.exit_status = Some(info.status());
                 });
             }
-            let data = json!({"reason": Reason::ServerExited.as_str(), "status": info.status()});
+            let mut data =
+                json!({"reason": Reason::ServerExited.as_str(), "status": info.status()});
+            if !tail.is_empty() {
+                data["stderr"] = json!(tail);
+            }
             self.host_error(&f.id, CODE_SERVER_EXITED, &msg, Some(data));
         }
         for id in self.approvals.drain_ids() {
@@ -648,13 +688,42 @@ impl Session {
         }
     }
 
-    /// The last records and the end.
+    /// The server's last stderr lines as the host may see them: redacted
+    /// of secret values and sanitized by the reader, redacted again here
+    /// (the reader's redactor may be a generation old; this one knows every
+    /// value, current and retired), and of credential shapes too when
+    /// results are (`redact_credential_shapes`).
+    fn stderr_tail(&self) -> Vec<String> {
+        let redact = self.config.redact_credential_shapes;
+        let redactor = &self.redaction.redactor;
+        let mut counts = vec![0; redactor.names().len()];
+        self.server
+            .stderr_tail
+            .iter()
+            .map(|line| {
+                let line = redactor.redact_str(line, &mut counts).into_owned();
+                let hits = find_credentials(&line);
+                if redact && !hits.is_empty() {
+                    redact_credentials(&line, &hits)
+                } else {
+                    line
+                }
+            })
+            .collect()
+    }
+
+    /// The requests still owed an answer, the last records and the end.
     fn finish(&mut self) {
         let reason = self
             .server
             .ending
             .map_or(EndReason::ServerExited, |(r, _)| r);
         let info = self.server.exited;
+        self.answer_inflight(info.unwrap_or(ExitInfo {
+            code: None,
+            signal: None,
+        }));
+        self.refuse_held(Reason::ServerExited);
         self.audit(Kind::ServerExit, |e| {
             e.exit_status = info.map(|i| i.status());
             e.reason = Some(
@@ -715,4 +784,41 @@ impl Session {
         }
         d
     }
+}
+
+/// An error message with the server's last stderr lines after it.
+fn with_tail(mut msg: String, tail: &[String]) -> String {
+    if !tail.is_empty() {
+        msg.push_str("; its last stderr lines:\n");
+        msg.push_str(&tail.join("\n"));
+    }
+    msg
+}
+
+/// `tail` within [`STDERR_TAIL_LINES`], [`STDERR_TAIL_LINE_BYTES`] and
+/// [`STDERR_TAIL_BYTES`]: the newest lines kept, a longer line cut at a
+/// character boundary. The reader keeps it so; the core checks again.
+pub fn bounded_tail(mut tail: Vec<String>) -> Vec<String> {
+    if tail.len() > STDERR_TAIL_LINES {
+        tail.drain(..tail.len() - STDERR_TAIL_LINES);
+    }
+    let mut budget = STDERR_TAIL_BYTES;
+    let mut kept = Vec::with_capacity(tail.len());
+    for mut line in tail.into_iter().rev() {
+        if budget == 0 {
+            break;
+        }
+        let room = budget.min(STDERR_TAIL_LINE_BYTES);
+        if line.len() > room {
+            let mut cut = room;
+            while !line.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            line.truncate(cut);
+        }
+        budget -= line.len();
+        kept.push(line);
+    }
+    kept.reverse();
+    kept
 }

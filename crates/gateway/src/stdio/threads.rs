@@ -3,6 +3,7 @@
 //! in order), the launcher (starts each server generation off the
 //! driver's loop), and the session nonce.
 
+use std::collections::VecDeque;
 use std::io::Read;
 use std::sync::mpsc::{self, Sender};
 use std::sync::Arc;
@@ -17,6 +18,7 @@ use crate::launcher::Launcher;
 use crate::redact::StreamRedactor;
 use crate::screen::sanitize;
 use crate::secrets::Secrets;
+use crate::session::supervise::{bounded_tail, STDERR_TAIL_LINES, STDERR_TAIL_LINE_BYTES};
 use crate::session::{Event, Record};
 use crate::Result;
 
@@ -32,24 +34,44 @@ pub(super) fn spawn_stderr(
         let names = redactor.names().to_vec();
         let mut stream = StreamRedactor::new(redactor, 8 * 1024);
         let mut buf = [0u8; 8192];
-        let log = |line: &[u8]| {
+        // The last lines, as logged (redacted, sanitized), for the error
+        // of a request the server leaves unanswered; bounded as it goes.
+        let mut tail: VecDeque<String> = VecDeque::with_capacity(STDERR_TAIL_LINES + 1);
+        let mut log = |line: &[u8]| {
             let text = String::from_utf8_lossy(line);
             let (clean, _) = sanitize(&text);
             handler(&server, &clean);
+            let mut kept = clean.into_owned();
+            if kept.len() > STDERR_TAIL_LINE_BYTES {
+                let mut cut = STDERR_TAIL_LINE_BYTES;
+                while !kept.is_char_boundary(cut) {
+                    cut -= 1;
+                }
+                kept.truncate(cut);
+            }
+            if tail.len() == STDERR_TAIL_LINES {
+                tail.pop_front();
+            }
+            tail.push_back(kept);
         };
         loop {
             match stderr.read(&mut buf) {
                 Ok(0) | Err(_) => break,
-                Ok(n) => stream.push(&buf[..n], log),
+                Ok(n) => stream.push(&buf[..n], &mut log),
             }
         }
-        stream.finish(log);
+        stream.finish(&mut log);
+        let tail = bounded_tail(tail.into());
         let redactions = names
             .into_iter()
             .zip(stream.counts.iter().copied())
             .filter(|(_, c)| *c > 0)
             .collect();
-        let _ = inbox.send(Input::Event(Event::StderrClosed { gen, redactions }));
+        let _ = inbox.send(Input::Event(Event::StderrClosed {
+            gen,
+            redactions,
+            tail,
+        }));
     })?;
     Ok(())
 }

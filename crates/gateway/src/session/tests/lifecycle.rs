@@ -40,31 +40,109 @@ fn crash_with_calls_in_flight_answers_each_and_audits_it() {
     let mut t = T::new(config(), rules(vec![]));
     t.host(&call(1, "a", json!({})));
     t.host(&call(2, "b", json!({})));
-    let mut out = t.server_dies(3);
-    out.sort();
+    // the answers wait (bounded) for stderr: its last lines say why
+    assert_eq!(t.server_dies(3), Vec::<String>::new());
+    let mut out = t.on(Event::StderrClosed {
+        gen: 1,
+        redactions: vec![("TOKEN".into(), 2)],
+        tail: vec![],
+    });
+    // the calls in flight are answered in no particular order
+    out[1..5].sort();
     assert_eq!(
         out,
         s(&[
+            "audit Redaction redaction.secret",
             "audit ToolCall allow server.exited",
             "audit ToolCall allow server.exited",
             "host error -31002 server.exited id=1",
             "host error -31002 server.exited id=2",
-        ])
-    );
-    // the end waits (bounded) for stderr's last redaction records
-    assert_eq!(
-        t.on(Event::StderrClosed {
-            gen: 1,
-            redactions: vec![("TOKEN".into(), 2)]
-        }),
-        s(&[
-            "audit Redaction redaction.secret",
             "audit ServerExit server.exited",
             "audit SessionEnd",
             "end ServerExited"
         ])
     );
     assert!(t.s.is_ended() && t.s.deadline().is_none());
+}
+
+/// Issue 11: a server that exits at start reached the host as "mcp
+/// server exited (status 1)" and nothing else; its last stderr lines (as
+/// the reader redacted them) now come with the error, in the message and
+/// in `data.stderr`.
+#[test]
+fn a_server_that_exits_before_answering_says_why_in_the_error() {
+    let mut t = T::new(config(), rules(vec![]));
+    t.host(r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}"#);
+    t.server_dies(1);
+    t.on(Event::StderrClosed {
+        gen: 1,
+        redactions: vec![],
+        tail: vec!["starting".into(), "boom: missing config file".into()],
+    });
+    let err = t.to_host().remove(0);
+    assert_eq!(err["id"], 1);
+    assert_eq!(
+        err["error"]["message"],
+        "mcp server exited (status 1); its last stderr lines:\nstarting\nboom: missing config file"
+    );
+    assert_eq!(
+        err["error"]["data"]["stderr"],
+        json!(["starting", "boom: missing config file"])
+    );
+}
+
+/// A server whose stderr stays open (a grandchild holds it) still has its
+/// requests answered, without lines, once [`STDERR_WAIT`] passed.
+#[test]
+fn the_answers_wait_for_stderr_no_longer_than_stderr_wait() {
+    let mut t = T::new(config(), rules(vec![]));
+    t.host(&call(1, "a", json!({})));
+    t.server_dies(1);
+    assert_eq!(t.after(999), Vec::<String>::new());
+    assert_eq!(
+        t.after(1),
+        s(&[
+            "audit ToolCall allow server.exited",
+            "host error -31002 server.exited id=1",
+            "audit ServerExit server.exited",
+            "audit SessionEnd",
+            "end ServerExited"
+        ])
+    );
+}
+
+#[test]
+fn the_stderr_tail_is_bounded_and_credential_shapes_are_redacted() {
+    use crate::session::supervise::{
+        bounded_tail, STDERR_TAIL_BYTES, STDERR_TAIL_LINES, STDERR_TAIL_LINE_BYTES,
+    };
+    let many: Vec<String> = (0..50).map(|i| format!("line {i}")).collect();
+    let kept = bounded_tail(many);
+    assert_eq!(kept.len(), STDERR_TAIL_LINES);
+    assert_eq!(kept.last().unwrap(), "line 49");
+    let long: Vec<String> = (0..10).map(|_| "é".repeat(1000)).collect();
+    let kept = bounded_tail(long);
+    assert!(kept.iter().all(|l| l.len() <= STDERR_TAIL_LINE_BYTES));
+    assert!(kept.iter().map(String::len).sum::<usize>() <= STDERR_TAIL_BYTES);
+
+    let cfg = Config {
+        redact_credential_shapes: true,
+        ..config()
+    };
+    let mut t = T::new(cfg, rules(vec![]));
+    t.host(&call(1, "a", json!({})));
+    t.server_dies(1);
+    let key = "AKIAIOSFODNN7EXAMPLE";
+    t.on(Event::StderrClosed {
+        gen: 1,
+        redactions: vec![],
+        tail: vec![format!("crashed with key {key}")],
+    });
+    let text = json!(t.to_host()).to_string();
+    assert!(
+        text.contains("crashed with key") && !text.contains(key),
+        "{text}"
+    );
 }
 
 #[test]
@@ -108,6 +186,7 @@ fn host_gone_ends_the_session_as_such() {
     out.extend(t.on(Event::StderrClosed {
         gen: 1,
         redactions: vec![],
+        tail: vec![],
     }));
     assert_eq!(
         out,
@@ -407,4 +486,33 @@ fn exit_checks_of_an_idle_server_back_off_and_a_message_brings_them_back() {
     t.host(&call(1, "a", json!({})));
     let wait = t.s.deadline().unwrap() - t.now().mono;
     assert!(wait <= Duration::from_millis(250), "{wait:?}");
+}
+
+/// A server that could not be started (its interpreter missing, say)
+/// leaves the host's held request with the reason, not only "stopped".
+#[test]
+fn a_request_held_for_a_server_that_could_not_start_gets_the_reason() {
+    // a restart's start is the one that fails here: stop, then start 2
+    let secrets = Secrets(vec![Secret {
+        name: "TOKEN".into(),
+        value: "old-secret-value-42".into(),
+        ttl: Some(Duration::from_secs(1)),
+        source: None,
+    }]);
+    let mut t = T::with(config(), rules(vec![]), secrets, None, false);
+    t.after(1_000);
+    t.server_dies(0);
+    t.host(&call(7, "a", json!({})));
+    t.on(Event::ServerStartFailed {
+        gen: 2,
+        error: "cannot run server.py: its interpreter /opt/venv/bin/python is not in the sandbox"
+            .into(),
+    });
+    let err = t.to_host().remove(0);
+    assert_eq!(err["id"], 7);
+    assert_eq!(
+        err["error"]["message"],
+        "mcp server could not be started: cannot run server.py: its interpreter \
+         /opt/venv/bin/python is not in the sandbox"
+    );
 }

@@ -285,3 +285,24 @@ fn secret_in_a_requested_host_name_is_redacted_from_the_network_question() {
     assert!(!sent.contains("s3cr3t"), "{sent}");
     assert!(sent.contains("[REDACTED:TOKEN].evil.example"), "{sent}");
 }
+
+/// The stderr tail in a server-exited error is redacted by the reader;
+/// the core redacts it again, so a line the reader let through (a
+/// generation-old redactor, a bug) still never carries a secret.
+#[test]
+fn secret_in_the_stderr_tail_of_an_exited_server_is_redacted_again() {
+    let mut t = secret_session();
+    t.host(&call(1, "a", json!({})));
+    t.server_dies(1);
+    t.on(Event::StderrClosed {
+        gen: 1,
+        redactions: vec![],
+        tail: vec!["fatal: token s3cr3t-value-0123456789 refused".into()],
+    });
+    let sent = json!(t.to_host()).to_string();
+    assert!(!sent.contains("s3cr3t"), "{sent}");
+    assert!(
+        sent.contains("fatal: token [REDACTED:TOKEN] refused"),
+        "{sent}"
+    );
+}
