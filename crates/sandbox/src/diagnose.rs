@@ -207,7 +207,7 @@ fn resolve(view: &[Step], inside: &Path, links: u32) -> Seen {
             | Step::Proc { path } => (path, true),
             Step::Symlink { path, .. } => (path, true),
             Step::Dir { path, .. } | Step::File { path, .. } => (path, false),
-            Step::Chown { .. } => continue,
+            Step::Chown { .. } | Step::NoExec { .. } => continue,
         };
         let holds = if subtree {
             inside.starts_with(path)
