@@ -46,6 +46,14 @@ pub enum Error {
         /// What was wrong with it.
         what: String,
     },
+    /// The audit key file holds no key.
+    #[error("audit key {path}: {what}")]
+    BadKey {
+        /// The key file.
+        path: PathBuf,
+        /// What is wrong with it.
+        what: &'static str,
+    },
     /// An event could not be serialized.
     #[error("audit event serialization: {0}")]
     Json(#[from] serde_json::Error),

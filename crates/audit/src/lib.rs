@@ -18,6 +18,8 @@
 //! sizes and names are stored.
 #![forbid(unsafe_code)]
 
+mod anchor;
+pub use anchor::HeadKey;
 mod canonical;
 pub use canonical::canonical_json;
 mod error;

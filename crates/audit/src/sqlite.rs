@@ -15,9 +15,13 @@
 //! `prev_hash` is 64 zeros. A `chain_head` row holds the last seq and hash,
 //! updated in the same transaction, so deleting the newest rows shows too.
 //! [`SqliteStore::verify`] walks the chain and names the first broken seq.
-//! Limitation: someone who can write the file and recomputes every hash after
-//! an edit is not caught by the chain alone; keep a copy of
-//! [`VerifyReport::head_hash`] elsewhere to anchor it.
+//! Someone who can write the file and recomputes every hash after an edit,
+//! or deletes the newest rows and points the head at the new last one, has
+//! a valid chain again: a store given a [`HeadKey`] also signs the head
+//! (`chain_head.mac`, anchor.rs), and [`SqliteStore::verify_with`] checks
+//! that signature with the key, kept outside the database. What is still
+//! not caught: the whole file put back as an older copy of itself; keep a
+//! copy of [`VerifyReport::head_hash`] elsewhere for that.
 //!
 //! Write errors in [`Sink::record`]: logged with `tracing`, and the event is
 //! kept in a bounded in-memory queue that the next successful write flushes
@@ -37,11 +41,11 @@ use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 
 use crate::canonical::{chain_hash, record_json, GENESIS};
 use crate::pending::{write_through, Pending};
-use crate::{Durability, Error, Event, Query, Result, Sink};
+use crate::{Durability, Error, Event, HeadKey, Query, Result, Sink};
 
 /// The schema version this build writes. Stored in the `schema_version`
 /// table; a database from a newer build is refused rather than misread.
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 /// How long a write waits for another process holding the write lock.
 const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -78,6 +82,8 @@ const MIGRATIONS: &[&str] = &[
         seq  INTEGER NOT NULL,
         hash TEXT NOT NULL
      );",
+    // 1 -> 2: the head's MAC (anchor.rs), NULL where no key was given.
+    "ALTER TABLE chain_head ADD COLUMN mac TEXT;",
 ];
 
 const SELECT_COLUMNS: &str = "seq, time_ms, kind, sandbox_id, workspace_id, server, caller, tool, \
@@ -110,8 +116,13 @@ pub struct VerifyReport {
     /// `chain.prev_mismatch` (row does not follow its predecessor),
     /// `chain.hash_mismatch` (row edited), `chain.undecodable_row`,
     /// `chain.tail_missing` (newest rows deleted), `chain.head_mismatch`,
-    /// `chain.head_missing`.
+    /// `chain.head_missing`; with a key, `chain.head_unsigned` (the head
+    /// has no MAC) and `chain.head_forged` (its MAC is not the key's: the
+    /// head was rewritten, newest rows deleted with it).
     pub reason: Option<&'static str>,
+    /// Whether the head's MAC was checked and holds: `None` when no key was
+    /// given, or the log is empty.
+    pub head_signed: Option<bool>,
 }
 
 impl VerifyReport {
@@ -132,6 +143,8 @@ pub struct SqliteStore {
 struct Inner {
     conn: Connection,
     pending: Pending,
+    /// The key of the head's MAC, when the store signs its head.
+    key: Option<HeadKey>,
 }
 
 impl SqliteStore {
@@ -182,8 +195,17 @@ impl SqliteStore {
             inner: Mutex::new(Inner {
                 conn,
                 pending: Pending::default(),
+                key: None,
             }),
         })
+    }
+
+    /// Signs the chain head with `key` on every write from now on
+    /// (anchor.rs), so that a rewritten head shows in
+    /// [`SqliteStore::verify_with`].
+    pub fn with_head_key(self, key: HeadKey) -> SqliteStore {
+        self.lock().key = Some(key);
+        self
     }
 
     /// The database file's path.
@@ -216,10 +238,10 @@ impl SqliteStore {
         let mut guard = self.lock();
         let inner = &mut *guard;
         while let Some(front) = inner.pending.front() {
-            append_row(&mut inner.conn, front)?;
+            append_row(&mut inner.conn, front, inner.key.as_ref())?;
             inner.pending.pop_front();
         }
-        append_row(&mut inner.conn, &event)
+        append_row(&mut inner.conn, &event, inner.key.as_ref())
     }
 
     /// Writes the events queued by failed `record` calls; returns how many
@@ -228,7 +250,7 @@ impl SqliteStore {
         let mut guard = self.lock();
         let inner = &mut *guard;
         while let Some(front) = inner.pending.front() {
-            append_row(&mut inner.conn, front)?;
+            append_row(&mut inner.conn, front, inner.key.as_ref())?;
             inner.pending.pop_front();
         }
         Ok(inner.pending.len())
@@ -310,7 +332,15 @@ impl SqliteStore {
     }
 
     /// Walks the whole hash chain in seq order and reports the first break.
+    /// The head's MAC is not checked: see [`SqliteStore::verify_with`].
     pub fn verify(&self) -> Result<VerifyReport> {
+        self.verify_with(None)
+    }
+
+    /// [`SqliteStore::verify`], and with `key` the head's MAC too: a head
+    /// rewritten after its newest rows were deleted (a valid chain again)
+    /// is `chain.head_forged`, a head without a MAC `chain.head_unsigned`.
+    pub fn verify_with(&self, key: Option<&HeadKey>) -> Result<VerifyReport> {
         let mut guard = self.lock();
         // One read transaction: a consistent snapshot even while other
         // processes append.
@@ -323,6 +353,7 @@ impl SqliteStore {
             head_hash: GENESIS.to_owned(),
             first_broken_seq: None,
             reason: None,
+            head_signed: None,
         };
         let mut expected_seq: i64 = 1;
         {
@@ -363,26 +394,43 @@ impl SqliteStore {
             }
         }
         let last_seq = expected_seq - 1;
-        let head: Option<(i64, String)> = tx
-            .query_row("SELECT seq, hash FROM chain_head WHERE id = 1", [], |r| {
-                Ok((r.get(0)?, r.get(1)?))
-            })
+        let head: Option<(i64, String, Option<String>)> = tx
+            .query_row(
+                "SELECT seq, hash, mac FROM chain_head WHERE id = 1",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
             .optional()
             .map_err(Error::sqlite("read chain head"))?;
-        match head {
+        match &head {
             None if last_seq > 0 => {
                 report.first_broken_seq = Some(last_seq);
                 report.reason = Some("chain.head_missing");
             }
-            Some((seq, _)) if seq > last_seq => {
+            Some((seq, _, _)) if *seq > last_seq => {
                 report.first_broken_seq = Some(last_seq + 1);
                 report.reason = Some("chain.tail_missing");
             }
-            Some((seq, hash)) if seq != last_seq || hash != report.head_hash => {
-                report.first_broken_seq = Some(seq.max(1));
+            Some((seq, hash, _)) if *seq != last_seq || *hash != report.head_hash => {
+                report.first_broken_seq = Some((*seq).max(1));
                 report.reason = Some("chain.head_mismatch");
             }
-            _ => {}
+            Some((seq, hash, mac)) => {
+                if let Some(k) = key.filter(|_| last_seq > 0) {
+                    let signed = mac.as_deref().is_some_and(|m| k.verify(*seq, hash, m));
+                    report.head_signed = Some(signed);
+                    if !signed {
+                        // what follows the last row we have is what is gone
+                        report.first_broken_seq = Some(seq + 1);
+                        report.reason = Some(if mac.is_none() {
+                            "chain.head_unsigned"
+                        } else {
+                            "chain.head_forged"
+                        });
+                    }
+                }
+            }
+            None => {}
         }
         Ok(report)
     }
@@ -396,8 +444,9 @@ impl Sink for SqliteStore {
         let mut guard = self.lock();
         let inner = &mut *guard;
         let conn = &mut inner.conn;
+        let key = inner.key.as_ref();
         write_through(&mut inner.pending, event, "sqlite", |e| {
-            append_row(conn, e).map(|_| ())
+            append_row(conn, e, key).map(|_| ())
         });
     }
 
@@ -413,8 +462,9 @@ impl Sink for SqliteStore {
         let mut guard = self.lock();
         let inner = &mut *guard;
         let conn = &mut inner.conn;
+        let key = inner.key.as_ref();
         if events.len() > 1 && inner.pending.len() == 0 {
-            match append_rows(conn, &events) {
+            match append_rows(conn, &events, key) {
                 Ok(_) => return,
                 Err(e) => {
                     tracing::debug!(error = %e, "audit batch failed; writing its events one by one")
@@ -423,7 +473,7 @@ impl Sink for SqliteStore {
         }
         for event in events {
             write_through(&mut inner.pending, event, "sqlite", |e| {
-                append_row(conn, e).map(|_| ())
+                append_row(conn, e, key).map(|_| ())
             });
         }
     }
@@ -485,13 +535,13 @@ fn to_i64(v: u64) -> i64 {
 }
 
 /// Appends one row and moves the chain head, in one IMMEDIATE transaction.
-fn append_row(conn: &mut Connection, event: &Event) -> Result<i64> {
-    append_rows(conn, std::slice::from_ref(event))
+fn append_row(conn: &mut Connection, event: &Event, key: Option<&HeadKey>) -> Result<i64> {
+    append_rows(conn, std::slice::from_ref(event), key)
 }
 
 /// Appends `events` in one transaction, chained in order; returns the seq
 /// of the last (the head's, unchanged, when there are none).
-fn append_rows(conn: &mut Connection, events: &[Event]) -> Result<i64> {
+fn append_rows(conn: &mut Connection, events: &[Event], key: Option<&HeadKey>) -> Result<i64> {
     let tx = conn
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .map_err(Error::sqlite("begin insert"))?;
@@ -507,11 +557,14 @@ fn append_rows(conn: &mut Connection, events: &[Event]) -> Result<i64> {
         seq += 1;
         prev_hash = insert_row(&tx, seq, &prev_hash, event)?;
     }
+    // signed in the same transaction as the rows, so that the head and
+    // its MAC never disagree, whoever else writes
+    let mac = key.map(|k| k.mac(seq, &prev_hash));
     tx.prepare_cached(
-        "INSERT INTO chain_head (id, seq, hash) VALUES (1, ?1, ?2)
-         ON CONFLICT (id) DO UPDATE SET seq = excluded.seq, hash = excluded.hash",
+        "INSERT INTO chain_head (id, seq, hash, mac) VALUES (1, ?1, ?2, ?3)
+         ON CONFLICT (id) DO UPDATE SET seq = excluded.seq, hash = excluded.hash, mac = excluded.mac",
     )
-    .and_then(|mut st| st.execute(params![seq, prev_hash]))
+    .and_then(|mut st| st.execute(params![seq, prev_hash, mac]))
     .map_err(Error::sqlite("move chain head"))?;
     tx.commit().map_err(Error::sqlite("commit event"))?;
     Ok(seq)

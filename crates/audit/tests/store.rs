@@ -583,3 +583,124 @@ fn jsonl_store_appends_one_synced_line_per_event() {
     let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o600);
 }
+
+// ---- the signed head: truncation with the head rewritten ---------------------
+
+fn keyed(path: &Path) -> (SqliteStore, mcpbox_audit::HeadKey) {
+    let store = SqliteStore::open(path)
+        .unwrap()
+        .with_head_key(mcpbox_audit::HeadKey::from_bytes(&[42; 32]));
+    (store, mcpbox_audit::HeadKey::from_bytes(&[42; 32]))
+}
+
+#[test]
+fn a_truncated_tail_with_the_head_rewritten_is_caught_by_the_signed_head() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.db");
+    let (store, key) = keyed(&path);
+    fill(&store, 5);
+    let intact = store.verify_with(Some(&key)).unwrap();
+    assert!(intact.is_intact(), "{intact:?}");
+    assert_eq!(intact.head_signed, Some(true));
+    // the casual editor: delete the newest two, point the head at seq 3
+    let conn = raw(&path);
+    conn.execute("DELETE FROM events WHERE seq >= 4", [])
+        .unwrap();
+    let hash3: String = conn
+        .query_row("SELECT hash FROM events WHERE seq = 3", [], |r| r.get(0))
+        .unwrap();
+    conn.execute(
+        "UPDATE chain_head SET seq = 3, hash = ?1 WHERE id = 1",
+        [&hash3],
+    )
+    .unwrap();
+    // the chain alone is whole again; the head's MAC is not
+    assert!(store.verify().unwrap().is_intact());
+    let r = store.verify_with(Some(&key)).unwrap();
+    assert_eq!(r.reason, Some("chain.head_forged"), "{r:?}");
+    assert_eq!(r.first_broken_seq, Some(4));
+    assert_eq!(r.records, 3);
+    // nor can the editor drop the MAC
+    conn.execute("UPDATE chain_head SET mac = NULL WHERE id = 1", [])
+        .unwrap();
+    let r = store.verify_with(Some(&key)).unwrap();
+    assert_eq!(r.reason, Some("chain.head_unsigned"), "{r:?}");
+    // another key is no key
+    let other = mcpbox_audit::HeadKey::from_bytes(&[1; 32]);
+    fill(&store, 1);
+    assert!(store.verify_with(Some(&key)).unwrap().is_intact());
+    assert_eq!(
+        store.verify_with(Some(&other)).unwrap().reason,
+        Some("chain.head_forged")
+    );
+}
+
+#[test]
+fn edited_deleted_and_reordered_rows_are_named_by_seq_with_a_signed_head() {
+    let dir = tempfile::tempdir().unwrap();
+    for (attack, sql, seq, reason) in [
+        (
+            "edited",
+            "UPDATE events SET server = 'other' WHERE seq = 3",
+            3,
+            "chain.hash_mismatch",
+        ),
+        (
+            "deleted middle",
+            "DELETE FROM events WHERE seq = 2",
+            2,
+            "chain.seq_gap",
+        ),
+        (
+            "reordered pair",
+            "UPDATE events SET seq = CASE seq WHEN 2 THEN 3 ELSE 2 END WHERE seq IN (2, 3)",
+            2,
+            "chain.prev_mismatch",
+        ),
+    ] {
+        let path = dir.path().join(format!("{}.db", attack.replace(' ', "-")));
+        let (store, key) = keyed(&path);
+        fill(&store, 5);
+        let conn = raw(&path);
+        // a reordering through a temporary seq, as the primary key needs
+        if attack == "reordered pair" {
+            conn.execute_batch(
+                "UPDATE events SET seq = -2 WHERE seq = 2;
+                 UPDATE events SET seq = 2 WHERE seq = 3;
+                 UPDATE events SET seq = 3 WHERE seq = -2;",
+            )
+            .unwrap();
+        } else {
+            conn.execute(sql, []).unwrap();
+        }
+        let r = store.verify_with(Some(&key)).unwrap();
+        assert_eq!(r.first_broken_seq, Some(seq), "{attack}: {r:?}");
+        assert_eq!(r.reason, Some(reason), "{attack}: {r:?}");
+    }
+}
+
+#[test]
+fn a_database_of_schema_1_is_migrated_and_signed_from_its_next_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.db");
+    {
+        let store = SqliteStore::open(&path).unwrap();
+        fill(&store, 2);
+    }
+    // as an older mcpbox left it: no mac column, schema version 1
+    let conn = raw(&path);
+    conn.execute_batch(
+        "ALTER TABLE chain_head DROP COLUMN mac; UPDATE schema_version SET version = 1;",
+    )
+    .unwrap();
+    drop(conn);
+    let (store, key) = keyed(&path);
+    assert_eq!(
+        store.verify_with(Some(&key)).unwrap().reason,
+        Some("chain.head_unsigned")
+    );
+    fill(&store, 1);
+    let r = store.verify_with(Some(&key)).unwrap();
+    assert!(r.is_intact(), "{r:?}");
+    assert_eq!(r.records, 3);
+}

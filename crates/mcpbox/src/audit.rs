@@ -40,8 +40,14 @@ pub struct Args {
     #[arg(long)]
     pub json: bool,
     /// Check the hash chain instead of listing; exit 1 when it is broken.
+    /// The head's MAC is checked with the state directory's audit.key (or
+    /// --key).
     #[arg(long)]
     pub verify: bool,
+    /// The key that signed the log's head (default: the state directory's
+    /// audit.key), for a log verified where it was not written.
+    #[arg(long)]
+    pub key: Option<PathBuf>,
 }
 
 fn fail(msg: impl std::fmt::Display) -> ExitCode {
@@ -69,17 +75,43 @@ pub fn run(args: Args) -> ExitCode {
         Err(e) => return fail(format!("{}: {e}", path.display())),
     };
     if args.verify {
-        return match store.verify() {
+        // the key is read, never made here: a verify creates nothing
+        let key_path = args
+            .key
+            .clone()
+            .unwrap_or_else(crate::state::audit_key_path);
+        let key = match mcpbox_audit::HeadKey::load(&key_path) {
+            Ok(k) => Some(k),
+            Err(_) if args.key.is_none() && !key_path.exists() => None,
+            Err(e) => return fail(e),
+        };
+        return match store.verify_with(key.as_ref()) {
             Ok(r) if r.first_broken_seq.is_none() => {
-                println!("intact: {} records, head {}", r.records, r.head_hash);
+                let signed = match r.head_signed {
+                    Some(true) => "its head signed".to_string(),
+                    _ if key.is_none() => format!(
+                        "its head not checked (no key at {}: a deleted tail with a rewritten head would not show)",
+                        key_path.display()
+                    ),
+                    _ => "empty".to_string(),
+                };
+                println!(
+                    "intact: {} records, head {}, {signed}",
+                    r.records, r.head_hash
+                );
                 ExitCode::SUCCESS
             }
             Ok(r) => {
                 println!(
-                    "BROKEN at seq {} ({}); {} records intact before it",
+                    "BROKEN at seq {} ({}); {} records intact before it{}",
                     r.first_broken_seq.unwrap_or(0),
                     r.reason.unwrap_or("unknown"),
-                    r.records
+                    r.records,
+                    match r.reason {
+                        Some("chain.head_forged") => ": the head was rewritten (records from this seq on were deleted), or the log was signed with another key (--key)",
+                        Some("chain.head_unsigned") => ": the head has no MAC (written by an mcpbox before signed heads, or stripped)",
+                        _ => "",
+                    }
                 );
                 ExitCode::from(1)
             }

@@ -46,7 +46,22 @@ pub fn open_audit(policy: &Policy) -> anyhow::Result<Arc<SqliteStore>> {
     };
     let store = SqliteStore::open_with(&path, durability)
         .with_context(|| format!("opening the audit log {}", path.display()))?;
-    Ok(Arc::new(store))
+    Ok(Arc::new(store.with_head_key(audit_key()?)))
+}
+
+/// Where the key of the audit log's signed head is kept: in the state
+/// directory, beside nothing the sandbox sees, whatever `[audit] path` says.
+pub fn audit_key_path() -> PathBuf {
+    state_dir().join("audit.key")
+}
+
+/// The key that signs every audit log's head (created on first use, 0600):
+/// with it `mcpbox audit --verify` catches a log whose newest records were
+/// deleted and whose head was rewritten to match.
+fn audit_key() -> anyhow::Result<mcpbox_audit::HeadKey> {
+    let path = audit_key_path();
+    mcpbox_audit::HeadKey::load_or_create(&path)
+        .with_context(|| format!("the audit log's key {}", path.display()))
 }
 
 /// Opens (creating) the state directory's audit store, for records that
@@ -55,7 +70,7 @@ pub fn open_default_audit() -> anyhow::Result<Arc<SqliteStore>> {
     let path = state_dir().join("audit.db");
     let store = SqliteStore::open_with(&path, mcpbox_audit::Durability::Process)
         .with_context(|| format!("opening the audit log {}", path.display()))?;
-    Ok(Arc::new(store))
+    Ok(Arc::new(store.with_head_key(audit_key()?)))
 }
 
 /// A fresh random id (12 hex digits) for a sandbox.

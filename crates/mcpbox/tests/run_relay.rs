@@ -357,6 +357,54 @@ fn audit_records_calls_with_digests_never_arguments() {
 }
 
 #[test]
+fn deleting_the_newest_audit_records_and_rewriting_the_head_is_reported_by_verify() {
+    let ws = server_ws("plain");
+    let p = policy(&ws, "");
+    let mut s = start(&ws, &p, "plain", &[]);
+    s.initialize();
+    for i in 0..3 {
+        s.call("echo", json!({ "text": format!("call {i}") }));
+    }
+    s.finish();
+    let db = ws.path().join("audit.db");
+    let verify = || {
+        std::process::Command::new(mcpbox())
+            .args(["audit", "--verify", "--db"])
+            .arg(&db)
+            .env("MCPBOX_STATE_DIR", ws.path().join("state"))
+            .output()
+            .unwrap()
+    };
+    let ok = verify();
+    let text = String::from_utf8_lossy(&ok.stdout).into_owned();
+    assert!(
+        ok.status.success() && text.contains("its head signed"),
+        "{text}"
+    );
+    // the editor removes what the last call did and makes the chain whole
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    let last: i64 = conn
+        .query_row("SELECT max(seq) FROM events", [], |r| r.get(0))
+        .unwrap();
+    let keep = last - 3;
+    conn.execute("DELETE FROM events WHERE seq > ?1", [keep])
+        .unwrap();
+    conn.execute(
+        "UPDATE chain_head SET seq = ?1, hash = (SELECT hash FROM events WHERE seq = ?1)",
+        [keep],
+    )
+    .unwrap();
+    drop(conn);
+    let out = verify();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains(&format!("BROKEN at seq {} (chain.head_forged)", keep + 1)),
+        "{text}"
+    );
+}
+
+#[test]
 fn session_without_tools_list_does_not_pin_an_empty_tool_set() {
     // Regression: an initialize-only session once pinned "no tools", and
     // every later session withheld every tool as new.

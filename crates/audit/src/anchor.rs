@@ -1,0 +1,172 @@
+//! The chain head's MAC: what makes a truncated log show.
+//!
+//! The hash chain catches an edited, deleted or reordered row, but not a
+//! log whose newest rows were deleted and whose stored head was rewritten
+//! to the new last row: that is again a valid chain. So every write also
+//! stores `HMAC-SHA256(key, seq, head hash)` (RFC 2104) beside the head,
+//! with a key kept outside the database (the state directory's
+//! `audit.key`, 0600, which the sandboxed server never sees). Rewriting the
+//! head then needs the key; [`crate::SqliteStore::verify_with`] checks it.
+//!
+//! What it does not catch: the whole database put back as an older copy
+//! (its MAC is valid for its own head). Keep [`crate::VerifyReport`]'s head
+//! elsewhere, or a JSON Lines copy, for that.
+
+use std::io::{Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+
+use ring::hmac;
+
+use crate::{Error, Result};
+
+/// Bytes of key material.
+const KEY_LEN: usize = 32;
+
+/// The key of the head's MAC.
+pub struct HeadKey {
+    key: hmac::Key,
+}
+
+impl std::fmt::Debug for HeadKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("HeadKey(..)")
+    }
+}
+
+impl HeadKey {
+    /// A key from its bytes (tests, and a key file's contents).
+    pub fn from_bytes(bytes: &[u8]) -> HeadKey {
+        HeadKey {
+            key: hmac::Key::new(hmac::HMAC_SHA256, bytes),
+        }
+    }
+
+    /// Reads the key at `path` (64 hex digits).
+    pub fn load(path: &Path) -> Result<HeadKey> {
+        let mut text = String::new();
+        std::fs::File::open(path)
+            .and_then(|mut f| f.read_to_string(&mut text))
+            .map_err(Error::io("read the audit key", path))?;
+        let bytes = from_hex(text.trim())
+            .filter(|b| b.len() == KEY_LEN)
+            .ok_or_else(|| Error::BadKey {
+                path: path.to_path_buf(),
+                what: "not 64 hex digits",
+            })?;
+        Ok(HeadKey::from_bytes(&bytes))
+    }
+
+    /// Reads the key at `path`, creating it (0600, from the system's random
+    /// source) when there is none. Two processes creating it at once agree:
+    /// the file appears whole or not at all (written aside, then linked in
+    /// place without replacing), and the loser reads the winner's.
+    pub fn load_or_create(path: &Path) -> Result<HeadKey> {
+        match HeadKey::load(path) {
+            Ok(k) => return Ok(k),
+            Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+        let mut bytes = [0u8; KEY_LEN];
+        ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut bytes).map_err(
+            |_| Error::Io {
+                step: "draw the audit key for",
+                path: path.to_path_buf(),
+                source: std::io::Error::other("the system random source failed"),
+            },
+        )?;
+        let dir = path.parent().unwrap_or(Path::new("."));
+        std::fs::create_dir_all(dir).map_err(Error::io("create dir", dir))?;
+        let aside = dir.join(format!(
+            ".audit.key.{}.{}",
+            std::process::id(),
+            to_hex(&bytes[..4])
+        ));
+        let written = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&aside)
+            .and_then(|mut f| {
+                f.write_all(to_hex(&bytes).as_bytes())?;
+                f.sync_all()
+            });
+        if let Err(e) = written {
+            let _ = std::fs::remove_file(&aside);
+            return Err(Error::io("write the audit key", &aside)(e));
+        }
+        // link(2) never replaces: the first key to land is the key
+        let linked = std::fs::hard_link(&aside, path);
+        let _ = std::fs::remove_file(&aside);
+        match linked {
+            Ok(()) => Ok(HeadKey::from_bytes(&bytes)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => HeadKey::load(path),
+            Err(e) => Err(Error::io("install the audit key", path)(e)),
+        }
+    }
+
+    /// The head's MAC, hex.
+    pub fn mac(&self, seq: i64, hash: &str) -> String {
+        to_hex(hmac::sign(&self.key, &message(seq, hash)).as_ref())
+    }
+
+    /// Whether `mac` is the head's, compared in constant time.
+    pub fn verify(&self, seq: i64, hash: &str, mac: &str) -> bool {
+        match from_hex(mac) {
+            Some(tag) => hmac::verify(&self.key, &message(seq, hash), &tag).is_ok(),
+            None => false,
+        }
+    }
+}
+
+/// What the MAC covers: a label, the seq and the head hash, unambiguous.
+fn message(seq: i64, hash: &str) -> Vec<u8> {
+    format!("mcpbox-audit-head\0{seq}\0{hash}").into_bytes()
+}
+
+fn to_hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn from_hex(s: &str) -> Option<Vec<u8>> {
+    if !s.len().is_multiple_of(2) || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).ok())
+        .collect()
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn the_mac_binds_seq_and_hash() {
+        let k = HeadKey::from_bytes(&[7; 32]);
+        let m = k.mac(3, "ab");
+        assert!(k.verify(3, "ab", &m));
+        assert!(!k.verify(2, "ab", &m));
+        assert!(!k.verify(3, "ac", &m));
+        assert!(!k.verify(3, "ab", "zz"));
+        assert!(!HeadKey::from_bytes(&[8; 32]).verify(3, "ab", &m));
+    }
+
+    #[test]
+    fn a_key_is_created_once_private_and_read_back() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("state/audit.key");
+        let a = HeadKey::load_or_create(&p).unwrap();
+        let mode = std::fs::metadata(&p).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let b = HeadKey::load_or_create(&p).unwrap();
+        assert_eq!(a.mac(1, "h"), b.mac(1, "h"));
+        // nothing left aside
+        assert_eq!(std::fs::read_dir(p.parent().unwrap()).unwrap().count(), 1);
+        std::fs::write(&p, "not hex").unwrap();
+        assert!(HeadKey::load(&p).is_err());
+    }
+}
