@@ -35,14 +35,17 @@ fn cell(s: &str) -> String {
 }
 
 /// An aligned text table, one event per line, with a header: time (UTC ISO
-/// 8601), kind, server, tool, decision, reason, duration. Missing values show
-/// as `-`. Ends with a newline.
+/// 8601), kind, server, tool, decision, reason, duration, and what the event
+/// touched: the host and port of a network event, the command categories of
+/// a checked call, the files it wrote (the first, and how many more).
+/// Missing values show as `-`. Ends with a newline.
 pub fn format_table(events: &[Event]) -> String {
-    const HEADER: [&str; 7] = [
-        "TIME", "KIND", "SERVER", "TOOL", "DECISION", "REASON", "DURATION",
+    const HEADER: [&str; 10] = [
+        "TIME", "KIND", "SERVER", "TOOL", "DECISION", "REASON", "DURATION", "HOST", "CATEGORY",
+        "FILES",
     ];
     let dash = || "-".to_owned();
-    let rows: Vec<[String; 7]> = events
+    let rows: Vec<[String; 10]> = events
         .iter()
         .map(|e| {
             [
@@ -57,6 +60,9 @@ pub fn format_table(events: &[Event]) -> String {
                 e.decision.map_or_else(dash, |d| d.as_str().to_owned()),
                 e.reason.as_deref().map_or_else(dash, cell),
                 e.duration_ms.map_or_else(dash, |d| format!("{d}ms")),
+                host(e).map_or_else(dash, |h| cell(&h)),
+                categories(e).map_or_else(dash, |c| cell(&c)),
+                files(e).map_or_else(dash, |f| cell(&f)),
             ]
         })
         .collect();
@@ -84,6 +90,32 @@ pub fn format_table(events: &[Event]) -> String {
         push_row(&cells);
     }
     out
+}
+
+/// `host:port` of a network event (`detail.host`, `detail.port`).
+fn host(e: &Event) -> Option<String> {
+    let h = e.detail.get("host")?.as_str()?;
+    Some(match e.detail.get("port").and_then(serde_json::Value::as_u64) {
+        Some(p) => format!("{h}:{p}"),
+        None => h.to_owned(),
+    })
+}
+
+/// The command categories a checked call was found to have
+/// (`detail.categories`, from `[commands]`), comma-separated.
+fn categories(e: &Event) -> Option<String> {
+    let list = e.detail.get("categories")?.as_array()?;
+    let names: Vec<&str> = list.iter().filter_map(serde_json::Value::as_str).collect();
+    (!names.is_empty()).then(|| names.join(","))
+}
+
+/// The first file written, and how many more.
+fn files(e: &Event) -> Option<String> {
+    let first = e.files_written.first()?;
+    Some(match e.files_written.len() {
+        1 => first.clone(),
+        n => format!("{first} (+{})", n - 1),
+    })
 }
 
 #[cfg(test)]
@@ -116,7 +148,7 @@ mod tests {
         assert_eq!(col(lines[0], "TOOL"), col(lines[1], "write_file"));
         assert_eq!(col(lines[0], "TOOL"), col(lines[2], " x ") + 1);
         assert_eq!(col(lines[0], "DECISION"), col(lines[2], "deny"));
-        assert!(lines[1].ends_with("12ms"));
+        assert!(lines[1].contains("12ms"));
     }
 
     #[test]
@@ -142,7 +174,28 @@ mod tests {
         let t = format_table(&[Event::default()]);
         let row = t.lines().nth(1).unwrap();
         assert!(row.starts_with("1970-01-01T00:00:00.000Z  -"));
-        assert_eq!(row.split_whitespace().filter(|c| *c == "-").count(), 6);
+        assert_eq!(row.split_whitespace().filter(|c| *c == "-").count(), 9);
+    }
+
+    #[test]
+    fn host_categories_and_files_have_columns() {
+        let mut net = ev("fs", "x");
+        net.kind = Some(Kind::Network);
+        net.tool = None;
+        net.detail = serde_json::json!({"host": "pypi.org", "port": 443});
+        let mut call = ev("sh", "exec");
+        call.detail = serde_json::json!({"categories": ["delete", "network"]});
+        call.files_written = vec!["a.txt".into(), "b.txt".into(), "c.txt".into()];
+        let t = format_table(&[net, call]);
+        let lines: Vec<&str> = t.lines().collect();
+        assert!(lines[0].contains("HOST") && lines[0].contains("CATEGORY") && lines[0].ends_with("FILES"));
+        assert!(lines[1].contains("pypi.org:443"), "{t}");
+        assert!(lines[2].contains("delete,network"), "{t}");
+        assert!(lines[2].ends_with("a.txt (+2)"), "{t}");
+        // a hostile host name is neutralised like any cell
+        let mut evil = ev("fs", "x");
+        evil.detail = serde_json::json!({"host": "a\u{1b}[2Jb"});
+        assert!(!format_table(&[evil]).contains('\u{1b}'));
     }
 
     #[test]
