@@ -95,10 +95,12 @@ pub fn format_table(events: &[Event]) -> String {
 /// `host:port` of a network event (`detail.host`, `detail.port`).
 fn host(e: &Event) -> Option<String> {
     let h = e.detail.get("host")?.as_str()?;
-    Some(match e.detail.get("port").and_then(serde_json::Value::as_u64) {
-        Some(p) => format!("{h}:{p}"),
-        None => h.to_owned(),
-    })
+    Some(
+        match e.detail.get("port").and_then(serde_json::Value::as_u64) {
+            Some(p) => format!("{h}:{p}"),
+            None => h.to_owned(),
+        },
+    )
 }
 
 /// The command categories a checked call was found to have
@@ -188,7 +190,11 @@ mod tests {
         call.files_written = vec!["a.txt".into(), "b.txt".into(), "c.txt".into()];
         let t = format_table(&[net, call]);
         let lines: Vec<&str> = t.lines().collect();
-        assert!(lines[0].contains("HOST") && lines[0].contains("CATEGORY") && lines[0].ends_with("FILES"));
+        assert!(
+            lines[0].contains("HOST")
+                && lines[0].contains("CATEGORY")
+                && lines[0].ends_with("FILES")
+        );
         assert!(lines[1].contains("pypi.org:443"), "{t}");
         assert!(lines[2].contains("delete,network"), "{t}");
         assert!(lines[2].ends_with("a.txt (+2)"), "{t}");

@@ -218,6 +218,10 @@ pub struct Config {
     /// under none of them are dropped and flagged (`root.outside`): the
     /// host's paths never reach the server. `None` passes roots as sent.
     pub paths: Option<mcpbox_policy::PathMap>,
+    /// What ran, for the `session_start` record's detail: the server's
+    /// command or URL, the policy's name and digest, where it runs. Never
+    /// a secret (the binary builds it from the policy and argv).
+    pub session_detail: serde_json::Value,
 }
 
 impl Default for Config {
@@ -238,6 +242,7 @@ impl Default for Config {
             deny_as_error: false,
             output_dir: None,
             paths: None,
+            session_detail: serde_json::Value::Null,
         }
     }
 }

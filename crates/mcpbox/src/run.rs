@@ -187,8 +187,43 @@ pub fn relay_config(
         redact_credential_shapes: p.output.redact_credential_shapes,
         pin_file: Some(pins),
         output_dir,
+        session_detail: session_detail(loaded, identity),
         ..Config::default()
     })
+}
+
+/// What the `session_start` record says ran: the server (its command, URL
+/// or built-in name, as its pins know it; a URL without user information,
+/// query or fragment, which can carry credentials), the policy's name and
+/// the SHA-256 of the effective policy (`mcpbox check` prints that text).
+fn session_detail(loaded: &Loaded, identity: &str) -> Value {
+    use sha2::Digest;
+    let server = match identity.strip_prefix("url:") {
+        Some(url) => format!("url:{}", url_without_credentials(url)),
+        None => identity.to_string(),
+    };
+    let text = loaded.policy.to_toml();
+    let digest = sha2::Sha256::digest(text.as_bytes());
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    serde_json::json!({
+        "server": server,
+        "policy": loaded.policy.name(),
+        "policy_file": loaded.file.as_ref().map(|f| f.display().to_string()),
+        "policy_sha256": hex,
+    })
+}
+
+/// `url` without `user:pass@`, `?query` and `#fragment`.
+fn url_without_credentials(url: &str) -> String {
+    let cut = url.find(['?', '#']).map_or(url, |i| &url[..i]);
+    match cut.split_once("://") {
+        Some((scheme, rest)) => {
+            let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+            let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+            format!("{scheme}://{host}{path}")
+        }
+        None => cut.to_string(),
+    }
 }
 
 /// `relay` with the policy's tool rules and secrets, and `audit`.
@@ -363,4 +398,20 @@ fn report_special_files(
         "files": special.iter().take(100).map(|a| serde_json::json!({"path": a.path, "why": a.refused})).collect::<Vec<_>>(),
     });
     audit.record(e);
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_urls_credentials_never_reach_the_session_record() {
+        assert_eq!(
+            super::url_without_credentials("https://u:p@h.example:8443/mcp?token=x#f"),
+            "https://h.example:8443/mcp"
+        );
+        assert_eq!(
+            super::url_without_credentials("https://h/mcp"),
+            "https://h/mcp"
+        );
+        assert_eq!(super::url_without_credentials("https://h"), "https://h");
+    }
 }

@@ -357,6 +357,38 @@ fn audit_records_calls_with_digests_never_arguments() {
 }
 
 #[test]
+fn session_records_say_what_ran_who_asked_and_which_protocol() {
+    let ws = server_ws("plain");
+    let p = policy(&ws, "");
+    let mut s = start(&ws, &p, "plain", &[]);
+    s.initialize();
+    s.call("echo", json!({"text": "x"}));
+    s.finish();
+    let audit = audit_json(&ws);
+    let start = audit
+        .iter()
+        .find(|e| e["kind"] == "session_start")
+        .expect("session_start");
+    let d = &start["detail"];
+    assert_eq!(
+        d["server"],
+        json!(r#"command:["/workspace/input/plain"]"#),
+        "{start}"
+    );
+    assert_eq!(d["policy"], "policy");
+    assert_eq!(
+        d["policy_sha256"].as_str().map(str::len),
+        Some(64),
+        "{start}"
+    );
+    // the host named itself at initialize: every later record says so
+    let call = audit.iter().find(|e| e["kind"] == "tool_call").unwrap();
+    assert_eq!(call["caller"], "stdio:mcpbox-test/0", "{call}");
+    let end = audit.iter().find(|e| e["kind"] == "session_end").unwrap();
+    assert_eq!(end["detail"]["protocol"], "2025-11-25", "{end}");
+}
+
+#[test]
 fn deleting_the_newest_audit_records_and_rewriting_the_head_is_reported_by_verify() {
     let ws = server_ws("plain");
     let p = policy(&ws, "");

@@ -424,7 +424,14 @@ impl Session {
             };
             match f.pending {
                 Pending::ToolsList => changed |= self.screen_tool_list(&mut msg.value),
-                Pending::Handshake => changed |= self.screen_instructions(&mut msg.value),
+                Pending::Handshake => {
+                    if let Some(v) =
+                        at(&msg.value, &["result", "protocolVersion"]).and_then(Value::as_str)
+                    {
+                        self.host.protocol = Some(v.chars().take(32).collect());
+                    }
+                    changed |= self.screen_instructions(&mut msg.value)
+                }
                 Pending::ToolsCall(call) => {
                     changed |= self.screen_result(&mut msg.value, &call.tool, plain);
                     let v = &msg.value;

@@ -360,6 +360,10 @@ struct HostState {
     last_elicitation: bool,
     /// The host's `initialize` params, replayed to a restarted server.
     initialize_params: Option<Value>,
+    /// The protocol revision the session speaks, for its end record: what
+    /// the server answered `initialize` with, or the stateless revision
+    /// when the host discovered instead.
+    protocol: Option<String>,
 }
 
 /// One relay session. See the module docs.
@@ -745,10 +749,12 @@ impl Session {
                     .is_some_and(supports_form_elicitation);
                 self.host.last_elicitation = self.host.elicitation;
                 self.host.initialize_params = params.cloned();
+                self.caller_from_client_info(params);
                 self.calls.track(id, calls::Pending::Handshake);
                 self.send_server(line);
             }
             "server/discover" => {
+                self.host.protocol = Some(STATELESS_REVISION.to_string());
                 self.calls.track(id, calls::Pending::Handshake);
                 self.send_server(line);
             }
@@ -762,6 +768,40 @@ impl Session {
                 self.send_server(line);
             }
         }
+    }
+
+    /// A stdio host names itself in `initialize` (`clientInfo`): the
+    /// records from here on say `stdio:NAME/VERSION` instead of `stdio`.
+    /// Cleaned (no control or invisible characters) and bounded, since the
+    /// host writes it. A caller the driver authenticated (the HTTP
+    /// gateway's client name) is kept as it is.
+    fn caller_from_client_info(&mut self, params: Option<&Value>) {
+        if self.config.caller != "stdio" {
+            return;
+        }
+        let Some(info) = params.and_then(|p| p.get("clientInfo")) else {
+            return;
+        };
+        let part = |k: &str| {
+            info.get(k)
+                .and_then(Value::as_str)
+                .map(|v| {
+                    v.chars()
+                        .filter(|c| !c.is_control() && !matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2060}'..='\u{2069}' | '\u{feff}'))
+                        .take(64)
+                        .collect::<String>()
+                })
+                .unwrap_or_default()
+        };
+        let (name, version) = (part("name"), part("version"));
+        if name.is_empty() {
+            return;
+        }
+        self.template.caller = if version.is_empty() {
+            format!("stdio:{name}")
+        } else {
+            format!("stdio:{name}/{version}")
+        };
     }
 
     /// Whether the host can answer elicitation for this request: the
@@ -792,6 +832,9 @@ impl Session {
         with.stricter(self.policy.decide(tool, &ToolHints::default()))
     }
 }
+
+/// The stateless revision of the protocol (no `initialize`).
+const STATELESS_REVISION: &str = "2026-07-28";
 
 /// Most `roots/list` requests of the server awaiting the host's answer;
 /// one more is answered with an error by the relay, not sent on (an id

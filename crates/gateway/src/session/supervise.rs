@@ -249,7 +249,13 @@ impl Session {
         s.ttl_due = self.redaction.secrets.min_ttl().map(|t| now + t);
         let first = s.launches == 1;
         if first {
-            self.audit(Kind::SessionStart, |_| {});
+            // a secret written into the server's command line is the
+            // policy's too: redacted here as anywhere
+            let mut detail = self.config.session_detail.clone();
+            let redactor = self.redaction.redactor.clone();
+            let mut counts = vec![0usize; redactor.names().len()];
+            redactor.redact_json(&mut detail, &mut counts);
+            self.audit(Kind::SessionStart, |e| e.detail = detail);
         }
         if self.host.gone {
             return self.begin_stop();
@@ -736,8 +742,12 @@ impl Session {
                 .into(),
             );
         });
+        let protocol = self.host.protocol.clone();
         self.audit(Kind::SessionEnd, |e| {
             e.exit_status = info.map(|i| i.status());
+            if let Some(p) = protocol {
+                e.detail = json!({ "protocol": p });
+            }
         });
         self.server.phase = Phase::Ended;
         let launches = self.server.launches;

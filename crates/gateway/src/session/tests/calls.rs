@@ -554,3 +554,51 @@ fn a_server_flooding_roots_requests_cannot_make_the_relay_forget_one() {
     let out = t.host(answer);
     assert!(out[0].contains("file:///workspace/input"), "{out:?}");
 }
+
+// ---- who asked ------------------------------------------------------------------
+
+fn audited_callers(t: &T) -> Vec<String> {
+    t.last
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Audit(r) => Some(r.event.caller.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_stdio_hosts_client_info_names_the_caller_cleaned_and_bounded() {
+    let mut t = T::new(config(), rules(vec![("*", Verdict::Deny)]));
+    let name = format!("evil\u{1b}[2J\u{202e}{}", "x".repeat(200));
+    let init = json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{
+        "protocolVersion":"2025-11-25","capabilities":{},
+        "clientInfo":{"name": name, "version":"1.2"}}})
+    .to_string();
+    t.host(&init);
+    t.host(
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","arguments":{}}}"#,
+    );
+    let callers = audited_callers(&t);
+    assert_eq!(callers.len(), 1, "{callers:?}");
+    let c = &callers[0];
+    assert!(c.starts_with("stdio:evil[2J"), "{c}");
+    assert!(c.ends_with("/1.2"), "{c}");
+    assert!(!c.contains('\u{1b}') && !c.contains('\u{202e}'), "{c}");
+    assert!(c.chars().count() <= 6 + 64 + 1 + 64, "{c}");
+}
+
+#[test]
+fn an_authenticated_caller_is_never_replaced_by_what_the_client_says() {
+    let cfg = Config {
+        caller: "alice".into(),
+        ..config()
+    };
+    let mut t = T::new(cfg, rules(vec![("*", Verdict::Deny)]));
+    let init = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"bob","version":"1"}}}"#;
+    t.host(init);
+    t.host(
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","arguments":{}}}"#,
+    );
+    assert_eq!(audited_callers(&t), ["alice"]);
+}
