@@ -96,4 +96,8 @@ impl Sink for JsonlStore {
             write_line(file, e, path)
         });
     }
+
+    fn healthy(&self) -> bool {
+        self.lock().pending.len() == 0
+    }
 }

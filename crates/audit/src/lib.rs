@@ -207,6 +207,14 @@ pub trait Sink: Send + Sync {
             self.record(e);
         }
     }
+
+    /// Whether every record handed over so far is written: false while
+    /// some wait in memory after a failed write (a full disk, a locked or
+    /// broken database). The relay refuses calls meanwhile rather than run
+    /// them unrecorded. A sink that cannot fail says true.
+    fn healthy(&self) -> bool {
+        true
+    }
 }
 
 impl<S: Sink + ?Sized> Sink for Arc<S> {
@@ -215,6 +223,9 @@ impl<S: Sink + ?Sized> Sink for Arc<S> {
     }
     fn record_all(&self, events: Vec<Event>) {
         (**self).record_all(events)
+    }
+    fn healthy(&self) -> bool {
+        (**self).healthy()
     }
 }
 
@@ -225,6 +236,9 @@ impl<S: Sink + ?Sized> Sink for Box<S> {
     fn record_all(&self, events: Vec<Event>) {
         (**self).record_all(events)
     }
+    fn healthy(&self) -> bool {
+        (**self).healthy()
+    }
 }
 
 impl<S: Sink + ?Sized> Sink for &S {
@@ -233,6 +247,9 @@ impl<S: Sink + ?Sized> Sink for &S {
     }
     fn record_all(&self, events: Vec<Event>) {
         (**self).record_all(events)
+    }
+    fn healthy(&self) -> bool {
+        (**self).healthy()
     }
 }
 

@@ -477,6 +477,10 @@ impl Sink for SqliteStore {
             });
         }
     }
+
+    fn healthy(&self) -> bool {
+        self.lock().pending.len() == 0
+    }
 }
 
 /// Creates or migrates the schema, in one transaction.

@@ -222,6 +222,10 @@ pub struct Config {
     /// command or URL, the policy's name and digest, where it runs. Never
     /// a secret (the binary builds it from the policy and argv).
     pub session_detail: serde_json::Value,
+    /// Forward calls while the audit log cannot be written (their records
+    /// wait in memory); the default refuses them (`audit.unavailable`),
+    /// so that nothing runs unrecorded.
+    pub run_unaudited: bool,
 }
 
 impl Default for Config {
@@ -243,6 +247,7 @@ impl Default for Config {
             output_dir: None,
             paths: None,
             session_detail: serde_json::Value::Null,
+            run_unaudited: false,
         }
     }
 }

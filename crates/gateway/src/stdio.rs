@@ -359,7 +359,8 @@ impl Driver {
             Some(p) => Some(PinStore::open(p)?),
             None => None,
         };
-        let (audit_tx, audit_thread) = spawn_audit(audit, config.output_dir.clone())?;
+        let (audit_tx, audit_thread) =
+            spawn_audit(audit, config.output_dir.clone(), inbox.clone())?;
         let launch_tx = spawn_launcher(launcher, inbox.clone())?;
         let approver = match approver {
             Some(a) => {

@@ -188,6 +188,7 @@ pub fn relay_config(
         pin_file: Some(pins),
         output_dir,
         session_detail: session_detail(loaded, identity),
+        run_unaudited: p.audit.on_failure == mcpbox_policy::OnAuditFailure::Continue,
         ..Config::default()
     })
 }

@@ -44,8 +44,14 @@ pub fn open_audit(policy: &Policy) -> anyhow::Result<Arc<SqliteStore>> {
         mcpbox_policy::Durability::Process => mcpbox_audit::Durability::Process,
         mcpbox_policy::Durability::Machine => mcpbox_audit::Durability::Machine,
     };
-    let store = SqliteStore::open_with(&path, durability)
-        .with_context(|| format!("opening the audit log {}", path.display()))?;
+    let store = SqliteStore::open_with(&path, durability).with_context(|| {
+        format!(
+            "opening the audit log {} (nothing was started; if the file is damaged, move it \
+             aside and keep it for inspection, and the next run starts a new log: mcpbox \
+             never recreates one itself)",
+            path.display()
+        )
+    })?;
     Ok(Arc::new(store.with_head_key(audit_key()?)))
 }
 

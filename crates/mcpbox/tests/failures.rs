@@ -7,6 +7,7 @@
 mod common;
 
 use std::io::Write;
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
 use common::{mcpbox, Workspace};
@@ -280,4 +281,110 @@ fn a_secret_a_crashing_server_prints_is_redacted_in_the_hosts_error() {
         text.contains("fatal: token [REDACTED:API_TOKEN] rejected"),
         "{text}"
     );
+}
+
+#[test]
+fn a_full_disk_under_the_audit_log_refuses_calls_rather_than_run_them_unrecorded() {
+    if !common::is_root() {
+        eprintln!(
+            "a_full_disk_under_the_audit_log_refuses_calls_rather_than_run_them_unrecorded: \
+             skipped: mounting a small tmpfs for the audit log needs root"
+        );
+        return;
+    }
+    let ws = Workspace::new();
+    let server = ws.input().join("plain");
+    std::fs::copy(common::mcp::testserver("plain"), &server).unwrap();
+    std::fs::set_permissions(&server, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    // the audit log on a 1 MiB tmpfs of a private mount namespace (unseen
+    // by the rest of the machine), which the test fills through
+    // /proc/PID/root while the session runs
+    let fs = ws.path().join("auditfs");
+    std::fs::create_dir(&fs).unwrap();
+    let policy = ws.policy(&format!("[audit]\npath = \"{}/audit.db\"\n", fs.display()));
+    let mut cmd = Command::new("unshare");
+    cmd.args(["--mount", "--propagation", "private", "/bin/sh", "-ec"])
+        .arg("mount -t tmpfs -o size=1m tmpfs \"$FS\"; exec \"$MCPBOX\" run --policy \"$POLICY\" -- /workspace/input/plain")
+        .env("FS", &fs)
+        .env("MCPBOX", mcpbox())
+        .env("POLICY", &policy)
+        .env("MCPBOX_STATE_DIR", ws.path().join("state"));
+    let mut s = common::mcp::Session::start_command(cmd);
+    s.initialize();
+    let ok = s.call("echo", json!({"text": "before"}));
+    assert_eq!(common::mcp::result_text(&ok), "before");
+    // fill it: every write from here fails with ENOSPC
+    let pid = s.child.id();
+    let inside = PathBuf::from(format!("/proc/{pid}/root{}", fs.display()));
+    let mut filler = std::fs::File::create(inside.join("filler")).unwrap();
+    for size in [64 * 1024, 4096, 1] {
+        let chunk = vec![0u8; size];
+        while filler.write_all(&chunk).is_ok() {}
+    }
+    drop(filler);
+    // the first call after it may run while its record fails; from then on
+    // calls are refused, with the reason, and never reach the server
+    let mut refused = None;
+    for i in 0..100 {
+        let r = s.call("echo", json!({ "text": format!("during {i}") }));
+        if r["result"]["isError"] == json!(true) {
+            refused = Some(r);
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let r = refused.unwrap_or_else(|| {
+        panic!(
+            "no call was refused while the audit log could not be written; stderr:\n{}",
+            s.stderr()
+        )
+    });
+    assert_eq!(
+        r["result"]["_meta"]["mcpbox/decision"]["reason"], "audit.unavailable",
+        "{r}"
+    );
+    assert!(s.stderr().contains("audit"), "{}", s.stderr());
+    // room again: the next refusal's record is the log's retry, and then
+    // calls go on, with what waited in memory written first
+    std::fs::remove_file(inside.join("filler")).unwrap();
+    let mut again = false;
+    for i in 0..100 {
+        let r = s.call("echo", json!({ "text": format!("after {i}") }));
+        if r["result"]["isError"] != json!(true) {
+            again = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(
+        again,
+        "calls never went on after the disk had room again; stderr:\n{}",
+        s.stderr()
+    );
+    let _ = s.finish();
+}
+
+#[test]
+fn a_corrupt_audit_database_stops_the_run_before_anything_starts_and_is_kept() {
+    let ws = Workspace::new();
+    let db = ws.path().join("audit.db");
+    let garbage = "not a database ".repeat(400);
+    std::fs::write(&db, &garbage).unwrap();
+    let policy = ws.policy(&format!("[audit]\npath = \"{}\"\n", db.display()));
+    let out = Command::new(mcpbox())
+        .args(["run", "--policy"])
+        .arg(&policy)
+        .args(["--", "/bin/true"])
+        .env("MCPBOX_STATE_DIR", ws.path().join("state"))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{err}");
+    assert!(
+        err.contains("opening the audit log") && err.contains("move it"),
+        "{err}"
+    );
+    // the file is as it was: never recreated over
+    assert_eq!(std::fs::read_to_string(&db).unwrap(), garbage);
 }

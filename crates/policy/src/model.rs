@@ -631,6 +631,23 @@ pub struct Audit {
     /// costs a disk flush per event).
     #[serde(default)]
     pub durability: Durability,
+    /// What happens to calls while a record cannot be written (a full disk, a locked
+    /// or broken database): "refuse" (default: each call is refused with reason
+    /// audit.unavailable until the log is written again, so nothing runs unrecorded)
+    /// or "continue" (calls go on; their records wait in memory, bounded).
+    #[serde(default)]
+    pub on_failure: OnAuditFailure,
+}
+
+/// What calls do while the audit log cannot be written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum OnAuditFailure {
+    /// Refuse them: nothing runs unrecorded.
+    #[default]
+    Refuse,
+    /// Run them; their records wait in memory until the log is writable.
+    Continue,
 }
 
 /// How durable an audit record is when the relay moves on.

@@ -134,6 +134,13 @@ impl Session {
             Some(args) => json_digest(args),
             None => json_digest(&Value::Object(Map::new())),
         };
+        // nothing runs unrecorded: while the audit log cannot be written,
+        // the call is refused (its refusal is a record too, whose write is
+        // the next try of the log)
+        if !self.audit_ok && !self.config.run_unaudited {
+            let decision = Decision::deny(Reason::AuditUnavailable, "audit");
+            return self.deny_call(&id, &tool, &args_digest, decision, &Value::Null);
+        }
         // a name no rule can be written for safely: never sent
         if !super::tools::valid_tool_name(&tool) {
             let decision = Decision::deny(Reason::ToolNameInvalid, "relay");
@@ -506,6 +513,7 @@ pub(super) fn deny_text(server: &str, tool: &str, d: &Decision) -> String {
         Reason::ArgumentPathOutside => "a path argument points outside /workspace",
         Reason::ArgumentInvalid => "an argument the policy checks has the wrong type",
         Reason::ToolNameInvalid => "the tool's name has characters outside those MCP allows (a look-alike of another name); it is withheld",
+        Reason::AuditUnavailable => "the audit log cannot be written (a full disk, a locked or broken database), and the policy refuses to run calls unrecorded; try again once it is fixed",
         Reason::ArtifactRefused => "the file may not leave the sandbox as an artifact (not a regular file, or not matched by artifacts.patterns)",
         _ => "the policy does not allow this tool",
     };

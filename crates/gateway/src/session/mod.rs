@@ -135,6 +135,15 @@ pub enum Event {
         /// the error of a request the server never answered carries them.
         tail: Vec<String>,
     },
+    /// The audit sink's health changed: `false` when a record could not
+    /// be written and waits in memory (a full disk, a locked or broken
+    /// database), `true` once everything is written again. Meanwhile calls
+    /// are refused (reason `audit.unavailable`) unless
+    /// [`Config::run_unaudited`].
+    AuditHealth {
+        /// Whether every record handed over is written.
+        ok: bool,
+    },
     /// [`Session::deadline`] has passed.
     Timer,
     /// The argument rules answered [`Effect::CheckArguments`] `key`.
@@ -389,6 +398,9 @@ pub struct Session {
     tools: ToolScreen,
     server: Supervisor,
     redaction: Redaction,
+    /// Whether the audit sink wrote everything handed to it
+    /// ([`Event::AuditHealth`]).
+    audit_ok: bool,
     /// `(tool, rule)` pairs already flagged, to flag each once.
     flagged: HashSet<(String, Reason)>,
     template: AuditEvent,
@@ -434,6 +446,7 @@ impl Session {
             tools,
             server: Supervisor::new(now.mono),
             redaction: Redaction::new(secrets),
+            audit_ok: true,
             flagged: HashSet::new(),
             template,
             out: Vec::new(),
@@ -476,6 +489,16 @@ impl Session {
             Event::ServerExited { gen, exit } => self.server_exited(gen, exit),
             Event::ServerStarted { gen, secrets } => self.server_started(gen, secrets),
             Event::ServerStartFailed { gen, error } => self.server_start_failed(gen, &error),
+            Event::AuditHealth { ok } => {
+                if ok != self.audit_ok {
+                    if ok {
+                        tracing::warn!(server = %self.config.server_name, "the audit log is written again: calls are accepted");
+                    } else {
+                        tracing::error!(server = %self.config.server_name, "the audit log cannot be written: calls are refused until it can ([audit] on_failure)");
+                    }
+                }
+                self.audit_ok = ok;
+            }
             Event::StderrClosed {
                 gen,
                 redactions,

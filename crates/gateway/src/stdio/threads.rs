@@ -85,10 +85,14 @@ pub(super) const AUDIT_BATCH: usize = 256;
 pub(super) fn spawn_audit(
     sink: Arc<dyn Sink>,
     output_dir: Option<std::path::PathBuf>,
+    inbox: Inbox,
 ) -> Result<(Sender<Vec<Record>>, thread::JoinHandle<()>)> {
     let (tx, rx) = mpsc::channel::<Vec<Record>>();
     let handle = spawn_named("mcpbox-audit", move || {
         background_priority();
+        // the session hears when the sink stops (or starts again) writing
+        // everything: it refuses calls meanwhile
+        let mut healthy = true;
         while let Ok(mut batch) = rx.recv() {
             // What queued while the last write ran goes in with it: one
             // SQLite transaction for all ([`Sink::record_all`]) costs about
@@ -118,6 +122,11 @@ pub(super) fn spawn_audit(
                 })
                 .collect();
             sink.record_all(events);
+            let now = sink.healthy();
+            if now != healthy {
+                healthy = now;
+                let _ = inbox.send(Input::Event(Event::AuditHealth { ok: now }));
+            }
         }
     })?;
     Ok((tx, handle))

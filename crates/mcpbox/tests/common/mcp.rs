@@ -51,6 +51,12 @@ impl Session {
         for (k, v) in env {
             cmd.env(k, v);
         }
+        Session::start_command(cmd)
+    }
+
+    /// Starts `cmd` (which runs an `mcpbox run` somehow) with its stdio
+    /// piped to the conversation.
+    pub fn start_command(mut cmd: Command) -> Session {
         cmd.stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());

@@ -602,3 +602,52 @@ fn an_authenticated_caller_is_never_replaced_by_what_the_client_says() {
     );
     assert_eq!(audited_callers(&t), ["alice"]);
 }
+
+// ---- an audit log that cannot be written ----------------------------------------
+
+#[test]
+fn calls_are_refused_while_the_audit_log_cannot_be_written() {
+    let mut t = T::new(config(), rules(vec![("*", Verdict::Allow)]));
+    let call = |id: u32| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"t","arguments":{{}}}}}}"#
+        )
+    };
+    assert!(t.on(Event::AuditHealth { ok: false }).is_empty());
+    // refused, never sent, and the refusal is itself a record (the log's
+    // next try)
+    assert_eq!(
+        t.host(&call(1)),
+        [
+            "audit ToolCall deny audit.unavailable",
+            "host denied audit.unavailable id=1"
+        ]
+    );
+    assert!(result_text_of(&t.to_host()[0]).contains("audit log cannot be written"));
+    // written again: calls go on
+    t.on(Event::AuditHealth { ok: true });
+    let sent = t.host(&call(2));
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    assert!(sent[0].starts_with("server "), "{sent:?}");
+}
+
+#[test]
+fn a_policy_that_accepts_running_unaudited_forwards_calls_meanwhile() {
+    let cfg = Config {
+        run_unaudited: true,
+        ..config()
+    };
+    let mut t = T::new(cfg, rules(vec![("*", Verdict::Allow)]));
+    t.on(Event::AuditHealth { ok: false });
+    let sent = t.host(
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","arguments":{}}}"#,
+    );
+    assert!(sent[0].starts_with("server "), "{sent:?}");
+}
+
+fn result_text_of(v: &Value) -> String {
+    v["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
