@@ -105,18 +105,51 @@ impl HeadKey {
         }
     }
 
-    /// The head's MAC, hex.
-    pub fn mac(&self, seq: i64, hash: &str) -> String {
-        to_hex(hmac::sign(&self.key, &message(seq, hash)).as_ref())
+    /// Which key this is, without saying anything of it: 16 hex digits of
+    /// its MAC of a fixed label. Stored with each signature, so that a log
+    /// verified with another key says so instead of "forged".
+    pub fn id(&self) -> String {
+        to_hex(&hmac::sign(&self.key, b"mcpbox-audit-key-id").as_ref()[..8])
     }
 
-    /// Whether `mac` is the head's, compared in constant time.
-    pub fn verify(&self, seq: i64, hash: &str, mac: &str) -> bool {
+    /// The head's signature as stored: `KEYID:MAC`, hex.
+    pub fn mac(&self, seq: i64, hash: &str) -> String {
+        let tag = hmac::sign(&self.key, &message(seq, hash));
+        format!("{}:{}", self.id(), to_hex(tag.as_ref()))
+    }
+
+    /// What a stored signature says of the head, the MAC compared in
+    /// constant time.
+    pub fn check(&self, seq: i64, hash: &str, stored: &str) -> Signature {
+        let Some((id, mac)) = stored.split_once(':') else {
+            return Signature::Forged;
+        };
+        if id != self.id() {
+            return Signature::OtherKey(id.chars().take(16).collect());
+        }
         match from_hex(mac) {
-            Some(tag) => hmac::verify(&self.key, &message(seq, hash), &tag).is_ok(),
-            None => false,
+            Some(tag) if hmac::verify(&self.key, &message(seq, hash), &tag).is_ok() => {
+                Signature::Valid
+            }
+            _ => Signature::Forged,
         }
     }
+
+    /// Whether `stored` is this key's valid signature of the head.
+    pub fn verify(&self, seq: i64, hash: &str, stored: &str) -> bool {
+        self.check(seq, hash, stored) == Signature::Valid
+    }
+}
+
+/// What a head's stored signature says, checked with one key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Signature {
+    /// This key's, and the head's.
+    Valid,
+    /// This key's id, but not the head's MAC: the head was rewritten.
+    Forged,
+    /// Made with another key (its id): checking needs that key.
+    OtherKey(String),
 }
 
 /// What the MAC covers: a label, the seq and the head hash, unambiguous.
@@ -152,7 +185,14 @@ mod tests {
         assert!(!k.verify(2, "ab", &m));
         assert!(!k.verify(3, "ac", &m));
         assert!(!k.verify(3, "ab", "zz"));
-        assert!(!HeadKey::from_bytes(&[8; 32]).verify(3, "ab", &m));
+        let other = HeadKey::from_bytes(&[8; 32]);
+        assert!(!other.verify(3, "ab", &m));
+        assert_eq!(
+            other.check(3, "ab", &m),
+            Signature::OtherKey(k.id()),
+            "another key is named as such, not as a forgery"
+        );
+        assert_eq!(k.check(3, "ab", "no-colon"), Signature::Forged);
     }
 
     #[test]

@@ -19,7 +19,7 @@
 #![forbid(unsafe_code)]
 
 mod anchor;
-pub use anchor::HeadKey;
+pub use anchor::{HeadKey, Signature};
 mod canonical;
 pub use canonical::canonical_json;
 mod error;

@@ -117,12 +117,16 @@ pub struct VerifyReport {
     /// `chain.hash_mismatch` (row edited), `chain.undecodable_row`,
     /// `chain.tail_missing` (newest rows deleted), `chain.head_mismatch`,
     /// `chain.head_missing`; with a key, `chain.head_unsigned` (the head
-    /// has no MAC) and `chain.head_forged` (its MAC is not the key's: the
-    /// head was rewritten, newest rows deleted with it).
+    /// has no MAC), `chain.head_forged` (its MAC is not the key's: the
+    /// head was rewritten, newest rows deleted with it) and
+    /// `chain.key_unknown` (signed with another key: [`VerifyReport::signing_key`]).
     pub reason: Option<&'static str>,
     /// Whether the head's MAC was checked and holds: `None` when no key was
     /// given, or the log is empty.
     pub head_signed: Option<bool>,
+    /// With `chain.key_unknown`: the id of the key the head was signed
+    /// with ([`HeadKey::id`]), which the check needs.
+    pub signing_key: Option<String>,
 }
 
 impl VerifyReport {
@@ -354,6 +358,7 @@ impl SqliteStore {
             first_broken_seq: None,
             reason: None,
             head_signed: None,
+            signing_key: None,
         };
         let mut expected_seq: i64 = 1;
         {
@@ -417,16 +422,21 @@ impl SqliteStore {
             }
             Some((seq, hash, mac)) => {
                 if let Some(k) = key.filter(|_| last_seq > 0) {
-                    let signed = mac.as_deref().is_some_and(|m| k.verify(*seq, hash, m));
-                    report.head_signed = Some(signed);
-                    if !signed {
+                    let found = mac.as_deref().map(|m| k.check(*seq, hash, m));
+                    report.head_signed = Some(found == Some(crate::Signature::Valid));
+                    let reason = match found {
+                        Some(crate::Signature::Valid) => None,
+                        None => Some("chain.head_unsigned"),
+                        Some(crate::Signature::Forged) => Some("chain.head_forged"),
+                        Some(crate::Signature::OtherKey(id)) => {
+                            report.signing_key = Some(id);
+                            Some("chain.key_unknown")
+                        }
+                    };
+                    if let Some(r) = reason {
                         // what follows the last row we have is what is gone
                         report.first_broken_seq = Some(seq + 1);
-                        report.reason = Some(if mac.is_none() {
-                            "chain.head_unsigned"
-                        } else {
-                            "chain.head_forged"
-                        });
+                        report.reason = Some(r);
                     }
                 }
             }

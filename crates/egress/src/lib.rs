@@ -42,7 +42,7 @@ pub use bridge::bridge;
 pub use env::{merge_git_config, proxy_env, NO_PROXY};
 pub use http::Fault;
 pub use package::{parse_package, registry_for_host, Ecosystem, Package};
-pub use proxy::{Ids, Proxy, Shutdown, HEAD_TIMEOUT};
+pub use proxy::{CallContext, Ids, Proxy, Shutdown, HEAD_TIMEOUT};
 pub use stream::{ClientStream, Listener, RELAY_BUFFER};
 pub use tls::{client_hello, inspect as inspect_client_hello, Hello, ALERT_ACCESS_DENIED};
 pub use traits::{

@@ -46,6 +46,14 @@ pub struct Ids {
     pub server: String,
 }
 
+/// Who is asking and which tool calls are in flight, as the relay of the
+/// proxy's sandbox knows them: a connection's record carries what was in
+/// flight when it opened (`detail.calls`), and the caller.
+pub trait CallContext: Send + Sync {
+    /// The caller and the calls in flight, as (reference, tool).
+    fn current(&self) -> (String, Vec<(String, String)>);
+}
+
 /// Stops [`Proxy::serve`]: set the flag and wake the blocked `accept`.
 /// Clone it freely; every clone controls the same proxy.
 #[derive(Debug, Clone, Default)]
@@ -152,6 +160,8 @@ struct Inner {
     approver: Arc<dyn Approver>,
     audit: Arc<dyn Sink>,
     ids: Ids,
+    /// The relay's calls in flight, when it tells.
+    calls: Option<Arc<dyn CallContext>>,
     /// `host:port` pairs a human allowed for the session.
     session: Mutex<HashSet<(String, u16)>>,
     /// How long a client may take to send its request head (or to finish a
@@ -206,6 +216,8 @@ struct Record {
     extra: Map<String, Value>,
     /// The proxy's refusal, written to the client after the record.
     reply: Option<Vec<u8>>,
+    /// The caller and the tool calls in flight when the connection opened.
+    calls: Option<(String, Vec<(String, String)>)>,
 }
 
 impl Record {
@@ -225,6 +237,7 @@ impl Record {
             sni: None,
             extra: Map::new(),
             reply: None,
+            calls: None,
         }
     }
 
@@ -281,6 +294,7 @@ impl Proxy {
                 approver,
                 audit,
                 ids,
+                calls: None,
                 session: Mutex::new(HashSet::new()),
                 head_timeout,
                 pool: Pool::new("egress-conn"),
@@ -323,11 +337,22 @@ impl Proxy {
         }
     }
 
+    /// Ties each connection's record to the tool calls in flight when it
+    /// opened, and names their caller. Before the proxy is shared (right
+    /// after [`Proxy::new`]); later it changes nothing.
+    pub fn with_calls(mut self, calls: Arc<dyn CallContext>) -> Self {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.calls = Some(calls);
+        }
+        self
+    }
+
     /// Handles one client connection to completion and records it. `serve`
     /// calls this on a fresh thread; it is public for callers that accept
     /// connections themselves.
     pub fn handle(&self, mut client: ClientStream) {
         let mut rec = Record::new();
+        rec.calls = self.inner.calls.as_ref().map(|c| c.current());
         self.handle_inner(&mut client, &mut rec);
         match rec.reply.take() {
             Some(reply) => {
@@ -715,6 +740,15 @@ impl Proxy {
         if let Some(s) = rec.sni {
             detail.insert("sni".into(), s.into());
         }
+        let mut caller = String::new();
+        if let Some((who, calls)) = rec.calls {
+            caller = who;
+            let list: Vec<Value> = calls
+                .into_iter()
+                .map(|(call, tool)| json!({"call": call, "tool": tool}))
+                .collect();
+            detail.insert("calls".into(), Value::Array(list));
+        }
         if rec.decision.is_none() && rec.host.is_none() {
             // A connection that never sent a request: nothing to record.
             return;
@@ -733,6 +767,7 @@ impl Proxy {
             sandbox_id: ids.sandbox_id.clone(),
             workspace_id: ids.workspace_id.clone(),
             server: ids.server.clone(),
+            caller,
             decision,
             reason,
             source,

@@ -174,6 +174,30 @@ pub enum Error {
 /// The gateway's result alias.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// The tool calls a relay's server is working on, and who asked, kept up
+/// to date by the relay's driver for others to read: the egress proxy puts
+/// them in the records of the connections the sandbox opens meanwhile, so
+/// a connection is tied to the call that caused it (or to every call in
+/// flight when several are).
+#[derive(Debug, Default)]
+pub struct CallsInFlight {
+    state: std::sync::Mutex<(String, Vec<(String, String)>)>,
+}
+
+impl CallsInFlight {
+    /// The caller and the calls in flight, as (reference, tool).
+    pub fn snapshot(&self) -> (String, Vec<(String, String)>) {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    pub(crate) fn set(&self, caller: &str, calls: Vec<(String, String)>) {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        s.0.clear();
+        s.0.push_str(caller);
+        s.1 = calls;
+    }
+}
+
 /// Relay settings. Defaults are the safe ones.
 #[derive(Debug, Clone)]
 pub struct Config {

@@ -114,6 +114,7 @@ pub trait Activity: Send + Sync {
 pub struct Relay {
     dispatch: Dispatch,
     activity: Option<Arc<dyn Activity>>,
+    in_flight: Option<Arc<crate::CallsInFlight>>,
     config: Config,
     launcher: Box<dyn Launcher>,
     policy: Arc<dyn ToolPolicy>,
@@ -130,6 +131,7 @@ impl Relay {
         Relay {
             dispatch: Dispatch::default(),
             activity: None,
+            in_flight: None,
             config,
             launcher,
             policy: Arc::new(AllowAll),
@@ -182,6 +184,13 @@ impl Relay {
     /// clock and the thaw of a paused sandbox).
     pub fn activity(mut self, activity: Arc<dyn Activity>) -> Relay {
         self.activity = Some(activity);
+        self
+    }
+
+    /// Keeps `calls` up to date with the tool calls in flight and the
+    /// caller, for the egress proxy's records.
+    pub fn calls_in_flight(mut self, calls: Arc<crate::CallsInFlight>) -> Relay {
+        self.in_flight = Some(calls);
         self
     }
 
@@ -303,6 +312,9 @@ struct Driver {
     /// The tool rules, for [`Effect::CheckArguments`].
     policy: Arc<dyn ToolPolicy>,
     activity: Option<Arc<dyn Activity>>,
+    /// Kept up to date with the session's calls in flight, and the
+    /// generation last copied.
+    in_flight: Option<(Arc<crate::CallsInFlight>, u64)>,
     inbox: Inbox,
     /// The host's input, read by the driver (none for [`Relay::attach`]:
     /// the host's messages come through the inbox).
@@ -346,6 +358,7 @@ impl Driver {
         let Relay {
             dispatch,
             activity,
+            in_flight,
             config,
             launcher,
             policy,
@@ -387,6 +400,7 @@ impl Driver {
             config,
             policy,
             activity,
+            in_flight: in_flight.map(|c| (c, u64::MAX)),
             inbox: inbox.clone(),
             host_in: host_in.map(|fd| Source::new(fd, max_line, None)),
             server_out: None,
@@ -448,6 +462,15 @@ impl Driver {
             let effects = session.on(event, Now::system());
             if let Some(a) = &self.activity {
                 a.status(session.busy(), session.parked());
+            }
+            if let Some((calls, seen)) = &mut self.in_flight {
+                // before the effects: a call forwarded now is in the set
+                // before the server can open a connection for it
+                let gen = session.calls_gen();
+                if gen != *seen {
+                    *seen = gen;
+                    calls.set(session.caller(), session.calls_in_flight().1);
+                }
             }
             if let Some((gen, stderr)) = self.new_stderr.take() {
                 let redactor = (*session.redactor()).clone();

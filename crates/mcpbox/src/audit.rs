@@ -108,9 +108,14 @@ pub fn run(args: Args) -> ExitCode {
                     r.reason.unwrap_or("unknown"),
                     r.records,
                     match r.reason {
-                        Some("chain.head_forged") => ": the head was rewritten (records from this seq on were deleted), or the log was signed with another key (--key)",
-                        Some("chain.head_unsigned") => ": the head has no MAC (written by an mcpbox before signed heads, or stripped)",
-                        _ => "",
+                        Some("chain.head_forged") => ": the head was rewritten (records from this seq on were deleted)".to_string(),
+                        Some("chain.head_unsigned") => ": the head has no MAC (written by an mcpbox before signed heads, or stripped)".to_string(),
+                        Some("chain.key_unknown") => format!(
+                            ": the head is signed with another key (id {}) than {}; verify with --key and that key's file (the state directory's audit.key where the log was written)",
+                            r.signing_key.as_deref().unwrap_or("?"),
+                            key_path.display()
+                        ),
+                        _ => String::new(),
                     }
                 );
                 ExitCode::from(1)

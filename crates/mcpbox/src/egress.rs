@@ -138,38 +138,47 @@ pub fn bind(
     ids: Ids,
     spec: &mut mcpbox_sandbox::Spec,
 ) -> anyhow::Result<Bound> {
-    bind_with_approver(rules, sink, ids, spec, Arc::new(DenyAllApprover))
+    bind_with_approver(rules, sink, ids, spec, Arc::new(DenyAllApprover), None)
 }
 
-/// Binds and serves at once, with `approver` asked about unlisted hosts when
-/// the policy says `network.unlisted = "approve"` (`run` passes a
-/// [`HostApprover`]; its sandboxes start through the helper, so the
-/// proxy's threads may exist before them).
-/// The egress proxy for a sandbox of `loaded`'s policy, when its
-/// `[network]` opens anything (`None` otherwise); unlisted hosts are asked
-/// about through `approver`.
+/// The egress proxy for a sandbox of `loaded`'s policy, bound and serving,
+/// when its `[network]` opens anything (`None` otherwise). Unlisted hosts
+/// are asked about through `approver` when the policy says
+/// `network.unlisted = "approve"` (its sandboxes start through the helper,
+/// so the proxy's threads may exist before them); each connection's record
+/// names the relay's calls in flight (`calls`).
 pub fn for_policy(
     loaded: &crate::preflight::Loaded,
     sink: Arc<dyn Sink>,
     ids: Ids,
     spec: &mut mcpbox_sandbox::Spec,
     approver: &HostApprover,
+    calls: Arc<mcpbox_gateway::CallsInFlight>,
 ) -> anyhow::Result<Option<Running>> {
     if loaded.policy.network.is_closed() {
         return Ok(None);
     }
     let approver: Arc<dyn Approver> = Arc::new(approver.clone());
-    start_with_approver(&loaded.policy.network, sink, ids, spec, approver).map(Some)
+    let calls: Arc<dyn mcpbox_egress::CallContext> = Arc::new(RelayCalls(calls));
+    bind_with_approver(
+        &loaded.policy.network,
+        sink,
+        ids,
+        spec,
+        approver,
+        Some(calls),
+    )?
+    .serve()
+    .map(Some)
 }
 
-pub fn start_with_approver(
-    rules: &NetworkRules,
-    sink: Arc<dyn Sink>,
-    ids: Ids,
-    spec: &mut mcpbox_sandbox::Spec,
-    approver: Arc<dyn Approver>,
-) -> anyhow::Result<Running> {
-    bind_with_approver(rules, sink, ids, spec, approver)?.serve()
+/// The relay's calls in flight, as the proxy asks for them.
+struct RelayCalls(Arc<mcpbox_gateway::CallsInFlight>);
+
+impl mcpbox_egress::CallContext for RelayCalls {
+    fn current(&self) -> (String, Vec<(String, String)>) {
+        self.0.snapshot()
+    }
 }
 
 fn bind_with_approver(
@@ -178,6 +187,7 @@ fn bind_with_approver(
     ids: Ids,
     spec: &mut mcpbox_sandbox::Spec,
     approver: Arc<dyn Approver>,
+    calls: Option<Arc<dyn mcpbox_egress::CallContext>>,
 ) -> anyhow::Result<Bound> {
     let root = crate::preflight::is_root();
     let base = runtime_base();
@@ -219,7 +229,7 @@ fn bind_with_approver(
     }
     std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600))
         .context("securing the proxy socket")?;
-    let proxy = Proxy::new(
+    let mut proxy = Proxy::new(
         Arc::new(Rules(rules.clone())),
         Arc::new(SystemResolver),
         Arc::new(SystemConnector::default()),
@@ -227,6 +237,9 @@ fn bind_with_approver(
         sink,
         ids,
     );
+    if let Some(c) = calls {
+        proxy = proxy.with_calls(c);
+    }
     spec.egress = Some(mcpbox_sandbox::Egress {
         socket_dir: dir,
         port: BRIDGE_PORT,

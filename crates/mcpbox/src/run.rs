@@ -298,7 +298,16 @@ pub fn run(loaded: Loaded, mut spec: Spec, builtin: bool) -> anyhow::Result<i32>
         workspace_id: workspace_id.clone(),
         server: loaded.policy.name().to_string(),
     };
-    let _proxy = crate::egress::for_policy(&loaded, audit.clone(), ids, &mut spec, &approver)?;
+    // the connections' records name the calls in flight (detail.calls)
+    let calls = Arc::new(mcpbox_gateway::CallsInFlight::default());
+    let _proxy = crate::egress::for_policy(
+        &loaded,
+        audit.clone(),
+        ids,
+        &mut spec,
+        &approver,
+        calls.clone(),
+    )?;
     let output = spec.output.clone();
     // The built-in server's tmp is a host directory (not a tmpfs) for this
     // run, so that the gateway can measure an artifact in it; it is
@@ -332,9 +341,11 @@ pub fn run(loaded: Loaded, mut spec: Spec, builtin: bool) -> anyhow::Result<i32>
     // The server's stderr, redacted and stripped of escapes, on ours, where
     // a stdio host logs it (it used to need MCPBOX_LOG=info); never on the
     // MCP stream. (`serve` logs it at info: many servers share its stderr.)
-    let relay = Relay::new(config, Box::new(SandboxLauncher { spec, current })).stderr_handler(
-        Arc::new(|server: &str, line: &str| eprintln!("mcpbox: [{server}] {line}")),
-    );
+    let relay = Relay::new(config, Box::new(SandboxLauncher { spec, current }))
+        .calls_in_flight(calls)
+        .stderr_handler(Arc::new(|server: &str, line: &str| {
+            eprintln!("mcpbox: [{server}] {line}")
+        }));
     approver.connect(relay.host_asker());
     let sink: Arc<dyn mcpbox_audit::Sink> = audit.clone();
     let outcome = with_policy(relay, &loaded, audit, checks, view)?

@@ -484,7 +484,15 @@ fn open_sandbox(
         workspace_id: workspace_id.clone(),
         server: open.server.clone(),
     };
-    let proxy = crate::egress::for_policy(loaded, audit.clone(), ids, &mut spec, &approver)?;
+    let calls = Arc::new(mcpbox_gateway::CallsInFlight::default());
+    let proxy = crate::egress::for_policy(
+        loaded,
+        audit.clone(),
+        ids,
+        &mut spec,
+        &approver,
+        calls.clone(),
+    )?;
     let identity = if builtin {
         crate::builtin::PIN_IDENTITY.to_string()
     } else {
@@ -505,7 +513,9 @@ fn open_sandbox(
         spec,
         current: Arc::new(AtomicI32::new(0)),
     };
-    let relay = Relay::new(config, Box::new(launcher)).activity(sb.activity(slot));
+    let relay = Relay::new(config, Box::new(launcher))
+        .activity(sb.activity(slot))
+        .calls_in_flight(calls);
     approver.connect(relay.host_asker());
     let relay = crate::run::with_policy(relay, loaded, audit, checks, view)?;
     let attach_to = sb.clone();

@@ -96,12 +96,23 @@ fn fetch_server_reaches_an_allowed_name_through_the_proxy() {
         assert_eq!(e["decision"], "allow", "{e}");
         assert_eq!(e["detail"]["port"], stub.port(), "{e}");
     }
-    assert!(
-        events
-            .iter()
-            .any(|e| e["kind"] == "tool_call" && e["tool"] == "fetch" && e["decision"] == "allow"),
-        "{events:#?}"
-    );
+    let call = events
+        .iter()
+        .find(|e| e["kind"] == "tool_call" && e["tool"] == "fetch" && e["decision"] == "allow")
+        .unwrap_or_else(|| panic!("{events:#?}"));
+    // each connection is tied to the call that made it, and to its caller
+    let call_ref = call["detail"]["call"]
+        .as_str()
+        .expect("the call's reference");
+    for e in &to_allowed {
+        assert_eq!(
+            e["detail"]["calls"],
+            json!([{"call": call_ref, "tool": "fetch"}]),
+            "{e}"
+        );
+        assert_eq!(e["caller"], call["caller"], "{e}");
+        assert_eq!(e["caller"], "stdio:mcpbox-test/0", "{e}");
+    }
 }
 
 #[test]

@@ -347,6 +347,7 @@ fn audit_records_calls_with_digests_never_arguments() {
     let verify = std::process::Command::new(mcpbox())
         .args(["audit", "--verify", "--db"])
         .arg(ws.path().join("audit.db"))
+        .env("MCPBOX_STATE_DIR", ws.path().join("state"))
         .output()
         .unwrap();
     assert!(
@@ -411,6 +412,22 @@ fn deleting_the_newest_audit_records_and_rewriting_the_head_is_reported_by_verif
     let text = String::from_utf8_lossy(&ok.stdout).into_owned();
     assert!(
         ok.status.success() && text.contains("its head signed"),
+        "{text}"
+    );
+    // verified with another key, the log says whose signature it carries
+    let other = ws.path().join("other.key");
+    std::fs::write(&other, "ab".repeat(32)).unwrap();
+    let out = std::process::Command::new(mcpbox())
+        .args(["audit", "--verify", "--db"])
+        .arg(&db)
+        .arg("--key")
+        .arg(&other)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("chain.key_unknown") && text.contains("another key"),
         "{text}"
     );
     // the editor removes what the last call did and makes the chain whole

@@ -48,6 +48,10 @@ pub(crate) enum Pending {
 
 /// A forwarded tool call, until it ends.
 pub(crate) struct Call {
+    /// This call among the session's (`call-N`): in its record's
+    /// `detail.call`, and in the records of the connections its sandbox
+    /// opened meanwhile (`detail.calls`).
+    pub(crate) call_ref: String,
     pub(crate) tool: String,
     pub(crate) args_digest: String,
     pub(crate) started: Instant,
@@ -68,11 +72,45 @@ pub(crate) struct InFlight {
 #[derive(Default)]
 pub(crate) struct Calls {
     inflight: HashMap<IdKey, InFlight>,
+    /// Moves whenever the set of tool calls in flight may have changed.
+    gen: u64,
+    /// The last call number given out.
+    numbered: u64,
 }
 
 impl Calls {
     pub(crate) fn track(&mut self, id: Value, pending: Pending) {
+        self.gen += 1;
         self.inflight.insert(id_key(&id), InFlight { id, pending });
+    }
+
+    pub(crate) fn gen(&self) -> u64 {
+        self.gen
+    }
+
+    /// The next call's reference.
+    fn next_ref(&mut self) -> String {
+        self.numbered += 1;
+        format!("call-{}", self.numbered)
+    }
+
+    /// The tool calls in flight, as (reference, tool), oldest first, and
+    /// the generation of that set.
+    pub(crate) fn tool_calls(&self) -> (u64, Vec<(String, String)>) {
+        let mut calls: Vec<(&Instant, &Call)> = self
+            .inflight
+            .values()
+            .filter_map(|f| match &f.pending {
+                Pending::ToolsCall(c) => Some((&c.started, c)),
+                _ => None,
+            })
+            .collect();
+        calls.sort_by_key(|(t, _)| **t);
+        let list = calls
+            .into_iter()
+            .map(|(_, c)| (c.call_ref.clone(), c.tool.clone()))
+            .collect();
+        (self.gen, list)
     }
 
     pub(crate) fn is_empty(&self) -> bool {
@@ -80,10 +118,12 @@ impl Calls {
     }
 
     pub(crate) fn take(&mut self, key: &str) -> Option<InFlight> {
+        self.gen += 1;
         self.inflight.remove(key)
     }
 
     pub(crate) fn drain(&mut self) -> Vec<InFlight> {
+        self.gen += 1;
         self.inflight.drain().map(|(_, f)| f).collect()
     }
 
@@ -108,7 +148,10 @@ impl Calls {
             .map(|(k, _)| k.clone())
             .collect();
         keys.into_iter()
-            .filter_map(|k| self.inflight.remove(&k))
+            .filter_map(|k| {
+                self.gen += 1;
+                self.inflight.remove(&k)
+            })
             .filter_map(|f| match f.pending {
                 Pending::ToolsCall(c) => Some((f.id, c)),
                 _ => None,
@@ -243,6 +286,7 @@ impl Session {
                 .unwrap_or(UNIX_EPOCH)
         });
         let call = Call {
+            call_ref: self.calls.next_ref(),
             tool,
             args_digest,
             started: now,
@@ -311,9 +355,12 @@ impl Session {
             e.source = Some(call.decision.source);
             e.args_digest = Some(call.args_digest);
             e.duration_ms = Some(ms(duration));
-            if !call.detail.is_null() {
-                e.detail = call.detail;
-            }
+            let mut detail = match call.detail {
+                Value::Object(m) => m,
+                _ => Map::new(),
+            };
+            detail.insert("call".into(), Value::String(call.call_ref));
+            e.detail = Value::Object(detail);
             fill(e);
         });
         self.out.push(Effect::Audit(Record {

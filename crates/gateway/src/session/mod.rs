@@ -532,6 +532,24 @@ impl Session {
         d
     }
 
+    /// The tool calls the server is working on, as (reference, tool),
+    /// oldest first, with a generation that moves when the set may have
+    /// changed (so a driver copies it only then), and who asked.
+    pub fn calls_in_flight(&self) -> (u64, Vec<(String, String)>) {
+        self.calls.tool_calls()
+    }
+
+    /// The generation of [`Session::calls_in_flight`], cheaply.
+    pub fn calls_gen(&self) -> u64 {
+        self.calls.gen()
+    }
+
+    /// Who the records name as the caller (the host's name once it gave
+    /// one at `initialize`).
+    pub fn caller(&self) -> &str {
+        &self.template.caller
+    }
+
     /// Whether anything is under way: a request in flight, a call held for
     /// approval, host messages waiting for the server. The lifecycle's
     /// idle clock runs only while this is false.

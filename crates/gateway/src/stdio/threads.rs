@@ -115,7 +115,13 @@ pub(super) fn spawn_audit(
                         let w = crate::written::files_written_since(dir, since);
                         e.files_written = w.paths;
                         if w.truncated {
-                            e.detail = json!({"files_written_truncated": true});
+                            // beside what the call's record already says
+                            match e.detail.as_object_mut() {
+                                Some(d) => {
+                                    d.insert("files_written_truncated".into(), json!(true));
+                                }
+                                None => e.detail = json!({"files_written_truncated": true}),
+                            }
                         }
                     }
                     e
