@@ -38,6 +38,10 @@ PY_PKGS=(
   "mcp-server-fetch==2026.10.24"
   # mcp-server-git: the root-owned repository test (idmapped input as root)
   "mcp-server-git==2026.10.19"
+  # the OCSF export's validation (tests/interop/ocsf_check.py): the schema
+  # ships in the package, so it works offline
+  "ocsf-json-schema==1.2.0"
+  "jsonschema==4.26.0"
 )
 log() { printf '[peers] %s\n' "$*"; }
 mkdir -p "$PEERS"

@@ -26,6 +26,8 @@ mod error;
 mod format;
 mod jsonl;
 mod memory;
+mod ocsf;
+pub use ocsf::{to_ocsf, OCSF_VERSION};
 mod pending;
 mod query;
 mod sqlite;

@@ -39,6 +39,11 @@ pub struct Args {
     /// JSON Lines instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// OCSF 1.5.0 events as JSON Lines, for a SIEM: tool calls as API
+    /// Activity (6003), connections as Network Activity (4001); other
+    /// kinds are left out.
+    #[arg(long, conflicts_with = "json")]
+    pub ocsf: bool,
     /// Check the hash chain instead of listing; exit 1 when it is broken.
     /// The head's MAC is checked with the state directory's audit.key (or
     /// --key).
@@ -146,6 +151,19 @@ pub fn run(args: Args) -> ExitCode {
         until_ms: until,
         limit: args.limit,
     };
+    if args.ocsf {
+        return match store.query_records(&query) {
+            Ok(records) => {
+                for r in &records {
+                    if let Some(v) = mcpbox_audit::to_ocsf(&r.event, Some(r.seq)) {
+                        println!("{v}");
+                    }
+                }
+                ExitCode::SUCCESS
+            }
+            Err(e) => fail(e),
+        };
+    }
     match store.query(&query) {
         Ok(events) => {
             if args.json {

@@ -113,6 +113,12 @@ fn fetch_server_reaches_an_allowed_name_through_the_proxy() {
         assert_eq!(e["caller"], call["caller"], "{e}");
         assert_eq!(e["caller"], "stdio:mcpbox-test/0", "{e}");
     }
+    // and the same log as OCSF events, valid against the schema
+    let report = audit::assert_valid_ocsf(&ws.path().join("audit.db"));
+    assert!(
+        report.contains("api_activity") && report.contains("network_activity"),
+        "{report}"
+    );
 }
 
 #[test]
@@ -152,4 +158,7 @@ fn fetch_server_is_refused_an_unlisted_name_that_never_sees_a_request() {
         assert_eq!(e["decision"], "deny", "{e}");
         assert_eq!(e["reason"], "network.unlisted", "{e}");
     }
+    // a refused connection is a valid OCSF Network Activity: Refuse
+    let report = audit::assert_valid_ocsf(&ws.path().join("audit.db"));
+    assert!(report.contains("network_activity"), "{report}");
 }

@@ -30,3 +30,42 @@ pub fn network_to<'a>(events: &'a [Value], host: &str) -> Vec<&'a Value> {
         .filter(|e| e["kind"] == "network" && e["detail"]["host"] == host)
         .collect()
 }
+
+/// `mcpbox audit --ocsf` of the database at `db`, validated against the OCSF
+/// 1.5.0 schema by `tests/interop/ocsf_check.py` (ocsf-json-schema and
+/// jsonschema, pinned in scripts/install-peers.sh); its report, one line
+/// per class.
+pub fn assert_valid_ocsf(db: &Path) -> String {
+    let out = Command::new(super::mcpbox())
+        .args(["audit", "--ocsf", "--db"])
+        .arg(db)
+        .output()
+        .expect("run mcpbox audit --ocsf");
+    assert!(
+        out.status.success(),
+        "mcpbox audit --ocsf failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut check = Command::new(super::peers::peers().join("venv/bin/python"))
+        .arg(super::interop_script("ocsf_check.py"))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run ocsf_check.py");
+    use std::io::Write;
+    check
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(&out.stdout)
+        .expect("feed ocsf_check.py");
+    let done = check.wait_with_output().expect("wait for ocsf_check.py");
+    assert!(
+        done.status.success(),
+        "the OCSF export is not valid:\n{}\n{}",
+        String::from_utf8_lossy(&done.stderr),
+        String::from_utf8_lossy(&out.stdout)
+    );
+    String::from_utf8_lossy(&done.stdout).into_owned()
+}
