@@ -66,56 +66,96 @@ fn unmapped(e: &Event) -> Value {
     Value::Object(u)
 }
 
-/// One record as an OCSF event; None for a kind without a class here.
-/// `seq` is its place in the log, as `metadata.uid`.
-pub fn to_ocsf(e: &Event, seq: Option<i64>) -> Option<Value> {
+/// The attributes every exported class has.
+struct Class {
+    uid: u32,
+    name: &'static str,
+    category_uid: u32,
+    category_name: &'static str,
+    activity_id: u32,
+    activity_name: &'static str,
+}
+
+/// An event of `class` for `e`: what every class has, in one place.
+fn base(e: &Event, seq: Option<i64>, class: &Class) -> Map<String, Value> {
     let (sev, sev_name) = severity(e);
-    let refused = e.decision == Some(Verdict::Deny);
-    let (status_id, status) = if refused {
+    let (status_id, status) = if e.decision == Some(Verdict::Deny) {
         (2, "Failure")
     } else {
         (1, "Success")
     };
-    let actor = json!({"user": {"name": e.caller}, "app_name": "mcpbox"});
+    let mut v = Map::new();
+    let mut put = |k: &str, x: Value| {
+        v.insert(k.into(), x);
+    };
+    put("class_uid", json!(class.uid));
+    put("class_name", json!(class.name));
+    put("category_uid", json!(class.category_uid));
+    put("category_name", json!(class.category_name));
+    put("activity_id", json!(class.activity_id));
+    put("activity_name", json!(class.activity_name));
+    put("type_uid", json!(class.uid * 100 + class.activity_id));
+    put(
+        "type_name",
+        json!(format!("{}: {}", class.name, class.activity_name)),
+    );
+    put("time", json!(e.time_ms));
+    put("severity_id", json!(sev));
+    put("severity", json!(sev_name));
+    put("status_id", json!(status_id));
+    put("status", json!(status));
+    put("metadata", metadata(e, seq));
+    put("unmapped", unmapped(e));
+    if let Some(r) = &e.reason {
+        put("status_detail", json!(r));
+    }
+    if let Some(d) = e.duration_ms {
+        put("duration", json!(d));
+    }
+    v
+}
+
+/// One record as an OCSF event; None for a kind without a class here.
+/// `seq` is its place in the log, as `metadata.uid`.
+pub fn to_ocsf(e: &Event, seq: Option<i64>) -> Option<Value> {
+    let refused = e.decision == Some(Verdict::Deny);
     match e.kind? {
         Kind::ToolCall => {
             // 99: Other (an MCP tools/call is none of create, read, update, delete)
-            let activity = 99;
-            let mut v = json!({
-                "class_uid": 6003,
-                "class_name": "API Activity",
-                "category_uid": 6,
-                "category_name": "Application Activity",
-                "activity_id": activity,
-                "activity_name": "tools/call",
-                "type_uid": 6003 * 100 + activity,
-                "type_name": "API Activity: Other",
-                "time": e.time_ms,
-                "severity_id": sev,
-                "severity": sev_name,
-                "status_id": status_id,
-                "status": status,
-                "metadata": metadata(e, seq),
-                "actor": actor,
-                "api": {
-                    "operation": "tools/call",
-                    "service": {"name": e.server},
-                },
-                "src_endpoint": {"name": e.caller},
-                "resources": [{"name": e.tool.clone().unwrap_or_default(), "type": "MCP tool"}],
-                "unmapped": unmapped(e),
-            });
-            if let Some(r) = &e.reason {
-                v["status_detail"] = json!(r);
-            }
-            if let Some(d) = e.duration_ms {
-                v["duration"] = json!(d);
-            }
-            Some(v)
+            let class = Class {
+                uid: 6003,
+                name: "API Activity",
+                category_uid: 6,
+                category_name: "Application Activity",
+                activity_id: 99,
+                activity_name: "Other",
+            };
+            let mut v = base(e, seq, &class);
+            v.insert(
+                "actor".into(),
+                json!({"user": {"name": e.caller}, "app_name": "mcpbox"}),
+            );
+            v.insert(
+                "api".into(),
+                json!({"operation": "tools/call", "service": {"name": e.server}}),
+            );
+            v.insert("src_endpoint".into(), json!({"name": e.caller}));
+            v.insert(
+                "resources".into(),
+                json!([{"name": e.tool.clone().unwrap_or_default(), "type": "MCP tool"}]),
+            );
+            Some(Value::Object(v))
         }
         Kind::Network => {
             // 5: Refuse for a refused connection, 6: Traffic for one that ran
-            let activity = if refused { 5 } else { 6 };
+            let class = Class {
+                uid: 4001,
+                name: "Network Activity",
+                category_uid: 4,
+                category_name: "Network Activity",
+                activity_id: if refused { 5 } else { 6 },
+                activity_name: if refused { "Refuse" } else { "Traffic" },
+            };
             let d = &e.detail;
             let mut dst = Map::new();
             if let Some(h) = d.get("host").and_then(Value::as_str) {
@@ -130,41 +170,31 @@ pub fn to_ocsf(e: &Event, seq: Option<i64>) -> Option<Value> {
                     dst.insert("ip".into(), json!(sa.ip().to_string()));
                 }
             }
-            let mut v = json!({
-                "class_uid": 4001,
-                "class_name": "Network Activity",
-                "category_uid": 4,
-                "category_name": "Network Activity",
-                "activity_id": activity,
-                "activity_name": if refused { "Refuse" } else { "Traffic" },
-                "type_uid": 4001 * 100 + activity,
-                "type_name": if refused { "Network Activity: Refuse" } else { "Network Activity: Traffic" },
-                "time": e.time_ms,
-                "severity_id": sev,
-                "severity": sev_name,
-                "status_id": status_id,
-                "status": status,
-                "metadata": metadata(e, seq),
-                "src_endpoint": {"name": format!("sandbox {}", e.sandbox_id)},
-                "dst_endpoint": Value::Object(dst),
-                "connection_info": {"direction_id": 2, "direction": "Outbound", "protocol_name": "tcp"},
-                "traffic": {
+            let mut v = base(e, seq, &class);
+            v.insert(
+                "src_endpoint".into(),
+                json!({"name": format!("sandbox {}", e.sandbox_id)}),
+            );
+            v.insert("dst_endpoint".into(), Value::Object(dst));
+            v.insert(
+                "connection_info".into(),
+                json!({"direction_id": 2, "direction": "Outbound", "protocol_name": "tcp"}),
+            );
+            v.insert(
+                "traffic".into(),
+                json!({
                     "bytes_out": d.get("bytes_up").and_then(Value::as_u64).unwrap_or(0),
                     "bytes_in": d.get("bytes_down").and_then(Value::as_u64).unwrap_or(0),
-                },
-                "unmapped": unmapped(e),
-            });
+                }),
+            );
             // the class has no actor: who asked is unmapped
-            if !e.caller.is_empty() {
-                v["unmapped"]["caller"] = json!(e.caller);
+            if let (false, Some(u)) = (
+                e.caller.is_empty(),
+                v.get_mut("unmapped").and_then(Value::as_object_mut),
+            ) {
+                u.insert("caller".into(), json!(e.caller));
             }
-            if let Some(r) = &e.reason {
-                v["status_detail"] = json!(r);
-            }
-            if let Some(ms) = e.duration_ms {
-                v["duration"] = json!(ms);
-            }
-            Some(v)
+            Some(Value::Object(v))
         }
         _ => None,
     }
