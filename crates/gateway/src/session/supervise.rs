@@ -47,10 +47,13 @@ use mcpbox_policy::Reason;
 use serde_json::{json, Value};
 
 use super::calls::Pending;
+use super::stderr::with_tail;
+pub use super::stderr::{
+    bounded_tail, STDERR_TAIL_BYTES, STDERR_TAIL_LINES, STDERR_TAIL_LINE_BYTES,
+};
 use super::{outcome, Effect, Session};
 use crate::launcher::ExitInfo;
 use crate::message::{id_key, to_line, IdKey, Message, Shape};
-use crate::redact::{find_credentials, redact_credentials};
 use crate::secrets::Secrets;
 use crate::{EndReason, CODE_SERVER_EXITED, CODE_SERVER_RESTARTING};
 
@@ -67,14 +70,6 @@ pub const FAST_POLL: Duration = Duration::from_millis(5);
 pub const DRAIN: Duration = Duration::from_millis(500);
 /// How long the stderr reader may take to report after the server is down.
 pub const STDERR_WAIT: Duration = Duration::from_secs(1);
-/// Most lines of the server's stderr kept for the error of a request it
-/// never answered.
-pub const STDERR_TAIL_LINES: usize = 10;
-/// Most bytes of those lines, all together.
-pub const STDERR_TAIL_BYTES: usize = 2048;
-/// Most bytes of one of them (a longer line is cut), so that one long line
-/// does not crowd out the others.
-pub const STDERR_TAIL_LINE_BYTES: usize = 512;
 /// How long a restarted server may take to answer the replayed
 /// `initialize` before held messages are sent anyway.
 pub const REINIT_WAIT: Duration = Duration::from_secs(10);
@@ -118,7 +113,7 @@ pub(crate) struct Supervisor {
     poll: Duration,
     stderr_closed: bool,
     /// The last stderr lines of the current generation, once it closed.
-    stderr_tail: Vec<String>,
+    pub(super) stderr_tail: Vec<String>,
     /// Why the current generation could not be started.
     start_error: Option<String>,
     /// When the shortest secret TTL runs out.
@@ -694,30 +689,6 @@ impl Session {
         }
     }
 
-    /// The server's last stderr lines as the host may see them: redacted
-    /// of secret values and sanitized by the reader, redacted again here
-    /// (the reader's redactor may be a generation old; this one knows every
-    /// value, current and retired), and of credential shapes too when
-    /// results are (`redact_credential_shapes`).
-    fn stderr_tail(&self) -> Vec<String> {
-        let redact = self.config.redact_credential_shapes;
-        let redactor = &self.redaction.redactor;
-        let mut counts = vec![0; redactor.names().len()];
-        self.server
-            .stderr_tail
-            .iter()
-            .map(|line| {
-                let line = redactor.redact_str(line, &mut counts).into_owned();
-                let hits = find_credentials(&line);
-                if redact && !hits.is_empty() {
-                    redact_credentials(&line, &hits)
-                } else {
-                    line
-                }
-            })
-            .collect()
-    }
-
     /// The requests still owed an answer, the last records and the end.
     fn finish(&mut self) {
         let reason = self
@@ -794,41 +765,4 @@ impl Session {
         }
         d
     }
-}
-
-/// An error message with the server's last stderr lines after it.
-fn with_tail(mut msg: String, tail: &[String]) -> String {
-    if !tail.is_empty() {
-        msg.push_str("; its last stderr lines:\n");
-        msg.push_str(&tail.join("\n"));
-    }
-    msg
-}
-
-/// `tail` within [`STDERR_TAIL_LINES`], [`STDERR_TAIL_LINE_BYTES`] and
-/// [`STDERR_TAIL_BYTES`]: the newest lines kept, a longer line cut at a
-/// character boundary. The reader keeps it so; the core checks again.
-pub fn bounded_tail(mut tail: Vec<String>) -> Vec<String> {
-    if tail.len() > STDERR_TAIL_LINES {
-        tail.drain(..tail.len() - STDERR_TAIL_LINES);
-    }
-    let mut budget = STDERR_TAIL_BYTES;
-    let mut kept = Vec::with_capacity(tail.len());
-    for mut line in tail.into_iter().rev() {
-        if budget == 0 {
-            break;
-        }
-        let room = budget.min(STDERR_TAIL_LINE_BYTES);
-        if line.len() > room {
-            let mut cut = room;
-            while !line.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            line.truncate(cut);
-        }
-        budget -= line.len();
-        kept.push(line);
-    }
-    kept.reverse();
-    kept
 }
