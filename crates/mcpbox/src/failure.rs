@@ -76,11 +76,29 @@ impl From<mcpbox_sandbox::Error> for Failure {
 impl fmt::Display for Failure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.prefix {
-            write!(f, "{}: {:#}", self.step, self.error)
+            write!(f, "{}: {}", self.step, chain_text(&self.error))
         } else {
-            write!(f, "{:#}", self.error)
+            f.write_str(&chain_text(&self.error))
         }
     }
+}
+
+/// The error and its causes, `outer: inner: ...`, each cause once: many
+/// errors (thiserror's with a `{source}` in their message, rusqlite's)
+/// already say their cause, which anyhow's `{:#}` would print again.
+fn chain_text(error: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in error.chain() {
+        let text = cause.to_string();
+        if text.is_empty() || out.ends_with(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out
 }
 
 #[cfg(test)]
@@ -99,6 +117,28 @@ mod tests {
         let f = Failure::from_run(err);
         assert_eq!((f.step.as_str(), f.code), ("execve", 127));
         assert!(f.to_string().contains("command not found"), "{f}");
+    }
+
+    #[test]
+    fn a_cause_that_its_error_already_says_is_printed_once() {
+        #[derive(Debug)]
+        struct Says(std::io::Error);
+        impl fmt::Display for Says {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "cannot start mcp server p: {}", self.0)
+            }
+        }
+        impl std::error::Error for Says {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        let err = anyhow::Error::new(Says(std::io::Error::other("no such file"))).context("relay");
+        let f = Failure::at("run", err);
+        assert_eq!(
+            f.to_string(),
+            "run: relay: cannot start mcp server p: no such file"
+        );
     }
 
     #[test]
