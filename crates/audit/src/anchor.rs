@@ -18,6 +18,7 @@ use std::path::Path;
 
 use ring::hmac;
 
+use crate::canonical::hex;
 use crate::{Error, Result};
 
 /// Bytes of key material.
@@ -80,7 +81,7 @@ impl HeadKey {
         let aside = dir.join(format!(
             ".audit.key.{}.{}",
             std::process::id(),
-            to_hex(&bytes[..4])
+            hex(&bytes[..4])
         ));
         let written = std::fs::OpenOptions::new()
             .write(true)
@@ -88,7 +89,7 @@ impl HeadKey {
             .mode(0o600)
             .open(&aside)
             .and_then(|mut f| {
-                f.write_all(to_hex(&bytes).as_bytes())?;
+                f.write_all(hex(&bytes).as_bytes())?;
                 f.sync_all()
             });
         if let Err(e) = written {
@@ -109,13 +110,13 @@ impl HeadKey {
     /// its MAC of a fixed label. Stored with each signature, so that a log
     /// verified with another key says so instead of "forged".
     pub fn id(&self) -> String {
-        to_hex(&hmac::sign(&self.key, b"mcpbox-audit-key-id").as_ref()[..8])
+        hex(&hmac::sign(&self.key, b"mcpbox-audit-key-id").as_ref()[..8])
     }
 
     /// The head's signature as stored: `KEYID:MAC`, hex.
     pub fn mac(&self, seq: i64, hash: &str) -> String {
         let tag = hmac::sign(&self.key, &message(seq, hash));
-        format!("{}:{}", self.id(), to_hex(tag.as_ref()))
+        format!("{}:{}", self.id(), hex(tag.as_ref()))
     }
 
     /// What a stored signature says of the head, the MAC compared in
@@ -155,10 +156,6 @@ pub enum Signature {
 /// What the MAC covers: a label, the seq and the head hash, unambiguous.
 fn message(seq: i64, hash: &str) -> Vec<u8> {
     format!("mcpbox-audit-head\0{seq}\0{hash}").into_bytes()
-}
-
-fn to_hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 fn from_hex(s: &str) -> Option<Vec<u8>> {

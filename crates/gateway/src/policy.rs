@@ -20,13 +20,14 @@ pub trait ToolPolicy: Send + Sync {
     fn visible(&self, tool: &str, hints: &ToolHints) -> bool {
         self.decide(tool, hints).verdict != Verdict::Deny
     }
-    /// Whether calls to `tool` have argument rules: then the session holds
-    /// the call and asks its driver to run [`ToolPolicy::check_arguments`]
+    /// Whether this call to `tool`, with these arguments, has argument
+    /// rules to run: then the session holds the call and asks its driver
+    /// to run [`ToolPolicy::check_arguments`]
     /// ([`crate::session::Effect::CheckArguments`]), which may do I/O (the
     /// binary parses a command line in a child process and measures an
     /// artifact on disk); the session core itself does none. Must be pure
-    /// and quick.
-    fn checks_arguments(&self, _tool: &str) -> bool {
+    /// and quick, and true whenever `check_arguments` could find anything.
+    fn checks_arguments(&self, _tool: &str, _arguments: Option<&Value>) -> bool {
         false
     }
     /// Rules over a call's arguments (a command line's categories, a path

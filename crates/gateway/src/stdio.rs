@@ -469,7 +469,7 @@ impl Driver {
                 let gen = session.calls_gen();
                 if gen != *seen {
                     *seen = gen;
-                    calls.set(session.caller(), session.calls_in_flight().1);
+                    calls.set(session.caller(), session.calls_in_flight());
                 }
             }
             if let Some((gen, stderr)) = self.new_stderr.take() {

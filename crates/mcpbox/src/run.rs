@@ -39,10 +39,10 @@ impl ToolPolicy for Tools {
         self.rules.visible_in_list(tool, hints)
     }
 
-    fn checks_arguments(&self, tool: &str) -> bool {
+    fn checks_arguments(&self, tool: &str, arguments: Option<&Value>) -> bool {
         self.builtin.is_some()
             || self.commands.declares(tool)
-            || self.rules.arguments.applies_to(tool)
+            || self.rules.arguments.applies_to(tool, arguments)
     }
 
     fn check_arguments(&self, tool: &str, arguments: Option<&Value>) -> Option<ArgumentCheck> {
@@ -198,19 +198,16 @@ pub fn relay_config(
 /// query or fragment, which can carry credentials), the policy's name and
 /// the SHA-256 of the effective policy (`mcpbox check` prints that text).
 fn session_detail(loaded: &Loaded, identity: &str) -> Value {
-    use sha2::Digest;
     let server = match identity.strip_prefix("url:") {
         Some(url) => format!("url:{}", url_without_credentials(url)),
         None => identity.to_string(),
     };
-    let text = loaded.policy.to_toml();
-    let digest = sha2::Sha256::digest(text.as_bytes());
-    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    let digest = mcpbox_gateway::digest::sha256_hex(loaded.policy.to_toml().as_bytes());
     serde_json::json!({
         "server": server,
         "policy": loaded.policy.name(),
         "policy_file": loaded.file.as_ref().map(|f| f.display().to_string()),
-        "policy_sha256": hex,
+        "policy_sha256": digest,
     })
 }
 

@@ -7,20 +7,14 @@
 
 mod common;
 
-use common::mcp::{result_text, testserver, Session};
+use common::mcp::{result_text, Session};
 use common::Workspace;
 use serde_json::{json, Value};
 
 /// A workspace with test server `name` in input/, a policy with `extra`,
 /// and `mcpbox run` started on it.
 fn start(name: &str, extra: &str) -> (Workspace, Session) {
-    let ws = Workspace::new();
-    std::fs::copy(testserver(name), ws.input().join(name)).unwrap();
-    std::fs::set_permissions(
-        ws.input().join(name),
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
+    let ws = Workspace::with_server(name);
     let p = ws.policy(&format!(
         "[audit]\npath = \"audit.db\"\n[tools]\ndefault = \"allow\"\n{extra}"
     ));

@@ -261,6 +261,31 @@ fn setting_setuid_or_setgid_bits_on_output_files_is_refused() {
 }
 
 #[test]
+fn a_read_lease_on_an_input_file_is_refused() {
+    // a lease on a file the sandbox user owns (its own, or root's through
+    // an idmapped input) would hold up a host writer of that file for
+    // lease-break-time: seccomp refuses F_SETLEASE
+    let ws = Workspace::new();
+    let script = "import fcntl, os\n\
+        fd = os.open('/workspace/input/hello.txt', os.O_RDONLY)\n\
+        try:\n    fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_RDLCK)\n    print('lease-taken')\n\
+        except OSError as e:\n    print('refused', e.errno)\n";
+    let out = Command::new(mcpbox())
+        .args(["exec", "--policy"])
+        .arg(ws.policy(""))
+        .args(["--", "/usr/bin/python3", "-c", script])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains(&format!("refused {}", libc::EPERM)),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
 fn tmp_is_private_empty_and_size_limited() {
     let ws = Workspace::new();
     let p = ws.policy("tmp = \"1MiB\"\n");

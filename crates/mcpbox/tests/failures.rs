@@ -292,10 +292,7 @@ fn a_full_disk_under_the_audit_log_refuses_calls_rather_than_run_them_unrecorded
         );
         return;
     }
-    let ws = Workspace::new();
-    let server = ws.input().join("plain");
-    std::fs::copy(common::mcp::testserver("plain"), &server).unwrap();
-    std::fs::set_permissions(&server, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let ws = Workspace::with_server("plain");
     // the audit log on a 1 MiB tmpfs of a private mount namespace (unseen
     // by the rest of the machine), which the test fills through
     // /proc/PID/root while the session runs

@@ -41,14 +41,7 @@ fn processes_with(marker: &str) -> Vec<String> {
 
 /// A workspace with the given test server copied into input/.
 fn server_ws(name: &str) -> Workspace {
-    let ws = Workspace::new();
-    std::fs::copy(testserver(name), ws.input().join(name)).unwrap();
-    std::fs::set_permissions(
-        ws.input().join(name),
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
-    ws
+    Workspace::with_server(name)
 }
 
 /// Policy with an audit log and a state dir inside the workspace.

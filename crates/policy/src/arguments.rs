@@ -230,9 +230,27 @@ impl Default for ArgumentRules {
 }
 
 impl ArgumentRules {
-    /// Whether calls to `tool` are checked at all (pure and quick).
-    pub fn applies_to(&self, tool: &str) -> bool {
-        self.outside_paths != Verdict::Allow || self.rules.iter().any(|r| glob_match(&r.tool, tool))
+    /// Whether [`ArgumentRules::check`] (or [`translate_host_paths`]) could
+    /// find anything in this call, on the text alone: a rule for `tool`
+    /// whose argument is present, or, with the default rule on, a value it
+    /// looks at (or arguments too large to tell). Pure and quick: a call
+    /// for which it is false is not held for a check.
+    pub fn applies_to(&self, tool: &str, args: Option<&Value>) -> bool {
+        let Some(obj) = args.and_then(Value::as_object) else {
+            return false;
+        };
+        if self
+            .rules
+            .iter()
+            .any(|r| glob_match(&r.tool, tool) && obj.contains_key(&r.argument))
+        {
+            return true;
+        }
+        let mut budget = WALK_BUDGET;
+        self.outside_paths != Verdict::Allow
+            && obj
+                .iter()
+                .any(|(name, v)| looked_at(name, v, 0, &mut budget))
     }
 
     /// Checks a call's arguments. `skip` names arguments others check (a
@@ -355,6 +373,22 @@ fn translate_value(
 /// a hostile host cannot make the check walk without end.
 const WALK_BUDGET: usize = 10_000;
 const WALK_DEPTH: usize = 16;
+
+/// Whether the default rule (or host-path translation) looks at anything in
+/// this argument: the walk of [`default_violation`] without the checks.
+/// Past the budget or the depth it says yes, as the check then refuses.
+fn looked_at(name: &str, value: &Value, depth: usize, budget: &mut usize) -> bool {
+    if *budget == 0 || depth > WALK_DEPTH {
+        return true;
+    }
+    *budget -= 1;
+    match value {
+        Value::String(s) => (is_path_name(name) && is_path_like(s)) || is_file_uri(s.trim()),
+        Value::Array(items) => items.iter().any(|v| looked_at(name, v, depth + 1, budget)),
+        Value::Object(map) => map.iter().any(|(k, v)| looked_at(k, v, depth + 1, budget)),
+        _ => false,
+    }
+}
 
 /// The default rule over one argument, at any depth: a path-named key's
 /// string (or list of strings) that is path-like, and any `file://` string.
@@ -640,8 +674,42 @@ mod tests {
             outside_paths: Verdict::Allow,
             ..ArgumentRules::default()
         };
-        assert!(!r.applies_to("read"));
-        assert!(check(&r, "read", json!({"path": "/etc/passwd"})).is_none());
+        let args = json!({"path": "/etc/passwd"});
+        assert!(!r.applies_to("read", Some(&args)));
+        assert!(check(&r, "read", args).is_none());
+    }
+
+    #[test]
+    fn a_call_is_held_for_a_check_whenever_the_check_could_find_anything() {
+        let mut m = rule("send", "body");
+        m.max_length = Some(3);
+        let r = ArgumentRules {
+            rules: vec![m],
+            ..ArgumentRules::default()
+        };
+        let mut deep = json!("x");
+        for _ in 0..100 {
+            deep = json!({ "a": deep });
+        }
+        let cases = [
+            ("echo", json!({"message": "hello", "n": 3}), false),
+            ("echo", json!({"content": "/etc/passwd is text"}), false),
+            ("echo", json!({"path": "src/a.rs"}), false),
+            ("send", json!({"to": "x"}), false),
+            ("send", json!({"body": "hi"}), true),
+            ("echo", json!({"path": "/etc/passwd"}), true),
+            ("echo", json!({"opts": {"files": ["../x"]}}), true),
+            ("echo", json!({"note": " file:/etc/x"}), true),
+            ("echo", json!({ "deep": deep }), true),
+        ];
+        for (tool, args, held) in cases {
+            assert_eq!(r.applies_to(tool, Some(&args)), held, "{tool} {args}");
+            // nothing found where nothing is held
+            if !held {
+                assert!(check(&r, tool, args).is_none());
+            }
+        }
+        assert!(!r.applies_to("echo", None));
     }
 
     #[test]

@@ -24,8 +24,8 @@ use crate::{
 /// before the call is the lesser error.
 const COARSE_CLOCK_MARGIN: std::time::Duration = std::time::Duration::from_millis(20);
 
-/// A call held while the driver runs its argument rules.
-/// A decided (or, held, still to be decided) `tools/call`.
+/// A decided (or, held while the driver runs its argument rules, still to
+/// be decided) `tools/call`.
 pub(crate) struct Held {
     id: Value,
     tool: String,
@@ -94,9 +94,8 @@ impl Calls {
         format!("call-{}", self.numbered)
     }
 
-    /// The tool calls in flight, as (reference, tool), oldest first, and
-    /// the generation of that set.
-    pub(crate) fn tool_calls(&self) -> (u64, Vec<(String, String)>) {
+    /// The tool calls in flight, as (reference, tool), oldest first.
+    pub(crate) fn tool_calls(&self) -> Vec<(String, String)> {
         let mut calls: Vec<(&Instant, &Call)> = self
             .inflight
             .values()
@@ -106,11 +105,10 @@ impl Calls {
             })
             .collect();
         calls.sort_by_key(|(t, _)| **t);
-        let list = calls
+        calls
             .into_iter()
             .map(|(_, c)| (c.call_ref.clone(), c.tool.clone()))
-            .collect();
-        (self.gen, list)
+            .collect()
     }
 
     pub(crate) fn is_empty(&self) -> bool {
@@ -211,7 +209,10 @@ impl Session {
             detail: Value::Null,
             line,
         };
-        if held.decision.verdict == Verdict::Deny || !self.policy.checks_arguments(&held.tool) {
+        let arguments = msg.params().and_then(|p| p.get("arguments"));
+        if held.decision.verdict == Verdict::Deny
+            || !self.policy.checks_arguments(&held.tool, arguments)
+        {
             return self.decided(held);
         }
         // the driver runs the argument rules (they may do I/O) and answers
@@ -222,7 +223,7 @@ impl Session {
         self.out.push(Effect::CheckArguments {
             key,
             tool: held.tool.clone(),
-            arguments: msg.params().and_then(|p| p.get("arguments")).cloned(),
+            arguments: arguments.cloned(),
         });
         self.checking.insert(key, (held, msg.value.clone()));
     }

@@ -25,7 +25,7 @@ impl Session {
     /// the paths).
     pub(super) fn roots_answered(&mut self, mut msg: Message) {
         let Some(map) = self.config.paths.clone() else {
-            return self.host_value_to_server(&msg.value);
+            return self.send_server(to_line(&msg.value));
         };
         let mut dropped = 0usize;
         if let Some(result) = msg.value.get_mut("result") {
@@ -61,11 +61,7 @@ impl Session {
                 e.detail = json!({"dropped": dropped});
             });
         }
-        self.host_value_to_server(&msg.value);
-    }
-
-    fn host_value_to_server(&mut self, v: &Value) {
-        self.send_server(to_line(v));
+        self.send_server(to_line(&msg.value));
     }
 
     /// A stdio host names itself in `initialize` (`clientInfo`): the

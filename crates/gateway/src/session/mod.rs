@@ -536,13 +536,13 @@ impl Session {
     }
 
     /// The tool calls the server is working on, as (reference, tool),
-    /// oldest first, with a generation that moves when the set may have
-    /// changed (so a driver copies it only then), and who asked.
-    pub fn calls_in_flight(&self) -> (u64, Vec<(String, String)>) {
+    /// oldest first.
+    pub fn calls_in_flight(&self) -> Vec<(String, String)> {
         self.calls.tool_calls()
     }
 
-    /// The generation of [`Session::calls_in_flight`], cheaply.
+    /// A generation that moves whenever [`Session::calls_in_flight`] may
+    /// have changed, so that a driver copies the set only then.
     pub fn calls_gen(&self) -> u64 {
         self.calls.gen()
     }

@@ -90,6 +90,16 @@ impl Workspace {
         self.path().join("output")
     }
 
+    /// A workspace with the test server `name` copied into input/ (run it
+    /// as `/workspace/input/NAME`).
+    pub fn with_server(name: &str) -> Workspace {
+        let ws = Workspace::new();
+        let dst = ws.input().join(name);
+        std::fs::copy(mcp::testserver(name), &dst).expect("copy the test server");
+        std::fs::set_permissions(&dst, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        ws
+    }
+
     /// Writes `policy.toml` with `input`/`output` set, plus `extra` TOML
     /// (which may add keys to [filesystem] by starting with them).
     pub fn policy(&self, extra: &str) -> PathBuf {

@@ -90,7 +90,7 @@ impl ToolPolicy for ChecksRun {
     fn decide(&self, _tool: &str, _hints: &ToolHints) -> Decision {
         Decision::allow(Reason::ToolDefault, "tools.default")
     }
-    fn checks_arguments(&self, tool: &str) -> bool {
+    fn checks_arguments(&self, tool: &str, _arguments: Option<&Value>) -> bool {
         tool == "run"
     }
 }
