@@ -72,6 +72,12 @@ pub struct ServerProcess {
     pub stderr: Box<dyn Read + Send>,
     /// Signals and waiting.
     pub control: Box<dyn ProcessControl>,
+    /// The kernel's word on the files the server reads and writes
+    /// ([`crate::touched`]); `None` where it cannot watch them.
+    pub files: Option<crate::touched::FileWatch>,
+    /// The sandbox tier the server runs in (`full`, `degraded`), for the
+    /// `session_start` record; `None` outside a sandbox.
+    pub tier: Option<&'static str>,
 }
 
 /// Starts the server, possibly several times in one session (secret TTL
@@ -184,6 +190,8 @@ impl Launcher for CommandLauncher {
             stdout: Box::new(stdout),
             stderr: Box::new(stderr),
             control: Box::new(ChildControl(child)),
+            files: None,
+            tier: None,
         })
     }
 }

@@ -107,6 +107,7 @@ pub mod session;
 mod stdio;
 #[cfg(test)]
 mod test_rng;
+pub mod touched;
 pub mod written;
 
 #[doc(hidden)]

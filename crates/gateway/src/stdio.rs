@@ -268,7 +268,8 @@ enum Input {
     Ask(Outside),
     Launched {
         gen: u32,
-        result: std::io::Result<ServerProcess>,
+        /// Boxed: the inbox's messages stay small.
+        result: std::io::Result<Box<ServerProcess>>,
         secrets: Secrets,
     },
 }
@@ -315,6 +316,12 @@ struct Driver {
     /// Kept up to date with the session's calls in flight, and the
     /// generation last copied.
     in_flight: Option<(Arc<crate::CallsInFlight>, u64)>,
+    /// The files the current server touches, per call in flight, and the
+    /// generation of calls last given to it ([`crate::touched`]).
+    files: Option<(crate::touched::Tracker, u64)>,
+    /// What the `session_start` record adds of the server as launched: its
+    /// sandbox tier, and how its files are known.
+    server_facts: serde_json::Value,
     inbox: Inbox,
     /// The host's input, read by the driver (none for [`Relay::attach`]:
     /// the host's messages come through the inbox).
@@ -401,6 +408,8 @@ impl Driver {
             policy,
             activity,
             in_flight: in_flight.map(|c| (c, u64::MAX)),
+            files: None,
+            server_facts: serde_json::Value::Null,
             inbox: inbox.clone(),
             host_in: host_in.map(|fd| Source::new(fd, max_line, None)),
             server_out: None,
@@ -470,6 +479,18 @@ impl Driver {
                 if gen != *seen {
                     *seen = gen;
                     calls.set(session.caller(), session.calls_in_flight());
+                }
+            }
+            if let Some((files, seen)) = &mut self.files {
+                // also before the effects, and before the set changes: what
+                // the kernel queued goes to the calls it was queued under
+                // (a call's events are all queued before its response)
+                let gen = session.calls_gen();
+                if gen != *seen {
+                    *seen = gen;
+                    let calls = session.calls_in_flight();
+                    let refs: Vec<&str> = calls.iter().map(|(r, _)| r.as_str()).collect();
+                    files.in_flight(&refs);
                 }
             }
             if let Some((gen, stderr)) = self.new_stderr.take() {
@@ -555,9 +576,10 @@ impl Driver {
             self.inbox.wake_fd(),
             host.map(Source::fd),
             server.map(Source::fd),
+            self.files.as_ref().map(|(f, _)| f.fd()),
         ];
-        let mut fds: Vec<PollFd<'_>> = Vec::with_capacity(3);
-        let mut slots = [None; 3];
+        let mut fds: Vec<PollFd<'_>> = Vec::with_capacity(4);
+        let mut slots = [None; 4];
         for (slot, fd) in all.iter().enumerate() {
             if let Some(fd) = fd {
                 slots[slot] = Some(fds.len());
@@ -572,7 +594,7 @@ impl Driver {
                 thread::sleep(source::NO_WAKE_POLL);
             }
         }
-        let ready: [bool; 3] = slots.map(|s| s.is_some_and(|i| !fds[i].revents().is_empty()));
+        let ready: [bool; 4] = slots.map(|s| s.is_some_and(|i| !fds[i].revents().is_empty()));
         drop(fds);
         if ready[0] {
             self.inbox.reset();
@@ -585,6 +607,11 @@ impl Driver {
         if ready[2] {
             if let Some((_, s)) = self.server_out.as_mut() {
                 s.ready();
+            }
+        }
+        if ready[3] {
+            if let Some((f, _)) = self.files.as_mut() {
+                f.drain();
             }
         }
     }
@@ -610,7 +637,7 @@ impl Driver {
                 Ok(proc) => {
                     // the stderr reader starts once the session took the
                     // new values into its redactor (see `run_loop`)
-                    let stderr = self.attach(gen, proc)?;
+                    let stderr = self.attach(gen, *proc)?;
                     self.new_stderr = Some((gen, stderr));
                     Event::ServerStarted { gen, secrets }
                 }
@@ -646,6 +673,14 @@ impl Driver {
             stdin: Some(stdin),
             control: Some(proc.control),
         };
+        self.server_facts = serde_json::json!({
+            "sandbox_tier": proc.tier,
+            "files": if proc.files.is_some() { "kernel" } else { "times" },
+        });
+        // a new sandbox, new mounts: the old one's watch goes with it
+        self.files = proc
+            .files
+            .map(|w| (crate::touched::Tracker::new(w), u64::MAX));
         Ok(proc.stderr)
     }
 
@@ -707,7 +742,28 @@ impl Driver {
                         });
                     }
                 }
-                Effect::Audit(record) => self.audit_batch.push(record),
+                Effect::Audit(mut record) => {
+                    if record.event.kind == Some(mcpbox_audit::Kind::SessionStart) {
+                        // written as the first server is attached
+                        if let (Some(d), Some(f)) = (
+                            record.event.detail.as_object_mut(),
+                            self.server_facts.as_object(),
+                        ) {
+                            d.extend(f.clone());
+                        }
+                    }
+                    if let (Some((files, _)), Some(_)) = (&mut self.files, record.files_since) {
+                        // watched: the kernel's list replaces the walk (a
+                        // call never forwarded touched nothing)
+                        let call = record
+                            .event
+                            .detail
+                            .get("call")
+                            .and_then(serde_json::Value::as_str);
+                        record.files = Some(call.and_then(|c| files.take(c)).unwrap_or_default());
+                    }
+                    self.audit_batch.push(record);
+                }
                 Effect::WritePins(w) => {
                     // before the host sees the list: `mcpbox pin accept`
                     // may run as soon as it has

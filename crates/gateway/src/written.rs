@@ -60,7 +60,9 @@ fn changed_at(meta: &fs::Metadata) -> SystemTime {
     at(meta.mtime(), meta.mtime_nsec()).max(at(meta.ctime(), meta.ctime_nsec()))
 }
 
-fn display(rel: &Path) -> String {
+/// A path for a record: control characters escaped (`\u{1b}`), other
+/// non-UTF-8 bytes replaced.
+pub fn display(rel: &Path) -> String {
     let lossy = rel.to_string_lossy();
     if !lossy.chars().any(char::is_control) {
         return lossy.into_owned();

@@ -41,11 +41,69 @@ impl Launcher for SandboxLauncher {
         else {
             return Err(std::io::Error::other("sandbox started without pipes"));
         };
+        let files = watch_files(&spec, sb.init_pid());
+        let tier = Some(sb.tier());
         Ok(ServerProcess {
             stdin: Box::new(stdin),
             stdout: Box::new(stdout),
             stderr: Box::new(stderr),
             control: Box::new(Control(sb)),
+            files,
+            tier,
+        })
+    }
+}
+
+/// The kernel's watch on the files the server reads and writes: the
+/// sandbox's input, output and writable policy mounts, reached through its init's
+/// root (`mcpbox_sandbox::fanotify`). `None` without the privilege it
+/// needs (rootless: the relay then lists written files by their times),
+/// in the degraded tier (no mounts of its own, init < 0), or with nothing
+/// mounted.
+fn watch_files(spec: &Spec, init: libc::pid_t) -> Option<mcpbox_gateway::touched::FileWatch> {
+    if init <= 0 || !mcpbox_sandbox::is_host_root() {
+        return None;
+    }
+    let root = std::path::PathBuf::from(format!("/proc/{init}/root"));
+    let mut paths = Vec::new();
+    if spec.input.is_some() {
+        paths.push(root.join("workspace/input"));
+    }
+    if spec.output.is_some() {
+        paths.push(root.join("workspace/output"));
+    }
+    // writable policy mounts only: a read-only one is mostly the server's
+    // own installation (node_modules, a venv), whose loads are no record's
+    for m in spec.mounts.iter().filter(|m| m.writable) {
+        paths.push(root.join(m.at.strip_prefix("/").unwrap_or(&m.at)));
+    }
+    if paths.is_empty() {
+        return None;
+    }
+    match mcpbox_sandbox::fanotify::FileWatch::on_mounts(&paths) {
+        Ok(w) => Some(Box::new(Watch(w))),
+        Err(e) => {
+            tracing::warn!("files read and written are listed by their times only: {e}");
+            None
+        }
+    }
+}
+
+/// The sandbox's watch, as the relay takes it.
+#[derive(Debug)]
+struct Watch(mcpbox_sandbox::fanotify::FileWatch);
+
+impl mcpbox_gateway::touched::FileEvents for Watch {
+    fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.0.fd()
+    }
+    fn drain(&self, each: &mut dyn FnMut(mcpbox_gateway::touched::Access)) -> bool {
+        self.0.drain(|file, path, written| {
+            each(mcpbox_gateway::touched::Access {
+                file,
+                path: mcpbox_gateway::written::display(&path),
+                written,
+            })
         })
     }
 }

@@ -137,6 +137,64 @@ fn server_filesystem_cannot_reach_outside_its_workspace() {
         "from the server"
     );
     assert!(!ws.input().join("evil.txt").exists());
+    files_in_the_audit(&ws.path().join("audit.db"));
+}
+
+/// The files each call touched, in its record: as root, the kernel's
+/// word (fanotify), each file with its size and digest; rootless, the
+/// written files by their times.
+fn files_in_the_audit(db: &std::path::Path) {
+    let calls: Vec<serde_json::Value> = common::audit::events(db)
+        .into_iter()
+        .filter(|e| e["kind"] == "tool_call" && e["decision"] == "allow")
+        .collect();
+    let call = |tool: &str, n: usize| -> &serde_json::Value {
+        calls
+            .iter()
+            .filter(|e| e["tool"] == tool)
+            .nth(n)
+            .unwrap_or_else(|| panic!("no call {n} of {tool}: {calls:#?}"))
+    };
+    let (read, write) = (call("read_text_file", 0), call("write_file", 0));
+    assert_eq!(
+        write["files_written"],
+        serde_json::json!(["written.txt"]),
+        "{write}"
+    );
+    assert_eq!(read["files_written"], serde_json::json!([]), "{read}");
+    if !mcpbox_sandbox::is_host_root() {
+        return;
+    }
+    assert_eq!(
+        read["detail"]["files"],
+        serde_json::json!([{"path": "/workspace/input/hello.txt", "read": true, "written": false,
+            "size": 20, "sha256": "e4a985feba6c291b0de2319ce53b41e44d6a1413c535c586a649e896ac623743"}]),
+        "{read}"
+    );
+    let written = write["detail"]["files"].as_array().expect("files");
+    assert!(
+        written.contains(&serde_json::json!({"path": "/workspace/output/written.txt",
+            "read": false, "written": true, "size": 15,
+            "sha256": "18e4bd3407731c1af610efc8a14c8262e872e6c871d34554e5167080d669e384"})),
+        "{write}"
+    );
+    // the refused reads (outside the workspace, through the link) read nothing
+    for refused in calls
+        .iter()
+        .filter(|e| e["tool"] == "read_text_file")
+        .skip(1)
+    {
+        let files = refused["detail"]["files"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        assert!(
+            files
+                .iter()
+                .all(|f| f["path"] != "/workspace/input/hello.txt"),
+            "a later call is not given the first one's read: {refused}"
+        );
+    }
 }
 
 #[test]

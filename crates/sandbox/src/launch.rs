@@ -1235,6 +1235,16 @@ impl Sandbox {
         self.deadline = deadline;
     }
 
+    /// The tier it runs in: `full` (namespaces, its own root) or
+    /// `degraded` (Landlock, seccomp and rlimits on the host's root).
+    pub fn tier(&self) -> &'static str {
+        if self.init > 0 {
+            "full"
+        } else {
+            "degraded"
+        }
+    }
+
     /// The sandbox's pid 1, as seen from mcpbox.
     pub fn init_pid(&self) -> libc::pid_t {
         self.init

@@ -1080,3 +1080,81 @@ pub fn set_name(name: &CStr) -> io::Result<()> {
     check(unsafe { libc::prctl(libc::PR_SET_NAME, name.as_ptr() as libc::c_ulong, 0, 0, 0) })
         .map(drop)
 }
+
+/// fanotify_init(2) for a notification-only group that is given a
+/// descriptor of each event's file: close-on-exec and non-blocking, the
+/// event descriptors read-only, close-on-exec and non-blocking (so the
+/// kernel's open of a FIFO never waits for a writer). Needs CAP_SYS_ADMIN.
+pub fn fanotify_init_notify() -> io::Result<OwnedFd> {
+    let event_flags = libc::O_RDONLY | libc::O_LARGEFILE | libc::O_CLOEXEC | libc::O_NONBLOCK;
+    // SAFETY: two flag words; returns a new descriptor or -1.
+    let fd = check(unsafe {
+        libc::fanotify_init(
+            libc::FAN_CLASS_NOTIF | libc::FAN_CLOEXEC | libc::FAN_NONBLOCK,
+            event_flags as libc::c_uint,
+        )
+    })?;
+    // SAFETY: a descriptor we just got and own alone.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// fanotify_mark(FAN_MARK_ADD | FAN_MARK_MOUNT, mask) on the mount `path`
+/// is on, resolved from the current directory.
+pub fn fanotify_mark_mount(group: BorrowedFd<'_>, mask: u64, path: &CStr) -> io::Result<()> {
+    // SAFETY: a valid descriptor and a NUL-terminated path that lives
+    // across the call.
+    check(unsafe {
+        libc::fanotify_mark(
+            group.as_raw_fd(),
+            libc::FAN_MARK_ADD | libc::FAN_MARK_MOUNT,
+            mask,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+        )
+    })
+    .map(drop)
+}
+
+/// One fanotify event: its mask, and the descriptor of its file (none for
+/// a queue overflow).
+pub struct FanEvent {
+    pub mask: u64,
+    pub file: Option<OwnedFd>,
+}
+
+/// Reads the queued events of a non-blocking fanotify group into `out`;
+/// `Ok(false)` when none were queued (EAGAIN). Each event's descriptor is
+/// owned as soon as it is parsed, so none leaks whatever the caller does.
+pub fn fanotify_read(group: BorrowedFd<'_>, out: &mut Vec<FanEvent>) -> io::Result<bool> {
+    // struct fanotify_event_metadata: event_len u32, vers u8, reserved u8,
+    // metadata_len u16, mask u64, fd i32, pid i32 (native endian)
+    const HEAD: usize = 24;
+    let mut buf = [0u8; 16 * 1024];
+    let n = match read(group.as_raw_fd(), &mut buf) {
+        Ok(n) => n,
+        Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => return Ok(false),
+        Err(e) => return Err(e),
+    };
+    let mut at = 0usize;
+    while n - at >= HEAD {
+        let ev = &buf[at..n];
+        let len = u32::from_ne_bytes([ev[0], ev[1], ev[2], ev[3]]) as usize;
+        if ev[4] != libc::FANOTIFY_METADATA_VERSION || len < HEAD || len > ev.len() {
+            break;
+        }
+        let mut mask = [0u8; 8];
+        mask.copy_from_slice(&ev[8..16]);
+        let fd = i32::from_ne_bytes([ev[16], ev[17], ev[18], ev[19]]);
+        let file = (fd >= 0).then(|| {
+            // SAFETY: the kernel installed this descriptor for us in this
+            // read(2); nothing else refers to it.
+            unsafe { OwnedFd::from_raw_fd(fd) }
+        });
+        out.push(FanEvent {
+            mask: u64::from_ne_bytes(mask),
+            file,
+        });
+        at += len;
+    }
+    Ok(n > 0)
+}

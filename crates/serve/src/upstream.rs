@@ -397,6 +397,8 @@ impl Launcher for RemoteLauncher {
                 stop: stop_tx,
                 exit,
             }),
+            files: None,
+            tier: None,
         })
     }
 }

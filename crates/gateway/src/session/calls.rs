@@ -367,6 +367,7 @@ impl Session {
         self.out.push(Effect::Audit(Record {
             event: e,
             files_since: since,
+            files: None,
         }));
     }
 

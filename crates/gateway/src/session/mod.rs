@@ -298,6 +298,10 @@ pub struct Record {
     /// when the call started, so the writer can list the files it wrote
     /// (`files_written`, [`crate::written`]) when it writes the record.
     pub files_since: Option<SystemTime>,
+    /// The files the kernel saw the call touch ([`crate::touched`]),
+    /// filled in by the driver where it watches them; they then replace
+    /// the walk.
+    pub files: Option<crate::touched::CallFiles>,
 }
 
 /// Secret values and their redactor, old values included.
@@ -617,6 +621,7 @@ impl Session {
         self.out.push(Effect::Audit(Record {
             event: e,
             files_since: None,
+            files: None,
         }));
     }
 

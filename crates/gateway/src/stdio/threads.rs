@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::thread;
 
 use mcpbox_audit::Sink;
-use serde_json::json;
+use serde_json::{json, Value};
 
 use super::source::Inbox;
 use super::{spawn_named, Input, StderrHandler};
@@ -110,18 +110,24 @@ pub(super) fn spawn_audit(
                 .into_iter()
                 .map(|record| {
                     let mut e = record.event;
-                    if let (Some(since), Some(dir)) = (record.files_since, &output_dir) {
+                    if let Some(files) = &record.files {
+                        // the kernel's list ([`crate::touched`]); digests now,
+                        // off the host path
+                        let (written, list) = crate::touched::describe(files);
+                        e.files_written = written;
+                        let d = detail_object(&mut e.detail);
+                        d.insert("files".into(), list);
+                        if files.truncated {
+                            d.insert("files_truncated".into(), json!(true));
+                        }
+                    } else if let (Some(since), Some(dir)) = (record.files_since, &output_dir) {
                         // Bounded (see [`crate::written`]).
                         let w = crate::written::files_written_since(dir, since);
                         e.files_written = w.paths;
                         if w.truncated {
                             // beside what the call's record already says
-                            match e.detail.as_object_mut() {
-                                Some(d) => {
-                                    d.insert("files_written_truncated".into(), json!(true));
-                                }
-                                None => e.detail = json!({"files_written_truncated": true}),
-                            }
+                            detail_object(&mut e.detail)
+                                .insert("files_written_truncated".into(), json!(true));
                         }
                     }
                     e
@@ -162,7 +168,7 @@ pub(super) fn spawn_launcher(
                     tracing::warn!("{e}");
                 }
             }
-            let result = launcher.launch(&secrets.env());
+            let result = launcher.launch(&secrets.env()).map(Box::new);
             let launched = Input::Launched {
                 gen,
                 result,
@@ -191,4 +197,19 @@ pub(super) fn make_nonce() -> String {
         material.extend_from_slice(format!("{t:?}{}", std::process::id()).as_bytes());
     }
     crate::digest::sha256_hex(&material)[..24].to_string()
+}
+
+/// The record's detail as an object (made one if it was not).
+fn detail_object(detail: &mut Value) -> &mut serde_json::Map<String, Value> {
+    if !detail.is_object() {
+        *detail = Value::Object(serde_json::Map::new());
+    }
+    match detail {
+        Value::Object(m) => m,
+        // made an object just above; a fresh map for the type's sake
+        other => {
+            *other = Value::Object(serde_json::Map::new());
+            detail_object(other)
+        }
+    }
 }

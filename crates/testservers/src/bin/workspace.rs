@@ -2,7 +2,9 @@
 //! in-memory counter (state a pause must keep and a stop must lose),
 //! file writes and reads anywhere it can reach, a listing, the processes
 //! it can see, and the special files a hostile server leaves behind for
-//! the artifact export (a symlink, a hardlink, a fifo).
+//! the artifact export (a symlink, a hardlink, a fifo); and, for the
+//! audit's file records, a read through mmap (no read(2) at all), a flood
+//! of files in one call, and a call that takes its time.
 #![forbid(unsafe_code)]
 
 use mcpbox_testservers::{main_for, text, tool, CallResult, Io, Server};
@@ -55,7 +57,22 @@ impl Server for Workspace {
             tool(
                 "mkfifo",
                 "Makes a fifo at path (with the mkfifo program).",
+                path.clone(),
+            ),
+            tool(
+                "mmap_read",
+                "Reads a path through mmap, never read(2) (with python3).",
                 path,
+            ),
+            tool(
+                "write_many",
+                "Writes count small files into a directory.",
+                json!({"path": {"type": "string"}, "count": {"type": "integer"}}),
+            ),
+            tool(
+                "sleep",
+                "Waits ms milliseconds.",
+                json!({"ms": {"type": "integer"}}),
             ),
         ]
     }
@@ -112,6 +129,34 @@ impl Server for Workspace {
                 } else {
                     Err((-32000, format!("mkfifo {path}: {status}")))
                 }
+            }
+            "mmap_read" => {
+                const SCRIPT: &str = "import mmap, sys\n\
+                    f = open(sys.argv[1], 'rb')\n\
+                    m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)\n\
+                    sys.stdout.write(m[:].decode())\n";
+                let out = std::process::Command::new("python3")
+                    .args(["-c", SCRIPT, path])
+                    .output()
+                    .map_err(|e| io_err("python3", e))?;
+                if out.status.success() {
+                    Ok(text(String::from_utf8_lossy(&out.stdout).into_owned()))
+                } else {
+                    Err((-32000, String::from_utf8_lossy(&out.stderr).into_owned()))
+                }
+            }
+            "write_many" => {
+                let count = args.get("count").and_then(Value::as_u64).unwrap_or(0);
+                for i in 0..count {
+                    let p = format!("{path}/f{i:04}.txt");
+                    std::fs::write(&p, i.to_string()).map_err(|e| io_err(&p, e))?;
+                }
+                Ok(text(format!("wrote {count}")))
+            }
+            "sleep" => {
+                let ms = args.get("ms").and_then(Value::as_u64).unwrap_or(0);
+                std::thread::sleep(std::time::Duration::from_millis(ms));
+                Ok(text("slept"))
             }
             _ => Err((-32602, format!("unknown tool {name}"))),
         }

@@ -1,0 +1,291 @@
+//! Which files a tool call read and wrote, as the kernel saw it:
+//! fanotify(7) marks on the sandbox's own workspace mounts.
+//!
+//! How it holds together:
+//!
+//! - **The watch** is the binary's (`mcpbox_sandbox::fanotify`): mount
+//!   marks on the sandbox's own workspace mounts, so only the server's
+//!   accesses are seen, each event with a descriptor of its file and its
+//!   path as the sandbox names it (`/workspace/output/a.txt`). It needs
+//!   `CAP_SYS_ADMIN`; without it the relay falls back to the
+//!   modification-time walk of [`crate::written`].
+//! - **The events** say read or written (a read-only open and close counts
+//!   as a read, so a read through mmap is not missed); the descriptor that
+//!   comes with each is the kernel's, opened for us without notification,
+//!   so the digest makes no event of its own.
+//! - **Which call.** The relay's driver drains the queue (non-blocking)
+//!   whenever the descriptor is readable and each time the set of calls in
+//!   flight changes, *before* it changes: an event is queued inside the
+//!   read(2) or write(2) (or the close) that caused it, so every event of
+//!   a call is queued before the server writes the call's response, and
+//!   the drain that comes with that response gives it to the call. An
+//!   event while several calls are in flight goes to each of them (as the
+//!   egress proxy's records do).
+//! - **Bounds.** [`MAX_FILES`] files per call, [`MAX_HELD`] descriptors
+//!   held for all calls together; the kernel's queue holds 16384 events
+//!   and says when it overflowed. Whatever a bound cut is flagged
+//!   `files_truncated`, never silently dropped.
+//! - **Digests** are taken when the call's record is written (the audit
+//!   thread, not the host path): SHA-256 of the file's content then, up to
+//!   [`MAX_DIGESTED`] bytes; a larger file gets its size and no digest.
+//!
+//! Not seen: files under `/workspace/tmp` (discarded with the sandbox),
+//! accesses before the marks are placed (the server's own start, before
+//! any call), and a file opened and closed without a read or a write.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io;
+use std::os::fd::BorrowedFd;
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+/// Most files listed per call.
+pub const MAX_FILES: usize = 256;
+/// Most file descriptors held, over all calls in flight.
+pub const MAX_HELD: usize = 1024;
+/// Largest file whose content is digested, in bytes.
+pub const MAX_DIGESTED: u64 = 64 << 20;
+
+/// One access the kernel reported.
+#[derive(Debug)]
+pub struct Access {
+    /// The file, opened by the kernel for us (read-only, no notification).
+    pub file: File,
+    /// Its path as the sandbox names it, control characters escaped.
+    pub path: String,
+    /// Written (else read).
+    pub written: bool,
+}
+
+/// A kernel watch on a sandbox's workspace mounts (the binary's is
+/// `mcpbox_sandbox::fanotify::FileWatch`).
+pub trait FileEvents: Send + std::fmt::Debug {
+    /// Readable when events are queued.
+    fn fd(&self) -> BorrowedFd<'_>;
+    /// Everything queued now, without blocking; true when events were lost.
+    fn drain(&self, each: &mut dyn FnMut(Access)) -> bool;
+}
+
+/// A watch for [`crate::launcher::ServerProcess::files`].
+pub type FileWatch = Box<dyn FileEvents>;
+
+/// One file a call touched.
+#[derive(Debug, Clone)]
+pub struct Touched {
+    /// The path as the sandbox names it (the first seen for the file).
+    pub path: String,
+    /// Read during the call.
+    pub read: bool,
+    /// Written during the call (a truncation counts).
+    pub written: bool,
+    /// The file, for its size and digest; `None` past [`MAX_HELD`].
+    file: Option<Arc<File>>,
+    /// (device, inode): one entry per file, whatever its names.
+    key: (u64, u64),
+}
+
+/// The files one call touched.
+#[derive(Debug, Clone, Default)]
+pub struct CallFiles {
+    /// In the order first seen.
+    pub files: Vec<Touched>,
+    /// A bound or the kernel's queue cut the list short.
+    pub truncated: bool,
+}
+
+/// The driver's side: the watch, and the files of each call in flight.
+#[derive(Debug)]
+pub(crate) struct Tracker {
+    watch: FileWatch,
+    /// (call reference, its files), for the calls in flight now.
+    calls: Vec<(String, CallFiles)>,
+    /// Calls that ended, until their record takes their files.
+    ended: HashMap<String, CallFiles>,
+}
+
+impl Tracker {
+    pub(crate) fn new(watch: FileWatch) -> Tracker {
+        Tracker {
+            watch,
+            calls: Vec::new(),
+            ended: HashMap::new(),
+        }
+    }
+
+    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
+        self.watch.fd()
+    }
+
+    fn held(&self) -> usize {
+        let count = |c: &CallFiles| c.files.iter().filter(|t| t.file.is_some()).count();
+        self.calls.iter().map(|(_, c)| count(c)).sum::<usize>()
+            + self.ended.values().map(count).sum::<usize>()
+    }
+
+    /// Gives what is queued to the calls in flight.
+    pub(crate) fn drain(&mut self) {
+        if self.calls.is_empty() {
+            // nothing to give it to: read and drop, so the queue stays short
+            let _ = self.watch.drain(&mut drop);
+            return;
+        }
+        let mut held = self.held();
+        let calls = &mut self.calls;
+        let overflowed = self.watch.drain(&mut |access| {
+            let Ok(meta) = access.file.metadata() else {
+                return;
+            };
+            let key = (meta.dev(), meta.ino());
+            let shared = Arc::new(access.file);
+            for (_, files) in calls.iter_mut() {
+                if let Some(t) = files.files.iter_mut().find(|t| t.key == key) {
+                    t.read |= !access.written;
+                    t.written |= access.written;
+                    continue;
+                }
+                if files.files.len() >= MAX_FILES {
+                    files.truncated = true;
+                    continue;
+                }
+                let file = (held < MAX_HELD).then(|| {
+                    held += 1;
+                    shared.clone()
+                });
+                if file.is_none() {
+                    files.truncated = true;
+                }
+                files.files.push(Touched {
+                    path: access.path.clone(),
+                    read: !access.written,
+                    written: access.written,
+                    file,
+                    key,
+                });
+            }
+        });
+        if overflowed {
+            for (_, files) in calls.iter_mut() {
+                files.truncated = true;
+            }
+        }
+    }
+
+    /// The calls in flight are now `refs`: what is queued goes to the
+    /// previous set first; a call no longer in flight keeps its files
+    /// until [`Tracker::take`].
+    pub(crate) fn in_flight(&mut self, refs: &[&str]) {
+        self.drain();
+        let mut kept = Vec::with_capacity(refs.len());
+        for (call, files) in std::mem::take(&mut self.calls) {
+            if refs.contains(&call.as_str()) {
+                kept.push((call, files));
+            } else {
+                self.ended.insert(call, files);
+            }
+        }
+        for r in refs {
+            if !kept.iter().any(|(c, _)| c == r) {
+                kept.push(((*r).to_string(), CallFiles::default()));
+            }
+        }
+        self.calls = kept;
+    }
+
+    /// The files of a call that ended.
+    pub(crate) fn take(&mut self, call: &str) -> Option<CallFiles> {
+        self.ended.remove(call)
+    }
+}
+
+/// What a call's record says of its files: `files_written` (paths under
+/// `/workspace/output`, relative to it, as the walk lists them) and the
+/// `files` detail (every file with its size and digest).
+pub fn describe(files: &CallFiles) -> (Vec<String>, Value) {
+    let mut written = Vec::new();
+    let mut list = Vec::with_capacity(files.files.len());
+    for t in &files.files {
+        if t.written {
+            if let Some(rel) = t.path.strip_prefix("/workspace/output/") {
+                written.push(rel.to_string());
+            }
+        }
+        let (size, digest) = match &t.file {
+            Some(f) => size_and_digest(f),
+            None => (None, None),
+        };
+        list.push(json!({
+            "path": t.path,
+            "read": t.read,
+            "written": t.written,
+            "size": size,
+            "sha256": digest,
+        }));
+    }
+    written.sort();
+    (written, Value::Array(list))
+}
+
+/// The file's size now, and the SHA-256 of its content when it is at most
+/// [`MAX_DIGESTED`] bytes (read from the start, whatever the server's
+/// offset).
+fn size_and_digest(f: &File) -> (Option<u64>, Option<String>) {
+    let Ok(meta) = f.metadata() else {
+        return (None, None);
+    };
+    let size = meta.len();
+    if size > MAX_DIGESTED {
+        return (Some(size), None);
+    }
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut read = 0u64;
+    // pread: the descriptor may be shared by several calls' records, and
+    // its offset must not matter
+    while read <= MAX_DIGESTED {
+        match f.read_at(&mut buf, read) {
+            Ok(0) => break,
+            Ok(n) => {
+                hasher.update(&buf[..n]);
+                read += n as u64;
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            // EAGAIN cannot happen on a regular file; anything else: no digest
+            Err(_) => return (Some(size), None),
+        }
+    }
+    // grown while it was read: the digest would not match the size
+    if read > MAX_DIGESTED {
+        return (Some(size), None);
+    }
+    (
+        Some(read),
+        Some(crate::digest::hex_lower(&hasher.finalize())),
+    )
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+
+    #[test]
+    fn the_digest_is_of_the_whole_file_from_its_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("a");
+        std::fs::write(&p, b"hello\n").unwrap();
+        let mut f = File::open(&p).unwrap();
+        let mut one = [0u8; 3];
+        f.read_exact(&mut one).unwrap();
+        let (size, digest) = size_and_digest(&f);
+        assert_eq!(size, Some(6));
+        assert_eq!(
+            digest.as_deref(),
+            Some("5891b5b522d5df086d0ff0b110fbd9d21bb4fc7163af34d08286a2e846f6be03")
+        );
+    }
+}
