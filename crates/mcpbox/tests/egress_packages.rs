@@ -223,9 +223,16 @@ fn npm_install_through_the_proxy_is_recorded_by_package_name() {
     );
 }
 
-#[test]
-fn pip_install_through_the_proxy_is_recorded_by_package_name() {
-    let ws = Workspace::new();
+/// A PyPI stand-in serving the test wheel, a policy that reaches it, and
+/// the script that installs the wheel and imports it.
+struct PipRegistry {
+    stub: Stub,
+    policy: PathBuf,
+    script: String,
+    wheel_path: String,
+}
+
+fn pip_registry(ws: &Workspace) -> PipRegistry {
     let built = build_packages(ws.path());
     let stub = Stub::start();
     let port = stub.port();
@@ -240,8 +247,7 @@ fn pip_install_through_the_proxy_is_recorded_by_package_name() {
     );
     stub.route(&format!("/simple/{normalized}/"), "text/html", index);
     stub.route(&wheel_path, "application/octet-stream", built.wheel);
-    let p = registry_policy(&ws, &["pypi.org", "files.pythonhosted.org"], port);
-
+    let policy = registry_policy(ws, &["pypi.org", "files.pythonhosted.org"], port);
     // Debian's /usr/bin/python3 carries pip. Plain HTTP indexes need
     // --trusted-host (pip ignores them otherwise); pip's proxy comes from
     // PIP_PROXY. --target keeps the install in the discarded tmp (and is
@@ -254,6 +260,23 @@ fn pip_install_through_the_proxy_is_recorded_by_package_name() {
          --target /workspace/tmp/t {PY_NAME}\n\
          PYTHONPATH=/workspace/tmp/t python3 -c \"import {PY_NAME}; print({PY_NAME}.hello())\"\n"
     );
+    PipRegistry {
+        stub,
+        policy,
+        script,
+        wheel_path,
+    }
+}
+
+#[test]
+fn pip_install_through_the_proxy_is_recorded_by_package_name() {
+    let ws = Workspace::new();
+    let PipRegistry {
+        stub,
+        policy: p,
+        script,
+        wheel_path,
+    } = pip_registry(&ws);
     let out = exec_sh(&p, &script);
     let stdout = assert_ran(&out, "pip install in the sandbox", &stub);
     assert!(
@@ -350,4 +373,62 @@ fn npm_tarball_redirected_to_an_unlisted_host_is_refused_and_never_fetched() {
         "a refused download recorded as installed: {:?}",
         audited_packages(&ws)
     );
+}
+
+#[test]
+fn a_package_installed_during_a_tool_call_is_tied_to_that_call_and_its_caller() {
+    // the built-in sandbox server runs pip for a tool call: the download's
+    // network record must name that call (the same reference as the call's
+    // own record) and the host that asked for it
+    let ws = Workspace::new();
+    let reg = pip_registry(&ws);
+    let state = ws.path().join("state");
+    let args: Vec<String> = ["run", "--builtin", "sandbox", "--policy"]
+        .iter()
+        .map(|s| s.to_string())
+        .chain([reg.policy.display().to_string()])
+        .collect();
+    let mut s = common::mcp::Session::start_mcpbox(
+        &args,
+        &[("MCPBOX_STATE_DIR", state.to_str().unwrap())],
+    );
+    s.request(
+        "initialize",
+        json!({"protocolVersion": "2025-11-25", "capabilities": {},
+               "clientInfo": {"name": "pkg-agent", "version": "1.2"}}),
+    );
+    s.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    let r = s.call("exec", json!({"command": reg.script}));
+    let text = common::mcp::result_text(&r);
+    assert!(
+        text.contains(&format!("hello from {PY_NAME}")),
+        "{r}\nregistry saw: {:?}",
+        reg.stub.requests()
+    );
+    let (status, stderr) = s.finish();
+    assert!(status.success(), "{stderr}");
+
+    let events = audit::events(&ws.path().join("audit.db"));
+    let call = events
+        .iter()
+        .find(|e| e["kind"] == "tool_call" && e["tool"] == "exec")
+        .unwrap_or_else(|| panic!("no exec call: {events:#?}"));
+    assert_eq!(call["exit_status"], json!(0), "{call}");
+    assert_eq!(call["caller"], json!("stdio:pkg-agent/1.2"), "{call}");
+    let reference = call["detail"]["call"].as_str().expect("a call reference");
+    let download = events
+        .iter()
+        .find(|e| e["kind"] == "network" && e["detail"]["package"]["name"] == PY_NAME)
+        .unwrap_or_else(|| panic!("no package download: {events:#?}"));
+    assert_eq!(download["detail"]["package"]["version"], json!(PY_VERSION));
+    assert_eq!(
+        download["detail"]["calls"],
+        json!([{"call": reference, "tool": "exec"}]),
+        "{download}"
+    );
+    assert_eq!(download["caller"], json!("stdio:pkg-agent/1.2"), "{download}");
+    // the index lookup belongs to the same call
+    for lookup in audit::network_to(&events, "pypi.org") {
+        assert_eq!(lookup["detail"]["calls"][0]["call"], json!(reference), "{lookup}");
+    }
 }
