@@ -388,10 +388,8 @@ fn a_package_installed_during_a_tool_call_is_tied_to_that_call_and_its_caller() 
         .map(|s| s.to_string())
         .chain([reg.policy.display().to_string()])
         .collect();
-    let mut s = common::mcp::Session::start_mcpbox(
-        &args,
-        &[("MCPBOX_STATE_DIR", state.to_str().unwrap())],
-    );
+    let mut s =
+        common::mcp::Session::start_mcpbox(&args, &[("MCPBOX_STATE_DIR", state.to_str().unwrap())]);
     s.request(
         "initialize",
         json!({"protocolVersion": "2025-11-25", "capabilities": {},
@@ -426,9 +424,17 @@ fn a_package_installed_during_a_tool_call_is_tied_to_that_call_and_its_caller() 
         json!([{"call": reference, "tool": "exec"}]),
         "{download}"
     );
-    assert_eq!(download["caller"], json!("stdio:pkg-agent/1.2"), "{download}");
+    assert_eq!(
+        download["caller"],
+        json!("stdio:pkg-agent/1.2"),
+        "{download}"
+    );
     // the index lookup belongs to the same call
     for lookup in audit::network_to(&events, "pypi.org") {
-        assert_eq!(lookup["detail"]["calls"][0]["call"], json!(reference), "{lookup}");
+        assert_eq!(
+            lookup["detail"]["calls"][0]["call"],
+            json!(reference),
+            "{lookup}"
+        );
     }
 }
