@@ -42,7 +42,7 @@ pub use format::{format_table, to_json_line};
 pub use jsonl::JsonlStore;
 pub use memory::MemorySink;
 pub use query::Query;
-pub use sqlite::{Record, SqliteStore, VerifyReport, SCHEMA_VERSION};
+pub use sqlite::{Pruned, Record, SqliteStore, VerifyReport, SCHEMA_VERSION};
 pub use time::{format_time, now_ms, parse_time};
 
 /// What happened. Kept as a short, stable, lowercase string in the store.
@@ -78,11 +78,14 @@ pub enum Kind {
     /// A file copied out of a sandbox's output (`detail`: path, size,
     /// sha256), or refused (`reason`).
     Artifact,
+    /// Old records were removed by the retention the policy asks for
+    /// (`detail`: records, through_seq, older_than_ms, max_bytes).
+    Retention,
 }
 
 impl Kind {
     /// Every kind, in declaration order.
-    pub const ALL: [Kind; 12] = [
+    pub const ALL: [Kind; 13] = [
         Kind::SessionStart,
         Kind::SessionEnd,
         Kind::ToolCall,
@@ -95,6 +98,7 @@ impl Kind {
         Kind::Access,
         Kind::Lifecycle,
         Kind::Artifact,
+        Kind::Retention,
     ];
 
     /// The stable string stored in the database and printed by the CLI.
@@ -112,6 +116,7 @@ impl Kind {
             Kind::Access => "access",
             Kind::Lifecycle => "lifecycle",
             Kind::Artifact => "artifact",
+            Kind::Retention => "retention",
         }
     }
 }

@@ -45,7 +45,7 @@ use crate::{Durability, Error, Event, HeadKey, Query, Result, Sink};
 
 /// The schema version this build writes. Stored in the `schema_version`
 /// table; a database from a newer build is refused rather than misread.
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// How long a write waits for another process holding the write lock.
 const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -84,6 +84,15 @@ const MIGRATIONS: &[&str] = &[
      );",
     // 1 -> 2: the head's MAC (anchor.rs), NULL where no key was given.
     "ALTER TABLE chain_head ADD COLUMN mac TEXT;",
+    // 2 -> 3: retention (`SqliteStore::prune`): the seq and hash of the last
+    // record removed, signed like the head, so the chain starts from it.
+    "CREATE TABLE IF NOT EXISTS chain_base (
+        id        INTEGER PRIMARY KEY CHECK (id = 1),
+        seq       INTEGER NOT NULL,
+        hash      TEXT NOT NULL,
+        mac       TEXT,
+        pruned_ms INTEGER NOT NULL
+     );",
 ];
 
 const SELECT_COLUMNS: &str = "seq, time_ms, kind, sandbox_id, workspace_id, server, caller, tool, \
@@ -127,6 +136,18 @@ pub struct VerifyReport {
     /// With `chain.key_unknown`: the id of the key the head was signed
     /// with ([`HeadKey::id`]), which the check needs.
     pub signing_key: Option<String>,
+    /// The last seq removed by retention ([`SqliteStore::prune`]): the
+    /// chain is checked from the record after it.
+    pub pruned_through: Option<i64>,
+}
+
+/// What [`SqliteStore::prune`] removed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pruned {
+    /// Records removed.
+    pub records: u64,
+    /// The last seq removed: the chain now starts after it.
+    pub through_seq: i64,
 }
 
 impl VerifyReport {
@@ -335,6 +356,93 @@ impl SqliteStore {
         Ok(out)
     }
 
+    /// Retention: removes the oldest records, those older than
+    /// `older_than_ms` (Unix ms) and, while the database holds more than
+    /// `max_bytes` of records, the oldest until it does not (estimated from
+    /// its pages in use: freed pages are reused, so the file stops growing
+    /// rather than shrinking). Always a prefix of the chain: from the first
+    /// record on, up to the last one that is old enough, so no record is
+    /// removed from between two kept ones. The last record removed becomes
+    /// the chain's base (`chain_base`, signed with the head's key), which
+    /// [`SqliteStore::verify_with`] starts from. `None` when nothing was
+    /// old enough.
+    pub fn prune(
+        &self,
+        older_than_ms: Option<i64>,
+        max_bytes: Option<u64>,
+    ) -> Result<Option<Pruned>> {
+        let mut guard = self.lock();
+        let Inner { conn, key, .. } = &mut *guard;
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(Error::sqlite("begin prune"))?;
+        let range: Option<(i64, i64, i64)> = tx
+            .query_row("SELECT MIN(seq), MAX(seq), COUNT(*) FROM events", [], |r| {
+                Ok((
+                    r.get::<_, Option<i64>>(0)?,
+                    r.get::<_, Option<i64>>(1)?,
+                    r.get(2)?,
+                ))
+            })
+            .map(|(lo, hi, n)| lo.zip(hi).map(|(lo, hi)| (lo, hi, n)))
+            .map_err(Error::sqlite("read the log's range"))?;
+        let Some((first, last, count)) = range else {
+            return Ok(None);
+        };
+        let mut through = first - 1;
+        if let Some(cutoff) = older_than_ms {
+            // the prefix up to (not including) the first record that is
+            // new enough: a clock stepped back never removes a newer one
+            let first_kept: Option<i64> = tx
+                .query_row(
+                    "SELECT MIN(seq) FROM events WHERE time_ms >= ?1",
+                    [cutoff],
+                    |r| r.get(0),
+                )
+                .map_err(Error::sqlite("find the records to keep"))?;
+            through = through.max(first_kept.map_or(last, |s| s - 1));
+        }
+        if let Some(max) = max_bytes {
+            let pragma = |name: &str| -> Result<i64> {
+                tx.query_row(&format!("PRAGMA {name}"), [], |r| r.get(0))
+                    .map_err(Error::sqlite("read the database's size"))
+            };
+            let used = (pragma("page_count")? - pragma("freelist_count")?) * pragma("page_size")?;
+            let max = i64::try_from(max).unwrap_or(i64::MAX);
+            if used > max && count > 0 {
+                // the share of the records over the limit, one more for
+                // the rounding; the oldest go
+                let over = used - max;
+                let remove = (i128::from(count) * i128::from(over) / i128::from(used)) as i64 + 1;
+                through = through.max((first - 1 + remove).min(last));
+            }
+        }
+        if through < first {
+            return Ok(None);
+        }
+        let hash: String = tx
+            .query_row("SELECT hash FROM events WHERE seq = ?1", [through], |r| {
+                r.get(0)
+            })
+            .map_err(Error::sqlite("read the new base"))?;
+        let removed = tx
+            .execute("DELETE FROM events WHERE seq <= ?1", [through])
+            .map_err(Error::sqlite("remove old records"))?;
+        let mac = key.as_ref().map(|k| k.mac(through, &base_text(&hash)));
+        tx.execute(
+            "INSERT INTO chain_base (id, seq, hash, mac, pruned_ms) VALUES (1, ?1, ?2, ?3, ?4)
+             ON CONFLICT (id) DO UPDATE SET seq = excluded.seq, hash = excluded.hash,
+                 mac = excluded.mac, pruned_ms = excluded.pruned_ms",
+            params![through, hash, mac, crate::now_ms()],
+        )
+        .map_err(Error::sqlite("write the chain base"))?;
+        tx.commit().map_err(Error::sqlite("commit prune"))?;
+        Ok(Some(Pruned {
+            records: removed as u64,
+            through_seq: through,
+        }))
+    }
+
     /// Walks the whole hash chain in seq order and reports the first break.
     /// The head's MAC is not checked: see [`SqliteStore::verify_with`].
     pub fn verify(&self) -> Result<VerifyReport> {
@@ -359,8 +467,42 @@ impl SqliteStore {
             reason: None,
             head_signed: None,
             signing_key: None,
+            pruned_through: None,
         };
         let mut expected_seq: i64 = 1;
+        // After retention the chain starts from the last record removed.
+        // Its row is signed like the head: one rewritten to hide more
+        // removed records (or a base the key never signed) is caught.
+        let base: Option<(i64, String, Option<String>)> = tx
+            .query_row(
+                "SELECT seq, hash, mac FROM chain_base WHERE id = 1",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+            .optional()
+            .map_err(Error::sqlite("read chain base"))?;
+        if let Some((seq, hash, mac)) = base {
+            if let Some(k) = key {
+                let found = mac.as_deref().map(|m| k.check(seq, &base_text(&hash), m));
+                let reason = match found {
+                    Some(crate::Signature::Valid) => None,
+                    None => Some("chain.base_unsigned"),
+                    Some(crate::Signature::Forged) => Some("chain.base_forged"),
+                    Some(crate::Signature::OtherKey(id)) => {
+                        report.signing_key = Some(id);
+                        Some("chain.key_unknown")
+                    }
+                };
+                if let Some(r) = reason {
+                    report.first_broken_seq = Some(seq.max(1));
+                    report.reason = Some(r);
+                    return Ok(report);
+                }
+            }
+            report.pruned_through = Some(seq);
+            report.head_hash = hash;
+            expected_seq = seq + 1;
+        }
         {
             let mut stmt = tx
                 .prepare(&format!("SELECT {SELECT_COLUMNS} FROM events ORDER BY seq"))
@@ -673,4 +815,11 @@ fn decode_row(row: &rusqlite::Row<'_>) -> Result<(Record, String)> {
     let prev_hash: String = row.get(17).map_err(get_err)?;
     let hash: String = row.get(18).map_err(get_err)?;
     Ok((Record { seq, hash, event }, prev_hash))
+}
+
+/// What the base's MAC covers: its hash, marked as a base, so a head's MAC
+/// (over the same seq and hash, when every record up to the head was
+/// removed) can never pass for a base's, nor a base's for a head's.
+fn base_text(hash: &str) -> String {
+    format!("base:{hash}")
 }

@@ -704,3 +704,126 @@ fn a_database_of_schema_1_is_migrated_and_signed_from_its_next_write() {
     assert!(r.is_intact(), "{r:?}");
     assert_eq!(r.records, 3);
 }
+
+#[test]
+fn retention_by_age_removes_a_prefix_and_the_chain_verifies_from_its_signed_base() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.db");
+    let (store, key) = keyed(&path);
+    fill(&store, 10); // times 1_001_000 .. 1_010_000
+    let pruned = store.prune(Some(1_004_500), None).unwrap().unwrap();
+    assert_eq!((pruned.records, pruned.through_seq), (4, 4));
+    let r = store.verify_with(Some(&key)).unwrap();
+    assert!(r.is_intact(), "{r:?}");
+    assert_eq!((r.records, r.pruned_through), (6, Some(4)));
+    // nothing more is old enough: nothing happens
+    assert_eq!(store.prune(Some(1_004_500), None).unwrap(), None);
+    // new records chain on as before
+    store.record(ev(11, "fs", "read_file", Verdict::Allow));
+    assert!(store.verify_with(Some(&key)).unwrap().is_intact());
+    let seqs: Vec<i64> = store
+        .query_records(&Query::default())
+        .unwrap()
+        .iter()
+        .map(|r| r.seq)
+        .collect();
+    assert_eq!(seqs, (5..=11).collect::<Vec<_>>());
+}
+
+#[test]
+fn a_clock_stepped_back_never_lets_retention_remove_a_newer_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.db");
+    let (store, key) = keyed(&path);
+    fill(&store, 3);
+    // seq 4 is new, seq 5 carries an old time (a clock stepped back)
+    store.record(ev(50, "fs", "read_file", Verdict::Allow));
+    store.record(ev(1, "fs", "read_file", Verdict::Allow));
+    let pruned = store.prune(Some(1_040_000), None).unwrap().unwrap();
+    assert_eq!(
+        pruned.through_seq, 3,
+        "only the prefix before the first new record"
+    );
+    assert!(store.verify_with(Some(&key)).unwrap().is_intact());
+}
+
+#[test]
+fn retention_by_size_removes_the_oldest_until_the_log_fits() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.db");
+    let (store, key) = keyed(&path);
+    fill(&store, 400);
+    let pruned = store.prune(None, Some(64 * 1024)).unwrap().unwrap();
+    assert!(pruned.records > 0 && pruned.records < 400, "{pruned:?}");
+    assert_eq!(pruned.through_seq, pruned.records as i64);
+    let r = store.verify_with(Some(&key)).unwrap();
+    assert!(r.is_intact(), "{r:?}");
+    assert_eq!(r.records, 400 - pruned.records);
+}
+
+#[test]
+fn more_records_removed_behind_retentions_back_are_caught() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.db");
+    let (store, key) = keyed(&path);
+    fill(&store, 10);
+    store.prune(Some(1_003_500), None).unwrap().unwrap(); // through seq 3
+                                                          // the editor removes two more of the oldest, leaving the base alone
+    let conn = raw(&path);
+    conn.execute("DELETE FROM events WHERE seq <= 5", [])
+        .unwrap();
+    let r = store.verify_with(Some(&key)).unwrap();
+    assert_eq!(r.reason, Some("chain.seq_gap"), "{r:?}");
+    assert_eq!(r.first_broken_seq, Some(4));
+}
+
+#[test]
+fn a_base_rewritten_to_hide_more_removed_records_is_caught_by_its_signature() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.db");
+    let (store, key) = keyed(&path);
+    fill(&store, 10);
+    store.prune(Some(1_003_500), None).unwrap().unwrap(); // through seq 3
+                                                          // the editor removes seq 4 and 5 and points the base at seq 5, whose
+                                                          // hash the next record names: the chain alone is whole again
+    let conn = raw(&path);
+    let hash5: String = conn
+        .query_row("SELECT hash FROM events WHERE seq = 5", [], |r| r.get(0))
+        .unwrap();
+    conn.execute("DELETE FROM events WHERE seq <= 5", [])
+        .unwrap();
+    conn.execute(
+        "UPDATE chain_base SET seq = 5, hash = ?1 WHERE id = 1",
+        [&hash5],
+    )
+    .unwrap();
+    assert!(store.verify().unwrap().is_intact(), "without the key");
+    let r = store.verify_with(Some(&key)).unwrap();
+    assert_eq!(r.reason, Some("chain.base_forged"), "{r:?}");
+    assert_eq!(r.first_broken_seq, Some(5));
+    // a base with its MAC removed is unsigned
+    conn.execute("UPDATE chain_base SET mac = NULL WHERE id = 1", [])
+        .unwrap();
+    let r = store.verify_with(Some(&key)).unwrap();
+    assert_eq!(r.reason, Some("chain.base_unsigned"), "{r:?}");
+}
+
+#[test]
+fn a_heads_signature_cannot_pass_for_a_bases() {
+    // retention that removed every record: the base's seq and hash are the
+    // head's, yet the head's MAC copied onto the base must not verify
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.db");
+    let (store, key) = keyed(&path);
+    fill(&store, 3);
+    store.prune(Some(i64::MAX), None).unwrap().unwrap();
+    assert!(store.verify_with(Some(&key)).unwrap().is_intact());
+    let conn = raw(&path);
+    let head_mac: String = conn
+        .query_row("SELECT mac FROM chain_head WHERE id = 1", [], |r| r.get(0))
+        .unwrap();
+    conn.execute("UPDATE chain_base SET mac = ?1 WHERE id = 1", [&head_mac])
+        .unwrap();
+    let r = store.verify_with(Some(&key)).unwrap();
+    assert_eq!(r.reason, Some("chain.base_forged"), "{r:?}");
+}

@@ -100,8 +100,14 @@ pub fn run(args: Args) -> ExitCode {
                     ),
                     _ => "empty".to_string(),
                 };
+                let pruned = match r.pruned_through {
+                    Some(seq) => {
+                        format!(", from seq {} on (retention removed 1 to {seq})", seq + 1)
+                    }
+                    None => String::new(),
+                };
                 println!(
-                    "intact: {} records, head {}, {signed}",
+                    "intact: {} records{pruned}, head {}, {signed}",
                     r.records, r.head_hash
                 );
                 ExitCode::SUCCESS
@@ -115,6 +121,8 @@ pub fn run(args: Args) -> ExitCode {
                     match r.reason {
                         Some("chain.head_forged") => ": the head was rewritten (records from this seq on were deleted)".to_string(),
                         Some("chain.head_unsigned") => ": the head has no MAC (written by an mcpbox before signed heads, or stripped)".to_string(),
+                        Some("chain.base_forged") => ": the retention base was rewritten (more old records were deleted than retention removed)".to_string(),
+                        Some("chain.base_unsigned") => ": the retention base has no MAC (stripped, or written without the key)".to_string(),
                         Some("chain.key_unknown") => format!(
                             ": the head is signed with another key (id {}) than {}; verify with --key and that key's file (the state directory's audit.key where the log was written)",
                             r.signing_key.as_deref().unwrap_or("?"),

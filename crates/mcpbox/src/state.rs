@@ -52,7 +52,40 @@ pub fn open_audit(policy: &Policy) -> anyhow::Result<Arc<SqliteStore>> {
             path.display()
         )
     })?;
-    Ok(Arc::new(store.with_head_key(audit_key()?)))
+    let store = store.with_head_key(audit_key()?);
+    retain(&store, &policy.audit);
+    Ok(Arc::new(store))
+}
+
+/// The policy's retention (`[audit] keep`, `max_size`), applied as a
+/// session opens the log; what it removed is itself a record. A failure is
+/// logged, never fatal: retention must not stop a session that the log
+/// can still record.
+fn retain(store: &SqliteStore, audit: &mcpbox_policy::Audit) {
+    if audit.keep.is_none() && audit.max_size.is_none() {
+        return;
+    }
+    let keep_ms = audit
+        .keep
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+    let older_than = keep_ms.map(|k| mcpbox_audit::now_ms().saturating_sub(k));
+    match store.prune(older_than, audit.max_size) {
+        Ok(None) => {}
+        Ok(Some(p)) => {
+            use mcpbox_audit::Sink;
+            store.record(mcpbox_audit::Event {
+                kind: Some(mcpbox_audit::Kind::Retention),
+                detail: serde_json::json!({
+                    "records": p.records,
+                    "through_seq": p.through_seq,
+                    "older_than_ms": older_than,
+                    "max_bytes": audit.max_size,
+                }),
+                ..mcpbox_audit::Event::default()
+            });
+        }
+        Err(e) => tracing::warn!("audit retention: {e}"),
+    }
 }
 
 /// Where the key of the audit log's signed head is kept: in the state

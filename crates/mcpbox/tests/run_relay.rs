@@ -607,3 +607,60 @@ fn special_files_a_server_leaves_in_output_are_reported_and_audited() {
         .unwrap_or_else(|| panic!("no flag record: {audit:?}"));
     assert!(flag["detail"]["count"].as_u64().unwrap() >= 3, "{flag}");
 }
+
+#[test]
+fn retention_removes_old_records_and_more_deleted_behind_it_is_reported_by_verify() {
+    let ws = server_ws("plain");
+    let p = policy(&ws, "max_size = \"64KiB\"\n");
+    let db = ws.path().join("audit.db");
+    // two sessions: the second opens a log over its size and trims it
+    for round in 0..2 {
+        let mut s = start(&ws, &p, "plain", &[]);
+        s.initialize();
+        for i in 0..150 {
+            s.call("echo", json!({ "text": format!("round {round} call {i}") }));
+        }
+        s.finish();
+    }
+    let verify = || {
+        let out = std::process::Command::new(mcpbox())
+            .args(["audit", "--verify", "--db"])
+            .arg(&db)
+            .env("MCPBOX_STATE_DIR", ws.path().join("state"))
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    let (ok, text) = verify();
+    assert!(ok && text.contains("retention removed 1 to"), "{text}");
+    assert!(text.contains("its head signed"), "{text}");
+    let audit = audit_json(&ws);
+    let retention = audit
+        .iter()
+        .find(|e| e["kind"] == "retention")
+        .unwrap_or_else(|| panic!("retention is a record too: {audit:#?}"));
+    let through = retention["detail"]["through_seq"].as_i64().unwrap();
+    assert!(through > 0, "{retention}");
+    // the editor deletes older records still and moves the base to match:
+    // the base's signature does not
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    let cut = through + 10;
+    let hash: String = conn
+        .query_row("SELECT hash FROM events WHERE seq = ?1", [cut], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    conn.execute("DELETE FROM events WHERE seq <= ?1", [cut])
+        .unwrap();
+    conn.execute(
+        "UPDATE chain_base SET seq = ?1, hash = ?2 WHERE id = 1",
+        rusqlite::params![cut, hash],
+    )
+    .unwrap();
+    let (ok, text) = verify();
+    assert!(!ok && text.contains("chain.base_forged"), "{text}");
+    assert!(text.contains(&format!("seq {cut}")), "{text}");
+}

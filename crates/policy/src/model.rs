@@ -637,6 +637,25 @@ pub struct Audit {
     /// or "continue" (calls go on; their records wait in memory, bounded).
     #[serde(default)]
     pub on_failure: OnAuditFailure,
+    /// Retention by age: records older than this are removed when a session
+    /// opens the log, e.g. "90d". Default: none (kept forever).
+    #[serde(
+        default,
+        with = "units::opt_duration",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schemars(with = "Option<DurationText>")]
+    pub keep: Option<Duration>,
+    /// Retention by size: while the log holds more than this, its oldest
+    /// records are removed when a session opens it, e.g. "1GiB". Default:
+    /// none.
+    #[serde(
+        default,
+        with = "units::opt_size",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schemars(with = "Option<SizeText>")]
+    pub max_size: Option<u64>,
 }
 
 /// What calls do while the audit log cannot be written.
