@@ -484,16 +484,8 @@ impl SqliteStore {
         if let Some((seq, hash, mac)) = base {
             if let Some(k) = key {
                 let found = mac.as_deref().map(|m| k.check(seq, &base_text(&hash), m));
-                let reason = match found {
-                    Some(crate::Signature::Valid) => None,
-                    None => Some("chain.base_unsigned"),
-                    Some(crate::Signature::Forged) => Some("chain.base_forged"),
-                    Some(crate::Signature::OtherKey(id)) => {
-                        report.signing_key = Some(id);
-                        Some("chain.key_unknown")
-                    }
-                };
-                if let Some(r) = reason {
+                let names = ("chain.base_unsigned", "chain.base_forged");
+                if let Some(r) = signature_problem(found, names, &mut report) {
                     report.first_broken_seq = Some(seq.max(1));
                     report.reason = Some(r);
                     return Ok(report);
@@ -566,16 +558,8 @@ impl SqliteStore {
                 if let Some(k) = key.filter(|_| last_seq > 0) {
                     let found = mac.as_deref().map(|m| k.check(*seq, hash, m));
                     report.head_signed = Some(found == Some(crate::Signature::Valid));
-                    let reason = match found {
-                        Some(crate::Signature::Valid) => None,
-                        None => Some("chain.head_unsigned"),
-                        Some(crate::Signature::Forged) => Some("chain.head_forged"),
-                        Some(crate::Signature::OtherKey(id)) => {
-                            report.signing_key = Some(id);
-                            Some("chain.key_unknown")
-                        }
-                    };
-                    if let Some(r) = reason {
+                    let names = ("chain.head_unsigned", "chain.head_forged");
+                    if let Some(r) = signature_problem(found, names, &mut report) {
                         // what follows the last row we have is what is gone
                         report.first_broken_seq = Some(seq + 1);
                         report.reason = Some(r);
@@ -822,4 +806,23 @@ fn decode_row(row: &rusqlite::Row<'_>) -> Result<(Record, String)> {
 /// removed) can never pass for a base's, nor a base's for a head's.
 fn base_text(hash: &str) -> String {
     format!("base:{hash}")
+}
+
+/// The reason a checked signature (the head's or the base's) fails, if it
+/// does: `names` are the (unsigned, forged) reasons for that row; another
+/// key's signature names that key in the report.
+fn signature_problem(
+    found: Option<crate::Signature>,
+    names: (&'static str, &'static str),
+    report: &mut VerifyReport,
+) -> Option<&'static str> {
+    match found {
+        Some(crate::Signature::Valid) => None,
+        None => Some(names.0),
+        Some(crate::Signature::Forged) => Some(names.1),
+        Some(crate::Signature::OtherKey(id)) => {
+            report.signing_key = Some(id);
+            Some("chain.key_unknown")
+        }
+    }
 }
