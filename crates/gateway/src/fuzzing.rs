@@ -202,6 +202,7 @@ pub fn fuzz_session(data: &[u8]) {
             10 => Event::ServerStarted {
                 gen,
                 secrets: secrets.clone(),
+                facts: Value::Null,
             },
             11 => Event::Approval {
                 key: u64::from(ops.byte().unwrap_or(0) % 4),

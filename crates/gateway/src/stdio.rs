@@ -313,15 +313,14 @@ struct Driver {
     /// The tool rules, for [`Effect::CheckArguments`].
     policy: Arc<dyn ToolPolicy>,
     activity: Option<Arc<dyn Activity>>,
-    /// Kept up to date with the session's calls in flight, and the
-    /// generation last copied.
-    in_flight: Option<(Arc<crate::CallsInFlight>, u64)>,
-    /// The files the current server touches, per call in flight, and the
-    /// generation of calls last given to it ([`crate::touched`]).
-    files: Option<(crate::touched::Tracker, u64)>,
-    /// What the `session_start` record adds of the server as launched: its
-    /// sandbox tier, and how its files are known.
-    server_facts: serde_json::Value,
+    /// Kept up to date with the session's calls in flight.
+    in_flight: Option<Arc<crate::CallsInFlight>>,
+    /// The files the current server touches, per call in flight
+    /// ([`crate::touched`]).
+    files: Option<crate::touched::Tracker>,
+    /// The generation of the session's calls in flight last given to
+    /// `in_flight` and `files`.
+    calls_seen: u64,
     inbox: Inbox,
     /// The host's input, read by the driver (none for [`Relay::attach`]:
     /// the host's messages come through the inbox).
@@ -407,9 +406,9 @@ impl Driver {
             config,
             policy,
             activity,
-            in_flight: in_flight.map(|c| (c, u64::MAX)),
+            in_flight,
             files: None,
-            server_facts: serde_json::Value::Null,
+            calls_seen: u64::MAX,
             inbox: inbox.clone(),
             host_in: host_in.map(|fd| Source::new(fd, max_line, None)),
             server_out: None,
@@ -472,25 +471,20 @@ impl Driver {
             if let Some(a) = &self.activity {
                 a.status(session.busy(), session.parked());
             }
-            if let Some((calls, seen)) = &mut self.in_flight {
-                // before the effects: a call forwarded now is in the set
-                // before the server can open a connection for it
-                let gen = session.calls_gen();
-                if gen != *seen {
-                    *seen = gen;
-                    calls.set(session.caller(), session.calls_in_flight());
+            // before the effects: a call forwarded now is in the set before
+            // the server can open a connection for it or touch a file; and
+            // what the kernel queued goes to the calls it was queued under
+            // before the set changes (a call's events are all queued before
+            // its response)
+            let gen = session.calls_gen();
+            if gen != self.calls_seen && (self.in_flight.is_some() || self.files.is_some()) {
+                self.calls_seen = gen;
+                let calls = session.calls_in_flight();
+                if let Some(files) = &mut self.files {
+                    files.in_flight(&calls);
                 }
-            }
-            if let Some((files, seen)) = &mut self.files {
-                // also before the effects, and before the set changes: what
-                // the kernel queued goes to the calls it was queued under
-                // (a call's events are all queued before its response)
-                let gen = session.calls_gen();
-                if gen != *seen {
-                    *seen = gen;
-                    let calls = session.calls_in_flight();
-                    let refs: Vec<&str> = calls.iter().map(|(r, _)| r.as_str()).collect();
-                    files.in_flight(&refs);
+                if let Some(c) = &self.in_flight {
+                    c.set(session.caller(), calls);
                 }
             }
             if let Some((gen, stderr)) = self.new_stderr.take() {
@@ -576,7 +570,7 @@ impl Driver {
             self.inbox.wake_fd(),
             host.map(Source::fd),
             server.map(Source::fd),
-            self.files.as_ref().map(|(f, _)| f.fd()),
+            self.files.as_ref().map(crate::touched::Tracker::fd),
         ];
         let mut fds: Vec<PollFd<'_>> = Vec::with_capacity(4);
         let mut slots = [None; 4];
@@ -610,7 +604,7 @@ impl Driver {
             }
         }
         if ready[3] {
-            if let Some((f, _)) = self.files.as_mut() {
+            if let Some(f) = self.files.as_mut() {
                 f.drain();
             }
         }
@@ -637,9 +631,17 @@ impl Driver {
                 Ok(proc) => {
                     // the stderr reader starts once the session took the
                     // new values into its redactor (see `run_loop`)
+                    let facts = serde_json::json!({
+                        "sandbox_tier": proc.tier,
+                        "files": if proc.files.is_some() { "kernel" } else { "times" },
+                    });
                     let stderr = self.attach(gen, *proc)?;
                     self.new_stderr = Some((gen, stderr));
-                    Event::ServerStarted { gen, secrets }
+                    Event::ServerStarted {
+                        gen,
+                        secrets,
+                        facts,
+                    }
                 }
                 Err(source) if gen == 1 => {
                     return Err(Error::Launch {
@@ -673,14 +675,9 @@ impl Driver {
             stdin: Some(stdin),
             control: Some(proc.control),
         };
-        self.server_facts = serde_json::json!({
-            "sandbox_tier": proc.tier,
-            "files": if proc.files.is_some() { "kernel" } else { "times" },
-        });
         // a new sandbox, new mounts: the old one's watch goes with it
-        self.files = proc
-            .files
-            .map(|w| (crate::touched::Tracker::new(w), u64::MAX));
+        self.files = proc.files.map(crate::touched::Tracker::new);
+        self.calls_seen = u64::MAX;
         Ok(proc.stderr)
     }
 
@@ -743,18 +740,11 @@ impl Driver {
                     }
                 }
                 Effect::Audit(mut record) => {
-                    if record.event.kind == Some(mcpbox_audit::Kind::SessionStart) {
-                        // written as the first server is attached
-                        if let (Some(d), Some(f)) = (
-                            record.event.detail.as_object_mut(),
-                            self.server_facts.as_object(),
-                        ) {
-                            d.extend(f.clone());
-                        }
-                    }
-                    if let (Some((files, _)), Some(_)) = (&mut self.files, record.files_since) {
+                    let call_record = record.event.kind == Some(mcpbox_audit::Kind::ToolCall);
+                    if let (Some(files), true) = (&mut self.files, call_record) {
                         // watched: the kernel's list replaces the walk (a
-                        // call never forwarded touched nothing)
+                        // call never forwarded touched nothing), with or
+                        // without an output directory
                         let call = record
                             .event
                             .detail

@@ -177,19 +177,20 @@ impl Tracker {
     /// The calls in flight are now `refs`: what is queued goes to the
     /// previous set first; a call no longer in flight keeps its files
     /// until [`Tracker::take`].
-    pub(crate) fn in_flight(&mut self, refs: &[&str]) {
+    /// `calls` as (reference, tool), as the session lists them.
+    pub(crate) fn in_flight(&mut self, calls: &[(String, String)]) {
         self.drain();
-        let mut kept = Vec::with_capacity(refs.len());
+        let mut kept = Vec::with_capacity(calls.len());
         for (call, files) in std::mem::take(&mut self.calls) {
-            if refs.contains(&call.as_str()) {
+            if calls.iter().any(|(r, _)| *r == call) {
                 kept.push((call, files));
             } else {
                 self.ended.insert(call, files);
             }
         }
-        for r in refs {
+        for (r, _) in calls {
             if !kept.iter().any(|(c, _)| c == r) {
-                kept.push(((*r).to_string(), CallFiles::default()));
+                kept.push((r.clone(), CallFiles::default()));
             }
         }
         self.calls = kept;

@@ -28,7 +28,14 @@ fn session_core_cost_per_call() {
         now(),
     );
     s.start(now());
-    s.on(Event::ServerStarted { gen: 1, secrets }, now());
+    s.on(
+        Event::ServerStarted {
+            gen: 1,
+            secrets,
+            facts: serde_json::Value::Null,
+        },
+        now(),
+    );
     const N: usize = 20_000;
     let t = Instant::now();
     for i in 0..N {

@@ -14,9 +14,15 @@ use common::Workspace;
 use serde_json::{json, Value};
 
 fn start() -> (Workspace, Session) {
+    start_with("[filesystem]\ninput = \"input\"\noutput = \"output\"\n")
+}
+
+/// The `workspace` server under a policy of `filesystem` and the audit
+/// log, with a data file in input.
+fn start_with(filesystem: &str) -> (Workspace, Session) {
     let ws = Workspace::with_server("workspace");
     std::fs::write(ws.input().join("data.txt"), "data for the server\n").unwrap();
-    let p = ws.policy("[audit]\npath = \"audit.db\"\n");
+    let p = ws.raw_policy(&format!("{filesystem}[audit]\npath = \"audit.db\"\n"));
     let state = ws.path().join("state");
     let mut s = Session::start(
         &p,
@@ -154,4 +160,23 @@ fn another_process_writing_the_output_directory_is_not_blamed_on_the_server() {
     }
     assert_eq!(calls[0]["files_written"], json!([]), "{}", calls[0]);
     assert_eq!(paths(&calls[0]), Vec::<String>::new(), "{}", calls[0]);
+}
+
+#[test]
+fn reads_are_recorded_without_an_output_directory_too() {
+    // input only: no walk would run, and the kernel's list must neither be
+    // skipped nor kept past the call (held descriptors would pile up)
+    let (ws, mut s) = start_with("[filesystem]\ninput = \"input\"\n");
+    for _ in 0..2 {
+        s.call("read", json!({"path": "/workspace/input/data.txt"}));
+    }
+    let calls = calls(&ws, s);
+    assert_eq!(calls.len(), 2, "{calls:#?}");
+    for call in &calls {
+        assert_eq!(call["files_written"], json!([]), "{call}");
+        if watched() {
+            assert_eq!(paths(call), ["/workspace/input/data.txt"], "{call}");
+            assert_eq!(call["detail"]["files"][0]["size"], json!(20), "{call}");
+        }
+    }
 }

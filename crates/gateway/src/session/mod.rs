@@ -117,6 +117,10 @@ pub enum Event {
         gen: u32,
         /// The secrets as launched.
         secrets: Secrets,
+        /// What the launch says of the server (its sandbox tier, how its
+        /// files are known), added to the `session_start` record's detail;
+        /// `Null` for nothing.
+        facts: Value,
     },
     /// [`Effect::StartServer`] failed.
     ServerStartFailed {
@@ -494,7 +498,11 @@ impl Session {
                 }
             }
             Event::ServerExited { gen, exit } => self.server_exited(gen, exit),
-            Event::ServerStarted { gen, secrets } => self.server_started(gen, secrets),
+            Event::ServerStarted {
+                gen,
+                secrets,
+                facts,
+            } => self.server_started(gen, secrets, facts),
             Event::ServerStartFailed { gen, error } => self.server_start_failed(gen, &error),
             Event::AuditHealth { ok } => {
                 if ok != self.audit_ok {

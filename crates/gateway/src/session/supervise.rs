@@ -230,7 +230,7 @@ impl Session {
         });
     }
 
-    pub(super) fn server_started(&mut self, gen: u32, secrets: Secrets) {
+    pub(super) fn server_started(&mut self, gen: u32, secrets: Secrets, facts: Value) {
         if gen != self.server.gen || self.server.phase != Phase::Starting {
             return;
         }
@@ -247,6 +247,9 @@ impl Session {
             // a secret written into the server's command line is the
             // policy's too: redacted here as anywhere
             let mut detail = self.config.session_detail.clone();
+            if let (Some(d), Value::Object(f)) = (detail.as_object_mut(), facts) {
+                d.extend(f);
+            }
             let redactor = self.redaction.redactor.clone();
             let mut counts = vec![0usize; redactor.names().len()];
             redactor.redact_json(&mut detail, &mut counts);

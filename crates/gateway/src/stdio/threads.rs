@@ -115,19 +115,21 @@ pub(super) fn spawn_audit(
                         // off the host path
                         let (written, list) = crate::touched::describe(files);
                         e.files_written = written;
-                        let d = detail_object(&mut e.detail);
-                        d.insert("files".into(), list);
-                        if files.truncated {
-                            d.insert("files_truncated".into(), json!(true));
-                        }
+                        add_detail(&mut e.detail, |d| {
+                            d.insert("files".into(), list);
+                            if files.truncated {
+                                d.insert("files_truncated".into(), json!(true));
+                            }
+                        });
                     } else if let (Some(since), Some(dir)) = (record.files_since, &output_dir) {
                         // Bounded (see [`crate::written`]).
                         let w = crate::written::files_written_since(dir, since);
                         e.files_written = w.paths;
                         if w.truncated {
                             // beside what the call's record already says
-                            detail_object(&mut e.detail)
-                                .insert("files_written_truncated".into(), json!(true));
+                            add_detail(&mut e.detail, |d| {
+                                d.insert("files_written_truncated".into(), json!(true));
+                            });
                         }
                     }
                     e
@@ -199,17 +201,12 @@ pub(super) fn make_nonce() -> String {
     crate::digest::sha256_hex(&material)[..24].to_string()
 }
 
-/// The record's detail as an object (made one if it was not).
-fn detail_object(detail: &mut Value) -> &mut serde_json::Map<String, Value> {
-    if !detail.is_object() {
-        *detail = Value::Object(serde_json::Map::new());
-    }
-    match detail {
+/// Adds to the record's detail (made an object if it was not).
+fn add_detail(detail: &mut Value, add: impl FnOnce(&mut serde_json::Map<String, Value>)) {
+    let mut map = match std::mem::take(detail) {
         Value::Object(m) => m,
-        // made an object just above; a fresh map for the type's sake
-        other => {
-            *other = Value::Object(serde_json::Map::new());
-            detail_object(other)
-        }
-    }
+        _ => serde_json::Map::new(),
+    };
+    add(&mut map);
+    *detail = Value::Object(map);
 }

@@ -239,6 +239,7 @@ fn ttl_restart_waits_for_idle_holds_calls_and_replays_initialize() {
     let out = t.on(Event::ServerStarted {
         gen: 2,
         secrets: fresh,
+        facts: Value::Null,
     });
     assert_eq!(out.len(), 1);
     assert!(
@@ -378,6 +379,7 @@ fn requests_piped_before_the_server_is_up_are_all_handled_before_its_stdin_close
         Event::ServerStarted {
             gen: 1,
             secrets: Secrets::default(),
+            facts: Value::Null,
         },
         now,
     );
@@ -421,6 +423,7 @@ fn parked_server_restarts_on_the_next_call_and_replays_initialize() {
     let out = t.on(Event::ServerStarted {
         gen: 2,
         secrets: Secrets::default(),
+        facts: Value::Null,
     });
     assert_eq!(out.len(), 1);
     assert!(

@@ -99,7 +99,11 @@ impl T {
         };
         let start = t.s.start(t.now());
         assert_eq!(summary(&start, false), ["start 1"]);
-        let up = t.on(Event::ServerStarted { gen: 1, secrets });
+        let up = t.on(Event::ServerStarted {
+            gen: 1,
+            secrets,
+            facts: Value::Null,
+        });
         assert_eq!(up, ["audit SessionStart"]);
         t
     }
