@@ -566,14 +566,19 @@ impl Driver {
             .as_ref()
             .map(|(_, s)| s)
             .filter(|s| s.waits());
+        let [files_a, files_b] = self
+            .files
+            .as_ref()
+            .map_or([None, None], crate::touched::Tracker::fds);
         let all = [
             self.inbox.wake_fd(),
             host.map(Source::fd),
             server.map(Source::fd),
-            self.files.as_ref().map(crate::touched::Tracker::fd),
+            files_a,
+            files_b,
         ];
-        let mut fds: Vec<PollFd<'_>> = Vec::with_capacity(4);
-        let mut slots = [None; 4];
+        let mut fds: Vec<PollFd<'_>> = Vec::with_capacity(all.len());
+        let mut slots = [None; 5];
         for (slot, fd) in all.iter().enumerate() {
             if let Some(fd) = fd {
                 slots[slot] = Some(fds.len());
@@ -588,7 +593,7 @@ impl Driver {
                 thread::sleep(source::NO_WAKE_POLL);
             }
         }
-        let ready: [bool; 4] = slots.map(|s| s.is_some_and(|i| !fds[i].revents().is_empty()));
+        let ready: [bool; 5] = slots.map(|s| s.is_some_and(|i| !fds[i].revents().is_empty()));
         drop(fds);
         if ready[0] {
             self.inbox.reset();
@@ -603,7 +608,7 @@ impl Driver {
                 s.ready();
             }
         }
-        if ready[3] {
+        if ready[3] || ready[4] {
             if let Some(f) = self.files.as_mut() {
                 f.drain();
             }
@@ -631,10 +636,18 @@ impl Driver {
                 Ok(proc) => {
                     // the stderr reader starts once the session took the
                     // new values into its redactor (see `run_loop`)
-                    let facts = serde_json::json!({
+                    let mut facts = serde_json::json!({
                         "sandbox_tier": proc.tier,
-                        "files": if proc.files.is_some() { "kernel" } else { "times" },
+                        "files": proc.files.as_ref().map_or("times", |f| f.mode()),
                     });
+                    if let Some(n) = proc
+                        .files
+                        .as_ref()
+                        .map(|f| f.unwatched())
+                        .filter(|n| *n > 0)
+                    {
+                        facts["files_unwatched_dirs"] = n.into();
+                    }
                     let stderr = self.attach(gen, *proc)?;
                     self.new_stderr = Some((gen, stderr));
                     Event::ServerStarted {

@@ -50,24 +50,48 @@ pub const MAX_HELD: usize = 1024;
 /// Largest file whose content is digested, in bytes.
 pub const MAX_DIGESTED: u64 = 64 << 20;
 
-/// One access the kernel reported.
+/// One access the kernel reported, every path as the sandbox names it,
+/// control characters escaped.
 #[derive(Debug)]
-pub struct Access {
-    /// The file, opened by the kernel for us (read-only, no notification).
-    pub file: File,
-    /// Its path as the sandbox names it, control characters escaped.
-    pub path: String,
-    /// Written (else read).
-    pub written: bool,
+pub enum Access {
+    /// A file read or written.
+    File {
+        /// The file (read-only; opened by the kernel without notification,
+        /// or by the watch beneath its tree).
+        file: File,
+        /// Its path.
+        path: String,
+        /// Written (else read).
+        written: bool,
+    },
+    /// A file or directory renamed.
+    Moved {
+        /// The name it had.
+        from: String,
+        /// The name it has.
+        to: String,
+        /// The file at its new name, when it is one and could be opened.
+        file: Option<File>,
+    },
+    /// A file or directory removed.
+    Deleted {
+        /// The name it had.
+        path: String,
+    },
 }
 
-/// A kernel watch on a sandbox's workspace mounts (the binary's is
-/// `mcpbox_sandbox::fanotify::FileWatch`).
+/// A kernel watch on a sandbox's workspace (the binary's joins
+/// `mcpbox_sandbox::fanotify`'s mount and directory watches).
 pub trait FileEvents: Send + std::fmt::Debug {
-    /// Readable when events are queued.
-    fn fd(&self) -> BorrowedFd<'_>;
+    /// Readable when events are queued (one or two descriptors).
+    fn fds(&self) -> [Option<BorrowedFd<'_>>; 2];
     /// Everything queued now, without blocking; true when events were lost.
-    fn drain(&self, each: &mut dyn FnMut(Access)) -> bool;
+    fn drain(&mut self, each: &mut dyn FnMut(Access)) -> bool;
+    /// What `session_start` says of it: `kernel` (the sandbox's own
+    /// accesses only) or `kernel-dirs` (any process's but mcpbox's).
+    fn mode(&self) -> &'static str;
+    /// Directories past the watch's bound, whose events are not seen.
+    fn unwatched(&self) -> usize;
 }
 
 /// A watch for [`crate::launcher::ServerProcess::files`].
@@ -76,16 +100,37 @@ pub type FileWatch = Box<dyn FileEvents>;
 /// One file a call touched.
 #[derive(Debug, Clone)]
 pub struct Touched {
-    /// The path as the sandbox names it (the first seen for the file).
+    /// The path as the sandbox names it (the first seen for the file, or
+    /// the name it was renamed to).
     pub path: String,
     /// Read during the call.
     pub read: bool,
     /// Written during the call (a truncation counts).
     pub written: bool,
-    /// The file, for its size and digest; `None` past [`MAX_HELD`].
+    /// Renamed during the call, from this path (the first name it had).
+    pub moved_from: Option<String>,
+    /// Removed during the call.
+    pub deleted: bool,
+    /// The file, for its size and digest; `None` past [`MAX_HELD`], for a
+    /// removed file and for a directory.
     file: Option<Arc<File>>,
-    /// (device, inode): one entry per file, whatever its names.
-    key: (u64, u64),
+    /// (device, inode): one entry per file, whatever its names; `None`
+    /// where no file was opened (then the path is the key).
+    key: Option<(u64, u64)>,
+}
+
+impl Touched {
+    fn new(path: String, file: Option<Arc<File>>, key: Option<(u64, u64)>) -> Touched {
+        Touched {
+            path,
+            read: false,
+            written: false,
+            moved_from: None,
+            deleted: false,
+            file,
+            key,
+        }
+    }
 }
 
 /// The files one call touched.
@@ -116,8 +161,8 @@ impl Tracker {
         }
     }
 
-    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
-        self.watch.fd()
+    pub(crate) fn fds(&self) -> [Option<BorrowedFd<'_>>; 2] {
+        self.watch.fds()
     }
 
     fn held(&self) -> usize {
@@ -136,35 +181,88 @@ impl Tracker {
         let mut held = self.held();
         let calls = &mut self.calls;
         let overflowed = self.watch.drain(&mut |access| {
-            let Ok(meta) = access.file.metadata() else {
-                return;
-            };
-            let key = (meta.dev(), meta.ino());
-            let shared = Arc::new(access.file);
-            for (_, files) in calls.iter_mut() {
-                if let Some(t) = files.files.iter_mut().find(|t| t.key == key) {
-                    t.read |= !access.written;
-                    t.written |= access.written;
-                    continue;
-                }
-                if files.files.len() >= MAX_FILES {
-                    files.truncated = true;
-                    continue;
-                }
-                let file = (held < MAX_HELD).then(|| {
-                    held += 1;
-                    shared.clone()
-                });
-                if file.is_none() {
-                    files.truncated = true;
-                }
-                files.files.push(Touched {
-                    path: access.path.clone(),
-                    read: !access.written,
-                    written: access.written,
+            let (path, file, moved_from, deleted, written) = match access {
+                Access::File {
                     file,
-                    key,
-                });
+                    path,
+                    written,
+                } => (path, Some(file), None, false, Some(written)),
+                Access::Moved { from, to, file } => (to, file, Some(from), false, None),
+                Access::Deleted { path } => (path, None, None, true, None),
+            };
+            let key = file
+                .as_ref()
+                .and_then(|f| f.metadata().ok())
+                .map(|m| (m.dev(), m.ino()));
+            let shared = file.map(Arc::new);
+            for (_, files) in calls.iter_mut() {
+                let list = &mut files.files;
+                // the same file: by inode, else (a rename, a removal, a
+                // file seen once without a descriptor) by the name it had
+                // until now
+                let name = moved_from.as_ref().unwrap_or(&path);
+                let known = key
+                    .and_then(|k| list.iter().position(|t| t.key == Some(k)))
+                    .or_else(|| {
+                        list.iter()
+                            .position(|t| t.path == *name && (key.is_none() || t.key.is_none()))
+                    });
+                let t = match known {
+                    Some(i) => {
+                        let t = &mut list[i];
+                        if let (None, Some(f), Some(k)) = (&t.file, &shared, key) {
+                            if held < MAX_HELD {
+                                held += 1;
+                                t.file = Some(f.clone());
+                                t.key = Some(k);
+                            }
+                        }
+                        t
+                    }
+                    None if list.len() >= MAX_FILES => {
+                        files.truncated = true;
+                        continue;
+                    }
+                    None => {
+                        let file = match &shared {
+                            Some(f) if held < MAX_HELD => {
+                                held += 1;
+                                Some(f.clone())
+                            }
+                            Some(_) => {
+                                files.truncated = true;
+                                None
+                            }
+                            None => None,
+                        };
+                        list.push(Touched::new(path.clone(), file, key));
+                        let last = list.len() - 1;
+                        &mut list[last]
+                    }
+                };
+                if let Some(w) = written {
+                    t.read |= !w;
+                    t.written |= w;
+                    // made again after a removal: it exists
+                    t.deleted &= !w;
+                }
+                if let Some(from) = &moved_from {
+                    t.moved_from.get_or_insert_with(|| from.clone());
+                    t.path = path.clone();
+                    t.deleted = false;
+                }
+                t.deleted |= deleted;
+            }
+            // a directory renamed: the files listed under its old name
+            if let Some(from) = &moved_from {
+                let prefix = format!("{from}/");
+                for (_, files) in calls.iter_mut() {
+                    for t in files.files.iter_mut() {
+                        if let Some(rest) = t.path.strip_prefix(&prefix) {
+                            t.path = format!("{path}/{rest}");
+                        }
+                    }
+                }
             }
         });
         if overflowed {
@@ -209,7 +307,8 @@ pub fn describe(files: &CallFiles) -> (Vec<String>, Value) {
     let mut written = Vec::new();
     let mut list = Vec::with_capacity(files.files.len());
     for t in &files.files {
-        if t.written {
+        // a name made in the output: written, or renamed into its place
+        if (t.written || t.moved_from.is_some()) && !t.deleted {
             if let Some(rel) = t.path.strip_prefix("/workspace/output/") {
                 written.push(rel.to_string());
             }
@@ -222,6 +321,8 @@ pub fn describe(files: &CallFiles) -> (Vec<String>, Value) {
             "path": t.path,
             "read": t.read,
             "written": t.written,
+            "moved_from": t.moved_from,
+            "deleted": t.deleted,
             "size": size,
             "sha256": digest,
         }));

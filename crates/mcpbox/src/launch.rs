@@ -54,57 +54,148 @@ impl Launcher for SandboxLauncher {
     }
 }
 
-/// The kernel's watch on the files the server reads and writes: the
-/// sandbox's input, output and writable policy mounts, reached through its init's
-/// root (`mcpbox_sandbox::fanotify`). `None` without the privilege it
-/// needs (rootless: the relay then lists written files by their times),
-/// in the degraded tier (no mounts of its own, init < 0), or with nothing
-/// mounted.
+/// The kernel's watch on the files the server reads and writes
+/// (`mcpbox_sandbox::fanotify`):
+///
+/// - as root, mount marks on the sandbox's input, output and writable
+///   policy mounts, reached through its init's root (reads and writes, the
+///   sandbox's only), and inode marks on every directory of the writable
+///   ones (renames and removals, which mount marks cannot report);
+/// - rootless (the kernel refuses mount marks), inode marks on every
+///   directory of all of them, for reads and writes too.
+///
+/// `None` in the degraded tier (no mounts of its own, init < 0), with
+/// nothing mounted, or when the kernel refuses both (the relay then lists
+/// written files by their times).
 fn watch_files(spec: &Spec, init: libc::pid_t) -> Option<mcpbox_gateway::touched::FileWatch> {
-    if init <= 0 || !mcpbox_sandbox::is_host_root() {
+    use mcpbox_sandbox::fanotify::{DirRoot, DirWatch, FileWatch};
+    if init <= 0 {
         return None;
     }
-    let root = std::path::PathBuf::from(format!("/proc/{init}/root"));
-    let mut paths = Vec::new();
-    if spec.input.is_some() {
-        paths.push(root.join("workspace/input"));
+    // (host path, the sandbox's name, writable); read-only policy mounts
+    // are left out: mostly the server's own installation (node_modules, a
+    // venv), whose loads are no record's
+    let mut trees: Vec<(std::path::PathBuf, std::path::PathBuf, bool)> = Vec::new();
+    if let Some(input) = &spec.input {
+        trees.push((input.clone(), "/workspace/input".into(), false));
     }
-    if spec.output.is_some() {
-        paths.push(root.join("workspace/output"));
+    if let Some(output) = &spec.output {
+        trees.push((output.clone(), "/workspace/output".into(), true));
     }
-    // writable policy mounts only: a read-only one is mostly the server's
-    // own installation (node_modules, a venv), whose loads are no record's
     for m in spec.mounts.iter().filter(|m| m.writable) {
-        paths.push(root.join(m.at.strip_prefix("/").unwrap_or(&m.at)));
+        trees.push((m.host.clone(), m.at.clone(), true));
     }
-    if paths.is_empty() {
+    if trees.is_empty() {
         return None;
     }
-    match mcpbox_sandbox::fanotify::FileWatch::on_mounts(&paths) {
-        Ok(w) => Some(Box::new(Watch(w))),
-        Err(e) => {
-            tracing::warn!("files read and written are listed by their times only: {e}");
-            None
+    let mut mounts = None;
+    if mcpbox_sandbox::is_host_root() {
+        let root = std::path::PathBuf::from(format!("/proc/{init}/root"));
+        let paths: Vec<_> = trees
+            .iter()
+            .map(|(_, at, _)| root.join(at.strip_prefix("/").unwrap_or(at)))
+            .collect();
+        match FileWatch::on_mounts(&paths) {
+            Ok(w) => mounts = Some(w),
+            Err(e) => tracing::warn!("files are watched by directory, not by mount: {e}"),
         }
     }
+    // with the mount marks, the directories only for what happens to
+    // their entries, and only where the server may change them
+    let accesses = mounts.is_none();
+    let roots: Vec<DirRoot> = trees
+        .into_iter()
+        .filter(|(_, _, writable)| accesses || *writable)
+        .map(|(host, sandbox, _)| DirRoot { host, sandbox })
+        .collect();
+    let dirs = match DirWatch::on_trees(&roots, accesses) {
+        Ok(w) => Some(w),
+        Err(e) => {
+            tracing::warn!("renames and removals of files are not recorded: {e}");
+            None
+        }
+    };
+    if mounts.is_none() && dirs.is_none() {
+        tracing::warn!("files read and written are listed by their times only");
+        return None;
+    }
+    Some(Box::new(Watch { mounts, dirs }))
 }
 
-/// The sandbox's watch, as the relay takes it.
+/// The sandbox's watches, as the relay takes them.
 #[derive(Debug)]
-struct Watch(mcpbox_sandbox::fanotify::FileWatch);
+struct Watch {
+    mounts: Option<mcpbox_sandbox::fanotify::FileWatch>,
+    dirs: Option<mcpbox_sandbox::fanotify::DirWatch>,
+}
 
 impl mcpbox_gateway::touched::FileEvents for Watch {
-    fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
-        self.0.fd()
+    fn fds(&self) -> [Option<std::os::fd::BorrowedFd<'_>>; 2] {
+        [
+            self.mounts.as_ref().map(|w| w.fd()),
+            self.dirs.as_ref().map(|w| w.fd()),
+        ]
     }
-    fn drain(&self, each: &mut dyn FnMut(mcpbox_gateway::touched::Access)) -> bool {
-        self.0.drain(|file, path, written| {
-            each(mcpbox_gateway::touched::Access {
-                file,
-                path: mcpbox_gateway::written::display(&path),
-                written,
-            })
-        })
+
+    fn drain(&mut self, each: &mut dyn FnMut(mcpbox_gateway::touched::Access)) -> bool {
+        use mcpbox_gateway::touched::Access;
+        use mcpbox_gateway::written::display;
+        use mcpbox_sandbox::fanotify::DirEvent;
+        let mut lost = false;
+        // the mount marks' reads and writes first: a rename drained after
+        // them finds the file under the name it had
+        if let Some(w) = &self.mounts {
+            lost |= w.drain(|e| {
+                let path = display(&e.path);
+                let removed = e.removed.then(|| path.clone());
+                each(Access::File {
+                    file: e.file,
+                    path,
+                    written: e.written,
+                });
+                // removed before the queue was read (its directory may have
+                // gone unwatched): known from the file itself
+                if let Some(path) = removed {
+                    each(Access::Deleted { path });
+                }
+            });
+        }
+        if let Some(w) = &mut self.dirs {
+            lost |= w.drain(|e| {
+                each(match e {
+                    DirEvent::Access {
+                        file,
+                        path,
+                        written,
+                    } => Access::File {
+                        file,
+                        path: display(&path),
+                        written,
+                    },
+                    DirEvent::Moved { from, to, file } => Access::Moved {
+                        from: display(&from),
+                        to: display(&to),
+                        file,
+                    },
+                    DirEvent::Deleted { path } => Access::Deleted {
+                        path: display(&path),
+                    },
+                })
+            });
+        }
+        lost
+    }
+
+    fn mode(&self) -> &'static str {
+        if self.mounts.is_some() {
+            "kernel"
+        } else {
+            "kernel-dirs"
+        }
+    }
+
+    fn unwatched(&self) -> usize {
+        self.dirs.as_ref().map_or(0, |w| w.unwatched())
     }
 }
 

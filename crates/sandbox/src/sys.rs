@@ -1158,3 +1158,151 @@ pub fn fanotify_read(group: BorrowedFd<'_>, out: &mut Vec<FanEvent>) -> io::Resu
     }
     Ok(n > 0)
 }
+
+/// fanotify_init(2) for a group that reports, instead of a descriptor,
+/// the file handle of the directory an event happened in and the entry's
+/// name (FAN_REPORT_DFID_NAME): the only kind that reports directory entry
+/// events (create, delete, rename), and the only kind an unprivileged user
+/// may make (Linux 5.13+, inode marks only). Close-on-exec, non-blocking.
+pub fn fanotify_init_names() -> io::Result<OwnedFd> {
+    let event_flags = libc::O_RDONLY | libc::O_LARGEFILE | libc::O_CLOEXEC;
+    // SAFETY: two flag words; returns a new descriptor or -1.
+    let fd = check(unsafe {
+        libc::fanotify_init(
+            libc::FAN_CLASS_NOTIF
+                | libc::FAN_CLOEXEC
+                | libc::FAN_NONBLOCK
+                | libc::FAN_REPORT_DFID_NAME,
+            event_flags as libc::c_uint,
+        )
+    })?;
+    // SAFETY: a descriptor we just got and own alone.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// fanotify_mark(FAN_MARK_ADD | FAN_MARK_ONLYDIR, mask) on the directory
+/// `dir` itself (a NULL path: the object is the descriptor's, so nothing is
+/// resolved by name and no link is followed).
+pub fn fanotify_mark_dir(group: BorrowedFd<'_>, mask: u64, dir: BorrowedFd<'_>) -> io::Result<()> {
+    // SAFETY: two valid descriptors and a NULL path, which fanotify_mark(2)
+    // documents as "the object dirfd refers to".
+    check(unsafe {
+        libc::fanotify_mark(
+            group.as_raw_fd(),
+            libc::FAN_MARK_ADD | libc::FAN_MARK_ONLYDIR,
+            mask,
+            dir.as_raw_fd(),
+            std::ptr::null(),
+        )
+    })
+    .map(drop)
+}
+
+/// The longest file handle (MAX_HANDLE_SZ in linux/exportfs.h).
+const MAX_HANDLE: usize = 128;
+
+/// struct file_handle with room for the longest handle.
+#[repr(C)]
+struct FileHandle {
+    handle_bytes: u32,
+    handle_type: i32,
+    f_handle: [u8; MAX_HANDLE],
+}
+
+/// The bytes of `fd`'s file handle, as fanotify reports it in an event's
+/// FID record: name_to_handle_at(2) with AT_EMPTY_PATH | AT_HANDLE_FID
+/// (Linux 6.5+: the encoding fanotify uses, even where the file system
+/// cannot open by handle), or without AT_HANDLE_FID on older kernels, where
+/// the two encodings are the same for the file systems that have both.
+pub fn file_handle(fd: BorrowedFd<'_>) -> io::Result<Vec<u8>> {
+    let attempt = |flags: libc::c_int| {
+        let mut h = FileHandle {
+            handle_bytes: MAX_HANDLE as u32,
+            handle_type: 0,
+            f_handle: [0; MAX_HANDLE],
+        };
+        let mut mount_id: libc::c_int = 0;
+        // SAFETY: a valid descriptor, an empty NUL-terminated path, a
+        // file_handle whose handle_bytes says how much room follows it, and
+        // an int for the mount id; all live across the call.
+        check_long(unsafe {
+            libc::syscall(
+                libc::SYS_name_to_handle_at,
+                fd.as_raw_fd(),
+                c"".as_ptr(),
+                &mut h as *mut FileHandle,
+                &mut mount_id as *mut libc::c_int,
+                libc::AT_EMPTY_PATH | flags,
+            )
+        })?;
+        let n = (h.handle_bytes as usize).min(MAX_HANDLE);
+        Ok::<_, io::Error>(h.f_handle[..n].to_vec())
+    };
+    match attempt(libc::AT_HANDLE_FID) {
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => attempt(0),
+        other => other,
+    }
+}
+
+/// The file system id of `fd`'s file system (statfs(2) f_fsid), as
+/// fanotify reports it in an event's FID record.
+pub fn fsid(fd: BorrowedFd<'_>) -> io::Result<[u8; 8]> {
+    // SAFETY: statfs is plain data; all zeroes is a valid value.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid descriptor and a statfs the kernel fills.
+    check(unsafe { libc::fstatfs(fd.as_raw_fd(), &mut st) })?;
+    // fsid_t is two ints whose fields libc keeps private: copy its bytes.
+    let mut out = [0u8; 8];
+    // SAFETY: f_fsid is 8 bytes of plain data, out has room for them, and
+    // the two do not overlap.
+    unsafe {
+        std::ptr::copy_nonoverlapping(
+            &st.f_fsid as *const libc::fsid_t as *const u8,
+            out.as_mut_ptr(),
+            std::mem::size_of::<libc::fsid_t>().min(8),
+        )
+    };
+    Ok(out)
+}
+
+/// Opens `rel` beneath the directory `root` read-only, non-blocking (a
+/// FIFO opens at once), with no link followed at any step and no step out
+/// of `root` or onto another mount: openat2(2) with RESOLVE_BENEATH |
+/// RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV. `rel`
+/// names what a sandboxed server made; it may have swapped any component
+/// for a link to the host's files since.
+pub fn open_beneath(root: BorrowedFd<'_>, rel: &CStr, directory: bool) -> io::Result<OwnedFd> {
+    let mut flags =
+        libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+    if directory {
+        flags |= libc::O_DIRECTORY;
+    }
+    // struct open_how (linux/openat2.h); libc's is non-exhaustive
+    #[repr(C)]
+    struct OpenHow {
+        flags: u64,
+        mode: u64,
+        resolve: u64,
+    }
+    let how = OpenHow {
+        flags: flags as u64,
+        mode: 0,
+        resolve: libc::RESOLVE_BENEATH
+            | libc::RESOLVE_NO_SYMLINKS
+            | libc::RESOLVE_NO_MAGICLINKS
+            | libc::RESOLVE_NO_XDEV,
+    };
+    // SAFETY: a valid descriptor, a NUL-terminated path and an open_how
+    // whose size we pass; returns a new descriptor or -1.
+    let fd = check_long(unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            root.as_raw_fd(),
+            rel.as_ptr(),
+            &how as *const OpenHow,
+            std::mem::size_of::<OpenHow>(),
+        )
+    })?;
+    // SAFETY: a descriptor we just got and own alone.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}

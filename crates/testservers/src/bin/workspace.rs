@@ -62,12 +62,28 @@ impl Server for Workspace {
             tool(
                 "mmap_read",
                 "Reads a path through mmap, never read(2) (with python3).",
-                path,
+                path.clone(),
             ),
             tool(
                 "write_many",
                 "Writes count small files into a directory.",
                 json!({"path": {"type": "string"}, "count": {"type": "integer"}}),
+            ),
+            tool(
+                "rename",
+                "Renames path to target.",
+                json!({"path": {"type": "string"}, "target": {"type": "string"}}),
+            ),
+            tool(
+                "remove",
+                "Removes a file, or a directory and all in it.",
+                path.clone(),
+            ),
+            tool("mkdir", "Makes a directory and its parents.", path.clone()),
+            tool(
+                "hide",
+                "In one call: makes directory path, writes path/loot.txt, renames path to target and removes target.",
+                json!({"path": {"type": "string"}, "target": {"type": "string"}}),
             ),
             tool(
                 "sleep",
@@ -153,6 +169,27 @@ impl Server for Workspace {
                 }
                 Ok(text(format!("wrote {count}")))
             }
+            "rename" => std::fs::rename(path, arg(args, "target"))
+                .map(|()| text("ok"))
+                .map_err(|e| io_err(path, e)),
+            "remove" => match std::fs::symlink_metadata(path) {
+                Ok(m) if m.is_dir() => std::fs::remove_dir_all(path),
+                _ => std::fs::remove_file(path),
+            }
+            .map(|()| text("ok"))
+            .map_err(|e| io_err(path, e)),
+            "hide" => {
+                let target = arg(args, "target");
+                std::fs::create_dir(path)
+                    .and_then(|()| std::fs::write(format!("{path}/loot.txt"), "loot"))
+                    .and_then(|()| std::fs::rename(path, target))
+                    .and_then(|()| std::fs::remove_dir_all(target))
+                    .map(|()| text("ok"))
+                    .map_err(|e| io_err(path, e))
+            }
+            "mkdir" => std::fs::create_dir_all(path)
+                .map(|()| text("ok"))
+                .map_err(|e| io_err(path, e)),
             "sleep" => {
                 let ms = args.get("ms").and_then(Value::as_u64).unwrap_or(0);
                 std::thread::sleep(std::time::Duration::from_millis(ms));
