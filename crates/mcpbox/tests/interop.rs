@@ -140,9 +140,8 @@ fn server_filesystem_cannot_reach_outside_its_workspace() {
     files_in_the_audit(&ws.path().join("audit.db"));
 }
 
-/// The files each call touched, in its record: as root, the kernel's
-/// word (fanotify), each file with its size and digest; rootless, the
-/// written files by their times.
+/// The files each call touched, in its record: the kernel's word
+/// (fanotify), each file with its size and digest.
 fn files_in_the_audit(db: &std::path::Path) {
     let calls: Vec<serde_json::Value> = common::audit::events(db)
         .into_iter()
@@ -162,19 +161,17 @@ fn files_in_the_audit(db: &std::path::Path) {
         "{write}"
     );
     assert_eq!(read["files_written"], serde_json::json!([]), "{read}");
-    if !mcpbox_sandbox::is_host_root() {
-        return;
-    }
     assert_eq!(
         read["detail"]["files"],
         serde_json::json!([{"path": "/workspace/input/hello.txt", "read": true, "written": false,
+            "moved_from": null, "deleted": false,
             "size": 20, "sha256": "e4a985feba6c291b0de2319ce53b41e44d6a1413c535c586a649e896ac623743"}]),
         "{read}"
     );
     let written = write["detail"]["files"].as_array().expect("files");
     assert!(
         written.contains(&serde_json::json!({"path": "/workspace/output/written.txt",
-            "read": false, "written": true, "size": 15,
+            "read": false, "written": true, "moved_from": null, "deleted": false, "size": 15,
             "sha256": "18e4bd3407731c1af610efc8a14c8262e872e6c871d34554e5167080d669e384"})),
         "{write}"
     );
@@ -235,6 +232,28 @@ fn server_filesystem_takes_the_hosts_roots_as_sandbox_paths() {
         .into_iter()
         .any(|e| e["reason"] == "root.outside" && e["detail"]["dropped"] == serde_json::json!(1));
     assert!(flagged, "the dropped root is audited");
+    // the move keeps its source in the record, with the content's digest
+    assert_eq!(
+        std::fs::read_to_string(output.join("final.txt")).unwrap(),
+        "draft"
+    );
+    let moved = common::audit::events(&ws.path().join("audit.db"))
+        .into_iter()
+        .find(|e| e["kind"] == "tool_call" && e["tool"] == "move_file")
+        .expect("a move_file record");
+    assert_eq!(
+        moved["files_written"],
+        serde_json::json!(["final.txt"]),
+        "{moved}"
+    );
+    let files = moved["detail"]["files"].as_array().expect("files");
+    assert!(
+        files.contains(&serde_json::json!({"path": "/workspace/output/final.txt",
+            "read": false, "written": false, "moved_from": "/workspace/output/draft.txt",
+            "deleted": false, "size": 5,
+            "sha256": "7743ce348d9284d677a185f33295b92266cc435a5b5f775029b300066d26693a"})),
+        "{moved}"
+    );
 }
 
 fn time_server(mode: &str) {

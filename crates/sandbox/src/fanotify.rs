@@ -227,8 +227,17 @@ pub struct DirWatch {
 struct NameEvent {
     mask: u64,
     pid: i32,
-    /// (info type, file system id, directory handle, entry name).
-    records: Vec<(u8, [u8; 8], Vec<u8>, Vec<u8>)>,
+    records: Vec<NameRecord>,
+}
+
+/// One info record of a [`NameEvent`].
+struct NameRecord {
+    kind: u8,
+    fsid: [u8; 8],
+    /// The directory's file handle.
+    handle: Vec<u8>,
+    /// The entry's name in it (empty: the directory itself).
+    name: Vec<u8>,
 }
 
 impl DirWatch {
@@ -438,8 +447,8 @@ impl DirWatch {
         let record = |kind: u8| {
             ev.records
                 .iter()
-                .find(|r| r.0 == kind)
-                .and_then(|(_, fsid, handle, name)| self.resolve(fsid, handle, name))
+                .find(|r| r.kind == kind)
+                .and_then(|r| self.resolve(&r.fsid, &r.handle, &r.name))
         };
         if ev.mask & FAN_RENAME != 0 {
             let (Some((from_tree, from)), Some((to_tree, to))) =
@@ -566,7 +575,12 @@ fn parse_name_events(buf: &[u8]) -> Vec<NameEvent> {
                     let handle = rec[20..20 + hlen].to_vec();
                     let rest = &rec[20 + hlen..];
                     let name = rest.split(|b| *b == 0).next().unwrap_or_default().to_vec();
-                    records.push((kind, fsid, handle, name));
+                    records.push(NameRecord {
+                        kind,
+                        fsid,
+                        handle,
+                        name,
+                    });
                 }
             }
             r += rlen;

@@ -72,6 +72,11 @@ async def filesystem_roots(c):
           "a read of a host path is a read of its sandbox path")
     r = await c.call_tool("write_file", {"path": f"{host_output}/via-host-path.txt", "content": "translated"})
     check(not r.is_error, "a write to a host path in output lands in output")
+    r = await c.call_tool("write_file", {"path": "/workspace/output/draft.txt", "content": "draft"})
+    check(not r.is_error, "writes a draft")
+    r = await c.call_tool("move_file", {"source": "/workspace/output/draft.txt",
+                                        "destination": "/workspace/output/final.txt"})
+    check(not r.is_error, "moves it into place")
     r = await c.call_tool("read_text_file", {"path": "/etc/passwd"})
     check(r.is_error and "argument.path_outside" in text_of(r), "a path outside is refused at the gateway")
 
