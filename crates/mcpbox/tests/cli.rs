@@ -146,9 +146,18 @@ fn doctor_reports_the_full_sandbox_on_this_machine() {
         "cgroups",
         "cgroup memory",
         "overlayfs",
+        "file audit",
     ] {
         assert!(text.contains(name), "doctor does not report {name}: {text}");
     }
+    // the same watch the relay places: mount marks as root, directory
+    // marks rootless (kernel 5.13+ on these machines)
+    let files = if is_root() {
+        "(files: kernel)"
+    } else {
+        "(files: kernel-dirs)"
+    };
+    assert!(text.contains(files), "{text}");
     // These machines have user namespaces, Landlock and seccomp: the full
     // sandbox must be reported available (exit 0), as root and rootless.
     assert_eq!(out.status.code(), Some(0), "{text}");

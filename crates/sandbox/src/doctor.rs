@@ -307,6 +307,56 @@ fn overlayfs() -> Check {
     }
 }
 
+/// How the audit can learn which files a call touched (docs/audit.md,
+/// "Files read and written"): tried on a throwaway directory.
+fn file_audit() -> Check {
+    let dir = std::env::temp_dir().join(format!("mcpbox-doctor-{}", std::process::id()));
+    let made = std::fs::create_dir(&dir).is_ok();
+    let mounts = crate::fanotify::FileWatch::on_mounts(std::slice::from_ref(&dir));
+    let dirs = crate::fanotify::DirWatch::on_trees(
+        &[crate::fanotify::DirRoot {
+            host: dir.clone(),
+            sandbox: "/workspace/output".into(),
+        }],
+        mounts.is_err(),
+    );
+    if made {
+        let _ = std::fs::remove_dir(&dir);
+    }
+    match (mounts, dirs) {
+        (Ok(_), Ok(_)) => Check {
+            name: "file audit",
+            level: Level::Ok,
+            detail: "fanotify mount and directory marks (files: kernel)".into(),
+            advice: "each call's files read, written, renamed and removed (reads and writes: the sandbox's only)"
+                .into(),
+        },
+        (Ok(_), Err(e)) => Check {
+            name: "file audit",
+            level: Level::Warn,
+            detail: format!("fanotify mount marks; directory marks refused: {e}"),
+            advice: "files read and written are recorded, renames and removals are not".into(),
+        },
+        (Err(_), Ok(_)) => Check {
+            name: "file audit",
+            level: Level::Ok,
+            detail: "fanotify directory marks (files: kernel-dirs)".into(),
+            advice: "each call's files read, written, renamed and removed; another process \
+                     of yours touching the workspace during a call is given to it (mount \
+                     marks, which tell them apart, need root)"
+                .into(),
+        },
+        (Err(e), Err(_)) => Check {
+            name: "file audit",
+            level: Level::Warn,
+            detail: format!("fanotify refused: {e}"),
+            advice: "written files are found by their times (files: times): no reads, no \
+                     digests; needs Linux 5.13+ with CONFIG_FANOTIFY"
+                .into(),
+        },
+    }
+}
+
 fn kernel() -> Check {
     let release = read_trim("/proc/sys/kernel/osrelease").unwrap_or_default();
     let mut parts = release
@@ -331,5 +381,6 @@ pub fn run() -> Vec<Check> {
     let mut checks = vec![kernel(), userns(), landlock(), seccomp()];
     checks.extend(cgroups());
     checks.push(overlayfs());
+    checks.push(file_audit());
     checks
 }
