@@ -474,11 +474,16 @@ impl DirWatch {
         let Some((tree, rel)) = record(INFO_DFID_NAME) else {
             return true;
         };
+        let mut lost_here = false;
         if ev.mask & FAN_CREATE != 0 && on_dir {
             // a new directory: marked now, and what was made in it before
             // the mark was made after it, during this call
             let mut found = Vec::new();
+            let before = self.unwatched;
             let _ = self.mark_tree(tree, rel.clone(), &mut |f| found.push(f));
+            // past the bound on marks: what happens there is not seen, and
+            // the calls in flight are told their lists may be short
+            lost_here |= self.unwatched > before;
             if self.accesses {
                 for f in found {
                     if let Some(file) = self.open_file(tree, &f) {
@@ -513,7 +518,7 @@ impl DirWatch {
                 path: self.sandbox_path(tree, &rel),
             });
         }
-        false
+        lost_here
     }
 
     /// A marked directory (and all below it) renamed from `from` to `to`.
@@ -731,5 +736,22 @@ mod tests {
                 .all(|s| !s.starts_with("read") && !s.starts_with("write")),
             "{seen:?}"
         );
+    }
+
+    #[test]
+    fn a_flood_of_directories_past_the_bound_is_counted_and_flagged_lost() {
+        let dir = tempfile::tempdir().unwrap();
+        for i in 0..MAX_DIRS + 10 {
+            std::fs::create_dir(dir.path().join(format!("d{i}"))).unwrap();
+        }
+        let roots = [DirRoot {
+            host: dir.path().to_path_buf(),
+            sandbox: "/workspace/output".into(),
+        }];
+        let mut w = DirWatch::on_trees(&roots, false).unwrap();
+        assert_eq!(w.unwatched(), 11, "the top and 4095 below it are marked");
+        // every mark is taken: a directory made now cannot be watched
+        sh(dir.path(), "mkdir d0/more");
+        assert!(w.drain(drop), "the calls in flight are told");
     }
 }
