@@ -92,6 +92,8 @@ pub trait FileEvents: Send + std::fmt::Debug {
     fn mode(&self) -> &'static str;
     /// Directories past the watch's bound, whose events are not seen.
     fn unwatched(&self) -> usize;
+    /// Renames and removals are seen.
+    fn renames(&self) -> bool;
 }
 
 /// A watch for [`crate::launcher::ServerProcess::files`].

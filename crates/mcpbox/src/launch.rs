@@ -108,18 +108,80 @@ fn watch_files(spec: &Spec, init: libc::pid_t) -> Option<mcpbox_gateway::touched
         .filter(|(_, _, writable)| accesses || *writable)
         .map(|(host, sandbox, _)| DirRoot { host, sandbox })
         .collect();
-    let dirs = match DirWatch::on_trees(&roots, accesses) {
-        Ok(w) => Some(w),
-        Err(e) => {
-            tracing::warn!("renames and removals of files are not recorded: {e}");
-            None
+    let mut dirs = None;
+    let mut budget = None;
+    if !roots.is_empty() {
+        budget = DirBudget::take(accesses);
+        if budget.is_none() {
+            tracing::warn!(
+                "renames and removals of files are not recorded for this sandbox: \
+                 {} sandboxes of this process already use a second fanotify group, a \
+                 quarter of fs.fanotify.max_user_groups (raise it with sysctl for more)",
+                DIR_WATCHES.load(Ordering::SeqCst)
+            );
         }
-    };
+    }
+    if budget.is_some() {
+        match DirWatch::on_trees(&roots, accesses) {
+            Ok(w) => dirs = Some(w),
+            Err(e) => tracing::warn!("renames and removals of files are not recorded: {e}"),
+        }
+    }
     if mounts.is_none() && dirs.is_none() {
         tracing::warn!("files read and written are listed by their times only");
         return None;
     }
-    Some(Box::new(Watch { mounts, dirs }))
+    // nothing writable: nothing to rename or remove
+    let renames = dirs.is_some() || roots.is_empty();
+    let watching = dirs.is_some();
+    Some(Box::new(Watch {
+        mounts,
+        dirs,
+        renames,
+        _budget: budget.filter(|_| watching),
+    }))
+}
+
+/// Directory watches alive in this process as a second group beside
+/// mount marks (as root).
+static DIR_WATCHES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// A share of the user's fanotify groups (fs.fanotify.max_user_groups,
+/// 128 by default, counted over all of the user's processes): as root each
+/// sandbox's reads and writes take one group (mount marks) and its renames
+/// and removals a second (directory marks), so the second is given only
+/// while a quarter of the limit is not used by this process's second
+/// groups; a `serve` with many sessions keeps the reads and writes of
+/// three times as many. Rootless the directory watch is the only group
+/// and always tried.
+#[derive(Debug)]
+struct DirBudget(bool);
+
+impl DirBudget {
+    fn take(only_group: bool) -> Option<DirBudget> {
+        if only_group {
+            return Some(DirBudget(false));
+        }
+        let max = std::fs::read_to_string("/proc/sys/fs/fanotify/max_user_groups")
+            .ok()
+            .and_then(|t| t.trim().parse::<usize>().ok())
+            .unwrap_or(128);
+        let taken = DIR_WATCHES.fetch_add(1, Ordering::SeqCst);
+        if taken < max / 4 {
+            Some(DirBudget(true))
+        } else {
+            DIR_WATCHES.fetch_sub(1, Ordering::SeqCst);
+            None
+        }
+    }
+}
+
+impl Drop for DirBudget {
+    fn drop(&mut self) {
+        if self.0 {
+            DIR_WATCHES.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
 }
 
 /// The sandbox's watches, as the relay takes them.
@@ -127,6 +189,10 @@ fn watch_files(spec: &Spec, init: libc::pid_t) -> Option<mcpbox_gateway::touched
 struct Watch {
     mounts: Option<mcpbox_sandbox::fanotify::FileWatch>,
     dirs: Option<mcpbox_sandbox::fanotify::DirWatch>,
+    /// Renames and removals are watched.
+    renames: bool,
+    /// Held while `dirs` lives beside `mounts`.
+    _budget: Option<DirBudget>,
 }
 
 impl mcpbox_gateway::touched::FileEvents for Watch {
@@ -197,6 +263,10 @@ impl mcpbox_gateway::touched::FileEvents for Watch {
     fn unwatched(&self) -> usize {
         self.dirs.as_ref().map_or(0, |w| w.unwatched())
     }
+
+    fn renames(&self) -> bool {
+        self.renames
+    }
 }
 
 /// The buffer asked for mcpbox's stdout when it is a pipe (the default
@@ -255,5 +325,25 @@ impl ProcessControl for Control {
     }
     fn wait(&mut self) -> std::io::Result<ExitInfo> {
         self.0.wait().map(exit_info).map_err(std::io::Error::other)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn many_sandboxes_as_root_keep_their_mount_marks_before_their_directory_marks() {
+        let max = std::fs::read_to_string("/proc/sys/fs/fanotify/max_user_groups")
+            .ok()
+            .and_then(|t| t.trim().parse::<usize>().ok())
+            .unwrap_or(128);
+        let held: Vec<_> = (0..max / 4).map(|_| DirBudget::take(false)).collect();
+        assert!(held.iter().all(Option::is_some), "a quarter is given");
+        assert!(DirBudget::take(false).is_none(), "and no more");
+        // rootless the directory watch is the only group: always tried
+        assert!(DirBudget::take(true).is_some());
+        drop(held);
+        assert!(DirBudget::take(false).is_some(), "given back when dropped");
     }
 }
