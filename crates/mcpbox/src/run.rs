@@ -288,6 +288,7 @@ pub fn run(loaded: Loaded, mut spec: Spec, builtin: bool) -> anyhow::Result<i32>
     let sandbox_id = state::new_id();
     let workspace_id = state::workspace_id(&spec);
     let audit = state::open_audit(&loaded.policy)?;
+    state::keep_retaining(&audit, &loaded.policy.audit);
     // unlisted hosts are asked about through the relay's host channel
     let approver = crate::egress::HostApprover::new();
     let ids = mcpbox_egress::Ids {

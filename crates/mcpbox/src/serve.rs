@@ -173,6 +173,7 @@ fn prepare(cfg: &ServeConfig) -> anyhow::Result<(Settings, Arc<dyn Backend>, Arc
             Some(a) => Arc::clone(a),
             None => {
                 let a = state::open_audit(&loaded.policy).with_context(|| at.clone())?;
+                state::keep_retaining(&a, &loaded.policy.audit);
                 stores.insert(path, a.clone());
                 a
             }

@@ -58,7 +58,8 @@ pub fn open_audit(policy: &Policy) -> anyhow::Result<Arc<SqliteStore>> {
 }
 
 /// The policy's retention (`[audit] keep`, `max_size`), applied as a
-/// session opens the log; what it removed is itself a record. A failure is
+/// session opens the log (and by [`keep_retaining`] while it stays open);
+/// what it removed is itself a record. A failure is
 /// logged, never fatal: retention must not stop a session that the log
 /// can still record.
 fn retain(store: &SqliteStore, audit: &mcpbox_policy::Audit) {
@@ -87,6 +88,37 @@ fn retain(store: &SqliteStore, audit: &mcpbox_policy::Audit) {
         Err(e) => tracing::warn!("audit retention: {e}"),
     }
 }
+
+/// Applies the policy's retention again and again while a long-lived
+/// process (`run`, `serve`) holds the log open, not only as it opened it:
+/// every half of `keep`, between a second and ten minutes (ten minutes for
+/// a size alone). A thread of its own, so never for `exec`, which forks
+/// its sandbox itself and must stay single-threaded; nothing to do without
+/// a retention.
+pub fn keep_retaining(store: &Arc<SqliteStore>, audit: &mcpbox_policy::Audit) {
+    if audit.keep.is_none() && audit.max_size.is_none() {
+        return;
+    }
+    let every = audit.keep.map_or(RETAIN_MAX, |k| {
+        (k / 2).clamp(std::time::Duration::from_secs(1), RETAIN_MAX)
+    });
+    let store = Arc::downgrade(store);
+    let audit = audit.clone();
+    let spawned = std::thread::Builder::new()
+        .name("audit-retention".into())
+        .spawn(move || loop {
+            std::thread::sleep(every);
+            // the log closed (its last holder gone): nothing left to keep
+            let Some(store) = store.upgrade() else { return };
+            retain(&store, &audit);
+        });
+    if let Err(e) = spawned {
+        tracing::warn!("audit retention is applied only as sessions open the log: {e}");
+    }
+}
+
+/// The longest wait between two retentions of an open log.
+const RETAIN_MAX: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// Where the key of the audit log's signed head is kept: in the state
 /// directory, beside nothing the sandbox sees, whatever `[audit] path` says.

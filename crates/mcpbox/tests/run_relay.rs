@@ -609,6 +609,44 @@ fn special_files_a_server_leaves_in_output_are_reported_and_audited() {
 }
 
 #[test]
+fn a_session_that_stays_open_has_its_old_records_removed_while_it_runs() {
+    // a gateway or a long session never opens the log again: retention
+    // must not wait for the next one
+    let ws = server_ws("plain");
+    let p = policy(&ws, "keep = \"2s\"\n");
+    let mut s = start(&ws, &p, "plain", &[]);
+    s.initialize();
+    s.call("echo", json!({"text": "early"}));
+    // past keep, and past the next retention (every keep/2) after it
+    std::thread::sleep(std::time::Duration::from_millis(3500));
+    s.call("echo", json!({"text": "late"}));
+    let retained_before_the_end = audit_json(&ws).iter().any(|e| e["kind"] == "retention");
+    s.finish();
+    assert!(
+        retained_before_the_end,
+        "retention ran while the session was open"
+    );
+    let audit = audit_json(&ws);
+    let calls: Vec<_> = audit.iter().filter(|e| e["kind"] == "tool_call").collect();
+    assert_eq!(
+        calls.len(),
+        1,
+        "the early call is gone, the late kept: {audit:#?}"
+    );
+    let out = std::process::Command::new(mcpbox())
+        .args(["audit", "--verify", "--db"])
+        .arg(ws.path().join("audit.db"))
+        .env("MCPBOX_STATE_DIR", ws.path().join("state"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains("retention removed 1 to"),
+        "{text}"
+    );
+}
+
+#[test]
 fn retention_removes_old_records_and_more_deleted_behind_it_is_reported_by_verify() {
     let ws = server_ws("plain");
     let p = policy(&ws, "max_size = \"64KiB\"\n");
