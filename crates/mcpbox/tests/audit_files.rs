@@ -276,3 +276,30 @@ fn a_file_written_in_a_directory_made_during_the_call_is_recorded() {
         calls[3]
     );
 }
+
+#[test]
+fn a_flood_of_directories_past_the_marks_bound_leaves_every_later_list_flagged() {
+    // the server spends the directory marks, then renames where no mark
+    // reaches: no later call may claim a whole list
+    let (ws, mut s) = start();
+    let r = s.call(
+        "mkdir_many",
+        json!({"path": "/workspace/output/flood", "count": 4200}),
+    );
+    assert_eq!(common::mcp::result_text(&r), "made 4200", "{r}");
+    s.call(
+        "write",
+        json!({"path": "/workspace/output/flood/d04199/a.txt", "text": "a"}),
+    );
+    let r = s.call(
+        "rename",
+        json!({"path": "/workspace/output/flood/d04199/a.txt",
+            "target": "/workspace/output/flood/d04199/b.txt"}),
+    );
+    assert_eq!(common::mcp::result_text(&r), "ok", "{r}");
+    let calls = calls(&ws, s);
+    assert_eq!(calls.len(), 3, "{calls:#?}");
+    for call in &calls {
+        assert_eq!(call["detail"]["files_truncated"], json!(true), "{call}");
+    }
+}

@@ -401,11 +401,12 @@ impl DirWatch {
     }
 
     /// Everything queued now, without blocking, each event given to `each`
-    /// (see [`DirEvent`]). Returns whether events were lost (the queue
-    /// overflowed, a rename's directories were not known, or the bound on
-    /// reads was reached).
+    /// (see [`DirEvent`]). Returns whether events were lost or may have
+    /// been (the queue overflowed, a rename's directories were not known,
+    /// the bound on reads was reached, or directories are left unwatched:
+    /// what happens in them is never seen, so no list is known whole).
     pub fn drain(&mut self, mut each: impl FnMut(DirEvent)) -> bool {
-        let mut lost = false;
+        let mut lost = self.unwatched > 0;
         // one open per file and kind in a drain, however many events
         let mut opened: HashSet<(usize, PathBuf, bool)> = HashSet::new();
         let mut buf = vec![0u8; 16 * 1024];

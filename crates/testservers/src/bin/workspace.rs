@@ -81,6 +81,11 @@ impl Server for Workspace {
             ),
             tool("mkdir", "Makes a directory and its parents.", path.clone()),
             tool(
+                "mkdir_many",
+                "Makes count directories in a directory.",
+                json!({"path": {"type": "string"}, "count": {"type": "integer"}}),
+            ),
+            tool(
                 "hide",
                 "In one call: makes directory path, writes path/loot.txt, renames path to target and removes target.",
                 json!({"path": {"type": "string"}, "target": {"type": "string"}}),
@@ -186,6 +191,14 @@ impl Server for Workspace {
                     .and_then(|()| std::fs::remove_dir_all(target))
                     .map(|()| text("ok"))
                     .map_err(|e| io_err(path, e))
+            }
+            "mkdir_many" => {
+                let count = args.get("count").and_then(Value::as_u64).unwrap_or(0);
+                for i in 0..count {
+                    let p = format!("{path}/d{i:05}");
+                    std::fs::create_dir_all(&p).map_err(|e| io_err(&p, e))?;
+                }
+                Ok(text(format!("made {count}")))
             }
             "mkdir" => std::fs::create_dir_all(path)
                 .map(|()| text("ok"))
