@@ -39,7 +39,7 @@ use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use crate::sys;
@@ -267,10 +267,17 @@ impl DirWatch {
             unwatched: 0,
         };
         for t in trees {
-            let top = OwnedFd::from(File::open(&t.host)?);
-            if !File::from(top.try_clone()?).metadata()?.is_dir() {
-                continue;
-            }
+            // O_DIRECTORY: a mount of a single file (or a FIFO, which a
+            // plain open would wait on) has no entries to watch
+            let top = match std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC)
+                .open(&t.host)
+            {
+                Ok(f) => OwnedFd::from(f),
+                Err(e) if e.raw_os_error() == Some(libc::ENOTDIR) => continue,
+                Err(e) => return Err(e),
+            };
             watch.trees.push(Tree {
                 top,
                 sandbox: t.sandbox.clone(),
