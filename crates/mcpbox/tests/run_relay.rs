@@ -613,12 +613,14 @@ fn a_session_that_stays_open_has_its_old_records_removed_while_it_runs() {
     // a gateway or a long session never opens the log again: retention
     // must not wait for the next one
     let ws = server_ws("plain");
-    let p = policy(&ws, "keep = \"2s\"\n");
+    let p = policy(&ws, "keep = \"3s\"\n");
     let mut s = start(&ws, &p, "plain", &[]);
     s.initialize();
     s.call("echo", json!({"text": "early"}));
-    // past keep, and past the next retention (every keep/2) after it
-    std::thread::sleep(std::time::Duration::from_millis(3500));
+    // past keep, and past the next retention (every keep/2) after it; the
+    // late call is removed only by a retention 3 s after it, long after
+    // the session ends
+    std::thread::sleep(std::time::Duration::from_millis(4500));
     s.call("echo", json!({"text": "late"}));
     let retained_before_the_end = audit_json(&ws).iter().any(|e| e["kind"] == "retention");
     s.finish();
