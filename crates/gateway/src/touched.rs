@@ -1,14 +1,20 @@
-//! Which files a tool call read and wrote, as the kernel saw it:
-//! fanotify(7) marks on the sandbox's own workspace mounts.
+//! Which files a tool call read, wrote, renamed and removed, as the
+//! kernel saw it: fanotify(7) marks on the sandbox's workspace.
 //!
 //! How it holds together:
 //!
-//! - **The watch** is the binary's (`mcpbox_sandbox::fanotify`): mount
-//!   marks on the sandbox's own workspace mounts, so only the server's
-//!   accesses are seen, each event with a descriptor of its file and its
-//!   path as the sandbox names it (`/workspace/output/a.txt`). It needs
-//!   `CAP_SYS_ADMIN`; without it the relay falls back to the
-//!   modification-time walk of [`crate::written`].
+//! - **The watch** is the binary's (`mcpbox_sandbox::fanotify`, joined in
+//!   `mcpbox/src/launch.rs`): as root, mount marks on the sandbox's own
+//!   workspace mounts (only the server's reads and writes, each event with
+//!   a descriptor of its file) plus inode marks on the writable trees'
+//!   directories (renames and removals); rootless, inode marks on every
+//!   workspace directory for all of it ([`FileEvents::mode`]). Every path
+//!   is the sandbox's name (`/workspace/output/a.txt`). Where the kernel
+//!   refuses both, the relay falls back to the modification-time walk of
+//!   [`crate::written`].
+//! - **Renames and removals** move an entry to its new name (keeping the
+//!   first as `moved_from`) or mark it `deleted`; a renamed directory takes
+//!   the entries listed under it along.
 //! - **The events** say read or written (a read-only open and close counts
 //!   as a read, so a read through mmap is not missed); the descriptor that
 //!   comes with each is the kernel's, opened for us without notification,
