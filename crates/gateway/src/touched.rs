@@ -261,6 +261,16 @@ impl Tracker {
                 }
                 t.deleted |= deleted;
             }
+            // a directory removed was empty (rmdir(2)): whatever is listed
+            // under it is gone too, even where its own removal was not seen
+            if deleted {
+                let prefix = format!("{path}/");
+                for (_, files) in calls.iter_mut() {
+                    for t in files.files.iter_mut() {
+                        t.deleted |= t.path.starts_with(&prefix);
+                    }
+                }
+            }
             // a directory renamed: the files listed under its old name
             if let Some(from) = &moved_from {
                 let prefix = format!("{from}/");
@@ -382,6 +392,76 @@ fn size_and_digest(f: &File) -> (Option<u64>, Option<String>) {
 mod tests {
     use super::*;
     use std::io::Read;
+
+    /// A watch that reports what the test queued, from its second drain
+    /// on (the first comes as the call starts, before it did anything).
+    #[derive(Debug, Default)]
+    struct Queued(Vec<Access>, bool);
+
+    impl FileEvents for Queued {
+        fn fds(&self) -> [Option<BorrowedFd<'_>>; 2] {
+            [None, None]
+        }
+        fn drain(&mut self, each: &mut dyn FnMut(Access)) -> bool {
+            if std::mem::replace(&mut self.1, true) {
+                self.0.drain(..).for_each(each);
+            }
+            false
+        }
+        fn mode(&self) -> &'static str {
+            "kernel"
+        }
+        fn unwatched(&self) -> usize {
+            0
+        }
+        fn renames(&self) -> bool {
+            true
+        }
+    }
+
+    #[test]
+    fn a_file_in_a_directory_renamed_then_removed_is_listed_removed_under_its_last_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("loot");
+        std::fs::write(&p, b"loot").unwrap();
+        let queued = Queued(
+            vec![
+                Access::File {
+                    file: File::open(&p).unwrap(),
+                    path: "/workspace/output/stage/loot".into(),
+                    written: true,
+                },
+                Access::Moved {
+                    from: "/workspace/output/stage".into(),
+                    to: "/workspace/output/moved".into(),
+                    file: None,
+                },
+                // the file's own removal unseen (its directory was never
+                // marked): only the directory's
+                Access::Deleted {
+                    path: "/workspace/output/moved".into(),
+                },
+            ],
+            false,
+        );
+        let mut t = Tracker::new(Box::new(queued));
+        let call = vec![("call-1".to_string(), "hide".to_string())];
+        t.in_flight(&call);
+        t.in_flight(&[]);
+        let files = t.take("call-1").unwrap();
+        let (written, detail) = describe(&files);
+        assert_eq!(written, Vec::<String>::new(), "{detail}");
+        assert_eq!(
+            detail[0]["path"], "/workspace/output/moved/loot",
+            "{detail}"
+        );
+        assert_eq!(detail[0]["deleted"], true, "{detail}");
+        assert_eq!(
+            detail[1]["moved_from"], "/workspace/output/stage",
+            "{detail}"
+        );
+        assert_eq!(detail[1]["deleted"], true, "{detail}");
+    }
 
     #[test]
     fn the_digest_is_of_the_whole_file_from_its_start() {

@@ -141,14 +141,16 @@ impl FileWatch {
                 let Some(fd) = ev.file else { continue };
                 let link = format!("/proc/self/fd/{}", fd.as_raw_fd());
                 let file = File::from(fd);
+                // the name first, then the link count: a removal between
+                // the two shows in the count, so a name that came with
+                // " (deleted)" (proc(5)) always comes with removed
+                let Ok(mut path) = std::fs::read_link(&link) else {
+                    continue;
+                };
                 let Ok(meta) = file.metadata() else { continue };
                 if !meta.file_type().is_file() {
                     continue;
                 }
-                let Ok(mut path) = std::fs::read_link(&link) else {
-                    continue;
-                };
-                // no name left (proc(5): the link then ends " (deleted)")
                 let removed = meta.nlink() == 0;
                 if removed {
                     if let Some(name) = path.as_os_str().as_bytes().strip_suffix(b" (deleted)") {
@@ -467,6 +469,27 @@ impl DirWatch {
             if on_dir && from_tree == to_tree {
                 self.moved_dir(from_tree, &from, &to);
             }
+            // a directory renamed before its mark was placed (made during
+            // the call): marked now, under the name it has
+            let known = self.dirs.values().any(|(t, p)| *t == to_tree && *p == to);
+            let mut lost_here = false;
+            if on_dir && !known {
+                let mut found = Vec::new();
+                let before = self.unwatched;
+                let _ = self.mark_tree(to_tree, to.clone(), &mut |f| found.push(f));
+                lost_here |= self.unwatched > before;
+                if self.accesses {
+                    for f in found {
+                        if let Some(file) = self.open_file(to_tree, &f) {
+                            each(DirEvent::Access {
+                                file,
+                                path: self.sandbox_path(to_tree, &f),
+                                written: true,
+                            });
+                        }
+                    }
+                }
+            }
             let file = if on_dir {
                 None
             } else {
@@ -477,7 +500,7 @@ impl DirWatch {
                 to: self.sandbox_path(to_tree, &to),
                 file,
             });
-            return false;
+            return lost_here;
         }
         let Some((tree, rel)) = record(INFO_DFID_NAME) else {
             return true;
@@ -696,6 +719,22 @@ mod tests {
         );
         assert!(
             seen.contains(&"write /workspace/output/new/deep/f".to_string()),
+            "{seen:?}"
+        );
+        // made and renamed before the queue was read: marked under the
+        // name it has
+        sh(dir.path(), "mkdir fresh && mv fresh fresh2");
+        let seen = events(&mut w);
+        assert!(
+            seen.contains(
+                &"move /workspace/output/fresh /workspace/output/fresh2 false".to_string()
+            ),
+            "{seen:?}"
+        );
+        sh(dir.path(), "echo x > fresh2/f");
+        let seen = events(&mut w);
+        assert!(
+            seen.contains(&"write /workspace/output/fresh2/f".to_string()),
             "{seen:?}"
         );
         sh(dir.path(), "mv new/deep/f new/deep/g");
