@@ -49,10 +49,57 @@ pub struct Args {
     /// --key).
     #[arg(long)]
     pub verify: bool,
+    /// Apply the policy's retention (`[audit] keep`, `max_size`) now, as a
+    /// session opening the log would, and say what it removed; needs
+    /// --policy. The removal is itself a record, and --verify then checks
+    /// the chain from the new base.
+    #[arg(long, requires = "policy", conflicts_with_all = ["verify", "json", "ocsf"])]
+    pub prune: bool,
     /// The key that signed the log's head (default: the state directory's
     /// audit.key), for a log verified where it was not written.
     #[arg(long)]
     pub key: Option<PathBuf>,
+}
+
+/// `--prune`: the policy's retention on its log (or `--db`), now.
+fn prune(args: &Args) -> ExitCode {
+    let Some(policy) = &args.policy else {
+        return fail("--prune needs --policy (the retention is the policy's)");
+    };
+    let mut loaded = match crate::preflight::load(Some(policy)) {
+        Ok(l) => l,
+        Err(e) => return fail(e),
+    };
+    let audit = &loaded.policy.audit;
+    if audit.keep.is_none() && audit.max_size.is_none() {
+        return fail(format!(
+            "{} sets no retention ([audit] keep or max_size): nothing would be removed",
+            policy.display()
+        ));
+    }
+    if let Some(db) = &args.db {
+        loaded.policy.audit.path = Some(db.clone());
+    }
+    let path = crate::state::audit_path(&loaded.policy);
+    if !path.exists() {
+        return fail(format!("no audit log at {}", path.display()));
+    }
+    match crate::state::prune_audit(&loaded.policy) {
+        Ok(Some(p)) => {
+            println!(
+                "{}: removed {} records (through seq {}); the chain now starts after them",
+                path.display(),
+                p.records,
+                p.through_seq
+            );
+            ExitCode::SUCCESS
+        }
+        Ok(None) => {
+            println!("{}: nothing is past the retention", path.display());
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(format!("{e:#}")),
+    }
 }
 
 fn fail(msg: impl std::fmt::Display) -> ExitCode {
@@ -61,6 +108,9 @@ fn fail(msg: impl std::fmt::Display) -> ExitCode {
 }
 
 pub fn run(args: Args) -> ExitCode {
+    if args.prune {
+        return prune(&args);
+    }
     let path = match (&args.db, &args.policy) {
         (Some(db), _) => db.clone(),
         (None, Some(p)) => match crate::preflight::load(Some(p)) {

@@ -57,36 +57,54 @@ pub fn open_audit(policy: &Policy) -> anyhow::Result<Arc<SqliteStore>> {
     Ok(Arc::new(store))
 }
 
+/// `mcpbox audit --prune`: opens the policy's log and applies its
+/// retention, saying what went (a failure is an error here, not a warning).
+pub fn prune_audit(policy: &Policy) -> anyhow::Result<Option<mcpbox_audit::Pruned>> {
+    let path = audit_path(policy);
+    let store = SqliteStore::open(&path)
+        .with_context(|| format!("opening the audit log {}", path.display()))?
+        .with_head_key(audit_key()?);
+    retained(&store, &policy.audit).with_context(|| format!("pruning {}", path.display()))
+}
+
 /// The policy's retention (`[audit] keep`, `max_size`), applied as a
 /// session opens the log (and by [`keep_retaining`] while it stays open);
 /// what it removed is itself a record. A failure is
 /// logged, never fatal: retention must not stop a session that the log
 /// can still record.
 fn retain(store: &SqliteStore, audit: &mcpbox_policy::Audit) {
+    if let Err(e) = retained(store, audit) {
+        tracing::warn!("audit retention: {e}");
+    }
+}
+
+/// [`retain`], saying what it removed.
+fn retained(
+    store: &SqliteStore,
+    audit: &mcpbox_policy::Audit,
+) -> anyhow::Result<Option<mcpbox_audit::Pruned>> {
     if audit.keep.is_none() && audit.max_size.is_none() {
-        return;
+        return Ok(None);
     }
     let keep_ms = audit
         .keep
         .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
     let older_than = keep_ms.map(|k| mcpbox_audit::now_ms().saturating_sub(k));
-    match store.prune(older_than, audit.max_size) {
-        Ok(None) => {}
-        Ok(Some(p)) => {
-            use mcpbox_audit::Sink;
-            store.record(mcpbox_audit::Event {
-                kind: Some(mcpbox_audit::Kind::Retention),
-                detail: serde_json::json!({
-                    "records": p.records,
-                    "through_seq": p.through_seq,
-                    "older_than_ms": older_than,
-                    "max_bytes": audit.max_size,
-                }),
-                ..mcpbox_audit::Event::default()
-            });
-        }
-        Err(e) => tracing::warn!("audit retention: {e}"),
+    let pruned = store.prune(older_than, audit.max_size)?;
+    if let Some(p) = &pruned {
+        use mcpbox_audit::Sink;
+        store.record(mcpbox_audit::Event {
+            kind: Some(mcpbox_audit::Kind::Retention),
+            detail: serde_json::json!({
+                "records": p.records,
+                "through_seq": p.through_seq,
+                "older_than_ms": older_than,
+                "max_bytes": audit.max_size,
+            }),
+            ..mcpbox_audit::Event::default()
+        });
     }
+    Ok(pruned)
 }
 
 /// Applies the policy's retention again and again while a long-lived

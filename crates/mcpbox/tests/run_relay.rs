@@ -649,6 +649,56 @@ fn a_session_that_stays_open_has_its_old_records_removed_while_it_runs() {
 }
 
 #[test]
+fn audit_prune_applies_the_policys_retention_now_and_verify_still_holds() {
+    let ws = server_ws("plain");
+    let p = policy(&ws, "");
+    let mut s = start(&ws, &p, "plain", &[]);
+    s.initialize();
+    for i in 0..150 {
+        s.call("echo", json!({ "text": format!("call {i}") }));
+    }
+    s.finish();
+    let (k, v) = state_env(&ws);
+    let audit = |args: &[&str]| {
+        let out = std::process::Command::new(mcpbox())
+            .arg("audit")
+            .args(args)
+            .env(&k, &v)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let pol = p.to_str().unwrap();
+    // no retention in the policy: a clear refusal, nothing removed
+    let (code, _, err) = audit(&["--prune", "--policy", pol]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("sets no retention"), "{err}");
+    let before = audit_json(&ws).len();
+    let p = policy(&ws, "max_size = \"16KiB\"\n");
+    let (code, out, err) = audit(&["--prune", "--policy", p.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        out.contains("removed") && out.contains("records (through seq"),
+        "{out}"
+    );
+    let after = audit_json(&ws);
+    assert!(after.len() < before, "{} of {before} left", after.len());
+    assert!(after.iter().any(|e| e["kind"] == "retention"), "{after:#?}");
+    let (code, out, err) = audit(&["--verify", "--policy", p.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("retention removed 1 to"), "{out}");
+    // a retention by age that nothing is past removes nothing
+    let p = policy(&ws, "keep = \"30d\"\n");
+    let (code, out, _) = audit(&["--prune", "--policy", p.to_str().unwrap()]);
+    assert_eq!(code, Some(0));
+    assert!(out.contains("nothing is past the retention"), "{out}");
+}
+
+#[test]
 fn retention_removes_old_records_and_more_deleted_behind_it_is_reported_by_verify() {
     let ws = server_ws("plain");
     let p = policy(&ws, "max_size = \"64KiB\"\n");
