@@ -474,21 +474,7 @@ impl DirWatch {
             let known = self.dirs.values().any(|(t, p)| *t == to_tree && *p == to);
             let mut lost_here = false;
             if on_dir && !known {
-                let mut found = Vec::new();
-                let before = self.unwatched;
-                let _ = self.mark_tree(to_tree, to.clone(), &mut |f| found.push(f));
-                lost_here |= self.unwatched > before;
-                if self.accesses {
-                    for f in found {
-                        if let Some(file) = self.open_file(to_tree, &f) {
-                            each(DirEvent::Access {
-                                file,
-                                path: self.sandbox_path(to_tree, &f),
-                                written: true,
-                            });
-                        }
-                    }
-                }
+                lost_here = self.mark_new(to_tree, &to, each);
             }
             let file = if on_dir {
                 None
@@ -507,25 +493,7 @@ impl DirWatch {
         };
         let mut lost_here = false;
         if ev.mask & FAN_CREATE != 0 && on_dir {
-            // a new directory: marked now, and what was made in it before
-            // the mark was made after it, during this call
-            let mut found = Vec::new();
-            let before = self.unwatched;
-            let _ = self.mark_tree(tree, rel.clone(), &mut |f| found.push(f));
-            // past the bound on marks: what happens there is not seen, and
-            // the calls in flight are told their lists may be short
-            lost_here |= self.unwatched > before;
-            if self.accesses {
-                for f in found {
-                    if let Some(file) = self.open_file(tree, &f) {
-                        each(DirEvent::Access {
-                            file,
-                            path: self.sandbox_path(tree, &f),
-                            written: true,
-                        });
-                    }
-                }
-            }
+            lost_here |= self.mark_new(tree, &rel, each);
         }
         let access = FAN_ACCESS | FAN_CLOSE_NOWRITE | FAN_MODIFY | FAN_CLOSE_WRITE;
         if self.accesses && ev.mask & access != 0 && !on_dir {
@@ -550,6 +518,30 @@ impl DirWatch {
             });
         }
         lost_here
+    }
+
+    /// A directory made during the call (seen by its creation, or by a
+    /// rename before its mark could be placed): marked now, with all below
+    /// it, and (watching accesses) what was made in it before the mark, so
+    /// after it and during this call, given as written. True when the
+    /// bound on marks left some of it unwatched (the calls in flight are
+    /// then told their lists may be short).
+    fn mark_new(&mut self, tree: usize, rel: &Path, each: &mut impl FnMut(DirEvent)) -> bool {
+        let mut found = Vec::new();
+        let before = self.unwatched;
+        let _ = self.mark_tree(tree, rel.to_path_buf(), &mut |f| found.push(f));
+        if self.accesses {
+            for f in found {
+                if let Some(file) = self.open_file(tree, &f) {
+                    each(DirEvent::Access {
+                        file,
+                        path: self.sandbox_path(tree, &f),
+                        written: true,
+                    });
+                }
+            }
+        }
+        self.unwatched > before
     }
 
     /// A marked directory (and all below it) renamed from `from` to `to`.
