@@ -371,11 +371,21 @@ impl DirWatch {
         sys::open_beneath(self.trees[tree].top.as_fd(), &c, directory)
     }
 
-    /// A regular file's descriptor, opened beneath its tree; `None` for
-    /// anything else or when it is gone.
+    /// A regular file's descriptor (read-only), opened beneath its tree;
+    /// `None` for anything else or when it is gone. Found as O_PATH, and
+    /// opened for reading only once it is known to be a regular file,
+    /// through its own descriptor (the magic link names that very inode,
+    /// whatever its name has become).
     fn open_file(&self, tree: usize, rel: &Path) -> Option<File> {
-        let file = File::from(self.open_in(tree, rel, false).ok()?);
-        file.metadata().ok()?.is_file().then_some(file)
+        let found = File::from(self.open_in(tree, rel, false).ok()?);
+        if !found.metadata().ok()?.is_file() {
+            return None;
+        }
+        std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
+            .open(format!("/proc/self/fd/{}", found.as_raw_fd()))
+            .ok()
     }
 
     /// The (tree, path relative to its top) a record names.

@@ -1265,18 +1265,20 @@ pub fn fsid(fd: BorrowedFd<'_>) -> io::Result<[u8; 8]> {
     Ok(out)
 }
 
-/// Opens `rel` beneath the directory `root` read-only, non-blocking (a
-/// FIFO opens at once), with no link followed at any step and no step out
-/// of `root` or onto another mount: openat2(2) with RESOLVE_BENEATH |
-/// RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV. `rel`
-/// names what a sandboxed server made; it may have swapped any component
-/// for a link to the host's files since.
+/// Opens `rel` beneath the directory `root`, with no link followed at any
+/// step and no step out of `root` or onto another mount: openat2(2) with
+/// RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS |
+/// RESOLVE_NO_XDEV. `rel` names what a sandboxed server made; it may have
+/// swapped any component for a link to the host's files since. A
+/// directory is opened read-only; anything else as O_PATH, which opens
+/// nothing (a FIFO's waiting writer is not woken, no device is touched)
+/// until the caller has seen what it is.
 pub fn open_beneath(root: BorrowedFd<'_>, rel: &CStr, directory: bool) -> io::Result<OwnedFd> {
-    let mut flags =
-        libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
-    if directory {
-        flags |= libc::O_DIRECTORY;
-    }
+    let flags = if directory {
+        libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC
+    } else {
+        libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC
+    };
     // struct open_how (linux/openat2.h); libc's is non-exhaustive
     #[repr(C)]
     struct OpenHow {
