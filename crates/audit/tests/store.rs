@@ -761,14 +761,22 @@ fn retention_by_size_removes_the_oldest_until_the_log_fits() {
     assert_eq!(r.records, 400 - pruned.records);
 }
 
+/// A keyed log of ten records whose retention removed seq 1 to 3 (the
+/// base is seq 3); its database path.
+fn pruned_through_three(dir: &Path) -> (std::path::PathBuf, SqliteStore, mcpbox_audit::HeadKey) {
+    let path = dir.join("a.db");
+    let (store, key) = keyed(&path);
+    fill(&store, 10);
+    let pruned = store.prune(Some(1_003_500), None).unwrap().unwrap();
+    assert_eq!(pruned.through_seq, 3);
+    (path, store, key)
+}
+
 #[test]
 fn more_records_removed_behind_retentions_back_are_caught() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("a.db");
-    let (store, key) = keyed(&path);
-    fill(&store, 10);
-    store.prune(Some(1_003_500), None).unwrap().unwrap(); // through seq 3
-                                                          // the editor removes two more of the oldest, leaving the base alone
+    let (path, store, key) = pruned_through_three(dir.path());
+    // the editor removes two more of the oldest, leaving the base alone
     let conn = raw(&path);
     conn.execute("DELETE FROM events WHERE seq <= 5", [])
         .unwrap();
@@ -780,12 +788,9 @@ fn more_records_removed_behind_retentions_back_are_caught() {
 #[test]
 fn a_base_rewritten_to_hide_more_removed_records_is_caught_by_its_signature() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("a.db");
-    let (store, key) = keyed(&path);
-    fill(&store, 10);
-    store.prune(Some(1_003_500), None).unwrap().unwrap(); // through seq 3
-                                                          // the editor removes seq 4 and 5 and points the base at seq 5, whose
-                                                          // hash the next record names: the chain alone is whole again
+    let (path, store, key) = pruned_through_three(dir.path());
+    // the editor removes seq 4 and 5 and points the base at seq 5, whose
+    // hash the next record names: the chain alone is whole again
     let conn = raw(&path);
     let hash5: String = conn
         .query_row("SELECT hash FROM events WHERE seq = 5", [], |r| r.get(0))

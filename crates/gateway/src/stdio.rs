@@ -636,18 +636,7 @@ impl Driver {
                 Ok(proc) => {
                     // the stderr reader starts once the session took the
                     // new values into its redactor (see `run_loop`)
-                    let mut facts = serde_json::json!({
-                        "sandbox_tier": proc.tier,
-                        "files": proc.files.as_ref().map_or("times", |f| f.mode()),
-                    });
-                    if let Some(n) = proc
-                        .files
-                        .as_ref()
-                        .map(|f| f.unwatched())
-                        .filter(|n| *n > 0)
-                    {
-                        facts["files_unwatched_dirs"] = n.into();
-                    }
+                    let facts = crate::touched::launch_facts(proc.tier, proc.files.as_ref());
                     let stderr = self.attach(gen, *proc)?;
                     self.new_stderr = Some((gen, stderr));
                     Event::ServerStarted {

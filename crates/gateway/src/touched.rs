@@ -105,6 +105,26 @@ pub trait FileEvents: Send + std::fmt::Debug {
 /// A watch for [`crate::launcher::ServerProcess::files`].
 pub type FileWatch = Box<dyn FileEvents>;
 
+/// What a launch adds to the `session_start` record: the sandbox tier and
+/// how the files are known (`files`: the watch's mode, or `times` without
+/// one), with `files_unwatched_dirs` past the watch's bound and
+/// `files_renames: false` when renames and removals are not watched.
+pub fn launch_facts(tier: Option<&str>, files: Option<&FileWatch>) -> Value {
+    let mut facts = json!({
+        "sandbox_tier": tier,
+        "files": files.map_or("times", |f| f.mode()),
+    });
+    if let Some(f) = files {
+        if f.unwatched() > 0 {
+            facts["files_unwatched_dirs"] = f.unwatched().into();
+        }
+        if !f.renames() {
+            facts["files_renames"] = false.into();
+        }
+    }
+    facts
+}
+
 /// One file a call touched.
 #[derive(Debug, Clone)]
 pub struct Touched {
@@ -394,17 +414,34 @@ mod tests {
     use std::io::Read;
 
     /// A watch that reports what the test queued, from its second drain
-    /// on (the first comes as the call starts, before it did anything).
-    #[derive(Debug, Default)]
-    struct Queued(Vec<Access>, bool);
+    /// on (the first comes as the call starts, before it did anything),
+    /// and says of itself what the test set.
+    #[derive(Debug)]
+    struct Fake {
+        queued: Vec<Access>,
+        drained: bool,
+        unwatched: usize,
+        renames: bool,
+    }
 
-    impl FileEvents for Queued {
+    impl Fake {
+        fn new(queued: Vec<Access>) -> Fake {
+            Fake {
+                queued,
+                drained: false,
+                unwatched: 0,
+                renames: true,
+            }
+        }
+    }
+
+    impl FileEvents for Fake {
         fn fds(&self) -> [Option<BorrowedFd<'_>>; 2] {
             [None, None]
         }
         fn drain(&mut self, each: &mut dyn FnMut(Access)) -> bool {
-            if std::mem::replace(&mut self.1, true) {
-                self.0.drain(..).for_each(each);
+            if std::mem::replace(&mut self.drained, true) {
+                self.queued.drain(..).for_each(each);
             }
             false
         }
@@ -412,10 +449,10 @@ mod tests {
             "kernel"
         }
         fn unwatched(&self) -> usize {
-            0
+            self.unwatched
         }
         fn renames(&self) -> bool {
-            true
+            self.renames
         }
     }
 
@@ -424,26 +461,23 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("loot");
         std::fs::write(&p, b"loot").unwrap();
-        let queued = Queued(
-            vec![
-                Access::File {
-                    file: File::open(&p).unwrap(),
-                    path: "/workspace/output/stage/loot".into(),
-                    written: true,
-                },
-                Access::Moved {
-                    from: "/workspace/output/stage".into(),
-                    to: "/workspace/output/moved".into(),
-                    file: None,
-                },
-                // the file's own removal unseen (its directory was never
-                // marked): only the directory's
-                Access::Deleted {
-                    path: "/workspace/output/moved".into(),
-                },
-            ],
-            false,
-        );
+        let queued = Fake::new(vec![
+            Access::File {
+                file: File::open(&p).unwrap(),
+                path: "/workspace/output/stage/loot".into(),
+                written: true,
+            },
+            Access::Moved {
+                from: "/workspace/output/stage".into(),
+                to: "/workspace/output/moved".into(),
+                file: None,
+            },
+            // the file's own removal unseen (its directory was never
+            // marked): only the directory's
+            Access::Deleted {
+                path: "/workspace/output/moved".into(),
+            },
+        ]);
         let mut t = Tracker::new(Box::new(queued));
         let call = vec![("call-1".to_string(), "hide".to_string())];
         t.in_flight(&call);
@@ -461,6 +495,30 @@ mod tests {
             "{detail}"
         );
         assert_eq!(detail[1]["deleted"], true, "{detail}");
+    }
+
+    #[test]
+    fn session_start_says_what_the_watch_cannot_see() {
+        assert_eq!(
+            launch_facts(Some("full"), None),
+            json!({"sandbox_tier": "full", "files": "times"})
+        );
+        let whole: FileWatch = Box::new(Fake::new(Vec::new()));
+        assert_eq!(
+            launch_facts(Some("full"), Some(&whole)),
+            json!({"sandbox_tier": "full", "files": "kernel"})
+        );
+        // past the budget of fanotify groups, and past the bound on marks
+        let short: FileWatch = Box::new(Fake {
+            unwatched: 7,
+            renames: false,
+            ..Fake::new(Vec::new())
+        });
+        assert_eq!(
+            launch_facts(Some("full"), Some(&short)),
+            json!({"sandbox_tier": "full", "files": "kernel",
+                "files_unwatched_dirs": 7, "files_renames": false})
+        );
     }
 
     #[test]

@@ -70,8 +70,7 @@ fn prune(args: &Args) -> ExitCode {
         Ok(l) => l,
         Err(e) => return fail(e),
     };
-    let audit = &loaded.policy.audit;
-    if audit.keep.is_none() && audit.max_size.is_none() {
+    if !loaded.policy.audit.retains() {
         return fail(format!(
             "{} sets no retention ([audit] keep or max_size): nothing would be removed",
             policy.display()

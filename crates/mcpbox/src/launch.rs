@@ -109,22 +109,18 @@ fn watch_files(spec: &Spec, init: libc::pid_t) -> Option<mcpbox_gateway::touched
         .map(|(host, sandbox, _)| DirRoot { host, sandbox })
         .collect();
     let mut dirs = None;
-    let mut budget = None;
     if !roots.is_empty() {
-        budget = DirBudget::take(accesses);
-        if budget.is_none() {
-            tracing::warn!(
+        match DirBudget::take(accesses) {
+            None => tracing::warn!(
                 "renames and removals of files are not recorded for this sandbox: \
                  {} sandboxes of this process already use a second fanotify group, a \
                  quarter of fs.fanotify.max_user_groups (raise it with sysctl for more)",
                 DIR_WATCHES.load(Ordering::SeqCst)
-            );
-        }
-    }
-    if budget.is_some() {
-        match DirWatch::on_trees(&roots, accesses) {
-            Ok(w) => dirs = Some(w),
-            Err(e) => tracing::warn!("renames and removals of files are not recorded: {e}"),
+            ),
+            Some(budget) => match DirWatch::on_trees(&roots, accesses) {
+                Ok(w) => dirs = Some((w, budget)),
+                Err(e) => tracing::warn!("renames and removals of files are not recorded: {e}"),
+            },
         }
     }
     if mounts.is_none() && dirs.is_none() {
@@ -133,12 +129,10 @@ fn watch_files(spec: &Spec, init: libc::pid_t) -> Option<mcpbox_gateway::touched
     }
     // nothing writable: nothing to rename or remove
     let renames = dirs.is_some() || roots.is_empty();
-    let watching = dirs.is_some();
     Some(Box::new(Watch {
         mounts,
         dirs,
         renames,
-        _budget: budget.filter(|_| watching),
     }))
 }
 
@@ -155,12 +149,15 @@ static DIR_WATCHES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUs
 /// three times as many. Rootless the directory watch is the only group
 /// and always tried.
 #[derive(Debug)]
-struct DirBudget(bool);
+struct DirBudget {
+    /// Counted in [`DIR_WATCHES`] (not when it is the only group).
+    counted: bool,
+}
 
 impl DirBudget {
     fn take(only_group: bool) -> Option<DirBudget> {
         if only_group {
-            return Some(DirBudget(false));
+            return Some(DirBudget { counted: false });
         }
         let max = std::fs::read_to_string("/proc/sys/fs/fanotify/max_user_groups")
             .ok()
@@ -168,7 +165,7 @@ impl DirBudget {
             .unwrap_or(128);
         let taken = DIR_WATCHES.fetch_add(1, Ordering::SeqCst);
         if taken < max / 4 {
-            Some(DirBudget(true))
+            Some(DirBudget { counted: true })
         } else {
             DIR_WATCHES.fetch_sub(1, Ordering::SeqCst);
             None
@@ -178,7 +175,7 @@ impl DirBudget {
 
 impl Drop for DirBudget {
     fn drop(&mut self) {
-        if self.0 {
+        if self.counted {
             DIR_WATCHES.fetch_sub(1, Ordering::SeqCst);
         }
     }
@@ -188,18 +185,18 @@ impl Drop for DirBudget {
 #[derive(Debug)]
 struct Watch {
     mounts: Option<mcpbox_sandbox::fanotify::FileWatch>,
-    dirs: Option<mcpbox_sandbox::fanotify::DirWatch>,
-    /// Renames and removals are watched.
+    /// The directory watch, and its share of the fanotify groups (given
+    /// back when it goes).
+    dirs: Option<(mcpbox_sandbox::fanotify::DirWatch, DirBudget)>,
+    /// Renames and removals are watched (or nothing is writable).
     renames: bool,
-    /// Held while `dirs` lives beside `mounts`.
-    _budget: Option<DirBudget>,
 }
 
 impl mcpbox_gateway::touched::FileEvents for Watch {
     fn fds(&self) -> [Option<std::os::fd::BorrowedFd<'_>>; 2] {
         [
             self.mounts.as_ref().map(|w| w.fd()),
-            self.dirs.as_ref().map(|w| w.fd()),
+            self.dirs.as_ref().map(|(w, _)| w.fd()),
         ]
     }
 
@@ -226,7 +223,7 @@ impl mcpbox_gateway::touched::FileEvents for Watch {
                 }
             });
         }
-        if let Some(w) = &mut self.dirs {
+        if let Some((w, _)) = &mut self.dirs {
             lost |= w.drain(|e| {
                 each(match e {
                     DirEvent::Access {
@@ -261,7 +258,7 @@ impl mcpbox_gateway::touched::FileEvents for Watch {
     }
 
     fn unwatched(&self) -> usize {
-        self.dirs.as_ref().map_or(0, |w| w.unwatched())
+        self.dirs.as_ref().map_or(0, |(w, _)| w.unwatched())
     }
 
     fn renames(&self) -> bool {

@@ -37,8 +37,24 @@ pub fn audit_path(policy: &Policy) -> PathBuf {
         .unwrap_or_else(|| state_dir().join("audit.db"))
 }
 
-/// Opens (creating) the audit store of `policy`, with its durability.
+/// Opens (creating) the audit store of `policy`, with its durability, and
+/// applies its retention.
 pub fn open_audit(policy: &Policy) -> anyhow::Result<Arc<SqliteStore>> {
+    let store = open_store(policy)?;
+    retain(&store, &policy.audit);
+    Ok(Arc::new(store))
+}
+
+/// `mcpbox audit --prune`: opens the policy's log and applies its
+/// retention, saying what went (a failure is an error here, not a warning).
+pub fn prune_audit(policy: &Policy) -> anyhow::Result<Option<mcpbox_audit::Pruned>> {
+    let store = open_store(policy)?;
+    retained(&store, &policy.audit)
+        .with_context(|| format!("pruning {}", audit_path(policy).display()))
+}
+
+/// The policy's audit store, with its durability and the head's key.
+fn open_store(policy: &Policy) -> anyhow::Result<SqliteStore> {
     let path = audit_path(policy);
     let durability = match policy.audit.durability {
         mcpbox_policy::Durability::Process => mcpbox_audit::Durability::Process,
@@ -52,26 +68,13 @@ pub fn open_audit(policy: &Policy) -> anyhow::Result<Arc<SqliteStore>> {
             path.display()
         )
     })?;
-    let store = store.with_head_key(audit_key()?);
-    retain(&store, &policy.audit);
-    Ok(Arc::new(store))
-}
-
-/// `mcpbox audit --prune`: opens the policy's log and applies its
-/// retention, saying what went (a failure is an error here, not a warning).
-pub fn prune_audit(policy: &Policy) -> anyhow::Result<Option<mcpbox_audit::Pruned>> {
-    let path = audit_path(policy);
-    let store = SqliteStore::open(&path)
-        .with_context(|| format!("opening the audit log {}", path.display()))?
-        .with_head_key(audit_key()?);
-    retained(&store, &policy.audit).with_context(|| format!("pruning {}", path.display()))
+    Ok(store.with_head_key(audit_key()?))
 }
 
 /// The policy's retention (`[audit] keep`, `max_size`), applied as a
 /// session opens the log (and by [`keep_retaining`] while it stays open);
-/// what it removed is itself a record. A failure is
-/// logged, never fatal: retention must not stop a session that the log
-/// can still record.
+/// what it removed is itself a record. A failure is logged, never fatal:
+/// retention must not stop a session that the log can still record.
 fn retain(store: &SqliteStore, audit: &mcpbox_policy::Audit) {
     if let Err(e) = retained(store, audit) {
         tracing::warn!("audit retention: {e}");
@@ -83,7 +86,7 @@ fn retained(
     store: &SqliteStore,
     audit: &mcpbox_policy::Audit,
 ) -> anyhow::Result<Option<mcpbox_audit::Pruned>> {
-    if audit.keep.is_none() && audit.max_size.is_none() {
+    if !audit.retains() {
         return Ok(None);
     }
     let keep_ms = audit
@@ -114,7 +117,7 @@ fn retained(
 /// its sandbox itself and must stay single-threaded; nothing to do without
 /// a retention.
 pub fn keep_retaining(store: &Arc<SqliteStore>, audit: &mcpbox_policy::Audit) {
-    if audit.keep.is_none() && audit.max_size.is_none() {
+    if !audit.retains() {
         return;
     }
     let every = audit.keep.map_or(RETAIN_MAX, |k| {

@@ -147,12 +147,20 @@ fn a_flood_of_files_in_one_call_is_flagged_as_cut_not_cut_silently() {
 #[test]
 fn another_process_writing_the_output_directory_is_not_blamed_on_the_server() {
     let (ws, mut s) = start();
+    std::fs::write(ws.output().join("host-draft.txt"), "the host's").unwrap();
     // the call is in flight (the server sleeps) while this process, on the
-    // host, writes into the same directory
+    // host, writes into the same directory and renames there (the
+    // directory marks see any process; as root one alive in mcpbox's own
+    // pid namespace is the host's)
     s.send(&json!({"jsonrpc": "2.0", "id": 900, "method": "tools/call",
         "params": {"name": "sleep", "arguments": {"ms": 700}}}));
     std::thread::sleep(std::time::Duration::from_millis(100));
     std::fs::write(ws.output().join("by-the-host.txt"), "not the server's").unwrap();
+    std::fs::rename(
+        ws.output().join("host-draft.txt"),
+        ws.output().join("host-final.txt"),
+    )
+    .unwrap();
     let r = s.recv();
     assert_eq!(r["id"], json!(900), "{r}");
     let calls = calls(&ws, s);

@@ -638,7 +638,8 @@ pub struct Audit {
     #[serde(default)]
     pub on_failure: OnAuditFailure,
     /// Retention by age: records older than this are removed when a session
-    /// opens the log, e.g. "90d". Default: none (kept forever).
+    /// opens the log and while run or serve keeps it open, e.g. "90d".
+    /// Default: none (kept forever).
     #[serde(
         default,
         with = "units::opt_duration",
@@ -647,8 +648,8 @@ pub struct Audit {
     #[schemars(with = "Option<DurationText>")]
     pub keep: Option<Duration>,
     /// Retention by size: while the log holds more than this, its oldest
-    /// records are removed when a session opens it, e.g. "1GiB". Default:
-    /// none.
+    /// records are removed when a session opens it and while run or serve
+    /// keeps it open, e.g. "1GiB". Default: none.
     #[serde(
         default,
         with = "units::opt_size",
@@ -656,6 +657,13 @@ pub struct Audit {
     )]
     #[schemars(with = "Option<SizeText>")]
     pub max_size: Option<u64>,
+}
+
+impl Audit {
+    /// A retention is set (`keep` or `max_size`).
+    pub fn retains(&self) -> bool {
+        self.keep.is_some() || self.max_size.is_some()
+    }
 }
 
 /// What calls do while the audit log cannot be written.

@@ -310,8 +310,21 @@ fn overlayfs() -> Check {
 /// How the audit can learn which files a call touched (docs/audit.md,
 /// "Files read and written"): tried on a throwaway directory.
 fn file_audit() -> Check {
-    let dir = std::env::temp_dir().join(format!("mcpbox-doctor-{}", std::process::id()));
-    let made = std::fs::create_dir(&dir).is_ok();
+    // a directory of our own (a name already taken is not ours to judge by)
+    let Some(dir) = (0..16).find_map(|i| {
+        let d = std::env::temp_dir().join(format!("mcpbox-doctor-{}-{i}", std::process::id()));
+        std::fs::create_dir(&d).ok().map(|()| d)
+    }) else {
+        return Check {
+            name: "file audit",
+            level: Level::Warn,
+            detail: format!(
+                "no throwaway directory could be made in {}",
+                std::env::temp_dir().display()
+            ),
+            advice: "not probed; set TMPDIR to a writable directory and run doctor again".into(),
+        };
+    };
     let mounts = crate::fanotify::FileWatch::on_mounts(std::slice::from_ref(&dir));
     let dirs = crate::fanotify::DirWatch::on_trees(
         &[crate::fanotify::DirRoot {
@@ -320,9 +333,7 @@ fn file_audit() -> Check {
         }],
         mounts.is_err(),
     );
-    if made {
-        let _ = std::fs::remove_dir(&dir);
-    }
+    let _ = std::fs::remove_dir(&dir);
     match (mounts, dirs) {
         (Ok(_), Ok(_)) => Check {
             name: "file audit",

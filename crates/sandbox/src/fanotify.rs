@@ -428,7 +428,8 @@ impl DirWatch {
         let mut lost = self.unwatched > 0;
         // one open per file and kind in a drain, however many events
         let mut opened: HashSet<(usize, PathBuf, bool)> = HashSet::new();
-        let mut buf = vec![0u8; 16 * 1024];
+        // on the stack, as the mount group's: a drain comes twice per call
+        let mut buf = [0u8; 16 * 1024];
         for round in 0.. {
             if round == MAX_READS {
                 return true;
