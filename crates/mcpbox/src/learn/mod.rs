@@ -8,8 +8,9 @@
 //! loopback, private, link-local and metadata addresses after resolving),
 //! and the server name is the proposed policy's, so the tool list the
 //! session pins is the one the proposed policy starts from. Everything
-//! else (mounts, secrets, limits, tool rules) is BASE's: learning narrows
-//! BASE, it never widens it. The generator is `propose.rs` (pure).
+//! else (mounts, secrets, limits, tool rules) is BASE's. The proposal
+//! narrows BASE and never widens it, but for the hosts actually contacted
+//! (BASE's `deny` kept). The generator is `propose.rs` (pure).
 
 mod propose;
 

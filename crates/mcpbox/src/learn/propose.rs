@@ -236,8 +236,17 @@ pub fn propose(base: &Policy, name: &str, seen: &Observed) -> Result<String, Str
     network(&mut out, base, &base_table, seen);
     secrets(&mut out, &base_table);
     tools(&mut out, &base_table, seen);
+    let defaults: toml::Table = toml::from_str(&mcpbox_policy::default_policy().to_toml())
+        .map_err(|e| format!("reading the default policy: {e}"))?;
+    let mut unchanged = Vec::new();
     for section in COPIED {
         if let Some(v) = base_table.get(*section) {
+            // a section the base leaves at its defaults says nothing: the
+            // proposal leaves it out too, and so gets the same defaults
+            if defaults.get(*section) == Some(v) {
+                unchanged.push(*section);
+                continue;
+            }
             let mut one = toml::Table::new();
             one.insert((*section).to_string(), v.clone());
             let text = toml::to_string(&one).map_err(|e| format!("writing [{section}]: {e}"))?;
@@ -247,6 +256,13 @@ pub fn propose(base: &Policy, name: &str, seen: &Observed) -> Result<String, Str
             let _ = writeln!(out, "\n# [{section}]: as in the base policy (learning does not observe it)");
             out.push_str(&text);
         }
+    }
+    if !unchanged.is_empty() {
+        let _ = writeln!(
+            out,
+            "\n# [{}]: left at their defaults, as in the base policy",
+            unchanged.join("], [")
+        );
     }
     if !base.tests.is_empty() {
         let _ = writeln!(
