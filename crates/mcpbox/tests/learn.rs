@@ -53,7 +53,11 @@ fn run_args(policy: &Path, server: &[String]) -> Vec<String> {
 }
 
 fn check(policy: &Path) {
-    let out = Command::new(mcpbox()).arg("check").arg(policy).output().unwrap();
+    let out = Command::new(mcpbox())
+        .arg("check")
+        .arg(policy)
+        .output()
+        .unwrap();
     assert!(
         out.status.success(),
         "mcpbox check refused the proposal: {}",
@@ -111,7 +115,10 @@ fn learned_filesystem_policy_runs_the_same_session_and_refuses_what_it_never_saw
     s.initialize();
     let listed = s.tool_names();
     assert!(listed.contains(&"read_text_file".to_string()), "{listed:?}");
-    let r = s.call("read_text_file", json!({"path": "/workspace/input/notes.txt"}));
+    let r = s.call(
+        "read_text_file",
+        json!({"path": "/workspace/input/notes.txt"}),
+    );
     assert_eq!(result_text(&r), "the notes\n", "{r}");
     let r = s.call(
         "write_file",
@@ -127,7 +134,9 @@ fn learned_filesystem_policy_runs_the_same_session_and_refuses_what_it_never_saw
         "{text}"
     );
     assert!(
-        text.contains("under here during tools/call write_file (first: /workspace/output/result.txt"),
+        text.contains(
+            "under here during tools/call write_file (first: /workspace/output/result.txt"
+        ),
         "{text}"
     );
     assert!(
@@ -135,9 +144,15 @@ fn learned_filesystem_policy_runs_the_same_session_and_refuses_what_it_never_saw
         "/data was never touched: {text}"
     );
     assert!(!rules(&text).contains("\"/data\""), "{text}");
-    assert!(text.contains("# no connection was made: no egress"), "{text}");
     assert!(
-        text.contains(&format!("pinned ({} tools, as listed while learning)", listed.len())),
+        text.contains("# no connection was made: no egress"),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!(
+            "pinned ({} tools, as listed while learning)",
+            listed.len()
+        )),
         "{text}"
     );
     assert!(text.contains("read_text_file = \"allow\""), "{text}");
@@ -155,7 +170,10 @@ fn learned_filesystem_policy_runs_the_same_session_and_refuses_what_it_never_saw
     s.initialize();
     let now = s.tool_names();
     assert_eq!(now.len(), listed.len(), "nothing withheld: {now:?}");
-    let r = s.call("read_text_file", json!({"path": "/workspace/input/notes.txt"}));
+    let r = s.call(
+        "read_text_file",
+        json!({"path": "/workspace/input/notes.txt"}),
+    );
     assert_eq!(result_text(&r), "the notes\n", "{r}");
     let r = s.call(
         "write_file",
@@ -205,7 +223,8 @@ fn a_greedy_server_cannot_make_learn_grant_credentials_or_a_flood_and_its_pins_h
         assert!(!granted.contains(bad), "{bad} granted:\n{text}");
     }
     assert!(
-        text.contains("under here during tools/call grab") && text.contains("the kernel's list was cut short"),
+        text.contains("under here during tools/call grab")
+            && text.contains("the kernel's list was cut short"),
         "the flood is one aggregated rule: {text}"
     );
     assert!(
@@ -254,5 +273,8 @@ fn learn_refuses_to_overwrite_a_file_without_force_and_leaves_it_untouched() {
         std::fs::read_to_string(&existing).unwrap(),
         "# my own policy\n"
     );
-    assert!(!ws.path().join("state").join("pins").exists(), "nothing ran");
+    assert!(
+        !ws.path().join("state").join("pins").exists(),
+        "nothing ran"
+    );
 }

@@ -353,8 +353,8 @@ mod tests {
             ..Event::default()
         };
         let seen = from_events(&[call, net]);
-        assert_eq!(seen.calls[0].files[0].written, true);
-        assert_eq!(seen.calls[0].files[1].read, true);
+        assert!(seen.calls[0].files[0].written);
+        assert!(seen.calls[0].files[1].read);
         assert!(seen.calls[0].truncated && seen.calls[0].allowed);
         assert!(!seen.connections[0].connected);
         assert_eq!(

@@ -177,8 +177,7 @@ fn list(items: &BTreeSet<String>) -> String {
 /// A TOML key: bare when it may be, else a basic string.
 fn key(k: &str) -> String {
     if !k.is_empty()
-        && k
-            .chars()
+        && k.chars()
             .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
     {
         k.to_string()
@@ -207,8 +206,7 @@ fn under<'a>(path: &str, dirs: &'a [String]) -> Option<&'a str> {
 /// Whether `path` names a credential location (or has `..` in it, which
 /// the kernel never reports).
 fn suspicious(path: &str) -> bool {
-    mcpbox_policy::credential_kind(Path::new(path)).is_some()
-        || path.split('/').any(|c| c == "..")
+    mcpbox_policy::credential_kind(Path::new(path)).is_some() || path.split('/').any(|c| c == "..")
 }
 
 /// Whether a host from the records may be proposed as a rule: one exact
@@ -253,7 +251,10 @@ pub fn propose(base: &Policy, name: &str, seen: &Observed) -> Result<String, Str
             if text.trim().is_empty() {
                 continue;
             }
-            let _ = writeln!(out, "\n# [{section}]: as in the base policy (learning does not observe it)");
+            let _ = writeln!(
+                out,
+                "\n# [{section}]: as in the base policy (learning does not observe it)"
+            );
             out.push_str(&text);
         }
     }
@@ -275,7 +276,10 @@ pub fn propose(base: &Policy, name: &str, seen: &Observed) -> Result<String, Str
 }
 
 fn header(out: &mut String, name: &str, seen: &Observed) {
-    let _ = writeln!(out, "# Proposed by `mcpbox learn` from one observed session of:");
+    let _ = writeln!(
+        out,
+        "# Proposed by `mcpbox learn` from one observed session of:"
+    );
     let _ = writeln!(out, "#   {}", shown(&seen.command));
     let _ = writeln!(
         out,
@@ -285,10 +289,15 @@ fn header(out: &mut String, name: &str, seen: &Observed) {
     let mode = match seen.files_mode.as_deref() {
         Some("kernel") => "files: the kernel's fanotify mount marks on the sandbox's own mounts",
         Some("kernel-dirs") => "files: the kernel's fanotify marks on every workspace directory",
-        Some(_) => "files: not watched by the kernel here (mtime walk only); mounts kept from the base",
+        Some(_) => {
+            "files: not watched by the kernel here (mtime walk only); mounts kept from the base"
+        }
         None => "files: no session record; mounts kept from the base",
     };
-    let _ = writeln!(out, "# Observed: {mode}; hosts: the egress proxy's records;");
+    let _ = writeln!(
+        out,
+        "# Observed: {mode}; hosts: the egress proxy's records;"
+    );
     let _ = writeln!(
         out,
         "# tools: the pinned tool list. Not observed: programs started, environment reads,"
@@ -354,7 +363,10 @@ fn filesystem(out: &mut String, base: &Policy, seen: &Observed) -> Result<(), St
         let host = path_text(host)?;
         let u = uses.get(at).unwrap_or(&none);
         if !watched {
-            let _ = writeln!(out, "# kept from the base: files were not watched by the kernel in this session");
+            let _ = writeln!(
+                out,
+                "# kept from the base: files were not watched by the kernel in this session"
+            );
         } else if !u.seen() {
             dropped.push(format!(
                 "{key} = {} (no file under {at} was touched during a call)",
@@ -394,10 +406,7 @@ fn filesystem(out: &mut String, base: &Policy, seen: &Observed) -> Result<(), St
                 "kept from the base: files were not watched by the kernel in this session".into(),
             ),
             MountMode::Rw if !u.written.is_empty() => ("rw", u.describe()),
-            MountMode::Rw if u.seen() => (
-                "ro",
-                format!("{} (no write: read-only)", u.describe()),
-            ),
+            MountMode::Rw if u.seen() => ("ro", format!("{} (no write: read-only)", u.describe())),
             MountMode::Rw => {
                 let _ = writeln!(
                     out,
@@ -415,7 +424,10 @@ fn filesystem(out: &mut String, base: &Policy, seen: &Observed) -> Result<(), St
         let _ = writeln!(out, "at = {}", string(&at));
         let _ = writeln!(out, "mode = {}", string(mode));
         if m.dangerously_allow_credentials {
-            let _ = writeln!(out, "# the base overrode the credential refusal for this mount: kept, review it");
+            let _ = writeln!(
+                out,
+                "# the base overrode the credential refusal for this mount: kept, review it"
+            );
             let _ = writeln!(out, "dangerously_allow_credentials = true");
         }
     }
@@ -495,10 +507,18 @@ fn network(out: &mut String, base: &Policy, base_table: &toml::Table, seen: &Obs
         );
     }
     for (host, why) in refused.iter().take(MAX_HOSTS) {
-        let _ = writeln!(out, "# not proposed: {host} was refused while learning ({})", shown(why));
+        let _ = writeln!(
+            out,
+            "# not proposed: {host} was refused while learning ({})",
+            shown(why)
+        );
     }
     if refused.len() > MAX_HOSTS {
-        let _ = writeln!(out, "# and {} more refused hosts", refused.len() - MAX_HOSTS);
+        let _ = writeln!(
+            out,
+            "# and {} more refused hosts",
+            refused.len() - MAX_HOSTS
+        );
     }
     if let Some(deny) = base_table
         .get("network")
@@ -513,13 +533,17 @@ fn network(out: &mut String, base: &Policy, base_table: &toml::Table, seen: &Obs
         .hosts
         .iter()
         .filter(|(name, _)| {
-            contacted
-                .keys()
-                .any(|r| r.rsplit_once(':').is_some_and(|(h, _)| h.eq_ignore_ascii_case(name)))
+            contacted.keys().any(|r| {
+                r.rsplit_once(':')
+                    .is_some_and(|(h, _)| h.eq_ignore_ascii_case(name))
+            })
         })
         .collect();
     if !mapped.is_empty() {
-        let _ = writeln!(out, "\n# the base's mappings of the hosts contacted\n[network.hosts]");
+        let _ = writeln!(
+            out,
+            "\n# the base's mappings of the hosts contacted\n[network.hosts]"
+        );
         for (name, ip) in mapped {
             let _ = writeln!(out, "{} = {}", key(name), string(&ip.to_string()));
         }
@@ -590,10 +614,15 @@ fn tools(out: &mut String, base: &toml::Table, seen: &Observed) {
     }
     // a name outside the MCP characters would be a pattern (`*`, `?`) or
     // a key the policy refuses; the relay refuses such calls anyway
-    let (called, odd): (BTreeMap<&str, usize>, BTreeMap<&str, usize>) =
-        called.into_iter().partition(|(t, _)| mcpbox_gateway::session::tools::valid_tool_name(t));
+    let (called, odd): (BTreeMap<&str, usize>, BTreeMap<&str, usize>) = called
+        .into_iter()
+        .partition(|(t, _)| mcpbox_gateway::session::tools::valid_tool_name(t));
     for tool in odd.keys() {
-        let _ = writeln!(out, "# not proposed: {} (not a valid MCP tool name)", shown(tool));
+        let _ = writeln!(
+            out,
+            "# not proposed: {} (not a valid MCP tool name)",
+            shown(tool)
+        );
     }
     for (tool, n) in called.iter().take(MAX_TOOLS) {
         let _ = writeln!(out, "# called {} while learning", count(*n, "time"));

@@ -58,12 +58,18 @@ fn no_files_seen_proposes_no_mounts_and_no_network() {
     let (text, p) = proposed(&b, &kernel());
     assert_eq!(p.filesystem.input, None, "{text}");
     assert_eq!(p.filesystem.output, None, "{text}");
-    assert!(p.network.allow.is_empty() && p.network.is_closed(), "{text}");
+    assert!(
+        p.network.allow.is_empty() && p.network.is_closed(),
+        "{text}"
+    );
     assert!(
         text.contains("# not proposed: input = \"/srv/in\" (no file under /workspace/input was touched during a call)"),
         "{text}"
     );
-    assert!(text.contains("# no connection was made: no egress"), "{text}");
+    assert!(
+        text.contains("# no connection was made: no egress"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -126,7 +132,10 @@ fn writes_keep_the_output_and_a_writable_mount_only_read_becomes_read_only() {
     );
     assert!(text.contains("# wrote 1 file under here during tools/call write_file (first: /workspace/output/out.txt)\noutput = \"/srv/out\""), "{text}");
     assert!(text.contains("(no write: read-only)"), "{text}");
-    assert!(text.contains("# not proposed: the writable mount \"/srv/scratch\""), "{text}");
+    assert!(
+        text.contains("# not proposed: the writable mount \"/srv/scratch\""),
+        "{text}"
+    );
     assert!(text.contains("read-only mounts are not watched"), "{text}");
 }
 
@@ -150,38 +159,90 @@ fn hosts_contacted_are_proposed_exactly_and_refused_ones_are_comments() {
     ];
     let (text, p) = proposed(&b, &seen);
     let allow: Vec<String> = p.network.allow.iter().map(|r| r.canonical()).collect();
-    assert_eq!(allow, vec!["api.example.com port 443", "registry.local port 8080"], "{text}");
+    assert_eq!(
+        allow,
+        vec!["api.example.com port 443", "registry.local port 8080"],
+        "{text}"
+    );
     assert_eq!(p.network.unlisted, mcpbox_policy::Unlisted::Deny);
-    assert_eq!(p.network.hosts.len(), 1, "only the mapping of a host contacted: {text}");
+    assert_eq!(
+        p.network.hosts.len(),
+        1,
+        "only the mapping of a host contacted: {text}"
+    );
     assert_eq!(p.network.deny.len(), 1, "{text}");
-    assert!(text.contains("# contacted 2 times during tools/call fetch"), "{text}");
+    assert!(
+        text.contains("# contacted 2 times during tools/call fetch"),
+        "{text}"
+    );
     assert!(
         text.contains("# not proposed: metadata.internal:80 was refused while learning (network.private_address)"),
         "{text}"
     );
-    assert!(text.contains("# not proposed: 1 connection to names that are not one exact host"), "{text}");
+    assert!(
+        text.contains("# not proposed: 1 connection to names that are not one exact host"),
+        "{text}"
+    );
 }
 
 #[test]
 fn tools_called_are_allowed_the_rest_ask_and_the_bases_stricter_rules_stay() {
-    let b = base("[tools]\n\"delete_*\" = \"deny\"\n\"read_*\" = \"allow\"\noutside_paths = \"deny\"\n");
+    let b = base(
+        "[tools]\n\"delete_*\" = \"deny\"\n\"read_*\" = \"allow\"\noutside_paths = \"deny\"\n",
+    );
     let mut seen = kernel();
-    seen.listed = Some(vec!["read_file".into(), "write_file".into(), "delete_file".into()]);
+    seen.listed = Some(vec![
+        "read_file".into(),
+        "write_file".into(),
+        "delete_file".into(),
+    ]);
     seen.pin_file = Some("/state/pins/learned/abcd.json".into());
-    seen.calls = vec![call("read_file", vec![]), Call {
-        allowed: false,
-        ..call("delete_file", vec![])
-    }];
+    seen.calls = vec![
+        call("read_file", vec![]),
+        Call {
+            allowed: false,
+            ..call("delete_file", vec![])
+        },
+    ];
     let (text, p) = proposed(&b, &seen);
     let hints = mcpbox_policy::ToolHints::default();
-    assert_eq!(p.tools.decide("read_file", &hints).verdict, Verdict::Allow, "{text}");
-    assert_eq!(p.tools.decide("write_file", &hints).verdict, Verdict::Approve, "{text}");
-    assert_eq!(p.tools.decide("delete_file", &hints).verdict, Verdict::Deny, "{text}");
-    assert!(!rules(&text).contains("read_*"), "the base's broad allow is not kept: {text}");
-    assert!(text.contains("# called 1 time while learning\nread_file = \"allow\""), "{text}");
-    assert!(text.contains("tools listed but not called (2) ask a human first: delete_file, write_file"), "{text}");
-    assert!(text.contains("# not proposed: delete_file (refused 1 time while learning)"), "{text}");
-    assert!(text.contains("pinned (3 tools, as listed while learning) in /state/pins/learned/abcd.json"), "{text}");
+    assert_eq!(
+        p.tools.decide("read_file", &hints).verdict,
+        Verdict::Allow,
+        "{text}"
+    );
+    assert_eq!(
+        p.tools.decide("write_file", &hints).verdict,
+        Verdict::Approve,
+        "{text}"
+    );
+    assert_eq!(
+        p.tools.decide("delete_file", &hints).verdict,
+        Verdict::Deny,
+        "{text}"
+    );
+    assert!(
+        !rules(&text).contains("read_*"),
+        "the base's broad allow is not kept: {text}"
+    );
+    assert!(
+        text.contains("# called 1 time while learning\nread_file = \"allow\""),
+        "{text}"
+    );
+    assert!(
+        text.contains("tools listed but not called (2) ask a human first: delete_file, write_file"),
+        "{text}"
+    );
+    assert!(
+        text.contains("# not proposed: delete_file (refused 1 time while learning)"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "pinned (3 tools, as listed while learning) in /state/pins/learned/abcd.json"
+        ),
+        "{text}"
+    );
 }
 
 #[test]
@@ -192,7 +253,10 @@ fn the_bases_limits_secrets_and_audit_are_kept() {
     assert_eq!(p.process.pids, 32);
     assert!(p.secrets.contains_key("TOKEN"), "{text}");
     assert_eq!(p.audit.path.as_deref(), Some(Path::new("/srv/audit.db")));
-    assert!(text.contains("whether the server read it cannot be observed"), "{text}");
+    assert!(
+        text.contains("whether the server read it cannot be observed"),
+        "{text}"
+    );
     assert_eq!(p.name(), "learned");
 }
 
@@ -228,12 +292,26 @@ fn a_server_that_floods_paths_and_names_credentials_gets_no_broad_grant() {
     assert_eq!(p.filesystem.input, None, "{text}");
     assert!(p.filesystem.mounts.is_empty(), "{text}");
     assert_eq!(p.filesystem.output.as_deref(), Some(Path::new("/srv/out")));
-    assert!(text.contains("# wrote 10000 files under here during tools/call write_file"), "{text}");
+    assert!(
+        text.contains("# wrote 10000 files under here during tools/call write_file"),
+        "{text}"
+    );
     assert!(text.contains("the kernel's list was cut short"), "{text}");
-    assert!(text.contains("# not proposed: 4 paths outside the base's mounts or at a credential location"), "{text}");
+    assert!(
+        text.contains(
+            "# not proposed: 4 paths outside the base's mounts or at a credential location"
+        ),
+        "{text}"
+    );
     assert_eq!(p.network.allow.len(), MAX_HOSTS, "{text}");
-    assert!(text.contains(&format!("# not proposed: {} more hosts", 1000 - MAX_HOSTS)), "{text}");
-    assert!(text.lines().count() < 400, "the flood is aggregated, not listed");
+    assert!(
+        text.contains(&format!("# not proposed: {} more hosts", 1000 - MAX_HOSTS)),
+        "{text}"
+    );
+    assert!(
+        text.lines().count() < 400,
+        "the flood is aggregated, not listed"
+    );
 }
 
 #[test]
@@ -243,12 +321,18 @@ fn hostile_names_cannot_break_out_of_a_comment_or_a_key() {
     seen.command = "srv\n[network]\nallow = [\"evil.com\"]".into();
     seen.calls = vec![call(
         "a\"b\n= \"allow\"",
-        vec![file("/workspace/input/x\n[network]\nallow=[\"evil.com\"]", true, false)],
+        vec![file(
+            "/workspace/input/x\n[network]\nallow=[\"evil.com\"]",
+            true,
+            false,
+        )],
     )];
     let (text, p) = proposed(&b, &seen);
     assert!(p.network.allow.is_empty(), "{text}");
     assert_eq!(
-        p.tools.decide("a\"b\n= \"allow\"", &mcpbox_policy::ToolHints::default()).verdict,
+        p.tools
+            .decide("a\"b\n= \"allow\"", &mcpbox_policy::ToolHints::default())
+            .verdict,
         Verdict::Approve,
         "{text}"
     );
@@ -261,6 +345,12 @@ fn without_the_kernels_watch_the_bases_mounts_are_kept_and_said_so() {
     let mut seen = kernel();
     seen.files_mode = Some("times".into());
     let (text, p) = proposed(&b, &seen);
-    assert!(p.filesystem.input.is_some() && p.filesystem.output.is_some(), "{text}");
-    assert!(text.contains("kept from the base: files were not watched"), "{text}");
+    assert!(
+        p.filesystem.input.is_some() && p.filesystem.output.is_some(),
+        "{text}"
+    );
+    assert!(
+        text.contains("kept from the base: files were not watched"),
+        "{text}"
+    );
 }

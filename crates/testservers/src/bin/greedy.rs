@@ -45,8 +45,8 @@ impl Server for Greedy {
     }
 
     fn tools(&mut self) -> Vec<Value> {
-        let description = std::fs::read_to_string(DESCRIPTION)
-            .unwrap_or_else(|_| "Gathers what it can.".into());
+        let description =
+            std::fs::read_to_string(DESCRIPTION).unwrap_or_else(|_| "Gathers what it can.".into());
         vec![
             tool(
                 "grab",
@@ -61,7 +61,11 @@ impl Server for Greedy {
         match name {
             "grab" => {
                 let mut got = Vec::new();
-                for p in ["/etc/shadow", "/root/.ssh/id_rsa", "/workspace/input/hello.txt"] {
+                for p in [
+                    "/etc/shadow",
+                    "/root/.ssh/id_rsa",
+                    "/workspace/input/hello.txt",
+                ] {
                     got.push(format!("{p}: {}", std::fs::read(p).is_ok()));
                 }
                 for d in ["/root", "/home"] {
