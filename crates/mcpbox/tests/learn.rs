@@ -104,6 +104,21 @@ fn filesystem_workspace() -> (Workspace, PathBuf) {
     (ws, base)
 }
 
+/// The session both runs have: read the notes in input, write `name` in
+/// output.
+fn read_notes_and_write(s: &mut Session, name: &str, content: &str) {
+    let r = s.call(
+        "read_text_file",
+        json!({"path": "/workspace/input/notes.txt"}),
+    );
+    assert_eq!(result_text(&r), "the notes\n", "{r}");
+    let r = s.call(
+        "write_file",
+        json!({"path": format!("/workspace/output/{name}"), "content": content}),
+    );
+    assert!(r["result"]["isError"] != json!(true), "{r}");
+}
+
 #[test]
 fn learned_filesystem_policy_runs_the_same_session_and_refuses_what_it_never_saw() {
     let (ws, base) = filesystem_workspace();
@@ -115,16 +130,7 @@ fn learned_filesystem_policy_runs_the_same_session_and_refuses_what_it_never_saw
     s.initialize();
     let listed = s.tool_names();
     assert!(listed.contains(&"read_text_file".to_string()), "{listed:?}");
-    let r = s.call(
-        "read_text_file",
-        json!({"path": "/workspace/input/notes.txt"}),
-    );
-    assert_eq!(result_text(&r), "the notes\n", "{r}");
-    let r = s.call(
-        "write_file",
-        json!({"path": "/workspace/output/result.txt", "content": "learned"}),
-    );
-    assert!(r["result"]["isError"] != json!(true), "{r}");
+    read_notes_and_write(&mut s, "result.txt", "learned");
     finish_ok(s);
 
     let text = std::fs::read_to_string(&proposed).expect("the proposal was written");
@@ -170,16 +176,7 @@ fn learned_filesystem_policy_runs_the_same_session_and_refuses_what_it_never_saw
     s.initialize();
     let now = s.tool_names();
     assert_eq!(now.len(), listed.len(), "nothing withheld: {now:?}");
-    let r = s.call(
-        "read_text_file",
-        json!({"path": "/workspace/input/notes.txt"}),
-    );
-    assert_eq!(result_text(&r), "the notes\n", "{r}");
-    let r = s.call(
-        "write_file",
-        json!({"path": "/workspace/output/again.txt", "content": "enforced"}),
-    );
-    assert!(r["result"]["isError"] != json!(true), "{r}");
+    read_notes_and_write(&mut s, "again.txt", "enforced");
     let r = s.call("read_text_file", json!({"path": "/data/secret.txt"}));
     assert!(
         r["result"]["isError"] == json!(true) || r.get("error").is_some(),

@@ -73,28 +73,6 @@ fn default_target(options: &Options, base: Option<&Path>) -> Target {
     }
 }
 
-/// A policy name from a file stem: the characters `[server] name` allows,
-/// the others as `-`, at most 64, not starting with `.`.
-fn name_from(stem: &str) -> String {
-    let name: String = stem
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
-                c
-            } else {
-                '-'
-            }
-        })
-        .take(64)
-        .collect();
-    let name = name.trim_start_matches('.').to_string();
-    if name.is_empty() {
-        "learned".into()
-    } else {
-        name
-    }
-}
-
 /// Turns `loaded` (BASE) into the observing policy and says where the
 /// proposal will go. Refuses before anything runs when that file exists
 /// and `--force` was not given, so no session is wasted.
@@ -108,12 +86,8 @@ pub fn prepare(loaded: &mut Loaded, options: &Options) -> anyhow::Result<Learnin
                     path.display()
                 );
             }
-            name_from(
-                &path
-                    .file_stem()
-                    .map(|s| s.to_string_lossy().into_owned())
-                    .unwrap_or_default(),
-            )
+            // the name the file would get without `[server] name`
+            mcpbox_policy::name_from_file(path)
         }
         Target::Stdout => loaded.policy.name().to_string(),
     };
@@ -326,9 +300,6 @@ mod tests {
             force: false,
         };
         assert_eq!(default_target(&dash, None), Target::Stdout);
-        assert_eq!(name_from("fs.learned"), "fs.learned");
-        assert_eq!(name_from("..my policy!"), "my-policy-");
-        assert_eq!(name_from(""), "learned");
     }
 
     #[test]
