@@ -202,7 +202,7 @@ fn a_greedy_server_cannot_make_learn_grant_credentials_or_a_flood_and_its_pins_h
 
     let mut s = start(&ws, &learn_args(&base, &proposed, &server));
     s.initialize();
-    assert_eq!(s.tool_names(), vec!["grab", "idle"]);
+    assert_eq!(s.tool_names(), vec!["grab", "idle", "get"]);
     let r = s.call("grab", json!({"count": 10000}));
     let said = result_text(&r);
     assert!(said.contains("flood: 10000"), "{r}");
@@ -229,7 +229,7 @@ fn a_greedy_server_cannot_make_learn_grant_credentials_or_a_flood_and_its_pins_h
         "{text}"
     );
     assert!(text.lines().count() < 200, "{text}");
-    assert!(text.contains("ask a human first: idle"), "{text}");
+    assert!(text.contains("ask a human first: get, idle"), "{text}");
 
     // a changed description is withheld under the proposal: its pins are
     // the tool list learn saw
@@ -240,7 +240,11 @@ fn a_greedy_server_cannot_make_learn_grant_credentials_or_a_flood_and_its_pins_h
     .unwrap();
     let mut s = start(&ws, &run_args(&proposed, &server));
     s.initialize();
-    assert_eq!(s.tool_names(), vec!["idle"], "the changed grab is withheld");
+    assert_eq!(
+        s.tool_names(),
+        vec!["idle", "get"],
+        "the changed grab is withheld"
+    );
     finish_ok(s);
 }
 
@@ -274,4 +278,54 @@ fn learn_refuses_to_overwrite_a_file_without_force_and_leaves_it_untouched() {
         !ws.path().join("state").join("pins").exists(),
         "nothing ran"
     );
+}
+
+#[test]
+fn learned_network_is_the_host_contacted_and_nothing_else() {
+    let stub = common::http::Stub::start();
+    stub.route("/", "text/plain", "hello");
+    let port = stub.port();
+    let ws = Workspace::with_server("greedy");
+    let base = ws.raw_policy(&format!(
+        "[filesystem]\ninput = \"input\"\n[network]\nallow = [\"fetch.test:{port}\", \"unused.test:{port}\"]\n\
+         [network.hosts]\n\"fetch.test\" = \"127.0.0.1\"\n\"unused.test\" = \"127.0.0.1\"\n\
+         [audit]\npath = \"audit.db\"\n"
+    ));
+    let server = vec!["/workspace/input/greedy".to_string()];
+    let proposed = ws.path().join("net.toml");
+
+    let mut s = start(&ws, &learn_args(&base, &proposed, &server));
+    s.initialize();
+    let r = s.call("get", json!({"host": "fetch.test", "port": port}));
+    assert!(result_text(&r).contains(" 200"), "{r}");
+    finish_ok(s);
+
+    let text = std::fs::read_to_string(&proposed).expect("the proposal was written");
+    check(&proposed);
+    assert!(
+        text.contains(&format!(
+            "  # contacted 1 time during tools/call get\n  \"fetch.test:{port}\","
+        )),
+        "{text}"
+    );
+    let granted = rules(&text);
+    assert!(!granted.contains("unused.test"), "{text}");
+    assert!(granted.contains("\"fetch.test\" = \"127.0.0.1\""), "{text}");
+    // the program is in input, which no call touched: kept for it
+    assert!(
+        text.contains("# the server's program is here (/workspace/input/greedy)"),
+        "{text}"
+    );
+
+    let mut s = start(&ws, &run_args(&proposed, &server));
+    s.initialize();
+    let r = s.call("get", json!({"host": "fetch.test", "port": port}));
+    assert!(result_text(&r).contains(" 200"), "{r}");
+    let r = s.call("get", json!({"host": "unused.test", "port": port}));
+    let said = result_text(&r);
+    assert!(
+        !said.contains(" 200") && r["result"]["isError"] != json!(true),
+        "the proxy refuses the host never contacted: {r}"
+    );
+    finish_ok(s);
 }

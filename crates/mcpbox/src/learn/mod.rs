@@ -136,6 +136,7 @@ impl Learning {
     fn write(&self, command: &[String], pin_file: &Path) -> anyhow::Result<()> {
         let mut seen = observed(&self.db)?;
         seen.command = command.join(" ");
+        seen.program = command.first().cloned();
         if let Some(pins) = mcpbox_gateway::read_pins(pin_file)
             .with_context(|| format!("reading the pins {}", pin_file.display()))?
         {

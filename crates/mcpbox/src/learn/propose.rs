@@ -54,6 +54,9 @@ const COPIED: &[&str] = &[
 pub struct Observed {
     /// The server's command line, for the header.
     pub command: String,
+    /// The program it started (the command's first word): the directory
+    /// holding it is kept, though its execution precedes every call.
+    pub program: Option<String>,
     /// How files were watched (`session_start`'s `files`: `kernel`,
     /// `kernel-dirs`, `times`), `None` when unknown.
     pub files_mode: Option<String>,
@@ -351,6 +354,16 @@ fn filesystem(out: &mut String, base: &Policy, seen: &Observed) -> Result<(), St
             u.truncated |= call.truncated;
         }
     }
+    let program = seen.program.as_deref().filter(|p| !suspicious(p));
+    let program_dir = program.and_then(|p| under(p, &dirs));
+    let program_note = |at: &str| {
+        (program_dir == Some(at)).then(|| {
+            format!(
+                "the server's program is here ({}): kept, though it runs before any call",
+                shown(program.unwrap_or_default())
+            )
+        })
+    };
     let none = Use::default();
     let _ = writeln!(out, "\n[filesystem]");
     let _ = writeln!(out, "tmp = {}", string(&mcpbox_policy::format_size(fs.tmp)));
@@ -367,6 +380,8 @@ fn filesystem(out: &mut String, base: &Policy, seen: &Observed) -> Result<(), St
                 out,
                 "# kept from the base: files were not watched by the kernel in this session"
             );
+        } else if let (false, Some(note)) = (u.seen(), program_note(at)) {
+            let _ = writeln!(out, "# {note}");
         } else if !u.seen() {
             dropped.push(format!(
                 "{key} = {} (no file under {at} was touched during a call)",
@@ -407,6 +422,13 @@ fn filesystem(out: &mut String, base: &Policy, seen: &Observed) -> Result<(), St
             ),
             MountMode::Rw if !u.written.is_empty() => ("rw", u.describe()),
             MountMode::Rw if u.seen() => ("ro", format!("{} (no write: read-only)", u.describe())),
+            MountMode::Rw if program_dir == Some(at.as_str()) => (
+                "ro",
+                format!(
+                    "{} (no write: read-only)",
+                    program_note(&at).unwrap_or_default()
+                ),
+            ),
             MountMode::Rw => {
                 let _ = writeln!(
                     out,

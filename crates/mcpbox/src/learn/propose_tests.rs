@@ -354,3 +354,33 @@ fn without_the_kernels_watch_the_bases_mounts_are_kept_and_said_so() {
         "{text}"
     );
 }
+
+#[test]
+fn the_directory_of_the_servers_program_is_kept_though_it_runs_before_any_call() {
+    let b = base(&format!(
+        "{WORKSPACE}[[filesystem.mounts]]\nhost = \"/srv/tools\"\nat = \"/tools\"\nmode = \"rw\"\n"
+    ));
+    let mut seen = kernel();
+    seen.program = Some("/workspace/input/server".into());
+    let (text, p) = proposed(&b, &seen);
+    assert_eq!(
+        p.filesystem.input.as_deref(),
+        Some(Path::new("/srv/in")),
+        "{text}"
+    );
+    assert!(
+        text.contains("# the server's program is here (/workspace/input/server)"),
+        "{text}"
+    );
+    assert_eq!(p.filesystem.output, None, "{text}");
+    assert!(p.filesystem.mounts.is_empty(), "{text}");
+    seen.program = Some("/tools/bin/server".into());
+    let (text, p) = proposed(&b, &seen);
+    assert_eq!(p.filesystem.input, None, "{text}");
+    assert_eq!(p.filesystem.mounts.len(), 1, "{text}");
+    assert_eq!(p.filesystem.mounts[0].mode, MountMode::Ro, "{text}");
+    // a program at a credential location keeps nothing
+    seen.program = Some("/workspace/input/.ssh/x".into());
+    let (text, p) = proposed(&b, &seen);
+    assert_eq!(p.filesystem.input, None, "{text}");
+}
