@@ -100,7 +100,9 @@ enum Command {
     /// saying what was seen, its tool list pinned (docs/learn.md).
     Learn {
         /// Base policy (TOML): its mounts, secrets and limits are what the
-        /// server may use while learning; the proposal never grants more.
+        /// server may use while learning; the proposal grants no more, but
+        /// for the public hosts it contacted (allowed and recorded while
+        /// learning).
         #[arg(long, short)]
         policy: Option<PathBuf>,
         /// Where to write the proposed policy (`-`: stdout, once the session
