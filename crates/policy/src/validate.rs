@@ -846,8 +846,9 @@ fn check_upstream(ctx: &Ctx, p: &Policy) -> Result<(), Diagnostic> {
     Ok(())
 }
 
-/// A server name from the policy file's stem, with unusable characters replaced.
-fn name_from_file(file: &Path) -> String {
+/// A server name from the policy file's stem, with unusable characters
+/// replaced (`mcpbox learn` names its proposal the same way).
+pub fn name_from_file(file: &Path) -> String {
     let stem = file
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
