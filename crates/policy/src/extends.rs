@@ -398,4 +398,18 @@ mod tests {
             "{e}"
         );
     }
+
+    #[test]
+    fn the_documented_extends_example_parses_as_documented() {
+        let doc = include_str!("../../../docs/policy.md");
+        let head = "```toml\nextends = \"preset:filesystem\"";
+        let start = doc.find(head).expect("the example") + "```toml\n".len();
+        let end = start + doc[start..].find("```").expect("block end");
+        let p =
+            parse(&doc[start..end], Path::new("/srv/fs.toml")).unwrap_or_else(|d| panic!("{d}"));
+        assert_eq!(p.filesystem.input.as_deref(), Some(Path::new("/srv")));
+        assert_eq!(p.filesystem.output.as_deref(), Some(Path::new("/srv/out")));
+        let write = p.tools.decide("write_file", &crate::ToolHints::default());
+        assert_eq!(write.verdict, Verdict::Allow);
+    }
 }
