@@ -32,6 +32,14 @@ fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
+/// Asserts mcpbox exited with `code` and said `needle` on stderr.
+#[track_caller]
+fn assert_fails(out: &Output, code: i32, needle: &str) {
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(code), "{err}");
+    assert!(err.contains(needle), "{needle:?} not in: {err}");
+}
+
 /// `mcpbox run --policy POLICY -- SERVER...` in `dir`, initialized.
 fn start_in(dir: &Path, policy: &Path, server: &[String]) -> Session {
     let mut cmd = Command::new(mcpbox());
@@ -130,11 +138,10 @@ fn init_output_refuses_to_overwrite_without_force_and_leaves_the_file_untouched(
         ws.path(),
         &["init", "--preset", "git", "--output", "mine.toml"],
     );
-    assert_eq!(out.status.code(), Some(1));
-    let err = text(&out.stderr);
-    assert!(
-        err.contains("mine.toml exists") && err.contains("--force"),
-        "{err}"
+    assert_fails(
+        &out,
+        1,
+        "mine.toml exists and was left as it is: pass --force",
     );
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "# my own policy\n");
     // an unknown preset writes nothing either
@@ -142,12 +149,7 @@ fn init_output_refuses_to_overwrite_without_force_and_leaves_the_file_untouched(
         ws.path(),
         &["init", "--preset", "gti", "--output", "new.toml"],
     );
-    assert_eq!(out.status.code(), Some(1));
-    assert!(
-        text(&out.stderr).contains("known presets are"),
-        "{}",
-        text(&out.stderr)
-    );
+    assert_fails(&out, 1, "known presets are");
     assert!(!ws.path().join("new.toml").exists());
     // --force replaces it with the preset
     let out = mcpbox_in(
@@ -223,12 +225,7 @@ fn check_of_an_extending_policy_prints_the_merged_policy_and_points_at_its_own_e
     std::fs::write(ws.path().join("a.toml"), "extends = \"b.toml\"\n").unwrap();
     std::fs::write(ws.path().join("b.toml"), "extends = \"a.toml\"\n").unwrap();
     let out = mcpbox_in(ws.path(), &["check", "a.toml"]);
-    assert_eq!(out.status.code(), Some(1));
-    assert!(
-        text(&out.stderr).contains("extends makes a cycle"),
-        "{}",
-        text(&out.stderr)
-    );
+    assert_fails(&out, 1, "extends makes a cycle");
 }
 
 #[test]
@@ -246,12 +243,7 @@ fn a_serve_config_may_name_a_preset_as_a_servers_policy() {
     )
     .unwrap();
     let out = mcpbox_in(ws.path(), &["check", "serve.toml"]);
-    assert_eq!(out.status.code(), Some(1));
-    assert!(
-        text(&out.stderr).contains("unknown preset \"tiem\""),
-        "{}",
-        text(&out.stderr)
-    );
+    assert_fails(&out, 1, "unknown preset \"tiem\"");
 }
 
 #[test]
@@ -264,66 +256,30 @@ fn preset_and_policy_together_are_refused() {
             "run", "--preset", "time", "--policy", "p.toml", "--", "true",
         ],
     );
-    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
-    assert!(
-        text(&out.stderr).contains("cannot be used with"),
-        "{}",
-        text(&out.stderr)
-    );
+    assert_fails(&out, 2, "cannot be used with");
     let out = mcpbox_in(ws.path(), &["exec", "--preset", "nope", "--", "true"]);
-    assert_eq!(out.status.code(), Some(125));
-    assert!(
-        text(&out.stderr).contains("unknown preset \"nope\""),
-        "{}",
-        text(&out.stderr)
-    );
+    assert_fails(&out, 125, "unknown preset \"nope\"");
 }
 
 #[test]
 fn exec_with_the_filesystem_preset_reads_the_current_directory_and_cannot_change_it() {
     let ws = Workspace::new();
     let dir = ws.input();
-    let out = mcpbox_in(
-        &dir,
-        &[
-            "exec",
-            "--preset",
-            "filesystem",
-            "--",
-            "cat",
-            "/workspace/input/hello.txt",
-        ],
-    );
+    let exec = |script: &str| {
+        mcpbox_in(
+            &dir,
+            &["exec", "--preset", "filesystem", "--", "sh", "-c", script],
+        )
+    };
+    let out = exec("cat /workspace/input/hello.txt");
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout), "hello from the host\n");
-    let out = mcpbox_in(
-        &dir,
-        &[
-            "exec",
-            "--preset",
-            "filesystem",
-            "--",
-            "sh",
-            "-c",
-            "echo planted > /workspace/input/planted.txt",
-        ],
-    );
+    let out = exec("echo planted > /workspace/input/planted.txt");
     assert_ne!(out.status.code(), Some(0), "the input was writable");
     assert!(!dir.join("planted.txt").exists());
     // the parent of the current directory is not in the sandbox at all
     std::fs::write(ws.path().join("host-secret.txt"), "top secret").unwrap();
-    let out = mcpbox_in(
-        &dir,
-        &[
-            "exec",
-            "--preset",
-            "filesystem",
-            "--",
-            "sh",
-            "-c",
-            &format!("cat {}/host-secret.txt", ws.path().display()),
-        ],
-    );
+    let out = exec(&format!("cat {}/host-secret.txt", ws.path().display()));
     assert_ne!(out.status.code(), Some(0));
     assert!(!text(&out.stdout).contains("top secret"));
 }
@@ -415,15 +371,7 @@ fn git_preset_reads_history_and_refuses_reset_and_commit() {
     let ws = Workspace::new();
     let repo = ws.path().join("repo");
     std::fs::create_dir(&repo).unwrap();
-    let git = |args: &[&str]| {
-        let out = Command::new("git")
-            .args(["-c", "user.name=t", "-c", "user.email=t@localhost"])
-            .args(args)
-            .current_dir(&repo)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "git {args:?}: {out:?}");
-    };
+    let git = |args: &[&str]| common::git(&repo, args);
     git(&["init", "-q", "-b", "main"]);
     std::fs::write(repo.join("README"), "first\n").unwrap();
     git(&["add", "README"]);
