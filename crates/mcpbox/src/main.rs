@@ -9,6 +9,7 @@ mod check;
 mod classify;
 mod doctor;
 mod egress;
+mod exec_args;
 mod failure;
 mod init;
 mod launch;
@@ -184,7 +185,7 @@ fn main() -> ExitCode {
     // here and never returns.
     mcpbox_sandbox::helper::enter_if_requested(mcpbox_egress::bridge);
     // Inside a sandbox, as the built-in server (`builtin.rs` starts it so).
-    let args: Vec<OsString> = std::env::args_os().take(4).collect();
+    let args: Vec<OsString> = std::env::args_os().collect();
     // A child classifying one command line (classify.rs starts it so).
     if args.len() == 2 && args[1] == classify::ARG {
         return ExitCode::from(classify::child_main());
@@ -193,6 +194,11 @@ fn main() -> ExitCode {
         return ExitCode::from(
             mcpbox_builtin::main(&args[2].to_string_lossy()).clamp(0, 255) as u8,
         );
+    }
+    // `exec`'s usual shapes are read without clap (exec_args.rs): its
+    // start-up is a product figure, measured against bwrap.
+    if let Some(exec) = exec_args::parse(&args) {
+        return finish(sandboxed(Mode::Exec, exec.policy, exec.command));
     }
     let cli = Cli::parse();
     match cli.command {
