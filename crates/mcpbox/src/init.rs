@@ -118,6 +118,13 @@ fn write_policy(path: &Path, text: &str, force: bool) -> anyhow::Result<()> {
     };
     let mut tmp = tempfile::NamedTempFile::new_in(dir)
         .with_context(|| format!("cannot create a file in {}", dir.display()))?;
+    // The replacement keeps the old file's permissions (a temporary file is
+    // created 0600, which a policy read by another user would lose).
+    if let Ok(meta) = std::fs::metadata(path) {
+        tmp.as_file()
+            .set_permissions(meta.permissions())
+            .with_context(|| format!("cannot set the permissions of {}", path.display()))?;
+    }
     tmp.write_all(text.as_bytes())
         .with_context(|| format!("writing {}", path.display()))?;
     tmp.persist(path)

@@ -151,7 +151,9 @@ fn init_output_refuses_to_overwrite_without_force_and_leaves_the_file_untouched(
     );
     assert_fails(&out, 1, "known presets are");
     assert!(!ws.path().join("new.toml").exists());
-    // --force replaces it with the preset
+    // --force replaces it with the preset, keeping its permissions
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o640)).unwrap();
     let out = mcpbox_in(
         ws.path(),
         &[
@@ -167,6 +169,8 @@ fn init_output_refuses_to_overwrite_without_force_and_leaves_the_file_untouched(
     assert!(std::fs::read_to_string(&file)
         .unwrap()
         .contains("name = \"git\""));
+    let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o640);
 }
 
 #[test]
