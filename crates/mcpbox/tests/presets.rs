@@ -453,3 +453,36 @@ fn fetch_preset_asks_for_an_unlisted_host_and_without_an_answer_never_reaches_it
     assert!(!to.is_empty(), "{events:#?}");
     assert!(to.iter().all(|e| e["decision"] == "deny"), "{to:#?}");
 }
+
+#[test]
+fn github_preset_refuses_to_start_without_its_token_and_passes_only_that_token() {
+    let ws = Workspace::new();
+    let env = |token: Option<&str>| {
+        let mut cmd = Command::new(mcpbox());
+        cmd.args(["exec", "--preset", "github", "--", "env"])
+            .current_dir(ws.path())
+            .env("MCPBOX_STATE_DIR", ws.path().join("state"))
+            .env("AWS_SECRET_ACCESS_KEY", "host-only-7d1e")
+            .env_remove("GITHUB_PERSONAL_ACCESS_TOKEN");
+        if let Some(t) = token {
+            cmd.env("GITHUB_PERSONAL_ACCESS_TOKEN", t);
+        }
+        cmd.stdin(Stdio::null()).output().unwrap()
+    };
+    assert_fails(
+        &env(None),
+        125,
+        "environment variable GITHUB_PERSONAL_ACCESS_TOKEN is not set",
+    );
+    let out = env(Some("ghp_test_5f2a"));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let inside = text(&out.stdout);
+    assert!(
+        inside.contains("GITHUB_PERSONAL_ACCESS_TOKEN=ghp_test_5f2a"),
+        "{inside}"
+    );
+    assert!(
+        !inside.contains("host-only-7d1e"),
+        "a host variable leaked: {inside}"
+    );
+}
