@@ -114,8 +114,14 @@ impl Loaded {
             .file
             .clone()
             .unwrap_or_else(|| PathBuf::from("<default policy>"));
+        let location = self.policy.location(key);
+        let mut message = message.into();
+        // a key this file does not write came from what it extends
+        if let (None, Some(base)) = (location, &self.policy.extends) {
+            message = format!("{message} (inherited from extends = \"{base}\")");
+        }
         Error::Policy(Box::new(
-            Diagnostic::new(file, self.policy.location(key), key, message).with_hint(hint),
+            Diagnostic::new(file, location, key, message).with_hint(hint),
         ))
     }
 

@@ -230,6 +230,17 @@ fn check_of_an_extending_policy_prints_the_merged_policy_and_points_at_its_own_e
     std::fs::write(ws.path().join("b.toml"), "extends = \"a.toml\"\n").unwrap();
     let out = mcpbox_in(ws.path(), &["check", "a.toml"]);
     assert_fails(&out, 1, "extends makes a cycle");
+    // the preset's input = "." next to a credential folder: refused, and the
+    // error says the key came from the preset (the file has no such line)
+    let home = ws.path().join("home");
+    std::fs::create_dir_all(home.join(".ssh")).unwrap();
+    std::fs::write(home.join("fs.toml"), "extends = \"preset:filesystem\"\n").unwrap();
+    let out = mcpbox_in(&home, &["check", "fs.toml"]);
+    assert_fails(
+        &out,
+        1,
+        "refusing to mount it (inherited from extends = \"preset:filesystem\")",
+    );
 }
 
 #[test]
