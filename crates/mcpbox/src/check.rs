@@ -1,6 +1,8 @@
-//! `mcpbox check FILE`: validate a policy, or an `mcpbox serve` config and
-//! every policy it names, against the file format and this host, and print
-//! the effective file. Never runs anything.
+//! `mcpbox check FILE...`: validate policies (files or `preset:NAME`), or
+//! `mcpbox serve` configs and every policy they name, against the file
+//! format and this host, and print each effective file. Every file is
+//! checked and every failure reported, not only the first. Never runs
+//! anything.
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -18,7 +20,7 @@ pub enum SchemaKind {
     Serve,
 }
 
-pub fn run(file: Option<&Path>, schema: Option<SchemaKind>) -> ExitCode {
+pub fn run(files: &[std::path::PathBuf], schema: Option<SchemaKind>) -> ExitCode {
     if let Some(kind) = schema {
         let schema = match kind {
             SchemaKind::Policy => mcpbox_policy::json_schema(),
@@ -35,33 +37,59 @@ pub fn run(file: Option<&Path>, schema: Option<SchemaKind>) -> ExitCode {
             }
         }
     }
-    let Some(file) = file else {
+    if files.is_empty() {
         eprintln!("mcpbox: check needs a policy file or a serve config");
         return ExitCode::from(2);
-    };
+    }
+    let failed: Vec<&Path> = files
+        .iter()
+        .filter(|f| !check_one(f))
+        .map(|f| f.as_path())
+        .collect();
+    if failed.is_empty() {
+        return ExitCode::SUCCESS;
+    }
+    if files.len() > 1 {
+        let names: Vec<String> = failed.iter().map(|f| f.display().to_string()).collect();
+        eprintln!(
+            "mcpbox: {} of {} files failed the check: {}",
+            failed.len(),
+            files.len(),
+            names.join(", ")
+        );
+    }
+    ExitCode::from(1)
+}
+
+/// Checks one file, reporting on stderr; true when it passed.
+fn check_one(file: &Path) -> bool {
     // A file that cannot be read is reported by the policy loader below.
     if std::fs::read_to_string(file).is_ok_and(|text| serve::is_serve_config(&text)) {
-        return check_serve(file);
+        return check_serve(file) == ExitCode::SUCCESS;
     }
     let loaded = match preflight::load(Some(file)) {
         Ok(l) => l,
         Err(e) => {
             eprintln!("mcpbox: {e}");
-            return ExitCode::from(1);
+            return false;
         }
     };
     // The same host checks `exec` makes, with a placeholder command.
     if let Err(e) = preflight::spec(&loaded, vec!["true".into()], mcpbox_sandbox::Stdio::Inherit) {
         eprintln!("mcpbox: {e}");
-        return ExitCode::from(1);
+        return false;
     }
     warn_policy(&loaded.policy, "");
+    let extends = match &loaded.policy.extends {
+        Some(base) => format!(", extends {base}"),
+        None => String::new(),
+    };
     println!(
-        "# effective policy for {} (defaults filled in, paths resolved)",
+        "# effective policy for {} (defaults filled in, paths resolved{extends})",
         file.display()
     );
     print!("{}", loaded.policy.to_toml());
-    ExitCode::SUCCESS
+    true
 }
 
 /// What is valid but may not be what the author meant, on stderr.

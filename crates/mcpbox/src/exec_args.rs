@@ -79,7 +79,11 @@ mod tests {
     /// What clap makes of the same line, as an `ExecArgs`, if it is `exec`.
     fn by_clap(args: &[OsString]) -> Option<ExecArgs> {
         match crate::Cli::try_parse_from(args).ok()?.command {
-            crate::Command::Exec { policy, command } => Some(ExecArgs { policy, command }),
+            crate::Command::Exec {
+                policy,
+                preset: None,
+                command,
+            } => Some(ExecArgs { policy, command }),
             _ => None,
         }
     }
@@ -123,6 +127,7 @@ mod tests {
             &["exec", "-p", "p.toml", "--"],
             &["exec", "-pp.toml", "true"],
             &["exec", "--unknown", "true"],
+            &["exec", "--preset", "time", "--", "true"],
             &["exec", "-p", "a", "-p", "b", "true"],
             &["run", "--", "true"],
             &["--version"],

@@ -11,6 +11,7 @@ mod doctor;
 mod egress;
 mod exec_args;
 mod failure;
+mod init;
 mod launch;
 mod learn;
 mod lifecycle;
@@ -73,6 +74,10 @@ enum Command {
         /// Policy file (TOML). Without it, the strictest default applies.
         #[arg(long, short)]
         policy: Option<PathBuf>,
+        /// Use a preset shipped in mcpbox as the policy (`mcpbox init --list`
+        /// names them); its relative paths are relative to the current directory.
+        #[arg(long, value_name = "NAME", conflicts_with = "policy")]
+        preset: Option<String>,
         /// The command and its arguments.
         #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
         command: Vec<OsString>,
@@ -83,6 +88,10 @@ enum Command {
         /// Policy file (TOML). Without it, the strictest default applies.
         #[arg(long, short)]
         policy: Option<PathBuf>,
+        /// Use a preset shipped in mcpbox as the policy (`mcpbox init --list`
+        /// names them); its relative paths are relative to the current directory.
+        #[arg(long, value_name = "NAME", conflicts_with = "policy")]
+        preset: Option<String>,
         /// Run a server built into mcpbox instead of a command: `sandbox`
         /// (exec, run_code, files, background jobs, snapshots).
         #[arg(long, value_name = "NAME", conflicts_with = "command")]
@@ -131,13 +140,15 @@ enum Command {
         #[command(subcommand)]
         action: PinAction,
     },
-    /// Validate a policy, or an `mcpbox serve` config and the policies it
-    /// names, and print the effective file; runs nothing.
+    /// Validate policies, or `mcpbox serve` configs and the policies they
+    /// name, and print each effective file; runs nothing. Every file is
+    /// checked; the exit status is 1 if any failed.
     Check {
-        /// Policy file or serve config (TOML); a file with a top-level
-        /// listen, clients or servers key is a serve config.
-        #[arg(required_unless_present = "schema")]
-        file: Option<PathBuf>,
+        /// Policy files or serve configs (TOML); a file with a top-level
+        /// listen, clients or servers key is a serve config; `preset:NAME`
+        /// checks a shipped preset.
+        #[arg(required_unless_present = "schema", value_name = "FILE")]
+        files: Vec<PathBuf>,
         /// Print a JSON Schema instead: of the policy file (`--schema`), or
         /// of the serve config (`--schema serve`).
         #[arg(
@@ -148,6 +159,9 @@ enum Command {
         )]
         schema: Option<check::SchemaKind>,
     },
+    /// Write a commented starter policy: every section with its safe
+    /// default, or a preset (`--preset NAME`) to adapt.
+    Init(init::Args),
     /// Report which kernel features work here and how to fix what is missing.
     Doctor,
     /// Query the audit log.
@@ -212,17 +226,27 @@ fn main() -> ExitCode {
     }
     let cli = Cli::parse();
     match cli.command {
-        Command::Exec { policy, command } => finish(sandboxed(Mode::Exec, policy, command)),
+        Command::Exec {
+            policy,
+            preset,
+            command,
+        } => finish(sandboxed(Mode::Exec, with_preset(policy, preset), command)),
         Command::Run {
             policy,
+            preset,
             builtin: None,
             command,
-        } => finish(sandboxed(Mode::Run, policy, command)),
+        } => finish(sandboxed(Mode::Run, with_preset(policy, preset), command)),
         Command::Run {
             policy,
+            preset,
             builtin: Some(name),
             ..
-        } => finish(sandboxed(Mode::Builtin(name), policy, Vec::new())),
+        } => finish(sandboxed(
+            Mode::Builtin(name),
+            with_preset(policy, preset),
+            Vec::new(),
+        )),
         Command::Learn {
             policy,
             output,
@@ -234,7 +258,8 @@ fn main() -> ExitCode {
             command,
         )),
         Command::Serve { config } => finish(serve(&config)),
-        Command::Check { file, schema } => check::run(file.as_deref(), schema),
+        Command::Check { files, schema } => check::run(&files, schema),
+        Command::Init(args) => init::run(&args),
         Command::Pin { action } => match action {
             PinAction::List { policy } => pins::run(pins::Op::List, &policy),
             PinAction::Diff { policy } => pins::run(pins::Op::Diff, &policy),
@@ -245,6 +270,18 @@ fn main() -> ExitCode {
         Command::Audit(args) => audit::run(args),
         Command::Sandboxes { action, common } => sandboxes::sandboxes(action, &common),
         Command::Artifacts { action, common } => sandboxes::artifacts(action, &common),
+    }
+}
+
+/// `--preset NAME` is the policy `preset:NAME` (clap keeps it apart from
+/// `--policy`); `preflight::load` resolves it.
+fn with_preset(policy: Option<PathBuf>, preset: Option<String>) -> Option<PathBuf> {
+    match preset {
+        Some(name) => Some(PathBuf::from(format!(
+            "{}{name}",
+            mcpbox_policy::preset::PREFIX
+        ))),
+        None => policy,
     }
 }
 

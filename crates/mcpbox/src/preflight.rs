@@ -41,7 +41,12 @@ impl fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
-/// Reads and parses the policy file, or returns the embedded default.
+/// Reads and parses the policy file, or returns the embedded default. A
+/// path `preset:NAME` is a preset shipped in mcpbox, its relative paths
+/// relative to the current directory; `DIR/preset:NAME` (a serve config's
+/// `policy = "preset:NAME"`, resolved against the config's directory) has
+/// them relative to DIR. A policy's `extends` is followed here, the one
+/// place that reads policy files.
 pub fn load(file: Option<&Path>) -> Result<Loaded, Error> {
     let Some(file) = file else {
         return Ok(Loaded {
@@ -49,16 +54,57 @@ pub fn load(file: Option<&Path>) -> Result<Loaded, Error> {
             file: None,
         });
     };
+    // Absolute, so relative paths in the policy resolve to absolute paths.
+    let abs = std::path::absolute(file).unwrap_or_else(|_| file.to_path_buf());
+    if let Some(name) = preset_name(file) {
+        let base = abs.parent().map(Path::to_path_buf).unwrap_or_default();
+        return load_preset(name, &base);
+    }
     let text = std::fs::read_to_string(file).map_err(|source| Error::Io {
         path: file.to_path_buf(),
         source,
     })?;
-    // Absolute, so relative paths in the policy resolve to absolute paths.
-    let abs = std::path::absolute(file).unwrap_or_else(|_| file.to_path_buf());
-    let policy = mcpbox_policy::parse(&text, &abs).map_err(|d| Error::Policy(Box::new(d)))?;
+    let policy = mcpbox_policy::parse_with(&text, &abs, &mut |p: &Path| std::fs::read_to_string(p))
+        .map_err(|d| Error::Policy(Box::new(d)))?;
     Ok(Loaded {
         policy,
         file: Some(abs),
+    })
+}
+
+/// The preset a policy path names: `preset:NAME`, or a last component
+/// `preset:NAME` (no file is read for it).
+fn preset_name(file: &Path) -> Option<&str> {
+    let prefix = mcpbox_policy::preset::PREFIX;
+    let whole = file.to_str().and_then(|s| s.strip_prefix(prefix));
+    whole.or_else(|| {
+        file.file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.strip_prefix(prefix))
+    })
+}
+
+fn load_preset(name: &str, base: &Path) -> Result<Loaded, Error> {
+    use mcpbox_policy::preset;
+    let label = PathBuf::from(format!("{}{name}", preset::PREFIX));
+    let Some(p) = preset::get(name) else {
+        return Err(Error::Policy(Box::new(
+            Diagnostic::new(
+                &label,
+                None,
+                "",
+                format!("unknown preset \"{}\"", name.escape_debug()),
+            )
+            .with_hint(format!(
+                "known presets: {} (`mcpbox init --list` describes them)",
+                preset::names()
+            )),
+        )));
+    };
+    let policy = p.parse(base).map_err(|d| Error::Policy(Box::new(d)))?;
+    Ok(Loaded {
+        policy,
+        file: Some(label),
     })
 }
 
@@ -68,8 +114,14 @@ impl Loaded {
             .file
             .clone()
             .unwrap_or_else(|| PathBuf::from("<default policy>"));
+        let location = self.policy.location(key);
+        let mut message = message.into();
+        // a key this file does not write came from what it extends
+        if let (None, Some(base)) = (location, &self.policy.extends) {
+            message = format!("{message} (inherited from extends = \"{base}\")");
+        }
         Error::Policy(Box::new(
-            Diagnostic::new(file, self.policy.location(key), key, message).with_hint(hint),
+            Diagnostic::new(file, location, key, message).with_hint(hint),
         ))
     }
 

@@ -296,15 +296,7 @@ fn git_server_answers_on_a_root_owned_repository_as_root() {
     let ws = Workspace::new();
     let repo = ws.path().join("repo");
     std::fs::create_dir(&repo).unwrap();
-    let git = |args: &[&str]| {
-        let out = Command::new("git")
-            .args(["-c", "user.name=root", "-c", "user.email=root@localhost"])
-            .args(args)
-            .current_dir(&repo)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "git {args:?}: {out:?}");
-    };
+    let git = |args: &[&str]| common::git(&repo, args);
     git(&["init", "-q", "-b", "main"]);
     std::fs::write(repo.join("README"), "root's repository\n").unwrap();
     git(&["add", "README"]);

@@ -20,6 +20,7 @@ mod credentials;
 mod decision;
 mod diagnostic;
 mod examples;
+pub mod extends;
 mod locate;
 mod model;
 mod network;
@@ -85,19 +86,82 @@ pub(crate) fn with_sub_key(suffix: &str, message: impl std::fmt::Display) -> Str
 /// Parses and validates a policy. `file` names the policy in diagnostics; its
 /// parent directory is the base for relative paths (pass an absolute path to get
 /// absolute paths back). Unknown keys, wrong types and invalid values are errors.
+/// `extends = "preset:NAME"` is followed; `extends = "FILE"` needs
+/// [`parse_with`], which is given the means to read it.
 pub fn parse(text: &str, file: &Path) -> Result<Policy> {
+    parse_with(text, file, &mut |path: &Path| {
+        Err(std::io::Error::new(
+            std::io::ErrorKind::Unsupported,
+            format!("{} is a file, and files are not read here", path.display()),
+        ))
+    })
+}
+
+/// [`parse`], with `read` to load the policy files `extends` names (the
+/// crate itself does no I/O). See [`extends`] for the merge.
+pub fn parse_with(text: &str, file: &Path, read: &mut extends::ReadFile) -> Result<Policy> {
     let base = file.parent().map(Path::to_path_buf).unwrap_or_default();
-    parse_in(text, file, &base)
+    parse_layers(text, file, &base, read)
 }
 
 /// [`parse`] with relative paths resolved against `base` instead of the
 /// file's directory (a preset is text without a directory of its own).
 pub(crate) fn parse_in(text: &str, file: &Path, base: &Path) -> Result<Policy> {
-    let locs = Locations::build(text).map_err(|e| syntax_diagnostic(text, file, &e))?;
-    let mut policy: Policy =
-        toml::from_str(text).map_err(|e| serde_diagnostic(text, file, &locs, &e))?;
-    validate::validate_in(&mut policy, file, base, &locs)?;
-    policy.locations = locs;
+    parse_layers(text, file, base, &mut |path: &Path| {
+        Err(std::io::Error::new(
+            std::io::ErrorKind::Unsupported,
+            format!("{} is a file, and a preset extends no file", path.display()),
+        ))
+    })
+}
+
+fn parse_layers(
+    text: &str,
+    file: &Path,
+    base: &Path,
+    read: &mut extends::ReadFile,
+) -> Result<Policy> {
+    let mut chain = vec![validate::resolve(
+        base,
+        Path::new(file.file_name().unwrap_or_default()),
+    )];
+    let layered = extends::layer(text, file, base, read, &mut chain)?;
+    let (mut policy, extended) = match layered.merged {
+        None => (layered.own, None),
+        Some((table, extended)) => {
+            let policy = toml::Value::Table(table)
+                .try_into::<Policy>()
+                .map_err(|e| {
+                    Diagnostic::new(
+                        file,
+                        layered.locs.get("extends"),
+                        "extends",
+                        format!(
+                            "this file merged over \"{}\" is not a valid policy: {}",
+                            extended.escape_debug(),
+                            e.message().trim()
+                        ),
+                    )
+                    .with_hint("see docs/policy.md#extends for how the merge works")
+                })?;
+            (policy, Some(extended))
+        }
+    };
+    validate::validate_in(&mut policy, file, base, &layered.locs).map_err(|mut d| {
+        // a key this file does not have came from what it extends
+        if let (None, Some(ext)) = (d.location, &extended) {
+            if !d.key.is_empty() {
+                d.message = format!(
+                    "{} (inherited from extends = \"{}\")",
+                    d.message,
+                    ext.escape_debug()
+                );
+            }
+        }
+        d
+    })?;
+    policy.extends = extended;
+    policy.locations = layered.locs;
     Ok(policy)
 }
 

@@ -49,6 +49,12 @@ fn default_max_artifact() -> u64 {
 #[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Policy {
+    /// The policy this one builds on: `"preset:NAME"` (a preset shipped in mcpbox) or a
+    /// policy file relative to this one. Its tables are merged key by key under this
+    /// file's; arrays and values are replaced; its `[[tests]]` and `server.name` are not
+    /// inherited.
+    #[serde(default, skip_serializing)]
+    pub extends: Option<String>,
     /// Who this policy is for.
     #[serde(default)]
     pub server: Server,

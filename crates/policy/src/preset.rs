@@ -306,6 +306,13 @@ mod tests {
                 "summary of {}: lowercase, no trailing period",
                 p.name
             );
+            // usable by an ordinary user without a delegated cgroup, where a
+            // memory or CPU limit cannot be enforced and mcpbox refuses to start
+            assert!(
+                policy.process.memory.is_none() && policy.process.cpu.is_none(),
+                "{} sets a limit that stops it starting rootless",
+                p.name
+            );
             // least privilege: no preset writes to the host, none passes the
             // whole environment, none opens the network without asking
             assert!(

@@ -188,3 +188,20 @@ pub fn run(args: &[&str]) -> Output {
         .output()
         .expect("run mcpbox")
 }
+
+/// Runs `git ARGS` in `repo` with a fixed identity (commits need one and
+/// the test machine may have none); panics if git fails.
+pub fn git(repo: &Path, args: &[&str]) {
+    let out = Command::new("git")
+        .args([
+            "-c",
+            "user.name=mcpbox-test",
+            "-c",
+            "user.email=test@localhost",
+        ])
+        .args(args)
+        .current_dir(repo)
+        .output()
+        .expect("run git");
+    assert!(out.status.success(), "git {args:?}: {out:?}");
+}

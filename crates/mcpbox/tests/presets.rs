@@ -1,0 +1,499 @@
+//! Presets, `mcpbox init`, `mcpbox check FILE...` and `extends`, through the
+//! real binary; the presets' servers are the real ones from npm and PyPI
+//! (`.local/peers`, MCPBOX_PEERS overrides). Until mcpbox mounts a command's
+//! runtime by itself, the policies here extend a preset with the read-only
+//! mount of the runtime the interop tests use (the venv, the npm prefix, at
+//! their own paths): everything else comes from the preset.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+use common::http::Stub;
+use common::mcp::{result_text, Session};
+use common::peers::{mount_same_path, peer};
+use common::{audit, mcpbox, Workspace};
+use serde_json::{json, Value};
+
+/// `mcpbox ARGS` run in `dir`.
+fn mcpbox_in(dir: &Path, args: &[&str]) -> Output {
+    Command::new(mcpbox())
+        .args(args)
+        .current_dir(dir)
+        .env("MCPBOX_STATE_DIR", dir.join("state"))
+        .stdin(Stdio::null())
+        .output()
+        .expect("run mcpbox")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Asserts mcpbox exited with `code` and said `needle` on stderr.
+#[track_caller]
+fn assert_fails(out: &Output, code: i32, needle: &str) {
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(code), "{err}");
+    assert!(err.contains(needle), "{needle:?} not in: {err}");
+}
+
+/// `mcpbox run --policy POLICY -- SERVER...` in `dir`, initialized.
+fn start_in(dir: &Path, policy: &Path, server: &[String]) -> Session {
+    let mut cmd = Command::new(mcpbox());
+    cmd.arg("run")
+        .arg("--policy")
+        .arg(policy)
+        .arg("--")
+        .args(server)
+        .current_dir(dir)
+        .env("MCPBOX_STATE_DIR", dir.join("state"));
+    let mut s = Session::start_command(cmd);
+    let init = s.initialize();
+    assert!(init.get("result").is_some(), "{init}\n{}", s.stderr());
+    s
+}
+
+/// Asserts the relay refused the call for `reason`.
+#[track_caller]
+fn assert_refused_for(r: &Value, reason: &str) {
+    assert_eq!(r["result"]["isError"], json!(true), "{r}");
+    assert!(
+        result_text(r).contains(reason),
+        "not refused for {reason}: {r}"
+    );
+}
+
+#[test]
+fn init_writes_a_starter_that_passes_check_and_shows_every_section() {
+    let ws = Workspace::new();
+    let out = mcpbox_in(ws.path(), &["init"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let starter = text(&out.stdout);
+    for section in [
+        "[server]",
+        "[filesystem]",
+        "[[filesystem.mounts]]",
+        "[env]",
+        "[secrets]",
+        "[process]",
+        "[network]",
+        "[tools]",
+        "[output]",
+        "[sandbox]",
+        "[audit]",
+        "[[tests]]",
+        "extends = \"preset:",
+    ] {
+        assert!(
+            starter.contains(&format!("# {section}")),
+            "{section} missing:\n{starter}"
+        );
+    }
+    std::fs::write(ws.path().join("starter.toml"), &starter).unwrap();
+    let out = mcpbox_in(ws.path(), &["check", "starter.toml"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    // as written, it is the strictest policy: no directory, no network
+    let effective = text(&out.stdout);
+    assert!(effective.contains("allow = []"), "{effective}");
+    assert!(!effective.contains("input ="), "{effective}");
+}
+
+#[test]
+fn init_of_every_preset_passes_check_where_its_host_paths_exist() {
+    let ws = Workspace::new();
+    let list = mcpbox_in(ws.path(), &["init", "--list"]);
+    assert!(list.status.success());
+    let names: Vec<String> = text(&list.stdout)
+        .lines()
+        .map(|l| l.split_whitespace().next().unwrap().to_string())
+        .collect();
+    assert!(names.len() >= 10, "{names:?}");
+    for name in &names {
+        let file = format!("{name}.toml");
+        let out = mcpbox_in(ws.path(), &["init", "--preset", name, "--output", &file]);
+        assert!(out.status.success(), "{name}: {}", text(&out.stderr));
+        let out = mcpbox_in(ws.path(), &["check", &file, &format!("preset:{name}")]);
+        if name == "postgres" && !Path::new("/var/run/postgresql").exists() {
+            // the socket directory is the one host path a preset names
+            let err = text(&out.stderr);
+            assert!(
+                !out.status.success() && err.contains("/var/run/postgresql does not exist"),
+                "{err}"
+            );
+            continue;
+        }
+        assert!(out.status.success(), "{name}: {}", text(&out.stderr));
+    }
+}
+
+#[test]
+fn init_output_refuses_to_overwrite_without_force_and_leaves_the_file_untouched() {
+    let ws = Workspace::new();
+    let file = ws.path().join("mine.toml");
+    std::fs::write(&file, "# my own policy\n").unwrap();
+    let out = mcpbox_in(
+        ws.path(),
+        &["init", "--preset", "git", "--output", "mine.toml"],
+    );
+    assert_fails(
+        &out,
+        1,
+        "mine.toml exists and was left as it is: pass --force",
+    );
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "# my own policy\n");
+    // an unknown preset writes nothing either
+    let out = mcpbox_in(
+        ws.path(),
+        &["init", "--preset", "gti", "--output", "new.toml"],
+    );
+    assert_fails(&out, 1, "known presets are");
+    assert!(!ws.path().join("new.toml").exists());
+    // --force replaces it with the preset, keeping its permissions
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o640)).unwrap();
+    let out = mcpbox_in(
+        ws.path(),
+        &[
+            "init",
+            "--preset",
+            "git",
+            "--output",
+            "mine.toml",
+            "--force",
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(std::fs::read_to_string(&file)
+        .unwrap()
+        .contains("name = \"git\""));
+    let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o640);
+}
+
+#[test]
+fn check_of_several_files_reports_every_failure_and_fails() {
+    let ws = Workspace::new();
+    std::fs::write(ws.path().join("a.toml"), "[process]\npids = 32\n").unwrap();
+    std::fs::write(ws.path().join("bad.toml"), "[filesystem]\ninptu = \"x\"\n").unwrap();
+    std::fs::write(ws.path().join("worse.toml"), "extends = \"preset:gti\"\n").unwrap();
+    let out = mcpbox_in(
+        ws.path(),
+        &["check", "a.toml", "bad.toml", "worse.toml", "preset:time"],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("bad.toml:2:1: filesystem.inptu: unknown key `inptu`"),
+        "{err}"
+    );
+    assert!(
+        err.contains("worse.toml:1:1: extends: unknown preset \"gti\"")
+            && err.contains("known presets: everything, fetch, filesystem, git"),
+        "{err}"
+    );
+    assert!(
+        err.contains("2 of 4 files failed the check: bad.toml, worse.toml"),
+        "{err}"
+    );
+    // the good ones are still checked and printed
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("# effective policy for a.toml"), "{stdout}");
+    assert!(
+        stdout.contains("# effective policy for preset:time"),
+        "{stdout}"
+    );
+    let out = mcpbox_in(ws.path(), &["check", "a.toml", "preset:time"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+}
+
+#[test]
+fn check_of_an_extending_policy_prints_the_merged_policy_and_points_at_its_own_errors() {
+    let ws = Workspace::new();
+    std::fs::write(
+        ws.path().join("repo.toml"),
+        "extends = \"preset:git\"\n[tools]\ngit_commit = \"approve\"\n",
+    )
+    .unwrap();
+    let out = mcpbox_in(ws.path(), &["check", "repo.toml"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("extends preset:git"), "{stdout}");
+    assert!(stdout.contains("git_commit = \"approve\""), "{stdout}");
+    assert!(stdout.contains("git_reset = \"deny\""), "{stdout}");
+    // the name is the file's own, not the preset's
+    assert!(stdout.contains("name = \"repo\""), "{stdout}");
+    // a cycle through files is refused, naming the chain
+    std::fs::write(ws.path().join("a.toml"), "extends = \"b.toml\"\n").unwrap();
+    std::fs::write(ws.path().join("b.toml"), "extends = \"a.toml\"\n").unwrap();
+    let out = mcpbox_in(ws.path(), &["check", "a.toml"]);
+    assert_fails(&out, 1, "extends makes a cycle");
+    // the preset's input = "." next to a credential folder: refused, and the
+    // error says the key came from the preset (the file has no such line)
+    let home = ws.path().join("home");
+    std::fs::create_dir_all(home.join(".ssh")).unwrap();
+    std::fs::write(home.join("fs.toml"), "extends = \"preset:filesystem\"\n").unwrap();
+    let out = mcpbox_in(&home, &["check", "fs.toml"]);
+    assert_fails(
+        &out,
+        1,
+        "refusing to mount it (inherited from extends = \"preset:filesystem\")",
+    );
+}
+
+#[test]
+fn a_serve_config_may_name_a_preset_as_a_servers_policy() {
+    let ws = Workspace::new();
+    let config = "[listen]\naddress = \"127.0.0.1:0\"\n\
+        [[clients]]\nname = \"alice\"\ntoken = { from_env = \"ALICE_TOKEN\" }\n\
+        [[servers]]\nname = \"time\"\npolicy = \"preset:time\"\ncommand = [\"mcp-server-time\"]\n";
+    std::fs::write(ws.path().join("serve.toml"), config).unwrap();
+    let out = mcpbox_in(ws.path(), &["check", "serve.toml"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    std::fs::write(
+        ws.path().join("serve.toml"),
+        config.replace("preset:time", "preset:tiem"),
+    )
+    .unwrap();
+    let out = mcpbox_in(ws.path(), &["check", "serve.toml"]);
+    assert_fails(&out, 1, "unknown preset \"tiem\"");
+}
+
+#[test]
+fn preset_and_policy_together_are_refused() {
+    let ws = Workspace::new();
+    std::fs::write(ws.path().join("p.toml"), "").unwrap();
+    let out = mcpbox_in(
+        ws.path(),
+        &[
+            "run", "--preset", "time", "--policy", "p.toml", "--", "true",
+        ],
+    );
+    assert_fails(&out, 2, "cannot be used with");
+    let out = mcpbox_in(ws.path(), &["exec", "--preset", "nope", "--", "true"]);
+    assert_fails(&out, 125, "unknown preset \"nope\"");
+}
+
+#[test]
+fn exec_with_the_filesystem_preset_reads_the_current_directory_and_cannot_change_it() {
+    let ws = Workspace::new();
+    let dir = ws.input();
+    let exec = |script: &str| {
+        mcpbox_in(
+            &dir,
+            &["exec", "--preset", "filesystem", "--", "sh", "-c", script],
+        )
+    };
+    let out = exec("cat /workspace/input/hello.txt");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "hello from the host\n");
+    let out = exec("echo planted > /workspace/input/planted.txt");
+    assert_ne!(out.status.code(), Some(0), "the input was writable");
+    assert!(!dir.join("planted.txt").exists());
+    // the parent of the current directory is not in the sandbox at all
+    std::fs::write(ws.path().join("host-secret.txt"), "top secret").unwrap();
+    let out = exec(&format!("cat {}/host-secret.txt", ws.path().display()));
+    assert_ne!(out.status.code(), Some(0));
+    assert!(!text(&out.stdout).contains("top secret"));
+}
+
+#[test]
+fn time_preset_runs_the_pypi_time_server_and_refuses_a_tool_it_does_not_list() {
+    let ws = Workspace::new();
+    let venv = peer("venv");
+    let policy = ws.raw_policy(&format!(
+        "extends = \"preset:time\"\n{}[audit]\npath = \"audit.db\"\n",
+        mount_same_path(&venv)
+    ));
+    let server = vec![
+        venv.join("bin/mcp-server-time").display().to_string(),
+        "--local-timezone".into(),
+        "UTC".into(),
+    ];
+    let mut s = start_in(ws.path(), &policy, &server);
+    let r = s.call("convert_time", json!({"source_timezone": "Europe/Paris", "time": "12:00", "target_timezone": "Asia/Tokyo"}));
+    assert_ne!(r["result"]["isError"], json!(true), "{r}\n{}", s.stderr());
+    let answer = result_text(&r);
+    assert!(
+        answer.contains("Asia/Tokyo") && answer.contains("T20:00"),
+        "{answer}"
+    );
+    // the preset denies by default: a tool it does not name never reaches the server
+    let r = s.call("set_time", json!({}));
+    assert_refused_for(&r, "tool.default");
+    let (status, err) = s.finish();
+    assert!(status.success(), "{err}");
+    let events = audit::events(&ws.path().join("audit.db"));
+    let start = events
+        .iter()
+        .find(|e| e["kind"] == "session_start")
+        .unwrap();
+    assert_eq!(start["detail"]["policy"], "policy", "{start}");
+}
+
+#[test]
+fn filesystem_preset_serves_the_policys_directory_read_only_and_nothing_outside_it() {
+    let ws = Workspace::new();
+    let secret = ws.path().join("host-secret.txt");
+    std::fs::write(&secret, "top secret").unwrap();
+    std::os::unix::fs::symlink(&secret, ws.input().join("escape-link")).unwrap();
+    // the policy sits in the directory it serves: the preset's input = "."
+    let policy = ws.input().join("mcpbox.toml");
+    std::fs::write(
+        &policy,
+        format!(
+            "extends = \"preset:filesystem\"\n{}",
+            mount_same_path(&peer("npm"))
+        ),
+    )
+    .unwrap();
+    let server = vec![
+        "node".to_string(),
+        peer("npm/lib/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js")
+            .display()
+            .to_string(),
+        "/workspace/input".into(),
+    ];
+    let mut s = start_in(ws.path(), &policy, &server);
+    let r = s.call(
+        "read_text_file",
+        json!({"path": "/workspace/input/hello.txt"}),
+    );
+    assert_eq!(result_text(&r), "hello from the host\n", "{r}");
+    // writing is refused on the wire by the preset, and nothing is written
+    let r = s.call(
+        "write_file",
+        json!({"path": "/workspace/input/evil.txt", "content": "x"}),
+    );
+    assert_refused_for(&r, "tool.rule");
+    assert!(!ws.input().join("evil.txt").exists());
+    // outside the input: the host path, and a symlink planted to reach it
+    for path in [
+        secret.display().to_string(),
+        "/workspace/input/escape-link".into(),
+    ] {
+        let r = s.call("read_text_file", json!({"path": path}));
+        assert!(!r.to_string().contains("top secret"), "{path}: {r}");
+    }
+    let (status, err) = s.finish();
+    assert!(status.success(), "{err}");
+}
+
+#[test]
+fn git_preset_reads_history_and_refuses_reset_and_commit() {
+    let ws = Workspace::new();
+    let repo = ws.path().join("repo");
+    std::fs::create_dir(&repo).unwrap();
+    let git = |args: &[&str]| common::git(&repo, args);
+    git(&["init", "-q", "-b", "main"]);
+    std::fs::write(repo.join("README"), "first\n").unwrap();
+    git(&["add", "README"]);
+    git(&["commit", "-q", "-m", "the first commit"]);
+    std::fs::write(repo.join("README"), "changed, not committed\n").unwrap();
+    let venv = peer("venv");
+    let policy = ws.raw_policy(&format!(
+        "extends = \"preset:git\"\n[filesystem]\ninput = \"repo\"\n{}",
+        mount_same_path(&venv)
+    ));
+    let server = vec![
+        venv.join("bin/mcp-server-git").display().to_string(),
+        "--repository".into(),
+        "/workspace/input".into(),
+    ];
+    let mut s = start_in(ws.path(), &policy, &server);
+    let r = s.call("git_log", json!({"repo_path": "/workspace/input"}));
+    assert!(
+        result_text(&r).contains("the first commit"),
+        "{r}\n{}",
+        s.stderr()
+    );
+    for (tool, args) in [
+        ("git_reset", json!({"repo_path": "/workspace/input"})),
+        (
+            "git_checkout",
+            json!({"repo_path": "/workspace/input", "branch_name": "main"}),
+        ),
+        (
+            "git_commit",
+            json!({"repo_path": "/workspace/input", "message": "x"}),
+        ),
+    ] {
+        let r = s.call(tool, args);
+        assert_refused_for(&r, "tool.rule");
+    }
+    s.finish();
+    // the uncommitted change survived: reset and checkout never ran
+    assert_eq!(
+        std::fs::read_to_string(repo.join("README")).unwrap(),
+        "changed, not committed\n"
+    );
+}
+
+#[test]
+fn fetch_preset_asks_for_an_unlisted_host_and_without_an_answer_never_reaches_it() {
+    let intranet = Stub::start();
+    intranet.route(
+        "/secret.html",
+        "text/html",
+        "<html><body>internal only</body></html>",
+    );
+    let ws = Workspace::new();
+    let venv = peer("venv");
+    // the name is mapped to the stub, but the preset does not allow it: it
+    // is asked for, and this client has no elicitation to answer with
+    let policy = ws.raw_policy(&format!(
+        "extends = \"preset:fetch\"\n{}[network.hosts]\n\"intranet.test\" = \"127.0.0.1\"\n\
+         [audit]\npath = \"audit.db\"\n",
+        mount_same_path(&venv)
+    ));
+    let server = vec![
+        venv.join("bin/mcp-server-fetch").display().to_string(),
+        "--ignore-robots-txt".into(),
+    ];
+    let mut s = start_in(ws.path(), &policy, &server);
+    let url = format!("http://intranet.test:{}/secret.html", intranet.port());
+    let r = s.call("fetch", json!({"url": url}));
+    assert_eq!(r["result"]["isError"], json!(true), "{r}\n{}", s.stderr());
+    assert!(!r.to_string().contains("internal only"), "{r}");
+    s.finish();
+    assert!(intranet.requests().is_empty(), "{:?}", intranet.requests());
+    let events = audit::events(&ws.path().join("audit.db"));
+    let to = audit::network_to(&events, "intranet.test");
+    assert!(!to.is_empty(), "{events:#?}");
+    assert!(to.iter().all(|e| e["decision"] == "deny"), "{to:#?}");
+}
+
+#[test]
+fn github_preset_refuses_to_start_without_its_token_and_passes_only_that_token() {
+    let ws = Workspace::new();
+    let env = |token: Option<&str>| {
+        let mut cmd = Command::new(mcpbox());
+        cmd.args(["exec", "--preset", "github", "--", "env"])
+            .current_dir(ws.path())
+            .env("MCPBOX_STATE_DIR", ws.path().join("state"))
+            .env("AWS_SECRET_ACCESS_KEY", "host-only-7d1e")
+            .env_remove("GITHUB_PERSONAL_ACCESS_TOKEN");
+        if let Some(t) = token {
+            cmd.env("GITHUB_PERSONAL_ACCESS_TOKEN", t);
+        }
+        cmd.stdin(Stdio::null()).output().unwrap()
+    };
+    assert_fails(
+        &env(None),
+        125,
+        "environment variable GITHUB_PERSONAL_ACCESS_TOKEN is not set",
+    );
+    let out = env(Some("ghp_test_5f2a"));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let inside = text(&out.stdout);
+    assert!(
+        inside.contains("GITHUB_PERSONAL_ACCESS_TOKEN=ghp_test_5f2a"),
+        "{inside}"
+    );
+    assert!(
+        !inside.contains("host-only-7d1e"),
+        "a host variable leaked: {inside}"
+    );
+}
