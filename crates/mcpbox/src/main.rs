@@ -15,6 +15,7 @@ mod lifecycle;
 mod pins;
 mod preflight;
 mod run;
+mod runtime;
 mod sandboxes;
 mod serve;
 mod state;
@@ -233,13 +234,16 @@ fn sandboxed(mode: Mode, policy: Option<PathBuf>, command: Vec<OsString>) -> Res
     if let Mode::Builtin(name) = &mode {
         builtin::check_name(name).map_err(|e| Failure::at("builtin", e))?;
     }
-    let loaded = preflight::load(policy.as_deref()).map_err(|e| Failure::at("policy", e))?;
+    let mut loaded = preflight::load(policy.as_deref()).map_err(|e| Failure::at("policy", e))?;
     let command = match mode {
         Mode::Builtin(_) => builtin::argv(&loaded.policy).map_err(|e| Failure::at("builtin", e))?,
         _ => command,
     };
     let mut spec =
         preflight::spec(&loaded, command, stdio).map_err(|e| Failure::at("policy", e))?;
+    if !matches!(mode, Mode::Builtin(_)) && loaded.policy.runtime.discover {
+        loaded.runtime = discover_runtime(&loaded, &mut spec, mode == Mode::Run)?;
+    }
     match mode {
         Mode::Exec => exec(&loaded, spec),
         Mode::Run => run::run(loaded, spec, false).map_err(Failure::from_run),
@@ -248,6 +252,41 @@ fn sandboxed(mode: Mode, policy: Option<PathBuf>, command: Vec<OsString>) -> Res
             run::run(loaded, spec, true).map_err(Failure::from_run)
         }
     }
+}
+
+/// Runtime discovery for `exec` and `run` (docs/runtime.md): a package
+/// runner's registry checked and its cache given, then what the command
+/// needs mounted, each mount reported on stderr; returns the record of
+/// the mounts for `session_start`. `asks`: an unlisted registry can be
+/// put to the host (`run`).
+fn discover_runtime(
+    loaded: &preflight::Loaded,
+    spec: &mut mcpbox_sandbox::Spec,
+    asks: bool,
+) -> Result<serde_json::Value, Failure> {
+    let state = state::state_dir();
+    let runner = runtime::prepare_runner(spec, &loaded.policy, &state, asks)
+        .map_err(|e| Failure::at("runtime", e))?;
+    if let Some((r, Some(dir))) = &runner {
+        eprintln!(
+            "mcpbox: runtime: mounted {} read-write ({}'s cache for this server)",
+            dir.display(),
+            r.tool
+        );
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let found = runtime::discover(spec, &path).map_err(|e| Failure::at("runtime", e))?;
+    for note in &found.notes {
+        eprintln!("mcpbox: runtime: {note}");
+    }
+    for m in &found.mounts {
+        eprintln!(
+            "mcpbox: runtime: mounted {} read-only ({})",
+            m.path.display(),
+            m.reason
+        );
+    }
+    Ok(found.audit_detail())
 }
 
 /// `mcpbox serve`: signals blocked before any thread, as for `run`.

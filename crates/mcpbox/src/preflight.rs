@@ -16,6 +16,9 @@ pub struct Loaded {
     pub policy: Policy,
     /// The policy file; None for the embedded default.
     pub file: Option<PathBuf>,
+    /// What runtime discovery mounted for the command (`runtime.rs`), for
+    /// the `session_start` record; empty until it ran.
+    pub runtime: serde_json::Value,
 }
 
 /// A preflight failure: a policy diagnostic, or a plain message.
@@ -47,6 +50,7 @@ pub fn load(file: Option<&Path>) -> Result<Loaded, Error> {
         return Ok(Loaded {
             policy: mcpbox_policy::default_policy(),
             file: None,
+            runtime: serde_json::Value::Null,
         });
     };
     let text = std::fs::read_to_string(file).map_err(|source| Error::Io {
@@ -59,6 +63,7 @@ pub fn load(file: Option<&Path>) -> Result<Loaded, Error> {
     Ok(Loaded {
         policy,
         file: Some(abs),
+        runtime: serde_json::Value::Null,
     })
 }
 
@@ -144,7 +149,7 @@ const CREDENTIAL_SCAN_ENTRIES: usize = 20_000;
 
 /// Looks below `dir` for a credential location (a `.ssh` folder, a
 /// `.netrc` file...), breadth first, without following symlinks.
-fn find_credentials_below(dir: &Path) -> Option<(&'static str, PathBuf)> {
+pub(crate) fn find_credentials_below(dir: &Path) -> Option<(&'static str, PathBuf)> {
     if !dir.is_dir() {
         return None;
     }

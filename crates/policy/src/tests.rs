@@ -1225,6 +1225,7 @@ fn json_schema_covers_every_section() {
         "env",
         "process",
         "sandbox",
+        "runtime",
         "network",
         "secrets",
         "tools",
