@@ -241,7 +241,12 @@ fn sandboxed(mode: Mode, policy: Option<PathBuf>, command: Vec<OsString>) -> Res
     };
     let mut spec =
         preflight::spec(&loaded, command, stdio).map_err(|e| Failure::at("policy", e))?;
-    if !matches!(mode, Mode::Builtin(_)) && loaded.policy.runtime.discover {
+    // the degraded tier has no mount namespace: the command sees the
+    // host's paths and nothing can be mounted (asked only of a policy that
+    // accepts that tier, before any thread exists)
+    let degraded = loaded.policy.sandbox.dangerously_allow_degraded
+        && !mcpbox_sandbox::doctor::user_namespaces_work();
+    if !matches!(mode, Mode::Builtin(_)) && loaded.policy.runtime.discover && !degraded {
         loaded.runtime = discover_runtime(&loaded, &mut spec, mode == Mode::Run)?;
     }
     match mode {
