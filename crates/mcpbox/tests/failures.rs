@@ -194,14 +194,23 @@ fn a_script_whose_interpreter_is_not_mounted_names_the_interpreter_and_the_mount
     // and with discovery on (the default), no mount is needed at all
     let p = ws.policy("");
     let out = run_mcpbox(
-        &["exec", "--policy", p.to_str().unwrap(), "--", "/workspace/input/server.sh"],
+        &[
+            "exec",
+            "--policy",
+            p.to_str().unwrap(),
+            "--",
+            "/workspace/input/server.sh",
+        ],
         &ws,
     );
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     assert_eq!(String::from_utf8_lossy(&out.stdout), "ran-by-venv-sh\n");
     assert!(
-        err.contains(&format!("mcpbox: runtime: mounted {} read-only", venv.join("bin").display())),
+        err.contains(&format!(
+            "mcpbox: runtime: mounted {} read-only",
+            venv.join("bin").display()
+        )),
         "{err}"
     );
 }

@@ -62,9 +62,21 @@ fn server_filesystem_from_its_node_modules_tree_runs_with_no_hand_written_mounts
     let ws = Workspace::new();
     let p = workspace_policy(&ws);
     let server = peer("npm/bin/mcp-server-filesystem").display().to_string();
-    let mut s = start(&ws, &p, &[&server, "/workspace/input", "/workspace/output"], &[]);
-    let r = s.call("read_text_file", json!({"path": "/workspace/input/hello.txt"}));
-    assert!(result_text(&r).contains("hello from the host"), "{r}\n{}", s.stderr());
+    let mut s = start(
+        &ws,
+        &p,
+        &[&server, "/workspace/input", "/workspace/output"],
+        &[],
+    );
+    let r = s.call(
+        "read_text_file",
+        json!({"path": "/workspace/input/hello.txt"}),
+    );
+    assert!(
+        result_text(&r).contains("hello from the host"),
+        "{r}\n{}",
+        s.stderr()
+    );
     let stderr = finish(s);
     let npm = peer("npm").display().to_string();
     assert_eq!(mounted(&stderr), vec![npm], "{stderr}");
@@ -92,7 +104,11 @@ fn server_everything_found_on_the_callers_path_runs_with_no_hand_written_mounts(
     );
     let mut s = start(&ws, &p, &["mcp-server-everything"], &[("PATH", &path)]);
     let r = s.call("echo", json!({"message": "through discovery"}));
-    assert!(result_text(&r).contains("through discovery"), "{r}\n{}", s.stderr());
+    assert!(
+        result_text(&r).contains("through discovery"),
+        "{r}\n{}",
+        s.stderr()
+    );
     let stderr = finish(s);
     assert!(
         stderr.contains("running mcp-server-everything as") && stderr.contains("(found on PATH)"),
@@ -116,7 +132,11 @@ fn mcp_server_time_from_a_venv_runs_with_no_hand_written_mounts() {
     let server = peer("venv/bin/mcp-server-time").display().to_string();
     let mut s = venv_server(&ws, &p, &[&server, "--local-timezone", "UTC"]);
     let r = s.call("get_current_time", json!({"timezone": "UTC"}));
-    assert!(result_text(&r).contains("\"timezone\": \"UTC\""), "{r}\n{}", s.stderr());
+    assert!(
+        result_text(&r).contains("\"timezone\": \"UTC\""),
+        "{r}\n{}",
+        s.stderr()
+    );
     let stderr = finish(s);
     assert_eq!(
         mounted(&stderr),
@@ -144,7 +164,11 @@ fn mcp_server_git_from_a_venv_runs_with_no_hand_written_mounts() {
     let server = peer("venv/bin/mcp-server-git").display().to_string();
     let mut s = venv_server(&ws, &p, &[&server, "--repository", "/workspace/input"]);
     let r = s.call("git_log", json!({"repo_path": "/workspace/input"}));
-    assert!(result_text(&r).contains("discovered"), "{r}\n{}", s.stderr());
+    assert!(
+        result_text(&r).contains("discovered"),
+        "{r}\n{}",
+        s.stderr()
+    );
     finish(s);
 }
 
@@ -178,7 +202,11 @@ fn mcp_server_fetch_from_a_venv_runs_with_no_hand_written_mounts() {
 /// `mcpbox exec --policy P -- ARGS` with `env` added.
 fn exec(policy: &Path, args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
     let mut cmd = Command::new(mcpbox());
-    cmd.arg("exec").arg("--policy").arg(policy).arg("--").args(args);
+    cmd.arg("exec")
+        .arg("--policy")
+        .arg(policy)
+        .arg("--")
+        .args(args);
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -212,8 +240,7 @@ fn a_venv_whose_python_links_into_a_pyenv_prefix_outside_usr_runs() {
     .unwrap();
     let venv = ws.path().join("proj/.venv");
     std::fs::create_dir_all(venv.join("bin")).unwrap();
-    std::os::unix::fs::symlink(prefix.join("bin").join(&version), venv.join("bin/python"))
-        .unwrap();
+    std::os::unix::fs::symlink(prefix.join("bin").join(&version), venv.join("bin/python")).unwrap();
     std::fs::write(
         venv.join("pyvenv.cfg"),
         format!(
@@ -281,7 +308,11 @@ fn an_env_node_script_in_a_node_modules_tree_finds_its_dependency() {
         &nm.join("tiny/bin/tiny.js"),
         &tiny_server_js("require('tiny-greeting').text"),
     );
-    std::fs::write(nm.join("tiny/package.json"), r#"{"name":"tiny","version":"1.0.0"}"#).unwrap();
+    std::fs::write(
+        nm.join("tiny/package.json"),
+        r#"{"name":"tiny","version":"1.0.0"}"#,
+    )
+    .unwrap();
     std::fs::create_dir_all(nm.join("tiny-greeting")).unwrap();
     std::fs::write(
         nm.join("tiny-greeting/index.js"),
@@ -294,7 +325,12 @@ fn an_env_node_script_in_a_node_modules_tree_finds_its_dependency() {
     let bin = nm.join(".bin/tiny").display().to_string();
     let mut s = start(&ws, &p, &[&bin], &[]);
     let r = s.call("greet", json!({"name": "sandbox"}));
-    assert_eq!(result_text(&r), "hello from the tree, sandbox", "{r}\n{}", s.stderr());
+    assert_eq!(
+        result_text(&r),
+        "hello from the tree, sandbox",
+        "{r}\n{}",
+        s.stderr()
+    );
     let stderr = finish(s);
     assert_eq!(mounted(&stderr), vec![nm.display().to_string()], "{stderr}");
 }
@@ -329,15 +365,29 @@ fn discovery_never_mounts_the_home_directory_wholesale() {
     let script = home.join("server.sh");
     make_executable(
         &script,
-        &format!("#!/bin/sh\ncat {}/private.txt || echo unreadable\n", home.display()),
+        &format!(
+            "#!/bin/sh\ncat {}/private.txt || echo unreadable\n",
+            home.display()
+        ),
     );
     let p = ws.policy("");
-    let out = exec(&p, &[script.to_str().unwrap()], &[("HOME", home.to_str().unwrap())]);
+    let out = exec(
+        &p,
+        &[script.to_str().unwrap()],
+        &[("HOME", home.to_str().unwrap())],
+    );
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stdout}\n{stderr}");
-    assert!(stdout.contains("unreadable") && !stdout.contains("not for the sandbox"), "{stdout}");
-    assert_eq!(mounted(&stderr), vec![script.display().to_string()], "{stderr}");
+    assert!(
+        stdout.contains("unreadable") && !stdout.contains("not for the sandbox"),
+        "{stdout}"
+    );
+    assert_eq!(
+        mounted(&stderr),
+        vec![script.display().to_string()],
+        "{stderr}"
+    );
 }
 
 #[test]
@@ -405,8 +455,16 @@ fn npx_y_installs_from_a_local_registry_stand_in_and_answers_mcp() {
                      "integrity": hashes["integrity"], "shasum": hashes["shasum"]},
         }},
     });
-    stub.route(&format!("/{NPM_NAME}"), "application/json", packument.to_string());
-    stub.route(&tarball, "application/octet-stream", std::fs::read(&tgz).unwrap());
+    stub.route(
+        &format!("/{NPM_NAME}"),
+        "application/json",
+        packument.to_string(),
+    );
+    stub.route(
+        &tarball,
+        "application/octet-stream",
+        std::fs::read(&tgz).unwrap(),
+    );
     let p = ws.policy(&format!(
         "[audit]\npath = \"audit.db\"\n[network]\nallow = [\"registry.npmjs.org:{port}\"]\n\
          [network.hosts]\n\"registry.npmjs.org\" = \"127.0.0.1\"\n\
@@ -423,7 +481,11 @@ fn npx_y_installs_from_a_local_registry_stand_in_and_answers_mcp() {
         stub.requests()
     );
     let stderr = finish(s);
-    assert!(stub.requests().iter().any(|r| r.contains(&tarball)), "{:?}", stub.requests());
+    assert!(
+        stub.requests().iter().any(|r| r.contains(&tarball)),
+        "{:?}",
+        stub.requests()
+    );
     // the download went into this server's own cache, private to its owner
     let cache = std::fs::canonicalize(ws.path().join("state/cache/policy/npm")).unwrap();
     assert!(
@@ -432,7 +494,10 @@ fn npx_y_installs_from_a_local_registry_stand_in_and_answers_mcp() {
     );
     let mode = std::fs::metadata(&cache).unwrap().permissions().mode();
     assert_eq!(mode & 0o777, 0o700);
-    assert!(cache.join("_npx").is_dir(), "npx used another cache: {stderr}");
+    assert!(
+        cache.join("_npx").is_dir(),
+        "npx used another cache: {stderr}"
+    );
 }
 
 /// Runs `mcpbox ARGS` and waits at most `limit` for it to end; panics
@@ -469,7 +534,15 @@ fn npx_y_without_the_registry_allowed_fails_at_once_naming_the_fix() {
     // generous: the point is that it ends by itself, not how fast
     let limit = Duration::from_secs(60);
     let out = ends_within(
-        &["run", "--policy", &p, "--", "npx", "-y", "@modelcontextprotocol/server-everything"],
+        &[
+            "run",
+            "--policy",
+            &p,
+            "--",
+            "npx",
+            "-y",
+            "@modelcontextprotocol/server-everything",
+        ],
         &state,
         limit,
     );
@@ -482,8 +555,14 @@ fn npx_y_without_the_registry_allowed_fails_at_once_naming_the_fix() {
         "{stderr}"
     );
     for (cmd, host) in [
-        (&["uvx", "mcp-server-time"][..], "pypi.org, files.pythonhosted.org"),
-        (&["pipx", "run", "mcp-server-time"][..], "pypi.org, files.pythonhosted.org"),
+        (
+            &["uvx", "mcp-server-time"][..],
+            "pypi.org, files.pythonhosted.org",
+        ),
+        (
+            &["pipx", "run", "mcp-server-time"][..],
+            "pypi.org, files.pythonhosted.org",
+        ),
         (&["npx", "mcp-server-x"][..], "registry.npmjs.org"),
     ] {
         let mut args = vec!["exec", "--policy", &p, "--"];
@@ -491,6 +570,9 @@ fn npx_y_without_the_registry_allowed_fails_at_once_naming_the_fix() {
         let out = ends_within(&args, &state, limit);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(125), "{cmd:?}: {stderr}");
-        assert!(stderr.contains(host) && stderr.contains("[network]"), "{cmd:?}: {stderr}");
+        assert!(
+            stderr.contains(host) && stderr.contains("[network]"),
+            "{cmd:?}: {stderr}"
+        );
     }
 }

@@ -269,8 +269,7 @@ impl Look<'_> {
     /// The first executable `name` on the caller's PATH, a pyenv shim
     /// replaced by what it would run.
     fn on_host_path(&self, name: &OsStr) -> Option<PathBuf> {
-        let mut dirs = self.host_path.iter();
-        while let Some(dir) = dirs.next() {
+        for dir in &self.host_path {
             let cand = dir.join(name);
             if !is_executable_file(&cand) {
                 continue;
@@ -353,7 +352,9 @@ impl Look<'_> {
     fn interpreter_of(&mut self, host: &Path, inside: &Path) -> Result<(), Refused> {
         let shown = inside.display().to_string();
         match mcpbox_sandbox::interpreter(host) {
-            Some(Interpreter::Script { path, args }) if path.file_name() == Some(OsStr::new("env")) => {
+            Some(Interpreter::Script { path, args })
+                if path.file_name() == Some(OsStr::new("env")) =>
+            {
                 // `env [-S] [-i] [NAME=V] prog`: the first word that is
                 // neither an option nor an assignment
                 let Some(prog) = args
@@ -425,7 +426,10 @@ impl Look<'_> {
         let ok = |d: &Path| {
             !too_broad(d, home.as_deref())
                 && crate::preflight::find_credentials_below(d).is_none()
-                && !mcpbox_policy::credential_kind(&std::fs::canonicalize(d).unwrap_or(d.to_path_buf())).is_some()
+                && mcpbox_policy::credential_kind(
+                    &std::fs::canonicalize(d).unwrap_or(d.to_path_buf()),
+                )
+                .is_none()
         };
         let (dir, reason) = match self.root_for(file, &ok) {
             Some(r) => r,
@@ -443,16 +447,15 @@ impl Look<'_> {
     /// The directory to mount for `file`, from broadest to narrowest
     /// sensible: its venv, its outermost node_modules, its package
     /// directory, its interpreter prefix, its directory; the first `ok`.
-    fn root_for(
-        &self,
-        file: &Path,
-        ok: &dyn Fn(&Path) -> bool,
-    ) -> Option<(PathBuf, String)> {
+    fn root_for(&self, file: &Path, ok: &dyn Fn(&Path) -> bool) -> Option<(PathBuf, String)> {
         let name = file.display();
         let ancestors: Vec<&Path> = file.ancestors().skip(1).collect();
         let mut cands: Vec<(PathBuf, String)> = Vec::new();
         if let Some(v) = ancestors.iter().find(|a| a.join("pyvenv.cfg").is_file()) {
-            cands.push((v.to_path_buf(), format!("the virtual environment of {name}")));
+            cands.push((
+                v.to_path_buf(),
+                format!("the virtual environment of {name}"),
+            ));
         }
         if let Some(n) = ancestors
             .iter()
@@ -461,11 +464,18 @@ impl Look<'_> {
         {
             cands.push((n.to_path_buf(), format!("the node_modules tree of {name}")));
         }
-        if let Some(p) = ancestors.iter().take(6).find(|a| a.join("package.json").is_file()) {
+        if let Some(p) = ancestors
+            .iter()
+            .take(6)
+            .find(|a| a.join("package.json").is_file())
+        {
             cands.push((p.to_path_buf(), format!("the package directory of {name}")));
         }
         let dir = file.parent()?;
-        if matches!(dir.file_name().and_then(OsStr::to_str), Some("bin" | "sbin")) {
+        if matches!(
+            dir.file_name().and_then(OsStr::to_str),
+            Some("bin" | "sbin")
+        ) {
             if let Some(prefix) = dir.parent().filter(|p| p.join("lib").is_dir()) {
                 cands.push((prefix.to_path_buf(), format!("the prefix of {name}")));
             }
@@ -492,14 +502,15 @@ impl Look<'_> {
                     // the base interpreter's bin: its prefix holds the stdlib
                     for exe in ["python3", "python"] {
                         if value.join(exe).exists() {
-                            self.follow(&value.join(exe), &format!("the base interpreter of {shown}"))?;
+                            self.follow(
+                                &value.join(exe),
+                                &format!("the base interpreter of {shown}"),
+                            )?;
                             break;
                         }
                     }
                 }
-                "executable" => {
-                    self.follow(value, &format!("the base interpreter of {shown}"))?
-                }
+                "executable" => self.follow(value, &format!("the base interpreter of {shown}"))?,
                 _ => {}
             }
         }
@@ -567,10 +578,13 @@ fn credential_inside(path: &Path) -> Option<&'static str> {
             _ => None,
         })
         .collect();
-    mcpbox_policy::CREDENTIAL_LOCATIONS.iter().copied().find(|loc| {
-        let seq: Vec<&str> = loc.split('/').collect();
-        parts.windows(seq.len()).any(|w| w == seq.as_slice())
-    })
+    mcpbox_policy::CREDENTIAL_LOCATIONS
+        .iter()
+        .copied()
+        .find(|loc| {
+            let seq: Vec<&str> = loc.split('/').collect();
+            parts.windows(seq.len()).any(|w| w == seq.as_slice())
+        })
 }
 
 /// For a pyenv shim `dir/name`: None when it is no shim; Some(None) for

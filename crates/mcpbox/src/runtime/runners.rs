@@ -96,8 +96,8 @@ fn scan(args: &[OsString], mut on: impl FnMut(usize) -> usize) {
 }
 
 fn npm(args: &[OsString], env: &[(OsString, OsString)]) -> Runner {
-    let mut registry = env_get(env, &["npm_config_registry", "NPM_CONFIG_REGISTRY"])
-        .map(OsStr::to_os_string);
+    let mut registry =
+        env_get(env, &["npm_config_registry", "NPM_CONFIG_REGISTRY"]).map(OsStr::to_os_string);
     let mut installs = true;
     scan(args, |i| {
         if let Some((v, n)) = flag_value(args, i, &["--registry"]) {
@@ -190,7 +190,11 @@ fn host_port(url: &str) -> Option<(String, u16)> {
     let (scheme, rest) = url.split_once("://")?;
     let authority = rest.split(['/', '?', '#']).next()?;
     let authority = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
-    let default = if scheme.eq_ignore_ascii_case("http") { 80 } else { 443 };
+    let default = if scheme.eq_ignore_ascii_case("http") {
+        80
+    } else {
+        443
+    };
     let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
         let (h, after) = v6.split_once(']')?;
         (h, after.strip_prefix(':'))
@@ -244,7 +248,13 @@ pub fn prepare(
             let d = policy.network.decide(host, *port);
             !(d.verdict == Verdict::Allow || asks && d.verdict == Verdict::Approve)
         })
-        .map(|(h, p)| if *p == 443 || *p == 80 { h.clone() } else { format!("{h}:{p}") })
+        .map(|(h, p)| {
+            if *p == 443 || *p == 80 {
+                h.clone()
+            } else {
+                format!("{h}:{p}")
+            }
+        })
         .collect();
     if !refused.is_empty() {
         let hosts = refused.join(", ");
@@ -277,10 +287,7 @@ pub fn prepare(
     {
         return Ok(Some((runner, None)));
     }
-    let dir = state
-        .join("cache")
-        .join(policy.name())
-        .join(runner.cache);
+    let dir = state.join("cache").join(policy.name()).join(runner.cache);
     std::fs::create_dir_all(&dir)
         .map_err(|e| anyhow::anyhow!("creating the cache {}: {e}", dir.display()))?;
     for d in [dir.as_path(), dir.parent().unwrap_or(&dir)] {
@@ -313,7 +320,12 @@ mod tests {
         let r = detect(&argv(&["npx", "-y", "@scope/pkg", "--registry", "x"]), &[]).unwrap();
         assert_eq!(r.registries, vec![("registry.npmjs.org".into(), 443)]);
         let r = detect(
-            &argv(&["/usr/bin/npx", "--registry=http://reg.test:4873/", "-y", "pkg"]),
+            &argv(&[
+                "/usr/bin/npx",
+                "--registry=http://reg.test:4873/",
+                "-y",
+                "pkg",
+            ]),
             &[],
         )
         .unwrap();
@@ -337,22 +349,45 @@ mod tests {
             ("pypi.org".to_string(), 443),
             ("files.pythonhosted.org".to_string(), 443),
         ];
-        assert_eq!(detect(&argv(&["uvx", "mcp-server-time"]), &[]).unwrap().registries, both);
         assert_eq!(
-            detect(&argv(&["pipx", "run", "mcp-server-time"]), &[]).unwrap().registries,
+            detect(&argv(&["uvx", "mcp-server-time"]), &[])
+                .unwrap()
+                .registries,
             both
         );
-        let r = detect(&argv(&["uv", "tool", "run", "--index-url", "http://i.test:81/simple", "x"]), &[])
-            .unwrap();
+        assert_eq!(
+            detect(&argv(&["pipx", "run", "mcp-server-time"]), &[])
+                .unwrap()
+                .registries,
+            both
+        );
+        let r = detect(
+            &argv(&[
+                "uv",
+                "tool",
+                "run",
+                "--index-url",
+                "http://i.test:81/simple",
+                "x",
+            ]),
+            &[],
+        )
+        .unwrap();
         assert_eq!(r.registries, vec![("i.test".into(), 81)]);
-        assert!(detect(&argv(&["uvx", "--offline", "x"]), &[]).unwrap().registries.is_empty());
+        assert!(detect(&argv(&["uvx", "--offline", "x"]), &[])
+            .unwrap()
+            .registries
+            .is_empty());
         assert!(detect(&argv(&["pipx", "install", "x"]), &[]).is_none());
         assert!(detect(&argv(&["node", "npx"]), &[]).is_none());
     }
 
     #[test]
     fn urls_give_their_host_and_port() {
-        assert_eq!(host_port("https://u:p@Reg.test/x"), Some(("reg.test".into(), 443)));
+        assert_eq!(
+            host_port("https://u:p@Reg.test/x"),
+            Some(("reg.test".into(), 443))
+        );
         assert_eq!(host_port("http://[::1]:8080/"), Some(("::1".into(), 8080)));
         assert_eq!(host_port("registry"), None);
     }

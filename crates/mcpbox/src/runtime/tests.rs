@@ -29,10 +29,22 @@ fn write_exec(p: &Path, body: &str) {
 #[test]
 fn a_directory_at_the_top_or_a_home_is_never_chosen() {
     let home = Some(Path::new("/srv/users/me"));
-    for d in ["/", "/opt", "/tmp", "/home/u", "/root", "/srv/users", "/srv/users/me"] {
+    for d in [
+        "/",
+        "/opt",
+        "/tmp",
+        "/home/u",
+        "/root",
+        "/srv/users",
+        "/srv/users/me",
+    ] {
         assert!(too_broad(Path::new(d), home), "{d}");
     }
-    for d in ["/opt/venv", "/srv/users/me/proj", "/root/.pyenv/versions/3.11.7"] {
+    for d in [
+        "/opt/venv",
+        "/srv/users/me/proj",
+        "/root/.pyenv/versions/3.11.7",
+    ] {
         assert!(!too_broad(Path::new(d), home), "{d}");
     }
 }
@@ -55,7 +67,10 @@ fn a_venv_script_mounts_the_venv_and_its_base_interpreter_prefix() {
     )
     .unwrap();
     let script = venv.join("bin/server");
-    write_exec(&script, &format!("#!{}\nprint()\n", venv.join("bin/python").display()));
+    write_exec(
+        &script,
+        &format!("#!{}\nprint()\n", venv.join("bin/python").display()),
+    );
     let mut s = spec(script.to_str().unwrap());
     let found = discover(&mut s, OsStr::new("")).unwrap();
     let paths: Vec<_> = found.mounts.iter().map(|m| m.path.clone()).collect();
@@ -88,7 +103,10 @@ fn an_env_shebang_puts_the_interpreters_directory_on_the_sandbox_path() {
     let path = node.parent().unwrap().display().to_string();
     let found = discover(&mut s, OsStr::new(&path)).unwrap();
     let paths: Vec<_> = found.mounts.iter().map(|m| m.path.clone()).collect();
-    assert!(paths.contains(&t.path().join("app/node_modules")), "{paths:?}");
+    assert!(
+        paths.contains(&t.path().join("app/node_modules")),
+        "{paths:?}"
+    );
     assert!(paths.contains(&t.path().join("nodejs/bin")), "{paths:?}");
     let p = s.env.iter().find(|(k, _)| k == "PATH").unwrap();
     assert!(p.1.to_string_lossy().starts_with(&path), "{p:?}");
@@ -110,6 +128,9 @@ fn system_and_workspace_commands_need_nothing() {
     for cmd in ["/bin/sh", "true", "/workspace/input/x"] {
         let mut s = spec(cmd);
         let found = discover(&mut s, OsStr::new("/usr/bin:/bin")).unwrap();
-        assert!(found.mounts.is_empty() && s.mounts.is_empty(), "{cmd}: {found:?}");
+        assert!(
+            found.mounts.is_empty() && s.mounts.is_empty(),
+            "{cmd}: {found:?}"
+        );
     }
 }
