@@ -181,7 +181,7 @@ pub(crate) fn find_credentials_below(dir: &Path) -> Option<(&'static str, PathBu
 }
 
 /// Whether the relative path contains a credential location's components.
-fn names_credential_location(rel: &Path) -> Option<&'static str> {
+pub(crate) fn names_credential_location(rel: &Path) -> Option<&'static str> {
     let parts: Vec<&str> = rel.iter().filter_map(|c| c.to_str()).collect();
     mcpbox_policy::CREDENTIAL_LOCATIONS
         .iter()

@@ -172,40 +172,31 @@ fn a_script_whose_interpreter_is_not_mounted_names_the_interpreter_and_the_mount
         assert!(!err.contains("command not found"), "{cmd}: {err}");
     }
 
+    // runs the script under a policy of `extra`: it must run by venv's sh
+    let runs = |extra: &str| {
+        let p = ws.policy(extra);
+        let out = run_mcpbox(
+            &[
+                "exec",
+                "--policy",
+                p.to_str().unwrap(),
+                "--",
+                "/workspace/input/server.sh",
+            ],
+            &ws,
+        );
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{err}");
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "ran-by-venv-sh\n");
+        err
+    };
     // the mount it asks for is the fix
-    let p = ws.policy(&format!(
+    runs(&format!(
         "[[filesystem.mounts]]\nhost = \"{0}\"\nat = \"{0}\"\n",
         venv.display()
     ));
-    let out = run_mcpbox(
-        &[
-            "exec",
-            "--policy",
-            p.to_str().unwrap(),
-            "--",
-            "/workspace/input/server.sh",
-        ],
-        &ws,
-    );
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{err}");
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "ran-by-venv-sh\n");
-
     // and with discovery on (the default), no mount is needed at all
-    let p = ws.policy("");
-    let out = run_mcpbox(
-        &[
-            "exec",
-            "--policy",
-            p.to_str().unwrap(),
-            "--",
-            "/workspace/input/server.sh",
-        ],
-        &ws,
-    );
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{err}");
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "ran-by-venv-sh\n");
+    let err = runs("");
     assert!(
         err.contains(&format!(
             "mcpbox: runtime: mounted {} read-only",

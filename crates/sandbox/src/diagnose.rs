@@ -299,7 +299,7 @@ fn follow_host(view: &[Step], inside: &Path, host: PathBuf, links: u32) -> Seen 
 
 /// `path` made absolute and free of `.` and `..` (lexically, as the
 /// sandbox's root has no parent); None for a relative path.
-fn normalize(path: &Path) -> Option<PathBuf> {
+pub fn normalize(path: &Path) -> Option<PathBuf> {
     if !path.is_absolute() {
         return None;
     }

@@ -233,19 +233,10 @@ fn is_executable_file(p: &Path) -> bool {
         .unwrap_or(false)
 }
 
-/// `path` free of `.` and `..`, lexically.
+/// `path` (absolute) free of `.` and `..`, lexically, as the sandbox's
+/// root sees it.
 fn normalize(path: &Path) -> PathBuf {
-    let mut out = PathBuf::from("/");
-    for c in path.components() {
-        match c {
-            Component::Normal(n) => out.push(n),
-            Component::ParentDir => {
-                out.pop();
-            }
-            _ => {}
-        }
-    }
-    out
+    mcpbox_sandbox::normalize(path).unwrap_or_else(|| path.to_path_buf())
 }
 
 /// Directories never mounted by discovery, whatever they hold: the root
@@ -571,20 +562,7 @@ impl Look<'_> {
 
 /// The credential location `path` lies in (not merely contains).
 fn credential_inside(path: &Path) -> Option<&'static str> {
-    let parts: Vec<&str> = path
-        .components()
-        .filter_map(|c| match c {
-            Component::Normal(s) => s.to_str(),
-            _ => None,
-        })
-        .collect();
-    mcpbox_policy::CREDENTIAL_LOCATIONS
-        .iter()
-        .copied()
-        .find(|loc| {
-            let seq: Vec<&str> = loc.split('/').collect();
-            parts.windows(seq.len()).any(|w| w == seq.as_slice())
-        })
+    crate::preflight::names_credential_location(path)
 }
 
 /// For a pyenv shim `dir/name`: None when it is no shim; Some(None) for
