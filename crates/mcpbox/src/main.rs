@@ -246,8 +246,11 @@ fn sandboxed(mode: Mode, policy: Option<PathBuf>, command: Vec<OsString>) -> Res
     // accepts that tier, before any thread exists)
     let degraded = loaded.policy.sandbox.dangerously_allow_degraded
         && !mcpbox_sandbox::doctor::user_namespaces_work();
-    if !matches!(mode, Mode::Builtin(_)) && loaded.policy.runtime.discover && !degraded {
-        loaded.runtime = discover_runtime(&loaded, &mut spec, mode == Mode::Run)?;
+    if !matches!(mode, Mode::Builtin(_)) {
+        let given = spec.argv.clone();
+        let discover = loaded.policy.runtime.discover && !degraded;
+        loaded.runtime = discover_runtime(&loaded, &mut spec, mode == Mode::Run, discover)?;
+        loaded.argv = (given != spec.argv).then_some(given);
     }
     match mode {
         Mode::Exec => exec(&loaded, spec),
@@ -260,18 +263,23 @@ fn sandboxed(mode: Mode, policy: Option<PathBuf>, command: Vec<OsString>) -> Res
 }
 
 /// Runtime discovery for `exec` and `run` (docs/runtime.md): a package
-/// runner's registry checked and its cache given, then what the command
-/// needs mounted, each mount reported on stderr; returns the record of
-/// the mounts for `session_start`. `asks`: an unlisted registry can be
-/// put to the host (`run`).
+/// runner's registry checked (always: it mounts nothing) and, with
+/// `discover`, its cache given and what the command needs mounted, each
+/// mount reported on stderr; returns the record of the mounts for
+/// `session_start` (null without `discover`). `asks`: an unlisted
+/// registry can be put to the host (`run`).
 fn discover_runtime(
     loaded: &preflight::Loaded,
     spec: &mut mcpbox_sandbox::Spec,
     asks: bool,
+    discover: bool,
 ) -> Result<serde_json::Value, Failure> {
     let state = state::state_dir();
-    let runner = runtime::prepare_runner(spec, &loaded.policy, &state, asks)
+    let runner = runtime::prepare_runner(spec, &loaded.policy, &state, asks, discover)
         .map_err(|e| Failure::at("runtime", e))?;
+    if !discover {
+        return Ok(serde_json::Value::Null);
+    }
     if let Some((r, Some(dir))) = &runner {
         eprintln!(
             "mcpbox: runtime: mounted {} read-write ({}'s cache for this server)",

@@ -19,6 +19,10 @@ pub struct Loaded {
     /// What runtime discovery mounted for the command (`runtime.rs`), for
     /// the `session_start` record; empty until it ran.
     pub runtime: serde_json::Value,
+    /// The command as given, when runtime discovery ran it by another path
+    /// (a bare name found on the caller's PATH): the server's identity for
+    /// its pins stays the command the user wrote, whatever PATH held.
+    pub argv: Option<Vec<OsString>>,
 }
 
 /// A preflight failure: a policy diagnostic, or a plain message.
@@ -51,6 +55,7 @@ pub fn load(file: Option<&Path>) -> Result<Loaded, Error> {
             policy: mcpbox_policy::default_policy(),
             file: None,
             runtime: serde_json::Value::Null,
+            argv: None,
         });
     };
     let text = std::fs::read_to_string(file).map_err(|source| Error::Io {
@@ -64,6 +69,7 @@ pub fn load(file: Option<&Path>) -> Result<Loaded, Error> {
         policy,
         file: Some(abs),
         runtime: serde_json::Value::Null,
+        argv: None,
     })
 }
 

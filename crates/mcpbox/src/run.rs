@@ -330,7 +330,7 @@ pub fn run(loaded: Loaded, mut spec: Spec, builtin: bool) -> anyhow::Result<i32>
     let identity = if builtin {
         crate::builtin::PIN_IDENTITY.to_string()
     } else {
-        command_identity(&spec.argv)
+        command_identity(loaded.argv.as_ref().unwrap_or(&spec.argv))
     };
     let view = crate::arguments::SandboxView::for_spec(&spec);
     let mut config = relay_config(

@@ -114,6 +114,17 @@ fn server_everything_found_on_the_callers_path_runs_with_no_hand_written_mounts(
         stderr.contains("running mcp-server-everything as") && stderr.contains("(found on PATH)"),
         "{stderr}"
     );
+    // the server is who the user named, whatever PATH held: its pins and
+    // its record keep the command as written
+    let start = common::audit::events(&ws.path().join("audit.db"))
+        .into_iter()
+        .find(|e| e["kind"] == "session_start")
+        .expect("a session_start record");
+    assert_eq!(
+        start["detail"]["server"],
+        json!("command:[\"mcp-server-everything\"]"),
+        "{start}"
+    );
 }
 
 /// A PyPI server from the peers' venv, with no mount: its venv is found
@@ -391,7 +402,7 @@ fn discovery_never_mounts_the_home_directory_wholesale() {
 }
 
 #[test]
-fn runtime_discover_false_mounts_nothing() {
+fn runtime_discover_false_mounts_nothing_but_still_checks_a_runners_registry() {
     let ws = Workspace::new();
     let p = ws.policy("[runtime]\ndiscover = false\n");
     let server = peer("venv/bin/mcp-server-time").display().to_string();
@@ -399,6 +410,11 @@ fn runtime_discover_false_mounts_nothing() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(127), "{stderr}");
     assert!(!stderr.contains("mcpbox: runtime:"), "{stderr}");
+    // a runner's registry is still checked: that mounts nothing
+    let out = exec(&p, &["npx", "-y", "some-server"], &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{stderr}");
+    assert!(stderr.contains("npx -y needs the npm registry"), "{stderr}");
 }
 
 const NPM_NAME: &str = "mcpbox-tiny-server";

@@ -230,13 +230,16 @@ fn cache_env(cache: &str, dir: &Path) -> Vec<(&'static str, PathBuf)> {
 
 /// Checks a runner on `spec`'s command against the policy and gives it its
 /// cache. `asks` says whether a host can be asked about an unlisted
-/// registry (`run`: yes, through the relay; `exec`: no). Returns the
-/// runner found, if any, and the cache directory mounted.
+/// registry (`run`: yes, through the relay; `exec`: no); `cache` whether
+/// to mount one (not with `[runtime] discover = false`, which mounts
+/// nothing; the registry is checked all the same). Returns the runner
+/// found, if any, and the cache directory mounted.
 pub fn prepare(
     spec: &mut Spec,
     policy: &Policy,
     state: &Path,
     asks: bool,
+    cache: bool,
 ) -> anyhow::Result<Option<(Runner, Option<PathBuf>)>> {
     let Some(runner) = detect(&spec.argv, &spec.env) else {
         return Ok(None);
@@ -281,9 +284,10 @@ pub fn prepare(
     }
     let env = cache_env(runner.cache, Path::new(""));
     // a variable the policy sets itself is the policy's: no cache then
-    if env
-        .iter()
-        .any(|(k, _)| spec.env.iter().any(|(name, _)| name == k))
+    if !cache
+        || env
+            .iter()
+            .any(|(k, _)| spec.env.iter().any(|(name, _)| name == k))
     {
         return Ok(Some((runner, None)));
     }
