@@ -52,6 +52,13 @@ fn mounted(stderr: &str) -> Vec<String> {
         .collect()
 }
 
+/// Calls `tool` and asserts its answer's text holds `needle`.
+#[track_caller]
+fn answers(s: &mut Session, tool: &str, args: serde_json::Value, needle: &str) {
+    let r = s.call(tool, args);
+    assert!(result_text(&r).contains(needle), "{r}\n{}", s.stderr());
+}
+
 /// A policy with the workspace only (and the audit log beside it).
 fn workspace_policy(ws: &Workspace) -> PathBuf {
     ws.policy("[audit]\npath = \"audit.db\"\n")
@@ -68,14 +75,11 @@ fn server_filesystem_from_its_node_modules_tree_runs_with_no_hand_written_mounts
         &[&server, "/workspace/input", "/workspace/output"],
         &[],
     );
-    let r = s.call(
+    answers(
+        &mut s,
         "read_text_file",
         json!({"path": "/workspace/input/hello.txt"}),
-    );
-    assert!(
-        result_text(&r).contains("hello from the host"),
-        "{r}\n{}",
-        s.stderr()
+        "hello from the host",
     );
     let stderr = finish(s);
     let npm = peer("npm").display().to_string();
@@ -103,11 +107,11 @@ fn server_everything_found_on_the_callers_path_runs_with_no_hand_written_mounts(
         std::env::var("PATH").unwrap_or_default()
     );
     let mut s = start(&ws, &p, &["mcp-server-everything"], &[("PATH", &path)]);
-    let r = s.call("echo", json!({"message": "through discovery"}));
-    assert!(
-        result_text(&r).contains("through discovery"),
-        "{r}\n{}",
-        s.stderr()
+    answers(
+        &mut s,
+        "echo",
+        json!({"message": "through discovery"}),
+        "through discovery",
     );
     let stderr = finish(s);
     assert!(
@@ -142,11 +146,11 @@ fn mcp_server_time_from_a_venv_runs_with_no_hand_written_mounts() {
     let p = workspace_policy(&ws);
     let server = peer("venv/bin/mcp-server-time").display().to_string();
     let mut s = venv_server(&ws, &p, &[&server, "--local-timezone", "UTC"]);
-    let r = s.call("get_current_time", json!({"timezone": "UTC"}));
-    assert!(
-        result_text(&r).contains("\"timezone\": \"UTC\""),
-        "{r}\n{}",
-        s.stderr()
+    answers(
+        &mut s,
+        "get_current_time",
+        json!({"timezone": "UTC"}),
+        "\"timezone\": \"UTC\"",
     );
     let stderr = finish(s);
     assert_eq!(
@@ -174,11 +178,11 @@ fn mcp_server_git_from_a_venv_runs_with_no_hand_written_mounts() {
     let p = workspace_policy(&ws);
     let server = peer("venv/bin/mcp-server-git").display().to_string();
     let mut s = venv_server(&ws, &p, &[&server, "--repository", "/workspace/input"]);
-    let r = s.call("git_log", json!({"repo_path": "/workspace/input"}));
-    assert!(
-        result_text(&r).contains("discovered"),
-        "{r}\n{}",
-        s.stderr()
+    answers(
+        &mut s,
+        "git_log",
+        json!({"repo_path": "/workspace/input"}),
+        "discovered",
     );
     finish(s);
 }
@@ -201,11 +205,11 @@ fn mcp_server_fetch_from_a_venv_runs_with_no_hand_written_mounts() {
     let server = peer("venv/bin/mcp-server-fetch").display().to_string();
     let mut s = venv_server(&ws, &p, &[&server]);
     let url = format!("http://docs.test:{}/page.html", stub.port());
-    let r = s.call("fetch", json!({"url": url}));
-    assert!(
-        result_text(&r).contains("found by runtime discovery"),
-        "{r}\n{}",
-        s.stderr()
+    answers(
+        &mut s,
+        "fetch",
+        json!({"url": url}),
+        "found by runtime discovery",
     );
     finish(s);
 }
