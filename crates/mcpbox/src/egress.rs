@@ -39,12 +39,26 @@ impl EgressPolicy for Rules {
 #[derive(Clone, Default)]
 pub struct HostApprover {
     asker: Arc<OnceLock<HostAsker>>,
+    /// `mcpbox learn`: every unlisted host is allowed (and recorded)
+    /// without asking; the proxy still refuses loopback, private,
+    /// link-local and metadata addresses after resolving.
+    record_and_allow: bool,
 }
 
 impl HostApprover {
     /// An approver that denies until [`HostApprover::connect`] is called.
     pub fn new() -> HostApprover {
         HostApprover::default()
+    }
+
+    /// `mcpbox learn`'s approver: says yes for the session to every host
+    /// the rules leave unlisted, so that what the server contacts can be
+    /// observed; the proxy's address-class refusals still apply.
+    pub fn record_and_allow() -> HostApprover {
+        HostApprover {
+            record_and_allow: true,
+            ..HostApprover::default()
+        }
     }
 
     /// Routes questions to `asker` from now on (the first call wins).
@@ -55,6 +69,10 @@ impl HostApprover {
 
 impl Approver for HostApprover {
     fn ask(&self, host: &str, port: u16) -> NetworkAnswer {
+        if self.record_and_allow {
+            tracing::info!(host, port, "learning: unlisted host allowed and recorded");
+            return NetworkAnswer::Session;
+        }
         let Some(asker) = self.asker.get() else {
             tracing::info!(host, port, "network approval: no host channel yet; denied");
             return NetworkAnswer::Unavailable;

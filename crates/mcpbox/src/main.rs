@@ -9,8 +9,10 @@ mod check;
 mod classify;
 mod doctor;
 mod egress;
+mod exec_args;
 mod failure;
 mod launch;
+mod learn;
 mod lifecycle;
 mod pins;
 mod preflight;
@@ -94,6 +96,29 @@ enum Command {
         )]
         command: Vec<OsString>,
     },
+    /// Run a stdio MCP server as `run` does, observing what it reads,
+    /// writes, contacts and lists while the host drives it; when the
+    /// session ends, write a least-privilege policy with a comment per rule
+    /// saying what was seen, its tool list pinned (docs/learn.md).
+    Learn {
+        /// Base policy (TOML): its mounts, secrets and limits are what the
+        /// server may use while learning; the proposal grants no more, but
+        /// for the public hosts it contacted (allowed and recorded while
+        /// learning).
+        #[arg(long, short)]
+        policy: Option<PathBuf>,
+        /// Where to write the proposed policy (`-`: stdout, once the session
+        /// ended). Default: BASE_STEM.learned.toml beside the base policy,
+        /// else learned.toml here.
+        #[arg(long, short)]
+        output: Option<PathBuf>,
+        /// Overwrite the output file if it exists.
+        #[arg(long)]
+        force: bool,
+        /// The server command and its arguments.
+        #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+        command: Vec<OsString>,
+    },
     /// Serve MCP over Streamable HTTP to many clients, with a sandbox of its
     /// own for every client session (`/servers/NAME/mcp`).
     Serve {
@@ -171,7 +196,7 @@ fn main() -> ExitCode {
     // here and never returns.
     mcpbox_sandbox::helper::enter_if_requested(mcpbox_egress::bridge);
     // Inside a sandbox, as the built-in server (`builtin.rs` starts it so).
-    let args: Vec<OsString> = std::env::args_os().take(4).collect();
+    let args: Vec<OsString> = std::env::args_os().collect();
     // A child classifying one command line (classify.rs starts it so).
     if args.len() == 2 && args[1] == classify::ARG {
         return ExitCode::from(classify::child_main());
@@ -180,6 +205,11 @@ fn main() -> ExitCode {
         return ExitCode::from(
             mcpbox_builtin::main(&args[2].to_string_lossy()).clamp(0, 255) as u8,
         );
+    }
+    // `exec`'s usual shapes are read without clap (exec_args.rs): its
+    // start-up is a product figure, measured against bwrap.
+    if let Some(exec) = exec_args::parse(&args) {
+        return finish(sandboxed(Mode::Exec, exec.policy, exec.command));
     }
     let cli = Cli::parse();
     match cli.command {
@@ -194,6 +224,16 @@ fn main() -> ExitCode {
             builtin: Some(name),
             ..
         } => finish(sandboxed(Mode::Builtin(name), policy, Vec::new())),
+        Command::Learn {
+            policy,
+            output,
+            force,
+            command,
+        } => finish(sandboxed(
+            Mode::Learn(learn::Options { output, force }),
+            policy,
+            command,
+        )),
         Command::Serve { config } => finish(serve(&config)),
         Command::Check { file, schema } => check::run(file.as_deref(), schema),
         Command::Pin { action } => match action {
@@ -216,6 +256,8 @@ enum Mode {
     Run,
     /// `run --builtin NAME`.
     Builtin(String),
+    /// `learn`: `run` under an observing variant of the policy.
+    Learn(learn::Options),
 }
 
 /// The one prepare path of `exec` and `run`: signals, logging, the policy
@@ -229,12 +271,18 @@ fn sandboxed(mode: Mode, policy: Option<PathBuf>, command: Vec<OsString>) -> Res
     init_logging();
     let stdio = match mode {
         Mode::Exec => mcpbox_sandbox::Stdio::Inherit,
-        Mode::Run | Mode::Builtin(_) => mcpbox_sandbox::Stdio::Piped,
+        Mode::Run | Mode::Builtin(_) | Mode::Learn(_) => mcpbox_sandbox::Stdio::Piped,
     };
     if let Mode::Builtin(name) = &mode {
         builtin::check_name(name).map_err(|e| Failure::at("builtin", e))?;
     }
     let mut loaded = preflight::load(policy.as_deref()).map_err(|e| Failure::at("policy", e))?;
+    if let Mode::Learn(options) = &mode {
+        let learning = learn::prepare(&mut loaded, options).map_err(|e| Failure::at("learn", e))?;
+        let spec =
+            preflight::spec(&loaded, command, stdio).map_err(|e| Failure::at("policy", e))?;
+        return learning.run(loaded, spec);
+    }
     let command = match mode {
         Mode::Builtin(_) => builtin::argv(&loaded.policy).map_err(|e| Failure::at("builtin", e))?,
         _ => command,
@@ -254,7 +302,7 @@ fn sandboxed(mode: Mode, policy: Option<PathBuf>, command: Vec<OsString>) -> Res
     }
     match mode {
         Mode::Exec => exec(&loaded, spec),
-        Mode::Run => run::run(loaded, spec, false).map_err(Failure::from_run),
+        Mode::Run | Mode::Learn(_) => run::run(loaded, spec, false).map_err(Failure::from_run),
         Mode::Builtin(_) => {
             builtin::add_binary(&mut spec).map_err(|e| Failure::at("builtin", e))?;
             run::run(loaded, spec, true).map_err(Failure::from_run)

@@ -287,7 +287,18 @@ fn spawn_signal_thread(current: Arc<AtomicI32>) -> anyhow::Result<()> {
 
 /// `loaded` and `spec` come from main's prepare path, which blocked the
 /// forwarded signals before any thread existed.
-pub fn run(loaded: Loaded, mut spec: Spec, builtin: bool) -> anyhow::Result<i32> {
+pub fn run(loaded: Loaded, spec: Spec, builtin: bool) -> anyhow::Result<i32> {
+    run_with(loaded, spec, builtin, crate::egress::HostApprover::new())
+}
+
+/// [`run`] with the approver of unlisted hosts (`mcpbox learn` passes one
+/// that allows and records them).
+pub fn run_with(
+    loaded: Loaded,
+    mut spec: Spec,
+    builtin: bool,
+    approver: crate::egress::HostApprover,
+) -> anyhow::Result<i32> {
     let current = Arc::new(AtomicI32::new(0));
     spawn_signal_thread(current.clone())?;
     let sandbox_id = state::new_id();
@@ -295,7 +306,6 @@ pub fn run(loaded: Loaded, mut spec: Spec, builtin: bool) -> anyhow::Result<i32>
     let audit = state::open_audit(&loaded.policy)?;
     state::keep_retaining(&audit, &loaded.policy.audit);
     // unlisted hosts are asked about through the relay's host channel
-    let approver = crate::egress::HostApprover::new();
     let ids = mcpbox_egress::Ids {
         sandbox_id: sandbox_id.clone(),
         workspace_id: workspace_id.clone(),

@@ -170,28 +170,26 @@ fn sandbox_started_from_a_threaded_process_descends_from_the_single_threaded_hel
         "mcpbox run should have several threads here (relay, proxy, signals): {}",
         threads(mcpbox)
     );
-    // chain: the init's parent (the holder), the holder's parent, ...,
-    // mcpbox. The holder and the process that forked it are the sandbox's
-    // forkers: each must have been single-threaded.
-    assert!(chain.len() >= 2, "init {init}: chain {chain:?}");
-    let (holder, forker) = (chain[0], chain[1]);
-    for pid in [holder, forker] {
-        assert_eq!(
-            threads(pid),
-            1,
-            "process {pid} ({}) forked part of the sandbox (init {init}) with {} threads alive; chain {chain:?}",
-            cmdline(pid),
-            threads(pid)
-        );
-    }
-    // The holder's parent is the helper mcpbox re-executed, not mcpbox.
+    // chain: the init's parent, its parent, ..., mcpbox. The init's parent
+    // cloned it into the new namespaces: the sandbox's forker, which must
+    // have been single-threaded.
+    assert!(!chain.is_empty(), "init {init}: chain {chain:?}");
+    let forker = chain[0];
+    assert_eq!(
+        threads(forker),
+        1,
+        "process {forker} ({}) made the sandbox (init {init}) with {} threads alive; chain {chain:?}",
+        cmdline(forker),
+        threads(forker)
+    );
+    // The init's parent is the helper mcpbox re-executed, not mcpbox.
     assert_ne!(
         forker, mcpbox,
-        "mcpbox forked the holder itself: chain {chain:?}"
+        "mcpbox made the sandbox's init itself: chain {chain:?}"
     );
     assert!(
         cmdline(forker).contains("__sandbox-helper"),
-        "the holder's parent {forker} is not the helper: {:?}; chain {chain:?}",
+        "the init's parent {forker} is not the helper: {:?}; chain {chain:?}",
         cmdline(forker)
     );
     assert_eq!(ppid(forker), Some(mcpbox), "chain {chain:?}");
@@ -218,8 +216,8 @@ fn killing_the_helper_takes_its_sandbox_with_it() {
     let helper = helper_of(s.child.id());
     let server = processes_with(&alias);
     assert!(!server.is_empty(), "the server should be running");
-    // The holder's PR_SET_PDEATHSIG on the (single-threaded) helper, then
-    // the init's on the holder, empty the namespace.
+    // The init's PR_SET_PDEATHSIG on the (single-threaded) helper empties
+    // the namespace.
     kill(helper, "KILL");
     wait_gone(&server, "the sandboxed server");
     // mcpbox sees its server gone and ends the session.

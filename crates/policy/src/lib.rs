@@ -24,6 +24,7 @@ mod locate;
 mod model;
 mod network;
 mod paths;
+pub mod preset;
 pub mod serve;
 mod tools;
 mod units;
@@ -61,7 +62,7 @@ pub use network::{HostPattern, HostRule, NetworkRules, Unlisted};
 pub use paths::{confine_path, PathMap};
 pub use tools::{glob_match, ToolRule, ToolRules};
 pub use units::{format_duration, format_size, parse_duration, parse_size};
-pub use validate::{MAX_TMP, PROXY_VARIABLES};
+pub use validate::{name_from_file, MAX_TMP, PROXY_VARIABLES};
 
 use diagnostic::offset_to_location;
 use locate::Locations;
@@ -85,10 +86,17 @@ pub(crate) fn with_sub_key(suffix: &str, message: impl std::fmt::Display) -> Str
 /// parent directory is the base for relative paths (pass an absolute path to get
 /// absolute paths back). Unknown keys, wrong types and invalid values are errors.
 pub fn parse(text: &str, file: &Path) -> Result<Policy> {
+    let base = file.parent().map(Path::to_path_buf).unwrap_or_default();
+    parse_in(text, file, &base)
+}
+
+/// [`parse`] with relative paths resolved against `base` instead of the
+/// file's directory (a preset is text without a directory of its own).
+pub(crate) fn parse_in(text: &str, file: &Path, base: &Path) -> Result<Policy> {
     let locs = Locations::build(text).map_err(|e| syntax_diagnostic(text, file, &e))?;
     let mut policy: Policy =
         toml::from_str(text).map_err(|e| serde_diagnostic(text, file, &locs, &e))?;
-    validate::validate(&mut policy, file, &locs)?;
+    validate::validate_in(&mut policy, file, base, &locs)?;
     policy.locations = locs;
     Ok(policy)
 }

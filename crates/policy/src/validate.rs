@@ -178,8 +178,15 @@ fn sandbox_path(ctx: &Ctx, key: &str, p: &Path) -> Result<(PathBuf, Vec<String>)
     Ok((norm, parts))
 }
 
-pub(crate) fn validate(p: &mut Policy, file: &Path, locs: &Locations) -> Result<(), Diagnostic> {
-    let base = file.parent().map(Path::to_path_buf).unwrap_or_default();
+/// Relative paths are resolved against `base`: the file's directory, or for
+/// a preset (text without a directory of its own) where it is used from.
+pub(crate) fn validate_in(
+    p: &mut Policy,
+    file: &Path,
+    base: &Path,
+    locs: &Locations,
+) -> Result<(), Diagnostic> {
+    let base = base.to_path_buf();
     let ctx = Ctx {
         file,
         locs,
@@ -839,8 +846,9 @@ fn check_upstream(ctx: &Ctx, p: &Policy) -> Result<(), Diagnostic> {
     Ok(())
 }
 
-/// A server name from the policy file's stem, with unusable characters replaced.
-fn name_from_file(file: &Path) -> String {
+/// A server name from the policy file's stem, with unusable characters
+/// replaced (`mcpbox learn` names its proposal the same way).
+pub fn name_from_file(file: &Path) -> String {
     let stem = file
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())

@@ -333,18 +333,16 @@ impl Group {
         Ok(())
     }
 
-    /// Each group's `cgroup.procs`, opened for writing before forking: the
-    /// holder joins by writing "0" (the writer itself, cgroups(7)) to each.
-    pub fn open_procs(&self) -> Result<Vec<std::os::fd::OwnedFd>> {
-        self.dirs
-            .iter()
-            .map(|(_, dir)| {
-                let path = dir.join("cgroup.procs");
-                crate::sys::cstr(&path)
-                    .and_then(|c| crate::sys::open_write(&c))
-                    .map_err(|source| Error::Cgroup { path, source })
-            })
-            .collect()
+    /// Moves `pid` (the sandbox's init, waiting for it before it does
+    /// anything) into every group, by writing its pid to each
+    /// `cgroup.procs` (cgroups(7)); its children are born there.
+    pub fn add(&self, pid: libc::pid_t) -> Result<()> {
+        let text = pid.to_string();
+        for (_, dir) in &self.dirs {
+            let path = dir.join("cgroup.procs");
+            fs::write(&path, &text).map_err(|source| Error::Cgroup { path, source })?;
+        }
+        Ok(())
     }
 
     /// The versions in use, for reporting.
@@ -483,7 +481,7 @@ struct Place {
 
 /// The cgroup of one long-lived sandbox, parent of the group of each of
 /// its launches (`mcpbox-<pid>`, made by [`Group::create_in`]), so that
-/// freezing it freezes the whole sandbox (holder, init, server and its
+/// freezing it freezes the whole sandbox (init, server and its
 /// children) and its CPU counter counts all of them.
 ///
 /// It lives in a *freezer* hierarchy, v2 (`cgroup.freeze`, a core file of

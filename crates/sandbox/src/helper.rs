@@ -33,9 +33,9 @@
 //! the *thread* that spawned it exits (prctl(2)), and `run` may spawn from
 //! a short-lived thread. It learns of mcpbox's death from EOF on the
 //! control socket (every descriptor of a dead process is closed) and then
-//! kills its sandbox. The holder and the init have PR_SET_PDEATHSIG on
-//! their single-threaded parents, so the helper's own death (even by
-//! SIGKILL) takes the whole sandbox with it.
+//! kills its sandbox. The init has PR_SET_PDEATHSIG on the helper, its
+//! single-threaded parent, so the helper's own death (even by SIGKILL)
+//! takes the whole sandbox with it.
 
 use std::ffi::{CString, OsStr};
 use std::fs::File;
@@ -81,7 +81,7 @@ fn helper_main(bridge: crate::BridgeFn) -> ! {
             sys::exit_now(125)
         }
     };
-    // Our stdio is the command's: the holder passes it on.
+    // Our stdio is the command's: the init passes it on.
     let spec = Spec {
         stdio: Stdio::Inherit,
         ..spec

@@ -6,6 +6,9 @@
 //! (pid_namespaces(7)), so a hostile command cannot kill it, and when it
 //! exits the kernel kills everything left in the namespace.
 
+use std::os::fd::{AsRawFd, OwnedFd};
+
+use crate::report::Record;
 use crate::sys::{self, SigSet, Wait};
 
 /// Signals forwarded from outside to the command's process group.
@@ -27,7 +30,7 @@ pub fn waited() -> SigSet {
 }
 
 /// Runs until `command` (pid in this namespace) ends; never returns.
-pub fn run(command: libc::pid_t) -> ! {
+pub fn run(command: libc::pid_t, status: OwnedFd) -> ! {
     let set = waited();
     loop {
         let sig = match sys::sigtimedwait(&set, None) {
@@ -42,8 +45,8 @@ pub fn run(command: libc::pid_t) -> ! {
         }
         loop {
             match sys::waitpid(-1, true) {
-                Ok(Wait::Exited(pid, code)) if pid == command => finish(code),
-                Ok(Wait::Signaled(pid, sig)) if pid == command => finish(128 + sig),
+                Ok(Wait::Exited(pid, code)) if pid == command => finish(code, &status),
+                Ok(Wait::Signaled(pid, sig)) if pid == command => finish(128 + sig, &status),
                 Ok(Wait::Exited(..)) | Ok(Wait::Signaled(..)) => continue,
                 Ok(Wait::None) => break,
                 // ECHILD: nothing left at all.
@@ -53,10 +56,15 @@ pub fn run(command: libc::pid_t) -> ! {
     }
 }
 
-/// The command is gone: kill whatever it left behind and leave with its
-/// status. kill(-1) from pid 1 reaches every other process of the namespace.
-fn finish(code: i32) -> ! {
+/// The command is gone: kill whatever it left behind, report its status on
+/// the status pipe and leave with it. kill(-1) from pid 1 reaches every
+/// other process of the namespace. The report comes before the exit: the
+/// exit drops the last reference to the mount and network namespaces, and
+/// their teardown (synchronize_rcu, the network namespace's cleanup) takes
+/// time the supervisor need not wait for.
+fn finish(code: i32, status: &OwnedFd) -> ! {
     let _ = sys::kill(-1, libc::SIGKILL);
     while let Ok(Wait::Exited(..) | Wait::Signaled(..)) = sys::waitpid(-1, false) {}
+    let _ = Record::Ended(code).send(status.as_raw_fd());
     sys::exit_now(code)
 }

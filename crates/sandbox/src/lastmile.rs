@@ -64,7 +64,7 @@ pub enum Fds {
 /// How stdio is set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StdioSetup {
-    /// As inherited (the holder already put the pipes in place).
+    /// As inherited (the init already put the pipes in place).
     Keep,
     /// These descriptors become 0, 1 and 2 (the degraded tier's pipes).
     Dup([RawFd; 3]),

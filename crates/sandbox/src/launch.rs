@@ -1,12 +1,13 @@
 //! Starting a sandbox: the one linear sequence.
 //!
-//! Three processes take part besides the command:
+//! Two processes take part besides the command:
 //!
 //! ```text
-//! supervisor (single-threaded)   holds the cgroup, writes the id maps, waits
-//!  └─ holder                     unshares the namespaces, waits for the init
-//!      └─ init (pid 1)           builds the root, then reaps and forwards
-//!          └─ command            the last mile (lastmile.rs), then execve
+//! supervisor (single-threaded)   clones the init into new namespaces,
+//!  │                             writes its id maps, moves it into its
+//!  │                             cgroup, waits
+//!  └─ init (pid 1)               builds the root, then reaps and forwards
+//!      └─ command                the last mile (lastmile.rs), then execve
 //! ```
 //!
 //! The supervisor is `mcpbox exec` itself, which is single-threaded when it
@@ -69,18 +70,20 @@ impl Status {
 /// A running sandbox.
 #[derive(Debug)]
 pub struct Sandbox {
-    /// The holder, or, for a sandbox started through the helper, the helper.
-    pub(crate) holder: libc::pid_t,
+    /// The process waited for: the init, or, for a sandbox started through
+    /// the helper, the helper.
+    pub(crate) waited: libc::pid_t,
     pub(crate) init: libc::pid_t,
     /// The command's stdin, stdout and stderr with [`Stdio::Piped`].
     pub stdin: Option<File>,
     pub stdout: Option<File>,
     pub stderr: Option<File>,
     group: Option<Group>,
-    /// Where the end is reported: the holder's status pipe (a
-    /// [`Record::Ended`] as soon as the init is gone, before the holder's
-    /// own slow exit tears the namespaces down), or the helper's control
-    /// socket (which also says timeout or out of memory).
+    /// Where the end is reported: the init's status pipe (a
+    /// [`Record::Ended`] once the command and everything else in the
+    /// sandbox are gone, before the init's own exit tears the namespaces
+    /// down), or the helper's control socket (which also says timeout or
+    /// out of memory).
     pub(crate) status_pipe: Option<File>,
     pub(crate) deadline: Option<Instant>,
     pub(crate) timed_out: bool,
@@ -90,9 +93,9 @@ pub struct Sandbox {
     /// The degraded tier's host directory for tmp, held only to be removed
     /// when the sandbox is dropped.
     _tmp: Option<crate::degraded::TmpDir>,
-    /// Started through the helper: `holder` is the helper's pid.
+    /// Started through the helper: `waited` is the helper's pid.
     through_helper: bool,
-    /// Whether `holder` has been waited for.
+    /// Whether `waited` has been waited for.
     reaped: bool,
 }
 
@@ -159,10 +162,6 @@ pub(crate) enum Call {
         flags: libc::c_int,
     },
 }
-
-/// At most one group per hierarchy: a parent's freezer and CPU accounting,
-/// memory, cpu, pids; one to spare.
-const MAX_GROUPS: usize = 6;
 
 /// The egress bridge's part of the preparation.
 pub(crate) struct BridgePrep {
@@ -680,7 +679,7 @@ fn ensure_single_threaded() -> Result<()> {
 
 /// Builds the sandbox and starts the command in it, from this process,
 /// which must be single-threaded. The one place the tier is chosen: the
-/// full tier, unless its holder's `unshare` failed (user namespaces are
+/// full tier, unless the clone into new namespaces failed (user namespaces are
 /// unavailable here), then the degraded tier if the policy accepts it.
 pub fn spawn(spec: &Spec) -> Result<Sandbox> {
     ensure_single_threaded()?;
@@ -832,7 +831,7 @@ pub(crate) fn await_exec(sb: &mut Sandbox, report_r: OwnedFd, prepared: &Prepare
         None => Ok(()),
         Some(e) => {
             sb.kill();
-            let _ = sys::waitpid(sb.holder, false);
+            let _ = sys::waitpid(sb.waited, false);
             sb.status = Some(Status::Exited(125));
             Err(e)
         }
@@ -846,32 +845,38 @@ fn spawn_full(spec: &Spec) -> Result<Sandbox> {
     prepared.idmapped = crate::idmap::attach(spec, &mut prepared.root, prepared.as_root)?;
     let mut notes = Vec::new();
     let group = limits_group(spec, &mut prepared, &mut notes)?;
-    // The holder joins the group by writing "0" (itself) to each
-    // cgroup.procs, opened here so that it only has to write; a fixed array,
-    // so that the holder frees nothing either.
-    let mut procs: [Option<OwnedFd>; MAX_GROUPS] = Default::default();
-    if let Some(g) = &group {
-        let fds = g.open_procs()?;
-        if fds.len() > MAX_GROUPS {
-            return Err(Error::setup(
-                "joining the cgroups",
-                std::io::Error::other(format!("{} groups, at most {MAX_GROUPS}", fds.len())),
-            ));
-        }
-        for (slot, fd) in procs.iter_mut().zip(fds) {
-            *slot = Some(fd);
-        }
-    }
     let deadline = spec.limits.timeout.map(|t| Instant::now() + t);
 
     let (report_r, report_w) = sys::pipe().map_err(|e| Error::setup("report pipe", e))?;
     let (sync_r, sync_w) = sys::pipe().map_err(|e| Error::setup("sync pipe", e))?;
     let (status_r, status_w) = sys::pipe().map_err(|e| Error::setup("status pipe", e))?;
     let stdio = make_stdio(prepared.piped)?;
-    let supervisor = sys::getpid();
 
-    match sys::fork().map_err(|e| Error::setup("fork", e))? {
-        Fork::Child => {
+    // Every namespace but the cgroup one, in the clone itself: user first,
+    // so the others are owned by it (clone(2)). The cgroup namespace comes
+    // later, from the init, once it is in its cgroup, so that the group is
+    // the sandbox's cgroup root.
+    let flags = libc::CLONE_NEWUSER
+        | libc::CLONE_NEWNS
+        | libc::CLONE_NEWPID
+        | libc::CLONE_NEWNET
+        | libc::CLONE_NEWIPC
+        | libc::CLONE_NEWUTS;
+    let init_pid = match sys::clone_into_namespaces(flags) {
+        // Out of processes or memory: not a matter of namespaces.
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::ENOMEM)) => {
+            return Err(Error::setup("clone", e));
+        }
+        // EPERM, EINVAL, ENOSPC, EUSERS: user namespaces are unavailable
+        // here, which `spawn` turns into the degraded tier or a refusal.
+        Err(e) => {
+            return Err(Error::Child {
+                step: ChildStep::Unshare,
+                at: None,
+                errno: e.raw_os_error().unwrap_or(0),
+            })
+        }
+        Ok(Fork::Child) => {
             let child_stdio = stdio.map(|[a, b, c]| {
                 drop((a.0, b.0, c.0));
                 [a.1, b.1, c.1]
@@ -879,87 +884,68 @@ fn spawn_full(spec: &Spec) -> Result<Sandbox> {
             drop(report_r);
             drop(sync_w);
             drop(status_r);
-            holder(
-                &prepared,
-                procs,
-                supervisor,
-                report_w,
-                sync_r,
-                status_w,
-                child_stdio,
-            )
+            init_process(&prepared, report_w, sync_r, status_w, child_stdio)
         }
-        Fork::Parent(holder_pid) => {
-            drop(procs);
-            drop(report_w);
-            drop(sync_r);
-            drop(status_w);
-            let (stdin, stdout, stderr) = parent_stdio(stdio);
-            let mut sb = Sandbox {
-                holder: holder_pid,
-                init: 0,
-                stdin,
-                stdout,
-                stderr,
-                group,
-                status_pipe: Some(File::from(status_r)),
-                deadline,
-                timed_out: false,
-                status: None,
-                notes,
-                _tmp: None,
-                through_helper: false,
-                reaped: false,
-            };
-            match supervise_startup(&mut sb, &prepared, report_r, sync_w) {
-                Ok(()) => Ok(sb),
-                Err(e) => {
-                    let _ = sys::kill(holder_pid, libc::SIGKILL);
-                    let _ = sys::waitpid(holder_pid, false);
-                    sb.status = Some(Status::Exited(125));
-                    Err(e)
-                }
-            }
+        Ok(Fork::Parent(pid)) => pid,
+    };
+    drop(report_w);
+    drop(sync_r);
+    drop(status_w);
+    let (stdin, stdout, stderr) = parent_stdio(stdio);
+    let mut sb = Sandbox {
+        waited: init_pid,
+        init: init_pid,
+        stdin,
+        stdout,
+        stderr,
+        group,
+        status_pipe: Some(File::from(status_r)),
+        deadline,
+        timed_out: false,
+        status: None,
+        notes,
+        _tmp: None,
+        through_helper: false,
+        reaped: false,
+    };
+    match supervise_startup(&mut sb, &prepared, report_r, sync_w) {
+        Ok(()) => Ok(sb),
+        Err(e) => {
+            let _ = sys::kill(init_pid, libc::SIGKILL);
+            let _ = sys::waitpid(init_pid, false);
+            sb.reaped = true;
+            sb.status = Some(Status::Exited(125));
+            Err(e)
         }
     }
 }
 
-/// The supervisor's side of start-up: id maps, then the init's pid, then
-/// EOF on the report pipe once the command has exec'd.
+/// The supervisor's side of start-up: the init's id maps and cgroup, the
+/// go-ahead on the sync pipe, then EOF on the report pipe once the command
+/// has exec'd.
 fn supervise_startup(
     sb: &mut Sandbox,
     prepared: &Prepared,
     report_r: OwnedFd,
     sync_w: OwnedFd,
 ) -> Result<()> {
-    let rep = report_r.as_raw_fd();
-    let next = || report::read(rep).map_err(|e| Error::setup("reading the report pipe", e));
-    let argv0 = &prepared.args.argv()[0];
-    let gone = |step: &str| {
-        Error::setup(
-            step.to_string(),
-            std::io::Error::other("the holder exited before reporting"),
-        )
-    };
-    // 1. The holder has unshared; write its id maps.
-    match next()? {
-        Some(Record::Unshared) => {}
-        Some(r) => return Err(child_error(r, &prepared.root, argv0)),
-        None => return Err(gone("start")),
+    // 1. The init waits on the sync pipe: its id maps (only a process
+    //    outside its user namespace may write them, user_namespaces(7)),
+    //    then its cgroups, moved by pid as cgroup.procs takes it
+    //    (cgroups(7)), before it makes its cgroup namespace.
+    write_id_maps(sb.init, prepared.as_root)?;
+    if let Some(g) = &sb.group {
+        g.add(sb.init)?;
     }
-    write_id_maps(sb.holder, prepared.as_root)?;
     let mut sync = File::from(sync_w);
     sync.write_all(b"G")
         .map_err(|e| Error::setup("sync pipe", e))?;
     drop(sync);
-    // 2. The init's pid, as seen from here.
-    match next()? {
-        Some(Record::InitPid(pid)) => sb.init = pid,
-        Some(r) => return Err(child_error(r, &prepared.root, argv0)),
-        None => return Err(gone("init")),
-    }
-    // 3. EOF: every write end is closed, the last one by execve.
-    match next()? {
+    // 2. EOF: every write end is closed, the last one by execve.
+    let argv0 = &prepared.args.argv()[0];
+    match report::read(report_r.as_raw_fd())
+        .map_err(|e| Error::setup("reading the report pipe", e))?
+    {
         None => Ok(()),
         Some(r) => Err(explain_exec(
             child_error(r, &prepared.root, argv0),
@@ -968,15 +954,15 @@ fn supervise_startup(
     }
 }
 
-/// Writes the holder's uid/gid maps. Unprivileged: our own ids appear as
+/// Writes the init's uid/gid maps. Unprivileged: our own ids appear as
 /// the sandbox user (the only mapping an ordinary user may write,
 /// user_namespaces(7)). As root: inside root maps to host root only so the
 /// init can reach bind sources; the sandbox user maps to host nobody, so
 /// the command never owns a host file it did not create (the caller's
 /// read-only directories are shown to it through idmapped mounts instead,
 /// idmap.rs).
-fn write_id_maps(holder: libc::pid_t, as_root: bool) -> Result<()> {
-    let dir = PathBuf::from(format!("/proc/{holder}"));
+fn write_id_maps(init: libc::pid_t, as_root: bool) -> Result<()> {
+    let dir = PathBuf::from(format!("/proc/{init}"));
     let w = |file: &str, text: &str| {
         std::fs::write(dir.join(file), text).map_err(|e| Error::setup(format!("writing {file}"), e))
     };
@@ -997,24 +983,23 @@ fn write_id_maps(holder: libc::pid_t, as_root: bool) -> Result<()> {
     Ok(())
 }
 
-/// The holder: joins the cgroup, unshares, waits for its id maps, forks the
-/// init and waits for it. Runs after fork: system calls only. Never returns.
-fn holder(
+/// pid 1, cloned by the supervisor into the new namespaces: waits for its
+/// id maps and cgroup, makes its cgroup namespace, builds the new root and
+/// the Landlock ruleset, starts the bridge, forks the command, then reaps;
+/// at the end it reports the command's status before its own exit tears
+/// the namespaces down. Runs after clone: system calls only.
+fn init_process(
     prepared: &Prepared,
-    procs: [Option<OwnedFd>; MAX_GROUPS],
-    supervisor: libc::pid_t,
     report_w: OwnedFd,
     sync_r: OwnedFd,
     status_w: OwnedFd,
     stdio: Option<[OwnedFd; 3]>,
 ) -> ! {
     let rep = report_w.as_raw_fd();
-    // Die with the supervisor; if it is already gone, stop here.
+    // Die with the supervisor. If it died before this took effect, its end
+    // of the sync pipe is closed and the read below ends us.
     if let Err(e) = sys::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0) {
         report::fail(rep, ChildStep::Pdeathsig, &e);
-    }
-    if sys::getppid() != supervisor {
-        sys::exit_now(125);
     }
     if let Some(fds) = stdio {
         for (i, fd) in fds.into_iter().enumerate() {
@@ -1023,77 +1008,16 @@ fn holder(
             }
         }
     }
-    // "0" moves the writing process (cgroups(7)), in v1 and v2 alike.
-    for fd in procs.into_iter().flatten() {
-        if let Err(e) = sys::write_all(fd.as_raw_fd(), b"0") {
-            report::fail(rep, ChildStep::CgroupJoin, &e);
-        }
-    }
-    // Namespaces: user first in the same call, so the others are owned by it
-    // (unshare(2)); the cgroup namespace after joining the group, so the
-    // group is the sandbox's cgroup root.
-    let flags = libc::CLONE_NEWUSER
-        | libc::CLONE_NEWNS
-        | libc::CLONE_NEWPID
-        | libc::CLONE_NEWNET
-        | libc::CLONE_NEWIPC
-        | libc::CLONE_NEWUTS
-        | libc::CLONE_NEWCGROUP;
-    if let Err(e) = sys::unshare(flags) {
-        report::fail(rep, ChildStep::Unshare, &e);
-    }
-    let _ = Record::Unshared.send(rep);
     let mut byte = [0u8; 1];
     match sys::read(sync_r.as_raw_fd(), &mut byte) {
         Ok(1) => {}
         _ => sys::exit_now(125),
     }
     drop(sync_r);
-    // The init learns of our death through this pipe's EOF, closing the race
-    // between its fork and its own PR_SET_PDEATHSIG.
-    let (alive_r, alive_w) = match sys::pipe() {
-        Ok(p) => p,
-        Err(e) => report::fail(rep, ChildStep::AlivePipe, &e),
-    };
-    match sys::fork() {
-        Err(e) => report::fail(rep, ChildStep::ForkInit, &e),
-        Ok(Fork::Child) => {
-            drop(alive_w);
-            drop(status_w);
-            init_process(prepared, report_w, alive_r)
-        }
-        Ok(Fork::Parent(pid)) => {
-            drop(alive_r);
-            let _ = Record::InitPid(pid).send(rep);
-            drop(report_w);
-            lastmile::detach_stdio();
-            let code = match sys::waitpid(pid, false) {
-                Ok(Wait::Exited(_, code)) => code,
-                Ok(Wait::Signaled(_, sig)) => 128 + sig,
-                _ => 125,
-            };
-            // Report the status first: our own exit drops the last reference
-            // to the mount and network namespaces, and their teardown
-            // (synchronize_rcu, netns cleanup) takes milliseconds that the
-            // supervisor need not wait for.
-            let _ = Record::Ended(code).send(status_w.as_raw_fd());
-            drop(alive_w);
-            sys::exit_now(code)
-        }
-    }
-}
-
-/// pid 1: builds the new root and the Landlock ruleset, starts the bridge,
-/// forks the command, then reaps. Runs after fork: system calls only.
-fn init_process(prepared: &Prepared, report_w: OwnedFd, alive_r: OwnedFd) -> ! {
-    let rep = report_w.as_raw_fd();
-    if let Err(e) = sys::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0) {
-        report::fail(rep, ChildStep::Pdeathsig, &e);
-    }
-    // If the holder died before PR_SET_PDEATHSIG took effect, its end of the
-    // alive pipe is closed: stop now.
-    if sys::poll_hup(alive_r.as_raw_fd()) {
-        sys::exit_now(125);
+    // Now in its cgroup (the supervisor moved it): that group becomes the
+    // root of what the sandbox sees of cgroups.
+    if let Err(e) = sys::unshare(libc::CLONE_NEWCGROUP) {
+        report::fail(rep, ChildStep::CgroupNamespace, &e);
     }
     if let Err(e) = sys::setsid() {
         report::fail(rep, ChildStep::Setsid, &e);
@@ -1134,9 +1058,8 @@ fn init_process(prepared: &Prepared, report_w: OwnedFd, alive_r: OwnedFd) -> ! {
         Ok(Fork::Parent(pid)) => {
             drop(ruleset);
             drop(report_w);
-            drop(alive_r);
             lastmile::detach_stdio();
-            init::run(pid)
+            init::run(pid, status_w)
         }
     }
 }
@@ -1187,7 +1110,7 @@ impl Sandbox {
         tmp: crate::degraded::TmpDir,
     ) -> Sandbox {
         Sandbox {
-            holder: pid,
+            waited: pid,
             init: -pid,
             stdin,
             stdout,
@@ -1214,7 +1137,7 @@ impl Sandbox {
         notes: Vec<String>,
     ) -> Sandbox {
         Sandbox {
-            holder: helper,
+            waited: helper,
             init,
             stdin: stdio.0,
             stdout: stdio.1,
@@ -1262,7 +1185,7 @@ impl Sandbox {
     pub fn kill(&self) {
         let _ = sys::kill(self.init, libc::SIGKILL);
         if !self.through_helper {
-            let _ = sys::kill(self.holder, libc::SIGKILL);
+            let _ = sys::kill(self.waited, libc::SIGKILL);
         }
     }
 
@@ -1289,33 +1212,33 @@ impl Sandbox {
         self.status_pipe = None;
         match record {
             Ok(Some(Record::Ended(code))) => {
-                // The holder is still tearing the namespaces down (the
+                // The init is still tearing the namespaces down (the
                 // helper, removing the cgroup); reap it if it is already
                 // done, otherwise on drop (helper) or never mind: `exec`
                 // exits right after.
                 self.reaped = matches!(
-                    sys::waitpid(self.holder, true),
+                    sys::waitpid(self.waited, true),
                     Ok(Wait::Exited(..) | Wait::Signaled(..))
                 );
-                Ok(self.record(Wait::Exited(self.holder, code)))
+                Ok(self.record(Wait::Exited(self.waited, code)))
             }
             // Through the helper, which knows why its sandbox ended.
             Ok(Some(Record::TimedOut)) => {
-                let _ = sys::waitpid(self.holder, false);
+                let _ = sys::waitpid(self.waited, false);
                 self.reaped = true;
                 self.status = Some(Status::TimedOut);
                 Ok(self.status)
             }
             Ok(Some(Record::OutOfMemory(code))) => {
-                let _ = sys::waitpid(self.holder, false);
+                let _ = sys::waitpid(self.waited, false);
                 self.reaped = true;
                 self.status = Some(Status::OutOfMemory(code));
                 Ok(self.status)
             }
-            // EOF (or garbage) without a status: the holder or the helper
+            // EOF (or garbage) without a status: the init or the helper
             // itself died (killed).
             _ => {
-                let w = sys::waitpid(self.holder, false).map_err(|e| Error::setup("waitpid", e))?;
+                let w = sys::waitpid(self.waited, false).map_err(|e| Error::setup("waitpid", e))?;
                 self.reaped = true;
                 Ok(self.record(w))
             }
@@ -1326,12 +1249,12 @@ impl Sandbox {
     /// polling every few milliseconds while a timeout is given.
     fn poll_child(&mut self, timeout_ms: Option<u64>) -> Result<Option<Status>> {
         let Some(ms) = timeout_ms else {
-            let w = sys::waitpid(self.holder, false).map_err(|e| Error::setup("waitpid", e))?;
+            let w = sys::waitpid(self.waited, false).map_err(|e| Error::setup("waitpid", e))?;
             return Ok(self.record(w));
         };
         let until = Instant::now() + std::time::Duration::from_millis(ms);
         loop {
-            let w = sys::waitpid(self.holder, true).map_err(|e| Error::setup("waitpid", e))?;
+            let w = sys::waitpid(self.waited, true).map_err(|e| Error::setup("waitpid", e))?;
             if let Some(s) = self.record(w) {
                 return Ok(Some(s));
             }
@@ -1385,14 +1308,14 @@ impl Drop for Sandbox {
     fn drop(&mut self) {
         if self.status.is_none() {
             let _ = sys::kill(self.init, libc::SIGKILL);
-            let _ = sys::kill(self.holder, libc::SIGKILL);
-            let _ = sys::waitpid(self.holder, false);
+            let _ = sys::kill(self.waited, libc::SIGKILL);
+            let _ = sys::waitpid(self.waited, false);
         } else if self.through_helper && !self.reaped {
             // The helper exits right after its report (once its cgroup is
             // removed): reap it, so that a long `run` with TTL restarts
-            // leaves no zombies. Not the holder of an in-process sandbox,
+            // leaves no zombies. Not the init of an in-process sandbox,
             // whose namespace teardown `exec` need not wait for.
-            let _ = sys::waitpid(self.holder, false);
+            let _ = sys::waitpid(self.waited, false);
         }
     }
 }

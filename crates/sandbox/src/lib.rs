@@ -195,8 +195,9 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
-    /// A step of a child (holder, init, command) failed with `errno`; `at`
-    /// names the root operation for [`ChildStep::Root`].
+    /// A step of a child (init, command, bridge), or the clone that makes
+    /// the init, failed with `errno`; `at` names the root operation for
+    /// [`ChildStep::Root`].
     #[error("sandbox set-up failed at {step}{}: {}", at.as_ref().map(|a| format!(" ({a})")).unwrap_or_default(), std::io::Error::from_raw_os_error(*errno))]
     Child {
         step: ChildStep,

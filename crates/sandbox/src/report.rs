@@ -17,14 +17,14 @@ use crate::sys;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u16)]
 pub enum ChildStep {
-    // holder
+    // the supervisor's clone(2) into the new namespaces: its errno is
+    // reported as this step, which is what sends [`crate::spawn`] to the
+    // degraded tier (no user namespaces here)
+    Unshare = 4,
+    // init (3, 5 and 6 were the steps of a holder process, gone)
     Pdeathsig = 1,
     Stdio = 2,
-    CgroupJoin = 3,
-    Unshare = 4,
-    AlivePipe = 5,
-    ForkInit = 6,
-    // init
+    CgroupNamespace = 7,
     Setsid = 10,
     BlockSignals = 11,
     /// One operation of building the root; the record's `arg` is its index
@@ -54,12 +54,10 @@ pub enum ChildStep {
 
 impl ChildStep {
     const ALL: &'static [ChildStep] = &[
+        ChildStep::Unshare,
         ChildStep::Pdeathsig,
         ChildStep::Stdio,
-        ChildStep::CgroupJoin,
-        ChildStep::Unshare,
-        ChildStep::AlivePipe,
-        ChildStep::ForkInit,
+        ChildStep::CgroupNamespace,
         ChildStep::Setsid,
         ChildStep::BlockSignals,
         ChildStep::Root,
@@ -89,10 +87,8 @@ impl ChildStep {
         match self {
             ChildStep::Pdeathsig => "pdeathsig",
             ChildStep::Stdio => "stdio",
-            ChildStep::CgroupJoin => "cgroup join",
             ChildStep::Unshare => "unshare",
-            ChildStep::AlivePipe => "alive pipe",
-            ChildStep::ForkInit => "fork init",
+            ChildStep::CgroupNamespace => "cgroup namespace",
             ChildStep::Setsid => "setsid",
             ChildStep::BlockSignals => "block signals",
             ChildStep::Root => "build the root",
@@ -132,10 +128,6 @@ impl std::fmt::Display for ChildStep {
 /// One message on the report (or status) pipe.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Record {
-    /// The holder has unshared its namespaces: write its id maps.
-    Unshared,
-    /// The init's pid, as the supervisor sees it.
-    InitPid(i32),
     /// A step failed with `errno`; `arg` says more for some steps (the
     /// index of the root operation).
     Failed {
@@ -157,8 +149,7 @@ pub enum Record {
 /// Size of one encoded record.
 pub const SIZE: usize = 16;
 
-const UNSHARED: u8 = 1;
-const INIT_PID: u8 = 2;
+// 1 and 2 were a holder process's records, gone.
 const FAILED: u8 = 3;
 const EXEC_FAILED: u8 = 4;
 const ENDED: u8 = 5;
@@ -169,8 +160,6 @@ impl Record {
     /// `[tag u8, 0 u8, step u16, errno i32, arg i32, 0 u32]`, little endian.
     pub fn encode(self) -> [u8; SIZE] {
         let (tag, step, a, b) = match self {
-            Record::Unshared => (UNSHARED, 0u16, 0i32, 0i32),
-            Record::InitPid(pid) => (INIT_PID, 0, 0, pid),
             Record::Failed { step, errno, arg } => (FAILED, step as u16, errno, arg),
             Record::ExecFailed { code, errno } => (EXEC_FAILED, 0, errno, code),
             Record::Ended(code) => (ENDED, 0, 0, code),
@@ -191,8 +180,6 @@ impl Record {
         let a = i32::from_le_bytes([buf[4], buf[5], buf[6], buf[7]]);
         let b = i32::from_le_bytes([buf[8], buf[9], buf[10], buf[11]]);
         match buf[0] {
-            UNSHARED => Some(Record::Unshared),
-            INIT_PID => Some(Record::InitPid(b)),
             FAILED => Some(Record::Failed {
                 step: ChildStep::from_u16(step)?,
                 errno: a,
@@ -252,8 +239,6 @@ mod tests {
     #[test]
     fn every_record_survives_encode_and_decode() {
         let mut all = vec![
-            Record::Unshared,
-            Record::InitPid(4242),
             Record::ExecFailed {
                 code: 127,
                 errno: libc::ENOENT,
@@ -277,9 +262,14 @@ mod tests {
 
     #[test]
     fn unknown_tags_and_steps_are_refused() {
-        let mut buf = Record::Unshared.encode();
+        let mut buf = Record::TimedOut.encode();
         buf[0] = 99;
         assert_eq!(Record::decode(&buf), None);
+        // the retired tags of the holder process
+        for tag in [1, 2] {
+            buf[0] = tag;
+            assert_eq!(Record::decode(&buf), None);
+        }
         let mut buf = Record::Failed {
             step: ChildStep::Seccomp,
             errno: 1,
@@ -306,7 +296,7 @@ mod tests {
     fn a_record_read_back_from_a_pipe_is_the_one_written_and_eof_is_none() {
         use std::os::fd::AsRawFd;
         let (r, w) = sys::pipe().unwrap();
-        Record::InitPid(7).send(w.as_raw_fd()).unwrap();
+        Record::Ended(7).send(w.as_raw_fd()).unwrap();
         Record::Failed {
             step: ChildStep::Unshare,
             errno: libc::ENOSPC,
@@ -315,7 +305,7 @@ mod tests {
         .send(w.as_raw_fd())
         .unwrap();
         drop(w);
-        assert_eq!(read(r.as_raw_fd()).unwrap(), Some(Record::InitPid(7)));
+        assert_eq!(read(r.as_raw_fd()).unwrap(), Some(Record::Ended(7)));
         assert_eq!(
             read(r.as_raw_fd()).unwrap(),
             Some(Record::Failed {

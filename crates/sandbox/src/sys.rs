@@ -47,8 +47,8 @@ pub enum Fork {
 /// fork(2), for the sandbox's own processes only. Every caller is a
 /// single-threaded process: the supervisor (`mcpbox exec`, checked with
 /// [`thread_count`] before the first fork, or the helper `mcpbox run`
-/// re-executes), the holder and the init (forks of a single-threaded
-/// process that never start a thread), and `mcpbox doctor`'s probe.
+/// re-executes), the init (made by [`clone_into_namespaces`] from the
+/// supervisor, and never starting a thread), and `mcpbox doctor`'s probe.
 pub fn fork() -> io::Result<Fork> {
     // SAFETY: fork has no memory-safety preconditions of its own. What makes
     // continuing in Rust code sound in the child is that the parent is
@@ -62,6 +62,40 @@ pub fn fork() -> io::Result<Fork> {
         -1 => Err(io::Error::last_os_error()),
         0 => Ok(Fork::Child),
         p => Ok(Fork::Parent(p)),
+    }
+}
+
+/// clone(2) without CLONE_VM, so like fork, with `flags` naming the new
+/// namespaces the child starts in (with CLONE_NEWPID it is pid 1 of the new
+/// one). This is how the supervisor makes the sandbox's init in one step,
+/// as bwrap does, instead of a fork that unshares and forks again.
+pub fn clone_into_namespaces(flags: libc::c_int) -> io::Result<Fork> {
+    let flags = libc::c_ulong::try_from(flags | libc::SIGCHLD)
+        .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: the raw system call, not glibc's clone(3) (which wants a
+    // function and a stack): with a null stack and no CLONE_VM the child
+    // continues here on a copy of the parent's memory and stack, exactly as
+    // after fork(2). The caller is single-threaded, as for [`fork`], so no
+    // lock is held by a thread missing in the child. What glibc's fork does
+    // besides (atfork handlers, the thread's tid in its own TCB) is not
+    // done; the child (the init) only makes system calls on prepared data
+    // and starts its own children with [`fork`], which sets theirs up.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_clone,
+            flags,
+            0 as libc::c_ulong, // stack: the parent's, copied
+            0 as libc::c_ulong, // parent_tid: unused
+            0 as libc::c_ulong, // child_tid: unused
+            0 as libc::c_ulong, // tls: unused
+        )
+    };
+    match ret {
+        -1 => Err(io::Error::last_os_error()),
+        0 => Ok(Fork::Child),
+        p => libc::pid_t::try_from(p)
+            .map(Fork::Parent)
+            .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL)),
     }
 }
 
@@ -109,7 +143,7 @@ pub fn dup2(from: RawFd, to: RawFd) -> io::Result<()> {
 /// prctl(2) with up to four integer arguments.
 pub fn prctl(option: libc::c_int, a2: libc::c_ulong, a3: libc::c_ulong) -> io::Result<libc::c_int> {
     // SAFETY: every prctl option used by this crate takes integer arguments
-    // only (PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS, PR_CAPBSET_DROP,
+    // only (PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS, PR_CAPBSET_DROP, PR_CAPBSET_READ,
     // PR_CAP_AMBIENT, PR_GET_SECCOMP, PR_SET_DUMPABLE).
     check(unsafe { libc::prctl(option, a2, a3, 0 as libc::c_ulong, 0 as libc::c_ulong) })
 }
@@ -399,11 +433,26 @@ pub fn clear_capabilities() -> io::Result<()> {
 }
 
 /// The highest capability number this kernel knows (read before forking).
+/// PR_CAPBSET_READ answers EINVAL for a number past it (prctl(2)), so
+/// counting up from CAP_CHECKPOINT_RESTORE (40, Linux 5.9; mcpbox needs
+/// 5.14) takes two system calls, where /proc/sys/kernel/cap_last_cap
+/// takes an open, reads and a close through procfs on every sandbox start.
+/// A kernel that refuses even 40 is asked through /proc.
 pub fn last_cap() -> u32 {
-    std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
-        .ok()
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(40)
+    const KNOWN: u32 = 40;
+    let known = |cap: u32| prctl(libc::PR_CAPBSET_READ, libc::c_ulong::from(cap), 0).is_ok();
+    if !known(KNOWN) {
+        return std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(KNOWN);
+    }
+    let mut last = KNOWN;
+    // 63: the capability sets are 64 bits wide.
+    while last < 63 && known(last + 1) {
+        last += 1;
+    }
+    last
 }
 
 /// seccomp(SECCOMP_SET_MODE_FILTER, TSYNC? no, 0, prog).
@@ -677,18 +726,6 @@ pub fn cloexec_fds_from(first: u32) -> io::Result<()> {
     .map(drop)
 }
 
-/// Whether the other end of a pipe is closed (poll(2) reports POLLHUP).
-pub fn poll_hup(fd: RawFd) -> bool {
-    let mut pfd = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd, zero timeout.
-    let n = unsafe { libc::poll(&mut pfd, 1, 0) };
-    n > 0 && (pfd.revents & libc::POLLHUP) != 0
-}
-
 /// access(path, W_OK) for the real uid.
 pub fn access_w(path: &CStr) -> bool {
     // SAFETY: valid NUL-terminated path.
@@ -760,10 +797,15 @@ pub fn poll_readable(fds: &[RawFd], timeout_ms: Option<u64>) -> io::Result<Vec<b
 /// namespace (whose uid_map is the identity over the whole range). Root of
 /// an inner user namespace is an ordinary user of the host.
 pub fn is_host_root() -> bool {
-    geteuid() == 0
-        && std::fs::read_to_string("/proc/self/uid_map")
-            .map(|m| m.split_whitespace().collect::<Vec<_>>() == ["0", "0", "4294967295"])
-            .unwrap_or(false)
+    // Read once per process: mcpbox never changes its ids or its user
+    // namespace, and procfs costs an open and reads on every sandbox start.
+    static HOST_ROOT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *HOST_ROOT.get_or_init(|| {
+        geteuid() == 0
+            && std::fs::read_to_string("/proc/self/uid_map")
+                .map(|m| m.split_whitespace().collect::<Vec<_>>() == ["0", "0", "4294967295"])
+                .unwrap_or(false)
+    })
 }
 
 /// close_range(2) over [first, last]: used where a child that never execs
@@ -845,11 +887,6 @@ pub fn open_path(path: &CStr) -> io::Result<OwnedFd> {
 /// open(2) read-write of /dev/null.
 pub fn open_devnull() -> io::Result<OwnedFd> {
     open(c"/dev/null", libc::O_RDWR, 0)
-}
-
-/// open(2) for writing an existing file (cgroup.procs), before forking.
-pub fn open_write(path: &CStr) -> io::Result<OwnedFd> {
-    open(path, libc::O_WRONLY, 0)
 }
 
 /// Creates `path` as an empty file unless something is there already (a
@@ -1307,4 +1344,17 @@ pub fn open_beneath(root: BorrowedFd<'_>, rel: &CStr, directory: bool) -> io::Re
     })?;
     // SAFETY: a descriptor we just got and own alone.
     Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn last_cap_counted_by_prctl_is_the_kernels_own() {
+        let proc: u32 = std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+            .expect("cap_last_cap")
+            .trim()
+            .parse()
+            .expect("a number");
+        assert_eq!(super::last_cap(), proc);
+    }
 }

@@ -103,7 +103,7 @@ fn frozen_sandbox_uses_no_cpu_and_thaws_with_state_intact() {
             Version::V2 => helper::spawn(&s).unwrap(),
             Version::V1 => spawn(&s).unwrap(),
         };
-        // holder (or its launch group's members), init, sh at least.
+        // init (or its launch group's members), sh at least.
         std::thread::sleep(Duration::from_millis(300));
         assert!(parent.procs().len() >= 2, "{:?}", parent.procs());
         // the loop runs and is counted (on a loaded machine it may take a
@@ -196,7 +196,7 @@ fn killing_a_frozen_parent_leaves_no_process_and_no_group() {
     }
 }
 
-/// A pid of ours that is dead but not reaped yet (the holder, our child).
+/// A pid of ours that is dead but not reaped yet (the init, our child).
 fn is_zombie(pid: i32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .map(|s| {

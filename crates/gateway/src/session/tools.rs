@@ -265,7 +265,7 @@ fn clean_schema(v: &mut Value, f: &mut dyn FnMut(&mut Value, &mut String), texts
 /// The tool-name characters of the MCP specification (2025-11-25, "Tool
 /// names"): 1 to 128 of ASCII letters, digits, `_`, `-` and `.`. Anything
 /// else can look like another name to a human and to a rule.
-pub(crate) fn valid_tool_name(name: &str) -> bool {
+pub fn valid_tool_name(name: &str) -> bool {
     (1..=128).contains(&name.len())
         && name
             .bytes()
