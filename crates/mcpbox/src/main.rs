@@ -18,6 +18,7 @@ mod lifecycle;
 mod pins;
 mod preflight;
 mod run;
+mod runtime;
 mod sandboxes;
 mod serve;
 mod state;
@@ -325,6 +326,17 @@ fn sandboxed(mode: Mode, policy: Option<PathBuf>, command: Vec<OsString>) -> Res
     };
     let mut spec =
         preflight::spec(&loaded, command, stdio).map_err(|e| Failure::at("policy", e))?;
+    // the degraded tier has no mount namespace: the command sees the
+    // host's paths and nothing can be mounted (asked only of a policy that
+    // accepts that tier, before any thread exists)
+    let degraded = loaded.policy.sandbox.dangerously_allow_degraded
+        && !mcpbox_sandbox::doctor::user_namespaces_work();
+    if !matches!(mode, Mode::Builtin(_)) {
+        let given = spec.argv.clone();
+        let discover = loaded.policy.runtime.discover && !degraded;
+        loaded.runtime = discover_runtime(&loaded, &mut spec, mode == Mode::Run, discover)?;
+        loaded.argv = (given != spec.argv).then_some(given);
+    }
     match mode {
         Mode::Exec => exec(&loaded, spec),
         Mode::Run | Mode::Learn(_) => run::run(loaded, spec, false).map_err(Failure::from_run),
@@ -333,6 +345,46 @@ fn sandboxed(mode: Mode, policy: Option<PathBuf>, command: Vec<OsString>) -> Res
             run::run(loaded, spec, true).map_err(Failure::from_run)
         }
     }
+}
+
+/// Runtime discovery for `exec` and `run` (docs/runtime.md): a package
+/// runner's registry checked (always: it mounts nothing) and, with
+/// `discover`, its cache given and what the command needs mounted, each
+/// mount reported on stderr; returns the record of the mounts for
+/// `session_start` (null without `discover`). `asks`: an unlisted
+/// registry can be put to the host (`run`).
+fn discover_runtime(
+    loaded: &preflight::Loaded,
+    spec: &mut mcpbox_sandbox::Spec,
+    asks: bool,
+    discover: bool,
+) -> Result<serde_json::Value, Failure> {
+    let state = state::state_dir();
+    let runner = runtime::prepare_runner(spec, &loaded.policy, &state, asks, discover)
+        .map_err(|e| Failure::at("runtime", e))?;
+    if !discover {
+        return Ok(serde_json::Value::Null);
+    }
+    if let Some((r, Some(dir))) = &runner {
+        eprintln!(
+            "mcpbox: runtime: mounted {} read-write ({}'s cache for this server)",
+            dir.display(),
+            r.tool
+        );
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let found = runtime::discover(spec, &path).map_err(|e| Failure::at("runtime", e))?;
+    for note in &found.notes {
+        eprintln!("mcpbox: runtime: {note}");
+    }
+    for m in &found.mounts {
+        eprintln!(
+            "mcpbox: runtime: mounted {} read-only ({})",
+            m.path.display(),
+            m.reason
+        );
+    }
+    Ok(found.audit_detail())
 }
 
 /// `mcpbox serve`: signals blocked before any thread, as for `run`.

@@ -16,6 +16,13 @@ pub struct Loaded {
     pub policy: Policy,
     /// The policy file; None for the embedded default.
     pub file: Option<PathBuf>,
+    /// What runtime discovery mounted for the command (`runtime.rs`), for
+    /// the `session_start` record; empty until it ran.
+    pub runtime: serde_json::Value,
+    /// The command as given, when runtime discovery ran it by another path
+    /// (a bare name found on the caller's PATH): the server's identity for
+    /// its pins stays the command the user wrote, whatever PATH held.
+    pub argv: Option<Vec<OsString>>,
 }
 
 /// A preflight failure: a policy diagnostic, or a plain message.
@@ -52,6 +59,8 @@ pub fn load(file: Option<&Path>) -> Result<Loaded, Error> {
         return Ok(Loaded {
             policy: mcpbox_policy::default_policy(),
             file: None,
+            runtime: serde_json::Value::Null,
+            argv: None,
         });
     };
     // Absolute, so relative paths in the policy resolve to absolute paths.
@@ -69,6 +78,8 @@ pub fn load(file: Option<&Path>) -> Result<Loaded, Error> {
     Ok(Loaded {
         policy,
         file: Some(abs),
+        runtime: serde_json::Value::Null,
+        argv: None,
     })
 }
 
@@ -196,7 +207,7 @@ const CREDENTIAL_SCAN_ENTRIES: usize = 20_000;
 
 /// Looks below `dir` for a credential location (a `.ssh` folder, a
 /// `.netrc` file...), breadth first, without following symlinks.
-fn find_credentials_below(dir: &Path) -> Option<(&'static str, PathBuf)> {
+pub(crate) fn find_credentials_below(dir: &Path) -> Option<(&'static str, PathBuf)> {
     if !dir.is_dir() {
         return None;
     }
@@ -228,7 +239,7 @@ fn find_credentials_below(dir: &Path) -> Option<(&'static str, PathBuf)> {
 }
 
 /// Whether the relative path contains a credential location's components.
-fn names_credential_location(rel: &Path) -> Option<&'static str> {
+pub(crate) fn names_credential_location(rel: &Path) -> Option<&'static str> {
     let parts: Vec<&str> = rel.iter().filter_map(|c| c.to_str()).collect();
     mcpbox_policy::CREDENTIAL_LOCATIONS
         .iter()

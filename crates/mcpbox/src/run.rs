@@ -203,12 +203,17 @@ fn session_detail(loaded: &Loaded, identity: &str) -> Value {
         None => identity.to_string(),
     };
     let digest = mcpbox_gateway::digest::sha256_hex(loaded.policy.to_toml().as_bytes());
-    serde_json::json!({
+    let mut detail = serde_json::json!({
         "server": server,
         "policy": loaded.policy.name(),
         "policy_file": loaded.file.as_ref().map(|f| f.display().to_string()),
         "policy_sha256": digest,
-    })
+    });
+    // what runtime discovery mounted (docs/runtime.md), when it did
+    if let (Some(d), false) = (detail.as_object_mut(), loaded.runtime.is_null()) {
+        d.insert("runtime".into(), loaded.runtime.clone());
+    }
+    detail
 }
 
 /// `url` without `user:pass@`, `?query` and `#fragment`.
@@ -335,7 +340,7 @@ pub fn run_with(
     let identity = if builtin {
         crate::builtin::PIN_IDENTITY.to_string()
     } else {
-        command_identity(&spec.argv)
+        command_identity(loaded.argv.as_ref().unwrap_or(&spec.argv))
     };
     let view = crate::arguments::SandboxView::for_spec(&spec);
     let mut config = relay_config(

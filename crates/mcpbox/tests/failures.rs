@@ -126,7 +126,8 @@ fn exec_injects_secrets_as_run_does_and_refuses_a_missing_source() {
 /// mounted in the sandbox: execve says ENOENT, which used to read "command
 /// not found" for a program that is plainly there (issue 11). The error
 /// now names the interpreter and the mount to add, in `exec` and `run`
-/// alike, and with that mount the script runs.
+/// alike, and with that mount the script runs. (Runtime discovery, issue
+/// 13, mounts it by itself: this is the explanation where it is off.)
 #[test]
 fn a_script_whose_interpreter_is_not_mounted_names_the_interpreter_and_the_mount() {
     use std::os::unix::fs::PermissionsExt;
@@ -145,7 +146,7 @@ fn a_script_whose_interpreter_is_not_mounted_names_the_interpreter_and_the_mount
     .unwrap();
     std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
 
-    let p = ws.policy("[audit]\npath = \"audit.db\"\n");
+    let p = ws.policy("[audit]\npath = \"audit.db\"\n[runtime]\ndiscover = false\n");
     for cmd in ["exec", "run"] {
         let out = run_mcpbox(
             &[
@@ -171,24 +172,38 @@ fn a_script_whose_interpreter_is_not_mounted_names_the_interpreter_and_the_mount
         assert!(!err.contains("command not found"), "{cmd}: {err}");
     }
 
+    // runs the script under a policy of `extra`: it must run by venv's sh
+    let runs = |extra: &str| {
+        let p = ws.policy(extra);
+        let out = run_mcpbox(
+            &[
+                "exec",
+                "--policy",
+                p.to_str().unwrap(),
+                "--",
+                "/workspace/input/server.sh",
+            ],
+            &ws,
+        );
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{err}");
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "ran-by-venv-sh\n");
+        err
+    };
     // the mount it asks for is the fix
-    let p = ws.policy(&format!(
+    runs(&format!(
         "[[filesystem.mounts]]\nhost = \"{0}\"\nat = \"{0}\"\n",
         venv.display()
     ));
-    let out = run_mcpbox(
-        &[
-            "exec",
-            "--policy",
-            p.to_str().unwrap(),
-            "--",
-            "/workspace/input/server.sh",
-        ],
-        &ws,
+    // and with discovery on (the default), no mount is needed at all
+    let err = runs("");
+    assert!(
+        err.contains(&format!(
+            "mcpbox: runtime: mounted {} read-only",
+            venv.join("bin").display()
+        )),
+        "{err}"
     );
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{err}");
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "ran-by-venv-sh\n");
 }
 
 /// The interpreter named by the `#!` line exists nowhere: said so, no

@@ -70,6 +70,10 @@ pub struct Policy {
     /// Sandbox strength settings.
     #[serde(default)]
     pub sandbox: Sandbox,
+    /// Runtime discovery: what `run` and `exec` mount, read-only, for the command's own
+    /// runtime (its interpreter, virtual environment, node_modules tree).
+    #[serde(default)]
+    pub runtime: Runtime,
     /// Egress through mcpbox's filtering proxy; none by default.
     #[serde(default)]
     pub network: NetworkRules,
@@ -259,6 +263,29 @@ pub struct Sandbox {
     /// (Landlock, seccomp, no_new_privs and rlimits only). Default false: refuse to start.
     #[serde(default)]
     pub dangerously_allow_degraded: bool,
+}
+
+/// The `[runtime]` section.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Runtime {
+    /// Find what the command needs to run as the host would (PATH, `#!` lines, symlinks,
+    /// a virtual environment's `pyvenv.cfg`, the enclosing node_modules tree) and mount
+    /// it read-only at the same path, each mount reported; credential locations and home
+    /// directories are never mounted this way. Also gives `npx -y`, `uvx` and `pipx run`
+    /// a per-server cache. Default true; false: only what the policy mounts.
+    #[serde(default = "default_true")]
+    pub discover: bool,
+}
+
+fn default_true() -> bool {
+    true
+}
+
+impl Default for Runtime {
+    fn default() -> Self {
+        Runtime { discover: true }
+    }
 }
 
 /// Where a secret's value comes from. The gateway loads it

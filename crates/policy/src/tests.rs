@@ -251,6 +251,20 @@ fn unknown_key_is_refused_with_the_valid_keys() {
 }
 
 #[test]
+fn runtime_discovery_is_on_unless_the_policy_turns_it_off() {
+    assert!(ok("").runtime.discover);
+    assert!(!ok("[runtime]\ndiscover = false\n").runtime.discover);
+    refused(
+        "[runtime]\ndiscovr = false\n",
+        "runtime.discovr",
+        2,
+        "unknown key `discovr`",
+    );
+    // printed with the effective policy, so `mcpbox check` shows it
+    assert!(ok("").to_toml().contains("[runtime]\ndiscover = true"));
+}
+
+#[test]
 fn unknown_section_is_refused() {
     let d = refused(
         "\n[filesytem]\ninput = \"a\"\n",
@@ -1225,6 +1239,7 @@ fn json_schema_covers_every_section() {
         "env",
         "process",
         "sandbox",
+        "runtime",
         "network",
         "secrets",
         "tools",

@@ -88,6 +88,31 @@ fn regular_file(view: &[Step], inside: &Path) -> Option<PathBuf> {
 /// The interpreter a program names, and what to call it: the `#!` line's
 /// first word, or an ELF's `PT_INTERP` (its dynamic loader).
 fn interpreter_of(host: &Path) -> Option<(PathBuf, &'static str)> {
+    match interpreter(host)? {
+        Interpreter::Script { path, .. } => Some((path, "interpreter")),
+        Interpreter::Loader(path) => Some((path, "ELF loader")),
+    }
+}
+
+/// What the kernel runs a program file with (execve(2)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Interpreter {
+    /// A `#!` line: the interpreter and the words after it
+    /// (`#!/usr/bin/env node` gives `/usr/bin/env` and `["node"]`).
+    Script {
+        path: PathBuf,
+        args: Vec<std::ffi::OsString>,
+    },
+    /// A dynamic ELF executable's loader (`PT_INTERP`).
+    Loader(PathBuf),
+}
+
+/// The interpreter of the program file at `host`, read from its first
+/// bytes; None for a static executable, an unreadable file or anything
+/// else. Runtime discovery (the binary's `runtime` module) follows it to
+/// mount what a program needs, and the "not found" explanation above names
+/// it: one reading of `#!` and `PT_INTERP` for both.
+pub fn interpreter(host: &Path) -> Option<Interpreter> {
     let file = File::open(host).ok()?;
     let mut head = [0u8; SHEBANG_MAX];
     let n = file.read_at(&mut head, 0).ok()?;
@@ -96,12 +121,14 @@ fn interpreter_of(host: &Path) -> Option<(PathBuf, &'static str)> {
         // binfmt_script: spaces and tabs skipped, the interpreter ends at
         // the first space, tab or newline.
         let line = line.split(|b| *b == b'\n').next().unwrap_or_default();
-        let word = line
-            .split(|b| *b == b' ' || *b == b'\t')
-            .find(|w| !w.is_empty())?;
-        return Some((path_of(word), "interpreter"));
+        let mut words = line
+            .split(|b| *b == b' ' || *b == b'\t' || *b == b'\r')
+            .filter(|w| !w.is_empty());
+        let path = path_of(words.next()?);
+        let args = words.map(|w| path_of(w).into_os_string()).collect();
+        return Some(Interpreter::Script { path, args });
     }
-    elf_interp(&file, head).map(|p| (p, "ELF loader"))
+    elf_interp(&file, head).map(Interpreter::Loader)
 }
 
 fn path_of(bytes: &[u8]) -> PathBuf {
@@ -272,7 +299,7 @@ fn follow_host(view: &[Step], inside: &Path, host: PathBuf, links: u32) -> Seen 
 
 /// `path` made absolute and free of `.` and `..` (lexically, as the
 /// sandbox's root has no parent); None for a relative path.
-fn normalize(path: &Path) -> Option<PathBuf> {
+pub fn normalize(path: &Path) -> Option<PathBuf> {
     if !path.is_absolute() {
         return None;
     }

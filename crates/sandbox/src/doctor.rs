@@ -52,6 +52,15 @@ fn try_unshare(flags: libc::c_int) -> Result<(), i32> {
     }
 }
 
+/// Whether this process can make the namespaces of the full sandbox (a
+/// forked child tries; call it while single-threaded). Where it cannot,
+/// a policy that accepts the degraded tier runs on the host's paths, with
+/// no mounts of its own (runtime discovery is then skipped).
+pub fn user_namespaces_work() -> bool {
+    try_unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWPID | libc::CLONE_NEWNET)
+        .is_ok()
+}
+
 fn userns() -> Check {
     let mut notes = Vec::new();
     if let Some(v) = read_trim("/proc/sys/kernel/unprivileged_userns_clone") {

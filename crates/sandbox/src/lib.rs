@@ -35,6 +35,7 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
+pub use diagnose::{interpreter, normalize, Interpreter};
 pub use idmap::{idmapped_when_root, root_run_access_problem};
 pub use launch::{spawn, Sandbox, Status};
 pub use report::ChildStep;

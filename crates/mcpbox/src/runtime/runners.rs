@@ -1,0 +1,398 @@
+//! `npx -y PKG`, `uvx PKG` and `pipx run PKG`: package runners that
+//! download the server before running it.
+//!
+//! Read from the command line before the sandbox starts: the registry the
+//! runner will ask (its flag, the policy's environment, else the public
+//! one) is decided by the policy's `[network]` here, so a registry the
+//! policy does not allow fails at once with what to do, instead of a
+//! runner retrying an unreachable host until the host's own timeout. When
+//! it is allowed, the runner gets a cache of its own per server
+//! (`<state>/cache/<server>/{npm,uv,pipx}`, 0700, mounted read-write at
+//! the same path), so the second start does not download again.
+
+use std::ffi::{OsStr, OsString};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use mcpbox_policy::{Policy, Verdict};
+use mcpbox_sandbox::{BindMount, Spec};
+
+/// A package runner recognized on the command line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Runner {
+    /// As the user wrote it: `npx -y`, `uvx`, `pipx run`.
+    pub tool: &'static str,
+    /// The cache's directory name and its environment variables.
+    pub cache: &'static str,
+    /// What it asks for: (what, host, port) of each registry host; empty
+    /// when it runs offline or will not install.
+    pub registries: Vec<(String, u16)>,
+    /// What the registry is, in words, for the error.
+    pub registry_name: &'static str,
+    /// The fix besides allowing the registry.
+    pub instead: &'static str,
+}
+
+const NPM_DEFAULT: &str = "https://registry.npmjs.org/";
+const PYPI_DEFAULT: &[&str] = &["https://pypi.org/simple", "https://files.pythonhosted.org/"];
+
+/// The value of `--flag VALUE` or `--flag=VALUE` at `args[i]`, if it is one
+/// of `names`; and how many words it took.
+fn flag_value<'a>(args: &'a [OsString], i: usize, names: &[&str]) -> Option<(&'a OsStr, usize)> {
+    let a = args.get(i)?.to_str()?;
+    for n in names {
+        if a == *n {
+            return args.get(i + 1).map(|v| (v.as_os_str(), 2));
+        }
+        if let Some(v) = a.strip_prefix(n).and_then(|r| r.strip_prefix('=')) {
+            return Some((OsStr::new(v), 1));
+        }
+    }
+    None
+}
+
+fn env_get<'a>(env: &'a [(OsString, OsString)], names: &[&str]) -> Option<&'a OsStr> {
+    names.iter().find_map(|n| {
+        env.iter()
+            .find(|(k, _)| k == n)
+            .map(|(_, v)| v.as_os_str())
+            .filter(|v| !v.is_empty())
+    })
+}
+
+/// Recognizes a package runner in `argv`; `env` is the sandbox's.
+pub fn detect(argv: &[OsString], env: &[(OsString, OsString)]) -> Option<Runner> {
+    let prog = Path::new(argv.first()?).file_name()?.to_str()?;
+    let word = |i: usize| argv.get(i).and_then(|a| a.to_str());
+    match prog {
+        "npx" => Some(npm(&argv[1..], env)),
+        "npm" if matches!(word(1), Some("exec" | "x")) => Some(npm(&argv[2..], env)),
+        "uvx" => Some(uv(&argv[1..], env)),
+        "uv" if word(1) == Some("tool") && matches!(word(2), Some("run" | "uvx")) => {
+            Some(uv(&argv[3..], env))
+        }
+        "uv" if word(1) == Some("tool") => None,
+        "pipx" if word(1) == Some("run") => Some(pipx(&argv[2..], env)),
+        _ => None,
+    }
+}
+
+/// The options before the package: `on` is called with each index and
+/// returns how many words that option took (0: not one of its own).
+fn scan(args: &[OsString], mut on: impl FnMut(usize) -> usize) {
+    let mut i = 0;
+    while i < args.len() {
+        let taken = on(i);
+        if taken > 0 {
+            i += taken;
+            continue;
+        }
+        let a = args[i].as_encoded_bytes();
+        if a == b"--" || !a.starts_with(b"-") {
+            break;
+        }
+        i += 1;
+    }
+}
+
+fn npm(args: &[OsString], env: &[(OsString, OsString)]) -> Runner {
+    let mut registry =
+        env_get(env, &["npm_config_registry", "NPM_CONFIG_REGISTRY"]).map(OsStr::to_os_string);
+    let mut installs = true;
+    scan(args, |i| {
+        if let Some((v, n)) = flag_value(args, i, &["--registry"]) {
+            registry = Some(v.to_os_string());
+            return n;
+        }
+        // `--no` (and npx 6's `--no-install`): run only what is installed;
+        // `--offline`: the cache only
+        match args[i].to_str() {
+            Some("--no" | "--no-install" | "--offline" | "--yes=false") => {
+                installs = false;
+                1
+            }
+            _ => 0,
+        }
+    });
+    let registry = registry
+        .map(|r| r.to_string_lossy().into_owned())
+        .unwrap_or_else(|| NPM_DEFAULT.to_string());
+    Runner {
+        tool: "npx -y",
+        cache: "npm",
+        registries: if installs {
+            host_port(&registry).into_iter().collect()
+        } else {
+            Vec::new()
+        },
+        registry_name: "the npm registry",
+        instead: "install the package (npm install) and run it from its node_modules",
+    }
+}
+
+fn python_indexes(mut index: Option<String>, offline: bool) -> Vec<(String, u16)> {
+    if offline {
+        return Vec::new();
+    }
+    let urls: Vec<String> = match index.take() {
+        Some(i) => vec![i],
+        None => PYPI_DEFAULT.iter().map(|s| s.to_string()).collect(),
+    };
+    urls.iter().filter_map(|u| host_port(u)).collect()
+}
+
+fn uv(args: &[OsString], env: &[(OsString, OsString)]) -> Runner {
+    let mut index = env_get(env, &["UV_DEFAULT_INDEX", "UV_INDEX_URL"])
+        .map(|v| v.to_string_lossy().into_owned());
+    let mut offline = env_get(env, &["UV_OFFLINE"]).is_some_and(|v| v != "0" && v != "false");
+    scan(args, |i| {
+        if let Some((v, n)) = flag_value(args, i, &["--default-index", "--index-url", "-i"]) {
+            index = Some(v.to_string_lossy().into_owned());
+            return n;
+        }
+        if args[i] == "--offline" {
+            offline = true;
+            return 1;
+        }
+        0
+    });
+    Runner {
+        tool: "uvx",
+        cache: "uv",
+        registries: python_indexes(index, offline),
+        registry_name: "the Python package index",
+        instead: "install the package into a virtual environment (uv venv; uv pip install) \
+                  and run it from there",
+    }
+}
+
+fn pipx(args: &[OsString], env: &[(OsString, OsString)]) -> Runner {
+    let mut index = env_get(env, &["PIP_INDEX_URL"]).map(|v| v.to_string_lossy().into_owned());
+    scan(args, |i| {
+        if let Some((v, n)) = flag_value(args, i, &["--index-url", "-i"]) {
+            index = Some(v.to_string_lossy().into_owned());
+            return n;
+        }
+        0
+    });
+    Runner {
+        tool: "pipx run",
+        cache: "pipx",
+        registries: python_indexes(index, false),
+        registry_name: "the Python package index",
+        instead: "install the package into a virtual environment (python3 -m venv; pip \
+                  install) and run it from there",
+    }
+}
+
+/// Host and port of a URL (`scheme://[user@]host[:port]/...`).
+fn host_port(url: &str) -> Option<(String, u16)> {
+    let (scheme, rest) = url.split_once("://")?;
+    let authority = rest.split(['/', '?', '#']).next()?;
+    let authority = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let default = if scheme.eq_ignore_ascii_case("http") {
+        80
+    } else {
+        443
+    };
+    let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
+        let (h, after) = v6.split_once(']')?;
+        (h, after.strip_prefix(':'))
+    } else {
+        match authority.rsplit_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (authority, None),
+        }
+    };
+    let port = match port {
+        Some(p) => p.parse().ok()?,
+        None => default,
+    };
+    (!host.is_empty()).then(|| (host.to_ascii_lowercase(), port))
+}
+
+/// The environment variables pointing a runner at its cache directory.
+fn cache_env(cache: &str, dir: &Path) -> Vec<(&'static str, PathBuf)> {
+    match cache {
+        "npm" => vec![("npm_config_cache", dir.to_path_buf())],
+        "uv" => vec![
+            ("UV_CACHE_DIR", dir.to_path_buf()),
+            ("UV_TOOL_DIR", dir.join("tools")),
+            ("UV_PYTHON_INSTALL_DIR", dir.join("python")),
+        ],
+        _ => vec![
+            ("PIPX_HOME", dir.to_path_buf()),
+            ("PIPX_BIN_DIR", dir.join("bin")),
+            ("PIP_CACHE_DIR", dir.join("pip")),
+        ],
+    }
+}
+
+/// Checks a runner on `spec`'s command against the policy and gives it its
+/// cache. `asks` says whether a host can be asked about an unlisted
+/// registry (`run`: yes, through the relay; `exec`: no); `cache` whether
+/// to mount one (not with `[runtime] discover = false`, which mounts
+/// nothing; the registry is checked all the same). Returns the runner
+/// found, if any, and the cache directory mounted.
+pub fn prepare(
+    spec: &mut Spec,
+    policy: &Policy,
+    state: &Path,
+    asks: bool,
+    cache: bool,
+) -> anyhow::Result<Option<(Runner, Option<PathBuf>)>> {
+    let Some(runner) = detect(&spec.argv, &spec.env) else {
+        return Ok(None);
+    };
+    let refused: Vec<String> = runner
+        .registries
+        .iter()
+        .filter(|(host, port)| {
+            let d = policy.network.decide(host, *port);
+            !(d.verdict == Verdict::Allow || asks && d.verdict == Verdict::Approve)
+        })
+        .map(|(h, p)| {
+            if *p == 443 || *p == 80 {
+                h.clone()
+            } else {
+                format!("{h}:{p}")
+            }
+        })
+        .collect();
+    if !refused.is_empty() {
+        let hosts = refused.join(", ");
+        let allow = refused
+            .iter()
+            .map(|h| format!("\"{h}\""))
+            .collect::<Vec<_>>()
+            .join(", ");
+        anyhow::bail!(
+            "{} needs {} ({hosts}), which the policy's [network] does not allow: add \
+             allow = [{allow}] to [network], or {} (see docs/runtime.md)",
+            runner.tool,
+            runner.registry_name,
+            runner.instead
+        );
+    }
+    if policy.process.allow_exec.is_some() && !runner.registries.is_empty() {
+        anyhow::bail!(
+            "{} runs the package it downloads from a writable cache, which process.allow_exec \
+             makes noexec: {} and list its programs in allow_exec",
+            runner.tool,
+            runner.instead
+        );
+    }
+    let env = cache_env(runner.cache, Path::new(""));
+    // a variable the policy sets itself is the policy's: no cache then
+    if !cache
+        || env
+            .iter()
+            .any(|(k, _)| spec.env.iter().any(|(name, _)| name == k))
+    {
+        return Ok(Some((runner, None)));
+    }
+    let dir = state.join("cache").join(policy.name()).join(runner.cache);
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| anyhow::anyhow!("creating the cache {}: {e}", dir.display()))?;
+    for d in [dir.as_path(), dir.parent().unwrap_or(&dir)] {
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o700))
+            .map_err(|e| anyhow::anyhow!("making {} private: {e}", d.display()))?;
+    }
+    let dir = std::fs::canonicalize(&dir).unwrap_or(dir);
+    for (k, v) in cache_env(runner.cache, &dir) {
+        spec.env.push((k.into(), v.into_os_string()));
+    }
+    spec.mounts.push(BindMount {
+        host: dir.clone(),
+        at: dir.clone(),
+        writable: true,
+    });
+    Ok(Some((runner, Some(dir))))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn argv(words: &[&str]) -> Vec<OsString> {
+        words.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn npx_asks_the_registry_its_flag_names_or_the_public_one() {
+        let r = detect(&argv(&["npx", "-y", "@scope/pkg", "--registry", "x"]), &[]).unwrap();
+        assert_eq!(r.registries, vec![("registry.npmjs.org".into(), 443)]);
+        let r = detect(
+            &argv(&[
+                "/usr/bin/npx",
+                "--registry=http://reg.test:4873/",
+                "-y",
+                "pkg",
+            ]),
+            &[],
+        )
+        .unwrap();
+        assert_eq!(r.registries, vec![("reg.test".into(), 4873)]);
+        let env = vec![("npm_config_registry".into(), "http://r.test/".into())];
+        let r = detect(&argv(&["npm", "exec", "pkg"]), &env).unwrap();
+        assert_eq!(r.registries, vec![("r.test".into(), 80)]);
+    }
+
+    #[test]
+    fn npx_that_will_not_install_needs_no_registry() {
+        for flag in ["--no", "--offline", "--no-install"] {
+            let r = detect(&argv(&["npx", flag, "pkg"]), &[]).unwrap();
+            assert!(r.registries.is_empty(), "{flag}");
+        }
+    }
+
+    #[test]
+    fn uvx_and_pipx_run_ask_pypi_and_its_file_host() {
+        let both = vec![
+            ("pypi.org".to_string(), 443),
+            ("files.pythonhosted.org".to_string(), 443),
+        ];
+        assert_eq!(
+            detect(&argv(&["uvx", "mcp-server-time"]), &[])
+                .unwrap()
+                .registries,
+            both
+        );
+        assert_eq!(
+            detect(&argv(&["pipx", "run", "mcp-server-time"]), &[])
+                .unwrap()
+                .registries,
+            both
+        );
+        let r = detect(
+            &argv(&[
+                "uv",
+                "tool",
+                "run",
+                "--index-url",
+                "http://i.test:81/simple",
+                "x",
+            ]),
+            &[],
+        )
+        .unwrap();
+        assert_eq!(r.registries, vec![("i.test".into(), 81)]);
+        assert!(detect(&argv(&["uvx", "--offline", "x"]), &[])
+            .unwrap()
+            .registries
+            .is_empty());
+        assert!(detect(&argv(&["pipx", "install", "x"]), &[]).is_none());
+        assert!(detect(&argv(&["node", "npx"]), &[]).is_none());
+    }
+
+    #[test]
+    fn urls_give_their_host_and_port() {
+        assert_eq!(
+            host_port("https://u:p@Reg.test/x"),
+            Some(("reg.test".into(), 443))
+        );
+        assert_eq!(host_port("http://[::1]:8080/"), Some(("::1".into(), 8080)));
+        assert_eq!(host_port("registry"), None);
+    }
+}
