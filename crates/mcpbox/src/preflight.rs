@@ -116,6 +116,8 @@ fn load_preset(name: &str, base: &Path) -> Result<Loaded, Error> {
     Ok(Loaded {
         policy,
         file: Some(label),
+        runtime: serde_json::Value::Null,
+        argv: None,
     })
 }
 
