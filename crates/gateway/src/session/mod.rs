@@ -42,6 +42,7 @@ use crate::{Config, EndReason, Outcome};
 pub mod approvals;
 pub mod calls;
 mod host;
+mod host_in;
 pub mod output;
 mod stderr;
 pub mod supervise;
@@ -655,144 +656,6 @@ impl Session {
         });
     }
 
-    // ---- host -> server ---------------------------------------------
-
-    fn on_host(&mut self, line: Line) {
-        match line {
-            Line::Eof => self.host_closed(),
-            Line::TooLong { len, .. } | Line::Compacted { len, .. } => {
-                tracing::warn!(len, "host line over max_line refused");
-                let data = json!({"max_line": self.config.max_line, "reason": Reason::RequestTooLarge.as_str()});
-                self.host_error(&Value::Null, -32600, "request too large", Some(data));
-            }
-            Line::Data(line) => self.host_line(line),
-        }
-    }
-
-    fn host_line(&mut self, line: Vec<u8>) {
-        let msg = match Message::parse(&line) {
-            Ok(m) => m,
-            Err(Invalid::Blank) => return,
-            Err(Invalid::Batch) => {
-                let data = json!({"reason": Reason::BatchRefused.as_str()});
-                return self.host_error(
-                    &Value::Null,
-                    -32600,
-                    "batch requests are not supported",
-                    Some(data),
-                );
-            }
-            Err(Invalid::Json) => {
-                let data = json!({"reason": Reason::RequestInvalid.as_str()});
-                return self.host_error(&Value::Null, -32700, "parse error", Some(data));
-            }
-            Err(Invalid::NotMessage) => {
-                let data = json!({"reason": Reason::RequestInvalid.as_str()});
-                return self.host_error(&Value::Null, -32600, "invalid request", Some(data));
-            }
-        };
-        // Answers to our own questions are ours, whatever the server does.
-        if msg.is_answer() {
-            if let Some(id) = msg.id() {
-                let key = id_key(id);
-                if self.elicitation_answered(&key, &msg) {
-                    return;
-                }
-                if key.contains(&self.nonce) {
-                    return; // a late answer to one of our own requests
-                }
-            }
-        }
-        // While the server (re)starts, everything else waits its turn.
-        if !self.server.is_up() {
-            return self.hold(line, &msg);
-        }
-        self.host_message(line, msg);
-    }
-
-    /// Handles one host message while the server is up.
-    fn host_message(&mut self, line: Vec<u8>, msg: Message) {
-        match msg.shape {
-            Shape::Request => self.host_request(line, msg),
-            Shape::Notification => {
-                if msg.method() == Some("notifications/cancelled") {
-                    if let Some(rid) = msg.params().and_then(|p| p.get("requestId")) {
-                        if self.cancel_approval(&id_key(rid)) {
-                            return; // the server never saw that call
-                        }
-                    }
-                }
-                self.send_server(line);
-            }
-            // an answer to a server-to-client request
-            Shape::Response | Shape::Error | Shape::Other => {
-                let key = msg.id().map(id_key).unwrap_or_default();
-                match self.roots_asked.iter().position(|k| *k == key) {
-                    Some(at) => {
-                        self.roots_asked.remove(at);
-                        self.roots_answered(msg);
-                    }
-                    None => self.send_server(line),
-                }
-            }
-        }
-    }
-
-    fn host_request(&mut self, line: Vec<u8>, msg: Message) {
-        let Some(id) = msg.id().cloned() else { return };
-        let params = msg.params();
-        if let Some(caps) = params
-            .and_then(|p| p.get("_meta"))
-            .and_then(|m| m.get(META_CLIENT_CAPS))
-        {
-            self.host.last_elicitation = caps
-                .get("elicitation")
-                .is_some_and(supports_form_elicitation);
-        }
-        match msg.method().unwrap_or_default() {
-            "initialize" => {
-                self.host.elicitation = params
-                    .and_then(|p| at(p, &["capabilities", "elicitation"]))
-                    .is_some_and(supports_form_elicitation);
-                self.host.last_elicitation = self.host.elicitation;
-                self.host.initialize_params = params.cloned();
-                self.caller_from_client_info(params);
-                self.calls.track(id, calls::Pending::Handshake);
-                self.send_server(line);
-            }
-            "server/discover" => {
-                self.host.protocol = Some(STATELESS_REVISION.to_string());
-                self.calls.track(id, calls::Pending::Handshake);
-                self.send_server(line);
-            }
-            "tools/list" => {
-                self.calls.track(id, calls::Pending::ToolsList);
-                self.send_server(line);
-            }
-            "tools/call" => self.tools_call(id, &msg, line),
-            _ => {
-                self.calls.track(id, calls::Pending::Other);
-                self.send_server(line);
-            }
-        }
-    }
-
-    /// Whether the host can answer elicitation for this request: the
-    /// request's own `_meta` capabilities (2026-07-28) win over the ones
-    /// declared at `initialize`.
-    fn elicitation_for(&self, msg: &Message) -> bool {
-        match msg
-            .params()
-            .and_then(|p| p.get("_meta"))
-            .and_then(|m| m.get(META_CLIENT_CAPS))
-        {
-            Some(caps) => caps
-                .get("elicitation")
-                .is_some_and(supports_form_elicitation),
-            None => self.host.elicitation,
-        }
-    }
-
     /// The policy's decision, made with and without the server's hints;
     /// the stricter one wins, so untrusted annotations can only tighten.
     fn decide(&self, tool: &str, hints: &ToolHints) -> Decision {
@@ -803,15 +666,6 @@ impl Session {
         // on a tie the decision made with the hints is kept (it names the
         // hint rule that applied)
         with.stricter(self.policy.decide(tool, &ToolHints::default()))
-    }
-}
-
-/// Whether an `elicitation` capability covers form mode: `{}` (before
-/// modes existed, form was the only one) or an object with `form`.
-fn supports_form_elicitation(caps: &Value) -> bool {
-    match caps {
-        Value::Object(m) => m.is_empty() || m.contains_key("form"),
-        _ => false,
     }
 }
 

@@ -1,0 +1,157 @@
+//! The driver's side of the session's effects: each [`Effect`] performed
+//! in order, outside any lock, with what it causes fed back as events.
+
+use super::*;
+
+impl Driver {
+    /// Performs the session's effects in order; events they cause (a
+    /// failed host write, a server found exited) go to `follow`.
+    pub(super) fn perform(&mut self, effects: Vec<Effect>, follow: &mut VecDeque<Event>) {
+        for effect in effects {
+            match effect {
+                Effect::WriteHost(line) => self.write_host(&line, follow),
+                Effect::WriteServer { gen, mut line } => {
+                    if let (true, Some(stdin)) = (gen == self.server.gen, &mut self.server.stdin) {
+                        line.push(b'\n');
+                        // a stdin that is gone stays gone; the session
+                        // learns of it from stdout's end and the exit
+                        if !stdin.send(line) {
+                            self.server.stdin = None;
+                        }
+                    }
+                }
+                Effect::CloseServerStdin { gen } => {
+                    if gen == self.server.gen {
+                        self.server.stdin = None;
+                    }
+                }
+                Effect::TerminateServer { gen } => {
+                    if let Some(c) = self.control(gen) {
+                        let _ = c.terminate();
+                    }
+                }
+                Effect::KillServer { gen } => {
+                    if let Some(c) = self.control(gen) {
+                        let _ = c.kill();
+                    }
+                }
+                Effect::CheckServer { gen } => {
+                    if let Some(c) = self.control(gen) {
+                        let exit = match c.try_wait() {
+                            Ok(Some(info)) => Some(info),
+                            Ok(None) => None,
+                            Err(_) => Some(ExitInfo {
+                                code: None,
+                                signal: None,
+                            }),
+                        };
+                        if let Some(exit) = exit {
+                            follow.push_back(Event::ServerExited { gen, exit });
+                        }
+                    }
+                }
+                Effect::StartServer {
+                    gen,
+                    secrets,
+                    refresh,
+                } => {
+                    if self.launch_tx.send((gen, secrets, refresh)).is_err() {
+                        follow.push_back(Event::ServerStartFailed {
+                            gen,
+                            error: "launcher thread gone".into(),
+                        });
+                    }
+                }
+                Effect::Audit(mut record) => {
+                    let call_record = record.event.kind == Some(mcpbox_audit::Kind::ToolCall);
+                    if let (Some(files), true) = (&mut self.files, call_record) {
+                        // watched: the kernel's list replaces the walk (a
+                        // call never forwarded touched nothing), with or
+                        // without an output directory
+                        let call = record
+                            .event
+                            .detail
+                            .get("call")
+                            .and_then(serde_json::Value::as_str);
+                        record.files = Some(call.and_then(|c| files.take(c)).unwrap_or_default());
+                    }
+                    self.audit_batch.push(record);
+                }
+                Effect::WritePins(w) => {
+                    // before the host sees the list: `mcpbox pin accept`
+                    // may run as soon as it has
+                    if let Err(e) = w.write() {
+                        tracing::error!("{e}");
+                    }
+                }
+                Effect::CheckArguments {
+                    key,
+                    tool,
+                    arguments,
+                } => {
+                    // on the driver's thread, outside the session core: the
+                    // binary's rules parse a command line in a child process
+                    let check = self.policy.check_arguments(&tool, arguments.as_ref());
+                    follow.push_back(Event::ArgumentsChecked {
+                        key,
+                        check: check.map(Box::new),
+                    });
+                }
+                Effect::AskApprover { key, request } => {
+                    let asked = self.approver.as_ref().is_some_and(|a| a.ask(key, request));
+                    if !asked {
+                        follow.push_back(Event::Approval {
+                            key,
+                            answer: crate::ApprovalAnswer::Unavailable,
+                        });
+                    }
+                }
+                Effect::Answer { ticket, answer } => {
+                    if let Some(reply) = self.replies.remove(&ticket) {
+                        let _ = reply.send(answer);
+                    }
+                }
+                Effect::End(outcome) => {
+                    self.server.stdin = None;
+                    self.outcome = Some(outcome);
+                }
+            }
+        }
+        if self.host_dirty {
+            self.host_dirty = false;
+            if !self.host_failed && self.host_out.flush().is_err() {
+                self.host_gone(follow);
+            }
+        }
+        // after the host output: the record is not on the host's path
+        if !self.audit_batch.is_empty() {
+            if let Some(tx) = &self.audit_tx {
+                let _ = tx.send(std::mem::take(&mut self.audit_batch));
+            }
+        }
+    }
+
+    pub(super) fn control(&mut self, gen: u32) -> Option<&mut Box<dyn ProcessControl>> {
+        if gen == self.server.gen {
+            self.server.control.as_mut()
+        } else {
+            None
+        }
+    }
+
+    pub(super) fn write_host(&mut self, line: &[u8], follow: &mut VecDeque<Event>) {
+        if self.host_failed {
+            return;
+        }
+        let ok = self.host_out.write(line).is_ok();
+        self.host_dirty = true;
+        if !ok {
+            self.host_gone(follow);
+        }
+    }
+
+    pub(super) fn host_gone(&mut self, follow: &mut VecDeque<Event>) {
+        self.host_failed = true;
+        follow.push_back(Event::HostGone);
+    }
+}
