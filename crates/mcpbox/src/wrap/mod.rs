@@ -203,7 +203,20 @@ fn wrap(args: &Args) -> anyhow::Result<()> {
 
     let shown = args.config.display().to_string();
     if args.dry_run {
-        print!("{}", diff::unified(&text, &new_text, &shown));
+        // the removed lines hold the secrets: the terminal (and whatever
+        // logs it) gets their names only
+        let mut shown_diff = diff::unified(&text, &new_text, &shown);
+        for (file, value) in &plan.secrets {
+            let label = file.file_name().map(|n| n.to_string_lossy()).unwrap_or_default();
+            let escaped = serde_json::Value::from(value.as_str()).to_string();
+            let escaped = escaped.trim_matches('"');
+            for form in [value.as_str(), escaped] {
+                if !form.is_empty() {
+                    shown_diff = shown_diff.replace(form, &format!("<secret moved to {label}>"));
+                }
+            }
+        }
+        print!("{shown_diff}");
         println!("{} ({}), dry run: nothing was written", shown, host.label());
         println!("{}", lines.join("\n"));
         for (p, _) in &plan.policies {
