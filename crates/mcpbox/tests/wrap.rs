@@ -25,7 +25,10 @@ struct Case {
 
 impl Case {
     fn new() -> Case {
-        let dir = tempfile::Builder::new().prefix("mcpbox-wrap-").tempdir().unwrap();
+        let dir = tempfile::Builder::new()
+            .prefix("mcpbox-wrap-")
+            .tempdir()
+            .unwrap();
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
         Case { dir }
     }
@@ -79,7 +82,11 @@ fn ok(out: &Output) -> String {
 }
 
 fn refused(out: &Output) -> String {
-    assert!(!out.status.success(), "mcpbox wrap succeeded: {}", String::from_utf8_lossy(&out.stdout));
+    assert!(
+        !out.status.success(),
+        "mcpbox wrap succeeded: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
@@ -144,7 +151,13 @@ print(json.dumps(doc))
 /// undoes, and checks the restore is byte for byte. `stdio` names the
 /// entries that must now run mcpbox; `secrets` the values that must have
 /// left the file for the store.
-fn wrap_and_undo(case: &Case, file: &Path, schema: &str, stdio: &[&str], secrets: &[&str]) -> String {
+fn wrap_and_undo(
+    case: &Case,
+    file: &Path,
+    schema: &str,
+    stdio: &[&str],
+    secrets: &[&str],
+) -> String {
     let original = std::fs::read(file).unwrap();
     let out = ok(&case.wrap(&[file.to_str().unwrap()]));
     let wrapped = std::fs::read_to_string(file).unwrap();
@@ -169,7 +182,12 @@ fn wrap_and_undo(case: &Case, file: &Path, schema: &str, stdio: &[&str], secrets
             me,
             "{name} runs this mcpbox: {e}"
         );
-        let args: Vec<&str> = e["args"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
+        let args: Vec<&str> = e["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap())
+            .collect();
         assert_eq!(&args[..2], &["run", "--policy"], "{name}: {args:?}");
         assert_eq!(args[3], "--");
         let policy = Path::new(args[2]);
@@ -184,17 +202,25 @@ fn wrap_and_undo(case: &Case, file: &Path, schema: &str, stdio: &[&str], secrets
             policy.display(),
             String::from_utf8_lossy(&check.stderr)
         );
-        assert_eq!(std::fs::metadata(policy).unwrap().permissions().mode() & 0o777, 0o600);
+        assert_eq!(
+            std::fs::metadata(policy).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
     }
     // secrets: in no rewritten file and no policy; each in one 0600 file
     // of a 0700 store
     let files = case.state_files();
     for s in secrets {
-        assert!(!wrapped.contains(s), "{s} is still in the host file:\n{wrapped}");
+        assert!(
+            !wrapped.contains(s),
+            "{s} is still in the host file:\n{wrapped}"
+        );
         assert!(!out.contains(s), "{s} was printed");
         let holders: Vec<&(PathBuf, u32)> = files
             .iter()
-            .filter(|(p, _)| std::fs::read(p).is_ok_and(|b| String::from_utf8_lossy(&b).contains(s)))
+            .filter(|(p, _)| {
+                std::fs::read(p).is_ok_and(|b| String::from_utf8_lossy(&b).contains(s))
+            })
             .collect();
         let stored: Vec<_> = holders
             .iter()
@@ -215,14 +241,24 @@ fn wrap_and_undo(case: &Case, file: &Path, schema: &str, stdio: &[&str], secrets
         }
     }
     if !secrets.is_empty() {
-        let store = files.iter().find(|(p, _)| *p == case.state().join("secrets")).unwrap();
+        let store = files
+            .iter()
+            .find(|(p, _)| *p == case.state().join("secrets"))
+            .unwrap();
         assert_eq!(store.1, 0o700);
     }
     // undo: byte for byte, mode included, and the store emptied
     let undone = ok(&case.wrap(&["--undo", file.to_str().unwrap()]));
     assert!(undone.contains("restored"), "{undone}");
-    assert_eq!(std::fs::read(file).unwrap(), original, "undo restores byte for byte");
-    assert_eq!(std::fs::metadata(file).unwrap().permissions().mode() & 0o777, 0o644);
+    assert_eq!(
+        std::fs::read(file).unwrap(),
+        original,
+        "undo restores byte for byte"
+    );
+    assert_eq!(
+        std::fs::metadata(file).unwrap().permissions().mode() & 0o777,
+        0o644
+    );
     for (p, _) in case.state_files() {
         assert!(
             std::fs::metadata(&p).unwrap().is_dir(),
@@ -269,8 +305,14 @@ fn claude_desktop_config_is_wrapped_with_secrets_moved_and_undone_byte_for_byte(
         &["notes", "github"],
         &[GH],
     );
-    assert!(out.contains("secrets moved: GITHUB_PERSONAL_ACCESS_TOKEN"), "{out}");
-    assert!(out.contains(&format!("mounts {} ro", data.display())), "{out}");
+    assert!(
+        out.contains("secrets moved: GITHUB_PERSONAL_ACCESS_TOKEN"),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("mounts {} ro", data.display())),
+        "{out}"
+    );
 }
 
 #[test]
@@ -296,9 +338,18 @@ fn claude_code_mcp_json_is_wrapped_keeping_references_and_remote_entries() {
     let original = std::fs::read_to_string(&file).unwrap();
     let out = case.wrap(&["--dry-run", file.to_str().unwrap()]);
     let diff = ok(&out);
-    assert!(diff.contains("docs: left alone: remote server https://docs.example.com/mcp"), "{diff}");
+    assert!(
+        diff.contains("docs: left alone: remote server https://docs.example.com/mcp"),
+        "{diff}"
+    );
     assert_eq!(std::fs::read_to_string(&file).unwrap(), original);
-    let out = wrap_and_undo(&case, &file, include_str!("wrap/claude-code.schema.json"), &["api"], &[KEY]);
+    let out = wrap_and_undo(
+        &case,
+        &file,
+        include_str!("wrap/claude-code.schema.json"),
+        &["api"],
+        &[KEY],
+    );
     assert!(out.contains("secrets moved: API_KEY"), "{out}");
 }
 
@@ -311,7 +362,13 @@ fn cursor_mcp_json_is_wrapped_and_undone() {
             r#"{{"mcpServers":{{"db":{{"command":"uvx","args":["mcp-server-postgres","--read-only"],"env":{{"DATABASE_URL":"postgres://app:{KEY}@db.internal/app"}}}},"remote":{{"url":"https://mcp.example.com/sse"}}}}}}"#
         ),
     );
-    wrap_and_undo(&case, &file, include_str!("wrap/cursor.schema.json"), &["db"], &[KEY]);
+    wrap_and_undo(
+        &case,
+        &file,
+        include_str!("wrap/cursor.schema.json"),
+        &["db"],
+        &[KEY],
+    );
 }
 
 #[test]
@@ -342,7 +399,13 @@ fn vscode_mcp_json_with_comments_and_inputs_is_wrapped_and_undone() {
 "#
         ),
     );
-    let out = wrap_and_undo(&case, &file, include_str!("wrap/vscode.schema.json"), &["perplexity"], &[GH]);
+    let out = wrap_and_undo(
+        &case,
+        &file,
+        include_str!("wrap/vscode.schema.json"),
+        &["perplexity"],
+        &[GH],
+    );
     assert!(out.contains("secrets moved: BACKUP_TOKEN"), "{out}");
 }
 
@@ -372,11 +435,25 @@ url = "https://mcp.figma.com/mcp"
     let out = case.wrap(&[file.to_str().unwrap()]);
     ok(&out);
     let wrapped = std::fs::read_to_string(&file).unwrap();
-    assert!(wrapped.starts_with("# my Codex settings\nmodel = \"o4-mini\"\n\n[mcp_servers.context7]\n# docs lookup\n"), "{wrapped}");
-    assert!(wrapped.ends_with("[mcp_servers.figma]\nurl = \"https://mcp.figma.com/mcp\"\n"), "{wrapped}");
+    assert!(
+        wrapped.starts_with(
+            "# my Codex settings\nmodel = \"o4-mini\"\n\n[mcp_servers.context7]\n# docs lookup\n"
+        ),
+        "{wrapped}"
+    );
+    assert!(
+        wrapped.ends_with("[mcp_servers.figma]\nurl = \"https://mcp.figma.com/mcp\"\n"),
+        "{wrapped}"
+    );
     ok(&case.wrap(&["--undo", file.to_str().unwrap()]));
     assert_eq!(std::fs::read_to_string(&file).unwrap(), original);
-    wrap_and_undo(&case, &file, include_str!("wrap/codex.schema.json"), &["context7"], &[KEY]);
+    wrap_and_undo(
+        &case,
+        &file,
+        include_str!("wrap/codex.schema.json"),
+        &["context7"],
+        &[KEY],
+    );
 }
 
 #[test]
@@ -400,21 +477,33 @@ fn a_wrapped_claude_code_entry_runs_its_server_with_the_moved_secret() {
     ok(&case.wrap(&[file.to_str().unwrap()]));
     let doc: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
     let entry = &doc["mcpServers"]["leaky"];
-    assert!(entry.get("env").is_none(), "no env left in the entry: {entry}");
+    assert!(
+        entry.get("env").is_none(),
+        "no env left in the entry: {entry}"
+    );
     // start it as Claude Code would: the entry's command and args, nothing else
     let mut cmd = Command::new(entry["command"].as_str().unwrap());
     for a in entry["args"].as_array().unwrap() {
         cmd.arg(a.as_str().unwrap());
     }
-    cmd.env("MCPBOX_STATE_DIR", case.state()).env_remove("API_KEY");
+    cmd.env("MCPBOX_STATE_DIR", case.state())
+        .env_remove("API_KEY");
     let mut s = common::mcp::Session::start_command(cmd);
     let init = s.initialize();
-    assert!(init.get("result").is_some(), "initialize: {init} {}", s.stderr());
+    assert!(
+        init.get("result").is_some(),
+        "initialize: {init} {}",
+        s.stderr()
+    );
     let resp = s.call("leak", json!({"var": "API_KEY"}));
     let text = common::mcp::result_text(&resp);
     // the server read the secret (the relay redacted it by name on the way
     // back), and its value never reached the host
-    assert!(text.contains("plain [REDACTED:API_KEY]"), "{resp} {}", s.stderr());
+    assert!(
+        text.contains("plain [REDACTED:API_KEY]"),
+        "{resp} {}",
+        s.stderr()
+    );
     assert!(!resp.to_string().contains(KEY), "{resp}");
     drop(s);
 }
@@ -429,7 +518,10 @@ fn dry_run_prints_the_diff_and_writes_nothing() {
     let out = ok(&case.wrap(&["--dry-run", file.to_str().unwrap()]));
     assert!(out.contains(&format!("--- a/{}", file.display())), "{out}");
     assert!(out.contains("-      \"command\": \"npx\","), "{out}");
-    assert!(out.contains("+      \"args\": [\"run\", \"--policy\""), "{out}");
+    assert!(
+        out.contains("+      \"args\": [\"run\", \"--policy\""),
+        "{out}"
+    );
     assert!(out.contains("nothing was written"), "{out}");
     assert!(!out.contains(GH), "the diff shows no secret value: {out}");
     assert_eq!(std::fs::read_to_string(&file).unwrap(), text);
@@ -473,13 +565,19 @@ fn a_config_whose_servers_all_run_mcpbox_is_refused_as_already_wrapped() {
     let out = ok(&case.wrap(&[file.to_str().unwrap()]));
     assert!(out.contains("fs: left alone: already runs mcpbox"), "{out}");
     let doc: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
-    assert_eq!(doc["mcpServers"]["fs"], json!({"command": "mcpbox", "args": ["run"]}));
+    assert_eq!(
+        doc["mcpServers"]["fs"],
+        json!({"command": "mcpbox", "args": ["run"]})
+    );
 }
 
 #[test]
 fn wrapping_twice_is_refused_until_undone() {
     let case = Case::new();
-    let file = case.file("p/.mcp.json", r#"{"mcpServers": {"a": {"command": "npx"}, "b": {"command": "uvx"}}}"#);
+    let file = case.file(
+        "p/.mcp.json",
+        r#"{"mcpServers": {"a": {"command": "npx"}, "b": {"command": "uvx"}}}"#,
+    );
     ok(&case.wrap(&[file.to_str().unwrap()]));
     let wrapped = std::fs::read(&file).unwrap();
     // a server added by hand since: wrapping again would replace the backup
@@ -488,7 +586,10 @@ fn wrapping_twice_is_refused_until_undone() {
         .replacen("{", "{\"extra\": 1, ", 1);
     std::fs::write(&file, &added).unwrap();
     let err = refused(&case.wrap(&[file.to_str().unwrap()]));
-    assert!(err.contains("wrapped by mcpbox already") && err.contains("--undo"), "{err}");
+    assert!(
+        err.contains("wrapped by mcpbox already") && err.contains("--undo"),
+        "{err}"
+    );
     assert_eq!(std::fs::read_to_string(&file).unwrap(), added);
 }
 
@@ -501,7 +602,10 @@ fn undo_after_a_later_hand_edit_is_refused_and_force_restores() {
     let edited = std::fs::read_to_string(&file).unwrap() + "\n";
     std::fs::write(&file, &edited).unwrap();
     let err = refused(&case.wrap(&["--undo", file.to_str().unwrap()]));
-    assert!(err.contains("changed since mcpbox wrap") && err.contains("--force"), "{err}");
+    assert!(
+        err.contains("changed since mcpbox wrap") && err.contains("--force"),
+        "{err}"
+    );
     assert_eq!(std::fs::read_to_string(&file).unwrap(), edited);
     ok(&case.wrap(&["--undo", "--force", file.to_str().unwrap()]));
     assert_eq!(std::fs::read_to_string(&file).unwrap(), text);
@@ -513,7 +617,10 @@ fn undo_without_a_backup_is_refused() {
     let text = r#"{"mcpServers": {"a": {"command": "npx"}}}"#;
     let file = case.file("p/.mcp.json", text);
     let err = refused(&case.wrap(&["--undo", file.to_str().unwrap()]));
-    assert!(err.contains("no backup") && err.contains("nothing to undo"), "{err}");
+    assert!(
+        err.contains("no backup") && err.contains("nothing to undo"),
+        "{err}"
+    );
     assert_eq!(std::fs::read_to_string(&file).unwrap(), text);
 }
 
@@ -530,6 +637,9 @@ fn serve_points_remote_entries_at_the_gateway_and_prints_its_config() {
         doc["mcpServers"]["tickets"]["url"],
         "http://127.0.0.1:8787/servers/tickets/mcp"
     );
-    assert!(out.contains("[[servers]]\nname = \"tickets\"\nurl = \"https://tickets.example.com/mcp\""), "{out}");
+    assert!(
+        out.contains("[[servers]]\nname = \"tickets\"\nurl = \"https://tickets.example.com/mcp\""),
+        "{out}"
+    );
     assert_host_accepts(&file, include_str!("wrap/cursor.schema.json"));
 }

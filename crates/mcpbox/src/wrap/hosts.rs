@@ -84,7 +84,10 @@ pub struct Entry {
 pub enum EntryKind {
     Stdio(Stdio),
     /// A remote server (`url`); `headers` is whether it sends any.
-    Remote { url: String, headers: bool },
+    Remote {
+        url: String,
+        headers: bool,
+    },
     /// Already runs mcpbox.
     Wrapped,
     /// Left alone, and why.
@@ -212,10 +215,7 @@ fn json_entry(node: &Node, ours: &str) -> EntryKind {
 
 fn toml_entries(path: &Path, text: &str, ours: &str) -> Result<Vec<Entry>, String> {
     let doc: toml_edit::DocumentMut = text.parse().map_err(|e: toml_edit::TomlError| {
-        let (line, column) = e
-            .span()
-            .map(|s| line_col(text, s.start))
-            .unwrap_or((1, 1));
+        let (line, column) = e.span().map(|s| line_col(text, s.start)).unwrap_or((1, 1));
         at(path, line, column, e.message())
     })?;
     let Some(servers) = doc.get("mcp_servers") else {
@@ -290,8 +290,14 @@ fn toml_entry(item: &toml_edit::Item, ours: &str) -> EntryKind {
 fn line_col(text: &str, offset: usize) -> (usize, usize) {
     let before = &text.as_bytes()[..offset.min(text.len())];
     let line = before.iter().filter(|&&c| c == b'\n').count() + 1;
-    let start = before.iter().rposition(|&c| c == b'\n').map_or(0, |p| p + 1);
-    (line, String::from_utf8_lossy(&before[start..]).chars().count() + 1)
+    let start = before
+        .iter()
+        .rposition(|&c| c == b'\n')
+        .map_or(0, |p| p + 1);
+    (
+        line,
+        String::from_utf8_lossy(&before[start..]).chars().count() + 1,
+    )
 }
 
 /// `text` with `changes` applied (every entry they name was found by
@@ -301,9 +307,7 @@ pub fn rewrite(host: Host, text: &str, changes: &[Change]) -> Result<String, Str
         return toml_rewrite(text, changes);
     }
     let root = jsonc::parse(text, host == Host::Vscode).map_err(|e| e.message)?;
-    let servers = root
-        .get(host.servers_key())
-        .ok_or("the servers are gone")?;
+    let servers = root.get(host.servers_key()).ok_or("the servers are gone")?;
     let mut edits: Vec<(usize, usize, String)> = Vec::new();
     for change in changes {
         let name = match change {
@@ -368,7 +372,9 @@ fn json_object(text: &str, node: &Node, change: &Change) -> String {
     }
     // the layout: the whitespace before the first key and before `}`
     let inner = &text[node.start + 1..node.end - 1];
-    let first = members.first().map_or(inner.len(), |m| m.key_start - node.start - 1);
+    let first = members
+        .first()
+        .map_or(inner.len(), |m| m.key_start - node.start - 1);
     let lead = &inner[..first];
     match lead.rfind('\n') {
         Some(nl) => {
@@ -386,7 +392,9 @@ fn json_object(text: &str, node: &Node, change: &Change) -> String {
 }
 
 fn toml_rewrite(text: &str, changes: &[Change]) -> Result<String, String> {
-    let mut doc: toml_edit::DocumentMut = text.parse().map_err(|e: toml_edit::TomlError| e.to_string())?;
+    let mut doc: toml_edit::DocumentMut = text
+        .parse()
+        .map_err(|e: toml_edit::TomlError| e.to_string())?;
     let servers = doc
         .get_mut("mcp_servers")
         .and_then(|s| s.as_table_like_mut())
@@ -481,7 +489,10 @@ mod tests {
     #[test]
     fn hosts_are_told_by_name_and_content() {
         let d = |p: &str, t: &str| detect(Path::new(p), t);
-        assert_eq!(d("/x/claude_desktop_config.json", ""), Ok(Host::ClaudeDesktop));
+        assert_eq!(
+            d("/x/claude_desktop_config.json", ""),
+            Ok(Host::ClaudeDesktop)
+        );
         assert_eq!(d("/x/.mcp.json", ""), Ok(Host::ClaudeCode));
         assert_eq!(d("/p/.cursor/mcp.json", ""), Ok(Host::Cursor));
         assert_eq!(d("/p/.vscode/mcp.json", ""), Ok(Host::Vscode));

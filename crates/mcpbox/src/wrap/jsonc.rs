@@ -94,7 +94,10 @@ impl Parser<'_> {
             .iter()
             .rposition(|&c| c == b'\n')
             .map_or(0, |p| p + 1);
-        let column = String::from_utf8_lossy(&before[line_start..]).chars().count() + 1;
+        let column = String::from_utf8_lossy(&before[line_start..])
+            .chars()
+            .count()
+            + 1;
         SyntaxError {
             line,
             column,
@@ -155,7 +158,10 @@ impl Parser<'_> {
         })
     }
 
-    fn nested(&mut self, f: fn(&mut Self) -> Result<Kind, SyntaxError>) -> Result<Kind, SyntaxError> {
+    fn nested(
+        &mut self,
+        f: fn(&mut Self) -> Result<Kind, SyntaxError>,
+    ) -> Result<Kind, SyntaxError> {
         self.depth += 1;
         if self.depth > MAX_DEPTH {
             return Err(self.error("nested too deeply"));

@@ -155,9 +155,8 @@ fn wrap(args: &Args) -> anyhow::Result<()> {
                     env: g.kept_env.clone(),
                 });
                 lines.push(summary(name, &policy, &g));
-                for (var, value, file) in &g.secrets {
+                for (_, value, file) in &g.secrets {
                     plan.secrets.push((file.clone(), value.clone()));
-                    let _ = var;
                 }
                 plan.policies.push((policy, g.text));
             }
@@ -193,13 +192,19 @@ fn wrap(args: &Args) -> anyhow::Result<()> {
     }
     if changes.is_empty() {
         eprintln!("{}", lines.join("\n"));
-        bail!("nothing in {} could be wrapped (nothing was changed)", path.display());
+        bail!(
+            "nothing in {} could be wrapped (nothing was changed)",
+            path.display()
+        );
     }
     let new_text = hosts::rewrite(host, &text, &changes)
         .map_err(|e| anyhow::anyhow!("rewriting {}: {e} (nothing was changed)", path.display()))?;
     // what the host reads back must still be its format
-    hosts::entries(host, &path, &new_text, &ours)
-        .map_err(|e| anyhow::anyhow!("the rewritten file would not parse ({e}): nothing was changed; please report this"))?;
+    hosts::entries(host, &path, &new_text, &ours).map_err(|e| {
+        anyhow::anyhow!(
+            "the rewritten file would not parse ({e}): nothing was changed; please report this"
+        )
+    })?;
 
     let shown = args.config.display().to_string();
     if args.dry_run {
@@ -207,7 +212,10 @@ fn wrap(args: &Args) -> anyhow::Result<()> {
         // logs it) gets their names only
         let mut shown_diff = diff::unified(&text, &new_text, &shown);
         for (file, value) in &plan.secrets {
-            let label = file.file_name().map(|n| n.to_string_lossy()).unwrap_or_default();
+            let label = file
+                .file_name()
+                .map(|n| n.to_string_lossy())
+                .unwrap_or_default();
             let escaped = serde_json::Value::from(value.as_str()).to_string();
             let escaped = escaped.trim_matches('"');
             for form in [value.as_str(), escaped] {
@@ -245,8 +253,14 @@ fn print_snippets(snippets: &[String]) {
 
 fn summary(name: &str, policy: &Path, g: &policygen::Generated) -> String {
     let mut s = match g.preset {
-        Some(p) => format!("  {name}: wrapped with the preset {p} ({})", policy.display()),
-        None => format!("  {name}: wrapped with a generated policy {}", policy.display()),
+        Some(p) => format!(
+            "  {name}: wrapped with the preset {p} ({})",
+            policy.display()
+        ),
+        None => format!(
+            "  {name}: wrapped with a generated policy {}",
+            policy.display()
+        ),
     };
     if !g.mounts.is_empty() {
         let m: Vec<String> = g

@@ -71,7 +71,14 @@ const SECRET_PARTS: &[&str] = &[
     "DSN",
 ];
 /// ... or anywhere in it (`APIKEY`, `ACCESSTOKEN`).
-const SECRET_WORDS: &[&str] = &["TOKEN", "SECRET", "PASSWORD", "APIKEY", "CREDENTIAL", "AUTH"];
+const SECRET_WORDS: &[&str] = &[
+    "TOKEN",
+    "SECRET",
+    "PASSWORD",
+    "APIKEY",
+    "CREDENTIAL",
+    "AUTH",
+];
 
 /// Whether an env value is to be moved into the secret store: by its name,
 /// or by its shape (a provider token, a private key, a URL carrying a
@@ -106,6 +113,18 @@ const WRITE_FLAGS: &[&str] = &["out", "output", "write", "dest", "save"];
 
 fn under(p: &Path, roots: &[&str]) -> bool {
     roots.iter().any(|r| p.starts_with(r))
+}
+
+/// A TOML key: bare when it can be.
+pub fn toml_key(s: &str) -> String {
+    if !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    {
+        s.to_string()
+    } else {
+        toml_str(s)
+    }
 }
 
 /// A TOML string literal.
@@ -180,7 +199,11 @@ fn implied(
                 .parent()
                 .filter(|root| dir.ends_with("bin") && root.join("pyvenv.cfg").is_file());
             match venv {
-                Some(root) => wanted.push((root.into(), "ro", "the command's virtual environment".into())),
+                Some(root) => wanted.push((
+                    root.into(),
+                    "ro",
+                    "the command's virtual environment".into(),
+                )),
                 None => wanted.push((dir.into(), "ro", "the command's directory".into())),
             }
         }
@@ -194,12 +217,23 @@ fn implied(
         };
         previous = Some(arg);
         let p = Path::new(value);
-        if !p.is_absolute() || under(p, SYSTEM) {
+        if !p.is_absolute() {
+            continue;
+        }
+        // `/etc/../home/u` is not under /etc, and a mount target may not
+        // hold `..`: such a path is named, not guessed at
+        if p.components().any(|c| c == std::path::Component::ParentDir) {
+            notes.push(format!("{} has a `..`: not mounted", p.display()));
+            continue;
+        }
+        if under(p, SYSTEM) {
             continue;
         }
         let write = flag.is_some_and(|f| {
             let f = f.trim_start_matches('-').to_ascii_lowercase();
-            WRITE_FLAGS.iter().any(|w| f == *w || f.ends_with(&format!("-{w}")))
+            WRITE_FLAGS
+                .iter()
+                .any(|w| f == *w || f.ends_with(&format!("-{w}")))
         });
         let mode = if write { "rw" } else { "ro" };
         if p.is_dir() {
@@ -218,12 +252,15 @@ fn implied(
             continue;
         }
         if p == Path::new("/") || under(&p, NO_TARGET) {
-            notes.push(format!("{} cannot be mounted at its own path: not mounted", p.display()));
+            notes.push(format!(
+                "{} cannot be mounted at its own path: not mounted",
+                p.display()
+            ));
             continue;
         }
         let host = std::fs::canonicalize(&p).unwrap_or_else(|_| p.clone());
-        if let Some(kind) = mcpbox_policy::credential_kind(&host)
-            .or_else(|| mcpbox_policy::credential_kind(&p))
+        if let Some(kind) =
+            mcpbox_policy::credential_kind(&host).or_else(|| mcpbox_policy::credential_kind(&p))
         {
             notes.push(format!(
                 "{} is or holds the credential location {kind}: not mounted",
@@ -278,7 +315,7 @@ fn environment(entry: &Stdio, secret_file: &dyn Fn(&str) -> PathBuf, g: &mut Gen
         if !set.is_empty() {
             let items: Vec<String> = set
                 .iter()
-                .map(|(k, v)| format!("{} = {}", toml_str(k), toml_str(v)))
+                .map(|(k, v)| format!("{} = {}", toml_key(k), toml_str(v)))
                 .collect();
             let _ = writeln!(t, "set = {{ {} }}", items.join(", "));
         }
@@ -291,14 +328,15 @@ fn environment(entry: &Stdio, secret_file: &dyn Fn(&str) -> PathBuf, g: &mut Gen
         let _ = write!(
             t,
             "\n# moved out of the host config into mcpbox's secret store\n[secrets.{}]\nfrom_file = {}\n",
-            toml_str(var),
+            toml_key(var),
             toml_str(&file.to_string_lossy())
         );
     }
     for var in from_env {
         let _ = write!(
             t,
-            "\n# filled in by the host from its own environment or prompt\n[secrets.{0}]\nfrom_env = {0}\n",
+            "\n# filled in by the host from its own environment or prompt\n[secrets.{}]\nfrom_env = {}\n",
+            toml_key(&var),
             toml_str(&var)
         );
     }

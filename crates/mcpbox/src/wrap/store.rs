@@ -212,7 +212,12 @@ fn private_dir(dir: &Path) -> anyhow::Result<()> {
 }
 
 /// Creates `path` (it must not exist) with `mode` and `bytes`.
-fn write_new(path: &Path, bytes: &[u8], mode: u32, written: &mut Vec<PathBuf>) -> anyhow::Result<()> {
+fn write_new(
+    path: &Path,
+    bytes: &[u8],
+    mode: u32,
+    written: &mut Vec<PathBuf>,
+) -> anyhow::Result<()> {
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -230,7 +235,10 @@ fn write_new(path: &Path, bytes: &[u8], mode: u32, written: &mut Vec<PathBuf>) -
 /// sees the old file or the new one, never a part.
 fn replace(path: &Path, bytes: &[u8], mode: u32) -> anyhow::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
-    let name = path.file_name().map(|n| n.to_string_lossy()).unwrap_or_default();
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy())
+        .unwrap_or_default();
     let tmp = dir.join(format!(".{name}.mcpbox-wrap.{}", std::process::id()));
     let result = (|| -> std::io::Result<()> {
         let mut f = std::fs::OpenOptions::new()
