@@ -643,3 +643,56 @@ fn serve_points_remote_entries_at_the_gateway_and_prints_its_config() {
     );
     assert_host_accepts(&file, include_str!("wrap/cursor.schema.json"));
 }
+
+#[test]
+fn a_credential_folder_argument_is_not_mounted_and_a_loader_variable_leaves_the_entry_alone() {
+    let case = Case::new();
+    let ssh = case.dir.path().join("home/u/.ssh");
+    std::fs::create_dir_all(&ssh).unwrap();
+    let text = format!(
+        r#"{{"mcpServers": {{
+  "keys": {{"command": "npx", "args": ["-y", "some-server", "{}"]}},
+  "inject": {{"command": "npx", "env": {{"LD_PRELOAD": "/tmp/evil.so"}}}}
+}}}}"#,
+        ssh.display()
+    );
+    let file = case.file("p/.mcp.json", &text);
+    let out = ok(&case.wrap(&[file.to_str().unwrap()]));
+    assert!(
+        out.contains(&format!(
+            "note: {} is or holds the credential location .ssh: not mounted",
+            ssh.display()
+        )),
+        "{out}"
+    );
+    assert!(
+        out.contains("inject: left alone: its generated policy is refused"),
+        "{out}"
+    );
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    assert_eq!(
+        doc["mcpServers"]["inject"],
+        json!({"command": "npx", "env": {"LD_PRELOAD": "/tmp/evil.so"}})
+    );
+    let args = doc["mcpServers"]["keys"]["args"].as_array().unwrap();
+    let policy = std::fs::read_to_string(args[2].as_str().unwrap()).unwrap();
+    assert!(!policy.contains("[[filesystem.mounts]]"), "{policy}");
+}
+
+#[test]
+fn a_symlinked_config_is_rewritten_where_it_lives_and_the_link_stays() {
+    let case = Case::new();
+    let text = r#"{"mcpServers": {"a": {"command": "npx"}}}"#;
+    let real = case.file("dotfiles/claude_desktop_config.json", text);
+    let link = case.dir.path().join("Claude/claude_desktop_config.json");
+    std::fs::create_dir_all(link.parent().unwrap()).unwrap();
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    ok(&case.wrap(&[link.to_str().unwrap()]));
+    assert!(std::fs::symlink_metadata(&link)
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    assert_ne!(std::fs::read_to_string(&real).unwrap(), text);
+    ok(&case.wrap(&["--undo", link.to_str().unwrap()]));
+    assert_eq!(std::fs::read_to_string(&real).unwrap(), text);
+}

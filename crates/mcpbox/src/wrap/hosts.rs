@@ -215,7 +215,10 @@ fn json_entry(node: &Node, ours: &str) -> EntryKind {
 
 fn toml_entries(path: &Path, text: &str, ours: &str) -> Result<Vec<Entry>, String> {
     let doc: toml_edit::DocumentMut = text.parse().map_err(|e: toml_edit::TomlError| {
-        let (line, column) = e.span().map(|s| line_col(text, s.start)).unwrap_or((1, 1));
+        let (line, column) = e
+            .span()
+            .map(|s| jsonc::line_col(text.as_bytes(), s.start))
+            .unwrap_or((1, 1));
         at(path, line, column, e.message())
     })?;
     let Some(servers) = doc.get("mcp_servers") else {
@@ -285,19 +288,6 @@ fn toml_entry(item: &toml_edit::Item, ours: &str) -> EntryKind {
         env,
         pass,
     })
-}
-
-fn line_col(text: &str, offset: usize) -> (usize, usize) {
-    let before = &text.as_bytes()[..offset.min(text.len())];
-    let line = before.iter().filter(|&&c| c == b'\n').count() + 1;
-    let start = before
-        .iter()
-        .rposition(|&c| c == b'\n')
-        .map_or(0, |p| p + 1);
-    (
-        line,
-        String::from_utf8_lossy(&before[start..]).chars().count() + 1,
-    )
 }
 
 /// `text` with `changes` applied (every entry they name was found by

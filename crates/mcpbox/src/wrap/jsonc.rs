@@ -76,6 +76,18 @@ pub fn parse(text: &str, comments: bool) -> Result<Node, SyntaxError> {
     Ok(node)
 }
 
+/// The 1-based line and column (in characters) of byte `offset`.
+pub fn line_col(text: &[u8], offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.iter().filter(|&&c| c == b'\n').count() + 1;
+    let start = before
+        .iter()
+        .rposition(|&c| c == b'\n')
+        .map_or(0, |p| p + 1);
+    let column = String::from_utf8_lossy(&before[start..]).chars().count() + 1;
+    (line, column)
+}
+
 struct Parser<'a> {
     b: &'a [u8],
     i: usize,
@@ -88,16 +100,7 @@ const MAX_DEPTH: usize = 128;
 
 impl Parser<'_> {
     fn error(&self, message: &str) -> SyntaxError {
-        let before = &self.b[..self.i.min(self.b.len())];
-        let line = before.iter().filter(|&&c| c == b'\n').count() + 1;
-        let line_start = before
-            .iter()
-            .rposition(|&c| c == b'\n')
-            .map_or(0, |p| p + 1);
-        let column = String::from_utf8_lossy(&before[line_start..])
-            .chars()
-            .count()
-            + 1;
+        let (line, column) = line_col(self.b, self.i);
         SyntaxError {
             line,
             column,
