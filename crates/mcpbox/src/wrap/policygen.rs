@@ -44,10 +44,19 @@ pub struct Generated {
     pub notes: Vec<String>,
 }
 
-/// The preset of a known server, by its command line: `(name, policy
-/// text)`. The one place `wrap` asks about presets.
+/// What `wrap` needs to know of a preset.
+#[derive(Debug, Clone, Copy)]
+struct PresetUse {
+    name: &'static str,
+    /// The preset reads the directory it is used from (`input = "."`):
+    /// here that would be the state folder, so the entry must name one.
+    reads_cwd: bool,
+}
+
+/// The preset of a known server, by its command line. The one place
+/// `wrap` asks about presets.
 // TODO(issue 13): mcpbox_policy::preset::for_command once the presets land.
-fn preset_for(_argv: &[String]) -> Option<(&'static str, &'static str)> {
+fn preset_for(_argv: &[String]) -> Option<PresetUse> {
     None
 }
 
@@ -159,20 +168,45 @@ pub fn generate(
         config.display()
     );
     let _ = writeln!(t, "# Command: {}", argv.join(" ").replace('\n', " "));
-    let body = match preset_for(&argv) {
-        Some((preset, text)) => {
-            g.preset = Some(preset);
-            let _ = writeln!(t, "# The preset {preset:?} of mcpbox, as shipped:\n");
-            text.to_string()
+    let (mounts, first_dir) = mounts(entry, &mut g.mounts, &mut g.notes);
+    let preset = preset_for(&argv).filter(|p| {
+        let usable = !p.reads_cwd || first_dir.is_some();
+        if !usable {
+            g.notes.push(format!(
+                "the preset {} reads a directory and the entry names none: a generated policy instead",
+                p.name
+            ));
         }
-        None => {
+        usable
+    });
+    let server = format!("[server]\nname = {}\n", toml_str(name));
+    let body = match (preset, first_dir) {
+        (Some(p), first_dir) => {
+            g.preset = Some(p.name);
+            let _ = writeln!(
+                t,
+                "# Starts from mcpbox's preset {0:?} (`mcpbox init --preset {0}` shows it);\n\
+                 # the host paths the entry names are mounted read-only at the same path.\n",
+                p.name
+            );
+            let mut b = format!("extends = \"preset:{}\"\n\n{server}", p.name);
+            if let Some(dir) = first_dir.filter(|_| p.reads_cwd) {
+                let _ = write!(
+                    b,
+                    "\n# the preset's directory: the first one the entry names\n[filesystem]\ninput = {}\n",
+                    toml_str(&dir.to_string_lossy())
+                );
+            }
+            b + &mounts
+        }
+        (None, _) => {
             let _ = writeln!(
                 t,
                 "# No preset knows this server: the strictest policy its command line\n\
                  # implies. No network; the host paths it names, read-only at the same\n\
                  # path (read-write only after an output option); nothing else of the host.\n"
             );
-            implied(name, entry, &mut g.mounts, &mut g.notes)
+            server + &mounts
         }
     };
     g.text.push_str(&body);
@@ -180,14 +214,15 @@ pub fn generate(
     g
 }
 
-/// `[server]` and the mounts of the strictest policy for `entry`.
-fn implied(
-    name: &str,
+/// The mounts of the strictest policy for `entry` (as TOML), and the
+/// first directory among its arguments.
+fn mounts(
     entry: &Stdio,
     mounts: &mut Vec<(PathBuf, &'static str)>,
     notes: &mut Vec<String>,
-) -> String {
-    let mut t = format!("[server]\nname = {}\n", toml_str(name));
+) -> (String, Option<PathBuf>) {
+    let mut t = String::new();
+    let mut first_dir = None;
     // (path as the server names it, mode, why)
     let mut wanted: Vec<(PathBuf, &'static str, String)> = Vec::new();
     let command = Path::new(&entry.command);
@@ -237,6 +272,9 @@ fn implied(
         });
         let mode = if write { "rw" } else { "ro" };
         if p.is_dir() {
+            if first_dir.is_none() {
+                first_dir = Some(std::fs::canonicalize(p).unwrap_or_else(|_| p.into()));
+            }
             wanted.push((p.into(), mode, format!("named by the argument {arg}")));
         } else if p.is_file() {
             if let Some(dir) = p.parent() {
@@ -277,7 +315,7 @@ fn implied(
         mounts.push((p.clone(), mode));
         done.push(p);
     }
-    t
+    (t, first_dir)
 }
 
 /// `[env]` and `[secrets]`: literal values by kind, references from
