@@ -374,8 +374,14 @@ fn json_object(text: &str, node: &Node, change: &Change) -> String {
                 .map(|n| &inner[n + 1..])
                 .filter(|s| s.chars().all(char::is_whitespace))
                 .unwrap_or("");
-            let sep = format!(",\n{indent}");
-            format!("{{\n{indent}{}\n{close}}}", out.join(&sep))
+            // a file written on Windows keeps its line ends
+            let nl = if lead.ends_with(&format!("\r\n{indent}")) {
+                "\r\n"
+            } else {
+                "\n"
+            };
+            let sep = format!(",{nl}{indent}");
+            format!("{{{nl}{indent}{}{nl}{close}}}", out.join(&sep))
         }
         None => format!("{{ {} }}", out.join(", ")),
     }
@@ -466,6 +472,13 @@ mod tests {
             one,
             "{\"mcpServers\": {\"a\": { \"command\": \"/bin/mcpbox\", \"args\": [\"run\", \"--\", \"x\"] }}}"
         );
+    }
+
+    #[test]
+    fn crlf_line_ends_are_kept() {
+        let text = "{\r\n  \"mcpServers\": {\r\n    \"a\": {\r\n      \"command\": \"x\"\r\n    }\r\n  }\r\n}\r\n";
+        let out = rewrite(Host::ClaudeDesktop, text, &[change()]).unwrap();
+        assert!(!out.replace("\r\n", "").contains('\n'), "{out:?}");
     }
 
     #[test]

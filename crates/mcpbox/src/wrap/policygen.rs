@@ -326,7 +326,9 @@ fn environment(entry: &Stdio, secret_file: &dyn Fn(&str) -> PathBuf, g: &mut Gen
     let mut from_env = Vec::new();
     for (var, value) in &entry.env {
         match value {
-            EnvValue::Literal(v) if is_secret(var, v) => {
+            // an empty value is no secret, and mcpbox refuses to start
+            // with an empty secret source: it stays a plain variable
+            EnvValue::Literal(v) if !v.is_empty() && is_secret(var, v) => {
                 g.secrets.push((var.clone(), v.clone(), secret_file(var)));
             }
             EnvValue::Literal(v) => set.push((var.clone(), v.clone())),
