@@ -696,3 +696,19 @@ fn a_symlinked_config_is_rewritten_where_it_lives_and_the_link_stays() {
     ok(&case.wrap(&["--undo", link.to_str().unwrap()]));
     assert_eq!(std::fs::read_to_string(&real).unwrap(), text);
 }
+
+#[test]
+fn the_mcpbox_override_is_written_as_given_and_an_empty_secret_stays_plain() {
+    let case = Case::new();
+    let file = case.file(
+        "p/.mcp.json",
+        r#"{"mcpServers": {"a": {"command": "npx", "env": {"API_KEY": ""}}}}"#,
+    );
+    ok(&case.wrap(&["--mcpbox", "mcpbox", file.to_str().unwrap()]));
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    assert_eq!(doc["mcpServers"]["a"]["command"], "mcpbox");
+    let policy =
+        std::fs::read_to_string(doc["mcpServers"]["a"]["args"][2].as_str().unwrap()).unwrap();
+    assert!(policy.contains("set = { API_KEY = \"\" }"), "{policy}");
+    assert!(!policy.contains("[secrets"), "{policy}");
+}
