@@ -712,3 +712,106 @@ fn the_mcpbox_override_is_written_as_given_and_an_empty_secret_stays_plain() {
     assert!(policy.contains("set = { API_KEY = \"\" }"), "{policy}");
     assert!(!policy.contains("[secrets"), "{policy}");
 }
+
+#[test]
+fn a_known_server_is_wrapped_with_its_preset_and_its_directory_as_input() {
+    let case = Case::new();
+    let notes = case.dir.path().join("notes");
+    std::fs::create_dir(&notes).unwrap();
+    let file = case.file(
+        "Claude/claude_desktop_config.json",
+        &format!(
+            r#"{{"mcpServers": {{
+  "fs": {{"command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", "{}"]}},
+  "git": {{"command": "uvx", "args": ["mcp-server-git"]}}
+}}}}"#,
+            notes.display()
+        ),
+    );
+    let out = ok(&case.wrap(&[file.to_str().unwrap()]));
+    assert!(
+        out.contains("fs: wrapped with the preset filesystem"),
+        "{out}"
+    );
+    // the git preset reads its own directory, and this entry names none:
+    // that directory would be the state folder, so no preset
+    assert!(
+        out.contains("git: wrapped with a generated policy"),
+        "{out}"
+    );
+    assert!(
+        out.contains("the preset git reads a directory and the entry names none"),
+        "{out}"
+    );
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    let policy_path = doc["mcpServers"]["fs"]["args"][2]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let policy = std::fs::read_to_string(&policy_path).unwrap();
+    // the preset as shipped (its rules and comments) under the entry's name
+    assert!(
+        policy.contains("# mcpbox's preset \"filesystem\" as shipped"),
+        "{policy}"
+    );
+    assert!(policy.contains("\nname = \"fs\"\n"), "{policy}");
+    assert!(
+        policy
+            .lines()
+            .any(|l| l.starts_with("\"write_file\"") && l.contains("\"deny\"")),
+        "{policy}"
+    );
+    let check = Command::new(common::mcpbox())
+        .args(["check", &policy_path])
+        .output()
+        .unwrap();
+    let effective = String::from_utf8_lossy(&check.stdout);
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+    let real = std::fs::canonicalize(&notes).unwrap();
+    assert!(
+        effective.contains(&format!("input = \"{}\"", real.display())),
+        "the preset's input is the entry's directory, not the state folder:\n{effective}"
+    );
+}
+
+#[test]
+fn a_wrapped_pypi_server_from_a_venv_runs_under_its_preset() {
+    let case = Case::new();
+    // mcp-server-time as pip installs it: a venv script whose #! names the
+    // venv's python, a symlink out of the venv
+    let server = common::peers::peer("venv/bin/mcp-server-time");
+    let file = case.file(
+        "p/.mcp.json",
+        &format!(
+            r#"{{"mcpServers": {{"time": {{"command": "{}", "args": ["--local-timezone", "UTC"]}}}}}}"#,
+            server.display()
+        ),
+    );
+    let out = ok(&case.wrap(&[file.to_str().unwrap()]));
+    assert!(out.contains("time: wrapped with the preset time"), "{out}");
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    let entry = &doc["mcpServers"]["time"];
+    let mut cmd = Command::new(entry["command"].as_str().unwrap());
+    for a in entry["args"].as_array().unwrap() {
+        cmd.arg(a.as_str().unwrap());
+    }
+    cmd.env("MCPBOX_STATE_DIR", case.state());
+    let mut s = common::mcp::Session::start_command(cmd);
+    let init = s.initialize();
+    assert!(
+        init.get("result").is_some(),
+        "initialize: {init} {}",
+        s.stderr()
+    );
+    let resp = s.call("get_current_time", json!({"timezone": "UTC"}));
+    let text = common::mcp::result_text(&resp);
+    assert!(
+        text.contains("\"timezone\": \"UTC\""),
+        "{resp} {}",
+        s.stderr()
+    );
+}
