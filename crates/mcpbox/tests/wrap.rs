@@ -456,6 +456,26 @@ url = "https://mcp.figma.com/mcp"
     );
 }
 
+/// Starts a host entry as a host would (its command and args, no env of
+/// its own: none is left in the entry, and the test's API_KEY is removed)
+/// and initializes the MCP session.
+fn start_entry(case: &Case, entry: &Value) -> common::mcp::Session {
+    let mut cmd = Command::new(entry["command"].as_str().unwrap());
+    for a in entry["args"].as_array().unwrap() {
+        cmd.arg(a.as_str().unwrap());
+    }
+    cmd.env("MCPBOX_STATE_DIR", case.state())
+        .env_remove("API_KEY");
+    let mut s = common::mcp::Session::start_command(cmd);
+    let init = s.initialize();
+    assert!(
+        init.get("result").is_some(),
+        "initialize: {init} {}",
+        s.stderr()
+    );
+    s
+}
+
 #[test]
 fn a_wrapped_claude_code_entry_runs_its_server_with_the_moved_secret() {
     let case = Case::new();
@@ -482,19 +502,7 @@ fn a_wrapped_claude_code_entry_runs_its_server_with_the_moved_secret() {
         "no env left in the entry: {entry}"
     );
     // start it as Claude Code would: the entry's command and args, nothing else
-    let mut cmd = Command::new(entry["command"].as_str().unwrap());
-    for a in entry["args"].as_array().unwrap() {
-        cmd.arg(a.as_str().unwrap());
-    }
-    cmd.env("MCPBOX_STATE_DIR", case.state())
-        .env_remove("API_KEY");
-    let mut s = common::mcp::Session::start_command(cmd);
-    let init = s.initialize();
-    assert!(
-        init.get("result").is_some(),
-        "initialize: {init} {}",
-        s.stderr()
-    );
+    let mut s = start_entry(&case, entry);
     let resp = s.call("leak", json!({"var": "API_KEY"}));
     let text = common::mcp::result_text(&resp);
     // the server read the secret (the relay redacted it by name on the way
@@ -795,18 +803,7 @@ fn a_wrapped_pypi_server_from_a_venv_runs_under_its_preset() {
     assert!(out.contains("time: wrapped with the preset time"), "{out}");
     let doc: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
     let entry = &doc["mcpServers"]["time"];
-    let mut cmd = Command::new(entry["command"].as_str().unwrap());
-    for a in entry["args"].as_array().unwrap() {
-        cmd.arg(a.as_str().unwrap());
-    }
-    cmd.env("MCPBOX_STATE_DIR", case.state());
-    let mut s = common::mcp::Session::start_command(cmd);
-    let init = s.initialize();
-    assert!(
-        init.get("result").is_some(),
-        "initialize: {init} {}",
-        s.stderr()
-    );
+    let mut s = start_entry(&case, entry);
     let resp = s.call("get_current_time", json!({"timezone": "UTC"}));
     let text = common::mcp::result_text(&resp);
     assert!(
