@@ -147,9 +147,23 @@ pub fn toml_key(s: &str) -> String {
     }
 }
 
-/// A TOML string literal.
+/// A TOML basic string on one line (so it may also stand in a comment):
+/// `"` and `\` escaped, and every control character TOML refuses raw
+/// (all but tab, and U+007F, which JSON's escaping would leave) as `\uXXXX`.
 pub fn toml_str(s: &str) -> String {
-    toml_edit::Value::from(s).to_string().trim().to_string()
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\t' => out.push(c),
+            c if c.is_control() => out.push_str(&format!("\\u{:04X}", u32::from(c))),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
 }
 
 /// The policy for entry `name` of `config`. `secret_file(var)` is where
@@ -531,8 +545,9 @@ mod tests {
 
     #[test]
     fn toml_strings_are_quoted_and_escaped() {
-        assert_eq!(toml_str("a\"b"), "'a\"b'");
+        assert_eq!(toml_str("a\"b"), "\"a\\\"b\"");
         assert_eq!(toml_str("plain"), "\"plain\"");
+        assert!(!toml_str("a\nb").contains('\n'));
         let v: toml_edit::DocumentMut = format!("x = {}", toml_str("\u{7f}\n'\"")).parse().unwrap();
         assert_eq!(v["x"].as_str(), Some("\u{7f}\n'\""));
     }
