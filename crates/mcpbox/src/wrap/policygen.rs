@@ -244,8 +244,32 @@ pub fn generate(
     );
     g.text.push_str(&server);
     g.text.push_str(&mounts);
+    g.text.push_str(&registry(entry));
     g.text.push_str(&env);
     g
+}
+
+/// `[network]` for a package runner: `npx` fetches the package from npm's
+/// registry, `uvx` and `pipx run` from PyPI, at every start (mcpbox stops
+/// at once when the registry is not allowed, docs/runtime.md). Nothing for
+/// any other command: the server itself gets no network.
+fn registry(entry: &Stdio) -> String {
+    let program = Path::new(&entry.command)
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or("");
+    let hosts = match program {
+        "npx" => "\"registry.npmjs.org\"",
+        "uvx" => "\"pypi.org\", \"files.pythonhosted.org\"",
+        "pipx" if entry.args.first().is_some_and(|a| a == "run") => {
+            "\"pypi.org\", \"files.pythonhosted.org\""
+        }
+        _ => return String::new(),
+    };
+    format!(
+        "\n# {program} fetches the package at every start: its registry only (install the\n\
+         # package and run it from its folder to drop this)\n[network]\nallow = [{hosts}]\n"
+    )
 }
 
 /// The mounts of the strictest policy for `entry` (as TOML), and the
@@ -541,6 +565,34 @@ mod tests {
         assert!(!text.contains("from_env"), "{text}");
         assert!(text.contains("set = { A = \"1\", B = \"2\" }"), "{text}");
         assert!(text.contains("pass = [\"TZ\", \"LANGUAGE\"]"), "{text}");
+    }
+
+    #[test]
+    fn a_package_runner_gets_its_registry_and_nothing_else() {
+        let text = |cmd: &str, args: &[&str]| {
+            let e = Stdio {
+                command: cmd.into(),
+                args: args.iter().map(|a| a.to_string()).collect(),
+                env: vec![],
+                pass: vec![],
+            };
+            let g = generate("x", Path::new("/c"), "h", &e, &|v| PathBuf::from(v));
+            let policy = mcpbox_policy::parse(&g.text, Path::new("/p/x.toml")).unwrap();
+            (g.text, policy.network.is_closed())
+        };
+        let (t, closed) = text("npx", &["-y", "an-unknown-server"]);
+        assert!(
+            !closed && t.contains("allow = [\"registry.npmjs.org\"]"),
+            "{t}"
+        );
+        let (t, _) = text("/usr/local/bin/uvx", &["an-unknown-server"]);
+        assert!(
+            t.contains("allow = [\"pypi.org\", \"files.pythonhosted.org\"]"),
+            "{t}"
+        );
+        assert!(!text("pipx", &["run", "x"]).1);
+        assert!(text("pipx", &["install", "x"]).1);
+        assert!(text("node", &["server.js"]).1);
     }
 
     #[test]
