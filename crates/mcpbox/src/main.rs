@@ -22,6 +22,7 @@ mod runtime;
 mod sandboxes;
 mod serve;
 mod state;
+mod wrap;
 
 use failure::Failure;
 
@@ -183,6 +184,10 @@ enum Command {
         #[command(flatten)]
         common: sandboxes::Common,
     },
+    /// Rewrite a host's MCP config (Claude Desktop, Claude Code, Cursor,
+    /// VS Code, Codex) so that its stdio servers run under `mcpbox run`,
+    /// each with a generated policy; `--undo` restores the original.
+    Wrap(wrap::Args),
 }
 
 fn init_logging() {
@@ -271,6 +276,7 @@ fn main() -> ExitCode {
         Command::Audit(args) => audit::run(args),
         Command::Sandboxes { action, common } => sandboxes::sandboxes(action, &common),
         Command::Artifacts { action, common } => sandboxes::artifacts(action, &common),
+        Command::Wrap(args) => wrap::run(args),
     }
 }
 
