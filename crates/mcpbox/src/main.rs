@@ -22,6 +22,7 @@ mod runtime;
 mod sandboxes;
 mod serve;
 mod state;
+mod toml_text;
 mod wrap;
 
 use failure::Failure;

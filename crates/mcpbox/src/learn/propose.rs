@@ -17,6 +17,8 @@ use std::path::Path;
 
 use mcpbox_policy::{MountMode, Policy, Verdict};
 
+use crate::toml_text::{toml_key as key, toml_str as string};
+
 /// At most this many hosts are proposed; the rest are a comment.
 pub const MAX_HOSTS: usize = 32;
 /// At most this many tool rules are proposed; the rest are a comment.
@@ -175,24 +177,6 @@ fn list(items: &BTreeSet<String>) -> String {
         out.push(format!("and {} more", items.len() - 8));
     }
     out.join(", ")
-}
-
-/// A TOML key: bare when it may be, else a basic string.
-fn key(k: &str) -> String {
-    if !k.is_empty()
-        && k.chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
-    {
-        k.to_string()
-    } else {
-        string(k)
-    }
-}
-
-/// A TOML basic string on one line: JSON's escapes are TOML's (toml's own
-/// printer would make a multi-line string of a name with a newline).
-fn string(s: &str) -> String {
-    serde_json::Value::String(s.to_string()).to_string()
 }
 
 /// The sandbox directory a path is under: input, output, or a mount.

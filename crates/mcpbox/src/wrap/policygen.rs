@@ -4,6 +4,7 @@
 //! entry's own environment), plus where its environment went: secrets to
 //! files of the store, the rest to `[env] set`.
 
+use crate::toml_text::{toml_key, toml_str};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -133,37 +134,6 @@ const WRITE_FLAGS: &[&str] = &["out", "output", "write", "dest", "save"];
 
 fn under(p: &Path, roots: &[&str]) -> bool {
     roots.iter().any(|r| p.starts_with(r))
-}
-
-/// A TOML key: bare when it can be.
-pub fn toml_key(s: &str) -> String {
-    if !s.is_empty()
-        && s.chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
-    {
-        s.to_string()
-    } else {
-        toml_str(s)
-    }
-}
-
-/// A TOML basic string on one line (so it may also stand in a comment):
-/// `"` and `\` escaped, and every control character TOML refuses raw
-/// (all but tab, and U+007F, which JSON's escaping would leave) as `\uXXXX`.
-pub fn toml_str(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\t' => out.push(c),
-            c if c.is_control() => out.push_str(&format!("\\u{:04X}", u32::from(c))),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
 }
 
 /// The policy for entry `name` of `config`. `secret_file(var)` is where
