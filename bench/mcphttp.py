@@ -25,7 +25,13 @@ in it (a refusal, or another client's answer, would look fast).
       C clients, each its own session and connection, all initialized
       first; then each sends a call as soon as its last one is answered,
       for W seconds (not counted), then S seconds: calls/s in that window
-      (answers checked), and the latency of those calls.
+      (answers checked), and the latency of those calls. Also "cpu": CPU
+      ms per call over the window of the client (this process), the
+      gateway (CMD's process tree but the servers) and the servers
+      (processes running --upstream PROGRAM, default mcp-server-everything,
+      and their descendants), the machine's cores, and the ceiling:
+      cores / (client + servers ms per call), the calls/s a gateway that
+      cost no CPU would reach (see cpu_figures).
   mcphttp.py sessions --name NAME --out FILE --url URL [--clients N]
                       [--settle 2] -- CMD [ARGS...]
       VmRSS/VmHWM of CMD's own process (from /proc/PID/status: not its
@@ -45,6 +51,7 @@ bench/load.py uses the same client for the load test.
 import json
 import os
 import re
+import resource
 import select
 import selectors
 import signal
@@ -277,11 +284,15 @@ def end_session(c):
 # ---------------------------------------------------------------------------
 # The loop
 # ---------------------------------------------------------------------------
-def run(clients, make_flow, max_open=None):
+def run(clients, make_flow, max_open=None, ticks=()):
     """Runs make_flow(client) for every client to its end, at most max_open
     of them starting at once (the rest wait for a slot). A client whose
-    flow raises gets .error and stops; the others go on."""
+    flow raises gets .error and stops; the others go on. `ticks` is a list
+    of (perf_counter time, fn): each fn() is called once, between two
+    answers, as soon as its time has come (the throughput window's CPU
+    snapshots: no answer is handled while one is taken)."""
     sel = selectors.DefaultSelector()
+    ticks = sorted(ticks, key=lambda t: t[0])
     waiting = list(clients)
     waiting.reverse()
     running = 0
@@ -350,6 +361,8 @@ def run(clients, make_flow, max_open=None):
         events = sel.select(timeout=1.0)
         now = pc()
         for key, _ in events:
+            if ticks and pc() >= ticks[0][0]:
+                ticks.pop(0)[1]()
             c = key.data
             try:
                 data = c.sock.recv(1 << 16)
@@ -385,6 +398,8 @@ def run(clients, make_flow, max_open=None):
                 except (Failed, ValueError, OSError) as e:
                     finish(c, str(e)[:300] or type(e).__name__)
                     break
+        while ticks and pc() >= ticks[0][0]:
+            ticks.pop(0)[1]()
         if now - checked > 1.0:
             checked = now
             for key in list(sel.get_map().values()):
@@ -457,6 +472,77 @@ def descendants(pid):
         out.append(p)
         todo.extend(children.get(p, []))
     return out
+
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def _stat(pid):
+    """(ppid, own ticks, reaped children's ticks) from /proc/PID/stat, or None."""
+    try:
+        f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    # after the comm: state ppid ... utime(14) stime(15) cutime(16) cstime(17)
+    return int(f[1]), int(f[11]) + int(f[12]), int(f[13]) + int(f[14])
+
+
+def _runs(pid, program):
+    """Whether the process runs PROGRAM: argv[0] or argv[1] (an interpreter's
+    script) ends with it. Not further: a bridge names the server it starts
+    in its own arguments."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:2]
+    except OSError:
+        return False
+    return any(a.decode(errors="replace").endswith(program) for a in argv)
+
+
+def tree_cpu(root, upstream):
+    """CPU of ROOT's process tree in clock ticks, split in two: the
+    'upstream' part (every process that runs UPSTREAM (see _runs),
+    and its descendants: the MCP servers) and the 'gateway' part (the rest:
+    the gateway or bridge, its helpers, mcpbox's sandbox supervisors).
+    A process counts utime+stime of all its threads plus cutime+cstime,
+    the times of the children it has reaped: a process that ends between
+    two snapshots leaves its time in its reaper's, so the difference of
+    two snapshots stays whole (as long as the reaper is in the same part:
+    the pid sets are returned so the caller can check none changed)."""
+    procs = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            st = _stat(int(d))
+            if st:
+                procs[int(d)] = st
+    children = {}
+    for pid, (ppid, _, _) in procs.items():
+        children.setdefault(ppid, []).append(pid)
+    parts = {"gateway": [0, []], "upstream": [0, []]}
+    todo = [(root, False)] if root in procs else []
+    while todo:
+        pid, up = todo.pop()
+        up = up or _runs(pid, upstream)
+        part = parts["upstream" if up else "gateway"]
+        part[0] += procs[pid][1] + procs[pid][2]
+        part[1].append(pid)
+        todo.extend((c, up) for c in children.get(pid, []))
+    return {k: (v[0], sorted(v[1])) for k, v in parts.items()}
+
+
+def machine_cpu():
+    """(busy, steal, all) jiffies of the whole machine from /proc/stat's cpu
+    line: what every process here used, ours and other users'."""
+    f = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = f[3] + f[4]  # idle + iowait
+    steal = f[7] if len(f) > 7 else 0
+    total = sum(f[:8])
+    return total - idle - steal, steal, total
+
+
+def self_cpu():
+    """This process's own CPU seconds (the load client, all its threads)."""
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
 
 
 class Target(Bridge):
@@ -548,7 +634,8 @@ def cmd_latency(argv):
 
 
 def cmd_throughput(argv):
-    o, cmd = parse(argv, {"clients": "32", "seconds": "10", "warmup-seconds": "2"})
+    o, cmd = parse(argv, {"clients": "32", "seconds": "10", "warmup-seconds": "2",
+                          "upstream": "mcp-server-everything"})
     n_clients, secs, warm = int(o["clients"]), float(o["seconds"]), float(o["warmup-seconds"])
 
     def body(result, target):
@@ -560,6 +647,23 @@ def cmd_throughput(argv):
             start = time.perf_counter()
             window = (start + warm, start + warm + secs)
             counted = {}
+            # CPU over the window: snapshots taken by run() between two
+            # answers at the window's edges; the calls they are divided by
+            # are the answers checked ok between the two snapshots (see cpu_figures).
+            snaps = []
+
+            def snap(edge):
+                def take():
+                    if edge == 1:  # the client's own time first: the /proc scan is not its load
+                        client = self_cpu()
+                    t_scan = time.perf_counter()
+                    tree, mach = tree_cpu(target.proc.pid, o["upstream"]), machine_cpu()
+                    scan = time.perf_counter() - t_scan
+                    if edge == 0:
+                        client = self_cpu()
+                    snaps.append({"t": time.perf_counter(), "ok": sum(c.ok for c in clients),
+                                  "client_s": client, "tree": tree, "machine": mach, "scan_s": scan})
+                return take
 
             def flow(c):
                 n = 0
@@ -574,10 +678,11 @@ def cmd_throughput(argv):
                     if sent >= window[0] and time.perf_counter() <= window[1] and c.ok > before:
                         counted[c.index] = counted.get(c.index, 0) + 1
 
-            run(clients, flow)
+            run(clients, flow, ticks=[(window[0], snap(0)), (window[1], snap(1))])
             bad = [c for c in clients if c.error]
             if bad:
                 raise Failed(f"{len(bad)} of {n_clients} clients stopped: {bad[0].error}")
+            result["cpu"] = cpu_figures(snaps)
             errors = sum(c.errors for c in clients)
             total = sum(c.ok for c in clients) + errors
             result["errors"] = errors
@@ -599,6 +704,55 @@ def cmd_throughput(argv):
             close_all(clients)
 
     return measure(o, cmd, body)
+
+
+def cpu_figures(snaps):
+    """CPU per call over the throughput window from its two snapshots: the
+    client (this process), the gateway (the target's tree but the servers),
+    the upstream servers, and the machine as a whole (everyone's, other
+    users' included), in ms per call; and the ceiling, the calls/s the
+    machine's cores would allow with a gateway that costs nothing:
+    cores / (client + upstream CPU per call)."""
+    if len(snaps) != 2:
+        return {"status": "failed", "why": f"{len(snaps)} of 2 CPU snapshots taken (the window did not close)"}
+    a, b = snaps
+    calls = b["ok"] - a["ok"]
+    wall = b["t"] - a["t"]
+    if calls <= 0 or wall <= 0:
+        return {"status": "failed", "why": "no call answered in the window"}
+    cores = len(os.sched_getaffinity(0))
+    ms = 1e3 / CLK_TCK
+    client = (b["client_s"] - a["client_s"]) * 1e3
+    gateway = (b["tree"]["gateway"][0] - a["tree"]["gateway"][0]) * ms
+    upstream = (b["tree"]["upstream"][0] - a["tree"]["upstream"][0]) * ms
+    busy, steal, total = (y - x for x, y in zip(a["machine"], b["machine"]))
+    # /proc/stat counts every CPU: its jiffies over the window are ~ cores x wall
+    machine_busy = busy * ms
+    ours = client + gateway + upstream
+    per = lambda x: x / calls
+    out = {
+        "status": "ok", "cores": cores, "cpu_count": os.cpu_count(), "clk_tck": CLK_TCK,
+        "window_s": wall, "calls": calls, "calls_per_s": calls / wall,
+        "client_ms": client, "gateway_ms": gateway, "upstream_ms": upstream, "total_ms": ours,
+        "client_ms_per_call": per(client), "gateway_ms_per_call": per(gateway),
+        "upstream_ms_per_call": per(upstream), "total_ms_per_call": per(ours),
+        # everyone's CPU on the machine in the window, and the part that was not ours
+        # (other users' work: this machine is shared), both per call of ours
+        "machine_busy_ms_per_call": per(machine_busy), "others_ms_per_call": per(machine_busy - ours),
+        "machine_busy_cores": machine_busy / 1e3 / wall, "ours_cores": ours / 1e3 / wall,
+        "steal_cores": steal * ms / 1e3 / wall,
+        "gateway_pids": len(b["tree"]["gateway"][1]), "upstream_pids": len(b["tree"]["upstream"][1]),
+        "pids_changed": a["tree"]["gateway"][1] != b["tree"]["gateway"][1]
+                        or a["tree"]["upstream"][1] != b["tree"]["upstream"][1],
+        "scan_ms": [a["scan_s"] * 1e3, b["scan_s"] * 1e3],
+    }
+    base = per(client) + per(upstream)
+    out["ceiling_calls_per_s"] = cores * 1e3 / base if base > 0 else None
+    # what the single-threaded client alone allows (one core at most), and
+    # what the servers alone allow (any client, any gateway, all cores)
+    out["client_bound_calls_per_s"] = 1e3 / per(client) if client > 0 else None
+    out["upstream_bound_calls_per_s"] = cores * 1e3 / per(upstream) if upstream > 0 else None
+    return out
 
 
 def cmd_sessions(argv):

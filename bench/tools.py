@@ -561,7 +561,9 @@ def cmd_serve(argv):
                                  f"failed: {stats[name][k]}"])
         clients = next((s["clients"] for s in stats.values() if "clients" in s), "N")
         notes = [
-            "every row fronts stdio server-everything (npm), one server process per client session; "
+            "every row fronts stdio server-everything (npm): one server process per client session behind "
+            "mcpbox-serve and supergateway --stateful, one shared by all sessions behind mcp-proxy (npm) "
+            "(the 'pids' column of the CPU table); "
             "client: bench/mcphttp.py, raw sockets, Streamable HTTP (POST, Mcp-Session-Id, SSE or JSON answers), "
             "one keep-alive HTTP/1.1 connection per session",
             "1 client: sequential tools/call echo after initialize + tools/list + warm-up; p50/p99 over all rounds pooled",
@@ -584,6 +586,12 @@ def cmd_serve(argv):
                     ["path", "p50 ms", "p99 ms", "calls/s 1", f"calls/s {clients}", f"p50 ms {clients}",
                      f"p99 ms {clients}", "x bridge p50", "x bridge calls/s", "round p50s", "rounds calls/s",
                      "errors"], rows, notes)
+        ceiling = serve_cpu_table(out, thr, key, best_cps, clients)
+        if ceiling:
+            figures.update(ceiling)
+            data = json.loads((out / "extra" / "serve-1-latency.json").read_text())
+            data["notes"].insert(1 if figures.get("p50_speedup_vs_best_bridge") else 0, ceiling["line"])
+            (out / "extra" / "serve-1-latency.json").write_text(json.dumps(data, indent=2))
         data = json.loads((out / "extra" / "serve-1-latency.json").read_text())
         data["figures"] = figures
         (out / "extra" / "serve-1-latency.json").write_text(json.dumps(data, indent=2))
@@ -639,6 +647,94 @@ def cmd_serve(argv):
                     ["gateway", "endpoint", "clients", "calls", "ok", "errors", "cross-client", "calls/s",
                      "p50 ms", "p99 ms", "open s"], rows, notes)
     return 0
+
+
+CPU_KEYS = ["client_ms_per_call", "gateway_ms_per_call", "upstream_ms_per_call", "total_ms_per_call",
+            "calls_per_s", "ceiling_calls_per_s", "client_bound_calls_per_s", "upstream_bound_calls_per_s",
+            "others_ms_per_call", "machine_busy_cores", "ours_cores"]
+
+
+def serve_cpu_table(out, thr, key, best_cps, clients):
+    """The CPU table of the concurrent rounds (mcphttp.py's "cpu" block):
+    per row, medians over rounds of the CPU ms per call of the client, the
+    gateway, the servers and all three, and the ceiling: the calls/s this
+    machine's cores allow with this client and these servers if the gateway
+    cost nothing, cores / (client + upstream ms per call), also as a
+    multiple of the better bridge's measured calls/s. Returns the headline
+    figures for summary.json, or None when no round has them."""
+    med = {}
+    rows = []
+    cores = None
+    for name in sorted(thr, key=key):
+        cpus = [r["cpu"] for r in thr[name] if r.get("status") == "ok" and r.get("cpu", {}).get("status") == "ok"]
+        if not cpus:
+            why = next((r["cpu"].get("why") for r in thr[name] if r.get("cpu")), None) or first_failure(thr[name])
+            rows.append([name, f"failed: {why or 'no CPU figures (older mcphttp.py)'}"])
+            continue
+        cores = cpus[0]["cores"]
+        m = {k: statistics.median(c[k] for c in cpus if c.get(k) is not None) for k in CPU_KEYS}
+        m["rounds"] = len(cpus)
+        m["round_ceilings"] = [c["ceiling_calls_per_s"] for c in cpus]
+        m["pids"] = f"{cpus[0]['gateway_pids']}+{cpus[0]['upstream_pids']}"
+        m["pids_changed"] = any(c["pids_changed"] for c in cpus)
+        med[name] = m
+        x = m["ceiling_calls_per_s"] / best_cps[1] if best_cps else None
+        rows.append([name, m["calls_per_s"], m["client_ms_per_call"], m["gateway_ms_per_call"],
+                     m["upstream_ms_per_call"], m["total_ms_per_call"], m["ceiling_calls_per_s"], x,
+                     m["client_bound_calls_per_s"], m["upstream_bound_calls_per_s"], m["ours_cores"],
+                     m["machine_busy_cores"], m["others_ms_per_call"], m["pids"],
+                     f"{min(m['round_ceilings']):.0f}-{max(m['round_ceilings']):.0f}"])
+    if not med:
+        return None
+    best = best_cps[1] if best_cps else None
+    mine = med.get("mcpbox-serve")
+    top = max(med.items(), key=lambda kv: kv[1]["ceiling_calls_per_s"])
+    figures = {"cores": cores, "cpu_per_call": med,
+               "ceiling_calls_per_s": mine["ceiling_calls_per_s"] if mine else None,
+               "ceiling_x_best_bridge": mine["ceiling_calls_per_s"] / best if mine and best else None,
+               "highest_ceiling_row": top[0], "highest_ceiling_calls_per_s": top[1]["ceiling_calls_per_s"],
+               "highest_ceiling_x_best_bridge": top[1]["ceiling_calls_per_s"] / best if best else None}
+    line = None
+    if mine and best:
+        line = (f"the ceiling at {clients} clients on {cores} cores (a gateway costing zero CPU): "
+                f"{cores} / ({mine['client_ms_per_call']:.3f} client + {mine['upstream_ms_per_call']:.3f} servers "
+                f"ms per call) = {mine['ceiling_calls_per_s']:.0f} calls/s = "
+                f"{figures['ceiling_x_best_bridge']:.2f}x {best_cps[0]} ({best:.0f} calls/s); mcpbox-serve "
+                f"reached {mine['calls_per_s']:.0f} calls/s, {mine['calls_per_s'] / mine['ceiling_calls_per_s']:.0%} "
+                f"of it, its own CPU {mine['gateway_ms_per_call']:.3f} ms per call; the highest ceiling of any row "
+                f"({top[0]}) is {figures['highest_ceiling_x_best_bridge']:.2f}x the better bridge; "
+                f"5x would be {5 * best:.0f} calls/s")
+        figures["line"] = line
+    notes = [
+        f"CPU over the measured window of the {clients}-client rounds (medians over rounds): utime+stime from "
+        "/proc/PID/stat (clock ticks), plus cutime+cstime (children reaped), summed over the row's process "
+        "tree in two parts: 'servers' = every process running server-everything and its descendants, "
+        "'gateway' = the rest of the tree (the gateway or bridge, mcpbox's sandbox supervisors and inits, "
+        "a bridge's shells); 'client' = the load client's own getrusage (it is single-threaded)",
+        "the window: two snapshots taken by the client's loop between two answers, when the counting window "
+        "opens and closes (all sessions are open and warmed up before it); the calls divided by are the "
+        "answers checked ok between the two snapshots, so 'calls/s' here can differ slightly from the "
+        "table above (calls sent and answered inside the window); 'pids' = gateway+server processes at the "
+        "end; the process sets at both ends were " + ("NOT always equal (a process started or ended in the "
+        "window: its time is in its reaper's)" if any(m["pids_changed"] for m in med.values()) else
+        "equal in every round (no process started or ended in the window)"),
+        "'ceiling' = cores / (client + servers CPU ms per call) = the calls/s this machine could serve with "
+        "this client and these servers if the gateway cost nothing; 'x bridge' = ceiling / the better "
+        "bridge's measured calls/s (the table above); 'client bound' = 1000 / client ms per call (the client "
+        "is one thread: one core at most); 'servers bound' = cores / servers ms per call (any client, a "
+        "free gateway)",
+        "'our cores' = (client + gateway + servers) CPU / window; 'machine cores' = every CPU's busy time "
+        "from /proc/stat over the window; 'others ms/call' = the difference per call: work of other users "
+        "of this shared machine, which the ceiling assumes away",
+    ]
+    if line:
+        notes.insert(0, line)
+    write_table(out, "serve-1-throughput-cpu",
+                f"serve: CPU per call at {clients} clients, and the ceiling a zero-cost gateway would reach",
+                ["path", "calls/s", "client ms", "gateway ms", "servers ms", "total ms", "ceiling calls/s",
+                 "x bridge", "client bound", "servers bound", "our cores", "machine cores", "others ms/call",
+                 "pids", "round ceilings"], rows, notes)
+    return figures
 
 
 def main():
