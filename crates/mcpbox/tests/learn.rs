@@ -163,6 +163,20 @@ fn learned_filesystem_policy_runs_the_same_session_and_refuses_what_it_never_saw
     );
     assert!(text.contains("read_text_file = \"allow\""), "{text}");
     assert!(text.contains("write_file = \"allow\""), "{text}");
+    // the server runs under node (`#!/usr/bin/env node`): its program, env
+    // and node are proposed as executables as root; rootless the script
+    // is not directly in a watched directory, so BASE's (absent) list is
+    // kept and said so
+    let node = rules(&text).lines().any(|l| l.trim().ends_with("/node\","));
+    if common::is_root() {
+        assert!(node && text.contains("allow_exec = ["), "{text}");
+    } else {
+        assert!(
+            node || text
+                .contains("not observed: rootless, and a program outside the watched directories"),
+            "{text}"
+        );
+    }
 
     // the control: under the base policy, /data is readable
     let mut s = start(&ws, &run_args(&base, &server));
