@@ -646,6 +646,15 @@ fn allow_exec(base: &Policy, seen: &Observed) -> (Option<Vec<(String, String)>>,
             &mut entries,
         );
     }
+    if entries.len() < p.own.len() {
+        // a list without the server's own program would not let it start
+        notes.push(
+            "the server's program or its interpreter is on a writable mount or not a plain path, \
+             so no list could let it start: kept from the base"
+                .into(),
+        );
+        return (None, notes);
+    }
     let mut seen_progs = p.seen.clone();
     seen_progs.sort_by_key(|(_, t)| *t);
     for (path, at) in &seen_progs {

@@ -525,3 +525,16 @@ fn a_program_run_from_a_writable_mount_is_a_comment_never_an_executable_rule() {
     );
     assert_eq!(p.process.allow_exec.unwrap().len(), 2, "{text}");
 }
+
+#[test]
+fn a_server_whose_own_program_is_on_a_writable_mount_keeps_the_base_list() {
+    let b = base(WORKSPACE);
+    let mut seen = kernel();
+    let mut p = programs(&[("/usr/bin/git", 5)]);
+    p.own = vec!["/workspace/output/server".into()];
+    seen.programs = Some(p);
+    let (text, policy) = proposed(&b, &seen);
+    assert_eq!(policy.process.allow_exec, None, "{text}");
+    assert!(text.contains("so no list could let it start"), "{text}");
+    assert!(!rules(&text).contains("/workspace/output/server"), "{text}");
+}
