@@ -10,7 +10,9 @@
 //! session pins is the one the proposed policy starts from. Everything
 //! else (mounts, secrets, limits, tool rules) is BASE's. The proposal
 //! narrows BASE and never widens it, but for the hosts actually contacted
-//! (BASE's `deny` kept). The generator is `propose.rs` (pure).
+//! (BASE's `deny` kept). The generator is `propose.rs` (pure). The
+//! programs the sandbox executes are watched by `execs.rs` (fanotify's
+//! `FAN_OPEN_EXEC`), turned on here only, for `process.allow_exec`.
 
 pub mod execs;
 mod propose;
