@@ -42,6 +42,8 @@ impl Launcher for SandboxLauncher {
             return Err(std::io::Error::other("sandbox started without pipes"));
         };
         let files = watch_files(&spec, sb.init_pid());
+        // the programs it executes, for `learn` only (a no-op otherwise)
+        crate::learn::execs::watch(&spec, sb.init_pid());
         let tier = Some(sb.tier());
         Ok(ServerProcess {
             stdin: Box::new(stdin),

@@ -163,6 +163,20 @@ fn learned_filesystem_policy_runs_the_same_session_and_refuses_what_it_never_saw
     );
     assert!(text.contains("read_text_file = \"allow\""), "{text}");
     assert!(text.contains("write_file = \"allow\""), "{text}");
+    // the server runs under node (`#!/usr/bin/env node`): its program, env
+    // and node are proposed as executables as root; rootless the script
+    // is not directly in a watched directory, so BASE's (absent) list is
+    // kept and said so
+    let node = rules(&text).lines().any(|l| l.trim().ends_with("/node\","));
+    if common::is_root() {
+        assert!(node && text.contains("allow_exec = ["), "{text}");
+    } else {
+        assert!(
+            node || text
+                .contains("not observed: rootless, and a program outside the watched directories"),
+            "{text}"
+        );
+    }
 
     // the control: under the base policy, /data is readable
     let mut s = start(&ws, &run_args(&base, &server));
@@ -327,5 +341,81 @@ fn learned_network_is_the_host_contacted_and_nothing_else() {
         !said.contains(" 200") && r["result"]["isError"] != json!(true),
         "the proxy refuses the host never contacted: {r}"
     );
+    finish_ok(s);
+}
+
+/// Issue 13: the programs a server starts are observed by the kernel
+/// (FAN_OPEN_EXEC), proposed as `process.allow_exec` with the server's own
+/// program, and that list then holds: the program seen runs again, one
+/// never seen is refused.
+#[test]
+fn learned_allow_exec_lets_the_program_seen_run_and_refuses_one_never_seen() {
+    let ws = Workspace::with_server("workspace");
+    std::fs::write(ws.input().join("notes.txt"), "the notes\n").unwrap();
+    let base = ws.raw_policy(
+        "[filesystem]\ninput = \"input\"\noutput = \"output\"\n[audit]\npath = \"audit.db\"\n",
+    );
+    let server = vec!["/workspace/input/workspace".to_string()];
+    let proposed = ws.path().join("exec.toml");
+
+    // the control: under the base policy, python3 (mmap_read) runs
+    let mut s = start(&ws, &run_args(&base, &server));
+    s.initialize();
+    let r = s.call("mmap_read", json!({"path": "/workspace/input/notes.txt"}));
+    assert_eq!(result_text(&r), "the notes\n", "{r}");
+    finish_ok(s);
+
+    let mut s = start(&ws, &learn_args(&base, &proposed, &server));
+    s.initialize();
+    // a write keeps the output (a fifo made is no file record of its own)
+    let r = s.call(
+        "write",
+        json!({"path": "/workspace/output/a.txt", "text": "a"}),
+    );
+    assert!(r["result"]["isError"] != json!(true), "{r}");
+    let r = s.call("mkfifo", json!({"path": "/workspace/output/fifo"}));
+    assert_eq!(result_text(&r), "ok", "{r}");
+    finish_ok(s);
+
+    let text = std::fs::read_to_string(&proposed).expect("the proposal was written");
+    check(&proposed);
+    let granted = rules(&text);
+    if !common::is_root() && text.contains("not observed") {
+        // rootless and the program outside the watched directories: the
+        // documented fallback, BASE's (absent) list with why
+        assert!(
+            text.contains("kept from the base") && !granted.contains("allow_exec"),
+            "{text}"
+        );
+        return;
+    }
+    assert!(
+        text.contains(
+            "  # the server's program or its interpreter (it starts before any call)\n  \"/workspace/input/workspace\","
+        ),
+        "{text}"
+    );
+    let mkfifo = text
+        .lines()
+        .skip_while(|l| !l.contains("# first executed during tools/call mkfifo"))
+        .nth(1)
+        .unwrap_or_else(|| panic!("mkfifo was not seen during its call: {text}"));
+    assert!(mkfifo.trim().ends_with("/mkfifo\","), "{text}");
+    assert!(
+        !granted.contains("python"),
+        "never run while learning: {text}"
+    );
+
+    // under the proposal: the program seen runs, python3 is refused
+    let mut s = start(&ws, &run_args(&proposed, &server));
+    s.initialize();
+    let r = s.call("mkfifo", json!({"path": "/workspace/output/fifo2"}));
+    assert_eq!(result_text(&r), "ok", "{r}");
+    let r = s.call("mmap_read", json!({"path": "/workspace/input/notes.txt"}));
+    assert!(
+        r["result"]["isError"] == json!(true) || r.get("error").is_some(),
+        "a program never seen is refused: {r}"
+    );
+    assert!(!r.to_string().contains("the notes"), "{r}");
     finish_ok(s);
 }

@@ -50,14 +50,14 @@ const FAN_CLOSE_WRITE: u64 = 0x08;
 const FAN_CLOSE_NOWRITE: u64 = 0x10;
 const FAN_CREATE: u64 = 0x100;
 const FAN_DELETE: u64 = 0x200;
-const FAN_Q_OVERFLOW: u64 = 0x4000;
-const FAN_EVENT_ON_CHILD: u64 = 0x0800_0000;
+pub(crate) const FAN_Q_OVERFLOW: u64 = 0x4000;
+pub(crate) const FAN_EVENT_ON_CHILD: u64 = 0x0800_0000;
 const FAN_RENAME: u64 = 0x1000_0000;
 const FAN_ONDIR: u64 = 0x4000_0000;
 
 /// fanotify_event_info_header.info_type of the records a
 /// FAN_REPORT_DFID_NAME group is given (linux/fanotify.h).
-const INFO_DFID_NAME: u8 = 2;
+pub(crate) const INFO_DFID_NAME: u8 = 2;
 const INFO_OLD_DFID_NAME: u8 = 10;
 const INFO_NEW_DFID_NAME: u8 = 12;
 
@@ -226,20 +226,20 @@ pub struct DirWatch {
 }
 
 /// One event of a FAN_REPORT_DFID_NAME group.
-struct NameEvent {
-    mask: u64,
-    pid: i32,
-    records: Vec<NameRecord>,
+pub(crate) struct NameEvent {
+    pub(crate) mask: u64,
+    pub(crate) pid: i32,
+    pub(crate) records: Vec<NameRecord>,
 }
 
 /// One info record of a [`NameEvent`].
-struct NameRecord {
-    kind: u8,
-    fsid: [u8; 8],
+pub(crate) struct NameRecord {
+    pub(crate) kind: u8,
+    pub(crate) fsid: [u8; 8],
     /// The directory's file handle.
-    handle: Vec<u8>,
+    pub(crate) handle: Vec<u8>,
     /// The entry's name in it (empty: the directory itself).
-    name: Vec<u8>,
+    pub(crate) name: Vec<u8>,
 }
 
 impl DirWatch {
@@ -571,7 +571,7 @@ impl DirWatch {
 /// The events in one read(2) of a FAN_REPORT_DFID_NAME group; a record
 /// that does not parse ends the buffer's events (the kernel's format,
 /// fanotify(7): metadata, then info records each with its own length).
-fn parse_name_events(buf: &[u8]) -> Vec<NameEvent> {
+pub(crate) fn parse_name_events(buf: &[u8]) -> Vec<NameEvent> {
     const HEAD: usize = 24;
     let u16_at = |b: &[u8], i: usize| u16::from_ne_bytes([b[i], b[i + 1]]) as usize;
     let u32_at = |b: &[u8], i: usize| u32::from_ne_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);

@@ -18,6 +18,7 @@ pub mod cgroup;
 mod degraded;
 mod diagnose;
 pub mod doctor;
+pub mod exec_watch;
 pub mod fanotify;
 pub mod helper;
 mod idmap;

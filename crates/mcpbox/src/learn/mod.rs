@@ -10,8 +10,11 @@
 //! session pins is the one the proposed policy starts from. Everything
 //! else (mounts, secrets, limits, tool rules) is BASE's. The proposal
 //! narrows BASE and never widens it, but for the hosts actually contacted
-//! (BASE's `deny` kept). The generator is `propose.rs` (pure).
+//! (BASE's `deny` kept). The generator is `propose.rs` (pure). The
+//! programs the sandbox executes are watched by `execs.rs` (fanotify's
+//! `FAN_OPEN_EXEC`), turned on here only, for `process.allow_exec`.
 
+pub mod execs;
 mod propose;
 
 use std::io::Write;
@@ -26,7 +29,7 @@ use crate::failure::Failure;
 use crate::preflight::Loaded;
 use crate::run;
 
-use propose::{propose, Call, Connection, FileSeen, Observed};
+use propose::{propose, Call, Connection, FileSeen, Observed, Programs};
 
 /// `learn`'s own options.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -121,6 +124,8 @@ impl Learning {
             .map(|a| a.to_string_lossy().into_owned())
             .collect();
         let pin_file = run::pin_file(&loaded, &run::command_identity(&spec.argv));
+        let own = execs::own_programs(&spec);
+        let log = execs::enable();
         let code = run::run_with(
             loaded,
             spec,
@@ -128,13 +133,23 @@ impl Learning {
             crate::egress::HostApprover::record_and_allow(),
         )
         .map_err(Failure::from_run)?;
-        self.write(&command, &pin_file)
+        let ran = log.finish();
+        let programs = Programs {
+            mode: ran.mode.map(str::to_string),
+            refused: ran.refused,
+            seen: ran.programs.into_iter().collect(),
+            cut: ran.cut,
+            own,
+            dirs: ran.dirs,
+        };
+        self.write(&command, &pin_file, programs)
             .map_err(|e| Failure::at("learn", e))?;
         Ok(code)
     }
 
-    fn write(&self, command: &[String], pin_file: &Path) -> anyhow::Result<()> {
+    fn write(&self, command: &[String], pin_file: &Path, programs: Programs) -> anyhow::Result<()> {
         let mut seen = observed(&self.db)?;
+        seen.programs = Some(programs);
         seen.command = command.join(" ");
         seen.program = command.first().cloned();
         if let Some(pins) = mcpbox_gateway::read_pins(pin_file)
@@ -240,6 +255,10 @@ fn from_events(events: &[Event]) -> Observed {
                     .map(|fs| fs.iter().filter_map(file_seen).collect())
                     .unwrap_or_default(),
                 truncated: d["files_truncated"] == Value::Bool(true),
+                span: e.duration_ms.and_then(|ms| {
+                    let ms = i64::try_from(ms).ok()?;
+                    Some((e.time_ms.saturating_sub(ms), e.time_ms))
+                }),
             }),
             Some(Kind::Network) => seen.connections.push(Connection {
                 host: d["host"].as_str().unwrap_or_default().to_string(),

@@ -41,7 +41,6 @@ const TOOL_SETTINGS: &[&str] = &[
 /// commands, output, artifacts, audit): learning observes none of them.
 const COPIED: &[&str] = &[
     "env",
-    "process",
     "sandbox",
     "commands",
     "jobs",
@@ -72,6 +71,29 @@ pub struct Observed {
     pub pin_file: Option<String>,
     /// The server's exit statuses.
     pub exits: Vec<i32>,
+    /// The programs executed, `None` when not watched at all.
+    pub programs: Option<Programs>,
+}
+
+/// The programs the session's sandboxes executed (the kernel's
+/// `FAN_OPEN_EXEC`), for `process.allow_exec`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Programs {
+    /// `mounts` (as root: everything executed from the read-only mounts)
+    /// or `dirs` (rootless: only what is directly in [`Programs::dirs`]).
+    pub mode: Option<String>,
+    /// Why the watch could not be placed, when it could not.
+    pub refused: Option<String>,
+    /// Each program (sandbox path) and the Unix time in ms it was first seen.
+    pub seen: Vec<(String, i64)>,
+    /// The list is incomplete (a bound, the kernel's queue).
+    pub cut: bool,
+    /// The server's own program and its interpreter, as the sandbox
+    /// resolves them (they start before the watch is placed); empty when
+    /// they could not be resolved.
+    pub own: Vec<String>,
+    /// The directories a rootless watch marks.
+    pub dirs: Vec<String>,
 }
 
 /// One `tools/call` record.
@@ -83,6 +105,9 @@ pub struct Call {
     pub files: Vec<FileSeen>,
     /// The list of files is incomplete (`files_truncated`).
     pub truncated: bool,
+    /// (start, end) in Unix ms: the record's time less its duration, and
+    /// its time.
+    pub span: Option<(i64, i64)>,
 }
 
 /// One entry of a call's `detail.files`.
@@ -224,6 +249,9 @@ pub fn propose(base: &Policy, name: &str, seen: &Observed) -> Result<String, Str
     let defaults: toml::Table = toml::from_str(&mcpbox_policy::default_policy().to_toml())
         .map_err(|e| format!("reading the default policy: {e}"))?;
     let mut unchanged = Vec::new();
+    if !process(&mut out, base, &base_table, &defaults, seen)? {
+        unchanged.push("process");
+    }
     for section in COPIED {
         if let Some(v) = base_table.get(*section) {
             // a section the base leaves at its defaults says nothing: the
@@ -287,12 +315,18 @@ fn header(out: &mut String, name: &str, seen: &Observed) {
     );
     let _ = writeln!(
         out,
-        "# tools: the pinned tool list. Not observed: programs started, environment reads,"
+        "# tools: the pinned tool list; programs: {}.",
+        match seen.programs.as_ref().and_then(|p| p.mode.as_deref()) {
+            Some("mounts") => "the kernel's FAN_OPEN_EXEC on the sandbox's read-only mounts",
+            Some("dirs") => "the kernel's FAN_OPEN_EXEC on the PATH and mount directories",
+            _ => "not watched",
+        }
     );
     let _ = writeln!(
         out,
-        "# read-only mounts, and what the server did before its first call."
+        "# Not observed: environment reads, read-only mounts' files, and what the server did"
     );
+    let _ = writeln!(out, "# before its first call.");
     let calls = seen.calls.len();
     let _ = write!(out, "# Seen: {}", count(calls, "tool call"));
     let _ = write!(out, ", {}", count(seen.connections.len(), "connection"));
@@ -448,6 +482,200 @@ fn filesystem(out: &mut String, base: &Policy, seen: &Observed) -> Result<(), St
         );
     }
     Ok(())
+}
+
+/// Writes `[process]`: BASE's limits, and `allow_exec` from the programs
+/// seen when the observation is whole, else BASE's with why. False when
+/// nothing was written (BASE's section at its defaults, nothing learned).
+fn process(
+    out: &mut String,
+    base: &Policy,
+    base_table: &toml::Table,
+    defaults: &toml::Table,
+    seen: &Observed,
+) -> Result<bool, String> {
+    let strip = |t: Option<&toml::Value>| {
+        let mut t = t.and_then(|v| v.as_table()).cloned().unwrap_or_default();
+        t.remove("allow_exec");
+        t
+    };
+    let rest = strip(base_table.get("process"));
+    let (proposed, notes) = allow_exec(base, seen);
+    let kept = base.process.allow_exec.as_ref();
+    if proposed.is_none() && kept.is_none() && rest == strip(defaults.get("process")) {
+        // nothing to say but why nothing was learned
+        for n in &notes {
+            let _ = writeln!(out, "\n# [process] allow_exec: {n}");
+        }
+        return Ok(false);
+    }
+    let _ = writeln!(out, "\n[process]");
+    let mut one = toml::Table::new();
+    one.insert("process".into(), toml::Value::Table(rest.clone()));
+    if !rest.is_empty() {
+        let text = toml::to_string(&one).map_err(|e| format!("writing [process]: {e}"))?;
+        let _ = writeln!(
+            out,
+            "# limits as in the base policy (learning does not observe them)"
+        );
+        out.push_str(text.trim_start_matches("[process]\n"));
+    }
+    for n in &notes {
+        let _ = writeln!(out, "# {n}");
+    }
+    match (proposed, kept) {
+        (Some(entries), _) => {
+            let _ = writeln!(out, "allow_exec = [");
+            for (path, why) in entries {
+                let _ = writeln!(out, "  # {why}\n  {},", string(&path));
+            }
+            let _ = writeln!(out, "]");
+        }
+        (None, Some(list)) => {
+            let _ = writeln!(out, "# as in the base policy");
+            let items: Result<Vec<String>, String> = list
+                .iter()
+                .map(|p| path_text(p).map(|t| string(&t)))
+                .collect();
+            let _ = writeln!(out, "allow_exec = [{}]", items?.join(", "));
+        }
+        (None, None) => {
+            let _ = writeln!(
+                out,
+                "# allow_exec left out, as in the base policy: any program the sandbox can see may run"
+            );
+        }
+    }
+    Ok(true)
+}
+
+/// The `allow_exec` entries (path, comment) when the programs were seen
+/// whole, and the notes to write (why not, what was left out).
+#[allow(clippy::type_complexity)]
+fn allow_exec(base: &Policy, seen: &Observed) -> (Option<Vec<(String, String)>>, Vec<String>) {
+    let mut notes = Vec::new();
+    let Some(p) = &seen.programs else {
+        notes.push("programs started were not observed: kept from the base".into());
+        return (None, notes);
+    };
+    if let Some(why) = &p.refused {
+        notes.push(format!(
+            "programs started were not observed ({}): kept from the base",
+            shown(why)
+        ));
+        return (None, notes);
+    }
+    if p.cut {
+        notes.push(
+            "programs started were not observed whole (the list was cut short, or directories \
+             were past the watch's bound): kept from the base"
+                .into(),
+        );
+        return (None, notes);
+    }
+    if p.own.is_empty() {
+        notes.push(
+            "the server's program could not be resolved as the sandbox sees it: kept from the base"
+                .into(),
+        );
+        return (None, notes);
+    }
+    if p.mode.as_deref() != Some("mounts") {
+        // rootless: only programs directly in the marked directories are
+        // seen; one of the server's own elsewhere says the list is partial
+        let outside: Vec<&String> = p
+            .own
+            .iter()
+            .filter(|o| {
+                let dir = Path::new(o.as_str()).parent().and_then(Path::to_str);
+                !dir.is_some_and(|d| p.dirs.iter().any(|w| w == d))
+            })
+            .collect();
+        if let Some(o) = outside.first() {
+            notes.push(format!(
+                "not observed: rootless, and a program outside the watched directories ({}): \
+                 kept from the base",
+                shown(o)
+            ));
+            return (None, notes);
+        }
+        notes.push(
+            "rootless: only programs directly in the PATH and mount directories were seen (any \
+             process's of this user)"
+                .into(),
+        );
+    }
+    let mut writable = vec![
+        "/workspace/output".to_string(),
+        "/workspace/tmp".into(),
+        "/tmp".into(),
+        "/dev/shm".into(),
+    ];
+    for m in base
+        .filesystem
+        .mounts
+        .iter()
+        .filter(|m| m.mode == MountMode::Rw)
+    {
+        if let Some(t) = m.at.to_str() {
+            writable.push(t.to_string());
+        }
+    }
+    let mut entries: Vec<(String, String)> = Vec::new();
+    let mut refused: BTreeSet<String> = BTreeSet::new();
+    let mut add = |path: &str, why: String, entries: &mut Vec<(String, String)>| {
+        if entries.iter().any(|(e, _)| e == path) {
+            return;
+        }
+        if !path.starts_with('/') || suspicious(path) || path.contains(['\n', '\r']) {
+            refused.insert(format!("{} (not a plain absolute path)", shown(path)));
+        } else if under(path, &writable).is_some() {
+            refused.insert(format!(
+                "{} (on a writable mount: allow_exec makes every writable mount noexec; put the \
+                 program on a read-only mount)",
+                shown(path)
+            ));
+        } else {
+            entries.push((path.to_string(), why));
+        }
+    };
+    for o in &p.own {
+        add(
+            o,
+            "the server's program or its interpreter (it starts before any call)".into(),
+            &mut entries,
+        );
+    }
+    if entries.len() < p.own.len() {
+        // a list without the server's own program would not let it start
+        notes.push(
+            "the server's program or its interpreter is on a writable mount or not a plain path, \
+             so no list could let it start: kept from the base"
+                .into(),
+        );
+        return (None, notes);
+    }
+    let mut seen_progs = p.seen.clone();
+    seen_progs.sort_by_key(|(_, t)| *t);
+    for (path, at) in &seen_progs {
+        let call = seen
+            .calls
+            .iter()
+            .find(|c| c.span.is_some_and(|(s, e)| s - 2 <= *at && *at <= e + 2));
+        let why = match call {
+            Some(c) => format!("first executed during tools/call {}", shown(&c.tool)),
+            None => "executed outside any call".into(),
+        };
+        add(path, why, &mut entries);
+    }
+    for r in refused {
+        notes.push(format!("not proposed: {r}"));
+    }
+    if entries.is_empty() {
+        notes.push("no program could be proposed: kept from the base".into());
+        return (None, notes);
+    }
+    (Some(entries), notes)
 }
 
 fn path_text(p: &Path) -> Result<String, String> {

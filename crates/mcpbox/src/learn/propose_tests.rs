@@ -33,6 +33,7 @@ fn call(tool: &str, files: Vec<FileSeen>) -> Call {
         allowed: true,
         files,
         truncated: false,
+        span: None,
     }
 }
 
@@ -383,4 +384,157 @@ fn the_directory_of_the_servers_program_is_kept_though_it_runs_before_any_call()
     seen.program = Some("/workspace/input/.ssh/x".into());
     let (text, p) = proposed(&b, &seen);
     assert_eq!(p.filesystem.input, None, "{text}");
+}
+
+fn programs(seen: &[(&str, i64)]) -> Programs {
+    Programs {
+        mode: Some("mounts".into()),
+        refused: None,
+        seen: seen.iter().map(|(p, t)| (p.to_string(), *t)).collect(),
+        cut: false,
+        own: vec!["/usr/bin/node".into(), "/srv/app/server.js".into()],
+        dirs: vec![],
+    }
+}
+
+fn with_call_at(tool: &str, start: i64, end: i64) -> Call {
+    Call {
+        span: Some((start, end)),
+        ..call(tool, vec![])
+    }
+}
+
+#[test]
+fn programs_seen_become_allow_exec_each_with_when_it_ran() {
+    let b = base(&format!(
+        "{WORKSPACE}[process]\npids = 64\nallow_exec = [\"/usr/bin/node\", \"/usr/bin/curl\"]\n"
+    ));
+    let mut seen = kernel();
+    seen.calls = vec![with_call_at("run_git", 1000, 2000)];
+    seen.programs = Some(programs(&[("/usr/bin/git", 1500), ("/usr/bin/env", 50)]));
+    let (text, p) = proposed(&b, &seen);
+    let list: Vec<String> = p
+        .process
+        .allow_exec
+        .unwrap()
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect();
+    assert_eq!(
+        list,
+        [
+            "/usr/bin/node",
+            "/srv/app/server.js",
+            "/usr/bin/env",
+            "/usr/bin/git"
+        ],
+        "{text}"
+    );
+    assert!(
+        text.contains("  # first executed during tools/call run_git\n  \"/usr/bin/git\","),
+        "{text}"
+    );
+    assert!(
+        text.contains("  # executed outside any call\n  \"/usr/bin/env\","),
+        "{text}"
+    );
+    assert!(
+        text.contains("# the server's program or its interpreter"),
+        "{text}"
+    );
+    assert!(!rules(&text).contains("curl"), "never seen: {text}");
+    assert_eq!(p.process.pids, 64, "the base's limits stay: {text}");
+}
+
+#[test]
+fn a_cut_or_refused_watch_keeps_the_base_allow_exec_and_says_why() {
+    let b = base(&format!(
+        "{WORKSPACE}[process]\nallow_exec = [\"/usr/bin/node\", \"/usr/bin/curl\"]\n"
+    ));
+    let mut seen = kernel();
+    let mut cut = programs(&[("/usr/bin/git", 5)]);
+    cut.cut = true;
+    seen.programs = Some(cut);
+    let (text, p) = proposed(&b, &seen);
+    assert_eq!(p.process.allow_exec, b.process.allow_exec, "{text}");
+    assert!(text.contains("not observed whole"), "{text}");
+    assert!(!rules(&text).contains("git"), "{text}");
+
+    let mut refused = programs(&[]);
+    refused.refused = Some("the watch was refused: EMFILE".into());
+    seen.programs = Some(refused);
+    let (text, p) = proposed(&b, &seen);
+    assert_eq!(p.process.allow_exec, b.process.allow_exec, "{text}");
+    assert!(text.contains("the watch was refused"), "{text}");
+
+    // no base list: left out (any program), with why
+    let open = base(WORKSPACE);
+    let (text, p) = proposed(&open, &seen);
+    assert_eq!(p.process.allow_exec, None, "{text}");
+    assert!(text.contains("the watch was refused"), "{text}");
+}
+
+#[test]
+fn rootless_with_the_servers_program_outside_the_watched_directories_keeps_the_base() {
+    let b = base(WORKSPACE);
+    let mut seen = kernel();
+    let mut p = programs(&[("/usr/bin/git", 5)]);
+    p.mode = Some("dirs".into());
+    p.dirs = vec!["/usr/bin".into()];
+    seen.programs = Some(p.clone());
+    let (text, policy) = proposed(&b, &seen);
+    assert_eq!(policy.process.allow_exec, None, "{text}");
+    assert!(
+        text.contains(
+            "not observed: rootless, and a program outside the watched directories (/srv/app/server.js)"
+        ),
+        "{text}"
+    );
+    // every one of its own programs in a watched directory: proposed
+    p.dirs.push("/srv/app".into());
+    seen.programs = Some(p);
+    let (text, policy) = proposed(&b, &seen);
+    assert_eq!(policy.process.allow_exec.unwrap().len(), 3, "{text}");
+    assert!(
+        text.contains("rootless: only programs directly in"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_program_run_from_a_writable_mount_is_a_comment_never_an_executable_rule() {
+    let b = base(&format!(
+        "{WORKSPACE}[[filesystem.mounts]]\nhost = \"/srv/data\"\nat = \"/data\"\nmode = \"rw\"\n"
+    ));
+    let mut seen = kernel();
+    seen.programs = Some(programs(&[
+        ("/workspace/output/dropper", 5),
+        ("/workspace/tmp/x", 6),
+        ("/data/tool", 7),
+        ("/usr/bin/../../tmp/y", 8),
+        ("/usr/bin/ok\n[evil]", 9),
+    ]));
+    let (text, p) = proposed(&b, &seen);
+    let granted = rules(&text);
+    for bad in ["dropper", "/workspace/tmp", "/data/tool", "..", "evil"] {
+        assert!(!granted.contains(bad), "{bad} granted:\n{text}");
+    }
+    assert!(
+        text.contains("# not proposed: /workspace/output/dropper (on a writable mount: allow_exec makes every writable mount noexec"),
+        "{text}"
+    );
+    assert_eq!(p.process.allow_exec.unwrap().len(), 2, "{text}");
+}
+
+#[test]
+fn a_server_whose_own_program_is_on_a_writable_mount_keeps_the_base_list() {
+    let b = base(WORKSPACE);
+    let mut seen = kernel();
+    let mut p = programs(&[("/usr/bin/git", 5)]);
+    p.own = vec!["/workspace/output/server".into()];
+    seen.programs = Some(p);
+    let (text, policy) = proposed(&b, &seen);
+    assert_eq!(policy.process.allow_exec, None, "{text}");
+    assert!(text.contains("so no list could let it start"), "{text}");
+    assert!(!rules(&text).contains("/workspace/output/server"), "{text}");
 }
