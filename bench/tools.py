@@ -14,6 +14,9 @@
       Parses DIR/egress/egress_bench.txt (the stdout of crates/egress's
       egress_bench example) and DIR/egress/e2e/*.json (httpbench.py client
       lines) into tables under DIR/extra/.
+  tools.py alternate DIR RUNS WARMUP NAME=CMD...
+      Times the start-up rows' commands in turn, one run each, into
+      DIR/NAME.json (hyperfine's export format).
   tools.py serve DIR
       Pools DIR/serve/{latency,throughput,sessions,load}/*.json (written by
       mcphttp.py and load.py) into the serve tables under DIR/extra/.
@@ -184,7 +187,7 @@ def cmd_report(argv):
                 rows.append([name, f"failed: {r.get('why', '')}"])
             summary["startup"].append(r)
         print()
-        print("start-up: spawn to exit of /bin/true (hyperfine -N)")
+        print("start-up: spawn to exit of /bin/true (rows alternating run by run; srt: hyperfine -N)")
         print(table(["name", "median ms", "mean ms", "stddev ms", "x true", "+ms over true", "runs"], rows))
         print(STARTUP_TARGET)
 
@@ -737,9 +740,38 @@ def serve_cpu_table(out, thr, key, best_cps, clients):
     return figures
 
 
+def cmd_alternate(argv):
+    """alternate DIR RUNS WARMUP NAME=CMD...: runs each row's command (a
+    shell-quoted argv, run without a shell) once in turn, RUNS times after
+    WARMUP turns, timing spawn to exit; writes DIR/NAME.json as hyperfine
+    exports do. Rows that alternate every run see the same drift of a VM's
+    speed, which rows measured one after the other do not."""
+    import shlex
+    section, runs, warmup = Path(argv[0]), int(argv[1]), int(argv[2])
+    rows = [(a.split("=", 1)[0], shlex.split(a.split("=", 1)[1])) for a in argv[3:]]
+    times = {name: [] for name, _ in rows}
+    for i in range(warmup + runs):
+        for name, cmd in rows:
+            start = time.perf_counter()
+            pid = os.posix_spawnp(cmd[0], cmd, os.environ)
+            _, status = os.waitpid(pid, 0)
+            took = time.perf_counter() - start
+            if os.waitstatus_to_exitcode(status) != 0:
+                sys.exit(f"{name}: {cmd[0]} exited with {os.waitstatus_to_exitcode(status)}")
+            if i >= warmup:
+                times[name].append(took)
+    for name, cmd in rows:
+        t = sorted(times[name])
+        result = {"command": " ".join(cmd), "times": t, "mean": statistics.fmean(t),
+                  "stddev": statistics.stdev(t) if len(t) > 1 else 0.0,
+                  "median": statistics.median(t), "min": t[0], "max": t[-1]}
+        (section / f"{name}.json").write_text(json.dumps({"results": [result]}))
+    return 0
+
+
 def main():
     cmds = {"mem": cmd_mem, "report": cmd_report, "relay": cmd_relay, "large": cmd_large,
-            "egress": cmd_egress, "serve": cmd_serve}
+            "egress": cmd_egress, "serve": cmd_serve, "alternate": cmd_alternate}
     if len(sys.argv) < 2 or sys.argv[1] not in cmds:
         sys.exit(__doc__)
     return cmds[sys.argv[1]](sys.argv[2:])
