@@ -34,7 +34,9 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
-use crate::fanotify::{parse_name_events, FAN_EVENT_ON_CHILD, FAN_Q_OVERFLOW, INFO_DFID_NAME};
+use crate::fanotify::{
+    drain_queued, parse_name_events, FAN_EVENT_ON_CHILD, FAN_Q_OVERFLOW, INFO_DFID_NAME,
+};
 use crate::sys;
 
 /// fanotify(7): a file opened for execution (execve, uselib).
@@ -216,34 +218,16 @@ impl ExecWatch {
     }
 
     fn drain_mounts(&self, each: &mut impl FnMut(PathBuf)) -> bool {
-        let mut lost = false;
-        let mut events = Vec::new();
-        for round in 0.. {
-            if round == MAX_READS {
-                return true;
-            }
-            events.clear();
-            match sys::fanotify_read(self.group.as_fd(), &mut events) {
-                Ok(false) => break,
-                Ok(true) => {}
-                Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
-                Err(_) => {
-                    lost = true;
-                    continue;
+        drain_queued(self.group.as_fd(), |ev| {
+            let Some(fd) = ev.file else { return false };
+            match std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())) {
+                Ok(path) => {
+                    each(path);
+                    false
                 }
+                Err(_) => true,
             }
-            for ev in events.drain(..) {
-                if ev.mask & FAN_Q_OVERFLOW != 0 {
-                    lost = true;
-                }
-                let Some(fd) = ev.file else { continue };
-                match std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())) {
-                    Ok(path) => each(path),
-                    Err(_) => lost = true,
-                }
-            }
-        }
-        lost
+        })
     }
 
     fn drain_dirs(

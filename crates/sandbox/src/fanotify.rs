@@ -116,57 +116,72 @@ impl FileWatch {
     /// lost (the kernel's queue overflowed, an event's file could not be
     /// opened, or the bound on reads was reached).
     pub fn drain(&self, mut each: impl FnMut(MountEvent)) -> bool {
-        let mut lost = false;
-        let mut events = Vec::new();
-        for round in 0.. {
-            if round == MAX_READS {
-                return true;
+        drain_queued(self.group.as_fd(), |ev| {
+            let Some(fd) = ev.file else { return false };
+            let link = format!("/proc/self/fd/{}", fd.as_raw_fd());
+            let file = File::from(fd);
+            // the name first, then the link count: a removal between
+            // the two shows in the count, so a name that came with
+            // " (deleted)" (proc(5)) always comes with removed
+            let Ok(mut path) = std::fs::read_link(&link) else {
+                return false;
+            };
+            let Ok(meta) = file.metadata() else {
+                return false;
+            };
+            if !meta.file_type().is_file() {
+                return false;
             }
-            events.clear();
-            match sys::fanotify_read(self.group.as_fd(), &mut events) {
-                Ok(false) => break,
-                Ok(true) => {}
-                Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
-                // the kernel could not open one event's file (EACCES on a
-                // device node, EMFILE): that event is lost, not the rest
-                Err(_) => {
-                    lost = true;
-                    continue;
+            let removed = meta.nlink() == 0;
+            if removed {
+                if let Some(name) = path.as_os_str().as_bytes().strip_suffix(b" (deleted)") {
+                    path = PathBuf::from(OsStr::from_bytes(name));
                 }
             }
-            for ev in events.drain(..) {
-                if ev.mask & FAN_Q_OVERFLOW != 0 {
-                    lost = true;
-                }
-                let Some(fd) = ev.file else { continue };
-                let link = format!("/proc/self/fd/{}", fd.as_raw_fd());
-                let file = File::from(fd);
-                // the name first, then the link count: a removal between
-                // the two shows in the count, so a name that came with
-                // " (deleted)" (proc(5)) always comes with removed
-                let Ok(mut path) = std::fs::read_link(&link) else {
-                    continue;
-                };
-                let Ok(meta) = file.metadata() else { continue };
-                if !meta.file_type().is_file() {
-                    continue;
-                }
-                let removed = meta.nlink() == 0;
-                if removed {
-                    if let Some(name) = path.as_os_str().as_bytes().strip_suffix(b" (deleted)") {
-                        path = PathBuf::from(OsStr::from_bytes(name));
-                    }
-                }
-                each(MountEvent {
-                    file,
-                    path,
-                    written: ev.mask & (FAN_MODIFY | FAN_CLOSE_WRITE) != 0,
-                    removed,
-                });
+            each(MountEvent {
+                file,
+                path,
+                written: ev.mask & (FAN_MODIFY | FAN_CLOSE_WRITE) != 0,
+                removed,
+            });
+            false
+        })
+    }
+}
+
+/// Reads everything queued on a group of mount marks now, without
+/// blocking, and gives each event to `each`, which says whether it lost
+/// it. Returns whether anything was lost: the kernel's queue overflowed,
+/// it could not open an event's file (EACCES on a device node, EMFILE:
+/// that event is lost, not the rest), or the bound on reads was reached.
+pub(crate) fn drain_queued(
+    group: BorrowedFd<'_>,
+    mut each: impl FnMut(sys::FanEvent) -> bool,
+) -> bool {
+    let mut lost = false;
+    let mut events = Vec::new();
+    for round in 0.. {
+        if round == MAX_READS {
+            return true;
+        }
+        events.clear();
+        match sys::fanotify_read(group, &mut events) {
+            Ok(false) => break,
+            Ok(true) => {}
+            Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+            Err(_) => {
+                lost = true;
+                continue;
             }
         }
-        lost
+        for ev in events.drain(..) {
+            if ev.mask & FAN_Q_OVERFLOW != 0 {
+                lost = true;
+            }
+            lost |= each(ev);
+        }
     }
+    lost
 }
 
 /// A tree [`DirWatch`] marks: a host directory and the name the sandbox
