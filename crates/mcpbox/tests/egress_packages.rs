@@ -18,6 +18,7 @@ use std::process::{Command, Output};
 
 use common::audit;
 use common::http::Stub;
+use common::pypi;
 use common::{mcpbox, Workspace};
 use serde_json::{json, Value};
 
@@ -26,13 +27,12 @@ const NPM_VERSION: &str = "1.0.3";
 const PY_NAME: &str = "mcpbox_tiny";
 const PY_VERSION: &str = "0.2.1";
 
-/// Builds `npm.tgz` (an npm package tarball) and a pure-Python wheel in
-/// argv[1], and prints their hashes as JSON: npm's `integrity` (sha512,
-/// base64) and `shasum` (sha1, hex), and the wheel's sha256 for the
-/// simple index's `#sha256=` fragment.
+/// Builds `npm.tgz` (an npm package tarball) in argv[1], and prints its
+/// hashes as JSON: npm's `integrity` (sha512, base64) and `shasum` (sha1,
+/// hex). The wheel is built by `common::pypi`.
 const BUILD: &str = r#"
-import base64, hashlib, io, json, os, sys, tarfile, zipfile
-out, npm_name, npm_ver, py_name, py_ver = sys.argv[1:]
+import base64, hashlib, io, json, os, sys, tarfile
+out, npm_name, npm_ver = sys.argv[1:]
 
 def tar_file(tf, name, data):
     info = tarfile.TarInfo(name)
@@ -49,39 +49,16 @@ tgz = buf.getvalue()
 with open(os.path.join(out, "npm.tgz"), "wb") as f:
     f.write(tgz)
 
-dist_info = f"{py_name}-{py_ver}.dist-info"
-files = {
-    f"{py_name}/__init__.py": f"def hello():\n    return 'hello from {py_name}'\n".encode(),
-    f"{dist_info}/METADATA":
-        f"Metadata-Version: 2.1\nName: {py_name}\nVersion: {py_ver}\n".encode(),
-    f"{dist_info}/WHEEL":
-        b"Wheel-Version: 1.0\nGenerator: mcpbox-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-}
-def record_hash(data):
-    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-    return f"sha256={digest}"
-record = "".join(f"{p},{record_hash(d)},{len(d)}\n" for p, d in files.items())
-record += f"{dist_info}/RECORD,,\n"
-files[f"{dist_info}/RECORD"] = record.encode()
-buf = io.BytesIO()
-with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
-    for p, d in files.items():
-        zf.writestr(p, d)
-whl = buf.getvalue()
-with open(os.path.join(out, "pkg.whl"), "wb") as f:
-    f.write(whl)
-
 print(json.dumps({
     "integrity": "sha512-" + base64.b64encode(hashlib.sha512(tgz).digest()).decode(),
     "shasum": hashlib.sha1(tgz).hexdigest(),
-    "wheel_sha256": hashlib.sha256(whl).hexdigest(),
 }))
 "#;
 
 /// The built packages and their hashes.
 struct Built {
     tgz: Vec<u8>,
-    wheel: Vec<u8>,
+    wheel: pypi::Wheel,
     hashes: Value,
 }
 
@@ -89,7 +66,7 @@ fn build_packages(dir: &Path) -> Built {
     let out = Command::new("/usr/bin/python3")
         .args(["-c", BUILD])
         .arg(dir)
-        .args([NPM_NAME, NPM_VERSION, PY_NAME, PY_VERSION])
+        .args([NPM_NAME, NPM_VERSION])
         .output()
         .expect("run /usr/bin/python3 to build the test packages");
     assert!(
@@ -99,7 +76,13 @@ fn build_packages(dir: &Path) -> Built {
     );
     Built {
         tgz: std::fs::read(dir.join("npm.tgz")).unwrap(),
-        wheel: std::fs::read(dir.join("pkg.whl")).unwrap(),
+        wheel: pypi::build_wheel(
+            dir,
+            PY_NAME,
+            PY_VERSION,
+            &format!("def hello():\n    return 'hello from {PY_NAME}'\n"),
+            false,
+        ),
         hashes: serde_json::from_slice(&out.stdout).unwrap(),
     }
 }
@@ -236,17 +219,12 @@ fn pip_registry(ws: &Workspace) -> PipRegistry {
     let built = build_packages(ws.path());
     let stub = Stub::start();
     let port = stub.port();
-    let wheel_name = format!("{PY_NAME}-{PY_VERSION}-py3-none-any.whl");
-    let wheel_path = format!("/packages/9f/2e/0c1d/{wheel_name}");
-    // PEP 503: the project page lives under the normalized name, and links
-    // to the file host, as pypi.org's does.
-    let normalized = PY_NAME.replace('_', "-");
-    let index = format!(
-        "<!DOCTYPE html><html><body>\n<a href=\"http://files.pythonhosted.org:{port}{wheel_path}#sha256={}\">{wheel_name}</a>\n</body></html>\n",
-        built.hashes["wheel_sha256"].as_str().unwrap()
+    // pypi.org's pages link to its file host, as the real ones do
+    let wheel_path = pypi::serve_wheel(
+        &stub,
+        &built.wheel,
+        &format!("http://files.pythonhosted.org:{port}"),
     );
-    stub.route(&format!("/simple/{normalized}/"), "text/html", index);
-    stub.route(&wheel_path, "application/octet-stream", built.wheel);
     let policy = registry_policy(ws, &["pypi.org", "files.pythonhosted.org"], port);
     // Debian's /usr/bin/python3 carries pip. Plain HTTP indexes need
     // --trusted-host (pip ignores them otherwise); pip's proxy comes from

@@ -6,9 +6,10 @@
 //! and a node_modules tree with a `#!/usr/bin/env node` script prove the
 //! links, `pyvenv.cfg` and the tree are followed; a runtime inside a
 //! credential location is refused; a home directory is never mounted
-//! whole; `npx -y` installs from a registry stand-in on loopback and then
-//! answers MCP, and fails at once, naming the fix, where the policy does
-//! not allow its registry.
+//! whole; `npx -y`, `uvx` and `pipx run` (the pinned uv and pipx of the
+//! peers' venv) install from a registry stand-in on loopback and then
+//! answer MCP, and fail at once, naming the fix, where the policy does not
+//! allow their registry.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -593,6 +594,201 @@ fn npx_y_without_the_registry_allowed_fails_at_once_naming_the_fix() {
         assert!(
             stderr.contains(host) && stderr.contains("[network]"),
             "{cmd:?}: {stderr}"
+        );
+    }
+}
+
+/// A stdio MCP server in Python (standard library only), as the `main()`
+/// of a package's module; its one tool answers `greeting, NAME`.
+fn tiny_server_py(greeting: &str) -> String {
+    format!(
+        r#"import json, sys
+
+def main():
+    for line in sys.stdin:
+        try:
+            m = json.loads(line)
+        except ValueError:
+            continue
+        if "id" not in m:
+            continue
+        method = m.get("method")
+        if method == "initialize":
+            result = {{"protocolVersion": m["params"]["protocolVersion"],
+                      "capabilities": {{"tools": {{}}}},
+                      "serverInfo": {{"name": "tiny-py", "version": "1.0.0"}}}}
+        elif method == "tools/list":
+            result = {{"tools": [{{"name": "greet", "description": "Greets someone.",
+                                 "inputSchema": {{"type": "object",
+                                                 "properties": {{"name": {{"type": "string"}}}}}}}}]}}
+        elif method == "tools/call":
+            name = (m["params"].get("arguments") or {{}}).get("name", "")
+            result = {{"content": [{{"type": "text", "text": {greeting:?} + ", " + name}}]}}
+        else:
+            sys.stdout.write(json.dumps({{"jsonrpc": "2.0", "id": m["id"],
+                "error": {{"code": -32601, "message": "no such method"}}}}) + "\n")
+            sys.stdout.flush()
+            continue
+        sys.stdout.write(json.dumps({{"jsonrpc": "2.0", "id": m["id"], "result": result}}) + "\n")
+        sys.stdout.flush()
+"#
+    )
+}
+
+const PY_SERVER: &str = "mcpbox-tiny-mcp";
+const PY_SERVER_VERSION: &str = "0.3.2";
+
+/// A PyPI stand-in serving the tiny Python server (wheel files on the same
+/// host as the index, so the policy allows that one name), and a policy
+/// that allows only `pypi.org` on the stand-in's port, mapped to it, with
+/// `env_set` as its `[env] set`. Returns the stub, the policy, the index
+/// URL as a user would give it, and the wheel's path on the stub.
+fn pypi_stand_in(ws: &Workspace, env_set: &str) -> (Stub, PathBuf, String, String) {
+    let wheel = common::pypi::build_wheel(
+        ws.path(),
+        PY_SERVER,
+        PY_SERVER_VERSION,
+        &tiny_server_py(&format!("hello from {PY_SERVER}")),
+        true,
+    );
+    let stub = Stub::start();
+    let port = stub.port();
+    let base = format!("http://pypi.org:{port}");
+    let wheel_path = common::pypi::serve_wheel(&stub, &wheel, &base);
+    let p = ws.policy(&format!(
+        "[audit]\npath = \"audit.db\"\n[network]\nallow = [\"pypi.org:{port}\"]\n\
+         [network.hosts]\n\"pypi.org\" = \"127.0.0.1\"\n\
+         [env]\nset = {{ {env_set} }}\n"
+    ));
+    (stub, p, format!("{base}/simple"), wheel_path)
+}
+
+/// `PATH` with the peers' venv (where `uv`/`uvx` and `pipx` are
+/// installed, pinned) in front, as a user who installed them would have.
+fn path_with_peers_venv() -> String {
+    format!(
+        "{}:{}",
+        peer("venv/bin").display(),
+        std::env::var("PATH").unwrap_or_default()
+    )
+}
+
+/// Calls the tiny Python server's tool, ends the session, checks the
+/// wheel came from the stand-in, and returns stderr and the cache
+/// directory (checked to be mounted read-write and private).
+fn greets_from_the_stand_in(
+    ws: &Workspace,
+    mut s: Session,
+    stub: &Stub,
+    wheel_path: &str,
+    cache: &str,
+) -> (String, PathBuf) {
+    let r = s.call("greet", json!({"name": "registry"}));
+    assert_eq!(
+        result_text(&r),
+        format!("hello from {PY_SERVER}, registry"),
+        "{r}\n{}\nregistry saw: {:?}",
+        s.stderr(),
+        stub.requests()
+    );
+    let stderr = finish(s);
+    assert!(
+        stub.requests().iter().any(|r| r.contains(wheel_path)),
+        "{:?}",
+        stub.requests()
+    );
+    let cache = std::fs::canonicalize(ws.path().join("state/cache/policy").join(cache)).unwrap();
+    assert!(
+        stderr.contains(&format!("mounted {} read-write", cache.display())),
+        "{stderr}"
+    );
+    let mode = std::fs::metadata(&cache).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o700);
+    (stderr, cache)
+}
+
+/// Every file under `dir` whose name contains `needle`.
+fn files_named(dir: &Path, needle: &str) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let path = e.path();
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                todo.push(path.clone());
+            }
+            if e.file_name().to_string_lossy().contains(needle) {
+                found.push(path);
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn uvx_installs_from_a_local_pypi_stand_in_and_answers_mcp() {
+    // issue 13: `uvx PKG` works when the policy allows its registry, with
+    // a per-server cache. The index is given on the command line, as a
+    // user would; uv runs the package with the sandbox's /usr/bin/python3
+    // (UV_PYTHON_DOWNLOADS=never: see docs/runtime.md).
+    let ws = Workspace::new();
+    let (stub, p, index, wheel_path) = pypi_stand_in(&ws, "UV_PYTHON_DOWNLOADS = \"never\"");
+    let path = path_with_peers_venv();
+    let s = start(
+        &ws,
+        &p,
+        &["uvx", "--index-url", &index, PY_SERVER],
+        &[("PATH", &path)],
+    );
+    let (stderr, cache) = greets_from_the_stand_in(&ws, s, &stub, &wheel_path, "uv");
+    let module = PY_SERVER.replace('-', "_");
+    assert!(
+        !files_named(&cache, &module).is_empty(),
+        "uvx used another cache: {stderr}"
+    );
+}
+
+#[test]
+fn pipx_run_installs_from_a_local_pypi_stand_in_and_answers_mcp() {
+    // issue 13: `pipx run PKG` works when the policy allows its registry,
+    // with a per-server cache. The index is given on the command line
+    // (pipx passes it to pip, or to `uv tool run` with its uv backend,
+    // which it picks by itself when uv is installed beside it, as here;
+    // both backends are run). With the pip
+    // backend a plain-HTTP index must be a trusted host, and pipx's
+    // shared pip is the interpreter's bundled one (its auto-upgrade would
+    // fetch pip itself, which the stand-in does not serve).
+    let ws = Workspace::new();
+    let (stub, p, index, wheel_path) = pypi_stand_in(
+        &ws,
+        "PIP_TRUSTED_HOST = \"pypi.org\", PIPX_DISABLE_SHARED_LIBS_AUTO_UPGRADE = \"1\", \
+         UV_PYTHON_DOWNLOADS = \"never\"",
+    );
+    let path = path_with_peers_venv();
+    let module = PY_SERVER.replace('-', "_");
+    // uv's cache (the uv backend), then pipx's own (pip's)
+    for (backend, under) in [("uv", "uv"), ("pip", ".cache")] {
+        let s = start(
+            &ws,
+            &p,
+            &[
+                "pipx",
+                "run",
+                "--backend",
+                backend,
+                "--index-url",
+                &index,
+                PY_SERVER,
+            ],
+            &[("PATH", &path)],
+        );
+        let (stderr, cache) = greets_from_the_stand_in(&ws, s, &stub, &wheel_path, "pipx");
+        assert!(
+            !files_named(&cache.join(under), &module).is_empty(),
+            "pipx --backend {backend} used another cache: {stderr}"
         );
     }
 }

@@ -167,18 +167,56 @@ fn uv(args: &[OsString], env: &[(OsString, OsString)]) -> Runner {
 }
 
 fn pipx(args: &[OsString], env: &[(OsString, OsString)]) -> Runner {
-    let mut index = env_get(env, &["PIP_INDEX_URL"]).map(|v| v.to_string_lossy().into_owned());
+    let mut index = None;
+    let mut backend = env_get(env, &["PIPX_DEFAULT_BACKEND"]).map(|v| v.to_os_string());
     scan(args, |i| {
         if let Some((v, n)) = flag_value(args, i, &["--index-url", "-i"]) {
             index = Some(v.to_string_lossy().into_owned());
             return n;
         }
+        if let Some((v, n)) = flag_value(args, i, &["--backend"]) {
+            backend = Some(v.to_os_string());
+            return n;
+        }
         0
     });
+    // pipx (1.8 and later) runs the package with `uv tool run` when uv is
+    // installed (`--backend`, else PIPX_DEFAULT_BACKEND, else uv if found):
+    // then its `--index-url` is passed on, but the environment that counts
+    // is uv's (UV_DEFAULT_INDEX, UV_INDEX_URL), not PIP_INDEX_URL. Which
+    // one it picks is not known before the start, so without a flag or a
+    // backend named, the registries of both must be allowed.
+    let registries = match index {
+        Some(i) => python_indexes(Some(i), false),
+        None => {
+            let pip = || {
+                let i = env_get(env, &["PIP_INDEX_URL"]).map(|v| v.to_string_lossy().into_owned());
+                python_indexes(i, false)
+            };
+            let uv = || {
+                let i = env_get(env, &["UV_DEFAULT_INDEX", "UV_INDEX_URL"])
+                    .map(|v| v.to_string_lossy().into_owned());
+                python_indexes(i, false)
+            };
+            match backend.as_ref().and_then(|b| b.to_str()) {
+                Some("pip") => pip(),
+                Some("uv") => uv(),
+                _ => {
+                    let mut both = pip();
+                    for r in uv() {
+                        if !both.contains(&r) {
+                            both.push(r);
+                        }
+                    }
+                    both
+                }
+            }
+        }
+    };
     Runner {
         tool: "pipx run",
         cache: "pipx",
-        registries: python_indexes(index, false),
+        registries,
         registry_name: "the Python package index",
         instead: "install the package into a virtual environment (python3 -m venv; pip \
                   install) and run it from there",
@@ -220,10 +258,14 @@ fn cache_env(cache: &str, dir: &Path) -> Vec<(&'static str, PathBuf)> {
             ("UV_TOOL_DIR", dir.join("tools")),
             ("UV_PYTHON_INSTALL_DIR", dir.join("python")),
         ],
+        // pipx's uv backend runs `uv tool run`, which downloads into uv's
+        // cache (and may fetch a Python), not PIPX_HOME's
         _ => vec![
             ("PIPX_HOME", dir.to_path_buf()),
             ("PIPX_BIN_DIR", dir.join("bin")),
             ("PIP_CACHE_DIR", dir.join("pip")),
+            ("UV_CACHE_DIR", dir.join("uv")),
+            ("UV_PYTHON_INSTALL_DIR", dir.join("python")),
         ],
     }
 }
@@ -383,6 +425,23 @@ mod tests {
             .registries
             .is_empty());
         assert!(detect(&argv(&["pipx", "install", "x"]), &[]).is_none());
+        // pipx may run the package with pip or with uv: each reads its own
+        // index variable, so both count unless the backend is named
+        let env = vec![
+            ("PIP_INDEX_URL".into(), "http://p.test/simple".into()),
+            ("UV_INDEX_URL".into(), "http://u.test/simple".into()),
+        ];
+        let r = detect(&argv(&["pipx", "run", "x"]), &env).unwrap();
+        assert_eq!(
+            r.registries,
+            vec![("p.test".into(), 80), ("u.test".into(), 80)]
+        );
+        let r = detect(&argv(&["pipx", "run", "--backend", "pip", "x"]), &env).unwrap();
+        assert_eq!(r.registries, vec![("p.test".into(), 80)]);
+        let r = detect(&argv(&["pipx", "run", "--backend=uv", "x"]), &env).unwrap();
+        assert_eq!(r.registries, vec![("u.test".into(), 80)]);
+        let r = detect(&argv(&["pipx", "run", "-i", "http://i.test/s", "x"]), &env).unwrap();
+        assert_eq!(r.registries, vec![("i.test".into(), 80)]);
         assert!(detect(&argv(&["node", "npx"]), &[]).is_none());
     }
 

@@ -7,6 +7,7 @@ pub mod audit;
 pub mod http;
 pub mod mcp;
 pub mod peers;
+pub mod pypi;
 pub mod serve;
 
 use std::os::unix::fs::PermissionsExt;
