@@ -34,9 +34,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
-use crate::fanotify::{
-    drain_queued, parse_name_events, FAN_EVENT_ON_CHILD, FAN_Q_OVERFLOW, INFO_DFID_NAME,
-};
+use crate::fanotify::{drain_name_events, drain_queued, FAN_EVENT_ON_CHILD, INFO_DFID_NAME};
 use crate::sys;
 
 /// fanotify(7): a file opened for execution (execve, uselib).
@@ -44,9 +42,6 @@ const FAN_OPEN_EXEC: u64 = 0x1000;
 
 /// Most directories the rootless watch marks; the rest are counted.
 pub const MAX_DIRS: usize = 256;
-
-/// Most read(2)s of the queue per drain: a flood cannot hold the caller.
-const MAX_READS: usize = 1024;
 
 /// A directory the rootless watch marks: the host's directory and the
 /// sandbox's name for it.
@@ -235,45 +230,26 @@ impl ExecWatch {
         known: &HashMap<([u8; 8], Vec<u8>), PathBuf>,
         each: &mut impl FnMut(PathBuf),
     ) -> bool {
-        let mut lost = false;
-        let mut buf = [0u8; 16 * 1024];
-        for round in 0.. {
-            if round == MAX_READS {
-                return true;
+        drain_name_events(self.group.as_raw_fd(), |ev| {
+            if ev.pid == self.me {
+                return false;
             }
-            let n = match sys::read(self.group.as_raw_fd(), &mut buf) {
-                Ok(0) => break,
-                Ok(n) => n,
-                Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => break,
-                Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
-                Err(_) => {
-                    lost = true;
-                    break;
+            let placed = ev
+                .records
+                .iter()
+                .find(|r| r.kind == INFO_DFID_NAME)
+                .and_then(|r| {
+                    let dir = known.get(&(r.fsid, r.handle.clone()))?;
+                    (!r.name.is_empty()).then(|| dir.join(OsStr::from_bytes(&r.name)))
+                });
+            match placed {
+                Some(p) => {
+                    each(p);
+                    false
                 }
-            };
-            for ev in parse_name_events(&buf[..n]) {
-                if ev.mask & FAN_Q_OVERFLOW != 0 {
-                    lost = true;
-                    continue;
-                }
-                if ev.pid == self.me {
-                    continue;
-                }
-                let placed = ev
-                    .records
-                    .iter()
-                    .find(|r| r.kind == INFO_DFID_NAME)
-                    .and_then(|r| {
-                        let dir = known.get(&(r.fsid, r.handle.clone()))?;
-                        (!r.name.is_empty()).then(|| dir.join(OsStr::from_bytes(&r.name)))
-                    });
-                match placed {
-                    Some(p) => each(p),
-                    None => lost = true,
-                }
+                None => true,
             }
-        }
-        lost
+        })
     }
 }
 

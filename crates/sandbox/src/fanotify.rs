@@ -443,32 +443,10 @@ impl DirWatch {
         let mut lost = self.unwatched > 0;
         // one open per file and kind in a drain, however many events
         let mut opened: HashSet<(usize, PathBuf, bool)> = HashSet::new();
-        // on the stack, as the mount group's: a drain comes twice per call
-        let mut buf = [0u8; 16 * 1024];
-        for round in 0.. {
-            if round == MAX_READS {
-                return true;
-            }
-            let n = match sys::read(self.group.as_raw_fd(), &mut buf) {
-                Ok(0) => break,
-                Ok(n) => n,
-                Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => break,
-                Err(_) => {
-                    lost = true;
-                    break;
-                }
-            };
-            for ev in parse_name_events(&buf[..n]) {
-                if ev.mask & FAN_Q_OVERFLOW != 0 {
-                    lost = true;
-                    continue;
-                }
-                if self.not_the_sandbox(ev.pid) {
-                    continue;
-                }
-                lost |= self.event(&ev, &mut opened, &mut each);
-            }
-        }
+        let group = self.group.as_raw_fd();
+        lost |= drain_name_events(group, |ev| {
+            !self.not_the_sandbox(ev.pid) && self.event(ev, &mut opened, &mut each)
+        });
         lost
     }
 
@@ -581,6 +559,42 @@ impl DirWatch {
             }
         }
     }
+}
+
+/// Reads everything queued on a FAN_REPORT_DFID_NAME group now, without
+/// blocking, and gives each event but an overflow to `each`, which says
+/// whether it lost it. Returns whether anything was lost: the queue
+/// overflowed, a read failed, or the bound on reads was reached.
+pub(crate) fn drain_name_events(
+    group: std::os::fd::RawFd,
+    mut each: impl FnMut(&NameEvent) -> bool,
+) -> bool {
+    let mut lost = false;
+    // on the stack, as the mount group's: a drain comes twice per call
+    let mut buf = [0u8; 16 * 1024];
+    for round in 0.. {
+        if round == MAX_READS {
+            return true;
+        }
+        let n = match sys::read(group, &mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => break,
+            Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+            Err(_) => {
+                lost = true;
+                break;
+            }
+        };
+        for ev in parse_name_events(&buf[..n]) {
+            if ev.mask & FAN_Q_OVERFLOW != 0 {
+                lost = true;
+                continue;
+            }
+            lost |= each(&ev);
+        }
+    }
+    lost
 }
 
 /// The events in one read(2) of a FAN_REPORT_DFID_NAME group; a record
