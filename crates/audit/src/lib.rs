@@ -81,11 +81,16 @@ pub enum Kind {
     /// Old records were removed by the retention the policy asks for
     /// (`detail`: records, through_seq, older_than_ms, max_bytes).
     Retention,
+    /// Something waited for a human (a call, a result, a connection):
+    /// `detail.action` is requested, approved, denied, expired, abandoned,
+    /// cancelled or used (a grant consumed by the retried call), with the
+    /// approval's id and what it was bound to (never the arguments).
+    Approval,
 }
 
 impl Kind {
     /// Every kind, in declaration order.
-    pub const ALL: [Kind; 13] = [
+    pub const ALL: [Kind; 14] = [
         Kind::SessionStart,
         Kind::SessionEnd,
         Kind::ToolCall,
@@ -99,6 +104,7 @@ impl Kind {
         Kind::Lifecycle,
         Kind::Artifact,
         Kind::Retention,
+        Kind::Approval,
     ];
 
     /// The stable string stored in the database and printed by the CLI.
@@ -117,6 +123,7 @@ impl Kind {
             Kind::Lifecycle => "lifecycle",
             Kind::Artifact => "artifact",
             Kind::Retention => "retention",
+            Kind::Approval => "approval",
         }
     }
 }

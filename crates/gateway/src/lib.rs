@@ -93,6 +93,7 @@
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 mod asker;
+pub mod broker;
 pub mod compact;
 pub mod digest;
 pub mod launcher;

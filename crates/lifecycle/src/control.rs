@@ -118,6 +118,17 @@ pub enum Request {
         #[serde(default)]
         task: Option<String>,
     },
+    /// The approvals waiting for a human (`{"op":"approvals"}`).
+    Approvals {},
+    /// Approves one: this call only, or with `session` the tool for the
+    /// rest of its session.
+    Approve {
+        id: String,
+        #[serde(default)]
+        session: bool,
+    },
+    /// Denies one.
+    Deny { id: String },
     /// Copies the exportable artifacts out.
     Export {
         id: String,
@@ -142,6 +153,9 @@ impl Request {
             Request::Snapshot { .. } => "snapshot",
             Request::Restore { .. } => "restore",
             Request::Export { .. } => "export",
+            Request::Approvals {} => "approvals",
+            Request::Approve { .. } => "approve",
+            Request::Deny { .. } => "deny",
         }
     }
 
@@ -149,7 +163,8 @@ impl Request {
     /// the error is the text the client gets.
     pub fn check(&self) -> Result<(), String> {
         match self {
-            Request::List {} => Ok(()),
+            Request::List {} | Request::Approvals {} => Ok(()),
+            Request::Approve { id, .. } | Request::Deny { id } => check_approval_id(id),
             Request::Show { id }
             | Request::Pause { id }
             | Request::Resume { id }
@@ -199,6 +214,23 @@ fn check_path(what: &str, path: &Path) -> Result<(), String> {
         return Err(format!("{what} {path:?} contains a NUL byte"));
     }
     Ok(())
+}
+
+/// An approval id: `ap-` and 12 lowercase hex digits.
+fn check_approval_id(id: &str) -> Result<(), String> {
+    let ok = id.len() == 15
+        && id.starts_with("ap-")
+        && id[3..]
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "{:?} is not an approval id (ap- and 12 lowercase hex digits)",
+            id.chars().take(40).collect::<String>()
+        ))
+    }
 }
 
 /// An agent or server name: `[a-z0-9-]{1,63}`.
@@ -256,6 +288,12 @@ impl Response {
 /// Maps one request line (newline excluded) to its response: parse, check,
 /// call [`Control`]. The one place errors become responses; no I/O.
 pub fn handle_line(control: &dyn Control, line: &[u8]) -> Response {
+    handle_line_from(control, line, "cli")
+}
+
+/// [`handle_line`] for a peer named `by` (in an approval's record: who
+/// answered).
+pub fn handle_line_from(control: &dyn Control, line: &[u8], by: &str) -> Response {
     let request: Request = match serde_json::from_slice(line) {
         Ok(r) => r,
         Err(e) => return Response::error(format!("malformed request: {e}")),
@@ -264,11 +302,11 @@ pub fn handle_line(control: &dyn Control, line: &[u8]) -> Response {
         tracing::warn!(op = request.op(), error = %e, "control request refused");
         return Response::error(format!("refused: {e}"));
     }
-    handle(control, &request)
+    handle(control, &request, by)
 }
 
 /// Calls [`Control`] for a request that passed [`Request::check`].
-fn handle(control: &dyn Control, request: &Request) -> Response {
+fn handle(control: &dyn Control, request: &Request, by: &str) -> Response {
     fn reply<T: Serialize>(r: Result<T, String>) -> Response {
         match r {
             Ok(v) => match serde_json::to_value(v) {
@@ -301,8 +339,22 @@ fn handle(control: &dyn Control, request: &Request) -> Response {
             dest,
             allow_large,
         } => reply(control.export(id, dest, *allow_large)),
+        Request::Approvals {} => match control.desk() {
+            Some(d) => reply(Ok(d.pending())),
+            None => Response::error(NO_DESK),
+        },
+        Request::Approve { id, session } => match control.desk() {
+            Some(d) => reply(d.answer(id, true, *session, by)),
+            None => Response::error(NO_DESK),
+        },
+        Request::Deny { id } => match control.desk() {
+            Some(d) => reply(d.answer(id, false, false, by)),
+            None => Response::error(NO_DESK),
+        },
     }
 }
+
+const NO_DESK: &str = "this mcpbox has no approval broker";
 
 /// What can go wrong setting up the control socket.
 #[derive(Debug, thiserror::Error)]
@@ -543,13 +595,16 @@ impl Drop for Active {
 }
 
 fn connection(mut stream: UnixStream, control: &dyn Control) {
-    if let Err(e) = check_peer(&stream) {
-        tracing::warn!(error = %e, "control connection refused");
-        send(stream, &Response::error(format!("refused: {e}")));
-        return;
-    }
+    let by = match check_peer(&stream) {
+        Ok(by) => by,
+        Err(e) => {
+            tracing::warn!(error = %e, "control connection refused");
+            send(stream, &Response::error(format!("refused: {e}")));
+            return;
+        }
+    };
     let response = match read_line(&mut stream, Instant::now() + READ_TIMEOUT) {
-        Ok(line) => handle_line(control, &line),
+        Ok(line) => handle_line_from(control, &line, &by),
         Err(e) => {
             tracing::warn!(error = %e, "control request not read");
             Response::error(e)
@@ -559,21 +614,40 @@ fn connection(mut stream: UnixStream, control: &dyn Control) {
 }
 
 /// The peer must be this process's user or root (unix(7), SO_PEERCRED:
-/// the credentials are the peer's at connect time, not forgeable).
-fn check_peer(stream: &UnixStream) -> Result<(), String> {
+/// the credentials are the peer's at connect time, not forgeable), and
+/// must live in this process's user namespace. The second rule is what
+/// keeps a sandboxed server out when mcpbox runs unprivileged: inside its
+/// own user namespace the server's uid maps to the caller's, so the uid
+/// alone would let it in had a policy mounted this directory. A peer whose
+/// pid this process cannot see (pid 0: another pid namespace) is refused
+/// too. Returns who the peer is, for the records (`cli:uid=N`).
+fn check_peer(stream: &UnixStream) -> Result<String, String> {
     let cred = rustix::net::sockopt::socket_peercred(stream)
         .map_err(|e| format!("reading the peer's credentials: {e}"))?;
     let ours = rustix::process::geteuid();
     let theirs = cred.uid;
-    if theirs == ours || theirs.is_root() {
-        Ok(())
-    } else {
-        Err(format!(
+    if !(theirs == ours || theirs.is_root()) {
+        return Err(format!(
             "the peer's uid {} is neither this server's ({}) nor root",
             theirs.as_raw(),
             ours.as_raw()
-        ))
+        ));
     }
+    let pid = cred.pid.as_raw_nonzero().get();
+    if pid <= 0 {
+        return Err("the peer's process is not visible from here (another pid namespace)".into());
+    }
+    let own = std::fs::read_link("/proc/self/ns/user")
+        .map_err(|e| format!("reading this process's user namespace: {e}"))?;
+    let peer = std::fs::read_link(format!("/proc/{pid}/ns/user"))
+        .map_err(|e| format!("reading the peer's user namespace: {e}"))?;
+    if own != peer {
+        return Err(
+            "the peer runs in another user namespace (a sandbox cannot use the control socket)"
+                .into(),
+        );
+    }
+    Ok(format!("cli:uid={}", theirs.as_raw()))
 }
 
 /// Reads one line (newline excluded; end of stream also ends a non-empty

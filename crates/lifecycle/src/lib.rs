@@ -173,6 +173,12 @@ impl Teardown {
 
 /// The lifecycle's operations, as the control socket offers them.
 pub trait Control: Send + Sync + 'static {
+    /// The approvals waiting for a human in this process, when it has a
+    /// broker (`run` and `serve` do): the control socket's `approvals`,
+    /// `approve` and `deny` ops go there.
+    fn desk(&self) -> Option<&dyn Desk> {
+        None
+    }
     fn list(&self) -> Vec<SandboxInfo>;
     fn show(&self, id: &str) -> Result<SandboxInfo, String>;
     fn pause(&self, id: &str) -> Result<SandboxInfo, String>;
@@ -207,3 +213,26 @@ pub trait Control: Send + Sync + 'static {
         allow_large: bool,
     ) -> Result<Vec<Exported>, String>;
 }
+
+/// The approval broker as the control socket sees it (the binary wraps
+/// `mcpbox_gateway::broker::Broker`; this crate does not depend on the
+/// relay). Values are the broker's JSON views.
+pub trait Desk: Send + Sync {
+    /// Everything that waits for a human, oldest first.
+    fn pending(&self) -> Vec<serde_json::Value>;
+    /// Answers `id`: approve (for this one call, or with `session` for the
+    /// tool for the rest of its session) or deny. `by` names who, from
+    /// the peer's credentials (`cli:uid=1000`).
+    fn answer(
+        &self,
+        id: &str,
+        approve: bool,
+        session: bool,
+        by: &str,
+    ) -> Result<serde_json::Value, String>;
+}
+
+/// What `run` answers the lifecycle's ops with: it has no sandboxes that
+/// outlive it.
+pub const NO_SANDBOXES: &str =
+    "this mcpbox has no sandboxes to manage (it is `mcpbox run`; `mcpbox serve` has them)";

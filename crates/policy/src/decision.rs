@@ -152,6 +152,9 @@ reasons! {
     ApprovalDeclined = "approval.declined", "the human declined or cancelled the approval";
     ApprovalDenied = "approval.denied", "the human answered the network question with deny";
     ApprovalTimeout = "approval.timeout", "nobody answered the approval before it expired";
+    ApprovalPending = "approval.pending", "the call needs a human approval and the host has no elicitation: it was refused with the approval's id (`[approvals] fallback = \"refuse\"`); once a human approves it, the same call with the same arguments passes once";
+    ApprovalAbandoned = "approval.abandoned", "the session ended (host gone, server down) while the call waited for a human";
+    ResultApproval = "output.approve", "the result is held for a human: larger than `output.approve_over`, or holding credential-shaped strings under `output.approve_credential_shapes`";
     // ---- tool pinning
     PinNew = "pin.new", "the tool appeared after the tool list was pinned; withheld until `mcpbox pin accept`";
     PinChanged = "pin.changed", "the tool's definition differs from its pin (a possible rug pull); withheld until `mcpbox pin accept`";

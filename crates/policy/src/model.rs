@@ -106,6 +106,10 @@ pub struct Policy {
     /// The audit log.
     #[serde(default)]
     pub audit: Audit,
+    /// How calls (and results, and connections) that need a human are asked when the
+    /// host has no MCP elicitation, and how long they wait.
+    #[serde(default)]
+    pub approvals: Approvals,
     /// Example decisions checked when the policy is loaded: [[tests]] tables.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tests: Vec<Example>,
@@ -520,6 +524,20 @@ pub struct Output {
     /// Also redact (not only flag in the audit log) token-shaped strings in results. Default false.
     #[serde(default)]
     pub redact_credential_shapes: bool,
+    /// A result larger than this (after redaction, before truncation to `max_result`) is
+    /// held until a human approves it (a large export), e.g. "256KiB". Default: none.
+    #[serde(
+        default,
+        with = "units::opt_size",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schemars(with = "Option<SizeText>")]
+    pub approve_over: Option<u64>,
+    /// A result holding credential-shaped strings (tokens, private keys) is held until a
+    /// human approves it. Default false (they are flagged in the audit log, and redacted
+    /// with `redact_credential_shapes`).
+    #[serde(default)]
+    pub approve_credential_shapes: bool,
 }
 
 impl Default for Output {
@@ -528,6 +546,52 @@ impl Default for Output {
             max_result: DEFAULT_MAX_RESULT,
             max_line: DEFAULT_MAX_LINE,
             redact_credential_shapes: false,
+            approve_over: None,
+            approve_credential_shapes: false,
+        }
+    }
+}
+
+/// Default `[approvals] timeout`: 120 seconds.
+pub const DEFAULT_APPROVAL_TIMEOUT: Duration = Duration::from_secs(120);
+
+fn default_approval_timeout() -> Duration {
+    DEFAULT_APPROVAL_TIMEOUT
+}
+
+/// `[approvals] fallback`: what happens when the host has no MCP elicitation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ApprovalFallback {
+    /// The host gets an error at once naming the approval's id and the command that
+    /// approves it (`mcpbox approvals approve ID`); once approved, the same call with the
+    /// same arguments passes once. The default: no host call hangs on a human.
+    #[default]
+    Refuse,
+    /// The call waits, up to `timeout`, while a human answers with `mcpbox approvals` or
+    /// the console; a log line and an MCP log notification name the approval.
+    Hold,
+}
+
+/// The `[approvals]` section.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Approvals {
+    /// When the host has no MCP elicitation: "refuse" (default) or "hold".
+    #[serde(default)]
+    pub fallback: ApprovalFallback,
+    /// How long an approval stays open (a held call waits, a refused call's approval can
+    /// be given and then used), e.g. "10m". Default "120s"; at least 1s, at most 24h.
+    #[serde(default = "default_approval_timeout", with = "units::duration")]
+    #[schemars(with = "DurationText")]
+    pub timeout: Duration,
+}
+
+impl Default for Approvals {
+    fn default() -> Self {
+        Approvals {
+            fallback: ApprovalFallback::Refuse,
+            timeout: DEFAULT_APPROVAL_TIMEOUT,
         }
     }
 }

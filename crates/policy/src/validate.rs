@@ -390,6 +390,21 @@ pub(crate) fn validate_in(
             ));
         }
     }
+    let t = p.approvals.timeout;
+    if t < std::time::Duration::from_secs(1) || t > std::time::Duration::from_secs(24 * 3600) {
+        return Err(ctx.err(
+            "approvals.timeout",
+            format!("timeout {t:?} is out of range"),
+            "use at least \"1s\" and at most \"24h\", e.g. \"10m\"",
+        ));
+    }
+    if p.output.approve_over == Some(0) {
+        return Err(ctx.err(
+            "output.approve_over",
+            "approve_over is 0: every result would wait for a human",
+            "e.g. \"256KiB\"; leave it out to hold no result for its size",
+        ));
+    }
     if let Some(list) = &pr.allow_exec {
         if list.is_empty() {
             return Err(ctx.err(

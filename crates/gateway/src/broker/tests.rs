@@ -1,0 +1,254 @@
+//! The broker's rules, one test per way an approval could be misused.
+
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use mcpbox_audit::{Kind, MemorySink};
+use mcpbox_policy::{Decision, Reason};
+use serde_json::json;
+
+use super::*;
+
+fn ask(id: &str, digest: &str, hold: bool, wait: Duration) -> Ask {
+    Ask {
+        id: id.into(),
+        session: "s-1".into(),
+        sandbox_id: String::new(),
+        binding: Binding {
+            caller: "alice".into(),
+            server: "fs".into(),
+            tool: "delete".into(),
+            args_digest: digest.into(),
+            policy_version: "p1".into(),
+        },
+        subject: Subject::Call,
+        rule: Decision::approve(Reason::ToolRule, "policy:tools.delete"),
+        preview: json!({"path": "/workspace/output/x"}),
+        expires: SystemTime::now() + wait,
+        hold,
+        elicitation: false,
+    }
+}
+
+fn broker() -> (Arc<Broker>, Arc<MemorySink>) {
+    let sink = Arc::new(MemorySink::new());
+    (Broker::new(sink.clone()), sink)
+}
+
+fn actions(sink: &MemorySink) -> Vec<String> {
+    sink.events()
+        .iter()
+        .filter(|e| e.kind == Some(Kind::Approval))
+        .map(|e| e.detail["action"].as_str().unwrap_or("").to_string())
+        .collect()
+}
+
+const A: &str = "ap-00000000000a";
+const B: &str = "ap-00000000000b";
+const MIN: Duration = Duration::from_secs(60);
+
+#[test]
+fn held_call_gets_the_answer_once() {
+    let (b, sink) = broker();
+    let (tx, rx) = mpsc::channel();
+    assert_eq!(
+        b.ask(
+            ask(A, "d1", true, MIN),
+            Box::new(move |a| tx.send(a).unwrap())
+        ),
+        Asked::Held
+    );
+    assert_eq!(b.list().len(), 1);
+    b.answer(A, true, Scope::Once, "cli:uid=0").unwrap();
+    assert!(matches!(rx.recv().unwrap(), Answer::Approved { .. }));
+    // a second answer finds nothing: single use
+    assert_eq!(
+        b.answer(A, true, Scope::Once, "cli:uid=0"),
+        Err(AnswerError::Unknown(A.into()))
+    );
+    assert!(b.list().is_empty());
+    assert_eq!(actions(&sink), ["requested", "approved"]);
+}
+
+#[test]
+fn refused_call_approved_passes_once_with_the_same_arguments() {
+    let (b, sink) = broker();
+    assert_eq!(
+        b.ask(ask(A, "d1", false, MIN), Box::new(|_| {})),
+        Asked::Refused { id: A.into() }
+    );
+    // the same call again before anyone answered: the same id
+    assert_eq!(
+        b.ask(ask(B, "d1", false, MIN), Box::new(|_| {})),
+        Asked::Refused { id: A.into() }
+    );
+    b.answer(A, true, Scope::Once, "console").unwrap();
+    assert_eq!(b.list()[0].state, "approved");
+    let granted = b.ask(ask(B, "d1", false, MIN), Box::new(|_| {}));
+    assert!(
+        matches!(granted, Asked::Granted { ref id, .. } if id == A),
+        "{granted:?}"
+    );
+    // used twice: the grant is gone, so the call is refused again
+    assert!(matches!(
+        b.ask(ask(B, "d1", false, MIN), Box::new(|_| {})),
+        Asked::Refused { .. }
+    ));
+    assert_eq!(
+        actions(&sink),
+        ["requested", "approved", "used", "requested"]
+    );
+}
+
+#[test]
+fn approval_for_call_a_is_not_used_by_call_b() {
+    let (b, _) = broker();
+    b.ask(ask(A, "digest-of-a", false, MIN), Box::new(|_| {}));
+    b.answer(A, true, Scope::Once, "cli:uid=0").unwrap();
+    let other = b.ask(ask(B, "digest-of-b", false, MIN), Box::new(|_| {}));
+    assert_eq!(other, Asked::Refused { id: B.into() });
+    // nor by another caller, nor under another policy
+    let mut x = ask(B, "digest-of-a", false, MIN);
+    x.binding.caller = "mallory".into();
+    assert!(matches!(b.ask(x, Box::new(|_| {})), Asked::Refused { .. }));
+    let mut y = ask(B, "digest-of-a", false, MIN);
+    y.binding.policy_version = "p2".into();
+    assert!(matches!(b.ask(y, Box::new(|_| {})), Asked::Refused { .. }));
+    // the rightful retry still works
+    assert!(matches!(
+        b.ask(ask(B, "digest-of-a", false, MIN), Box::new(|_| {})),
+        Asked::Granted { .. }
+    ));
+}
+
+#[test]
+fn expired_approval_cannot_be_answered_or_used() {
+    let (b, sink) = broker();
+    b.ask(
+        ask(A, "d1", false, Duration::from_millis(30)),
+        Box::new(|_| {}),
+    );
+    std::thread::sleep(Duration::from_millis(60));
+    assert_eq!(
+        b.answer(A, true, Scope::Once, "cli:uid=0"),
+        Err(AnswerError::Unknown(A.into()))
+    );
+    // approved in time, but retried too late
+    b.ask(
+        ask(B, "d2", false, Duration::from_millis(50)),
+        Box::new(|_| {}),
+    );
+    b.answer(B, true, Scope::Once, "cli:uid=0").unwrap();
+    std::thread::sleep(Duration::from_millis(80));
+    assert!(matches!(
+        b.ask(ask("ap-00000000000c", "d2", false, MIN), Box::new(|_| {})),
+        Asked::Refused { .. }
+    ));
+    assert_eq!(
+        actions(&sink),
+        [
+            "requested",
+            "expired",
+            "requested",
+            "approved",
+            "expired",
+            "requested"
+        ]
+    );
+}
+
+#[test]
+fn held_call_expires_with_an_answer() {
+    let (b, _) = broker();
+    let (tx, rx) = mpsc::channel();
+    b.ask(
+        ask(A, "d1", true, Duration::from_millis(20)),
+        Box::new(move |a| tx.send(a).unwrap()),
+    );
+    std::thread::sleep(Duration::from_millis(40));
+    assert!(b.list().is_empty());
+    assert_eq!(rx.recv().unwrap(), Answer::Expired);
+}
+
+#[test]
+fn session_grant_covers_the_tool_for_that_session_only() {
+    let (b, _) = broker();
+    let (tx, _rx) = mpsc::channel();
+    b.ask(
+        ask(A, "d1", true, MIN),
+        Box::new(move |a| tx.send(a).unwrap()),
+    );
+    b.answer(A, true, Scope::Session, "console").unwrap();
+    assert!(matches!(
+        b.ask(ask(B, "other-args", true, MIN), Box::new(|_| {})),
+        Asked::Granted {
+            scope: Scope::Session,
+            ..
+        }
+    ));
+    let mut other = ask("ap-00000000000c", "d1", true, MIN);
+    other.session = "s-2".into();
+    assert_eq!(b.ask(other, Box::new(|_| {})), Asked::Held);
+    b.end_session("s-1");
+    assert_eq!(
+        b.ask(ask("ap-00000000000d", "d1", false, MIN), Box::new(|_| {})),
+        Asked::Refused {
+            id: "ap-00000000000d".into()
+        }
+    );
+}
+
+#[test]
+fn session_end_abandons_what_waits_and_says_so() {
+    let (b, sink) = broker();
+    let (tx, rx) = mpsc::channel();
+    b.ask(
+        ask(A, "d1", true, MIN),
+        Box::new(move |a| tx.send(a).unwrap()),
+    );
+    b.end_session("s-1");
+    assert_eq!(rx.recv().unwrap(), Answer::Expired);
+    assert!(b.list().is_empty());
+    let ev = sink.events();
+    let last = ev.last().unwrap();
+    assert_eq!(last.detail["action"], "abandoned");
+    assert_eq!(last.reason.as_deref(), Some("approval.abandoned"));
+}
+
+#[test]
+fn denied_is_final() {
+    let (b, _) = broker();
+    b.ask(ask(A, "d1", false, MIN), Box::new(|_| {}));
+    b.answer(A, false, Scope::Once, "cli:uid=0").unwrap();
+    assert!(b.list().is_empty());
+    assert!(
+        matches!(b.ask(ask(B, "d1", false, MIN), Box::new(|_| {})), Asked::Refused { ref id } if id == B)
+    );
+}
+
+#[test]
+fn malformed_ids_are_refused() {
+    let (b, _) = broker();
+    for bad in ["", "ap-", "ap-0000000000zz", "../../etc", "AP-00000000000A"] {
+        assert!(matches!(
+            b.answer(bad, true, Scope::Once, "x"),
+            Err(AnswerError::Malformed(_))
+        ));
+    }
+}
+
+#[test]
+fn close_from_the_session_is_audited_once() {
+    let (b, sink) = broker();
+    b.ask(ask(A, "d1", true, MIN), Box::new(|_| {}));
+    b.close(
+        A,
+        Closed::Answered(Answer::Approved {
+            by: "elicitation".into(),
+            scope: Scope::Once,
+        }),
+    );
+    b.close(A, Closed::Expired);
+    assert_eq!(actions(&sink), ["requested", "approved"]);
+}
