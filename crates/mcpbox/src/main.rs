@@ -7,6 +7,7 @@ mod audit;
 mod builtin;
 mod check;
 mod classify;
+mod console;
 mod doctor;
 mod egress;
 mod exec_args;
@@ -95,6 +96,12 @@ enum Command {
         /// names them); its relative paths are relative to the current directory.
         #[arg(long, value_name = "NAME", conflicts_with = "policy")]
         preset: Option<String>,
+        /// Serve the web console on this loopback address (`--console`
+        /// alone: 127.0.0.1 on a free port); its URL, with the token, is
+        /// printed on stderr (docs/console.md).
+        #[arg(long, value_name = "ADDR", num_args = 0..=1, require_equals = true,
+              default_missing_value = "127.0.0.1:0")]
+        console: Option<std::net::SocketAddr>,
         /// Run a server built into mcpbox instead of a command: `sandbox`
         /// (exec, run_code, files, background jobs, snapshots).
         #[arg(long, value_name = "NAME", conflicts_with = "command")]
@@ -136,6 +143,12 @@ enum Command {
         /// The gateway's config file (TOML; `mcpbox check` validates it).
         #[arg(long, short)]
         config: PathBuf,
+        /// Serve the web console on this loopback address (`--console`
+        /// alone: 127.0.0.1 on a free port); its URL, with the token, is
+        /// printed on stderr (docs/console.md).
+        #[arg(long, value_name = "ADDR", num_args = 0..=1, require_equals = true,
+              default_missing_value = "127.0.0.1:0")]
+        console: Option<std::net::SocketAddr>,
     },
     /// Review the tool definitions pinned for a policy's servers: list,
     /// diff, accept (a withheld new or changed tool), reset.
@@ -232,6 +245,17 @@ fn main() -> ExitCode {
         return finish(sandboxed(Mode::Exec, exec.policy, exec.command));
     }
     let cli = Cli::parse();
+    if let Command::Run {
+        console: Some(addr),
+        ..
+    }
+    | Command::Serve {
+        console: Some(addr),
+        ..
+    } = &cli.command
+    {
+        console::request(*addr);
+    }
     match cli.command {
         Command::Exec {
             policy,
@@ -243,6 +267,7 @@ fn main() -> ExitCode {
             preset,
             builtin: None,
             command,
+            ..
         } => finish(sandboxed(Mode::Run, with_preset(policy, preset), command)),
         Command::Run {
             policy,
@@ -264,7 +289,7 @@ fn main() -> ExitCode {
             policy,
             command,
         )),
-        Command::Serve { config } => finish(serve(&config)),
+        Command::Serve { config, .. } => finish(serve(&config)),
         Command::Check { files, schema } => check::run(&files, schema),
         Command::Init(args) => init::run(&args),
         Command::Pin { action } => match action {

@@ -305,6 +305,10 @@ pub fn run_with(
     let workspace_id = state::workspace_id(&spec);
     let audit = state::open_audit(&loaded.policy)?;
     state::keep_retaining(&audit, &loaded.policy.audit);
+    // `--console`: the web console (docs/console.md), on its own thread
+    // TODO(lead): share the broker with the relay
+    let broker = mcpbox_gateway::broker::Broker::new(audit.clone());
+    let _console = crate::console::for_run(broker, &loaded.policy)?;
     // unlisted hosts are asked about through the relay's host channel
     let ids = mcpbox_egress::Ids {
         sandbox_id: sandbox_id.clone(),

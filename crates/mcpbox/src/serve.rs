@@ -77,6 +77,9 @@ pub fn run(config: &Path) -> anyhow::Result<i32> {
     let socket = state::state_dir().join("control.sock");
     let control = mcpbox_lifecycle::control::serve(&socket, life.clone())
         .with_context(|| format!("opening the control socket {}", socket.display()))?;
+    // `--console`: the web console (docs/console.md), on its own thread
+    // TODO(lead): pass the sessions' broker (for_serve makes its own now)
+    let _console = crate::console::for_serve(None, life.clone(), &cfg)?;
     let tls = match &cfg.listen.tls {
         Some(t) => Some(mcpbox_serve::tls::Acceptor::load(&t.cert, &t.key)?),
         None => None,
