@@ -1,0 +1,402 @@
+//! The web console through the real binary (`mcpbox run --console`): who
+//! may read it and change anything through it, and that the sandboxed
+//! server cannot reach it. Each test is named after the attack it tries.
+//! The browser's side (live approvals, rendering) is tests/console_browser.rs.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use common::mcp::Session;
+use common::Workspace;
+use serde_json::{json, Value};
+
+/// `mcpbox run --console` with the `plain` test server, its state and
+/// runtime directories inside the workspace.
+struct Console {
+    session: Session,
+    ws: Workspace,
+    url: String,
+    port: u16,
+    token: String,
+}
+
+fn policy(ws: &Workspace, extra: &str) -> PathBuf {
+    ws.policy(&format!(
+        "[audit]\npath = \"audit.db\"\n[approvals]\nfallback = \"hold\"\n\
+         [tools]\n\"echo\" = \"approve\"\n{extra}"
+    ))
+}
+
+fn runtime_dir(ws: &Workspace) -> PathBuf {
+    let d = ws.path().join("run");
+    std::fs::create_dir_all(&d).unwrap();
+    std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o700)).unwrap();
+    d
+}
+
+impl Console {
+    fn start() -> Console {
+        let ws = Workspace::with_server("plain");
+        let p = policy(&ws, "");
+        let state = ws.path().join("state").display().to_string();
+        let run = runtime_dir(&ws).display().to_string();
+        let args: Vec<String> = [
+            "run",
+            "--console",
+            "--policy",
+            p.to_str().unwrap(),
+            "--",
+            "/workspace/input/plain",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let mut session = Session::start_mcpbox(
+            &args,
+            &[("MCPBOX_STATE_DIR", &state), ("XDG_RUNTIME_DIR", &run)],
+        );
+        let url = wait_for_url(&session);
+        session.initialize();
+        let rest = url.strip_prefix("http://127.0.0.1:").unwrap();
+        let port = rest.split('/').next().unwrap().parse().unwrap();
+        let token = url.split("#token=").nth(1).unwrap().to_string();
+        Console {
+            session,
+            ws,
+            url,
+            port,
+            token,
+        }
+    }
+
+    fn origin(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    fn bearer(&self) -> String {
+        format!("Bearer {}", self.token)
+    }
+
+    fn get(&self, path: &str) -> Reply {
+        request(
+            self.port,
+            "GET",
+            path,
+            &[("Authorization", &self.bearer())],
+            "",
+        )
+    }
+}
+
+/// The console's URL, from the one line it prints on stderr.
+fn wait_for_url(session: &Session) -> String {
+    let until = Instant::now() + Duration::from_secs(20);
+    loop {
+        let err = session.stderr();
+        if let Some(line) = err.lines().find(|l| l.starts_with("mcpbox: console at ")) {
+            return line["mcpbox: console at ".len()..].trim().to_string();
+        }
+        assert!(Instant::now() < until, "no console line on stderr: {err}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+struct Reply {
+    status: u16,
+    body: String,
+}
+
+fn request(port: u16, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> Reply {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut req = format!("{method} {path} HTTP/1.1\r\nConnection: close\r\n");
+    if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
+        req.push_str(&format!("Host: 127.0.0.1:{port}\r\n"));
+    }
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str(&format!("Content-Length: {}\r\n\r\n{body}", body.len()));
+    s.write_all(req.as_bytes()).unwrap();
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    let text = String::from_utf8_lossy(&out).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    Reply {
+        status: head
+            .split(' ')
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0),
+        body: body.to_string(),
+    }
+}
+
+#[test]
+fn console_url_is_printed_and_kept_in_a_private_file_removed_at_exit() {
+    let c = Console::start();
+    assert!(c.url.starts_with("http://127.0.0.1:"), "{}", c.url);
+    assert_eq!(c.token.len(), 64, "32 random bytes, hex");
+    let dir =
+        c.ws.path()
+            .join("run/mcpbox")
+            .join(format!("console-{}", c.session.child.id()));
+    let file = dir.join("console.url");
+    let meta = std::fs::metadata(&file).unwrap();
+    assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+    assert_eq!(
+        std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777,
+        0o700
+    );
+    assert_eq!(std::fs::read_to_string(&file).unwrap().trim(), c.url);
+    let Console { session, ws, .. } = c;
+    let (status, err) = session.finish();
+    assert!(status.success(), "{err}");
+    assert!(!file.exists(), "console.url is left behind");
+    drop(ws);
+}
+
+#[test]
+fn console_without_the_token_gets_401_and_no_data() {
+    let c = Console::start();
+    for path in [
+        "/api/approvals",
+        "/api/sandboxes",
+        "/api/audit",
+        "/api/audit/verify",
+        "/api/pins",
+        "/api/info",
+    ] {
+        let zeros = format!("Bearer {}", "0".repeat(64));
+        for auth in [None, Some("Bearer 00"), Some(zeros.as_str())] {
+            let h: Vec<(&str, &str)> = auth.iter().map(|a| ("Authorization", *a)).collect();
+            let r = request(c.port, "GET", path, &h, "");
+            assert_eq!(r.status, 401, "{path} {auth:?}: {}", r.body);
+            assert!(!r.body.contains("records") && !r.body.contains("approvals\""));
+        }
+    }
+    let cookie = format!("mcpbox_console_{}=nope", c.port);
+    let r = request(c.port, "GET", "/api/audit", &[("Cookie", &cookie)], "");
+    assert_eq!(r.status, 401);
+}
+
+#[test]
+fn console_post_from_another_origin_is_refused() {
+    let c = Console::start();
+    for origin in [
+        "http://evil.example".to_string(),
+        "null".to_string(),
+        format!("http://127.0.0.1:{}", c.port + 1),
+        format!("https://127.0.0.1:{}", c.port),
+    ] {
+        let r = request(
+            c.port,
+            "POST",
+            "/api/approvals/ap-000000000000/approve",
+            &[("Authorization", &c.bearer()), ("Origin", &origin)],
+            r#"{"scope":"once"}"#,
+        );
+        assert_eq!(r.status, 403, "{origin}: {}", r.body);
+    }
+    // a same-origin POST with a cross-site fetch (a form on another site)
+    let r = request(
+        c.port,
+        "POST",
+        "/api/approvals/ap-000000000000/deny",
+        &[
+            ("Authorization", &c.bearer()),
+            ("Origin", &c.origin()),
+            ("Sec-Fetch-Site", "cross-site"),
+        ],
+        "",
+    );
+    assert_eq!(r.status, 403, "{}", r.body);
+    // and with the right origin it reaches the broker (which has no such id)
+    let r = request(
+        c.port,
+        "POST",
+        "/api/approvals/ap-000000000000/deny",
+        &[("Authorization", &c.bearer()), ("Origin", &c.origin())],
+        "",
+    );
+    assert_eq!(r.status, 404, "{}", r.body);
+}
+
+#[test]
+fn console_post_without_an_origin_is_refused() {
+    let c = Console::start();
+    for path in [
+        "/api/approvals/ap-000000000000/deny",
+        "/login",
+        "/api/pins/accept",
+    ] {
+        let r = request(
+            c.port,
+            "POST",
+            path,
+            &[("Authorization", &c.bearer())],
+            &json!({"token": c.token, "id": "x"}).to_string(),
+        );
+        assert_eq!(r.status, 403, "{path}: {}", r.body);
+    }
+}
+
+#[test]
+fn console_with_a_rebound_host_is_refused() {
+    let c = Console::start();
+    for host in [
+        "attacker.example".to_string(),
+        format!("attacker.example:{}", c.port),
+        "127.0.0.1".to_string(),
+        format!("127.0.0.1:{}", c.port + 1),
+    ] {
+        for path in ["/", "/api/approvals"] {
+            let r = request(
+                c.port,
+                "GET",
+                path,
+                &[("Host", &host), ("Authorization", &c.bearer())],
+                "",
+            );
+            assert_eq!(r.status, 421, "{host} {path}");
+        }
+    }
+}
+
+#[test]
+fn console_pages_and_apis_answer_with_the_token() {
+    let c = Console::start();
+    for host in ["127.0.0.1", "localhost"] {
+        let h = format!("{host}:{}", c.port);
+        let r = request(c.port, "GET", "/", &[("Host", &h)], "");
+        assert_eq!(r.status, 200);
+        assert!(r.body.contains("<script src=\"/console.js\""));
+    }
+    for path in ["/console.js", "/console.css"] {
+        assert_eq!(c.get(path).status, 200, "{path}");
+    }
+    let info: Value = serde_json::from_str(&c.get("/api/info").body).unwrap();
+    assert_eq!(info["mode"], "run");
+    let a: Value = serde_json::from_str(&c.get("/api/approvals").body).unwrap();
+    assert!(a["approvals"].is_array() && a["version"].is_u64(), "{a}");
+    let s: Value = serde_json::from_str(&c.get("/api/sandboxes").body).unwrap();
+    assert_eq!(s["available"], false, "run has no sandboxes to manage: {s}");
+    assert!(s["why"].as_str().unwrap().contains("mcpbox run"));
+    let au: Value = serde_json::from_str(&c.get("/api/audit?kind=session_start").body).unwrap();
+    assert!(
+        au["records"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["event"]["kind"] == "session_start"),
+        "{au}"
+    );
+    let v: Value = serde_json::from_str(&c.get("/api/audit/verify").body).unwrap();
+    assert_eq!(v["status"], "intact", "{v}");
+    let p = c.get("/api/pins");
+    assert_eq!(p.status, 200, "{}", p.body);
+    let bad = c.get("/api/audit?decision=maybe");
+    assert_eq!(bad.status, 400);
+}
+
+#[test]
+fn console_on_a_non_loopback_address_is_refused() {
+    let ws = Workspace::with_server("plain");
+    let p = policy(&ws, "");
+    let state = ws.path().join("state");
+    for addr in ["0.0.0.0:0", "[::]:0"] {
+        let out = std::process::Command::new(common::mcpbox())
+            .args(["run", &format!("--console={addr}"), "--policy"])
+            .arg(&p)
+            .args(["--", "/workspace/input/plain"])
+            .env("MCPBOX_STATE_DIR", &state)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{addr}: {err}");
+        assert!(err.contains("not a loopback address"), "{addr}: {err}");
+    }
+}
+
+/// Python inside the sandbox trying the console's port: directly, and
+/// through the egress proxy with CONNECT and with a plain GET, by address
+/// and by name.
+const REACH: &str = r#"
+import os, socket, sys
+port = int(sys.argv[1])
+def direct(host):
+    try:
+        socket.create_connection((host, port), timeout=3).close(); print("REACHED direct", host)
+    except OSError as e:
+        print("refused direct", host, type(e).__name__)
+proxy = os.environ.get("HTTP_PROXY") or os.environ.get("http_proxy")
+print("proxy", proxy)
+def via_proxy(line):
+    host, _, pport = proxy.split("//")[1].rstrip("/").rpartition(":")
+    try:
+        s = socket.create_connection((host, int(pport)), timeout=5)
+        s.sendall(line.encode())
+        answer = s.recv(200).decode(errors="replace").split("\r\n")[0]
+        print("proxy answered", repr(line.split("\r\n")[0]), answer)
+    except OSError as e:
+        print("proxy refused", type(e).__name__)
+for h in ["127.0.0.1", "localhost", "::1"]:
+    direct(h)
+for target in ["127.0.0.1", "localhost", "[::1]"]:
+    via_proxy(f"CONNECT {target}:{port} HTTP/1.1\r\nHost: {target}:{port}\r\n\r\n")
+    via_proxy(f"GET http://{target}:{port}/api/approvals HTTP/1.1\r\nHost: {target}:{port}\r\n\r\n")
+"#;
+
+fn exec_reach(ws: &Workspace, policy: &Path, port: u16) -> String {
+    let out = std::process::Command::new(common::mcpbox())
+        .args(["exec", "--policy", policy.to_str().unwrap(), "--"])
+        .args(["python3", "-c", REACH, &port.to_string()])
+        .env("MCPBOX_STATE_DIR", ws.path().join("state"))
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+#[test]
+fn sandboxed_code_cannot_reach_the_console() {
+    let c = Console::start();
+    // the policy even lists the console's address: loopback is refused
+    // after resolution whatever the allowlist says
+    let ws = Workspace::new();
+    let p = ws.policy(&format!(
+        "[audit]\npath = \"audit.db\"\n[network]\nallow = [\"127.0.0.1:{0}\", \"localhost:{0}\", \"[::1]:{0}\"]\n",
+        c.port
+    ));
+    let out = exec_reach(&ws, &p, c.port);
+    assert!(!out.contains("REACHED"), "{out}");
+    assert_eq!(out.matches("refused direct").count(), 3, "{out}");
+    assert!(
+        out.contains("proxy http://"),
+        "the proxy was not set up: {out}"
+    );
+    let answers: Vec<&str> = out
+        .lines()
+        .filter(|l| l.starts_with("proxy answered"))
+        .collect();
+    assert_eq!(answers.len(), 6, "{out}");
+    for a in answers {
+        assert!(!a.contains(" 200 ") && !a.contains("401"), "{a}");
+        assert!(a.contains(" 403 ") || a.contains(" 400 "), "{a}");
+    }
+    // the console saw none of it: still fine, and nothing answered
+    assert_eq!(c.get("/api/approvals").status, 200);
+}
