@@ -277,7 +277,8 @@ struct Entry {
 struct Table {
     /// By id.
     entries: BTreeMap<String, Entry>,
-    /// (session, subject kind, tool) allowed for the rest of a session.
+    /// (session, subject kind, tool or host:port) allowed for the rest of
+    /// a session.
     session_grants: HashSet<(String, &'static str, String)>,
     /// Bumped on every change, for the console's live view.
     version: u64,
@@ -385,7 +386,7 @@ impl Broker {
             let mut t = self.lock();
             Self::expire(&mut t, now, &mut after);
             let kind = ask.subject.kind();
-            let session_key = (ask.session.clone(), kind, ask.binding.tool.clone());
+            let session_key = ask.session_key();
             let grant = t
                 .entries
                 .iter()
@@ -516,11 +517,7 @@ impl Broker {
                             json!({"scope": scope, "by": by}),
                         ));
                         if scope == Scope::Session {
-                            t.session_grants.insert((
-                                e.ask.session.clone(),
-                                e.ask.subject.kind(),
-                                e.ask.binding.tool.clone(),
-                            ));
+                            t.session_grants.insert(e.ask.session_key());
                         }
                     } else {
                         after.records.push(record(
@@ -692,6 +689,16 @@ impl Broker {
 }
 
 impl Ask {
+    /// What "allow for this session" covers: this tool's calls (or
+    /// results) whatever their arguments, or this one host and port.
+    fn session_key(&self) -> (String, &'static str, String) {
+        let what = match &self.subject {
+            Subject::Network { host, port } => format!("{host}:{port}"),
+            _ => self.binding.tool.clone(),
+        };
+        (self.session.clone(), self.subject.kind(), what)
+    }
+
     /// A grant for a network connection is for that host and port; for a
     /// call or result the binding's digest already says it all.
     fn subject_detail_matches(&self, other: &Subject) -> bool {

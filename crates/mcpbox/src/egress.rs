@@ -109,7 +109,7 @@ impl Drop for Running {
 
 /// Where per-sandbox socket directories live: `$XDG_RUNTIME_DIR/mcpbox`,
 /// else `/tmp/mcpbox-UID`.
-fn runtime_base() -> PathBuf {
+pub(crate) fn runtime_base() -> PathBuf {
     match std::env::var_os("XDG_RUNTIME_DIR") {
         Some(d) if !d.is_empty() => PathBuf::from(d).join("mcpbox"),
         _ => std::env::temp_dir().join(format!("mcpbox-{}", crate::preflight::uid())),

@@ -185,6 +185,14 @@ pub fn relay_config(
         max_result: usize::try_from(p.output.max_result).unwrap_or(usize::MAX),
         call_timeout: p.process.call_timeout,
         redact_credential_shapes: p.output.redact_credential_shapes,
+        approval_timeout: p.approvals.timeout,
+        approval_fallback: match p.approvals.fallback {
+            mcpbox_policy::ApprovalFallback::Hold => mcpbox_gateway::broker::Fallback::Hold,
+            mcpbox_policy::ApprovalFallback::Refuse => mcpbox_gateway::broker::Fallback::Refuse,
+        },
+        policy_version: mcpbox_gateway::digest::sha256_hex(p.to_toml().as_bytes()),
+        approve_over: p.output.approve_over,
+        approve_credential_shapes: p.output.approve_credential_shapes,
         pin_file: Some(pins),
         output_dir,
         session_detail: session_detail(loaded, identity),
@@ -359,7 +367,12 @@ pub fn run_with(
         .stderr_handler(Arc::new(|server: &str, line: &str| {
             eprintln!("mcpbox: [{server}] {line}")
         }));
-    approver.connect(relay.host_asker());
+    // one approval broker for the process, answerable over the control
+    // socket (`mcpbox approvals`) and the console
+    let broker = mcpbox_gateway::broker::Broker::new(audit.clone());
+    let relay = relay.broker(broker.clone());
+    let _control = crate::approvals::listen_run(broker.clone());
+    approver.connect(relay.host_asker().with_broker(broker.clone()));
     let sink: Arc<dyn mcpbox_audit::Sink> = audit.clone();
     let outcome = with_policy(relay, &loaded, audit, checks, view)?
         .run(Box::new(std::io::stdin()), Box::new(std::io::stdout()))
