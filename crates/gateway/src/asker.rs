@@ -44,7 +44,10 @@ impl Dispatch {
     }
 
     fn tag(&self) -> String {
-        self.1.lock().unwrap_or_else(PoisonError::into_inner).clone()
+        self.1
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// Stops routing: every later question is `Unavailable`.

@@ -128,9 +128,7 @@ pub use pin::{
     accept_pins, pending_path, pin_list, read_pins, tool_digest, PinError, PinStore, PinVerdict,
     PinWrite, Pins,
 };
-pub use policy::{
-    AllowAll, ApprovalAnswer, ArgumentCheck, ToolPolicy,
-};
+pub use policy::{AllowAll, ApprovalAnswer, ArgumentCheck, ToolPolicy};
 pub use secrets::{load_secret, Secret, SecretError, SecretSource, Secrets};
 pub use stdio::{
     relay, Activity, Attached, FeedError, HostFeed, HostInput, HostSink, Relay, StderrHandler,

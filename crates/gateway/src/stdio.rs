@@ -62,10 +62,10 @@ use std::time::{Duration, Instant};
 use mcpbox_audit::{Event as AuditEvent, Sink};
 
 use crate::asker::{Dispatch, HostAsker, Outside};
+use crate::broker::Broker;
 use crate::launcher::{ExitInfo, Launcher, ProcessControl, ServerProcess};
 use crate::lines::write_line;
 use crate::pin::PinStore;
-use crate::broker::Broker;
 use crate::policy::{AllowAll, ToolPolicy};
 use crate::secrets::Secrets;
 use crate::session::{Asked, Effect, Event, Now, Record, Session};

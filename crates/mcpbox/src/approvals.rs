@@ -206,7 +206,10 @@ fn what(v: &Value) -> String {
             escape(s.get("host").and_then(Value::as_str).unwrap_or("")),
             s.get("port").and_then(Value::as_u64).unwrap_or(0)
         ),
-        Some("result") => format!("result {} B", s.get("bytes").and_then(Value::as_u64).unwrap_or(0)),
+        Some("result") => format!(
+            "result {} B",
+            s.get("bytes").and_then(Value::as_u64).unwrap_or(0)
+        ),
         _ => "call".into(),
     }
 }
@@ -244,12 +247,17 @@ pub fn run(args: Args) -> ExitCode {
                     text(v, "rule"),
                 );
             }
-            println!("approve: mcpbox approvals approve ID [--session]   deny: mcpbox approvals deny ID");
+            println!(
+                "approve: mcpbox approvals approve ID [--session]   deny: mcpbox approvals deny ID"
+            );
             ExitCode::SUCCESS
         }
         Action::Show { id } => {
             let (all, errors) = gather(&sockets);
-            let Some(v) = all.iter().find(|v| v.get("id").and_then(Value::as_str) == Some(id)) else {
+            let Some(v) = all
+                .iter()
+                .find(|v| v.get("id").and_then(Value::as_str) == Some(id))
+            else {
                 for e in &errors {
                     eprintln!("mcpbox: {}", escape(e));
                 }
@@ -264,7 +272,15 @@ pub fn run(args: Args) -> ExitCode {
                 return ExitCode::SUCCESS;
             }
             println!("approval  {}", text(v, "id"));
-            println!("state     {}{}", text(v, "state"), if v["held"] == Value::Bool(true) { " (the call waits)" } else { " (the caller was refused; it retries once approved)" });
+            println!(
+                "state     {}{}",
+                text(v, "state"),
+                if v["held"] == Value::Bool(true) {
+                    " (the call waits)"
+                } else {
+                    " (the caller was refused; it retries once approved)"
+                }
+            );
             println!("server    {}", text(v, "server"));
             println!("tool      {}", text(v, "tool"));
             println!("caller    {}", text(v, "caller"));
@@ -275,7 +291,10 @@ pub fn run(args: Args) -> ExitCode {
             // serde_json escapes control characters in strings: inert
             let preview = serde_json::to_string_pretty(&v["preview"]).unwrap_or_default();
             println!("preview   {}", preview.replace('\n', "\n          "));
-            println!("approve:  mcpbox approvals approve {} [--session]", text(v, "id"));
+            println!(
+                "approve:  mcpbox approvals approve {} [--session]",
+                text(v, "id")
+            );
             ExitCode::SUCCESS
         }
         Action::Approve { id, .. } | Action::Deny { id } => {
@@ -300,7 +319,12 @@ pub fn run(args: Args) -> ExitCode {
                             } else {
                                 "approved"
                             };
-                            println!("{} {verb} ({} on {})", text(&v, "id"), text(&v, "tool"), text(&v, "server"));
+                            println!(
+                                "{} {verb} ({} on {})",
+                                text(&v, "id"),
+                                text(&v, "tool"),
+                                text(&v, "server")
+                            );
                         }
                         return ExitCode::SUCCESS;
                     }

@@ -240,9 +240,7 @@ fn prepare(cfg: &ServeConfig) -> anyhow::Result<(Settings, Arc<dyn Backend>, Arc
     .context("the sandbox lifecycle")?;
     // approval records go to the gateway's own audit store
     let broker = Broker::new(audit.clone());
-    let _ = life
-        .desk
-        .set(crate::approvals::BrokerDesk(broker.clone()));
+    let _ = life.desk.set(crate::approvals::BrokerDesk(broker.clone()));
     let backend = Sandboxes {
         servers,
         audit,

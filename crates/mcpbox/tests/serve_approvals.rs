@@ -40,7 +40,7 @@ fn a_declined_approval_over_http_refuses_the_call() {
 }
 
 #[test]
-fn an_http_client_without_elicitation_gets_approval_required() {
+fn an_http_client_without_elicitation_gets_the_pending_approval_id() {
     human(&gateway(), "/servers/plain/mcp", "none", "echo");
 }
 

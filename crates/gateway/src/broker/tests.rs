@@ -259,11 +259,20 @@ fn session_grant_for_one_host_does_not_open_another() {
     let net = |id: &str, host: &str| {
         let mut a = ask(id, &format!("digest-{host}"), true, MIN);
         a.binding.tool = "network".into();
-        a.subject = Subject::Network { host: host.into(), port: 443 };
+        a.subject = Subject::Network {
+            host: host.into(),
+            port: 443,
+        };
         a
     };
     b.ask(net(A, "api.example.com"), Box::new(|_| {}));
     b.answer(A, true, Scope::Session, "console").unwrap();
-    assert!(matches!(b.ask(net(B, "api.example.com"), Box::new(|_| {})), Asked::Granted { .. }));
-    assert_eq!(b.ask(net("ap-00000000000c", "evil.example.net"), Box::new(|_| {})), Asked::Held);
+    assert!(matches!(
+        b.ask(net(B, "api.example.com"), Box::new(|_| {})),
+        Asked::Granted { .. }
+    ));
+    assert_eq!(
+        b.ask(net("ap-00000000000c", "evil.example.net"), Box::new(|_| {})),
+        Asked::Held
+    );
 }

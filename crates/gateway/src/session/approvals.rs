@@ -255,7 +255,13 @@ impl Session {
     /// A held call without elicitation: the host (and through it the
     /// human, in most hosts' logs) learns which approval it waits for and
     /// how to give it.
-    fn tell_host_it_waits(&mut self, approval: &str, tool: &str, subject: &Subject, wait: Duration) {
+    fn tell_host_it_waits(
+        &mut self,
+        approval: &str,
+        tool: &str,
+        subject: &Subject,
+        wait: Duration,
+    ) {
         let what = match subject {
             Subject::Result { .. } => "the result of a call to",
             _ => "a call to",
@@ -405,7 +411,8 @@ impl Session {
                 // tool withheld since it was asked is not the tool the
                 // human approved)
                 if self.now.mono > w.deadline {
-                    let d = Decision::deny(Reason::ApprovalTimeout, format!("approval:{}", w.approval));
+                    let d =
+                        Decision::deny(Reason::ApprovalTimeout, format!("approval:{}", w.approval));
                     return self.refuse_waiting(w, d);
                 }
                 if let (Hold::Call { .. }, Some(reason)) = (&w.hold, self.pin_refusal(&w.tool)) {
@@ -442,10 +449,14 @@ impl Session {
             }
             other => {
                 let (reason, source) = match &other {
-                    ApprovalAnswer::Declined => (Reason::ApprovalDeclined, "approval:human".to_string()),
+                    ApprovalAnswer::Declined => {
+                        (Reason::ApprovalDeclined, "approval:human".to_string())
+                    }
                     ApprovalAnswer::Timeout => (Reason::ApprovalTimeout, "approval:timeout".into()),
+                    // the rule that asked stays the source; the id is in
+                    // the detail and the decision's `_meta`
                     ApprovalAnswer::Refused { .. } => {
-                        (Reason::ApprovalPending, format!("approvals.fallback:{}", w.approval))
+                        (Reason::ApprovalPending, w.decision.source.clone())
                     }
                     _ => (Reason::ApprovalRequired, w.decision.source.clone()),
                 };
@@ -467,8 +478,16 @@ impl Session {
         if !w.approval.is_empty() {
             set_detail(&mut detail, "approval", json!(w.approval));
             if d.reason == Reason::ApprovalPending {
-                set_detail(&mut detail, "approve_command", json!(broker::approve_command(&w.approval)));
-                set_detail(&mut detail, "expires_in_s", json!(self.config.approval_timeout.as_secs()));
+                set_detail(
+                    &mut detail,
+                    "approve_command",
+                    json!(broker::approve_command(&w.approval)),
+                );
+                set_detail(
+                    &mut detail,
+                    "expires_in_s",
+                    json!(self.config.approval_timeout.as_secs()),
+                );
             }
         }
         match w.hold {
@@ -481,11 +500,16 @@ impl Session {
             } => {
                 let text = super::calls::deny_text(&self.config.server_name, &w.tool, &d, &detail)
                     .replace("refused the call to", "withheld the result of the call to");
-                set_detail(&mut call.detail, "result_withheld", json!(d.reason.as_str()));
+                set_detail(
+                    &mut call.detail,
+                    "result_withheld",
+                    json!(d.reason.as_str()),
+                );
                 if !w.approval.is_empty() {
                     set_detail(&mut call.detail, "result_approval", json!(w.approval));
                 }
-                let meta = json!({"action": "withhold", "reason": d.reason.as_str(), "source": d.source});
+                let meta =
+                    json!({"action": "withhold", "reason": d.reason.as_str(), "source": d.source});
                 let mut result = json!({
                     "content": [{"type": "text", "text": text}],
                     "isError": true,
@@ -669,7 +693,16 @@ impl Session {
             bytes,
             exit,
         };
-        self.ask_approval(id, tool, args_digest, decided, hold, elicit, subject, preview);
+        self.ask_approval(
+            id,
+            tool,
+            args_digest,
+            decided,
+            hold,
+            elicit,
+            subject,
+            preview,
+        );
         None
     }
 }
@@ -739,7 +772,10 @@ fn shrink(v: &Value, depth: usize) -> Value {
                 out.insert(k, shrink(x, depth + 1));
             }
             if m.len() > PREVIEW_ITEMS {
-                out.insert("…".into(), json!(format!("{} more keys", m.len() - PREVIEW_ITEMS)));
+                out.insert(
+                    "…".into(),
+                    json!(format!("{} more keys", m.len() - PREVIEW_ITEMS)),
+                );
             }
             Value::Object(out)
         }

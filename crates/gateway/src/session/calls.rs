@@ -334,7 +334,11 @@ impl Session {
                 e.detail = detail.clone();
             }
         });
-        let meta = json!({"action": "deny", "reason": d.reason.as_str(), "source": d.source});
+        let mut meta = json!({"action": "deny", "reason": d.reason.as_str(), "source": d.source});
+        if let Some(a) = detail.get("approval").filter(|a| !a.is_null()) {
+            // a client (or a script) can read which approval to ask for
+            meta["approval"] = a.clone();
+        }
         let text = deny_text(&self.config.server_name, tool, &d, detail);
         if self.config.deny_as_error {
             self.host_error(id, CODE_POLICY_DENIED, &text, Some(meta));
@@ -585,8 +589,14 @@ impl Session {
 /// The text a model reads when a call is refused.
 pub(super) fn deny_text(server: &str, tool: &str, d: &Decision, detail: &Value) -> String {
     if d.reason == Reason::ApprovalPending {
-        let id = detail.get("approval").and_then(Value::as_str).unwrap_or("?");
-        let secs = detail.get("expires_in_s").and_then(Value::as_u64).unwrap_or(0);
+        let id = detail
+            .get("approval")
+            .and_then(Value::as_str)
+            .unwrap_or("?");
+        let secs = detail
+            .get("expires_in_s")
+            .and_then(Value::as_u64)
+            .unwrap_or(0);
         return format!(
             "mcpbox held back the call to tool `{tool}` on server `{server}`: it needs a human approval, and this host cannot ask for one (no MCP elicitation). Approval {id} is pending: ask the user to run `mcpbox approvals approve {id}` (or to approve it in the mcpbox console) within {secs}s, then retry this exact call with the same arguments; it will pass once. (reason: {}, source: {})",
             d.reason, d.source

@@ -186,7 +186,9 @@ impl Driver {
 /// A broker's answer in the session's words.
 fn from_broker(a: crate::broker::Answer) -> crate::ApprovalAnswer {
     match a {
-        crate::broker::Answer::Approved { by, .. } => crate::ApprovalAnswer::Approved { approver: by },
+        crate::broker::Answer::Approved { by, .. } => {
+            crate::ApprovalAnswer::Approved { approver: by }
+        }
         crate::broker::Answer::Denied { .. } => crate::ApprovalAnswer::Declined,
         crate::broker::Answer::Expired => crate::ApprovalAnswer::Timeout,
     }
