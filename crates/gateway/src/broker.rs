@@ -411,15 +411,19 @@ impl Broker {
                     by: "session".into(),
                     scope: Scope::Session,
                 }
-            } else if let Some(id) = grant {
-                let e = t.entries.remove(&id).expect("found above");
+            } else if let Some((id, granted, by, scope)) =
+                grant.and_then(|id| match t.entries.remove(&id) {
+                    Some(Entry {
+                        ask,
+                        state: State::Granted { by, scope },
+                        ..
+                    }) => Some((id, ask, by, scope)),
+                    _ => None, // filtered on Granted above
+                })
+            {
                 t.version += 1;
-                let (by, scope) = match e.state {
-                    State::Granted { by, scope } => (by, scope),
-                    State::Pending { .. } => unreachable!("filtered on Granted"),
-                };
                 after.records.push(record(
-                    &e.ask,
+                    &granted,
                     "used",
                     Verdict::Allow,
                     Reason::ApprovalGranted,
@@ -496,15 +500,18 @@ impl Broker {
         let result = {
             let mut t = self.lock();
             Self::expire(&mut t, now, &mut after);
-            match t
-                .entries
-                .get(id)
-                .map(|e| matches!(e.state, State::Granted { .. }))
-            {
+            let found = match t.entries.remove(id) {
                 None => Err(AnswerError::Unknown(id.to_string())),
-                Some(true) => Err(AnswerError::AlreadyApproved(id.to_string())),
-                Some(false) => {
-                    let mut e = t.entries.remove(id).expect("looked up above");
+                Some(e) if matches!(e.state, State::Granted { .. }) => {
+                    // put back untouched: approved already, waiting for the retry
+                    t.entries.insert(id.to_string(), e);
+                    Err(AnswerError::AlreadyApproved(id.to_string()))
+                }
+                Some(e) => Ok(e),
+            };
+            match found {
+                Err(e) => Err(e),
+                Ok(mut e) => {
                     t.version += 1;
                     let source = format!("approval:{by}");
                     if approve {

@@ -123,8 +123,11 @@ pub struct Args {
     json: bool,
     /// Talk to this control socket only (default: every running mcpbox of
     /// yours, in $XDG_RUNTIME_DIR/mcpbox/control or /tmp/mcpbox-UID/control).
-    #[arg(long, global = true, value_name = "PATH")]
+    #[arg(long, global = true, value_name = "PATH", conflicts_with = "pid")]
     socket: Option<PathBuf>,
+    /// Talk to the mcpbox with this process id only.
+    #[arg(long, global = true, value_name = "PID")]
+    pid: Option<u32>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -149,6 +152,9 @@ enum Action {
 fn sockets(args: &Args) -> Vec<PathBuf> {
     if let Some(s) = &args.socket {
         return vec![s.clone()];
+    }
+    if let Some(pid) = args.pid {
+        return vec![control_dir().join(format!("{pid}.sock"))];
     }
     let dir = control_dir();
     let Ok(entries) = std::fs::read_dir(&dir) else {

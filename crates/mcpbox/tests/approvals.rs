@@ -145,7 +145,9 @@ fn held_call_waits_until_the_cli_approves_it() {
     let b = Box_::new("[approvals]\nfallback = \"hold\"\ntimeout = \"60s\"\n");
     let mut s = b.start();
     s.initialize();
-    s.send(&call_msg(7, "ship it to /workspace/output/report.md"));
+    let mut msg = call_msg(7, "ship it to /workspace/output/report.md");
+    msg["params"]["_meta"] = json!({"progressToken": "p-7"});
+    s.send(&msg);
     let listed = b.wait_listed(1);
     let a = &listed[0];
     assert_eq!(a["tool"], "echo");
@@ -169,6 +171,10 @@ fn held_call_waits_until_the_cli_approves_it() {
         .as_str()
         .unwrap()
         .contains(a["id"].as_str().unwrap()));
+    // and, since the call asked for progress, a progress notification
+    let progress = s.recv();
+    assert_eq!(progress["method"], "notifications/progress", "{progress}");
+    assert_eq!(progress["params"]["progressToken"], "p-7");
     let out = ok(&b.approve(a["id"].as_str().unwrap()));
     assert!(out.contains("approved"), "{out}");
     let r = response(&mut s, 7);

@@ -207,10 +207,7 @@ impl Session {
                 hold: held,
                 elicitation: elicit,
             };
-            self.out.push(Effect::AskApprover {
-                key,
-                ask: Box::new(ask),
-            });
+            self.out.push(Effect::AskApprover { key, ask });
         }
         let elicit_id = if elicit {
             let (message, schema) = approval_form(
@@ -232,7 +229,17 @@ impl Session {
             ))
         } else {
             if held {
-                self.tell_host_it_waits(&approval, &tool, &subject, wait);
+                // a call that asked for progress gets it: many hosts keep
+                // waiting on a request while it makes progress
+                let token = match &hold {
+                    Hold::Call { raw } => Message::parse(raw).ok().and_then(|m| {
+                        m.params()
+                            .and_then(|p| at(p, &["_meta", "progressToken"]))
+                            .cloned()
+                    }),
+                    Hold::Result { .. } => None,
+                };
+                self.tell_host_it_waits(&approval, &tool, &subject, wait, token);
             }
             None
         };
@@ -261,6 +268,7 @@ impl Session {
         tool: &str,
         subject: &Subject,
         wait: Duration,
+        progress_token: Option<Value>,
     ) {
         let what = match subject {
             Subject::Result { .. } => "the result of a call to",
@@ -278,6 +286,13 @@ impl Session {
             "method": "notifications/message",
             "params": {"level": "warning", "logger": "mcpbox", "data": text}
         }));
+        if let Some(token) = progress_token {
+            self.host_value(&json!({
+                "jsonrpc": "2.0",
+                "method": "notifications/progress",
+                "params": {"progressToken": token, "progress": 0, "message": text}
+            }));
+        }
     }
 
     /// Sends one `elicitation/create` to the host with an id no server

@@ -282,8 +282,8 @@ pub enum Effect {
     AskApprover {
         /// Echoed in the answer.
         key: u64,
-        /// The approval (boxed: effects stay small).
-        ask: Box<crate::broker::Ask>,
+        /// The approval.
+        ask: crate::broker::Ask,
     },
     /// The session settled approval `id` itself (elicitation answered, its
     /// time passed, the host cancelled the call, the session ended): the

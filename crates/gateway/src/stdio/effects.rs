@@ -106,7 +106,7 @@ impl Driver {
                                 let _ = inbox.send(Input::Event(Event::Approval { key, answer }));
                             });
                             let (id, tool) = (ask.id.clone(), ask.binding.tool.clone());
-                            match b.ask(*ask, deliver) {
+                            match b.ask(ask, deliver) {
                                 crate::broker::Asked::Held => {
                                     tracing::info!(approval = %id, %tool, "waiting for a human: {}", crate::broker::approve_command(&id));
                                     None
