@@ -244,6 +244,7 @@ impl HostAsker {
         };
         match broker.ask(ask, deliver) {
             broker::Asked::Granted { scope, .. } => scope_answer(scope),
+            broker::Asked::TooMany => NetworkAnswer::Unavailable,
             broker::Asked::Refused { id } => {
                 tracing::warn!(server = %self.server, %target, approval = %id, "connection refused until a human approves it: {}", broker::approve_command(&id));
                 NetworkAnswer::Unavailable

@@ -172,6 +172,11 @@ pub enum Answer {
     Expired,
 }
 
+/// Approvals one relay session may have open at once. More is a host (or
+/// an agent talked into it) flooding the human with questions: refused
+/// until some are answered or expire.
+pub const MAX_OPEN_PER_SESSION: usize = 64;
+
 /// Delivers the answer to a held ask, exactly once.
 pub type Deliver = Box<dyn FnOnce(Answer) + Send>;
 
@@ -189,6 +194,9 @@ pub enum Asked {
     },
     /// It waits; the answer comes through the `Deliver` callback.
     Held,
+    /// Not even asked: the session has [`MAX_OPEN_PER_SESSION`] approvals
+    /// open already.
+    TooMany,
     /// Refused for now: a human approves `id`, then the caller retries.
     Refused {
         /// The pending approval (an earlier one when this exact call was
@@ -431,6 +439,14 @@ impl Broker {
                     json!({"scope": scope, "by": by}),
                 ));
                 Asked::Granted { id, by, scope }
+            } else if t
+                .entries
+                .values()
+                .filter(|e| e.ask.session == ask.session)
+                .count()
+                >= MAX_OPEN_PER_SESSION
+            {
+                Asked::TooMany
             } else if !ask.hold {
                 // The same call refused before and still pending: the same
                 // id again, so that a host retrying in a loop does not

@@ -276,3 +276,28 @@ fn session_grant_for_one_host_does_not_open_another() {
         Asked::Held
     );
 }
+
+#[test]
+fn a_session_flooding_approvals_is_cut_off_and_the_table_stays_bounded() {
+    let (b, _) = broker();
+    for i in 0..MAX_OPEN_PER_SESSION {
+        let id = format!("ap-{i:012x}");
+        assert!(matches!(
+            b.ask(ask(&id, &format!("d{i}"), false, MIN), Box::new(|_| {})),
+            Asked::Refused { .. }
+        ));
+    }
+    let over = b.ask(
+        ask("ap-ffffffffffff", "one-more", false, MIN),
+        Box::new(|_| {}),
+    );
+    assert_eq!(over, Asked::TooMany);
+    assert_eq!(b.list().len(), MAX_OPEN_PER_SESSION);
+    // another session is not starved by this one
+    let mut other = ask("ap-fffffffffffe", "d0", false, MIN);
+    other.session = "s-2".into();
+    assert!(matches!(
+        b.ask(other, Box::new(|_| {})),
+        Asked::Refused { .. }
+    ));
+}

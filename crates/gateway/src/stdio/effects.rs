@@ -116,6 +116,10 @@ impl Driver {
                                         approver: format!("{by}:{id}"),
                                     })
                                 }
+                                crate::broker::Asked::TooMany => {
+                                    tracing::warn!(%tool, "too many approvals open in this session: refused without asking");
+                                    Some(crate::ApprovalAnswer::Unavailable)
+                                }
                                 crate::broker::Asked::Refused { id } => {
                                     tracing::warn!(approval = %id, %tool, "refused until a human approves: {}", crate::broker::approve_command(&id));
                                     Some(crate::ApprovalAnswer::Refused { id })
