@@ -13,6 +13,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Value};
 
+use crate::broker::{self, Broker};
 use crate::session::{Asked, Question};
 
 /// A question on its way to a driver, with where the answer goes.
@@ -29,12 +30,24 @@ type Route = Box<dyn Fn(Outside) -> bool + Send>;
 /// Where questions go: the driver's input, while a session runs. Set by
 /// the driver when it starts and cleared when it ends.
 #[derive(Clone, Default)]
-pub struct Dispatch(Arc<Mutex<Option<Route>>>);
+pub struct Dispatch(Arc<Mutex<Option<Route>>>, Arc<Mutex<String>>);
 
 impl Dispatch {
     /// Routes questions to `send` (false when the session is gone).
     pub fn connect(&self, send: Route) {
         *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(send);
+    }
+
+    /// The running session's tag in the approval broker.
+    pub fn set_tag(&self, tag: &str) {
+        *self.1.lock().unwrap_or_else(PoisonError::into_inner) = tag.to_string();
+    }
+
+    fn tag(&self) -> String {
+        self.1
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// Stops routing: every later question is `Unavailable`.
@@ -91,6 +104,13 @@ pub struct HostAsker {
     pub(crate) dispatch: Dispatch,
     pub(crate) server: String,
     pub(crate) timeout: Duration,
+    /// Where the question goes when the host has no elicitation.
+    pub(crate) broker: Option<Arc<Broker>>,
+    pub(crate) caller: String,
+    pub(crate) sandbox_id: String,
+    pub(crate) policy_version: String,
+    /// `[approvals] fallback = "hold"`: the connection waits for a human.
+    pub(crate) hold: bool,
 }
 
 impl std::fmt::Debug for HostAsker {
@@ -106,6 +126,15 @@ impl std::fmt::Debug for HostAsker {
 const MAX_QUOTED_HOST: usize = 253;
 
 impl HostAsker {
+    /// Also asks through `broker` when the host cannot be asked through
+    /// elicitation: the connection waits (`fallback = "hold"`) or is
+    /// refused until a human approves it (`"refuse"`; the server's retry
+    /// then passes once).
+    pub fn with_broker(mut self, broker: Arc<Broker>) -> HostAsker {
+        self.broker = Some(broker);
+        self
+    }
+
     /// Asks whether the sandboxed server may connect to `host:port`, which
     /// the network policy does not list. Blocks until the host answers or
     /// the approval timeout passes; never longer.
@@ -149,7 +178,10 @@ impl HostAsker {
             needs_capability: true,
         }) {
             Asked::Response(v) => network_answer(&v),
-            Asked::Unavailable => NetworkAnswer::Unavailable,
+            Asked::Unavailable => match &self.broker {
+                Some(b) => self.ask_broker(b, &quoted, port),
+                None => NetworkAnswer::Unavailable,
+            },
             Asked::Timeout => NetworkAnswer::Timeout,
         };
         tracing::info!(server = %self.server, host = %quoted, port, answer = %answer.reason(), "network approval");
@@ -169,5 +201,62 @@ fn network_answer(v: &Value) -> NetworkAnswer {
         Some("once") => NetworkAnswer::Once,
         Some("session") => NetworkAnswer::Session,
         _ => NetworkAnswer::Denied,
+    }
+}
+
+impl HostAsker {
+    /// The broker's way: registered as a `network` approval bound to this
+    /// host and port; held until answered, or refused with its id.
+    fn ask_broker(&self, broker: &Broker, quoted: &str, port: u16) -> NetworkAnswer {
+        let target = format!("{quoted}:{port}");
+        let nonce = crate::stdio::make_nonce();
+        let ask = broker::Ask {
+            id: format!("ap-{}", &nonce[..12]),
+            session: self.dispatch.tag(),
+            sandbox_id: self.sandbox_id.clone(),
+            binding: broker::Binding {
+                caller: self.caller.clone(),
+                server: self.server.clone(),
+                tool: "network".into(),
+                args_digest: crate::digest::sha256_hex(target.as_bytes()),
+                policy_version: self.policy_version.clone(),
+            },
+            subject: broker::Subject::Network {
+                host: quoted.to_string(),
+                port,
+            },
+            rule: mcpbox_policy::Decision::approve(
+                mcpbox_policy::Reason::NetworkUnlisted,
+                "network.unlisted",
+            ),
+            preview: json!({"host": quoted, "port": port}),
+            expires: SystemTime::now() + self.timeout,
+            hold: self.hold,
+            elicitation: false,
+        };
+        let (tx, rx) = mpsc::channel();
+        let deliver: broker::Deliver = Box::new(move |a| {
+            let _ = tx.send(a);
+        });
+        let scope_answer = |scope: broker::Scope| match scope {
+            broker::Scope::Once => NetworkAnswer::Once,
+            broker::Scope::Session => NetworkAnswer::Session,
+        };
+        match broker.ask(ask, deliver) {
+            broker::Asked::Granted { scope, .. } => scope_answer(scope),
+            broker::Asked::TooMany => NetworkAnswer::Unavailable,
+            broker::Asked::Refused { id } => {
+                tracing::warn!(server = %self.server, %target, approval = %id, "connection refused until a human approves it: {}", broker::approve_command(&id));
+                NetworkAnswer::Unavailable
+            }
+            broker::Asked::Held => {
+                tracing::warn!(server = %self.server, %target, "connection waits for a human approval (mcpbox approvals list)");
+                match rx.recv_timeout(self.timeout) {
+                    Ok(broker::Answer::Approved { scope, .. }) => scope_answer(scope),
+                    Ok(broker::Answer::Denied { .. }) => NetworkAnswer::Denied,
+                    Ok(broker::Answer::Expired) | Err(_) => NetworkAnswer::Timeout,
+                }
+            }
+        }
     }
 }

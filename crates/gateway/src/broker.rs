@@ -172,6 +172,11 @@ pub enum Answer {
     Expired,
 }
 
+/// Approvals one relay session may have open at once. More is a host (or
+/// an agent talked into it) flooding the human with questions: refused
+/// until some are answered or expire.
+pub const MAX_OPEN_PER_SESSION: usize = 64;
+
 /// Delivers the answer to a held ask, exactly once.
 pub type Deliver = Box<dyn FnOnce(Answer) + Send>;
 
@@ -189,6 +194,9 @@ pub enum Asked {
     },
     /// It waits; the answer comes through the `Deliver` callback.
     Held,
+    /// Not even asked: the session has [`MAX_OPEN_PER_SESSION`] approvals
+    /// open already.
+    TooMany,
     /// Refused for now: a human approves `id`, then the caller retries.
     Refused {
         /// The pending approval (an earlier one when this exact call was
@@ -277,7 +285,8 @@ struct Entry {
 struct Table {
     /// By id.
     entries: BTreeMap<String, Entry>,
-    /// (session, subject kind, tool) allowed for the rest of a session.
+    /// (session, subject kind, tool or host:port) allowed for the rest of
+    /// a session.
     session_grants: HashSet<(String, &'static str, String)>,
     /// Bumped on every change, for the console's live view.
     version: u64,
@@ -385,7 +394,7 @@ impl Broker {
             let mut t = self.lock();
             Self::expire(&mut t, now, &mut after);
             let kind = ask.subject.kind();
-            let session_key = (ask.session.clone(), kind, ask.binding.tool.clone());
+            let session_key = ask.session_key();
             let grant = t
                 .entries
                 .iter()
@@ -410,15 +419,19 @@ impl Broker {
                     by: "session".into(),
                     scope: Scope::Session,
                 }
-            } else if let Some(id) = grant {
-                let e = t.entries.remove(&id).expect("found above");
+            } else if let Some((id, granted, by, scope)) =
+                grant.and_then(|id| match t.entries.remove(&id) {
+                    Some(Entry {
+                        ask,
+                        state: State::Granted { by, scope },
+                        ..
+                    }) => Some((id, ask, by, scope)),
+                    _ => None, // filtered on Granted above
+                })
+            {
                 t.version += 1;
-                let (by, scope) = match e.state {
-                    State::Granted { by, scope } => (by, scope),
-                    State::Pending { .. } => unreachable!("filtered on Granted"),
-                };
                 after.records.push(record(
-                    &e.ask,
+                    &granted,
                     "used",
                     Verdict::Allow,
                     Reason::ApprovalGranted,
@@ -426,6 +439,14 @@ impl Broker {
                     json!({"scope": scope, "by": by}),
                 ));
                 Asked::Granted { id, by, scope }
+            } else if t
+                .entries
+                .values()
+                .filter(|e| e.ask.session == ask.session)
+                .count()
+                >= MAX_OPEN_PER_SESSION
+            {
+                Asked::TooMany
             } else if !ask.hold {
                 // The same call refused before and still pending: the same
                 // id again, so that a host retrying in a loop does not
@@ -495,15 +516,18 @@ impl Broker {
         let result = {
             let mut t = self.lock();
             Self::expire(&mut t, now, &mut after);
-            match t
-                .entries
-                .get(id)
-                .map(|e| matches!(e.state, State::Granted { .. }))
-            {
+            let found = match t.entries.remove(id) {
                 None => Err(AnswerError::Unknown(id.to_string())),
-                Some(true) => Err(AnswerError::AlreadyApproved(id.to_string())),
-                Some(false) => {
-                    let mut e = t.entries.remove(id).expect("looked up above");
+                Some(e) if matches!(e.state, State::Granted { .. }) => {
+                    // put back untouched: approved already, waiting for the retry
+                    t.entries.insert(id.to_string(), e);
+                    Err(AnswerError::AlreadyApproved(id.to_string()))
+                }
+                Some(e) => Ok(e),
+            };
+            match found {
+                Err(e) => Err(e),
+                Ok(mut e) => {
                     t.version += 1;
                     let source = format!("approval:{by}");
                     if approve {
@@ -516,11 +540,7 @@ impl Broker {
                             json!({"scope": scope, "by": by}),
                         ));
                         if scope == Scope::Session {
-                            t.session_grants.insert((
-                                e.ask.session.clone(),
-                                e.ask.subject.kind(),
-                                e.ask.binding.tool.clone(),
-                            ));
+                            t.session_grants.insert(e.ask.session_key());
                         }
                     } else {
                         after.records.push(record(
@@ -692,6 +712,16 @@ impl Broker {
 }
 
 impl Ask {
+    /// What "allow for this session" covers: this tool's calls (or
+    /// results) whatever their arguments, or this one host and port.
+    fn session_key(&self) -> (String, &'static str, String) {
+        let what = match &self.subject {
+            Subject::Network { host, port } => format!("{host}:{port}"),
+            _ => self.binding.tool.clone(),
+        };
+        (self.session.clone(), self.subject.kind(), what)
+    }
+
     /// A grant for a network connection is for that host and port; for a
     /// call or result the binding's digest already says it all.
     fn subject_detail_matches(&self, other: &Subject) -> bool {

@@ -9,7 +9,7 @@
 //!   [`session::Event`]s with the time ([`session::Now`]) that returns
 //!   [`session::Effect`]s (write to the host or the server, start, stop,
 //!   check or kill the server, write an audit record or the pin file, ask
-//!   the fallback approver, answer an outside question, end) and says when
+//!   the approval broker, answer an outside question, end) and says when
 //!   to wake it next ([`session::Session::deadline`]). It performs no I/O,
 //!   takes no lock, spawns nothing and reads no clock: the driver passes
 //!   both clocks with every event ([`session::Now`]; the wall clock only
@@ -22,15 +22,17 @@
 //!   host's input, the server's stdout and its inbox's eventfd and reads
 //!   the lines itself, non-blocking writes to the server's stdin with a
 //!   writer thread for what a full pipe will not take, a stderr reader, one
-//!   audit writer, one launcher thread, and with a fallback approver one
-//!   [`ApprovalWorker`]); the HTTP gateway attaches the same driver per
+//!   audit writer, one launcher thread); the HTTP gateway attaches the same driver per
 //!   session ([`Relay::attach`]: [`HostFeed`] in, [`HostSink`] out).
 //!
-//! Approvals: with form elicitation (declared at `initialize`, or per
-//! request in `_meta` under the 2026-07-28 revision) the session itself asks
-//! the host with `elicitation/create`; otherwise the fallback [`Approver`]
-//! is asked on the [`ApprovalWorker`]'s one thread; either way the call is
-//! denied when [`Config::approval_timeout`] passes. No thread per approval.
+//! Approvals: every approval is registered with the process's one
+//! [`broker::Broker`] ([`Relay::broker`]), where `mcpbox approvals` and the
+//! web console see and answer it. With form elicitation (declared at
+//! `initialize`, or per request in `_meta` under the 2026-07-28 revision)
+//! the session also asks the host with `elicitation/create`; the first
+//! answer wins. Without it, [`Config::approval_fallback`] holds the call or
+//! refuses it with the approval's id. Either way the call is denied when
+//! [`Config::approval_timeout`] passes. No thread per approval.
 //!
 //! Secret TTL: when the shortest TTL has passed and nothing is in flight or
 //! waiting for approval, the server is stopped (stdin closed, then SIGTERM,
@@ -126,9 +128,7 @@ pub use pin::{
     accept_pins, pending_path, pin_list, read_pins, tool_digest, PinError, PinStore, PinVerdict,
     PinWrite, Pins,
 };
-pub use policy::{
-    AllowAll, ApprovalAnswer, ApprovalRequest, ApprovalWorker, Approver, ArgumentCheck, ToolPolicy,
-};
+pub use policy::{AllowAll, ApprovalAnswer, ArgumentCheck, ToolPolicy};
 pub use secrets::{load_secret, Secret, SecretError, SecretSource, Secrets};
 pub use stdio::{
     relay, Activity, Attached, FeedError, HostFeed, HostInput, HostSink, Relay, StderrHandler,
@@ -222,6 +222,17 @@ pub struct Config {
     pub call_timeout: Option<Duration>,
     /// How long an approval may wait for a human before it is denied.
     pub approval_timeout: Duration,
+    /// What happens to an approval when the host has no elicitation
+    /// (`[approvals] fallback`), with a broker ([`Relay::broker`]).
+    pub approval_fallback: broker::Fallback,
+    /// The policy's digest, to which approvals are bound.
+    pub policy_version: String,
+    /// A result larger than this (bytes, as the server sent it) waits for
+    /// a human (`output.approve_over`).
+    pub approve_over: Option<u64>,
+    /// A result with credential-shaped strings waits for a human
+    /// (`output.approve_credential_shapes`).
+    pub approve_credential_shapes: bool,
     /// Grace between closing the server's stdin, SIGTERM and SIGKILL.
     pub shutdown_grace: Duration,
     /// Redact credential-shaped strings in results (they are flagged either way).
@@ -265,6 +276,10 @@ impl Default for Config {
             max_result: 1024 * 1024,
             call_timeout: None,
             approval_timeout: Duration::from_secs(120),
+            approval_fallback: broker::Fallback::Refuse,
+            policy_version: String::new(),
+            approve_over: None,
+            approve_credential_shapes: false,
             shutdown_grace: Duration::from_secs(2),
             redact_credential_shapes: true,
             pin_file: None,

@@ -1,12 +1,7 @@
 //! The relay's view of tool policy and approvals, in the shared decision
 //! vocabulary of `mcpbox_policy` ([`Verdict`], [`Decision`], [`Reason`],
 //! [`ToolHints`]). The binary implements [`ToolPolicy`] over the policy's
-//! `ToolRules`; [`ApprovalWorker`] runs a blocking [`Approver`] for any
-//! driver (stdio today, HTTP later).
-
-use std::sync::mpsc::{self, Sender};
-use std::sync::Arc;
-use std::time::SystemTime;
+//! `ToolRules`; approvals go through [`crate::broker::Broker`].
 
 use mcpbox_policy::{Decision, Reason, ToolHints, Verdict};
 use serde_json::Value;
@@ -67,24 +62,6 @@ impl ToolPolicy for AllowAll {
     }
 }
 
-/// One call waiting for a human.
-#[derive(Debug, Clone)]
-pub struct ApprovalRequest {
-    /// Server name from the config.
-    pub server: String,
-    /// Tool name.
-    pub tool: String,
-    /// Hex SHA-256 of the canonical JSON of the arguments.
-    pub args_digest: String,
-    /// When the approval lapses (then it is denied).
-    pub expires_at: SystemTime,
-    /// The policy decision that asked for approval.
-    pub decision: Decision,
-    /// What the argument rules found (command categories), shown to the
-    /// human; Null when none applied.
-    pub detail: Value,
-}
-
 /// The answer to an approval.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ApprovalAnswer {
@@ -99,52 +76,12 @@ pub enum ApprovalAnswer {
     Timeout,
     /// No way to ask (reason `approval.required`).
     Unavailable,
-}
-
-/// Something that can ask a human about one call. `approve` blocks (it is
-/// run on the [`ApprovalWorker`]'s thread) and should return by
-/// `request.expires_at`; the session denies the call then anyway.
-/// Elicitation through the host is built into the session core; a console
-/// or CLI approver plugs in through [`crate::Relay::fallback_approver`].
-pub trait Approver: Send + Sync {
-    /// Asks about one call and waits for the answer.
-    fn approve(&self, request: &ApprovalRequest) -> ApprovalAnswer;
-}
-
-/// Runs a blocking [`Approver`] on one long-lived thread, so that no driver
-/// spawns a thread per approval and none blocks its loop on a human.
-/// Requests are asked one at a time, in order (one human at a console
-/// answers one question at a time); a request that expired while it waited
-/// its turn is answered [`ApprovalAnswer::Timeout`] without being asked.
-/// Each answer goes to the callback given at spawn, with the request's key.
-pub struct ApprovalWorker {
-    tx: Sender<(u64, ApprovalRequest)>,
-}
-
-impl ApprovalWorker {
-    /// Starts the worker thread. `answered(key, answer)` is called on it.
-    pub fn spawn(
-        approver: Arc<dyn Approver>,
-        answered: impl Fn(u64, ApprovalAnswer) + Send + 'static,
-    ) -> std::io::Result<ApprovalWorker> {
-        let (tx, rx) = mpsc::channel::<(u64, ApprovalRequest)>();
-        std::thread::Builder::new()
-            .name("mcpbox-approver".into())
-            .spawn(move || {
-                for (key, request) in rx {
-                    let answer = if SystemTime::now() >= request.expires_at {
-                        ApprovalAnswer::Timeout
-                    } else {
-                        approver.approve(&request)
-                    };
-                    answered(key, answer);
-                }
-            })?;
-        Ok(ApprovalWorker { tx })
-    }
-
-    /// Queues one request; false when the worker is gone.
-    pub fn ask(&self, key: u64, request: ApprovalRequest) -> bool {
-        self.tx.send((key, request)).is_ok()
-    }
+    /// Refused for now with the approval's id: the host has no
+    /// elicitation and `[approvals] fallback = "refuse"` (reason
+    /// `approval.pending`); once a human approves `id`, the same call
+    /// passes once.
+    Refused {
+        /// The pending approval.
+        id: String,
+    },
 }

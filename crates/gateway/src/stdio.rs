@@ -29,7 +29,6 @@
 //! - **launcher**: starts servers ([`Launcher::launch`], and for a TTL
 //!   restart the secret refresh, which may run a command) so that neither
 //!   holds up the driver.
-//! - **approver** (only with a fallback approver): [`ApprovalWorker`].
 //!
 //! A message from the host wakes the driver, which reads it and writes it
 //! to the server's stdin itself while the pipe has room (one channel, to
@@ -49,7 +48,8 @@ mod threads;
 
 pub use feed::{Attached, FeedError, HostFeed, HostSink};
 
-use threads::{make_nonce, spawn_audit, spawn_launcher, spawn_stderr};
+pub(crate) use threads::make_nonce;
+use threads::{spawn_audit, spawn_launcher, spawn_stderr};
 
 use std::collections::{HashMap, VecDeque};
 use std::io::{BufWriter, Read, Write};
@@ -62,10 +62,11 @@ use std::time::{Duration, Instant};
 use mcpbox_audit::{Event as AuditEvent, Sink};
 
 use crate::asker::{Dispatch, HostAsker, Outside};
+use crate::broker::Broker;
 use crate::launcher::{ExitInfo, Launcher, ProcessControl, ServerProcess};
 use crate::lines::write_line;
 use crate::pin::PinStore;
-use crate::policy::{AllowAll, ApprovalWorker, Approver, ToolPolicy};
+use crate::policy::{AllowAll, ToolPolicy};
 use crate::secrets::Secrets;
 use crate::session::{Asked, Effect, Event, Now, Record, Session};
 use crate::{Config, Error, Outcome, Result};
@@ -121,7 +122,7 @@ pub struct Relay {
     policy: Arc<dyn ToolPolicy>,
     secrets: Secrets,
     audit: Arc<dyn Sink>,
-    approver: Option<Arc<dyn Approver>>,
+    broker: Option<Arc<Broker>>,
     stderr: StderrHandler,
 }
 
@@ -138,7 +139,7 @@ impl Relay {
             policy: Arc::new(AllowAll),
             secrets: Secrets::default(),
             audit: Arc::new(NullSink),
-            approver: None,
+            broker: None,
             stderr: Arc::new(log_stderr),
         }
     }
@@ -172,12 +173,13 @@ impl Relay {
         self
     }
 
-    /// Sets the approver used for `approve` calls when the host did not
-    /// declare elicitation (console, CLI). It runs on one worker thread
-    /// ([`ApprovalWorker`]). Without one such calls are denied with
+    /// Sets the approval broker: every approval of this session is
+    /// registered there (where `mcpbox approvals` and the console answer
+    /// it), and without elicitation [`Config::approval_fallback`] applies.
+    /// Without a broker, an approval the host cannot elicit is denied with
     /// `approval.required`.
-    pub fn fallback_approver(mut self, approver: Arc<dyn Approver>) -> Relay {
-        self.approver = Some(approver);
+    pub fn broker(mut self, broker: Arc<Broker>) -> Relay {
+        self.broker = Some(broker);
         self
     }
 
@@ -204,6 +206,11 @@ impl Relay {
             dispatch: self.dispatch.clone(),
             server: self.config.server_name.clone(),
             timeout: self.config.approval_timeout,
+            broker: None,
+            caller: self.config.caller.clone(),
+            sandbox_id: self.config.sandbox_id.clone(),
+            policy_version: self.config.policy_version.clone(),
+            hold: self.config.approval_fallback == crate::broker::Fallback::Hold,
         }
     }
 
@@ -338,7 +345,7 @@ struct Driver {
     audit_tx: Option<Sender<Vec<Record>>>,
     audit_batch: Vec<Record>,
     launch_tx: Sender<(u32, Secrets, bool)>,
-    approver: Option<ApprovalWorker>,
+    broker: Option<Arc<Broker>>,
     replies: HashMap<u64, Sender<Asked>>,
     next_ticket: u64,
     stderr: StderrHandler,
@@ -371,7 +378,7 @@ impl Driver {
             policy,
             secrets,
             audit,
-            approver,
+            broker,
             stderr,
         } = relay;
         secrets.warn_short();
@@ -382,17 +389,7 @@ impl Driver {
         let (audit_tx, audit_thread) =
             spawn_audit(audit, config.output_dir.clone(), inbox.clone())?;
         let launch_tx = spawn_launcher(launcher, inbox.clone())?;
-        let approver = match approver {
-            Some(a) => {
-                let inbox = inbox.clone();
-                let answered = move |key, answer| {
-                    let _ = inbox.send(Input::Event(Event::Approval { key, answer }));
-                };
-                Some(ApprovalWorker::spawn(a, answered).map_err(Error::Thread)?)
-            }
-            None => None,
-        };
-        let fallback = approver.is_some();
+        let fallback = broker.is_some();
         let mut session = Session::new(
             config.clone(),
             policy.clone(),
@@ -425,7 +422,7 @@ impl Driver {
             audit_tx: Some(audit_tx),
             audit_batch: Vec::new(),
             launch_tx,
-            approver,
+            broker,
             replies: HashMap::new(),
             next_ticket: 0,
             stderr,
@@ -433,10 +430,16 @@ impl Driver {
             outcome: None,
         };
         dispatch.connect(Box::new(move |q| inbox.send(Input::Ask(q))));
+        dispatch.set_tag(session.tag());
         let mut follow = VecDeque::new();
         let effects = session.start(Now::system());
         driver.perform(effects, &mut follow);
         let result = driver.run_loop(&mut session, &rx, follow);
+        if let Some(b) = &driver.broker {
+            // nothing of this session may wait on in the broker, nor its
+            // grants outlive it
+            b.end_session(session.tag());
+        }
         if result.is_err() {
             // we could not go on (a thread would not start): the server
             // must not outlive the session

@@ -2,6 +2,7 @@
 //! the libraries together. It is the only place that prints.
 #![forbid(unsafe_code)]
 
+mod approvals;
 mod arguments;
 mod audit;
 mod builtin;
@@ -202,6 +203,9 @@ enum Command {
     /// VS Code, Codex) so that its stdio servers run under `mcpbox run`,
     /// each with a generated policy; `--undo` restores the original.
     Wrap(wrap::Args),
+    /// What waits for a human in every running mcpbox of yours (calls,
+    /// results, connections): list, show, approve, deny.
+    Approvals(approvals::Args),
 }
 
 fn init_logging() {
@@ -303,6 +307,7 @@ fn main() -> ExitCode {
         Command::Sandboxes { action, common } => sandboxes::sandboxes(action, &common),
         Command::Artifacts { action, common } => sandboxes::artifacts(action, &common),
         Command::Wrap(args) => wrap::run(args),
+        Command::Approvals(args) => approvals::run(args),
     }
 }
 

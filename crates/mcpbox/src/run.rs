@@ -185,6 +185,14 @@ pub fn relay_config(
         max_result: usize::try_from(p.output.max_result).unwrap_or(usize::MAX),
         call_timeout: p.process.call_timeout,
         redact_credential_shapes: p.output.redact_credential_shapes,
+        approval_timeout: p.approvals.timeout,
+        approval_fallback: match p.approvals.fallback {
+            mcpbox_policy::ApprovalFallback::Hold => mcpbox_gateway::broker::Fallback::Hold,
+            mcpbox_policy::ApprovalFallback::Refuse => mcpbox_gateway::broker::Fallback::Refuse,
+        },
+        policy_version: mcpbox_gateway::digest::sha256_hex(p.to_toml().as_bytes()),
+        approve_over: p.output.approve_over,
+        approve_credential_shapes: p.output.approve_credential_shapes,
         pin_file: Some(pins),
         output_dir,
         session_detail: session_detail(loaded, identity),
@@ -305,10 +313,6 @@ pub fn run_with(
     let workspace_id = state::workspace_id(&spec);
     let audit = state::open_audit(&loaded.policy)?;
     state::keep_retaining(&audit, &loaded.policy.audit);
-    // `--console`: the web console (docs/console.md), on its own thread
-    // TODO(lead): share the broker with the relay
-    let broker = mcpbox_gateway::broker::Broker::new(audit.clone());
-    let _console = crate::console::for_run(broker, &loaded.policy)?;
     // unlisted hosts are asked about through the relay's host channel
     let ids = mcpbox_egress::Ids {
         sandbox_id: sandbox_id.clone(),
@@ -363,7 +367,14 @@ pub fn run_with(
         .stderr_handler(Arc::new(|server: &str, line: &str| {
             eprintln!("mcpbox: [{server}] {line}")
         }));
-    approver.connect(relay.host_asker());
+    // one approval broker for the process, answerable over the control
+    // socket (`mcpbox approvals`) and the console
+    let broker = mcpbox_gateway::broker::Broker::new(audit.clone());
+    let relay = relay.broker(broker.clone());
+    let _control = crate::approvals::listen_run(broker.clone());
+    // `--console`: the web console (docs/console.md), on its own thread
+    let _console = crate::console::for_run(broker.clone(), &loaded.policy)?;
+    approver.connect(relay.host_asker().with_broker(broker.clone()));
     let sink: Arc<dyn mcpbox_audit::Sink> = audit.clone();
     let outcome = with_policy(relay, &loaded, audit, checks, view)?
         .run(Box::new(std::io::stdin()), Box::new(std::io::stdout()))

@@ -28,6 +28,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use mcpbox_audit::Sink;
+use mcpbox_gateway::broker::Broker;
 use mcpbox_gateway::Relay;
 use mcpbox_policy::serve::{ServeConfig, Upstream};
 use mcpbox_serve::upstream::{AddressGuard, Remote, RemoteLauncher};
@@ -67,6 +68,8 @@ struct Sandboxes {
     audit: Arc<dyn Sink>,
     life: Arc<Lifecycle>,
     backend: Arc<dyn lifecycle::Backend>,
+    /// The one approval broker of the gateway, shared by every session.
+    broker: Arc<Broker>,
 }
 
 /// Runs the gateway until SIGTERM, SIGINT or SIGHUP.
@@ -77,9 +80,12 @@ pub fn run(config: &Path) -> anyhow::Result<i32> {
     let socket = state::state_dir().join("control.sock");
     let control = mcpbox_lifecycle::control::serve(&socket, life.clone())
         .with_context(|| format!("opening the control socket {}", socket.display()))?;
-    // `--console`: the web console (docs/console.md), on its own thread
-    // TODO(lead): pass the sessions' broker (for_serve makes its own now)
-    let _console = crate::console::for_serve(None, life.clone(), &cfg)?;
+    // the same control on the per-user socket `mcpbox approvals` looks in
+    let approvals_control = crate::approvals::listen(life.clone());
+    // `--console`: the web console (docs/console.md), on its own thread,
+    // over the gateway's broker
+    let broker = life.desk.get().map(|d| d.0.clone());
+    let _console = crate::console::for_serve(broker, life.clone(), &cfg)?;
     let tls = match &cfg.listen.tls {
         Some(t) => Some(mcpbox_serve::tls::Acceptor::load(&t.cert, &t.key)?),
         None => None,
@@ -117,6 +123,7 @@ pub fn run(config: &Path) -> anyhow::Result<i32> {
             .context("serving")
     })?;
     drop(control);
+    drop(approvals_control);
     life.shutdown();
     eprintln!("mcpbox: stopped");
     Ok(0)
@@ -235,11 +242,15 @@ fn prepare(cfg: &ServeConfig) -> anyhow::Result<(Settings, Arc<dyn Backend>, Arc
         max,
     )
     .context("the sandbox lifecycle")?;
+    // approval records go to the gateway's own audit store
+    let broker = Broker::new(audit.clone());
+    let _ = life.desk.set(crate::approvals::BrokerDesk(broker.clone()));
     let backend = Sandboxes {
         servers,
         audit,
         life: life.clone(),
         backend: local,
+        broker,
     };
     Ok((settings, Arc::new(backend), life))
 }
@@ -403,7 +414,7 @@ impl Backend for Sandboxes {
             .ok_or_else(|| format!("no server {}", open.server))?;
         match &server.place {
             Place::Sandbox { argv, builtin } => open_sandbox(self, server, argv, *builtin, open),
-            Place::Remote(remote) => open_remote(server, remote, open),
+            Place::Remote(remote) => open_remote(server, remote, open, &self.broker),
         }
         .map_err(|e| match e.downcast_ref::<lifecycle::SandboxLimit>() {
             Some(limit) => mcpbox_serve::OpenError::SandboxLimit(limit.0.clone()),
@@ -419,7 +430,12 @@ impl Backend for Sandboxes {
 /// A relay on a remote upstream: no sandbox, no workspace, no egress
 /// proxy (the gateway itself connects, to the address checked at start
 /// or, on a new connection, checked again).
-fn open_remote(server: &Server, remote: &Arc<Remote>, open: &Open) -> anyhow::Result<Opened> {
+fn open_remote(
+    server: &Server,
+    remote: &Arc<Remote>,
+    open: &Open,
+    broker: &Arc<Broker>,
+) -> anyhow::Result<Opened> {
     let loaded = &server.loaded;
     let runtime = tokio::runtime::Handle::try_current()
         .context("a remote upstream needs the gateway's runtime")?;
@@ -437,7 +453,7 @@ fn open_remote(server: &Server, remote: &Arc<Remote>, open: &Open) -> anyhow::Re
     let view = crate::arguments::SandboxView::none();
     config.paths = Some(view.map().clone());
     let relay = crate::run::with_policy(
-        Relay::new(config, Box::new(launcher)),
+        Relay::new(config, Box::new(launcher)).broker(broker.clone()),
         loaded,
         audit,
         None,
@@ -519,8 +535,9 @@ fn open_sandbox(
     };
     let relay = Relay::new(config, Box::new(launcher))
         .activity(sb.activity(slot))
-        .calls_in_flight(calls);
-    approver.connect(relay.host_asker());
+        .calls_in_flight(calls)
+        .broker(backend.broker.clone());
+    approver.connect(relay.host_asker().with_broker(backend.broker.clone()));
     let relay = crate::run::with_policy(relay, loaded, audit, checks, view)?;
     let attach_to = sb.clone();
     Ok(Opened {

@@ -161,7 +161,7 @@ fn a_paths_rule_confines_an_argument_and_its_otherwise_decides() {
     );
     assert_eq!(
         refusal(&r),
-        ("approval.required".into(), "tools.arguments[0]".into())
+        ("approval.pending".into(), "tools.arguments[0]".into())
     );
     assert!(!_ws.output().join("other.md").exists());
 }

@@ -107,7 +107,7 @@ fn builtin_refuses_paths_outside_denied_categories_and_jobs_over_limits() {
     for reason in [
         "argument.path_outside",
         "command.category",
-        "approval.required",
+        "approval.pending",
         "command.program",
     ] {
         assert!(

@@ -85,7 +85,7 @@ fn everything(mode: &str) {
         audit.contains("\"get-sum\"") && audit.contains("\"deny\""),
         "{audit}"
     );
-    assert!(audit.contains("approval.required"), "{audit}");
+    assert!(audit.contains("approval.pending"), "{audit}");
     assert!(
         !audit.contains("sk-interop-7f3a9c1e55"),
         "secret in the audit log"

@@ -329,3 +329,118 @@ fn audit_lists_files_the_call_wrote() {
         calls[1]
     );
 }
+
+/// `setup`, plus `extra` policy text, and a private runtime directory for
+/// the control socket `mcpbox approvals` talks to.
+fn setup_broker(extra: &str) -> (Workspace, PathBuf, Vec<(String, String)>) {
+    let ws = Workspace::new();
+    std::fs::write(ws.input().join("server.py"), SERVER).unwrap();
+    let p = ws.policy(&format!(
+        "[audit]\npath = \"audit.db\"\n\
+         [network]\nallow = []\nunlisted = \"approve\"\n\
+         [network.hosts]\n\"ask.test\" = \"127.0.0.1\"\n{extra}\n"
+    ));
+    let xdg = ws.path().join("xdg");
+    std::fs::create_dir(&xdg).unwrap();
+    std::fs::set_permissions(&xdg, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    let env = vec![
+        ("XDG_RUNTIME_DIR".to_string(), xdg.display().to_string()),
+        (
+            "MCPBOX_STATE_DIR".to_string(),
+            ws.path().join("state").display().to_string(),
+        ),
+    ];
+    (ws, p, env)
+}
+
+fn approvals_cli(env: &[(String, String)], args: &[&str]) -> std::process::Output {
+    let mut cmd = std::process::Command::new(common::mcpbox());
+    cmd.arg("approvals").args(args);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().unwrap()
+}
+
+/// Waits for the first network approval listed.
+fn wait_network_approval(env: &[(String, String)]) -> Value {
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let out = approvals_cli(env, &["list", "--json"]);
+        let list: Value = serde_json::from_slice(&out.stdout).unwrap_or(json!([]));
+        if let Some(a) = list
+            .as_array()
+            .and_then(|l| l.iter().find(|a| a["subject"]["type"] == "network"))
+        {
+            return a.clone();
+        }
+        assert!(
+            std::time::Instant::now() < end,
+            "no network approval listed: {list}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+fn start_env(p: &std::path::Path, env: &[(String, String)]) -> Session {
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    Session::start(p, &["python3", "/workspace/input/server.py"], &env)
+}
+
+#[test]
+fn unlisted_host_without_elicitation_waits_until_the_cli_approves_it() {
+    let (port, seen) = upstream("hello after the CLI said yes");
+    let (_ws, p, env) = setup_broker("[approvals]\nfallback = \"hold\"\ntimeout = \"60s\"\n");
+    let mut s = start_env(&p, &env);
+    initialize(&mut s, json!({}));
+    let url = format!("http://ask.test:{port}/held");
+    s.send(&json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
+                   "params": {"name": "fetch", "arguments": {"url": url}}}));
+    let a = wait_network_approval(&env);
+    assert_eq!(a["subject"]["host"], "ask.test", "{a}");
+    assert_eq!(a["subject"]["port"], json!(port));
+    assert!(
+        seen.lock().unwrap().is_empty(),
+        "nothing reached the host before the approval"
+    );
+    let out = approvals_cli(&env, &["approve", a["id"].as_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r = loop {
+        let m = s.recv();
+        if m["id"] == json!(5) {
+            break m;
+        }
+    };
+    assert_eq!(result_text(&r), "hello after the CLI said yes", "{r}");
+    s.finish();
+}
+
+#[test]
+fn unlisted_host_refused_until_approved_then_one_retry_connects() {
+    let (port, seen) = upstream("hello on the retry");
+    let (_ws, p, env) = setup_broker("");
+    let mut s = start_env(&p, &env);
+    initialize(&mut s, json!({}));
+    let url = format!("http://ask.test:{port}/refused");
+    let (r, _) = call_answering(&mut s, 6, "fetch", json!({"url": url}), None);
+    assert!(result_text(&r).starts_with("HTTP 403"), "{r}");
+    let a = wait_network_approval(&env);
+    assert_eq!(a["held"], false);
+    let out = approvals_cli(&env, &["approve", a["id"].as_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (r2, _) = call_answering(&mut s, 7, "fetch", json!({"url": url}), None);
+    assert_eq!(result_text(&r2), "hello on the retry", "{r2}");
+    // once: the next connection is a new question
+    let (r3, _) = call_answering(&mut s, 8, "fetch", json!({"url": url}), None);
+    assert!(result_text(&r3).starts_with("HTTP 403"), "{r3}");
+    assert_eq!(seen.lock().unwrap().len(), 1);
+    s.finish();
+}

@@ -197,7 +197,7 @@ async fn rmcp_client_full_session_with_plain_server_denied_call_never_arrives() 
     let events = finish(client, &ws).await;
     assert_audited(&events, "add", "allow", "tool.default");
     assert_audited(&events, "write_file", "deny", "tool.rule");
-    assert_audited(&events, "delete_all", "deny", "approval.required");
+    assert_audited(&events, "delete_all", "deny", "approval.pending");
     for kind in ["session_start", "session_end"] {
         assert!(events.iter().any(|e| e["kind"] == kind), "{events:#?}");
     }

@@ -40,11 +40,79 @@ fn a_declined_approval_over_http_refuses_the_call() {
 }
 
 #[test]
-fn an_http_client_without_elicitation_gets_approval_required() {
+fn an_http_client_without_elicitation_gets_the_pending_approval_id() {
     human(&gateway(), "/servers/plain/mcp", "none", "echo");
 }
 
 #[test]
 fn an_approval_through_the_aggregated_endpoint_reaches_the_client() {
     human(&gateway(), "/mcp", "approve", "plain__echo");
+}
+
+/// A gateway whose `plain` server holds `echo` calls for a human when
+/// the client has no elicitation.
+fn holding_gateway() -> Serve {
+    let plain = testserver("plain");
+    let config = format!(
+        "[listen]\naddress = \"127.0.0.1:0\"\n\n\
+         [[clients]]\nname = \"alice\"\ntoken = {{ from_env = \"T_ALICE\" }}\n\n\
+         [[servers]]\nname = \"plain\"\npolicy = \"plain.toml\"\ncommand = [{:?}]\n",
+        plain.display().to_string()
+    );
+    let policy = binary_policy("plain", &plain, "\"echo\" = \"approve\"")
+        + "\n[approvals]\nfallback = \"hold\"\ntimeout = \"60s\"\n";
+    Serve::start_files(&[("plain.toml", policy), ("serve.toml", config)])
+}
+
+#[test]
+fn an_http_client_without_elicitation_waits_while_the_cli_approves_over_the_gateways_socket() {
+    let gw = holding_gateway();
+    let mut mcp = gw.mcp("plain", Some(ALICE));
+    mcp.initialize();
+    let socket = gw.state().join("control.sock");
+    let socket = socket.to_str().unwrap().to_string();
+    let msg = mcp.message(
+        "tools/call",
+        serde_json::json!({"name": "echo", "arguments": {"text": "held over http"}}),
+    );
+    let waiting = std::thread::spawn(move || mcp.post(&msg).json());
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let approval = loop {
+        let list = gw.cli_json(&["approvals", "--socket", &socket, "list"]);
+        if let Some(a) = list.as_array().and_then(|l| l.first()) {
+            break a.clone();
+        }
+        assert!(
+            std::time::Instant::now() < end,
+            "no approval listed: {list}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    assert_eq!(approval["caller"], "alice", "{approval}");
+    assert_eq!(approval["server"], "plain");
+    let out = gw.cli(&[
+        "approvals",
+        "--socket",
+        &socket,
+        "approve",
+        approval["id"].as_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let answer = waiting.join().unwrap();
+    assert_eq!(
+        common::serve::text_of(&answer),
+        "held over http",
+        "{answer}"
+    );
+    let audit = gw.audit();
+    assert!(
+        audit
+            .iter()
+            .any(|e| e["kind"] == "approval" && e["detail"]["action"] == "approved"),
+        "{audit:?}"
+    );
 }

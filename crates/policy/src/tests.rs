@@ -1880,3 +1880,33 @@ fn argument_rules_are_refused_at_their_line() {
         "max_length",
     );
 }
+
+// ---- [approvals] and the result approvals of [output] ----
+
+#[test]
+fn approvals_section_parses_with_safe_defaults() {
+    let p = ok("");
+    assert_eq!(p.approvals.fallback, crate::ApprovalFallback::Refuse);
+    assert_eq!(p.approvals.timeout, std::time::Duration::from_secs(120));
+    assert_eq!(p.output.approve_over, None);
+    assert!(!p.output.approve_credential_shapes);
+    let p = ok("[approvals]\nfallback = \"hold\"\ntimeout = \"10m\"\n[output]\napprove_over = \"256KiB\"\napprove_credential_shapes = true\n");
+    assert_eq!(p.approvals.fallback, crate::ApprovalFallback::Hold);
+    assert_eq!(p.approvals.timeout, std::time::Duration::from_secs(600));
+    assert_eq!(p.output.approve_over, Some(256 << 10));
+    assert!(p.output.approve_credential_shapes);
+}
+
+#[test]
+fn approvals_section_refuses_what_would_not_work() {
+    for (text, key) in [
+        ("[approvals]\nfallback = \"ask\"\n", "fallback"),
+        ("[approvals]\ntimeout = \"0s\"\n", "approvals.timeout"),
+        ("[approvals]\ntimeout = \"2d\"\n", "approvals.timeout"),
+        ("[approvals]\nwait = \"1m\"\n", "wait"),
+        ("[output]\napprove_over = \"0\"\n", "output.approve_over"),
+    ] {
+        let d = err(text);
+        assert!(d.to_string().contains(key), "{text}: {d}");
+    }
+}

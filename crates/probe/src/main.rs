@@ -438,6 +438,18 @@ fn main() {
                 .and_then(|a| std::net::TcpStream::connect_timeout(&a, Duration::from_secs(2)))
                 .map(|_| "connected".into()),
         ),
+        // connect to a unix socket, send one line, print the answer line
+        "unix-call" => {
+            use std::io::{BufRead, Write};
+            let r = std::os::unix::net::UnixStream::connect(arg(&args, 2)).and_then(|mut s| {
+                s.set_read_timeout(Some(Duration::from_secs(5)))?;
+                s.write_all(format!("{}\n", arg(&args, 3)).as_bytes())?;
+                let mut line = String::new();
+                std::io::BufReader::new(s).read_line(&mut line)?;
+                Ok(line.trim_end().to_string())
+            });
+            result(r)
+        }
         "pids" => {
             let mut pids: Vec<u32> = std::fs::read_dir("/proc")
                 .map(|rd| {

@@ -252,3 +252,52 @@ fn close_from_the_session_is_audited_once() {
     b.close(A, Closed::Expired);
     assert_eq!(actions(&sink), ["requested", "approved"]);
 }
+
+#[test]
+fn session_grant_for_one_host_does_not_open_another() {
+    let (b, _) = broker();
+    let net = |id: &str, host: &str| {
+        let mut a = ask(id, &format!("digest-{host}"), true, MIN);
+        a.binding.tool = "network".into();
+        a.subject = Subject::Network {
+            host: host.into(),
+            port: 443,
+        };
+        a
+    };
+    b.ask(net(A, "api.example.com"), Box::new(|_| {}));
+    b.answer(A, true, Scope::Session, "console").unwrap();
+    assert!(matches!(
+        b.ask(net(B, "api.example.com"), Box::new(|_| {})),
+        Asked::Granted { .. }
+    ));
+    assert_eq!(
+        b.ask(net("ap-00000000000c", "evil.example.net"), Box::new(|_| {})),
+        Asked::Held
+    );
+}
+
+#[test]
+fn a_session_flooding_approvals_is_cut_off_and_the_table_stays_bounded() {
+    let (b, _) = broker();
+    for i in 0..MAX_OPEN_PER_SESSION {
+        let id = format!("ap-{i:012x}");
+        assert!(matches!(
+            b.ask(ask(&id, &format!("d{i}"), false, MIN), Box::new(|_| {})),
+            Asked::Refused { .. }
+        ));
+    }
+    let over = b.ask(
+        ask("ap-ffffffffffff", "one-more", false, MIN),
+        Box::new(|_| {}),
+    );
+    assert_eq!(over, Asked::TooMany);
+    assert_eq!(b.list().len(), MAX_OPEN_PER_SESSION);
+    // another session is not starved by this one
+    let mut other = ask("ap-fffffffffffe", "d0", false, MIN);
+    other.session = "s-2".into();
+    assert!(matches!(
+        b.ask(other, Box::new(|_| {})),
+        Asked::Refused { .. }
+    ));
+}

@@ -1,45 +1,74 @@
-//! Calls waiting for a human, and questions put to the host.
+//! Calls (and results) waiting for a human, and questions put to the host.
 //!
-//! An `approve` call is held here until it is answered. With form
-//! elicitation (declared at `initialize`, or in the request's `_meta` in
-//! the 2026-07-28 era) the session itself sends `elicitation/create` to the
-//! host and reads the answer; otherwise the driver's fallback approver is
-//! asked ([`Effect::AskApprover`]) and answers with [`Event::Approval`].
+//! An `approve` call, or a result over `output.approve_over` or with
+//! credential shapes under `output.approve_credential_shapes`, is held
+//! here. With a broker (the driver has one: [`Effect::AskApprover`]) every
+//! approval is registered there under an id derived from the session's
+//! nonce, where `mcpbox approvals` and the console can answer it. With
+//! form elicitation (declared at `initialize`, or in the request's `_meta`
+//! in the 2026-07-28 era) the session also sends `elicitation/create` to
+//! the host; the first answer wins, and the session tells the broker
+//! ([`Effect::ApprovalClosed`]). Without elicitation, the broker holds the
+//! call (`[approvals] fallback = "hold"`: the host gets a log notification
+//! naming the approval) or refuses it at once with the id (`"refuse"`),
+//! after which a human's approval lets the same call through once.
 //! Either way the call is denied when `approval_timeout` passes first.
 //! Questions from outside ([`Event::Ask`]) use the same elicitation path.
+//!
+//! When an approval arrives, the held call is re-checked before it is
+//! sent: still waiting, its time not passed, its tool not withheld by a
+//! pin change meanwhile.
 //!
 //! The ids of our requests to the host carry the session's nonce, so a
 //! server can neither forge an answer nor collect one.
 //!
-//! [`Event::Approval`]: super::Event::Approval
 //! [`Event::Ask`]: super::Event::Ask
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use mcpbox_policy::{Decision, Reason};
-use serde_json::{json, Value};
+use mcpbox_audit::Kind;
+use mcpbox_policy::{Decision, Reason, Verdict};
+use serde_json::{json, Map, Value};
 
+use super::calls::Call;
 use super::{Asked, Effect, Question, Session};
+use crate::broker::{self, Binding, Closed, Fallback, Subject};
 use crate::message::{at, id_key, IdKey, Message};
-use crate::policy::{ApprovalAnswer, ApprovalRequest};
+use crate::policy::ApprovalAnswer;
 
-/// A call waiting for a human.
 /// A decision and what the argument rules found (for the record).
 pub(super) struct Decided {
     pub(super) decision: Decision,
     pub(super) detail: Value,
 }
 
+/// What is held until the answer.
+pub(super) enum Hold {
+    /// A call, not yet sent to the server: its line.
+    Call { raw: Vec<u8> },
+    /// A result, not yet sent to the host: the line for the host, and the
+    /// call's record, written once the result went out (or was withheld).
+    Result {
+        line: Vec<u8>,
+        call: Box<Call>,
+        reason: Reason,
+        bytes: u64,
+        exit: Option<i32>,
+    },
+}
+
 struct Waiting {
-    raw: Vec<u8>,
+    hold: Hold,
     id: Value,
     tool: String,
     args_digest: String,
     /// What the argument rules found, for the call's record.
     detail: Value,
-    /// `approval:elicitation` or `approval:fallback`.
-    via: &'static str,
+    /// The rule that asked.
+    decision: Decision,
+    /// The approval's id in the broker.
+    approval: String,
     deadline: Instant,
     /// The id of our `elicitation/create`, when asked that way.
     elicit: Option<IdKey>,
@@ -78,48 +107,119 @@ impl Approvals {
         let b = self.elicits.values().map(|e| e.deadline);
         a.chain(b).min()
     }
-
-    /// The ids of held calls, for the error answers when the server exits.
-    pub(crate) fn drain_ids(&mut self) -> Vec<Value> {
-        self.elicits
-            .retain(|_, e| !matches!(e.purpose, Purpose::Approval(_)));
-        self.waiting.drain().map(|(_, w)| w.id).collect()
-    }
 }
 
+/// Longest string in an approval's preview, in chars.
+const PREVIEW_STRING: usize = 240;
+/// Items of an array, keys of an object, shown.
+const PREVIEW_ITEMS: usize = 24;
+/// Nesting shown.
+const PREVIEW_DEPTH: usize = 4;
+/// The preview's whole size, serialized.
+const PREVIEW_BYTES: usize = 4096;
+
 impl Session {
-    /// Holds a call that needs a human and asks one.
+    /// The broker id of this session's approval `key`: derived from the
+    /// secret nonce, so no server can predict it.
+    fn approval_id(&self, key: u64) -> String {
+        let d = crate::digest::sha256_hex(format!("approval:{}:{key}", self.nonce).as_bytes());
+        format!("ap-{}", &d[..12])
+    }
+
+    /// What the human sees of `arguments`: secrets and credential shapes
+    /// redacted, control characters (terminal escapes) made visible,
+    /// strings, arrays, objects and depth cut, the whole at most
+    /// [`PREVIEW_BYTES`]; plus what the argument rules found.
+    pub(super) fn preview(&mut self, arguments: Option<&Value>, detail: &Value) -> Value {
+        let redactor = self.redaction.redactor.clone();
+        let mut counts = vec![0usize; redactor.names().len()];
+        let mut args = arguments.cloned().unwrap_or(Value::Object(Map::new()));
+        redactor.redact_json(&mut args, &mut counts);
+        crate::redact::walk_strings(&mut args, &mut |s| {
+            let hits = crate::redact::find_credentials(s);
+            (!hits.is_empty()).then(|| crate::redact::redact_credentials(s, &hits))
+        });
+        let mut out = json!({"arguments": shrink(&args, 0)});
+        if !detail.is_null() {
+            out["found"] = shrink(detail, 0);
+        }
+        if serde_json::to_vec(&out).map_or(0, |v| v.len()) > PREVIEW_BYTES {
+            let text = serde_json::to_string(&out["arguments"]).unwrap_or_default();
+            out["arguments"] = json!(cut(&text, PREVIEW_BYTES / 2));
+            out["cut"] = json!(true);
+        }
+        out
+    }
+
+    /// Holds something that needs a human and asks one. `subject` says
+    /// what (a call before the server, a result before the host);
+    /// `preview` is what the human reads.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn ask_approval(
         &mut self,
         id: Value,
         tool: String,
         args_digest: String,
         decided: Decided,
-        raw: Vec<u8>,
+        hold: Hold,
         elicit: bool,
+        subject: Subject,
+        preview: Value,
     ) {
         let Decided { decision, detail } = decided;
-        let via = if elicit {
-            "approval:elicitation"
-        } else if self.fallback_approver {
-            "approval:fallback"
-        } else {
+        if !elicit && !self.fallback_approver {
+            // nobody to ask: no elicitation, no broker
             let d = Decision::deny(Reason::ApprovalRequired, decision.source);
-            return self.deny_call(&id, &tool, &args_digest, d, &detail);
-        };
+            let w = Waiting {
+                hold,
+                id,
+                tool,
+                args_digest,
+                detail,
+                decision: d.clone(),
+                approval: String::new(),
+                deadline: self.now.mono,
+                elicit: None,
+            };
+            return self.refuse_waiting(w, d);
+        }
         let key = self.approvals.next_key;
         self.approvals.next_key += 1;
+        let approval = self.approval_id(key);
         let wait = self.config.approval_timeout;
-        let request = ApprovalRequest {
-            server: self.config.server_name.clone(),
-            tool: tool.clone(),
-            args_digest: args_digest.clone(),
-            expires_at: self.now.wall + wait,
-            decision: decision.clone(),
-            detail: detail.clone(),
-        };
+        let held = elicit || self.config.approval_fallback == Fallback::Hold;
+        if self.fallback_approver {
+            let ask = broker::Ask {
+                id: approval.clone(),
+                session: self.tag.clone(),
+                sandbox_id: self.config.sandbox_id.clone(),
+                binding: Binding {
+                    caller: self.template.caller.clone(),
+                    server: self.config.server_name.clone(),
+                    tool: tool.clone(),
+                    args_digest: args_digest.clone(),
+                    policy_version: self.config.policy_version.clone(),
+                },
+                subject: subject.clone(),
+                rule: decision.clone(),
+                preview: preview.clone(),
+                expires: self.now.wall + wait,
+                hold: held,
+                elicitation: elicit,
+            };
+            self.out.push(Effect::AskApprover { key, ask });
+        }
         let elicit_id = if elicit {
-            let (message, schema) = approval_form(&request, wait);
+            let (message, schema) = approval_form(
+                &self.config.server_name,
+                &tool,
+                &approval,
+                &subject,
+                &decision,
+                &preview,
+                wait,
+                self.fallback_approver,
+            );
             Some(self.elicit(
                 "mcpbox-approval",
                 message,
@@ -128,22 +228,71 @@ impl Session {
                 Purpose::Approval(key),
             ))
         } else {
-            self.out.push(Effect::AskApprover { key, request });
+            if held {
+                // a call that asked for progress gets it: many hosts keep
+                // waiting on a request while it makes progress
+                let token = match &hold {
+                    Hold::Call { raw } => Message::parse(raw).ok().and_then(|m| {
+                        m.params()
+                            .and_then(|p| at(p, &["_meta", "progressToken"]))
+                            .cloned()
+                    }),
+                    Hold::Result { .. } => None,
+                };
+                self.tell_host_it_waits(&approval, &tool, &subject, wait, token);
+            }
             None
         };
         self.approvals.waiting.insert(
             key,
             Waiting {
-                raw,
+                hold,
                 id,
                 tool,
                 args_digest,
                 detail,
-                via,
+                decision,
+                approval,
                 deadline: self.now.mono + wait,
                 elicit: elicit_id,
             },
         );
+    }
+
+    /// A held call without elicitation: the host (and through it the
+    /// human, in most hosts' logs) learns which approval it waits for and
+    /// how to give it.
+    fn tell_host_it_waits(
+        &mut self,
+        approval: &str,
+        tool: &str,
+        subject: &Subject,
+        wait: Duration,
+        progress_token: Option<Value>,
+    ) {
+        let what = match subject {
+            Subject::Result { .. } => "the result of a call to",
+            _ => "a call to",
+        };
+        let text = format!(
+            "mcpbox: {what} tool `{tool}` on server `{}` waits for a human approval ({approval}, for {}s): `{}` or `mcpbox approvals deny {approval}`, or the mcpbox console",
+            self.config.server_name,
+            wait.as_secs(),
+            broker::approve_command(approval)
+        );
+        tracing::warn!(server = %self.config.server_name, tool, approval, "{text}");
+        self.host_value(&json!({
+            "jsonrpc": "2.0",
+            "method": "notifications/message",
+            "params": {"level": "warning", "logger": "mcpbox", "data": text}
+        }));
+        if let Some(token) = progress_token {
+            self.host_value(&json!({
+                "jsonrpc": "2.0",
+                "method": "notifications/progress",
+                "params": {"progressToken": token, "progress": 0, "message": text}
+            }));
+        }
     }
 
     /// Sends one `elicitation/create` to the host with an id no server
@@ -215,10 +364,35 @@ impl Session {
             }),
             Purpose::Approval(k) => {
                 let answer = elicitation_answer(&msg.value);
+                let how = match &answer {
+                    ApprovalAnswer::Approved { approver } => {
+                        Closed::Answered(broker::Answer::Approved {
+                            by: approver.clone(),
+                            scope: broker::Scope::Once,
+                        })
+                    }
+                    _ => Closed::Answered(broker::Answer::Denied {
+                        by: "elicitation".into(),
+                    }),
+                };
+                self.close_approval(k, how);
                 self.approval_answered(k, answer);
             }
         }
         true
+    }
+
+    /// Tells the broker that this session settled approval `key` itself.
+    fn close_approval(&mut self, key: u64, how: Closed) {
+        if !self.fallback_approver {
+            return;
+        }
+        if let Some(w) = self.approvals.waiting.get(&key) {
+            self.out.push(Effect::ApprovalClosed {
+                id: w.approval.clone(),
+                how,
+            });
+        }
     }
 
     /// Whether `key` is the id of one of our open requests to the host.
@@ -226,30 +400,144 @@ impl Session {
         self.approvals.elicits.contains_key(key) || key.contains(&self.nonce)
     }
 
-    /// The answer for the held call `key` (from elicitation, the fallback
-    /// approver or the timeout).
+    /// The answer for the held call or result `key` (from elicitation,
+    /// the broker or the timeout).
     pub(super) fn approval_answered(&mut self, key: u64, answer: ApprovalAnswer) {
         let Some(w) = self.approvals.waiting.remove(&key) else {
             return; // cancelled, timed out or answered already
         };
         if let Some(e) = &w.elicit {
-            self.approvals.elicits.remove(e);
+            // answered elsewhere first, or expired: the host's form is moot
+            if self.approvals.elicits.remove(e).is_some() {
+                let why = match answer {
+                    ApprovalAnswer::Timeout => "the approval expired",
+                    _ => "answered through mcpbox",
+                };
+                self.host_value(&json!({
+                    "jsonrpc": "2.0",
+                    "method": "notifications/cancelled",
+                    "params": {"requestId": e_value(e), "reason": why}
+                }));
+            }
         }
         match answer {
             ApprovalAnswer::Approved { approver } => {
-                tracing::info!(server = %self.config.server_name, tool = %w.tool, %approver, "tool call approved");
-                let decision =
-                    Decision::approve(Reason::ApprovalGranted, format!("{}:{approver}", w.via));
-                self.forward_call(w.id, w.tool, w.args_digest, decision, w.detail, w.raw);
+                // re-checked before it goes on: its time, and the pins (a
+                // tool withheld since it was asked is not the tool the
+                // human approved)
+                if self.now.mono > w.deadline {
+                    let d =
+                        Decision::deny(Reason::ApprovalTimeout, format!("approval:{}", w.approval));
+                    return self.refuse_waiting(w, d);
+                }
+                if let (Hold::Call { .. }, Some(reason)) = (&w.hold, self.pin_refusal(&w.tool)) {
+                    let d = Decision::deny(reason, "pin");
+                    return self.refuse_waiting(w, d);
+                }
+                tracing::info!(server = %self.config.server_name, tool = %w.tool, %approver, approval = %w.approval, "approved");
+                let source = format!("approval:{approver}");
+                let mut detail = w.detail;
+                if !w.approval.is_empty() {
+                    set_detail(&mut detail, "approval", json!(w.approval));
+                }
+                match w.hold {
+                    Hold::Call { raw } => {
+                        let decision = Decision::approve(Reason::ApprovalGranted, source);
+                        self.forward_call(w.id, w.tool, w.args_digest, decision, detail, raw);
+                    }
+                    Hold::Result {
+                        line,
+                        mut call,
+                        reason,
+                        bytes,
+                        exit,
+                    } => {
+                        self.send_host(line);
+                        set_detail(&mut call.detail, "result_approval", json!(w.approval));
+                        set_detail(&mut call.detail, "result_approved_by", json!(source));
+                        self.record_call(*call, reason, |e| {
+                            e.result_bytes = Some(bytes);
+                            e.exit_status = exit;
+                        });
+                    }
+                }
             }
             other => {
-                let reason = match other {
-                    ApprovalAnswer::Declined => Reason::ApprovalDeclined,
-                    ApprovalAnswer::Timeout => Reason::ApprovalTimeout,
-                    _ => Reason::ApprovalRequired,
+                let (reason, source) = match &other {
+                    ApprovalAnswer::Declined => {
+                        (Reason::ApprovalDeclined, "approval:human".to_string())
+                    }
+                    ApprovalAnswer::Timeout => (Reason::ApprovalTimeout, "approval:timeout".into()),
+                    // the rule that asked stays the source; the id is in
+                    // the detail and the decision's `_meta`
+                    ApprovalAnswer::Refused { .. } => {
+                        (Reason::ApprovalPending, w.decision.source.clone())
+                    }
+                    _ => (Reason::ApprovalRequired, w.decision.source.clone()),
                 };
-                let d = Decision::deny(reason, w.via);
-                self.deny_call(&w.id, &w.tool, &w.args_digest, d, &w.detail);
+                let mut w = w;
+                if let ApprovalAnswer::Refused { id } = &other {
+                    // an earlier approval of this same call may be the one
+                    w.approval = id.clone();
+                }
+                let d = Decision::deny(reason, source);
+                self.refuse_waiting(w, d);
+            }
+        }
+    }
+
+    /// Refuses what waited: a call gets the denial, a result is withheld
+    /// (the host gets an error result in its place); both are recorded.
+    fn refuse_waiting(&mut self, w: Waiting, d: Decision) {
+        let mut detail = w.detail;
+        if !w.approval.is_empty() {
+            set_detail(&mut detail, "approval", json!(w.approval));
+            if d.reason == Reason::ApprovalPending {
+                set_detail(
+                    &mut detail,
+                    "approve_command",
+                    json!(broker::approve_command(&w.approval)),
+                );
+                set_detail(
+                    &mut detail,
+                    "expires_in_s",
+                    json!(self.config.approval_timeout.as_secs()),
+                );
+            }
+        }
+        match w.hold {
+            Hold::Call { .. } => self.deny_call(&w.id, &w.tool, &w.args_digest, d, &detail),
+            Hold::Result {
+                mut call,
+                bytes,
+                exit,
+                ..
+            } => {
+                let text = super::calls::deny_text(&self.config.server_name, &w.tool, &d, &detail)
+                    .replace("refused the call to", "withheld the result of the call to");
+                set_detail(
+                    &mut call.detail,
+                    "result_withheld",
+                    json!(d.reason.as_str()),
+                );
+                if !w.approval.is_empty() {
+                    set_detail(&mut call.detail, "result_approval", json!(w.approval));
+                }
+                let meta =
+                    json!({"action": "withhold", "reason": d.reason.as_str(), "source": d.source});
+                let mut result = json!({
+                    "content": [{"type": "text", "text": text}],
+                    "isError": true,
+                    "resultType": "complete",
+                    "_meta": {}
+                });
+                result["_meta"][crate::META_DECISION] = meta;
+                self.host_value(&json!({"jsonrpc": "2.0", "id": w.id, "result": result}));
+                call.decision = Decision::deny(d.reason, d.source);
+                self.record_call(*call, d.reason, |e| {
+                    e.result_bytes = Some(bytes);
+                    e.exit_status = exit;
+                });
             }
         }
     }
@@ -264,11 +552,13 @@ impl Session {
             .find(|(_, w)| id_key(&w.id) == request_key)
             .map(|(k, _)| *k);
         let Some(key) = key else { return false };
+        self.close_approval(key, Closed::Cancelled);
         if let Some(w) = self.approvals.waiting.remove(&key) {
             tracing::info!(server = %self.config.server_name, tool = %w.tool, "call waiting for approval cancelled by the host");
             if let Some(e) = &w.elicit {
                 self.approvals.elicits.remove(e);
             }
+            self.record_abandoned(&w, Reason::ApprovalDeclined, "approval:host-cancelled");
         }
         true
     }
@@ -284,6 +574,7 @@ impl Session {
             .map(|(k, _)| *k)
             .collect();
         for key in late {
+            self.close_approval(key, Closed::Expired);
             self.approval_answered(key, ApprovalAnswer::Timeout);
         }
         let late: Vec<IdKey> = self
@@ -307,11 +598,51 @@ impl Session {
         }
     }
 
-    /// The host closed: nobody will answer now. Held calls are dropped
+    /// The record of something that waited for a human and will never
+    /// be answered (the session ended under it, or the host cancelled it).
+    fn record_abandoned(&mut self, w: &Waiting, reason: Reason, source: &str) {
+        let mut detail = w.detail.clone();
+        set_detail(&mut detail, "approval", json!(w.approval));
+        if matches!(w.hold, Hold::Result { .. }) {
+            set_detail(&mut detail, "result_withheld", json!(reason.as_str()));
+        }
+        self.audit(Kind::ToolCall, |e| {
+            e.tool = Some(w.tool.clone());
+            e.decision = Some(Verdict::Deny);
+            e.reason = Some(reason.as_str().to_string());
+            e.source = Some(source.to_string());
+            e.args_digest = Some(w.args_digest.clone());
+            e.detail = detail;
+        });
+    }
+
+    /// The session is ending under what waits (the host closed or went,
+    /// the server is down): each held call or result is abandoned, in
+    /// the audit log and in the broker, and its id returned for an error
+    /// answer where the host can still read one.
+    pub(super) fn abandon_waiting(&mut self) -> Vec<Value> {
+        self.approvals
+            .elicits
+            .retain(|_, e| !matches!(e.purpose, Purpose::Approval(_)));
+        let mut keys: Vec<u64> = self.approvals.waiting.keys().copied().collect();
+        keys.sort_unstable();
+        let mut ids = Vec::new();
+        for key in keys {
+            self.close_approval(key, Closed::Abandoned);
+            if let Some(w) = self.approvals.waiting.remove(&key) {
+                tracing::warn!(server = %self.config.server_name, tool = %w.tool, approval = %w.approval, "the session ended while a call waited for approval");
+                self.record_abandoned(&w, Reason::ApprovalAbandoned, "approval:session-ended");
+                ids.push(w.id);
+            }
+        }
+        ids
+    }
+
+    /// The host closed: nobody will answer now. Held calls are abandoned
     /// (the host cannot read an answer it will not wait for), outside
     /// questions answered `Unavailable`.
     pub(super) fn drop_questions(&mut self) {
-        self.approvals.waiting.clear();
+        self.abandon_waiting();
         for (_, e) in self.approvals.elicits.drain() {
             if let Purpose::Ask(ticket) = e.purpose {
                 self.out.push(Effect::Answer {
@@ -321,35 +652,188 @@ impl Session {
             }
         }
     }
+
+    /// After a result was screened: hold it for a human when it is larger
+    /// than `output.approve_over` or holds credential shapes under
+    /// `output.approve_credential_shapes`. Returns the line back when it
+    /// may go to the host now.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn hold_result(
+        &mut self,
+        id: Value,
+        line: Vec<u8>,
+        call: Call,
+        reason: Reason,
+        bytes: u64,
+        exit: Option<i32>,
+        shapes: Vec<String>,
+        elicit: bool,
+    ) -> Option<(Vec<u8>, Call)> {
+        let over = self.config.approve_over.filter(|max| bytes > *max);
+        let shapes = if self.config.approve_credential_shapes {
+            shapes
+        } else {
+            Vec::new()
+        };
+        if (over.is_none() && shapes.is_empty()) || reason == Reason::CallError {
+            return Some((line, call));
+        }
+        let source = if over.is_some() {
+            "output.approve_over"
+        } else {
+            "output.approve_credential_shapes"
+        };
+        let decision = Decision::approve(Reason::ResultApproval, source);
+        let subject = Subject::Result {
+            bytes,
+            over,
+            credential_shapes: shapes.clone(),
+        };
+        let preview = json!({
+            "result_bytes": bytes,
+            "approve_over": over,
+            "credential_shapes": shapes,
+            "note": "the result itself is not shown here: approving sends it to the agent",
+        });
+        let decided = Decided {
+            decision,
+            detail: Value::Null,
+        };
+        let tool = call.tool.clone();
+        let args_digest = call.args_digest.clone();
+        let hold = Hold::Result {
+            line,
+            call: Box::new(call),
+            reason,
+            bytes,
+            exit,
+        };
+        self.ask_approval(
+            id,
+            tool,
+            args_digest,
+            decided,
+            hold,
+            elicit,
+            subject,
+            preview,
+        );
+        None
+    }
+}
+
+/// Sets `key` in an object detail (a null detail becomes an object).
+fn set_detail(detail: &mut Value, key: &str, v: Value) {
+    if !detail.is_object() {
+        *detail = Value::Object(Map::new());
+    }
+    if let Some(m) = detail.as_object_mut() {
+        m.insert(key.to_string(), v);
+    }
+}
+
+/// An elicitation's id back from its key (ours are strings).
+fn e_value(key: &str) -> Value {
+    serde_json::from_str(key).unwrap_or_else(|_| Value::String(key.to_string()))
+}
+
+/// `s` cut to at most `max` chars, with a marker.
+fn cut(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        return s.to_string();
+    }
+    let mut out: String = s.chars().take(max).collect();
+    out.push_str(&format!("… ({} bytes)", s.len()));
+    out
+}
+
+/// A bounded copy of `v` for a human: control characters made visible
+/// (`\u{1b}` as `\x1b`), long strings and lists cut, deep values elided.
+fn shrink(v: &Value, depth: usize) -> Value {
+    match v {
+        Value::String(s) => {
+            let visible: String = s
+                .chars()
+                .flat_map(|c| {
+                    if c.is_control() && c != '\n' && c != '\t' {
+                        c.escape_default().collect::<Vec<_>>()
+                    } else {
+                        vec![c]
+                    }
+                })
+                .collect();
+            Value::String(cut(&visible, PREVIEW_STRING))
+        }
+        Value::Array(items) if depth >= PREVIEW_DEPTH => json!(format!("[{} items]", items.len())),
+        Value::Object(m) if depth >= PREVIEW_DEPTH => json!(format!("{{{} keys}}", m.len())),
+        Value::Array(items) => {
+            let mut out: Vec<Value> = items
+                .iter()
+                .take(PREVIEW_ITEMS)
+                .map(|x| shrink(x, depth + 1))
+                .collect();
+            if items.len() > PREVIEW_ITEMS {
+                out.push(json!(format!("… {} more", items.len() - PREVIEW_ITEMS)));
+            }
+            Value::Array(out)
+        }
+        Value::Object(m) => {
+            let mut out = Map::new();
+            for (k, x) in m.iter().take(PREVIEW_ITEMS) {
+                let k = match shrink(&Value::String(k.clone()), PREVIEW_DEPTH) {
+                    Value::String(k) => cut(&k, 64),
+                    _ => String::new(),
+                };
+                out.insert(k, shrink(x, depth + 1));
+            }
+            if m.len() > PREVIEW_ITEMS {
+                out.insert(
+                    "…".into(),
+                    json!(format!("{} more keys", m.len() - PREVIEW_ITEMS)),
+                );
+            }
+            Value::Object(out)
+        }
+        other => other.clone(),
+    }
 }
 
 /// The prompt and form of an approval asked through elicitation.
-fn approval_form(request: &ApprovalRequest, wait: Duration) -> (String, Value) {
-    let expires_unix = request
-        .expires_at
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
+#[allow(clippy::too_many_arguments)]
+fn approval_form(
+    server: &str,
+    tool: &str,
+    approval: &str,
+    subject: &Subject,
+    decision: &Decision,
+    preview: &Value,
+    wait: Duration,
+    broker: bool,
+) -> (String, Value) {
+    let what = match subject {
+        Subject::Result { .. } => "send the result of one call",
+        _ => "approve one call",
+    };
+    let shown = serde_json::to_string_pretty(preview).unwrap_or_default();
     let mut message = format!(
-        "mcpbox: approve one call to tool `{}` on server `{}`?\narguments sha256: {}\npolicy: {} ({})\nexpires: unix time {} (in {}s)",
-        request.tool,
-        request.server,
-        request.args_digest,
-        request.decision.reason,
-        request.decision.source,
-        expires_unix,
+        "mcpbox: {what} to tool `{tool}` on server `{server}`?\nrule: {} ({})\n{shown}\nexpires in {}s",
+        decision.reason,
+        decision.source,
         wait.as_secs()
     );
-    if let Some(cats) = request.detail.get("categories").and_then(Value::as_array) {
-        let cats: Vec<&str> = cats.iter().filter_map(Value::as_str).collect();
-        message.push_str(&format!("\ncommand categories: {}", cats.join(", ")));
+    if broker {
+        message.push_str(&format!(
+            "\napproval {approval}: also answerable with `{}` or the mcpbox console",
+            broker::approve_command(approval)
+        ));
     }
     let schema = json!({
         "type": "object",
         "properties": {
             "approve": {
                 "type": "boolean",
-                "title": "Approve this tool call",
-                "description": "true runs exactly this call once; anything else denies it",
+                "title": "Approve",
+                "description": "true lets exactly this go ahead once; anything else denies it",
                 "default": false
             }
         },

@@ -260,11 +260,25 @@ impl Session {
             }
             Verdict::Deny => self.deny_call(&h.id, &h.tool, &h.args_digest, h.decision, &h.detail),
             Verdict::Approve => {
+                let arguments = Message::parse(&h.line)
+                    .ok()
+                    .and_then(|m| m.params().and_then(|p| p.get("arguments")).cloned());
+                let preview = self.preview(arguments.as_ref(), &h.detail);
                 let decided = super::approvals::Decided {
                     decision: h.decision,
                     detail: h.detail,
                 };
-                self.ask_approval(h.id, h.tool, h.args_digest, decided, h.line, h.elicit);
+                let hold = super::approvals::Hold::Call { raw: h.line };
+                self.ask_approval(
+                    h.id,
+                    h.tool,
+                    h.args_digest,
+                    decided,
+                    hold,
+                    h.elicit,
+                    crate::broker::Subject::Call,
+                    preview,
+                );
             }
         }
     }
@@ -320,8 +334,12 @@ impl Session {
                 e.detail = detail.clone();
             }
         });
-        let meta = json!({"action": "deny", "reason": d.reason.as_str(), "source": d.source});
-        let text = deny_text(&self.config.server_name, tool, &d);
+        let mut meta = json!({"action": "deny", "reason": d.reason.as_str(), "source": d.source});
+        if let Some(a) = detail.get("approval").filter(|a| !a.is_null()) {
+            // a client (or a script) can read which approval to ask for
+            meta["approval"] = a.clone();
+        }
+        let text = deny_text(&self.config.server_name, tool, &d, detail);
         if self.config.deny_as_error {
             self.host_error(id, CODE_POLICY_DENIED, &text, Some(meta));
         } else {
@@ -469,6 +487,8 @@ impl Session {
         let mut tool = None;
         // a finished call's record, written once the response is out
         let mut finished: Option<(Call, Reason, u64, Option<i32>)> = None;
+        // the credential shapes found in a result, by kind
+        let mut shapes: Vec<String> = Vec::new();
         if msg.is_answer() {
             let key = msg.id().map(id_key).unwrap_or_default();
             if self.reinit_answered(&key) {
@@ -489,7 +509,9 @@ impl Session {
                     changed |= self.screen_instructions(&mut msg.value)
                 }
                 Pending::ToolsCall(call) => {
-                    changed |= self.screen_result(&mut msg.value, &call.tool, plain);
+                    let (screened, found) = self.screen_result(&mut msg.value, &call.tool, plain);
+                    changed |= screened;
+                    shapes = found;
                     let v = &msg.value;
                     let is_error = v.get("error").is_some()
                         || at(v, &["result", "isError"]) == Some(&Value::Bool(true));
@@ -535,11 +557,26 @@ impl Session {
             }
         }
         changed |= self.redact_secrets(&mut msg.value, tool.as_deref());
-        if changed {
-            self.host_value(&msg.value);
-        } else {
-            self.send_host(line);
-        }
+        let line = if changed { to_line(&msg.value) } else { line };
+        // a result a human must see first (output.approve_over,
+        // output.approve_credential_shapes) waits, its record with it
+        let finished = match finished {
+            Some((call, reason, bytes, exit)) => {
+                let id = msg.id().cloned().unwrap_or(Value::Null);
+                let elicit = self.host.last_elicitation;
+                match self.hold_result(id, line, call, reason, bytes, exit, shapes, elicit) {
+                    Some((line, call)) => {
+                        self.send_host(line);
+                        Some((call, reason, bytes, exit))
+                    }
+                    None => None,
+                }
+            }
+            None => {
+                self.send_host(line);
+                None
+            }
+        };
         if let Some((call, reason, bytes, exit)) = finished {
             self.record_call(call, reason, |e| {
                 e.result_bytes = Some(bytes);
@@ -550,11 +587,27 @@ impl Session {
 }
 
 /// The text a model reads when a call is refused.
-pub(super) fn deny_text(server: &str, tool: &str, d: &Decision) -> String {
+pub(super) fn deny_text(server: &str, tool: &str, d: &Decision, detail: &Value) -> String {
+    if d.reason == Reason::ApprovalPending {
+        let id = detail
+            .get("approval")
+            .and_then(Value::as_str)
+            .unwrap_or("?");
+        let secs = detail
+            .get("expires_in_s")
+            .and_then(Value::as_u64)
+            .unwrap_or(0);
+        return format!(
+            "mcpbox held back the call to tool `{tool}` on server `{server}`: it needs a human approval, and this host cannot ask for one (no MCP elicitation). Approval {id} is pending: ask the user to run `mcpbox approvals approve {id}` (or to approve it in the mcpbox console) within {secs}s, then retry this exact call with the same arguments; it will pass once. (reason: {}, source: {})",
+            d.reason, d.source
+        );
+    }
     let why = match d.reason {
         Reason::ApprovalRequired => "this tool needs a human approval for each call, and no approval channel is available (the host did not declare elicitation support). Ask the user to run it or to change the policy",
         Reason::ApprovalDeclined => "the human approver declined this call",
         Reason::ApprovalTimeout => "nobody approved this call in time",
+        Reason::ApprovalAbandoned => "the session ended while the call waited for a human",
+        Reason::ResultApproval => "the result needs a human approval",
         Reason::PinChanged => "the tool's definition changed since it was pinned; it stays blocked until the change is reviewed (`mcpbox pin accept`)",
         Reason::PinNew => "this tool appeared after the tool list was pinned; it stays blocked until it is reviewed (`mcpbox pin accept`)",
         Reason::CommandCategory | Reason::CommandProgram | Reason::CommandDefault => "the policy's [commands] rules do not allow this command line",

@@ -34,7 +34,7 @@ use crate::launcher::ExitInfo;
 use crate::lines::Line;
 use crate::message::{at, error_line, id_key, to_line, Invalid, Message, Shape};
 use crate::pin::{PinStore, PinWrite};
-use crate::policy::{ApprovalAnswer, ApprovalRequest, ToolPolicy};
+use crate::policy::{ApprovalAnswer, ToolPolicy};
 use crate::redact::Redactor;
 use crate::secrets::Secrets;
 use crate::{Config, EndReason, Outcome};
@@ -162,7 +162,8 @@ pub enum Event {
         /// travel through the driver's channel and stay small.
         check: Option<Box<crate::ArgumentCheck>>,
     },
-    /// The fallback approver answered [`Effect::AskApprover`] `key`.
+    /// The approval broker answered [`Effect::AskApprover`] `key` (at once
+    /// from a grant or a refusal, or later from a human).
     Approval {
         /// The key of the request.
         key: u64,
@@ -276,12 +277,22 @@ pub enum Effect {
         /// The call's arguments, as sent.
         arguments: Option<Value>,
     },
-    /// Ask the fallback approver; answer with [`Event::Approval`].
+    /// Register the approval with the broker; its answer comes back as
+    /// [`Event::Approval`] with `key` (at once for a grant or a refusal).
     AskApprover {
         /// Echoed in the answer.
         key: u64,
-        /// The question.
-        request: ApprovalRequest,
+        /// The approval.
+        ask: crate::broker::Ask,
+    },
+    /// The session settled approval `id` itself (elicitation answered, its
+    /// time passed, the host cancelled the call, the session ended): the
+    /// broker forgets it and records how.
+    ApprovalClosed {
+        /// The approval.
+        id: String,
+        /// How it ended.
+        how: crate::broker::Closed,
     },
     /// Answer the outside question `ticket` ([`Event::Ask`]).
     Answer {
@@ -391,8 +402,11 @@ struct HostState {
 pub struct Session {
     config: Config,
     policy: Arc<dyn ToolPolicy>,
-    /// Whether a fallback approver exists (the driver runs it).
+    /// Whether an approval broker exists (the driver asks it).
     fallback_approver: bool,
+    /// This session's name in the approval broker: public, unlike the
+    /// nonce it is derived from.
+    tag: String,
     /// Unguessable, per session: in the ids of our own requests to the
     /// host, so a server cannot forge an answer by reusing an id.
     nonce: String,
@@ -426,7 +440,7 @@ impl Session {
     /// A session for one server. `pins` is the opened pin store (the driver
     /// reads the file); `nonce` must be unguessable by the server (the
     /// driver draws it from the OS); `fallback_approver` says whether the
-    /// driver can answer [`Effect::AskApprover`].
+    /// driver has an approval broker to perform [`Effect::AskApprover`].
     pub fn new(
         config: Config,
         policy: Arc<dyn ToolPolicy>,
@@ -448,6 +462,10 @@ impl Session {
         Session {
             policy,
             fallback_approver,
+            tag: format!(
+                "s-{}",
+                &crate::digest::sha256_hex(format!("session-tag:{nonce}").as_bytes())[..12]
+            ),
             nonce,
             host: HostState::default(),
             calls: Calls::default(),
@@ -531,6 +549,11 @@ impl Session {
         }
         self.tick();
         std::mem::take(&mut self.out)
+    }
+
+    /// This session's tag in the approval broker (`s-` and 12 hex digits).
+    pub fn tag(&self) -> &str {
+        &self.tag
     }
 
     /// When to feed [`Event::Timer`] next; `None` once the session ended.

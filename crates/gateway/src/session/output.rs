@@ -74,7 +74,7 @@ impl Session {
         v: &mut Value,
         tool: &str,
         plain: Option<&[u8]>,
-    ) -> bool {
+    ) -> (bool, Vec<String>) {
         let mut changed = false;
         let redact = self.config.redact_credential_shapes;
         let mut rules: Vec<Reason> = Vec::new();
@@ -94,6 +94,7 @@ impl Session {
                 redact.then(|| redact_credentials(s, &hits))
             });
         }
+        let found: Vec<String> = rules.iter().map(|r| r.as_str().to_string()).collect();
         for reason in rules {
             self.audit(Kind::Flag, |e| {
                 e.tool = Some(tool.to_string());
@@ -105,9 +106,9 @@ impl Session {
         // a plain line has no escapes to strip, and no more text than bytes
         let small = plain.is_some_and(|line| line.len() <= self.config.max_result);
         if small && !changed {
-            return false;
+            return (false, found);
         }
-        changed | truncate_text(v, self.config.max_result)
+        (changed | truncate_text(v, self.config.max_result), found)
     }
 }
 

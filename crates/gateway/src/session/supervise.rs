@@ -686,7 +686,7 @@ impl Session {
             }
             self.host_error(&f.id, CODE_SERVER_EXITED, &msg, Some(data));
         }
-        for id in self.approvals.drain_ids() {
+        for id in self.abandon_waiting() {
             let data = json!({"reason": Reason::ServerExited.as_str()});
             self.host_error(&id, CODE_SERVER_EXITED, &msg, Some(data));
         }

@@ -97,13 +97,44 @@ impl Driver {
                         check: check.map(Box::new),
                     });
                 }
-                Effect::AskApprover { key, request } => {
-                    let asked = self.approver.as_ref().is_some_and(|a| a.ask(key, request));
-                    if !asked {
-                        follow.push_back(Event::Approval {
-                            key,
-                            answer: crate::ApprovalAnswer::Unavailable,
-                        });
+                Effect::AskApprover { key, ask } => {
+                    let answer = match &self.broker {
+                        Some(b) => {
+                            let inbox = self.inbox.clone();
+                            let deliver: crate::broker::Deliver = Box::new(move |a| {
+                                let answer = from_broker(a);
+                                let _ = inbox.send(Input::Event(Event::Approval { key, answer }));
+                            });
+                            let (id, tool) = (ask.id.clone(), ask.binding.tool.clone());
+                            match b.ask(ask, deliver) {
+                                crate::broker::Asked::Held => {
+                                    tracing::info!(approval = %id, %tool, "waiting for a human: {}", crate::broker::approve_command(&id));
+                                    None
+                                }
+                                crate::broker::Asked::Granted { id, by, .. } => {
+                                    Some(crate::ApprovalAnswer::Approved {
+                                        approver: format!("{by}:{id}"),
+                                    })
+                                }
+                                crate::broker::Asked::TooMany => {
+                                    tracing::warn!(%tool, "too many approvals open in this session: refused without asking");
+                                    Some(crate::ApprovalAnswer::Unavailable)
+                                }
+                                crate::broker::Asked::Refused { id } => {
+                                    tracing::warn!(approval = %id, %tool, "refused until a human approves: {}", crate::broker::approve_command(&id));
+                                    Some(crate::ApprovalAnswer::Refused { id })
+                                }
+                            }
+                        }
+                        None => Some(crate::ApprovalAnswer::Unavailable),
+                    };
+                    if let Some(answer) = answer {
+                        follow.push_back(Event::Approval { key, answer });
+                    }
+                }
+                Effect::ApprovalClosed { id, how } => {
+                    if let Some(b) = &self.broker {
+                        b.close(&id, how);
                     }
                 }
                 Effect::Answer { ticket, answer } => {
@@ -153,5 +184,16 @@ impl Driver {
     pub(super) fn host_gone(&mut self, follow: &mut VecDeque<Event>) {
         self.host_failed = true;
         follow.push_back(Event::HostGone);
+    }
+}
+
+/// A broker's answer in the session's words.
+fn from_broker(a: crate::broker::Answer) -> crate::ApprovalAnswer {
+    match a {
+        crate::broker::Answer::Approved { by, .. } => {
+            crate::ApprovalAnswer::Approved { approver: by }
+        }
+        crate::broker::Answer::Denied { .. } => crate::ApprovalAnswer::Declined,
+        crate::broker::Answer::Expired => crate::ApprovalAnswer::Timeout,
     }
 }

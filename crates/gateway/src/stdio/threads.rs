@@ -186,7 +186,7 @@ pub(super) fn spawn_launcher(
 
 /// An unguessable per-session nonce for the ids of mcpbox's own requests
 /// to the host, so a server cannot forge an approval answer by reusing an id.
-pub(super) fn make_nonce() -> String {
+pub(crate) fn make_nonce() -> String {
     let mut seed = [0u8; 16];
     let random = std::fs::File::open("/dev/urandom")
         .and_then(|mut f| f.read_exact(&mut seed))

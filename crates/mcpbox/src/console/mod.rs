@@ -145,9 +145,9 @@ pub fn for_run(
     })
 }
 
-/// `mcpbox serve --console`: the gateway's broker (`None`: one of its
-/// own, over the state directory's audit log, until the sessions share
-/// one), its lifecycle, and every audit log its servers write (the state
+/// `mcpbox serve --console`: the gateway's broker (the lifecycle's desk;
+/// `None`, which serve never passes: one of its own over the state
+/// directory's audit log), its lifecycle, and every audit log its servers write (the state
 /// directory's first).
 pub fn for_serve(
     broker: Option<Arc<Broker>>,

@@ -119,6 +119,9 @@ pub struct Lifecycle {
     salt: String,
     servers: HashMap<String, ServerLife>,
     map: Mutex<HashMap<String, Arc<Sandbox>>>,
+    /// The gateway's approval broker, for the control socket's approval
+    /// ops (set once, at start).
+    pub desk: std::sync::OnceLock<crate::approvals::BrokerDesk>,
 }
 
 /// One session's place in its sandbox.
@@ -189,6 +192,7 @@ impl Lifecycle {
             salt,
             servers,
             map: Mutex::new(HashMap::new()),
+            desk: std::sync::OnceLock::new(),
         });
         life.recover()?;
         let weak = Arc::downgrade(&life);

@@ -14,6 +14,10 @@ use super::workspace::Workspace;
 use super::{audit_lifecycle, fill, lock, Lifecycle};
 
 impl Control for Lifecycle {
+    fn desk(&self) -> Option<&dyn mcpbox_lifecycle::Desk> {
+        self.desk.get().map(|d| d as &dyn mcpbox_lifecycle::Desk)
+    }
+
     fn list(&self) -> Vec<SandboxInfo> {
         self.all_infos()
     }

@@ -45,7 +45,7 @@ async def main():
                     check(r.is_error and "approval.declined" in text_of(r), "the declined call was refused")
                 else:
                     check(not asked, "nobody could be asked")
-                    check(r.is_error and "approval.required" in text_of(r), "without elicitation the call is refused")
+                    check(r.is_error and "approval.pending" in text_of(r), "without elicitation the call is refused, naming the approval")
     print("done", flush=True)
 
 

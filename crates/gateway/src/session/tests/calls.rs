@@ -202,9 +202,11 @@ fn approval_nobody_answers_times_out_denied() {
     t.init(json!({"elicitation": {}}));
     t.host(&call(1, "write_file", json!({})));
     assert_eq!(t.after(9_999), Vec::<String>::new());
+    // the host's form is withdrawn, then the call denied
     assert_eq!(
         t.after(1),
         s(&[
+            "host {\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\",\"params\":{\"reason\":\"the approval expired\",\"requestId\":\"mcpbox-approval-n0nce-0\"}}",
             "audit ToolCall deny approval.timeout",
             "host denied approval.timeout id=1"
         ])
@@ -271,11 +273,13 @@ fn fallback_approver_is_asked_when_the_host_cannot_elicit() {
             "host denied approval.timeout id=3"
         ])
     );
-    // the approver gave no answer at all: the session's own clock denies
+    // the approver gave no answer at all: the session's own clock denies,
+    // and tells the broker
     t.host(&call(4, "write_file", json!({})));
     assert_eq!(
         t.after(10_000),
         s(&[
+            "closed ap- Expired",
             "audit ToolCall deny approval.timeout",
             "host denied approval.timeout id=4"
         ])
@@ -288,7 +292,9 @@ fn cancelled_call_waiting_for_approval_is_dropped_unanswered() {
     t.init(json!({"elicitation": {}}));
     t.host(&call(1, "write_file", json!({})));
     let cancel = r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}"#;
-    assert_eq!(t.host(cancel), Vec::<String>::new());
+    // unanswered, but recorded: nothing that waited for a human goes
+    // unrecorded
+    assert_eq!(t.host(cancel), ["audit ToolCall deny approval.declined"]);
     let yes = r#"{"jsonrpc":"2.0","id":"mcpbox-approval-n0nce-0","result":{"action":"accept","content":{"approve":true}}}"#;
     assert_eq!(
         t.host(yes),
@@ -315,6 +321,7 @@ fn forged_approval_answer_from_the_server_is_dropped() {
     assert_eq!(
         t.after(10_000),
         s(&[
+            "host {\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\",\"params\":{\"reason\":\"the approval expired\",\"requestId\":\"mcpbox-approval-n0nce-0\"}}",
             "audit ToolCall deny approval.timeout",
             "host denied approval.timeout id=1"
         ])

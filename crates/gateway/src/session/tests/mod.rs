@@ -255,7 +255,8 @@ pub(super) fn describe(e: &Effect) -> String {
                 .file_name()
                 .map_or(String::new(), |n| n.to_string_lossy().into())
         ),
-        Effect::AskApprover { key, request } => format!("approver {key} {}", request.tool),
+        Effect::AskApprover { key, ask } => format!("approver {key} {}", ask.binding.tool),
+        Effect::ApprovalClosed { id, how } => format!("closed {} {how:?}", &id[..3]),
         Effect::CheckArguments { key, tool, .. } => format!("check-arguments {key} {tool}"),
         Effect::Answer { ticket, answer } => match answer {
             Asked::Response(_) => format!("answer {ticket} response"),
