@@ -186,9 +186,52 @@ fn console_without_the_token_gets_401_and_no_data() {
     assert_eq!(r.status, 401);
 }
 
+impl Console {
+    /// Sends a `tools/call` of `echo` (under `approve`, held) without
+    /// waiting, and returns the id of the approval the console shows.
+    fn held_call(&mut self, id: u64, text: &str) -> String {
+        self.session.send(&json!({
+            "jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": "echo", "arguments": {"text": text}}
+        }));
+        let until = Instant::now() + Duration::from_secs(20);
+        loop {
+            let a: Value = serde_json::from_str(&self.get("/api/approvals").body).unwrap();
+            if let Some(v) = a["approvals"].as_array().and_then(|l| l.first()) {
+                assert_eq!(v["tool"], "echo", "{v}");
+                assert_eq!(v["state"], "pending", "{v}");
+                return v["id"].as_str().unwrap().to_string();
+            }
+            assert!(
+                Instant::now() < until,
+                "no approval appeared; stderr: {}",
+                self.session.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// The response to request `id` (other messages skipped).
+    fn response(&mut self, id: u64) -> Value {
+        loop {
+            let msg = self.session.recv();
+            if msg.get("id") == Some(&json!(id)) {
+                return msg;
+            }
+        }
+    }
+
+    fn pending(&self) -> usize {
+        let a: Value = serde_json::from_str(&self.get("/api/approvals").body).unwrap();
+        a["approvals"].as_array().unwrap().len()
+    }
+}
+
 #[test]
 fn console_post_from_another_origin_is_refused() {
-    let c = Console::start();
+    let mut c = Console::start();
+    let id = c.held_call(7, "hello through the console");
+    let approve = format!("/api/approvals/{id}/approve");
     for origin in [
         "http://evil.example".to_string(),
         "null".to_string(),
@@ -198,34 +241,74 @@ fn console_post_from_another_origin_is_refused() {
         let r = request(
             c.port,
             "POST",
-            "/api/approvals/ap-000000000000/approve",
+            &approve,
             &[("Authorization", &c.bearer()), ("Origin", &origin)],
             r#"{"scope":"once"}"#,
         );
         assert_eq!(r.status, 403, "{origin}: {}", r.body);
     }
-    // a same-origin POST with a cross-site fetch (a form on another site)
+    // the right Origin with a cross-site fetch (a form on another site)
     let r = request(
         c.port,
         "POST",
-        "/api/approvals/ap-000000000000/deny",
+        &approve,
         &[
             ("Authorization", &c.bearer()),
             ("Origin", &c.origin()),
             ("Sec-Fetch-Site", "cross-site"),
         ],
-        "",
+        r#"{"scope":"once"}"#,
     );
     assert_eq!(r.status, 403, "{}", r.body);
-    // and with the right origin it reaches the broker (which has no such id)
+    assert_eq!(c.pending(), 1, "the approval is still pending");
+    // the console's own page may: the held call completes
     let r = request(
         c.port,
         "POST",
-        "/api/approvals/ap-000000000000/deny",
+        &approve,
+        &[("Authorization", &c.bearer()), ("Origin", &c.origin())],
+        r#"{"scope":"once"}"#,
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    let answer = c.response(7);
+    assert_eq!(
+        common::mcp::result_text(&answer),
+        "hello through the console",
+        "{answer}"
+    );
+    assert_eq!(c.pending(), 0);
+}
+
+#[test]
+fn console_deny_refuses_the_held_call() {
+    let mut c = Console::start();
+    let id = c.held_call(8, "never echoed");
+    let r = request(
+        c.port,
+        "POST",
+        &format!("/api/approvals/{id}/deny"),
         &[("Authorization", &c.bearer()), ("Origin", &c.origin())],
         "",
     );
-    assert_eq!(r.status, 404, "{}", r.body);
+    assert_eq!(r.status, 200, "{}", r.body);
+    let answer = c.response(8);
+    assert_ne!(
+        common::mcp::result_text(&answer),
+        "never echoed",
+        "{answer}"
+    );
+    assert!(
+        answer.get("error").is_some() || answer["result"]["isError"] == true,
+        "{answer}"
+    );
+    // audited: requested, then denied by the console
+    let events = common::audit::events(&c.ws.path().join("audit.db"));
+    let denied = events.iter().find(|e| {
+        e["kind"] == "approval"
+            && e["detail"]["action"] == "denied"
+            && e["detail"]["by"] == "console"
+    });
+    assert!(denied.is_some(), "{events:?}");
 }
 
 #[test]
