@@ -255,7 +255,7 @@
   let infoDone = false;
   async function loadInfo() {
     const info = await api("GET", "/api/info");
-    $("mode").textContent = "mcpbox " + info.mode;
+    $("mode").textContent = info.mode;
     const sel = $("audit-db");
     sel.replaceChildren.apply(sel, info.audit_dbs.map(function (p, i) { const o = el("option", null, p); o.value = String(i); return o; }));
     infoDone = true;
@@ -358,7 +358,7 @@
       }
       return el("div", { className: "card" },
         el("h2", null, s.id),
-        el("div", { className: "muted" }, "policy " + s.policy + (s.tools_pinned ? ", " + s.tools.length + " tools pinned" : ", no tool list pinned yet")),
+        el("div", { className: "muted" }, "server of the policy " + s.policy + (s.tools_pinned ? ", " + s.tools.length + " tools pinned" : ", no tool list pinned yet")),
         s.tools.length ? el("ul", { className: "tools" }, s.tools.map(function (t) { return el("li", { title: t.digest }, t.name); })) : null,
         change);
     }));
