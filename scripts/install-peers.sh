@@ -48,6 +48,10 @@ PY_PKGS=(
   # backend when uv is installed beside it; the test runs both backends)
   "uv==0.13.8"
   "pipx==1.18.4"
+  # the web console's browser tests (tests/interop/console_browser.py) drive
+  # Debian's /usr/bin/chromium (install-test-deps.sh) with it; its own
+  # browser download is never used
+  "playwright==1.65.2"
 )
 log() { printf '[peers] %s\n' "$*"; }
 mkdir -p "$PEERS"

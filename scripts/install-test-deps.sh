@@ -3,7 +3,10 @@
 # the Debian packages (skipped with SKIP_APT=1).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-APT_PKGS=(python3 python3-venv nodejs util-linux passwd iproute2 g++)
+# chromium: the web console's browser tests (tests/console_browser.rs), driven
+# by Playwright from the peers' venv (install-peers.sh), which cannot
+# download a browser of its own here.
+APT_PKGS=(python3 python3-venv nodejs util-linux passwd iproute2 g++ chromium)
 if [ "${SKIP_APT:-0}" != 1 ] && [ "$(id -u)" -eq 0 ]; then
   missing=()
   for p in "${APT_PKGS[@]}"; do
