@@ -165,11 +165,18 @@ def serve(a, env):
         expect(row.locator("td.state")).to_have_text("running")
         if a.shots:
             page.screenshot(path=os.path.join(a.shots, "sandboxes.png"))
-        row.get_by_role("button", name="pause").click()
-        expect(row.locator("td.state")).to_have_text("paused")
-        row.get_by_role("button", name="resume").click()
-        expect(row.locator("td.state")).to_have_text("running")
-        print("ok sandboxes under serve: listed, paused, resumed")
+        if row.get_by_role("button", name="pause").count() == 0:
+            # an ordinary user without a delegated cgroup has no freezer
+            if os.geteuid() == 0:
+                fail("as root the sandbox should have a freezer (no pause button)")
+            expect(row).to_contain_text("no freezer")
+            print("ok sandboxes under serve: listed; no freezer for this user, pause not tested")
+        else:
+            row.get_by_role("button", name="pause").click()
+            expect(row.locator("td.state")).to_have_text("paused")
+            row.get_by_role("button", name="resume").click()
+            expect(row.locator("td.state")).to_have_text("running")
+            print("ok sandboxes under serve: listed, paused, resumed")
         browser.close()
     HOST.proc.terminate()
     HOST.proc.wait(timeout=30)
@@ -283,4 +290,14 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    finally:
+        # whatever failed (a Playwright expectation raises), no mcpbox is
+        # left running
+        if HOST is not None and HOST.proc.poll() is None:
+            HOST.proc.terminate()
+            try:
+                HOST.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                HOST.proc.kill()

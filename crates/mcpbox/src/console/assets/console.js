@@ -238,7 +238,8 @@
         el("td", null, fmtDuration(s.idle_seconds)),
         el("td", null, s.created),
         el("td", null, el("div", { className: "actions" },
-          s.state === "running" ? op("pause") : null,
+          s.state === "running" && s.freezer ? op("pause") : null,
+          s.state === "running" && !s.freezer ? el("span", { className: "muted", title: "pausing needs a freezer cgroup (root, or a delegated cgroup)" }, "no freezer") : null,
           s.state === "paused" ? op("resume") : null,
           op("destroy", "Destroy sandbox " + s.id + "? Its processes are killed and its workspace deleted (declared artifacts are exported first)."),
           status))
