@@ -1,7 +1,9 @@
 //! The web console in headless Chromium, driven by Playwright for Python
 //! (tests/interop/console_browser.py): a held call appears live and "Allow
 //! once" completes it, "Deny" refuses it, HTML and script in a call's
-//! arguments render inert, and every page renders.
+//! arguments render inert, every page renders, a rug pull shows on the
+//! pins page and is accepted there, and `serve`'s sandboxes are listed,
+//! paused and resumed.
 //!
 //! Needs Debian's `chromium` and PyPI `playwright` in the peers' venv
 //! (`scripts/install-test-deps.sh` installs both, pinned). When either is
@@ -127,6 +129,25 @@ fn console_in_a_browser_approves_denies_and_renders_hostile_previews_inert() {
     ] {
         assert!(shots.join(shot).exists(), "no screenshot {shot}");
     }
+}
+
+#[test]
+fn console_in_a_browser_shows_a_rug_pull_and_accepts_it() {
+    let Some(py) = python_or_skip() else { return };
+    let ws = Workspace::with_server("rugpull");
+    let policy = ws.policy("[server]\nname = \"calc\"\n[audit]\npath = \"audit.db\"\n");
+    let shots = drive(
+        &py,
+        ws.path(),
+        &[
+            OsStr::new("--scenario"),
+            OsStr::new("pins"),
+            OsStr::new("--policy"),
+            policy.as_os_str(),
+        ],
+        &[],
+    );
+    assert!(shots.join("pins.png").exists());
 }
 
 #[test]

@@ -18,6 +18,7 @@ use super::{start, Parts, Running};
 
 struct Fixture {
     console: Running,
+    _state: tempfile::TempDir,
     broker: Arc<Broker>,
     port: u16,
     token: String,
@@ -32,7 +33,7 @@ fn fixture() -> Fixture {
             broker: broker.clone(),
             control: None,
             audit_dbs: vec![state.path().join("audit.db")],
-            state_dir: state.keep(),
+            state_dir: state.path().to_path_buf(),
             mode: "run",
         },
     )
@@ -48,6 +49,7 @@ fn fixture() -> Fixture {
     let token = url.split("#token=").nth(1).unwrap().to_string();
     Fixture {
         console,
+        _state: state,
         broker,
         port,
         token,

@@ -183,9 +183,48 @@ def serve(a, env):
     print("console browser test: all checks held")
 
 
+def pins(a, env):
+    """A rug pull (the `rugpull` server changes a description and adds a
+    tool on its second list): the pins page shows the change, Accept
+    takes it."""
+    global HOST
+    HOST = Host([a.mcpbox, "run", "--console", "--policy", a.policy, "--",
+                 "/workspace/input/rugpull"], env)
+    url = HOST.console_url()
+    HOST.request("initialize", {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "browser-test-host", "version": "1"}})
+    HOST.send("notifications/initialized", {}, notify=True)
+    HOST.request("tools/list", {})
+    second = HOST.request("tools/list", {})
+    if "exfil" in [t["name"] for t in second["result"]["tools"]]:
+        fail(f"the changed tool list was not withheld: {second}")
+    with sync_playwright() as p:
+        browser = launch(p, a.chromium)
+        page = browser.new_page(viewport={"width": 1180, "height": 560})
+        page.set_default_timeout(20000)
+        page.goto(url)
+        page.wait_for_function("location.hash === '#approvals'")
+        page.goto(url.split("#")[0] + "#pins")
+        card = page.locator("#pins .card")
+        expect(card).to_contain_text("+ exfil (new tool)")
+        expect(card).to_contain_text("~ add (definition changed)")
+        expect(card.get_by_role("button", name="Reject the change")).to_be_disabled()
+        if a.shots:
+            page.screenshot(path=os.path.join(a.shots, "pins.png"))
+        card.get_by_role("button", name="Accept the change").click()
+        expect(card).not_to_contain_text("withheld")
+        expect(card.locator("ul.tools")).to_contain_text("exfil")
+        print("ok pins: the rug pull shown, accepted")
+        browser.close()
+    HOST.close()
+    print("console browser test: all checks held")
+
+
 def main():
     global HOST
     ap = argparse.ArgumentParser()
+    ap.add_argument("--scenario", default="approvals", choices=["approvals", "pins"])
     ap.add_argument("--mcpbox", required=True)
     ap.add_argument("--policy")
     ap.add_argument("--serve-config")
@@ -199,6 +238,8 @@ def main():
         os.makedirs(a.shots, exist_ok=True)
     if a.serve_config:
         return serve(a, env)
+    if a.scenario == "pins":
+        return pins(a, env)
     HOST = Host([a.mcpbox, "run", "--console", "--policy", a.policy, "--",
                  "/workspace/input/plain"], env)
     url = HOST.console_url()
@@ -279,8 +320,6 @@ def main():
             page.screenshot(path=os.path.join(a.shots, "audit.png"), full_page=False)
         page.goto(url.split("#")[0] + "#pins")
         expect(page.locator("#pins")).to_contain_text("echo")
-        if a.shots:
-            page.screenshot(path=os.path.join(a.shots, "pins.png"))
         print("ok sandboxes, audit (chain intact) and pins pages render")
         if dialogs:
             fail(f"a dialog opened: {dialogs}")
