@@ -100,6 +100,7 @@ pub mod launcher;
 pub mod lines;
 pub mod message;
 pub mod pin;
+pub mod pin_review;
 pub mod policy;
 pub mod redact;
 pub mod screen;
@@ -123,8 +124,8 @@ pub use launcher::{
 };
 pub use mcpbox_policy::{Decision, Reason, ToolHints, Verdict};
 pub use pin::{
-    accept_pins, pending_path, pin_list, read_pins, tool_digest, PinError, PinStore, PinVerdict,
-    PinWrite, Pins,
+    accept_pins, pending_path, pin_list, read_pins, tool_digest, Checked, Kept, PinError, PinStore,
+    PinVerdict, PinWrite, Pins,
 };
 pub use policy::{
     AllowAll, ApprovalAnswer, ApprovalRequest, ApprovalWorker, Approver, ArgumentCheck, ToolPolicy,
