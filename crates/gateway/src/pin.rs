@@ -110,6 +110,10 @@ pub struct Pins {
     pub rejected: BTreeMap<String, BTreeSet<String>>,
     /// Digests of rejected instructions.
     pub rejected_instructions: BTreeSet<String>,
+    /// The server these pins are of, as the binary names it (a command
+    /// line, or a URL without credentials): for lists of pin files. Not
+    /// part of any pinning decision.
+    pub server: Option<String>,
 }
 
 /// A kept definition checked against its digest.
@@ -186,6 +190,7 @@ impl Pins {
             "instructions_text": self.instructions_text.as_ref().map(Kept::to_json),
             "rejected": self.rejected,
             "rejected_instructions": self.rejected_instructions,
+            "server": self.server,
         })
     }
 
@@ -230,6 +235,7 @@ impl Pins {
                 .map(|d| d.as_str().map(str::to_string))
                 .collect::<Option<_>>()?;
         }
+        out.server = v.get("server").and_then(Value::as_str).map(str::to_string);
         Some(out)
     }
 }

@@ -520,35 +520,28 @@ pub struct PinFile {
     /// The pin file (it may exist only as a pending change).
     pub path: PathBuf,
     /// The server it pins, as `mcpbox run` named it ([`write_server_label`]);
-    /// `None` for files written before labels were kept.
+    /// `None` for files written before labels were kept. Shown, it is text
+    /// to escape like any other.
     pub server: Option<String>,
     /// Whether a change is pending.
     pub pending: bool,
 }
 
-/// Where the server label of `pin_file` is kept: `<pin_file>.server`.
-pub fn label_path(pin_file: &Path) -> PathBuf {
-    let mut s = pin_file.as_os_str().to_owned();
-    s.push(".server");
-    PathBuf::from(s)
-}
-
-/// Records which server `pin_file` pins (a command line or a URL without
-/// credentials), for [`pin_files`]. Writes only when it differs.
+/// Records which server `pin_file` pins (a command line, or a URL without
+/// credentials) in the file, for [`pin_files`]; creates the file (with no
+/// tool list pinned yet) when there is none. Writes only when it differs.
+/// Call it before a session opens the file: a session keeps what it read.
 pub fn write_server_label(pin_file: &Path, label: &str) -> Result<(), PinError> {
-    let path = label_path(pin_file);
-    if std::fs::read_to_string(&path).is_ok_and(|l| l == label) {
+    let mut pins = read_pins(pin_file)?.unwrap_or_default();
+    if pins.server.as_deref() == Some(label) {
         return Ok(());
     }
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    let tmp = PathBuf::from(tmp);
-    let io = |source| PinError::Io {
-        path: path.clone(),
-        source,
-    };
-    std::fs::write(&tmp, label).map_err(io)?;
-    std::fs::rename(&tmp, &path).map_err(io)
+    pins.server = Some(label.to_string());
+    PinWrite {
+        path: pin_file.to_path_buf(),
+        value: pins.to_json(),
+    }
+    .write()
 }
 
 /// The pin files (not their pending twins) in one policy's directory, also
@@ -607,8 +600,10 @@ pub fn pin_files(state_dir: &Path) -> Result<Vec<PinFile>, PinError> {
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
         for path in pin_files_in(&dir)? {
-            let server = std::fs::read_to_string(label_path(&path)).ok();
             let pending = pending_path(&path).exists();
+            // a damaged file is still listed (its review will say what is wrong)
+            let read = |p: &Path| read_pins(p).ok().flatten().and_then(|p| p.server);
+            let server = read(&path).or_else(|| read(&pending_path(&path)));
             out.push(PinFile {
                 policy: policy.clone(),
                 path,
