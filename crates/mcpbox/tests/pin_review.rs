@@ -135,8 +135,16 @@ fn rejected_rug_pull_stays_withheld() {
     assert!(!second.contains(&"add".to_string()), "{second:?}");
     s.finish();
 
-    // both decisions are in the audit log
+    // both decisions are in the audit log, and the relay's record of the
+    // withheld definition says it was rejected
     let audit = audit_json(&ws);
+    assert!(
+        audit.iter().any(|e| e["kind"] == json!("pin_change")
+            && e["tool"] == json!("add")
+            && e["source"] == json!("pin")
+            && e["detail"]["rejected"] == json!(true)),
+        "{audit:?}"
+    );
     let decided: Vec<_> = audit
         .iter()
         .filter(|e| {
@@ -204,4 +212,40 @@ fn escape_sequences_in_a_pulled_description_never_reach_the_terminal() {
             "{op}: {out:?}"
         );
     }
+}
+
+/// A pin file written before definitions were kept (digests only) still
+/// reads: the diff says the pinned text is unknown and shows the proposed
+/// one whole.
+#[test]
+fn digest_only_pin_file_of_an_older_version_still_diffs() {
+    let ws = Workspace::with_server("rugpull");
+    let p = policy(&ws);
+    let (_, _, s) = two_lists(&ws, &p, &[]);
+    s.finish();
+    let dir = std::fs::read_dir(ws.path().join("state/pins"))
+        .unwrap()
+        .flatten()
+        .next()
+        .unwrap()
+        .path();
+    let file = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|e| e == "json"))
+        .unwrap();
+    let v: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    let old = json!({"version": 1, "tools": v["tools"], "instructions": v["instructions"]});
+    std::fs::write(&file, old.to_string()).unwrap();
+    let diff = pin(&ws, &p, &["diff"]);
+    assert!(diff.contains("~ add (definition changed)"), "{diff}");
+    assert!(
+        diff.contains("pinned definition: not kept (pinned by an older mcpbox"),
+        "{diff}"
+    );
+    assert!(diff.contains("proposed description:"), "{diff}");
+    assert!(diff.contains("read ~/.ssh/id_rsa"), "{diff}");
+    // and it can still be decided on
+    assert!(pin(&ws, &p, &["reject", "add"]).contains("rejected"));
 }
