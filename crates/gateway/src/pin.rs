@@ -377,9 +377,10 @@ pub fn read_pins(path: &Path) -> Result<Option<Pins>, PinError> {
     }
 }
 
-/// Accepts pending pin changes (`mcpbox pin accept`): moves
-/// `<pin_file>.pending` over `pin_file`. Returns false when nothing was
-/// pending.
+/// Accepts every pending pin change: moves `<pin_file>.pending` over
+/// `pin_file`. Returns false when nothing was pending.
+/// [`crate::pin_review::accept`] is the reviewed form (one tool or all,
+/// returning what was accepted), which `mcpbox pin accept` uses.
 pub fn accept_pins(pin_file: &Path) -> Result<bool, PinError> {
     let pending = pending_path(pin_file);
     match read_pins(&pending)? {
@@ -395,15 +396,18 @@ pub fn accept_pins(pin_file: &Path) -> Result<bool, PinError> {
 }
 
 /// Pins every tool of a `tools/list` result (`{"tools":[...]}`) and
-/// `instructions` (if given) into `pin_file`, replacing what was there.
-/// For tools that accept a list out of band.
+/// `instructions` (if given) into `pin_file`, with their definitions,
+/// replacing what was there (but the server's name). For tools that accept
+/// a list out of band.
 pub fn pin_list(
     pin_file: &Path,
     list_result: &Value,
     instructions: Option<&str>,
 ) -> Result<(), PinError> {
+    let server = read_pins(pin_file).ok().flatten().and_then(|p| p.server);
     let mut pins = Pins {
         tools_pinned: true,
+        server,
         ..Pins::default()
     };
     for tool in list_result
@@ -413,10 +417,13 @@ pub fn pin_list(
         .flatten()
     {
         if let Some(name) = tool.get("name").and_then(Value::as_str) {
-            pins.tools.insert(name.to_string(), tool_digest(tool));
+            let fields = digested_fields(tool);
+            pins.tools.insert(name.to_string(), json_digest(&fields));
+            pins.definitions.insert(name.to_string(), Kept::of(fields));
         }
     }
     pins.instructions = instructions.map(|i| crate::digest::sha256_hex(i.as_bytes()));
+    pins.instructions_text = instructions.map(|i| Kept::of(Value::String(i.to_string())));
     write_atomic(pin_file, &pins.to_json())
 }
 
