@@ -102,6 +102,7 @@ pub mod launcher;
 pub mod lines;
 pub mod message;
 pub mod pin;
+pub mod pin_review;
 pub mod policy;
 pub mod redact;
 pub mod screen;
@@ -125,8 +126,8 @@ pub use launcher::{
 };
 pub use mcpbox_policy::{Decision, Reason, ToolHints, Verdict};
 pub use pin::{
-    accept_pins, pending_path, pin_list, read_pins, tool_digest, PinError, PinStore, PinVerdict,
-    PinWrite, Pins,
+    accept_pins, pending_path, pin_list, read_pins, tool_digest, Checked, Kept, PinError, PinStore,
+    PinVerdict, PinWrite, Pins,
 };
 pub use policy::{AllowAll, ApprovalAnswer, ArgumentCheck, ToolPolicy};
 pub use secrets::{load_secret, Secret, SecretError, SecretSource, Secrets};

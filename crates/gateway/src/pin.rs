@@ -1,8 +1,20 @@
 //! Tool pinning: the first tool list (and server instructions) seen under a
 //! pin file is recorded as one digest per tool; later changes (a rug pull)
 //! or new tools are withheld until accepted.
+//!
+//! A pin file (and its pending twin) also keeps each tool's definition as
+//! it was digested ([`Kept`]), at most [`MAX_KEPT`] bytes a tool, and the
+//! instructions' text, so that a change can be reviewed as a diff
+//! ([`crate::pin_review`]). The digests decide; a kept text is shown only
+//! when it still hashes to its digest. Files written before definitions
+//! were kept (version 1) read as pins whose definitions are unknown.
+//!
+//! A proposal a human rejected ([`crate::pin_review::reject`]) is
+//! remembered in the pin file by its digest (`rejected`): the tool stays
+//! withheld while the server offers it, and it is not written to the
+//! pending file again.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use serde_json::{json, Map, Value};
@@ -30,7 +42,52 @@ pub enum PinError {
     },
 }
 
-/// Pinned digests.
+/// At most this many bytes of one tool's definition (its canonical JSON) or
+/// of the instructions are kept in a pin file; beyond that only the digest.
+pub const MAX_KEPT: usize = 64 * 1024;
+
+/// What a pin file keeps of a definition beside its digest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Kept {
+    /// The definition as digested: for a tool the object of the fields
+    /// [`tool_digest`] covers, for instructions the string.
+    Value(Value),
+    /// Over [`MAX_KEPT`]: only the digest was kept.
+    TooLarge {
+        /// Its size in bytes.
+        bytes: usize,
+    },
+}
+
+impl Kept {
+    fn of(value: Value) -> Kept {
+        let bytes = serde_json::to_vec(&value).map_or(usize::MAX, |b| b.len());
+        if bytes > MAX_KEPT {
+            Kept::TooLarge { bytes }
+        } else {
+            Kept::Value(value)
+        }
+    }
+
+    fn to_json(&self) -> Value {
+        match self {
+            Kept::Value(v) => json!({ "kept": v }),
+            Kept::TooLarge { bytes } => json!({ "too_large": bytes }),
+        }
+    }
+
+    fn from_json(v: &Value) -> Option<Kept> {
+        if let Some(k) = v.get("kept") {
+            return Some(Kept::Value(k.clone()));
+        }
+        let bytes = v.get("too_large")?.as_u64()?;
+        Some(Kept::TooLarge {
+            bytes: usize::try_from(bytes).unwrap_or(usize::MAX),
+        })
+    }
+}
+
+/// Pinned digests, with the definitions they were taken from.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Pins {
     /// Tool name to hex SHA-256 of its definition.
@@ -42,16 +99,99 @@ pub struct Pins {
     pub tools_pinned: bool,
     /// Hex SHA-256 of the server instructions, when it gave any.
     pub instructions: Option<String>,
+    /// What is kept of each tool's definition. Missing in files of
+    /// version 1 and for tools pinned before; check it against the digest
+    /// ([`Pins::tool_definition`]) before showing it.
+    pub definitions: BTreeMap<String, Kept>,
+    /// The instructions' text, as [`Pins::definitions`] for tools.
+    pub instructions_text: Option<Kept>,
+    /// Digests of proposals a human rejected, by tool: withheld while the
+    /// server offers them, never pending again.
+    pub rejected: BTreeMap<String, BTreeSet<String>>,
+    /// Digests of rejected instructions.
+    pub rejected_instructions: BTreeSet<String>,
+    /// The server these pins are of, as the binary names it (a command
+    /// line, or a URL without credentials): for lists of pin files. Not
+    /// part of any pinning decision.
+    pub server: Option<String>,
+}
+
+/// A kept definition checked against its digest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Checked<'a> {
+    /// Kept, and it hashes to the digest.
+    Verified(&'a Value),
+    /// Only the digest was kept: the definition was over [`MAX_KEPT`].
+    TooLarge(usize),
+    /// Nothing kept (a pin file written before definitions were kept).
+    Unknown,
+    /// Kept, but it does not hash to the digest (the file was edited or is
+    /// damaged): never to be shown as the pinned definition.
+    Mismatch,
 }
 
 impl Pins {
-    fn to_json(&self) -> Value {
+    /// The kept definition of `tool`, checked against its digest.
+    pub fn tool_definition(&self, tool: &str) -> Checked<'_> {
+        let Some(digest) = self.tools.get(tool) else {
+            return Checked::Unknown;
+        };
+        match self.definitions.get(tool) {
+            None => Checked::Unknown,
+            Some(Kept::TooLarge { bytes }) => Checked::TooLarge(*bytes),
+            Some(Kept::Value(v))
+                if tool_digest(v) == *digest
+                    && v.get("name").and_then(Value::as_str) == Some(tool) =>
+            {
+                Checked::Verified(v)
+            }
+            Some(Kept::Value(_)) => Checked::Mismatch,
+        }
+    }
+
+    /// The kept instructions, checked against their digest.
+    pub fn instructions_definition(&self) -> Checked<'_> {
+        let Some(digest) = &self.instructions else {
+            return Checked::Unknown;
+        };
+        match &self.instructions_text {
+            None => Checked::Unknown,
+            Some(Kept::TooLarge { bytes }) => Checked::TooLarge(*bytes),
+            Some(Kept::Value(v @ Value::String(text)))
+                if crate::digest::sha256_hex(text.as_bytes()) == *digest =>
+            {
+                Checked::Verified(v)
+            }
+            Some(Kept::Value(_)) => Checked::Mismatch,
+        }
+    }
+
+    /// Whether `digest` of `tool` was rejected.
+    pub fn is_rejected(&self, tool: &str, digest: &str) -> bool {
+        self.rejected.get(tool).is_some_and(|s| s.contains(digest))
+    }
+
+    pub(crate) fn to_json(&self) -> Value {
         let tools = if self.tools_pinned {
             json!(self.tools)
         } else {
             Value::Null
         };
-        json!({ "version": 1, "tools": tools, "instructions": self.instructions })
+        let definitions: Map<String, Value> = self
+            .definitions
+            .iter()
+            .map(|(k, d)| (k.clone(), d.to_json()))
+            .collect();
+        json!({
+            "version": 2,
+            "tools": tools,
+            "instructions": self.instructions,
+            "definitions": definitions,
+            "instructions_text": self.instructions_text.as_ref().map(Kept::to_json),
+            "rejected": self.rejected,
+            "rejected_instructions": self.rejected_instructions,
+            "server": self.server,
+        })
     }
 
     fn from_json(v: &Value) -> Option<Pins> {
@@ -69,14 +209,40 @@ impl Pins {
             .get("instructions")
             .and_then(Value::as_str)
             .map(str::to_string);
+        // Version 2 on: what is kept beside the digests. Unreadable entries
+        // read as not kept (the digests alone still decide).
+        if let Some(defs) = v.get("definitions").and_then(Value::as_object) {
+            for (k, d) in defs {
+                if let Some(kept) = Kept::from_json(d) {
+                    out.definitions.insert(k.clone(), kept);
+                }
+            }
+        }
+        out.instructions_text = v.get("instructions_text").and_then(Kept::from_json);
+        if let Some(rejected) = v.get("rejected").and_then(Value::as_object) {
+            for (k, ds) in rejected {
+                let set: BTreeSet<String> = ds
+                    .as_array()?
+                    .iter()
+                    .map(|d| d.as_str().map(str::to_string))
+                    .collect::<Option<_>>()?;
+                out.rejected.insert(k.clone(), set);
+            }
+        }
+        if let Some(ds) = v.get("rejected_instructions").and_then(Value::as_array) {
+            out.rejected_instructions = ds
+                .iter()
+                .map(|d| d.as_str().map(str::to_string))
+                .collect::<Option<_>>()?;
+        }
+        out.server = v.get("server").and_then(Value::as_str).map(str::to_string);
         Some(out)
     }
 }
 
-/// The digest of one tool definition: SHA-256 over the canonical JSON of its
-/// name, title, description, input and output schemas and annotations, as
-/// the server sent them (before screening, so hidden characters count).
-pub fn tool_digest(tool: &Value) -> String {
+/// The fields of a tool that [`tool_digest`] covers, as one object: what a
+/// pin file keeps of it.
+pub fn digested_fields(tool: &Value) -> Value {
     let mut m = Map::new();
     for key in [
         "name",
@@ -90,7 +256,14 @@ pub fn tool_digest(tool: &Value) -> String {
             m.insert(key.to_string(), v.clone());
         }
     }
-    json_digest(&Value::Object(m))
+    Value::Object(m)
+}
+
+/// The digest of one tool definition: SHA-256 over the canonical JSON of its
+/// name, title, description, input and output schemas and annotations, as
+/// the server sent them (before screening, so hidden characters count).
+pub fn tool_digest(tool: &Value) -> String {
+    json_digest(&digested_fields(tool))
 }
 
 /// What pinning says about one tool in a list.
@@ -204,9 +377,10 @@ pub fn read_pins(path: &Path) -> Result<Option<Pins>, PinError> {
     }
 }
 
-/// Accepts pending pin changes (`mcpbox pin accept`): moves
-/// `<pin_file>.pending` over `pin_file`. Returns false when nothing was
-/// pending.
+/// Accepts every pending pin change: moves `<pin_file>.pending` over
+/// `pin_file`. Returns false when nothing was pending.
+/// [`crate::pin_review::accept`] is the reviewed form (one tool or all,
+/// returning what was accepted), which `mcpbox pin accept` uses.
 pub fn accept_pins(pin_file: &Path) -> Result<bool, PinError> {
     let pending = pending_path(pin_file);
     match read_pins(&pending)? {
@@ -222,15 +396,18 @@ pub fn accept_pins(pin_file: &Path) -> Result<bool, PinError> {
 }
 
 /// Pins every tool of a `tools/list` result (`{"tools":[...]}`) and
-/// `instructions` (if given) into `pin_file`, replacing what was there.
-/// For tools that accept a list out of band.
+/// `instructions` (if given) into `pin_file`, with their definitions,
+/// replacing what was there (but the server's name). For tools that accept
+/// a list out of band.
 pub fn pin_list(
     pin_file: &Path,
     list_result: &Value,
     instructions: Option<&str>,
 ) -> Result<(), PinError> {
+    let server = read_pins(pin_file).ok().flatten().and_then(|p| p.server);
     let mut pins = Pins {
         tools_pinned: true,
+        server,
         ..Pins::default()
     };
     for tool in list_result
@@ -240,10 +417,13 @@ pub fn pin_list(
         .flatten()
     {
         if let Some(name) = tool.get("name").and_then(Value::as_str) {
-            pins.tools.insert(name.to_string(), tool_digest(tool));
+            let fields = digested_fields(tool);
+            pins.tools.insert(name.to_string(), json_digest(&fields));
+            pins.definitions.insert(name.to_string(), Kept::of(fields));
         }
     }
     pins.instructions = instructions.map(|i| crate::digest::sha256_hex(i.as_bytes()));
+    pins.instructions_text = instructions.map(|i| Kept::of(Value::String(i.to_string())));
     write_atomic(pin_file, &pins.to_json())
 }
 
@@ -285,7 +465,9 @@ impl PinStore {
     }
 
     /// [`PinStore::check_tools`] without the writes: returns them instead.
-    /// The verdicts hold whether or not the writes succeed.
+    /// The verdicts hold whether or not the writes succeed. A tool whose
+    /// digest was rejected keeps its verdict (it is withheld) but is not
+    /// written to the pending file.
     pub fn plan_tools(
         &mut self,
         tools: &[Value],
@@ -299,7 +481,8 @@ impl PinStore {
         let mut withheld = false;
         for tool in tools {
             let name = tool.get("name").and_then(Value::as_str).unwrap_or_default();
-            let digest = tool_digest(tool);
+            let fields = digested_fields(tool);
+            let digest = json_digest(&fields);
             let verdict = match pins.tools.get(name) {
                 Some(old) if *old == digest => PinVerdict::Pinned,
                 Some(old) => PinVerdict::Changed {
@@ -312,14 +495,25 @@ impl PinStore {
                 },
             };
             let take = establish || accept || verdict == PinVerdict::Pinned;
-            if take && pins.tools.get(name) != Some(&digest) {
+            let kept = Kept::of(fields);
+            if take
+                && (pins.tools.get(name) != Some(&digest)
+                    || pins.definitions.get(name) != Some(&kept))
+            {
+                // also fills in the definition of a tool pinned by an
+                // older version, which kept digests only
                 pins.tools.insert(name.to_string(), digest.clone());
+                pins.definitions.insert(name.to_string(), kept.clone());
                 dirty = true;
             }
-            if !take {
+            let rejected = !take && pins.is_rejected(name, &digest);
+            if !take && !rejected {
                 withheld = true;
             }
-            self.pending.tools.insert(name.to_string(), digest);
+            if !rejected {
+                self.pending.tools.insert(name.to_string(), digest);
+                self.pending.definitions.insert(name.to_string(), kept);
+            }
             verdicts.push(verdict);
         }
         if establish && !pins.tools_pinned {
@@ -330,17 +524,41 @@ impl PinStore {
             writes.push(PinWrite::new(&self.path, pins.to_json()));
         }
         if withheld {
-            let mut pending = pins.clone();
-            pending.tools.extend(
-                self.pending
-                    .tools
-                    .iter()
-                    .map(|(k, v)| (k.clone(), v.clone())),
-            );
-            pending.instructions = self.pending.instructions.clone().or(pending.instructions);
+            let pending = self.pending_file(None);
             writes.push(PinWrite::new(&pending_path(&self.path), pending.to_json()));
         }
         (verdicts, writes)
+    }
+
+    /// The pending file's content: the pins with what this session saw
+    /// on top (and `instructions`, when given).
+    fn pending_file(&self, instructions: Option<(String, Kept)>) -> Pins {
+        let mut pending = self.pins.clone().unwrap_or_default();
+        pending.tools.extend(
+            self.pending
+                .tools
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone())),
+        );
+        pending.definitions.extend(
+            self.pending
+                .definitions
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone())),
+        );
+        match instructions {
+            Some((digest, text)) => {
+                pending.instructions = Some(digest);
+                pending.instructions_text = Some(text);
+            }
+            None => {
+                if self.pending.instructions.is_some() {
+                    pending.instructions = self.pending.instructions.clone();
+                    pending.instructions_text = self.pending.instructions_text.clone();
+                }
+            }
+        }
+        pending
     }
 
     /// Checks server instructions. Returns `Some(old, new)` when they differ
@@ -357,6 +575,7 @@ impl PinStore {
     }
 
     /// [`PinStore::check_instructions`] without the writes: returns them.
+    /// Rejected instructions are withheld without a pending write.
     pub fn plan_instructions(
         &mut self,
         text: &str,
@@ -364,27 +583,41 @@ impl PinStore {
         accept: bool,
     ) -> (Option<(String, String)>, Vec<PinWrite>) {
         let digest = crate::digest::sha256_hex(text.as_bytes());
+        let kept = Kept::of(Value::String(text.to_string()));
         let pins = self.pins.get_or_insert_with(Pins::default);
-        self.pending.instructions = Some(digest.clone());
+        let take = |pins: &mut Pins| {
+            pins.instructions = Some(digest.clone());
+            pins.instructions_text = Some(kept.clone());
+            PinWrite::new(&self.path, pins.to_json())
+        };
         match pins.instructions.clone() {
-            Some(old) if old == digest => (None, Vec::new()),
+            Some(old) if old == digest => {
+                self.pending.instructions = Some(digest.clone());
+                self.pending.instructions_text = Some(kept.clone());
+                if pins.instructions_text.as_ref() == Some(&kept) {
+                    (None, Vec::new())
+                } else {
+                    // pinned by an older version: keep the text now
+                    (None, vec![take(pins)])
+                }
+            }
             None if establish || accept => {
-                pins.instructions = Some(digest);
-                (None, vec![PinWrite::new(&self.path, pins.to_json())])
+                self.pending.instructions = Some(digest.clone());
+                self.pending.instructions_text = Some(kept.clone());
+                (None, vec![take(pins)])
             }
             Some(_) if accept => {
-                pins.instructions = Some(digest);
-                (None, vec![PinWrite::new(&self.path, pins.to_json())])
+                self.pending.instructions = Some(digest.clone());
+                self.pending.instructions_text = Some(kept.clone());
+                (None, vec![take(pins)])
+            }
+            old if pins.rejected_instructions.contains(&digest) => {
+                (Some((old.unwrap_or_default(), digest)), Vec::new())
             }
             old => {
-                let mut pending = pins.clone();
-                pending.tools.extend(
-                    self.pending
-                        .tools
-                        .iter()
-                        .map(|(k, v)| (k.clone(), v.clone())),
-                );
-                pending.instructions = Some(digest.clone());
+                self.pending.instructions = Some(digest.clone());
+                self.pending.instructions_text = Some(kept.clone());
+                let pending = self.pending_file(Some((digest.clone(), kept)));
                 let write = PinWrite::new(&pending_path(&self.path), pending.to_json());
                 (Some((old.unwrap_or_default(), digest)), vec![write])
             }

@@ -51,17 +51,38 @@ enum PinAction {
         #[arg(long, short)]
         policy: PathBuf,
     },
-    /// What a pending change adds, removes and changes, per server.
+    /// What a pending change adds, removes and changes, per server: the
+    /// tools, a line diff of each description (terminal escapes stripped)
+    /// and the input schema's keys added, removed and changed.
     Diff {
         /// The servers' policy file.
         #[arg(long, short)]
         policy: PathBuf,
     },
-    /// Accept the pending tool lists (withheld changes), showing the diff.
+    /// Accept withheld changes into the pins (TOOL's, the instructions', or
+    /// all), showing the diff; audited.
     Accept {
         /// The servers' policy file.
         #[arg(long, short)]
         policy: PathBuf,
+        /// Only this tool's change (of every server under the policy).
+        tool: Option<String>,
+        /// Only the change of the server's instructions.
+        #[arg(long, conflicts_with = "tool")]
+        instructions: bool,
+    },
+    /// Reject withheld changes (TOOL's, the instructions', or all): the pins
+    /// stay, the tool stays withheld while the server offers the rejected
+    /// definition, and that definition is not proposed again; audited.
+    Reject {
+        /// The servers' policy file.
+        #[arg(long, short)]
+        policy: PathBuf,
+        /// Only this tool's change (of every server under the policy).
+        tool: Option<String>,
+        /// Only the change of the server's instructions.
+        #[arg(long, conflicts_with = "tool")]
+        instructions: bool,
     },
     /// Forget the pins: each server's next tool list is pinned as it comes.
     Reset {
@@ -152,7 +173,7 @@ enum Command {
         console: Option<std::net::SocketAddr>,
     },
     /// Review the tool definitions pinned for a policy's servers: list,
-    /// diff, accept (a withheld new or changed tool), reset.
+    /// diff, accept or reject (a withheld new or changed tool), reset.
     Pin {
         #[command(subcommand)]
         action: PinAction,
@@ -299,7 +320,22 @@ fn main() -> ExitCode {
         Command::Pin { action } => match action {
             PinAction::List { policy } => pins::run(pins::Op::List, &policy),
             PinAction::Diff { policy } => pins::run(pins::Op::Diff, &policy),
-            PinAction::Accept { policy } => pins::run(pins::Op::Accept, &policy),
+            PinAction::Accept {
+                policy,
+                tool,
+                instructions,
+            } => pins::run(
+                pins::Op::Accept(pins::pick(tool.as_deref(), instructions)),
+                &policy,
+            ),
+            PinAction::Reject {
+                policy,
+                tool,
+                instructions,
+            } => pins::run(
+                pins::Op::Reject(pins::pick(tool.as_deref(), instructions)),
+                &policy,
+            ),
             PinAction::Reset { policy } => pins::run(pins::Op::Reset, &policy),
         },
         Command::Doctor => doctor::run(),

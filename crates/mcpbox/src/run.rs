@@ -177,6 +177,11 @@ pub fn relay_config(
     if let Some(dir) = pins.parent() {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
+    // which server the file pins, for `mcpbox pin` and the console's list
+    // (the credential-free form the session_start record shows)
+    if let Err(e) = mcpbox_gateway::pin_review::write_server_label(&pins, &server_label(identity)) {
+        tracing::warn!("pins: {e}");
+    }
     Ok(Config {
         server_name: p.name().to_string(),
         sandbox_id,
@@ -206,10 +211,7 @@ pub fn relay_config(
 /// query or fragment, which can carry credentials), the policy's name and
 /// the SHA-256 of the effective policy (`mcpbox check` prints that text).
 fn session_detail(loaded: &Loaded, identity: &str) -> Value {
-    let server = match identity.strip_prefix("url:") {
-        Some(url) => format!("url:{}", url_without_credentials(url)),
-        None => identity.to_string(),
-    };
+    let server = server_label(identity);
     let digest = mcpbox_gateway::digest::sha256_hex(loaded.policy.to_toml().as_bytes());
     let mut detail = serde_json::json!({
         "server": server,
@@ -222,6 +224,15 @@ fn session_detail(loaded: &Loaded, identity: &str) -> Value {
         d.insert("runtime".into(), loaded.runtime.clone());
     }
     detail
+}
+
+/// The server `identity` names, without the parts of a URL that can carry
+/// credentials.
+fn server_label(identity: &str) -> String {
+    match identity.strip_prefix("url:") {
+        Some(url) => format!("url:{}", url_without_credentials(url)),
+        None => identity.to_string(),
+    }
 }
 
 /// `url` without `user:pass@`, `?query` and `#fragment`.

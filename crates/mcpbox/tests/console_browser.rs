@@ -2,7 +2,7 @@
 //! (tests/interop/console_browser.py): a held call appears live and "Allow
 //! once" completes it, "Deny" refuses it, HTML and script in a call's
 //! arguments render inert, every page renders, a rug pull shows on the
-//! pins page and is accepted there, and `serve`'s sandboxes are listed,
+//! pins page with its diff and is rejected there, and `serve`'s sandboxes are listed,
 //! paused and resumed.
 //!
 //! Needs Debian's `chromium` and PyPI `playwright` in the peers' venv
@@ -121,18 +121,13 @@ fn console_in_a_browser_approves_denies_and_renders_hostile_previews_inert() {
         &[OsStr::new("--policy"), policy.as_os_str()],
         &[],
     );
-    for shot in [
-        "approvals.png",
-        "audit.png",
-        "pins.png",
-        "sandboxes-run.png",
-    ] {
+    for shot in ["approvals.png", "audit.png", "sandboxes-run.png"] {
         assert!(shots.join(shot).exists(), "no screenshot {shot}");
     }
 }
 
 #[test]
-fn console_in_a_browser_shows_a_rug_pull_and_accepts_it() {
+fn console_in_a_browser_shows_a_rug_pull_with_its_diff_and_rejects_it() {
     let Some(py) = python_or_skip() else { return };
     let ws = Workspace::with_server("rugpull");
     let policy = ws.policy("[server]\nname = \"calc\"\n[audit]\npath = \"audit.db\"\n");

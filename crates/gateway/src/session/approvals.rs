@@ -213,6 +213,7 @@ impl Session {
             let (message, schema) = approval_form(
                 &self.config.server_name,
                 &tool,
+                &args_digest,
                 &approval,
                 &subject,
                 &decision,
@@ -803,6 +804,7 @@ fn shrink(v: &Value, depth: usize) -> Value {
 fn approval_form(
     server: &str,
     tool: &str,
+    args_digest: &str,
     approval: &str,
     subject: &Subject,
     decision: &Decision,
@@ -816,7 +818,7 @@ fn approval_form(
     };
     let shown = serde_json::to_string_pretty(preview).unwrap_or_default();
     let mut message = format!(
-        "mcpbox: {what} to tool `{tool}` on server `{server}`?\nrule: {} ({})\n{shown}\nexpires in {}s",
+        "mcpbox: {what} to tool `{tool}` on server `{server}`?\nrule: {} ({})\n{shown}\narguments sha256: {args_digest}\nexpires in {}s",
         decision.reason,
         decision.source,
         wait.as_secs()

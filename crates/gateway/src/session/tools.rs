@@ -173,8 +173,21 @@ impl Session {
         };
         let reason = verdict.reason().unwrap_or(Reason::PinChanged);
         let first_time = self.tools.withheld.get(name) != Some(&reason) || accepted;
+        // a definition a human rejected (`mcpbox pin reject`) is withheld
+        // without being proposed again
+        let rejected = !accepted
+            && self
+                .tools
+                .pins
+                .as_ref()
+                .and_then(PinStore::pins)
+                .is_some_and(|p| p.is_rejected(name, &new));
+        if first_time && rejected {
+            tracing::warn!(server = %self.config.server_name, tool = %name, reason = reason.as_str(), "the server offers a tool definition that was rejected: withheld");
+        } else if first_time {
+            tracing::warn!(server = %self.config.server_name, tool = %name, reason = reason.as_str(), accepted, "tool definition differs from pin: review it with `mcpbox pin diff --policy POLICY`, then `mcpbox pin accept|reject --policy POLICY`");
+        }
         if first_time {
-            tracing::warn!(server = %self.config.server_name, tool = %name, reason = reason.as_str(), accepted, "tool definition differs from pin: review it with `mcpbox pin diff --policy POLICY`, then `mcpbox pin accept --policy POLICY`");
             self.audit(Kind::PinChange, |e| {
                 e.tool = Some(name.to_string());
                 e.reason = Some(reason.as_str().to_string());
@@ -191,7 +204,11 @@ impl Session {
                 } else {
                     mcpbox_policy::Verdict::Deny
                 });
-                e.detail = json!({"old": old, "new": new});
+                e.detail = if rejected {
+                    json!({"old": old, "new": new, "rejected": true})
+                } else {
+                    json!({"old": old, "new": new})
+                };
             });
         }
         if accepted {

@@ -101,26 +101,59 @@ pub async fn post(c: &Arc<Console>, seg: &[String], body: Value) -> Resp {
         }
         ["pins", op @ ("accept" | "reject")] => {
             let Some(id) = body.get("id").and_then(Value::as_str).map(str::to_string) else {
-                return error(StatusCode::BAD_REQUEST, r#"the body must be {"id": "..."}"#);
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    r#"the body must be {"id": "...", "tool": "..." (optional)}"#,
+                );
             };
-            let dir = c.parts.state_dir.clone();
+            let tool = body.get("tool").and_then(Value::as_str).map(str::to_string);
             let accept = *op == "accept";
+            let c2 = c.clone();
             let done = blocking(move || {
-                if accept {
-                    super::pins::accept(&dir, &id)
-                } else {
-                    super::pins::reject(&dir, &id)
+                let (policy, decided) =
+                    super::pins::decide(&c2.parts.state_dir, &id, tool.as_deref(), accept)?;
+                if let Err(e) = audit_pins(&c2, &policy, &decided, accept) {
+                    // the pin files are consistent either way
+                    tracing::warn!("console: the pins were updated but not audited: {e:#}");
                 }
+                Ok::<_, String>(decided.len())
             })
             .await;
             match done {
-                Some(Ok(())) => json_response(StatusCode::OK, &json!({"ok": true})),
+                Some(Ok(n)) => json_response(StatusCode::OK, &json!({"ok": true, "decided": n})),
                 Some(Err(e)) => error(StatusCode::CONFLICT, e),
                 None => internal(),
             }
         }
         _ => error(StatusCode::NOT_FOUND, "no such API"),
     }
+}
+
+/// One `pin_change` record per decision, in the audit log of the pins'
+/// policy, as `mcpbox pin accept|reject` writes them (source `console`).
+fn audit_pins(
+    c: &Console,
+    policy: &str,
+    decided: &[mcpbox_gateway::pin_review::PendingChange],
+    accepted: bool,
+) -> anyhow::Result<()> {
+    let path = c
+        .parts
+        .pin_audit
+        .iter()
+        .find(|(name, _)| name == policy)
+        .map(|(_, p)| p.clone())
+        .or_else(|| c.parts.audit_dbs.first().cloned())
+        .ok_or_else(|| anyhow::anyhow!("no audit log for policy {policy}"))?;
+    let key = mcpbox_audit::HeadKey::load_or_create(&c.parts.state_dir.join("audit.key"))?;
+    // several writers may share a log: each row is its own transaction
+    let store = mcpbox_audit::SqliteStore::open(&path)?.with_head_key(key);
+    for change in decided {
+        let mut e = mcpbox_gateway::pin_review::change_event(change, accepted, "console");
+        e.server = policy.to_string();
+        store.append(e)?;
+    }
+    Ok(())
 }
 
 fn info(c: &Console) -> Resp {

@@ -71,6 +71,9 @@ pub struct Parts {
     pub audit_dbs: Vec<PathBuf>,
     /// The state directory: its `pins/` and its `audit.key`.
     pub state_dir: PathBuf,
+    /// Where a decision on a policy's pins is audited: the audit log of
+    /// the policy of that name (else the first of `audit_dbs`).
+    pub pin_audit: Vec<(String, PathBuf)>,
     /// `run` or `serve`, for the page's header.
     pub mode: &'static str,
 }
@@ -140,6 +143,7 @@ pub fn for_run(
             control: None,
             audit_dbs: vec![crate::state::audit_path(policy)],
             state_dir: crate::state::state_dir(),
+            pin_audit: vec![(policy.name().to_string(), crate::state::audit_path(policy))],
             mode: "run",
         })
     })
@@ -160,10 +164,12 @@ pub fn for_serve(
             None => Broker::new(crate::state::open_default_audit()?),
         };
         let mut audit_dbs = vec![crate::state::state_dir().join("audit.db")];
+        let mut pin_audit = Vec::new();
         for s in &cfg.servers {
             // loaded and checked already by serve's start
             if let Ok(loaded) = crate::preflight::load(Some(&s.policy)) {
                 let p = crate::state::audit_path(&loaded.policy);
+                pin_audit.push((loaded.policy.name().to_string(), p.clone()));
                 if !audit_dbs.contains(&p) {
                     audit_dbs.push(p);
                 }
@@ -174,6 +180,7 @@ pub fn for_serve(
             control: Some(life),
             audit_dbs,
             state_dir: crate::state::state_dir(),
+            pin_audit,
             mode: "serve",
         })
     })

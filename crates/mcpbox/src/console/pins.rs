@@ -1,36 +1,36 @@
 //! The pin store as the console's Pins page sees it: every server's pins
-//! under `<state>/pins/` and its pending change, with accept (and reject).
+//! under `<state>/pins/` and its pending changes, with accept and reject,
+//! over `mcpbox_gateway::pin_review` (what `mcpbox pin` uses too).
 //!
-//! An adapter, so that the page does not change when the pin store does:
-//! today the store keeps a digest per tool, so a change names the tools
-//! added, removed and changed. The fields the pin store's coming version
-//! fills (branch `pins`: the pinned descriptions, a unified diff of a
-//! changed description, and `reject`) are here already, marked
-//! `PENDING(pins)`: [`ToolChange::diff`] is `None` and [`reject`] says it
-//! is not available until then.
+//! An adapter, so that the page's JSON stays put when the pin store
+//! changes. Every text in it came from a server: the page shows it as text.
 
 use std::path::{Path, PathBuf};
 
-use mcpbox_gateway::{pending_path, read_pins, Pins};
+use mcpbox_gateway::pin_review::{self, PendingChange, Pick, SchemaDiff, Shown};
+use mcpbox_gateway::{read_pins, Checked};
 use serde::Serialize;
 
 /// One server's pins.
 #[derive(Debug, Clone, Serialize)]
 pub struct ServerPins {
-    /// How the page names it in accept and reject: `POLICY/FILE_STEM`
-    /// (the stem is a digest of the server's identity), or `FILE_STEM`
-    /// for a pin file of the older one-per-policy layout.
+    /// How the page names it in accept and reject: `POLICY/FILE_STEM` (the
+    /// stem is a digest of the server's identity).
     pub id: String,
     /// The policy's name.
     pub policy: String,
+    /// The server it pins, as `mcpbox run` labelled it (its command line,
+    /// or URL), when known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server: Option<String>,
     /// Whether a tool list has been pinned at all.
     pub tools_pinned: bool,
-    /// The pinned tools, by name, with their definition's digest.
+    /// The pinned tools, by name.
     pub tools: Vec<PinnedTool>,
-    /// A withheld change, waiting for a human.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub pending: Option<Change>,
-    /// Whether [`reject`] works yet (PENDING(pins)).
+    /// The withheld changes, waiting for a human (empty: none).
+    pub pending: Vec<Change>,
+    /// Whether a change can be rejected here (it can: the pin store keeps
+    /// the rejected digest, and the tool stays withheld).
     pub reject_available: bool,
 }
 
@@ -40,170 +40,168 @@ pub struct PinnedTool {
     pub name: String,
     /// Hex SHA-256 of its definition.
     pub digest: String,
-    /// Its pinned description, once the pin store keeps it
-    /// (PENDING(pins)).
+    /// Its pinned description, when kept and matching the digest.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
 }
 
-/// What a pending change does.
-#[derive(Debug, Clone, Serialize, Default)]
+/// One withheld change.
+#[derive(Debug, Clone, Serialize)]
 pub struct Change {
+    /// The tool; `None` for the server's instructions.
+    pub tool: Option<String>,
+    /// `added`, `removed`, `changed`, `instructions_changed`.
+    pub kind: &'static str,
+    pub pinned_digest: Option<String>,
+    pub proposed_digest: Option<String>,
+    /// The proposed description (an added tool's, say), when known.
+    pub proposed_description: Option<String>,
+    /// A unified diff of the description, when both sides are known.
+    pub diff: Option<String>,
+    /// How the input schema changed (JSON Pointers), when both sides are
+    /// known.
+    pub schema: Option<Schema>,
+    /// Why a side cannot be shown (too large, pinned by an older mcpbox,
+    /// damaged), else empty.
+    pub why_not: String,
+}
+
+/// [`SchemaDiff`], serialisable.
+#[derive(Debug, Clone, Serialize)]
+pub struct Schema {
     pub added: Vec<String>,
     pub removed: Vec<String>,
-    pub changed: Vec<ToolChange>,
-    pub instructions_changed: bool,
+    pub changed: Vec<String>,
 }
 
-/// A tool whose definition changed.
-#[derive(Debug, Clone, Serialize)]
-pub struct ToolChange {
-    pub name: String,
-    pub old_digest: String,
-    pub new_digest: String,
-    /// A unified diff of the description, once the pin store keeps
-    /// descriptions (PENDING(pins)); `None` until then.
-    pub diff: Option<String>,
-}
-
-/// Whether the pin store can reject a pending change yet (PENDING(pins)).
-pub const REJECT_AVAILABLE: bool = false;
-
-/// Every pin file under `<state>/pins`, with its policy's name and id.
-fn files(state_dir: &Path) -> Vec<(String, String, PathBuf)> {
-    let root = state_dir.join("pins");
-    let mut out = Vec::new();
-    let Ok(entries) = std::fs::read_dir(&root) else {
-        return out;
-    };
-    let mut entries: Vec<_> = entries.filter_map(Result::ok).collect();
-    entries.sort_by_key(std::fs::DirEntry::file_name);
-    for e in entries {
-        let name = e.file_name().to_string_lossy().into_owned();
-        let Ok(kind) = e.file_type() else { continue };
-        if kind.is_dir() {
-            for (stem, file) in pin_files(&e.path()) {
-                out.push((name.clone(), format!("{name}/{stem}"), file));
-            }
-        } else if let Some(stem) = name.strip_suffix(".json") {
-            // the older layout: pins/<policy>.json
-            out.push((stem.to_string(), stem.to_string(), e.path()));
+impl From<&SchemaDiff> for Schema {
+    fn from(d: &SchemaDiff) -> Schema {
+        Schema {
+            added: d.added.clone(),
+            removed: d.removed.clone(),
+            changed: d.changed.clone(),
         }
     }
-    out
 }
 
-/// The pin files (`*.json`, also those that exist only as their pending
-/// twin) in `dir`, by stem.
-fn pin_files(dir: &Path) -> Vec<(String, PathBuf)> {
-    let mut out: Vec<(String, PathBuf)> = Vec::new();
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return out;
-    };
-    for e in entries.filter_map(Result::ok) {
-        let name = e.file_name().to_string_lossy().into_owned();
-        let base = name.strip_suffix(".pending").unwrap_or(&name);
-        if let Some(stem) = base.strip_suffix(".json") {
-            if !out.iter().any(|(s, _)| s == stem) {
-                out.push((stem.to_string(), dir.join(base)));
-            }
-        }
+/// Whether the page can reject a change.
+pub const REJECT_AVAILABLE: bool = true;
+
+fn change(c: &PendingChange) -> Change {
+    let why = |s: &Option<Shown>| s.as_ref().map(Shown::why_not).unwrap_or_default();
+    let why_not = [why(&c.pinned), why(&c.proposed)]
+        .into_iter()
+        .filter(|w| !w.is_empty())
+        .collect::<Vec<_>>()
+        .join("; ");
+    Change {
+        tool: c.tool.clone(),
+        kind: c.kind.as_str(),
+        pinned_digest: c.pinned_digest.clone(),
+        proposed_digest: c.proposed_digest.clone(),
+        proposed_description: c
+            .proposed
+            .as_ref()
+            .and_then(Shown::known)
+            .and_then(|d| d.description.clone()),
+        diff: c.description_diff.clone(),
+        schema: c.schema.as_ref().map(Schema::from),
+        why_not,
     }
-    out.sort();
-    out
 }
 
-/// What `new` changes from `old`.
-fn change(old: Option<&Pins>, new: &Pins) -> Change {
-    let empty = Pins::default();
-    let old = old.unwrap_or(&empty);
-    let mut c = Change::default();
-    for (tool, digest) in &new.tools {
-        match old.tools.get(tool) {
-            None => c.added.push(tool.clone()),
-            Some(d) if d != digest => c.changed.push(ToolChange {
-                name: tool.clone(),
-                old_digest: d.clone(),
-                new_digest: digest.clone(),
-                diff: None,
-            }),
-            Some(_) => {}
-        }
-    }
-    c.removed = old
-        .tools
-        .keys()
-        .filter(|t| !new.tools.contains_key(*t))
-        .cloned()
-        .collect();
-    c.instructions_changed = old.instructions != new.instructions;
-    c
+/// The id of `path` under its policy's directory.
+fn id_of(policy: &str, path: &Path) -> String {
+    let stem = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    format!("{policy}/{stem}")
 }
 
 /// Every server's pins; a file that cannot be read is left out (and
 /// logged).
 pub fn list(state_dir: &Path) -> Vec<ServerPins> {
+    let files = match pin_review::pin_files(state_dir) {
+        Ok(f) => f,
+        Err(e) => {
+            tracing::warn!("console: pins: {e}");
+            return Vec::new();
+        }
+    };
     let mut out = Vec::new();
-    for (policy, id, file) in files(state_dir) {
-        let (current, pending) = match (read_pins(&file), read_pins(&pending_path(&file))) {
-            (Ok(c), Ok(p)) => (c, p),
+    for f in files {
+        let (current, review) = match (read_pins(&f.path), pin_review::review(&f.path)) {
+            (Ok(c), Ok(r)) => (c.unwrap_or_default(), r),
             (Err(e), _) | (_, Err(e)) => {
                 tracing::warn!("console: pins: {e}");
                 continue;
             }
         };
-        let tools = current
-            .as_ref()
-            .filter(|p| p.tools_pinned)
-            .map(|p| {
-                p.tools
-                    .iter()
-                    .map(|(name, digest)| PinnedTool {
-                        name: name.clone(),
-                        digest: digest.clone(),
-                        description: None,
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
+        let tools = if current.tools_pinned {
+            current
+                .tools
+                .iter()
+                .map(|(name, digest)| PinnedTool {
+                    name: name.clone(),
+                    digest: digest.clone(),
+                    description: match current.tool_definition(name) {
+                        Checked::Verified(v) => v
+                            .get("description")
+                            .and_then(serde_json::Value::as_str)
+                            .map(str::to_string),
+                        _ => None,
+                    },
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
         out.push(ServerPins {
-            id,
-            policy,
-            tools_pinned: current.as_ref().is_some_and(|p| p.tools_pinned),
+            id: id_of(&f.policy, &f.path),
+            policy: f.policy.clone(),
+            server: f.server.clone(),
+            tools_pinned: current.tools_pinned,
             tools,
-            pending: pending.as_ref().map(|p| change(current.as_ref(), p)),
+            pending: review.changes.iter().map(change).collect(),
             reject_available: REJECT_AVAILABLE,
         });
     }
     out
 }
 
-/// The pin file of `id`, looked up among those that exist (an id from
-/// the page is never made into a path).
-fn file_of(state_dir: &Path, id: &str) -> Option<PathBuf> {
-    files(state_dir)
+/// The pin file of `id` and its policy's name, looked up among those that
+/// exist (an id from the page is never made into a path).
+fn file_of(state_dir: &Path, id: &str) -> Option<(String, PathBuf)> {
+    pin_review::pin_files(state_dir)
+        .ok()?
         .into_iter()
-        .find(|(_, i, _)| i == id)
-        .map(|(_, _, f)| f)
+        .find(|f| id_of(&f.policy, &f.path) == id)
+        .map(|f| (f.policy, f.path))
 }
 
-/// Accepts `id`'s pending change.
-pub fn accept(state_dir: &Path, id: &str) -> Result<(), String> {
-    let file = file_of(state_dir, id).ok_or_else(|| format!("no pins {id:?}"))?;
-    match mcpbox_gateway::accept_pins(&file) {
-        Ok(true) => Ok(()),
-        Ok(false) => Err(format!("nothing is pending for {id}")),
-        Err(e) => Err(e.to_string()),
+/// Accepts (or rejects) `id`'s pending change of `tool` (`None`: all of
+/// them); returns the policy's name and what was decided, for the audit.
+pub fn decide(
+    state_dir: &Path,
+    id: &str,
+    tool: Option<&str>,
+    accept: bool,
+) -> Result<(String, Vec<PendingChange>), String> {
+    let (policy, file) = file_of(state_dir, id).ok_or_else(|| format!("no pins {id:?}"))?;
+    let pick = match tool {
+        None => Pick::All,
+        Some("instructions") => Pick::Instructions,
+        Some(t) => Pick::Tool(t),
+    };
+    let done = if accept {
+        pin_review::accept(&file, pick)
+    } else {
+        pin_review::reject(&file, pick)
     }
-}
-
-/// Rejects `id`'s pending change: PENDING(pins), the pin store's
-/// `reject` lands with the `pins` branch.
-pub fn reject(state_dir: &Path, id: &str) -> Result<(), String> {
-    let _ = file_of(state_dir, id).ok_or_else(|| format!("no pins {id:?}"))?;
-    Err(
-        "rejecting a change is not available in this build yet; it stays withheld \
-         (`mcpbox pin reset` forgets all of this server's pins)"
-            .into(),
-    )
+    .map_err(|e| e.to_string())?;
+    if done.is_empty() {
+        return Err(format!("nothing is pending for {id}"));
+    }
+    Ok((policy, done))
 }

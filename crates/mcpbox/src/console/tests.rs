@@ -34,6 +34,7 @@ fn fixture() -> Fixture {
             control: None,
             audit_dbs: vec![state.path().join("audit.db")],
             state_dir: state.path().to_path_buf(),
+            pin_audit: Vec::new(),
             mode: "run",
         },
     )
@@ -350,6 +351,7 @@ fn console_refuses_a_non_loopback_address() {
             control: None,
             audit_dbs: Vec::new(),
             state_dir: std::env::temp_dir(),
+            pin_audit: Vec::new(),
             mode: "run",
         },
     )

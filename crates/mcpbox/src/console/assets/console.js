@@ -319,6 +319,14 @@
   }
 
   // Pins
+  function changeLine(c) {
+    const name = c.tool === null ? "the server's instructions" : c.tool;
+    if (c.kind === "added") return { cls: "change-add", text: "+ " + name + " (new tool)" };
+    if (c.kind === "removed") return { cls: "change-del", text: "- " + name + " (gone)" };
+    if (c.kind === "instructions_changed") return { cls: "change-mod", text: "~ the server's instructions changed" };
+    return { cls: "change-mod", text: "~ " + name + " (definition changed)" };
+  }
+
   async function loadPins() {
     const box = $("pins");
     let r;
@@ -329,38 +337,51 @@
     }
     box.replaceChildren.apply(box, r.servers.map(function (s) {
       const status = el("span", { className: "muted" });
-      function op(name, enabled) {
+      function op(name, tool, label) {
+        const accept = name === "accept";
         return el("button", {
           type: "button",
-          className: name === "accept" ? "allow" : "deny",
-          disabled: !enabled,
-          title: enabled ? null : "not available in this build yet",
+          className: accept ? "allow" : "deny",
+          disabled: !accept && !s.reject_available,
           onclick: async function () {
-            try { await api("POST", "/api/pins/" + name, { id: s.id }); status.textContent = name + "ed"; loadPins(); }
+            const body = { id: s.id };
+            if (tool !== undefined) body.tool = tool === null ? "instructions" : tool;
+            try { await api("POST", "/api/pins/" + name, body); status.textContent = accept ? "accepted" : "rejected"; loadPins(); }
             catch (e) { status.textContent = name + ": " + e.message; }
           },
-        }, name === "accept" ? "Accept the change" : "Reject the change");
+        }, label);
       }
       let change = null;
-      if (s.pending) {
-        const p = s.pending;
-        const items = [];
-        p.added.forEach(function (t) { items.push(el("li", { className: "change-add" }, "+ " + t + " (new tool)")); });
-        p.removed.forEach(function (t) { items.push(el("li", { className: "change-del" }, "- " + t + " (gone)")); });
-        p.changed.forEach(function (c) {
-          items.push(el("li", { className: "change-mod" }, "~ " + c.name + " (definition changed)",
-            c.diff ? el("pre", { className: "preview" }, c.diff) : el("div", { className: "muted" }, "digest " + c.old_digest.slice(0, 12) + " → " + c.new_digest.slice(0, 12))));
+      if (s.pending.length) {
+        const items = s.pending.map(function (c) {
+          const line = changeLine(c);
+          const detail = [];
+          if (c.diff) detail.push(el("pre", { className: "preview" }, c.diff));
+          else if (c.kind === "added" && c.proposed_description) detail.push(el("pre", { className: "preview" }, c.proposed_description));
+          if (c.schema && (c.schema.added.length || c.schema.removed.length || c.schema.changed.length)) {
+            detail.push(el("div", { className: "muted" }, "input schema: " +
+              [["added", c.schema.added], ["removed", c.schema.removed], ["changed", c.schema.changed]]
+                .filter(function (p) { return p[1].length; })
+                .map(function (p) { return p[0] + " " + p[1].map(function (x) { return x || "(the whole schema)"; }).join(", "); }).join("; ")));
+          }
+          if (c.why_not) detail.push(el("div", { className: "muted" }, c.why_not));
+          return el("li", null,
+            el("span", { className: line.cls }, line.text),
+            detail,
+            el("div", { className: "actions" },
+              op("accept", c.tool, "Accept"),
+              op("reject", c.tool, "Reject")));
         });
-        if (p.instructions_changed) items.push(el("li", { className: "change-mod" }, "~ the server's instructions changed"));
         change = el("div", null,
           el("strong", null, "A change is withheld until a human accepts it:"),
-          el("ul", null, items),
-          el("div", { className: "actions" }, op("accept", true), op("reject", s.reject_available), status));
+          el("ul", { className: "changes" }, items),
+          el("div", { className: "actions" }, op("accept", undefined, "Accept the change"), op("reject", undefined, "Reject the change"), status));
       }
-      return el("div", { className: "card" },
+      return el("div", { className: "card", "data-pins": s.id },
         el("h2", null, s.id),
         el("div", { className: "muted" }, "server of the policy " + s.policy + (s.tools_pinned ? ", " + s.tools.length + " tools pinned" : ", no tool list pinned yet")),
-        s.tools.length ? el("ul", { className: "tools" }, s.tools.map(function (t) { return el("li", { title: t.digest }, t.name); })) : null,
+        s.server ? el("div", { className: "muted" }, "runs " + s.server) : null,
+        s.tools.length ? el("ul", { className: "tools" }, s.tools.map(function (t) { return el("li", { title: t.description || t.digest }, t.name); })) : null,
         change);
     }));
   }
