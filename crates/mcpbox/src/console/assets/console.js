@@ -270,7 +270,9 @@
       const v = form.elements[k].value.trim();
       if (v) params.set(k, v);
     });
-    if (older && auditOldest !== null) params.set("before", String(auditOldest));
+    // the next page: up to the oldest shown's millisecond included (several
+    // records can share one), those already shown skipped by seq
+    if (older && auditOldest !== null) params.set("before", String(auditOldest.time + 1));
     const chain = $("chain");
     api("GET", "/api/audit/verify?db=" + encodeURIComponent(form.elements.db.value || "0")).then(function (v) {
       chain.className = "chain " + v.status;
@@ -293,9 +295,16 @@
       $("audit-older").hidden = true;
       return;
     }
-    auditOldest = r.records[r.records.length - 1].event.time_ms;
     $("audit-older").hidden = r.records.length < 100;
-    const rows = r.records.map(function (rec) {
+    let records = r.records;
+    if (older && auditOldest !== null) {
+      const seen = auditOldest.seq;
+      records = records.filter(function (rec) { return rec.seq < seen; });
+    }
+    if (!records.length) { $("audit-older").hidden = true; return; }
+    const last = records[records.length - 1];
+    auditOldest = { time: last.event.time_ms, seq: last.seq };
+    const rows = records.map(function (rec) {
       const e = rec.event;
       return el("tr", null,
         el("td", null, String(rec.seq)),
