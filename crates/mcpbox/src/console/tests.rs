@@ -417,3 +417,24 @@ fn console_get_never_changes_anything() {
     assert_eq!(r.status, 404);
     assert_eq!(f.broker.list().len(), 1);
 }
+
+#[test]
+fn console_connections_past_the_limit_are_closed_at_once() {
+    let f = fixture();
+    // idle connections that never send a request hold their slots
+    let held: Vec<TcpStream> = (0..super::MAX_CONNECTIONS)
+        .map(|_| TcpStream::connect(("127.0.0.1", f.port)).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let mut extra = TcpStream::connect(("127.0.0.1", f.port)).unwrap();
+    extra
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut buf = [0u8; 16];
+    let n = extra.read(&mut buf).unwrap_or(0);
+    assert_eq!(n, 0, "the connection over the limit was served");
+    drop(held);
+    std::thread::sleep(Duration::from_millis(300));
+    // once they are gone, the console answers again
+    assert_eq!(f.get("/api/approvals").status, 200);
+}
