@@ -256,6 +256,9 @@ pub fn run(args: Args) -> ExitCode {
             println!(
                 "approve: mcpbox approvals approve ID [--session]   deny: mcpbox approvals deny ID"
             );
+            for url in console_urls() {
+                println!("console: {}", escape(&url));
+            }
             ExitCode::SUCCESS
         }
         Action::Show { id } => {
@@ -348,4 +351,21 @@ pub fn run(args: Args) -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// The web consoles of this user's running mcpbox processes, from their
+/// `console-PID/console.url` files (0600, in the 0700 runtime directory).
+fn console_urls() -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(crate::egress::runtime_base()) else {
+        return Vec::new();
+    };
+    let mut urls: Vec<String> = entries
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().starts_with("console-"))
+        .filter_map(|e| std::fs::read_to_string(e.path().join("console.url")).ok())
+        .map(|u| u.trim().to_string())
+        .filter(|u| u.starts_with("http://"))
+        .collect();
+    urls.sort();
+    urls
 }

@@ -533,3 +533,29 @@ fn approvals_cli_with_nothing_running_says_so() {
     let malformed = b.cli(&["approve", "../../etc/passwd"]);
     assert!(!malformed.status.success());
 }
+
+#[test]
+fn approvals_list_names_the_console_of_a_run_that_has_one() {
+    let b = Box_::new("[approvals]\nfallback = \"hold\"\n");
+    let env = b.env();
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let args: Vec<String> = [
+        "run",
+        "--console",
+        "--policy",
+        b.policy.to_str().unwrap(),
+        "--",
+        "/workspace/input/plain",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let mut s = Session::start_mcpbox(&args, &env);
+    s.initialize();
+    s.send(&call_msg(51, "via the console"));
+    b.wait_listed(1);
+    let table = ok(&b.cli(&["list"]));
+    assert!(table.contains("console: http://127.0.0.1:"), "{table}");
+    assert!(table.contains("#token="), "{table}");
+    s.finish();
+}
