@@ -94,6 +94,16 @@ impl Box_ {
         }
     }
 
+    /// Starts the session, sends call `id` with `text` and waits until
+    /// its approval is listed; returns the session and the approval's id.
+    fn held_call(&self, id: u64, text: &str) -> (Session, String) {
+        let mut s = self.start();
+        s.initialize();
+        s.send(&call_msg(id, text));
+        let approval = self.wait_listed(1)[0]["id"].as_str().unwrap().to_string();
+        (s, approval)
+    }
+
     fn approve(&self, id: &str) -> Output {
         self.cli(&["approve", id])
     }
@@ -200,10 +210,7 @@ fn held_call_waits_until_the_cli_approves_it() {
 #[test]
 fn held_call_denied_from_the_cli_never_reaches_the_server() {
     let b = Box_::new("[approvals]\nfallback = \"hold\"\n");
-    let mut s = b.start();
-    s.initialize();
-    s.send(&call_msg(3, "rm -rf"));
-    let id = b.wait_listed(1)[0]["id"].as_str().unwrap().to_string();
+    let (mut s, id) = b.held_call(3, "rm -rf");
     ok(&b.cli(&["deny", &id]));
     let r = response(&mut s, 3);
     assert_eq!(decision(&r)["reason"], "approval.declined");
@@ -321,10 +328,7 @@ fn held_call_nobody_answers_times_out() {
 #[test]
 fn session_that_dies_while_its_call_waits_is_audited_as_abandoned() {
     let b = Box_::new("[approvals]\nfallback = \"hold\"\ntimeout = \"60s\"\n");
-    let mut s = b.start();
-    s.initialize();
-    s.send(&call_msg(9, "wait for me"));
-    let id = b.wait_listed(1)[0]["id"].as_str().unwrap().to_string();
+    let (s, id) = b.held_call(9, "wait for me");
     // the host goes away with the call waiting
     let (status, _) = s.finish();
     assert!(status.success() || status.code().is_some());
@@ -481,10 +485,7 @@ fn probe_policy(ws: &Workspace, dir: &Path) -> PathBuf {
 #[test]
 fn sandboxed_server_cannot_approve_through_the_control_socket() {
     let b = Box_::new("[approvals]\nfallback = \"hold\"\ntimeout = \"60s\"\n");
-    let mut s = b.start();
-    s.initialize();
-    s.send(&call_msg(41, "needs a human"));
-    let id = b.wait_listed(1)[0]["id"].as_str().unwrap().to_string();
+    let (s, id) = b.held_call(41, "needs a human");
     let dir = b.ws.path().join("xdg/mcpbox/control");
     let socket = std::fs::read_dir(&dir)
         .unwrap()

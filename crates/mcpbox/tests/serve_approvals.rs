@@ -9,6 +9,12 @@ use common::mcp::testserver;
 use common::serve::{binary_policy, Gateway as Serve, ALICE};
 
 fn gateway() -> Serve {
+    gateway_with("")
+}
+
+/// The gateway with `plain` under a policy that approves `echo`, plus
+/// `extra` policy text.
+fn gateway_with(extra: &str) -> Serve {
     let plain = testserver("plain");
     let config = format!(
         "[listen]\naddress = \"127.0.0.1:0\"\n\n\
@@ -16,13 +22,8 @@ fn gateway() -> Serve {
          [[servers]]\nname = \"plain\"\npolicy = \"plain.toml\"\ncommand = [{:?}]\n",
         plain.display().to_string()
     );
-    Serve::start_files(&[
-        (
-            "plain.toml",
-            binary_policy("plain", &plain, "\"echo\" = \"approve\""),
-        ),
-        ("serve.toml", config),
-    ])
+    let policy = binary_policy("plain", &plain, "\"echo\" = \"approve\"") + extra;
+    Serve::start_files(&[("plain.toml", policy), ("serve.toml", config)])
 }
 
 fn human(gw: &Serve, path: &str, answer: &str, tool: &str) {
@@ -52,16 +53,7 @@ fn an_approval_through_the_aggregated_endpoint_reaches_the_client() {
 /// A gateway whose `plain` server holds `echo` calls for a human when
 /// the client has no elicitation.
 fn holding_gateway() -> Serve {
-    let plain = testserver("plain");
-    let config = format!(
-        "[listen]\naddress = \"127.0.0.1:0\"\n\n\
-         [[clients]]\nname = \"alice\"\ntoken = {{ from_env = \"T_ALICE\" }}\n\n\
-         [[servers]]\nname = \"plain\"\npolicy = \"plain.toml\"\ncommand = [{:?}]\n",
-        plain.display().to_string()
-    );
-    let policy = binary_policy("plain", &plain, "\"echo\" = \"approve\"")
-        + "\n[approvals]\nfallback = \"hold\"\ntimeout = \"60s\"\n";
-    Serve::start_files(&[("plain.toml", policy), ("serve.toml", config)])
+    gateway_with("\n[approvals]\nfallback = \"hold\"\ntimeout = \"60s\"\n")
 }
 
 #[test]
