@@ -108,6 +108,11 @@ pub struct SandboxInfo {
     /// CPU time its processes used, in microseconds, when a cgroup counts it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cpu_usec: Option<u64>,
+    /// Memory its processes use now, in bytes (the cgroup's
+    /// `memory.current` on v2, else the sum of their resident sets), when
+    /// it can be read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_bytes: Option<u64>,
     /// `v1` or `v2`: the cgroup interface its freezer uses, if any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub freezer: Option<String>,

@@ -177,6 +177,9 @@ pub fn sandbox_detail(s: &SandboxInfo) -> String {
             format!("{}.{:03}s", us / 1_000_000, us % 1_000_000 / 1000),
         ));
     }
+    if let Some(b) = s.memory_bytes {
+        lines.push(("memory", format!("{:.1} MiB", b as f64 / 1048576.0)));
+    }
     if let Some(f) = &s.freezer {
         lines.push(("freezer", escape(f).into_owned()));
     }
@@ -307,6 +310,7 @@ mod tests {
             sessions: 2,
             processes: 3,
             cpu_usec: Some(1_234_567),
+            memory_bytes: Some(50 << 20),
             freezer: Some("v2".into()),
         }
     }
@@ -389,6 +393,7 @@ created:   2025-01-02T03:04:05Z
 sessions:  2
 processes: 3
 cpu:       1.234s
+memory:    50.0 MiB
 freezer:   v2
 "
         );

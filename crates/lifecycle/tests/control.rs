@@ -54,6 +54,7 @@ fn info() -> SandboxInfo {
         sessions: 1,
         processes: 2,
         cpu_usec: None,
+        memory_bytes: None,
         freezer: Some("v2".into()),
     }
 }

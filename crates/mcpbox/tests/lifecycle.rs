@@ -342,6 +342,8 @@ fn paused_sandbox_uses_no_cpu_and_resumes_with_its_counter(version: &str) {
     let after = cpu(&gw, &id);
     assert_eq!(before, after, "a paused sandbox used CPU");
     assert!(s["processes"].as_u64().unwrap() >= 2, "{s}");
+    // what its processes hold, for `sandboxes show` and the console
+    assert!(s["memory_bytes"].as_u64().unwrap() > 1 << 20, "{s}");
     // the next call thaws it, with its memory: the counter goes on
     assert_eq!(call(&mut a, "count", json!({})), "3");
     let s = gw.cli_json(&["sandboxes", "show", &id]);

@@ -557,6 +557,18 @@ pub fn parse_freezer_state(text: &str) -> Option<FreezerState> {
     }
 }
 
+/// `VmRSS:    1234 kB` of a `/proc/PID/status`, in bytes.
+fn parse_vm_rss(status: &str) -> Option<u64> {
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kb: u64 = line["VmRSS:".len()..]
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kb * 1024)
+}
+
 /// `usage_usec` of a v2 `cpu.stat`.
 pub fn parse_cpu_stat(text: &str) -> Option<Duration> {
     text.lines().find_map(|l| match l.split_once(' ') {
@@ -883,6 +895,30 @@ impl Parent {
         }
     }
 
+    /// The memory its processes use, in bytes: `memory.current` of the
+    /// parent's group where it is a v2 group with the memory controller
+    /// (every descendant counted, page cache included, as the kernel
+    /// charges it), else the sum of the resident sets (`VmRSS` in
+    /// `/proc/PID/status`, see proc(5)) of its processes now, which counts
+    /// a page shared by two of them twice. None when neither can be read.
+    pub fn memory_usage(&self) -> Option<u64> {
+        if self.freezer.version == Version::V2 {
+            let current = fs::read_to_string(self.freezer.dir.join("memory.current"));
+            if let Some(bytes) = current.ok().and_then(|t| t.trim().parse::<u64>().ok()) {
+                return Some(bytes);
+            }
+        }
+        let mut total = 0u64;
+        for pid in self.procs() {
+            // a process may end between the list and the read: skipped
+            let Ok(status) = fs::read_to_string(format!("/proc/{pid}/status")) else {
+                continue;
+            };
+            total += parse_vm_rss(&status).unwrap_or(0);
+        }
+        Some(total)
+    }
+
     /// Every pid in the parent's groups and their descendants.
     pub fn procs(&self) -> Vec<i32> {
         let mut pids = Vec::new();
@@ -1001,6 +1037,16 @@ fn rmdir_retrying(dir: &Path) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn resident_set_is_read_from_proc_status() {
+        let status = "Name:\tnode\nVmPeak:\t  900 kB\nVmRSS:\t   51200 kB\nRssAnon:\t 1 kB\n";
+        assert_eq!(parse_vm_rss(status), Some(51200 * 1024));
+        assert_eq!(parse_vm_rss("Name:\tkthreadd\n"), None);
+        // our own process has one
+        let own = std::fs::read_to_string("/proc/self/status").unwrap();
+        assert!(parse_vm_rss(&own).unwrap() > 0);
+    }
 
     const HYBRID_MOUNTINFO: &str = "\
 30 25 0:26 / /sys/fs/cgroup ro,nosuid - tmpfs tmpfs ro,mode=755

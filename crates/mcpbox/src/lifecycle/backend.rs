@@ -21,6 +21,8 @@ pub struct Stats {
     pub processes: usize,
     /// CPU time used, in microseconds, where counted.
     pub cpu_usec: Option<u64>,
+    /// Memory its processes use now, in bytes, where it can be read.
+    pub memory_bytes: Option<u64>,
     /// Whether it is frozen.
     pub frozen: bool,
 }
@@ -186,6 +188,7 @@ impl Backend for Local {
             Some(p) => Stats {
                 processes: p.procs().len(),
                 cpu_usec: p.cpu_usage().map(|d| d.as_micros() as u64),
+                memory_bytes: p.memory_usage(),
                 frozen: p.is_frozen(),
             },
             None => Stats::default(),

@@ -532,6 +532,7 @@ impl Lifecycle {
             sessions: 0,
             processes: stats.processes,
             cpu_usec: stats.cpu_usec,
+            memory_bytes: stats.memory_bytes,
             freezer: None,
         }
     }
@@ -787,6 +788,7 @@ impl Sandbox {
             sessions: g.sessions.len(),
             processes: stats.processes,
             cpu_usec: stats.cpu_usec,
+            memory_bytes: stats.memory_bytes,
             freezer: self.freezer.clone(),
         }
     }
