@@ -700,14 +700,42 @@ impl Broker {
     }
 
     /// Waits until the version differs from `seen`, at most `wait`;
-    /// returns the version then (the console's live updates).
+    /// returns the version then (the console's live updates). An approval
+    /// lapsing is a change too: the wait ends at the earliest expiry, which
+    /// is then applied (and audited) like any other.
     pub fn wait_changed(&self, seen: u64, wait: Duration) -> u64 {
-        let t = self.lock();
-        let (t, _) = self
-            .changed
-            .wait_timeout_while(t, wait, |t| t.version == seen)
-            .unwrap_or_else(PoisonError::into_inner);
-        t.version
+        let deadline = std::time::Instant::now() + wait;
+        loop {
+            let t = self.lock();
+            let now = std::time::Instant::now();
+            if t.version != seen || now >= deadline {
+                return t.version;
+            }
+            let left = deadline - now;
+            // a little past the expiry, so that it has passed when looked at
+            let step = t
+                .entries
+                .values()
+                .map(|e| e.ask.expires)
+                .min()
+                .map(|x| x.duration_since(SystemTime::now()).unwrap_or_default())
+                .map_or(left, |d| left.min(d + Duration::from_millis(5)));
+            let (t, _) = self
+                .changed
+                .wait_timeout_while(t, step, |t| t.version == seen)
+                .unwrap_or_else(PoisonError::into_inner);
+            if t.version != seen {
+                return t.version;
+            }
+            drop(t);
+            // whatever lapsed meanwhile goes (bumping the version)
+            let mut after = After::default();
+            {
+                let mut t = self.lock();
+                Self::expire(&mut t, SystemTime::now(), &mut after);
+            }
+            self.finish(after);
+        }
     }
 }
 

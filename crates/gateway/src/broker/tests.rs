@@ -301,3 +301,25 @@ fn a_session_flooding_approvals_is_cut_off_and_the_table_stays_bounded() {
         Asked::Refused { .. }
     ));
 }
+
+#[test]
+fn a_waiter_learns_of_an_expiry_when_it_happens() {
+    let (b, sink) = broker();
+    b.ask(
+        ask(A, "d1", false, Duration::from_millis(100)),
+        Box::new(|_| {}),
+    );
+    let seen = b.version();
+    let start = std::time::Instant::now();
+    let v = b.wait_changed(seen, Duration::from_secs(20));
+    assert_ne!(v, seen);
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "woke at the expiry, not the timeout"
+    );
+    assert!(b.list().is_empty());
+    assert_eq!(actions(&sink), ["requested", "expired"]);
+    // with nothing open, the wait is the timeout
+    let seen = b.version();
+    assert_eq!(b.wait_changed(seen, Duration::from_millis(30)), seen);
+}
