@@ -297,6 +297,7 @@ pub struct Broker {
     table: Mutex<Table>,
     changed: Condvar,
     audit: Arc<dyn Sink>,
+    notifier: std::sync::OnceLock<Notifier>,
 }
 
 impl std::fmt::Debug for Broker {
@@ -329,7 +330,13 @@ fn unix_ms(t: SystemTime) -> u64 {
 struct After {
     records: Vec<AuditEvent>,
     deliveries: Vec<(Deliver, Answer)>,
+    /// New approvals a human outside the host must answer.
+    new: Vec<View>,
 }
+
+/// Told of each new approval that no host form asks about (held without
+/// elicitation, or refused): the binary runs `[approvals] notify` there.
+pub type Notifier = Box<dyn Fn(&View) + Send + Sync>;
 
 impl Broker {
     /// A broker writing its records to `audit`.
@@ -338,7 +345,15 @@ impl Broker {
             table: Mutex::new(Table::default()),
             changed: Condvar::new(),
             audit,
+            notifier: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Sets who is told of new approvals a human outside the host must
+    /// answer (the first call wins). Called after the records are written,
+    /// outside the broker's lock.
+    pub fn set_notifier(&self, notifier: Notifier) {
+        let _ = self.notifier.set(notifier);
     }
 
     fn lock(&self) -> MutexGuard<'_, Table> {
@@ -352,6 +367,11 @@ impl Broker {
         }
         for (deliver, answer) in after.deliveries {
             deliver(answer);
+        }
+        if let Some(n) = self.notifier.get() {
+            for v in &after.new {
+                n(v);
+            }
         }
         self.changed.notify_all();
     }
@@ -465,30 +485,30 @@ impl Broker {
                     None => {
                         let id = ask.id.clone();
                         after.records.push(requested(&ask));
-                        t.entries.insert(
-                            id.clone(),
-                            Entry {
-                                ask,
-                                created: now,
-                                state: State::Pending { deliver: None },
-                            },
-                        );
+                        let e = Entry {
+                            ask,
+                            created: now,
+                            state: State::Pending { deliver: None },
+                        };
+                        after.new.push(view(&e, None));
+                        t.entries.insert(id.clone(), e);
                         t.version += 1;
                         Asked::Refused { id }
                     }
                 }
             } else {
                 after.records.push(requested(&ask));
-                t.entries.insert(
-                    ask.id.clone(),
-                    Entry {
-                        ask,
-                        created: now,
-                        state: State::Pending {
-                            deliver: Some(deliver),
-                        },
+                let e = Entry {
+                    ask,
+                    created: now,
+                    state: State::Pending {
+                        deliver: Some(deliver),
                     },
-                );
+                };
+                if !e.ask.elicitation {
+                    after.new.push(view(&e, None));
+                }
+                t.entries.insert(e.ask.id.clone(), e);
                 t.version += 1;
                 Asked::Held
             }

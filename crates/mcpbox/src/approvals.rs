@@ -369,3 +369,97 @@ fn console_urls() -> Vec<String> {
     urls.sort();
     urls
 }
+
+/// Longest text passed to a notify command, in chars.
+const NOTIFY_TEXT: usize = 300;
+/// How long a notify command may run before it is killed.
+const NOTIFY_TIME: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Text for a notification: control characters dropped (no terminal or
+/// markup tricks from a name a host or server chose), `<`, `>` and `&`
+/// replaced (some notification daemons read markup), cut to length.
+fn notify_text(s: &str) -> String {
+    s.chars()
+        .filter(|c| !c.is_control())
+        .map(|c| match c {
+            '<' => '‹',
+            '>' => '›',
+            '&' => '+',
+            c => c,
+        })
+        .take(NOTIFY_TEXT)
+        .collect()
+}
+
+/// The broker's notifier for `[approvals] notify`: `commands` maps a
+/// server's name to its policy's command. Each new approval a human must
+/// answer outside the host runs that command (no shell, as this user,
+/// outside any sandbox, stdin and stdout closed: stdout is the MCP stream
+/// under `run`) with a title and a text as two more arguments; a thread
+/// waits for it, at most [`NOTIFY_TIME`], and logs a failure.
+pub fn notifier(
+    commands: std::collections::HashMap<String, Vec<String>>,
+) -> mcpbox_gateway::broker::Notifier {
+    use mcpbox_gateway::broker::Subject;
+    Box::new(move |v: &mcpbox_gateway::broker::View| {
+        let Some((program, args)) = commands
+            .get(&v.binding.server)
+            .and_then(|argv| argv.split_first())
+        else {
+            return;
+        };
+        let what = match &v.subject {
+            Subject::Network { host, port } => format!("a connection to {host}:{port}"),
+            Subject::Result { bytes, .. } => {
+                format!("a {bytes}-byte result of tool {}", v.binding.tool)
+            }
+            Subject::Call => format!("a call to tool {}", v.binding.tool),
+        };
+        let title = notify_text(&format!("mcpbox: approval {}", v.id));
+        let text = notify_text(&format!(
+            "{what} on server {} (caller {}) waits for you: mcpbox approvals approve {} (or deny)",
+            v.binding.server, v.binding.caller, v.id
+        ));
+        let spawned = std::process::Command::new(program)
+            .args(args)
+            .arg(title)
+            .arg(text)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .spawn();
+        let mut child = match spawned {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!("[approvals] notify: cannot run {program}: {e}");
+                return;
+            }
+        };
+        let program = program.clone();
+        let waited = std::thread::Builder::new()
+            .name("mcpbox-notify".into())
+            .spawn(move || {
+                let end = std::time::Instant::now() + NOTIFY_TIME;
+                loop {
+                    match child.try_wait() {
+                        Ok(Some(status)) if status.success() => return,
+                        Ok(Some(status)) => {
+                            tracing::warn!("[approvals] notify: {program} ended with {status}");
+                            return;
+                        }
+                        Ok(None) if std::time::Instant::now() < end => {
+                            std::thread::sleep(std::time::Duration::from_millis(50));
+                        }
+                        _ => {
+                            tracing::warn!("[approvals] notify: {program} still running after {NOTIFY_TIME:?}; killed");
+                            let _ = child.kill();
+                            let _ = child.wait();
+                            return;
+                        }
+                    }
+                }
+            });
+        if let Err(e) = waited {
+            tracing::warn!("[approvals] notify: no thread to wait for it: {e}");
+        }
+    })
+}

@@ -381,6 +381,12 @@ pub fn run_with(
     // one approval broker for the process, answerable over the control
     // socket (`mcpbox approvals`) and the console
     let broker = mcpbox_gateway::broker::Broker::new(audit.clone());
+    if let Some(argv) = &loaded.policy.approvals.notify {
+        let name = loaded.policy.name().to_string();
+        broker.set_notifier(crate::approvals::notifier(
+            [(name, argv.clone())].into_iter().collect(),
+        ));
+    }
     let relay = relay.broker(broker.clone());
     let _control = crate::approvals::listen_run(broker.clone());
     // `--console`: the web console (docs/console.md), on its own thread

@@ -244,6 +244,17 @@ fn prepare(cfg: &ServeConfig) -> anyhow::Result<(Settings, Arc<dyn Backend>, Arc
     .context("the sandbox lifecycle")?;
     // approval records go to the gateway's own audit store
     let broker = Broker::new(audit.clone());
+    // `[approvals] notify` of each server's policy, by the server's name
+    let notify: HashMap<String, Vec<String>> = servers
+        .iter()
+        .filter_map(|(name, s)| {
+            let argv = s.loaded.policy.approvals.notify.clone()?;
+            Some((name.clone(), argv))
+        })
+        .collect();
+    if !notify.is_empty() {
+        broker.set_notifier(crate::approvals::notifier(notify));
+    }
     let _ = life.desk.set(crate::approvals::BrokerDesk(broker.clone()));
     let backend = Sandboxes {
         servers,

@@ -560,3 +560,46 @@ fn approvals_list_names_the_console_of_a_run_that_has_one() {
     assert!(table.contains("#token="), "{table}");
     s.finish();
 }
+
+#[test]
+fn notify_command_names_each_new_approval_and_how_to_answer_it() {
+    let b = Box_::new("");
+    let out = b.ws.path().join("notified.txt");
+    let policy = std::fs::read_to_string(&b.policy).unwrap()
+        + &format!(
+            "[approvals]\nfallback = \"hold\"\nnotify = [\"/bin/sh\", \"-c\", 'printf \"%s|%s\\n\" \"$0\" \"$1\" >> {}']\n",
+            out.display()
+        );
+    std::fs::write(&b.policy, policy).unwrap();
+    let (mut s, id) = b.held_call(61, "notify me");
+    let end = Instant::now() + Duration::from_secs(20);
+    let text = loop {
+        let t = std::fs::read_to_string(&out).unwrap_or_default();
+        if !t.is_empty() {
+            break t;
+        }
+        assert!(
+            Instant::now() < end,
+            "the notify command never ran: {}",
+            s.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(
+        text.starts_with(&format!("mcpbox: approval {id}|")),
+        "{text}"
+    );
+    assert!(
+        text.contains("a call to tool echo on server policy"),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("mcpbox approvals approve {id}")),
+        "{text}"
+    );
+    ok(&b.approve(&id));
+    assert_eq!(result_text(&response(&mut s, 61)), "notify me");
+    s.finish();
+    // one approval, one notification
+    assert_eq!(std::fs::read_to_string(&out).unwrap().lines().count(), 1);
+}

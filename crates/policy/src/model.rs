@@ -585,6 +585,12 @@ pub struct Approvals {
     #[serde(default = "default_approval_timeout", with = "units::duration")]
     #[schemars(with = "DurationText")]
     pub timeout: Duration,
+    /// A command run (outside the sandbox, as you, no shell) for each new approval a human
+    /// must answer outside the host, with two more arguments: a title and a text naming
+    /// the approval and the command that approves it, e.g. ["notify-send",
+    /// "--app-name=mcpbox"]. Default: none (the log line and the MCP log notification).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notify: Option<Vec<String>>,
 }
 
 impl Default for Approvals {
@@ -592,6 +598,7 @@ impl Default for Approvals {
         Approvals {
             fallback: ApprovalFallback::Refuse,
             timeout: DEFAULT_APPROVAL_TIMEOUT,
+            notify: None,
         }
     }
 }

@@ -1905,6 +1905,8 @@ fn approvals_section_refuses_what_would_not_work() {
         ("[approvals]\ntimeout = \"2d\"\n", "approvals.timeout"),
         ("[approvals]\nwait = \"1m\"\n", "wait"),
         ("[output]\napprove_over = \"0\"\n", "output.approve_over"),
+        ("[approvals]\nnotify = []\n", "approvals.notify"),
+        ("[approvals]\nnotify = [\"\"]\n", "approvals.notify"),
     ] {
         let d = err(text);
         assert!(d.to_string().contains(key), "{text}: {d}");

@@ -398,6 +398,15 @@ pub(crate) fn validate_in(
             "use at least \"1s\" and at most \"24h\", e.g. \"10m\"",
         ));
     }
+    if let Some(argv) = &p.approvals.notify {
+        if argv.first().is_none_or(|a| a.is_empty()) || argv.iter().any(|a| a.contains('\0')) {
+            return Err(ctx.err(
+                "approvals.notify",
+                "notify needs a program and no NUL byte",
+                "e.g. notify = [\"notify-send\", \"--app-name=mcpbox\"], or leave it out",
+            ));
+        }
+    }
     if p.output.approve_over == Some(0) {
         return Err(ctx.err(
             "output.approve_over",
