@@ -233,6 +233,7 @@ impl HostAsker {
             expires: SystemTime::now() + self.timeout,
             hold: self.hold,
             elicitation: false,
+            answered: None,
         };
         let (tx, rx) = mpsc::channel();
         let deliver: broker::Deliver = Box::new(move |a| {
@@ -245,6 +246,8 @@ impl HostAsker {
         match broker.ask(ask, deliver) {
             broker::Asked::Granted { scope, .. } => scope_answer(scope),
             broker::Asked::TooMany => NetworkAnswer::Unavailable,
+            // never asked with `answered`: listed for completeness
+            broker::Asked::Closed { .. } => NetworkAnswer::Denied,
             broker::Asked::Refused { id } => {
                 tracing::warn!(server = %self.server, %target, approval = %id, "connection refused until a human approves it: {}", broker::approve_command(&id));
                 NetworkAnswer::Unavailable

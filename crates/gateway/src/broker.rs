@@ -151,6 +151,11 @@ pub struct Ask {
     pub hold: bool,
     /// Whether the host was also asked through elicitation.
     pub elicitation: bool,
+    /// An approval of this same call that the host's human approved in
+    /// the request itself (the 2026-07-28 revision's `inputResponses`
+    /// answering the form of an `InputRequiredResult`): granted first, if
+    /// it is still open and bound to this call, then used as any grant.
+    pub answered: Option<String>,
 }
 
 /// A human's (or the session's) answer.
@@ -201,6 +206,13 @@ pub enum Asked {
     Refused {
         /// The pending approval (an earlier one when this exact call was
         /// refused before and is still pending).
+        id: String,
+    },
+    /// The approval named in [`Ask::answered`] is no longer open: a
+    /// human denied it through the CLI or the console first (or it
+    /// lapsed). The host's later yes does not revive it.
+    Closed {
+        /// That approval.
         id: String,
     },
 }
@@ -415,6 +427,38 @@ impl Broker {
             Self::expire(&mut t, now, &mut after);
             let kind = ask.subject.kind();
             let session_key = ask.session_key();
+            // The host answered yes in the retried request: that grants
+            // the approval it answered, if that is still open and bound to
+            // exactly this call (a yes to call A never passes call B).
+            let mut closed = None;
+            if let Some(prior) = &ask.answered {
+                match t.entries.get_mut(prior) {
+                    Some(e)
+                        if e.ask.binding == ask.binding
+                            && e.ask.subject.kind() == kind
+                            && matches!(e.state, State::Pending { deliver: None }) =>
+                    {
+                        e.state = State::Granted {
+                            by: "elicitation".into(),
+                            scope: Scope::Once,
+                        };
+                        after.records.push(record(
+                            &e.ask,
+                            "approved",
+                            Verdict::Allow,
+                            Reason::ApprovalGranted,
+                            "approval:elicitation",
+                            json!({"scope": Scope::Once, "by": "elicitation"}),
+                        ));
+                        t.version += 1;
+                    }
+                    // approved through the CLI or console already: used below
+                    Some(e)
+                        if e.ask.binding == ask.binding
+                            && matches!(e.state, State::Granted { .. }) => {}
+                    _ => closed = Some(prior.clone()),
+                }
+            }
             let grant = t
                 .entries
                 .iter()
@@ -425,7 +469,14 @@ impl Broker {
                         && e.ask.subject_detail_matches(&ask.subject)
                 })
                 .map(|(id, _)| id.clone());
-            if t.session_grants.contains(&session_key) {
+            // the answered approval is the grant this call uses
+            let grant = match (&ask.answered, &closed) {
+                (Some(prior), None) => Some(prior.clone()),
+                _ => grant,
+            };
+            if let Some(id) = closed {
+                Asked::Closed { id }
+            } else if t.session_grants.contains(&session_key) {
                 after.records.push(record(
                     &ask,
                     "used",
@@ -490,7 +541,11 @@ impl Broker {
                             created: now,
                             state: State::Pending { deliver: None },
                         };
-                        after.new.push(view(&e, None));
+                        if !e.ask.elicitation {
+                            // asked in the host already (an input-required
+                            // form): no second notice
+                            after.new.push(view(&e, None));
+                        }
                         t.entries.insert(id.clone(), e);
                         t.version += 1;
                         Asked::Refused { id }

@@ -40,6 +40,7 @@ const HOST_TEMPLATES: &[&str] = &[
     r#"{"jsonrpc":"2.0","id":@,"method":"initialize","params":{"capabilities":{"elicitation":{}}}}"#,
     r#"{"jsonrpc":"2.0","id":@,"method":"tools/call","params":{"name":"~","arguments":{"a":"~"}}}"#,
     r#"{"jsonrpc":"2.0","id":@,"method":"tools/call","params":{"name":"write~","_meta":{"io.modelcontextprotocol/clientCapabilities":{"elicitation":{}}}}}"#,
+    r#"{"jsonrpc":"2.0","id":@,"method":"tools/call","params":{"name":"write~","requestState":"~","inputResponses":{"~":{"action":"accept","content":{"approve":true}}},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"elicitation":{}}}}}"#,
     r#"{"jsonrpc":"2.0","id":@,"method":"tools/list"}"#,
     r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":@}}"#,
     r#"{"jsonrpc":"2.0","id":"mcpbox-approval-fuzz-@","result":{"action":"accept","content":{"approve":true}}}"#,

@@ -603,3 +603,111 @@ fn notify_command_names_each_new_approval_and_how_to_answer_it() {
     // one approval, one notification
     assert_eq!(std::fs::read_to_string(&out).unwrap().lines().count(), 1);
 }
+
+/// A `tools/call` of echo in the stateless revision (2026-07-28), from a
+/// host that declares form elicitation in the request; `extra` goes into
+/// the params (a retry's request state and answers).
+fn stateless_call(id: u64, text: &str, extra: Value) -> Value {
+    let mut m = call_msg(id, text);
+    m["params"]["_meta"] = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}}
+    });
+    if let (Some(p), Some(x)) = (m["params"].as_object_mut(), extra.as_object()) {
+        p.extend(x.clone());
+    }
+    m
+}
+
+/// The retry of the form `state` with the host's human saying yes.
+fn said_yes(id: u64, text: &str, state: &str) -> Value {
+    stateless_call(
+        id,
+        text,
+        json!({"requestState": state,
+               "inputResponses": {state: {"action": "accept", "content": {"approve": true}}}}),
+    )
+}
+
+/// The form an input-required result asks, and its request state.
+fn input_required(r: &Value) -> (String, Value) {
+    assert_eq!(r["result"]["resultType"], "input_required", "{r}");
+    let state = r["result"]["requestState"].as_str().unwrap().to_string();
+    let form = r["result"]["inputRequests"][&state].clone();
+    (state, form)
+}
+
+#[test]
+fn stateless_host_is_asked_in_an_input_required_result_and_its_yes_passes_once() {
+    let b = Box_::new("");
+    let mut s = b.start();
+    s.initialize();
+    s.send(&stateless_call(1, "deploy v2", json!({})));
+    let (state, form) = input_required(&response(&mut s, 1));
+    // a host of this revision takes no request of ours: the form rides in
+    // the result, and names the approval for the CLI and console too
+    assert_eq!(form["method"], "elicitation/create");
+    let message = form["params"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("echo") && message.contains(&state),
+        "{message}"
+    );
+    let listed = b.list();
+    assert_eq!(listed[0]["id"], json!(state));
+    assert_eq!(listed[0]["elicitation"], true);
+    // the yes for "deploy v2" presented with other arguments: not used
+    s.send(&said_yes(2, "deploy v3", &state));
+    let (other, _) = input_required(&response(&mut s, 2));
+    assert_ne!(other, state);
+    let h = s.call("history", json!({}));
+    assert!(!result_text(&h).contains("deploy"), "{h}");
+    // the rightful retry runs, once
+    s.send(&said_yes(3, "deploy v2", &state));
+    let r = response(&mut s, 3);
+    assert_eq!(result_text(&r), "deploy v2", "{r}");
+    s.send(&said_yes(4, "deploy v2", &state));
+    let (again, _) = input_required(&response(&mut s, 4));
+    assert_ne!(again, state);
+    let h = s.call("history", json!({}));
+    assert_eq!(result_text(&h).matches("deploy v2").count(), 1, "{h}");
+    s.finish();
+    let actions = approval_actions(&b);
+    assert_eq!(
+        actions[..5],
+        ["requested", "requested", "approved", "used", "requested"]
+    );
+}
+
+#[test]
+fn stateless_host_retrying_after_the_cli_approved_runs_the_call() {
+    let b = Box_::new("");
+    let mut s = b.start();
+    s.initialize();
+    s.send(&stateless_call(1, "rotate keys", json!({})));
+    let (state, _) = input_required(&response(&mut s, 1));
+    ok(&b.approve(&state));
+    // the host's retry carries no answer of its own: the human's stands
+    s.send(&stateless_call(
+        2,
+        "rotate keys",
+        json!({"requestState": state}),
+    ));
+    assert_eq!(result_text(&response(&mut s, 2)), "rotate keys");
+    s.finish();
+}
+
+#[test]
+fn stateless_hosts_yes_after_the_cli_denied_does_not_run_the_call() {
+    let b = Box_::new("");
+    let mut s = b.start();
+    s.initialize();
+    s.send(&stateless_call(1, "drop table", json!({})));
+    let (state, _) = input_required(&response(&mut s, 1));
+    ok(&b.cli(&["deny", &state]));
+    s.send(&said_yes(2, "drop table", &state));
+    let r = response(&mut s, 2);
+    assert_eq!(decision(&r)["reason"], "approval.declined", "{r}");
+    let h = s.call("history", json!({}));
+    assert!(!result_text(&h).contains("drop table"), "{h}");
+    s.finish();
+}

@@ -30,6 +30,15 @@ fn human(gw: &Serve, path: &str, answer: &str, tool: &str) {
     gw.python_client("http_approval.py", &[&gw.url(path), ALICE, answer, tool]);
 }
 
+/// The same, with the SDK's client of the stateless revision, which takes
+/// no server-to-client request: it is asked in an `InputRequiredResult`.
+fn stateless_human(gw: &Serve, path: &str, answer: &str, tool: &str) {
+    gw.python_client(
+        "http_approval.py",
+        &[&gw.url(path), ALICE, answer, tool, "2026-07-28"],
+    );
+}
+
 #[test]
 fn an_approve_rule_asks_the_http_client_and_runs_the_call_it_approves() {
     human(&gateway(), "/servers/plain/mcp", "approve", "echo");
@@ -48,6 +57,26 @@ fn an_http_client_without_elicitation_gets_the_pending_approval_id() {
 #[test]
 fn an_approval_through_the_aggregated_endpoint_reaches_the_client() {
     human(&gateway(), "/mcp", "approve", "plain__echo");
+}
+
+#[test]
+fn a_stateless_client_is_asked_in_an_input_required_result_and_its_yes_runs_the_call() {
+    stateless_human(&gateway(), "/servers/plain/mcp", "approve", "echo");
+}
+
+#[test]
+fn a_stateless_clients_no_refuses_the_call() {
+    stateless_human(&gateway(), "/servers/plain/mcp", "decline", "echo");
+}
+
+#[test]
+fn a_stateless_client_without_elicitation_gets_the_pending_approval_id() {
+    stateless_human(&gateway(), "/servers/plain/mcp", "none", "echo");
+}
+
+#[test]
+fn a_stateless_clients_approval_through_the_aggregated_endpoint_runs_the_call() {
+    stateless_human(&gateway(), "/mcp", "approve", "plain__echo");
 }
 
 /// A gateway whose `plain` server holds `echo` calls for a human when

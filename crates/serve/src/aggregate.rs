@@ -729,6 +729,13 @@ async fn request(
         }
         return Ok(single(&result(&id, json!({})), None));
     }
+    // a request of the stateless revision: its answer must carry what
+    // that revision requires, which an older member leaves out
+    let stamp = msg
+        .value
+        .pointer("/params/_meta")
+        .is_some_and(|m| m.get(crate::modern::META_VERSION).is_some())
+        .then(|| crate::modern::is_cacheable(&method));
     let mut value = msg.value;
     let target = match method.as_str() {
         "tools/call" | "prompts/get" => {
@@ -791,14 +798,19 @@ async fn request(
         .request(&ours, progress.as_ref(), to_line(&value))
         .map_err(|e| send_refusal(e).id(id.clone()))?;
     agg.lock().calls.insert(id_key(&id), (member, ours));
-    Ok(stream(ctx, agg, member, waiting, id, slot))
+    Ok(stream(ctx, agg, member, waiting, (id, stamp), slot))
 }
 
-/// The client's id back on the member's answer.
-fn restore(line: &[u8], theirs: &Value) -> Vec<u8> {
+/// The client's id back on the member's answer; for a request of the
+/// stateless revision (`stamp`: whether its result is cacheable), the
+/// result completed as that revision requires.
+fn restore(line: &[u8], theirs: &Value, stamp: Option<bool>) -> Vec<u8> {
     match serde_json::from_slice::<Value>(line) {
         Ok(mut v) => {
             v["id"] = theirs.clone();
+            if let Some(cacheable) = stamp {
+                crate::modern::complete_result(&mut v, cacheable);
+            }
             to_line(&v)
         }
         Err(_) => line.to_vec(),
@@ -810,7 +822,7 @@ fn stream(
     agg: Arc<Aggregate>,
     member: usize,
     waiting: Waiting,
-    theirs: Value,
+    (theirs, stamp): (Value, Option<bool>),
     slot: Slot,
 ) -> Response<Body> {
     let gw = ctx.gw.clone();
@@ -826,7 +838,7 @@ fn stream(
         move |m: Vec<u8>| a1.outgoing(member, &m, &gw),
         move |m: Vec<u8>| {
             a2.lock().calls.remove(&k2);
-            restore(&m, &back)
+            restore(&m, &back, stamp)
         },
         move || {
             a3.lock().calls.remove(&k3);

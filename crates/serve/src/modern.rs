@@ -226,6 +226,7 @@ pub(crate) async fn post(
             .unwrap_or_else(|_| plain(StatusCode::ACCEPTED, "")));
     }
     let theirs = msg.id().cloned().unwrap_or(Value::Null);
+    let cacheable = msg.method().is_some_and(is_cacheable);
     let ours = json!(format!("mcpbox-{}", ctx.gw.next_id()));
     let mut value = msg.value;
     value["id"] = ours.clone();
@@ -233,16 +234,64 @@ pub(crate) async fn post(
     let waiting = session
         .request(&ours, progress.as_ref(), to_line(&value))
         .map_err(|e| send_refusal(e).id(theirs.clone()))?;
-    answer(session, waiting, theirs, ours, slot).await
+    let ids = Ids {
+        theirs,
+        ours,
+        cacheable,
+    };
+    answer(session, waiting, ids, slot).await
 }
 
-/// Puts the client's id back on a message the server sent under ours.
-fn restore(message: &[u8], theirs: &Value, ours: &Value) -> Vec<u8> {
+/// The methods whose results this revision makes cacheable (`ttlMs`,
+/// `cacheScope` required).
+pub(crate) fn is_cacheable(method: &str) -> bool {
+    matches!(
+        method,
+        "tools/list"
+            | "prompts/list"
+            | "resources/list"
+            | "resources/templates/list"
+            | "resources/read"
+            | "server/discover"
+    )
+}
+
+/// Completes an answer's result as this revision requires, where a
+/// server of an older one left it out: `resultType` (`complete`) and, on
+/// a cacheable result, `ttlMs` 0 and `cacheScope` `private` (not cached:
+/// what a client sees is filtered for it by policy). An error is left as
+/// it is.
+pub(crate) fn complete_result(answer: &mut Value, cacheable: bool) {
+    if let Some(r) = answer.get_mut("result").and_then(Value::as_object_mut) {
+        r.entry("resultType")
+            .or_insert_with(|| Value::String("complete".into()));
+        if cacheable && r.get("resultType") == Some(&json!("complete")) {
+            r.entry("ttlMs").or_insert_with(|| json!(0));
+            r.entry("cacheScope").or_insert_with(|| json!("private"));
+        }
+    }
+}
+
+/// A forwarded request's ids, the client's and ours, and what its
+/// answer's result must carry.
+#[derive(Clone)]
+struct Ids {
+    theirs: Value,
+    ours: Value,
+    cacheable: bool,
+}
+
+/// Puts the client's id back on a message the server sent under ours,
+/// and completes the answer's result ([`complete_result`]): a client of
+/// this revision rejects a result without what it requires.
+fn restore(message: &[u8], ids: &Ids) -> Vec<u8> {
+    let (theirs, ours) = (&ids.theirs, &ids.ours);
     let Ok(mut v) = serde_json::from_slice::<Value>(message) else {
         return message.to_vec();
     };
     if v.get("id") == Some(ours) {
         v["id"] = theirs.clone();
+        complete_result(&mut v, ids.cacheable);
     }
     if let Some(sub) = v.pointer_mut(SUBSCRIPTION_POINTER) {
         if sub == ours {
@@ -267,17 +316,16 @@ fn status_of(answer: &[u8]) -> StatusCode {
 async fn answer(
     session: Arc<McpSession>,
     mut waiting: Waiting,
-    theirs: Value,
-    ours: Value,
+    ids: Ids,
     slot: Slot,
 ) -> Result<Response<Body>, Refusal> {
     let first = waiting.rx.recv().await;
     let first = match first {
         None => {
-            return Ok(json(StatusCode::OK, ended_error(&theirs)));
+            return Ok(json(StatusCode::OK, ended_error(&ids.theirs)));
         }
         Some(Out::Final(m)) => {
-            let m = restore(&m, &theirs, &ours);
+            let m = restore(&m, &ids);
             return Ok(json(status_of(&m), m));
         }
         Some(Out::Message(m)) => {
@@ -285,14 +333,14 @@ async fn answer(
             m
         }
     };
-    let (t1, o1, t2, o2) = (theirs.clone(), ours.clone(), theirs.clone(), ours.clone());
+    let (i1, i2, ours) = (ids.clone(), ids.clone(), ids.ours.clone());
     Ok(request_stream(
         waiting,
         slot,
-        theirs,
+        ids.theirs,
         Some(first),
-        move |m: Vec<u8>| restore(&m, &t1, &o1),
-        move |m: Vec<u8>| restore(&m, &t2, &o2),
+        move |m: Vec<u8>| restore(&m, &i1),
+        move |m: Vec<u8>| restore(&m, &i2),
         move || cancel(&session, &ours),
     ))
 }
@@ -322,29 +370,69 @@ mod tests {
 
     #[test]
     fn the_clients_id_comes_back_and_only_ours_is_replaced() {
-        let ours = json!("mcpbox-7");
-        let theirs = json!(1);
-        let out = restore(
-            br#"{"jsonrpc":"2.0","id":"mcpbox-7","result":{}}"#,
-            &theirs,
-            &ours,
-        );
+        let ids = Ids {
+            theirs: json!(1),
+            ours: json!("mcpbox-7"),
+            cacheable: false,
+        };
+        let out = restore(br#"{"jsonrpc":"2.0","id":"mcpbox-7","result":{}}"#, &ids);
         assert_eq!(
             serde_json::from_slice::<Value>(&out).unwrap()["id"],
             json!(1)
         );
-        let other = restore(br#"{"jsonrpc":"2.0","id":"x","result":{}}"#, &theirs, &ours);
+        let other = restore(br#"{"jsonrpc":"2.0","id":"x","result":{}}"#, &ids);
         assert_eq!(
             serde_json::from_slice::<Value>(&other).unwrap()["id"],
             json!("x")
         );
         let note = restore(
             br#"{"jsonrpc":"2.0","method":"notifications/tools/list_changed","params":{"_meta":{"io.modelcontextprotocol/subscriptionId":"mcpbox-7"}}}"#,
-            &theirs,
-            &ours,
+            &ids,
         );
         let v: Value = serde_json::from_slice(&note).unwrap();
         assert_eq!(v.pointer(SUBSCRIPTION_POINTER), Some(&json!(1)));
+    }
+
+    #[test]
+    fn an_older_servers_result_gets_the_result_type_this_revision_requires() {
+        let mut ids = Ids {
+            theirs: json!(1),
+            ours: json!("mcpbox-7"),
+            cacheable: false,
+        };
+        let answer =
+            |body: &[u8], ids: &Ids| serde_json::from_slice::<Value>(&restore(body, ids)).unwrap();
+        let v = answer(
+            br#"{"jsonrpc":"2.0","id":"mcpbox-7","result":{"content":[]}}"#,
+            &ids,
+        );
+        assert_eq!(v["result"]["resultType"], "complete");
+        assert!(v["result"].get("ttlMs").is_none());
+        // a list: not to be cached, and for this client only
+        ids.cacheable = true;
+        let v = answer(
+            br#"{"jsonrpc":"2.0","id":"mcpbox-7","result":{"tools":[]}}"#,
+            &ids,
+        );
+        assert_eq!(v["result"]["ttlMs"], 0);
+        assert_eq!(v["result"]["cacheScope"], "private");
+        let v = answer(
+            br#"{"jsonrpc":"2.0","id":"mcpbox-7","result":{"tools":[],"ttlMs":5000,"cacheScope":"public"}}"#,
+            &ids,
+        );
+        assert_eq!(v["result"]["ttlMs"], 5000);
+        // one the server set is kept (an input_required of its own)
+        let v = answer(
+            br#"{"jsonrpc":"2.0","id":"mcpbox-7","result":{"resultType":"input_required"}}"#,
+            &ids,
+        );
+        assert_eq!(v["result"]["resultType"], "input_required");
+        // errors and other messages are not results
+        let v = answer(
+            br#"{"jsonrpc":"2.0","id":"mcpbox-7","error":{"code":1,"message":"m"}}"#,
+            &ids,
+        );
+        assert!(v.get("result").is_none());
     }
 
     #[test]

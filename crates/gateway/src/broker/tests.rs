@@ -28,6 +28,7 @@ fn ask(id: &str, digest: &str, hold: bool, wait: Duration) -> Ask {
         expires: SystemTime::now() + wait,
         hold,
         elicitation: false,
+        answered: None,
     }
 }
 
@@ -322,4 +323,72 @@ fn a_waiter_learns_of_an_expiry_when_it_happens() {
     // with nothing open, the wait is the timeout
     let seen = b.version();
     assert_eq!(b.wait_changed(seen, Duration::from_millis(30)), seen);
+}
+
+/// An ask that says the host's human approved `prior` in the request.
+fn answering(id: &str, digest: &str, prior: &str) -> Ask {
+    let mut a = ask(id, digest, false, MIN);
+    a.elicitation = true;
+    a.answered = Some(prior.into());
+    a
+}
+
+#[test]
+fn a_yes_in_the_retry_grants_its_own_approval_and_is_used_once() {
+    let (b, sink) = broker();
+    let mut first = ask(A, "d1", false, MIN);
+    first.elicitation = true;
+    assert_eq!(
+        b.ask(first, Box::new(|_| {})),
+        Asked::Refused { id: A.into() }
+    );
+    let granted = b.ask(answering(B, "d1", A), Box::new(|_| {}));
+    assert!(
+        matches!(granted, Asked::Granted { ref id, ref by, .. } if id == A && by == "elicitation"),
+        "{granted:?}"
+    );
+    assert!(b.list().is_empty());
+    // the same yes replayed: nothing left to grant
+    assert_eq!(
+        b.ask(answering(B, "d1", A), Box::new(|_| {})),
+        Asked::Closed { id: A.into() }
+    );
+    assert_eq!(actions(&sink), ["requested", "approved", "used"]);
+}
+
+#[test]
+fn a_yes_in_the_retry_for_call_a_does_not_pass_call_b() {
+    let (b, _) = broker();
+    b.ask(ask(A, "digest-of-a", false, MIN), Box::new(|_| {}));
+    assert_eq!(
+        b.ask(answering(B, "digest-of-b", A), Box::new(|_| {})),
+        Asked::Closed { id: A.into() }
+    );
+    // A is untouched, still pending for its own call
+    assert_eq!(b.list()[0].id, A);
+    assert_eq!(b.list()[0].state, "pending");
+}
+
+#[test]
+fn a_yes_in_the_retry_after_a_human_denied_does_not_revive_it() {
+    let (b, _) = broker();
+    b.ask(ask(A, "d1", false, MIN), Box::new(|_| {}));
+    b.answer(A, false, Scope::Once, "cli:uid=0").unwrap();
+    assert_eq!(
+        b.ask(answering(B, "d1", A), Box::new(|_| {})),
+        Asked::Closed { id: A.into() }
+    );
+}
+
+#[test]
+fn a_yes_in_the_retry_after_the_cli_approved_uses_that_grant() {
+    let (b, sink) = broker();
+    b.ask(ask(A, "d1", false, MIN), Box::new(|_| {}));
+    b.answer(A, true, Scope::Once, "cli:uid=0").unwrap();
+    let granted = b.ask(answering(B, "d1", A), Box::new(|_| {}));
+    assert!(
+        matches!(granted, Asked::Granted { ref id, ref by, .. } if id == A && by == "cli:uid=0"),
+        "{granted:?}"
+    );
+    assert_eq!(actions(&sink), ["requested", "approved", "used"]);
 }

@@ -34,7 +34,7 @@ use serde_json::{json, Map, Value};
 use super::calls::Call;
 use super::{Asked, Effect, Question, Session};
 use crate::broker::{self, Binding, Closed, Fallback, Subject};
-use crate::message::{at, id_key, IdKey, Message};
+use crate::message::{at, id_key, to_line, IdKey, Message};
 use crate::policy::ApprovalAnswer;
 
 /// A decision and what the argument rules found (for the record).
@@ -72,7 +72,51 @@ struct Waiting {
     deadline: Instant,
     /// The id of our `elicitation/create`, when asked that way.
     elicit: Option<IdKey>,
+    /// Whether the host is asked by answering the call with an
+    /// `InputRequiredResult` (2026-07-28): a refusal from the broker
+    /// becomes that form.
+    input: bool,
+    /// What the human reads (for that form).
+    preview: Value,
 }
+
+/// How the host itself can be asked about something held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Channel {
+    /// It cannot (no form elicitation): the broker's CLI and console only.
+    None,
+    /// `elicitation/create`, a request of ours to the host (2025 revisions).
+    Form,
+    /// An `InputRequiredResult` in answer to the call, whose form the
+    /// host's human answers in the call's retry (2026-07-28, where a
+    /// server sends the client no requests). Calls only: a result cannot
+    /// be retried without running the call again.
+    InputRequired,
+}
+
+/// A call answered with an `InputRequiredResult`, until its retry.
+struct InputAsk {
+    tool: String,
+    args_digest: String,
+    decision: Decision,
+    preview: Value,
+    deadline: Instant,
+}
+
+/// What a `tools/call` of the stateless revision carried for us.
+pub(super) enum Retry {
+    /// Nothing of ours (or an answer bound to another call): ask afresh.
+    Fresh,
+    /// Answered here (declined, lapsed, or the form sent again).
+    Handled,
+    /// The host's human said yes to `approval` for exactly this call:
+    /// `line` is the call without our request state.
+    Approved { line: Vec<u8>, approval: String },
+}
+
+/// Forms of `InputRequiredResult`s a session keeps open at once: a host
+/// that never retries cannot grow the table past this (the oldest goes).
+const MAX_INPUT_ASKS: usize = 64;
 
 /// What an `elicitation/create` of ours was for.
 enum Purpose {
@@ -92,6 +136,8 @@ struct Elicit {
 pub(crate) struct Approvals {
     waiting: HashMap<u64, Waiting>,
     elicits: HashMap<IdKey, Elicit>,
+    /// Open `InputRequiredResult` forms, by approval id (the request state).
+    inputs: HashMap<String, InputAsk>,
     next_key: u64,
     next_elicit: u64,
 }
@@ -162,12 +208,13 @@ impl Session {
         args_digest: String,
         decided: Decided,
         hold: Hold,
-        elicit: bool,
+        channel: Channel,
+        answered: Option<String>,
         subject: Subject,
         preview: Value,
     ) {
         let Decided { decision, detail } = decided;
-        if !elicit && !self.fallback_approver {
+        if channel == Channel::None && !self.fallback_approver {
             // nobody to ask: no elicitation, no broker
             let d = Decision::deny(Reason::ApprovalRequired, decision.source);
             let w = Waiting {
@@ -180,6 +227,8 @@ impl Session {
                 approval: String::new(),
                 deadline: self.now.mono,
                 elicit: None,
+                input: false,
+                preview: Value::Null,
             };
             return self.refuse_waiting(w, d);
         }
@@ -187,7 +236,13 @@ impl Session {
         self.approvals.next_key += 1;
         let approval = self.approval_id(key);
         let wait = self.config.approval_timeout;
-        let held = elicit || self.config.approval_fallback == Fallback::Hold;
+        // an input-required form is answered in the call's retry: nothing
+        // is held meanwhile, whatever the fallback
+        let held = match channel {
+            Channel::Form => true,
+            Channel::InputRequired => false,
+            Channel::None => self.config.approval_fallback == Fallback::Hold,
+        };
         if self.fallback_approver {
             let ask = broker::Ask {
                 id: approval.clone(),
@@ -205,11 +260,12 @@ impl Session {
                 preview: preview.clone(),
                 expires: self.now.wall + wait,
                 hold: held,
-                elicitation: elicit,
+                elicitation: channel != Channel::None,
+                answered: answered.clone(),
             };
             self.out.push(Effect::AskApprover { key, ask });
         }
-        let elicit_id = if elicit {
+        let elicit_id = if channel == Channel::Form {
             let (message, schema) = approval_form(
                 &self.config.server_name,
                 &tool,
@@ -229,7 +285,7 @@ impl Session {
                 Purpose::Approval(key),
             ))
         } else {
-            if held {
+            if held && channel == Channel::None {
                 // a call that asked for progress gets it: many hosts keep
                 // waiting on a request while it makes progress
                 let token = match &hold {
@@ -256,8 +312,185 @@ impl Session {
                 approval,
                 deadline: self.now.mono + wait,
                 elicit: elicit_id,
+                input: channel == Channel::InputRequired,
+                preview: if channel == Channel::InputRequired {
+                    preview
+                } else {
+                    Value::Null
+                },
             },
         );
+        if channel == Channel::InputRequired && !self.fallback_approver {
+            // no broker to consult: the host's form is the only channel
+            let answer = match answered {
+                Some(_) => ApprovalAnswer::Approved {
+                    approver: "elicitation".into(),
+                },
+                None => ApprovalAnswer::Refused {
+                    id: self.approval_id(key),
+                },
+            };
+            self.approval_answered(key, answer);
+        }
+    }
+
+    /// Answers a call with an `InputRequiredResult` (2026-07-28) whose one
+    /// input request is the approval form, and whose request state is the
+    /// approval's id; the host's human answers it and the host retries
+    /// the call with the answer ([`Session::input_retry`]).
+    fn send_input_required(&mut self, host_id: &Value, approval: String, mut ask: InputAsk) {
+        // the same approval asked again keeps its first deadline (the
+        // broker's expiry does not move either)
+        if let Some(earlier) = self.approvals.inputs.get(&approval) {
+            ask.deadline = ask.deadline.min(earlier.deadline);
+        }
+        let wait = ask.deadline.saturating_duration_since(self.now.mono);
+        let (message, schema) = approval_form(
+            &self.config.server_name,
+            &ask.tool,
+            &ask.args_digest,
+            &approval,
+            &Subject::Call,
+            &ask.decision,
+            &ask.preview,
+            wait,
+            self.fallback_approver,
+        );
+        tracing::info!(server = %self.config.server_name, tool = %ask.tool, %approval, "asking the host's human in an input-required result");
+        let mut requests = Map::new();
+        requests.insert(
+            approval.clone(),
+            json!({
+                "method": "elicitation/create",
+                "params": {"mode": "form", "message": message, "requestedSchema": schema}
+            }),
+        );
+        let mut result = json!({
+            "resultType": "input_required",
+            "inputRequests": requests,
+            "requestState": approval,
+            "_meta": {}
+        });
+        result["_meta"][crate::META_DECISION] = json!({
+            "action": "ask",
+            "reason": ask.decision.reason.as_str(),
+            "source": ask.decision.source,
+            "approval": approval,
+        });
+        self.host_value(&json!({"jsonrpc": "2.0", "id": host_id, "result": result}));
+        // bounded: lapsed forms go first, then the oldest
+        let now = self.now.mono;
+        self.approvals.inputs.retain(|_, a| a.deadline > now);
+        while self.approvals.inputs.len() >= MAX_INPUT_ASKS {
+            let oldest = self
+                .approvals
+                .inputs
+                .iter()
+                .min_by_key(|(_, a)| a.deadline)
+                .map(|(k, _)| k.clone());
+            match oldest {
+                Some(k) => self.approvals.inputs.remove(&k),
+                None => break,
+            };
+        }
+        self.approvals.inputs.insert(approval, ask);
+    }
+
+    /// A `tools/call` of the stateless revision that a policy rule sends to
+    /// a human: if it carries the request state of one of our forms, bound
+    /// to this very tool and these arguments, the host's answer in
+    /// `inputResponses` decides (once: the form is spent). A state of
+    /// another call, or none, asks afresh; a state we never issued is not
+    /// ours to read.
+    pub(super) fn input_retry(
+        &mut self,
+        id: &Value,
+        tool: &str,
+        args_digest: &str,
+        line: &[u8],
+    ) -> Retry {
+        let Ok(mut msg) = Message::parse(line) else {
+            return Retry::Fresh;
+        };
+        let Some(state) = msg
+            .params()
+            .and_then(|p| p.get("requestState"))
+            .and_then(Value::as_str)
+            .map(str::to_string)
+        else {
+            return Retry::Fresh;
+        };
+        // a yes to call A never passes call B
+        let bound = self
+            .approvals
+            .inputs
+            .get(&state)
+            .is_some_and(|a| a.tool == tool && a.args_digest == args_digest);
+        if !bound {
+            return Retry::Fresh;
+        }
+        let Some(ask) = self.approvals.inputs.remove(&state) else {
+            return Retry::Fresh;
+        };
+        let detail = json!({"approval": state});
+        if self.now.mono >= ask.deadline {
+            let d = Decision::deny(Reason::ApprovalTimeout, format!("approval:{state}"));
+            self.deny_call(id, tool, args_digest, d, &detail);
+            return Retry::Handled;
+        }
+        let response = msg
+            .params()
+            .and_then(|p| p.get("inputResponses"))
+            .and_then(|r| r.get(&state))
+            .cloned();
+        let Some(response) = response else {
+            // The host retried without answering its form. A human may
+            // have approved through the CLI or console meanwhile: the
+            // broker knows (it grants, or refuses with this same pending
+            // approval, whose form goes out again). Without a broker, the
+            // same form again.
+            if self.fallback_approver {
+                self.approvals.inputs.insert(state, ask);
+                return Retry::Fresh;
+            }
+            self.send_input_required(id, state, ask);
+            return Retry::Handled;
+        };
+        match elicitation_answer(&json!({ "result": response })) {
+            ApprovalAnswer::Approved { .. } => {
+                // the server sees the call, not our round trip
+                if let Some(p) = msg.value.get_mut("params").and_then(Value::as_object_mut) {
+                    p.remove("requestState");
+                    let empty = match p.get_mut("inputResponses").and_then(Value::as_object_mut) {
+                        Some(r) => {
+                            r.remove(&state);
+                            r.is_empty()
+                        }
+                        None => false,
+                    };
+                    if empty {
+                        p.remove("inputResponses");
+                    }
+                }
+                Retry::Approved {
+                    line: to_line(&msg.value),
+                    approval: state,
+                }
+            }
+            _ => {
+                if self.fallback_approver {
+                    self.out.push(Effect::ApprovalClosed {
+                        id: state.clone(),
+                        how: Closed::Answered(broker::Answer::Denied {
+                            by: "elicitation".into(),
+                        }),
+                    });
+                }
+                let d = Decision::deny(Reason::ApprovalDeclined, "approval:elicitation");
+                self.deny_call(id, tool, args_digest, d, &detail);
+                Retry::Handled
+            }
+        }
     }
 
     /// A held call without elicitation: the host (and through it the
@@ -478,6 +711,17 @@ impl Session {
                 };
                 let mut w = w;
                 if let ApprovalAnswer::Refused { id } = &other {
+                    if w.input {
+                        // the host's human answers in the call's retry
+                        let ask = InputAsk {
+                            tool: w.tool,
+                            args_digest: w.args_digest,
+                            decision: w.decision,
+                            preview: w.preview,
+                            deadline: w.deadline,
+                        };
+                        return self.send_input_required(&w.id, id.clone(), ask);
+                    }
                     // an earlier approval of this same call may be the one
                     w.approval = id.clone();
                 }
@@ -668,7 +912,7 @@ impl Session {
         bytes: u64,
         exit: Option<i32>,
         shapes: Vec<String>,
-        elicit: bool,
+        channel: Channel,
     ) -> Option<(Vec<u8>, Call)> {
         let over = self.config.approve_over.filter(|max| bytes > *max);
         let shapes = if self.config.approve_credential_shapes {
@@ -715,7 +959,8 @@ impl Session {
             args_digest,
             decided,
             hold,
-            elicit,
+            channel,
+            None,
             subject,
             preview,
         );

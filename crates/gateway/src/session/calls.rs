@@ -9,6 +9,7 @@ use mcpbox_audit::Kind;
 use mcpbox_policy::{Decision, Reason, Verdict};
 use serde_json::{json, Map, Value};
 
+use super::approvals::{Channel, Retry};
 use super::{ms, Effect, Record, Session};
 use crate::digest::json_digest;
 use crate::lines::Line;
@@ -35,7 +36,8 @@ pub(crate) struct Held {
     /// What the argument rules found, for the record.
     detail: Value,
     line: Vec<u8>,
-    elicit: bool,
+    /// How the host can be asked, should the call need a human.
+    channel: Channel,
 }
 
 /// What an in-flight host request was, for handling its response.
@@ -202,7 +204,7 @@ impl Session {
         let hints = self.tools.hints(&tool);
         let held = Held {
             decision: self.decide(&tool, &hints),
-            elicit: self.elicitation_for(msg),
+            channel: self.channel_for(msg),
             id,
             tool,
             args_digest,
@@ -260,7 +262,21 @@ impl Session {
             }
             Verdict::Deny => self.deny_call(&h.id, &h.tool, &h.args_digest, h.decision, &h.detail),
             Verdict::Approve => {
-                let arguments = Message::parse(&h.line)
+                let mut line = h.line;
+                let mut answered = None;
+                if h.channel == Channel::InputRequired {
+                    // the retry of a call we answered with a form: the
+                    // host's answer rides in the request
+                    match self.input_retry(&h.id, &h.tool, &h.args_digest, &line) {
+                        Retry::Handled => return,
+                        Retry::Approved { line: l, approval } => {
+                            line = l;
+                            answered = Some(approval);
+                        }
+                        Retry::Fresh => {}
+                    }
+                }
+                let arguments = Message::parse(&line)
                     .ok()
                     .and_then(|m| m.params().and_then(|p| p.get("arguments")).cloned());
                 let preview = self.preview(arguments.as_ref(), &h.detail);
@@ -268,14 +284,15 @@ impl Session {
                     decision: h.decision,
                     detail: h.detail,
                 };
-                let hold = super::approvals::Hold::Call { raw: h.line };
+                let hold = super::approvals::Hold::Call { raw: line };
                 self.ask_approval(
                     h.id,
                     h.tool,
                     h.args_digest,
                     decided,
                     hold,
-                    h.elicit,
+                    h.channel,
+                    answered,
                     crate::broker::Subject::Call,
                     preview,
                 );
@@ -563,8 +580,14 @@ impl Session {
         let finished = match finished {
             Some((call, reason, bytes, exit)) => {
                 let id = msg.id().cloned().unwrap_or(Value::Null);
-                let elicit = self.host.last_elicitation;
-                match self.hold_result(id, line, call, reason, bytes, exit, shapes, elicit) {
+                // a result's form can only be a request of ours: a host of
+                // the stateless revision answers through the broker
+                let channel = if self.host.last_elicitation {
+                    Channel::Form
+                } else {
+                    Channel::None
+                };
+                match self.hold_result(id, line, call, reason, bytes, exit, shapes, channel) {
                     Some((line, call)) => {
                         self.send_host(line);
                         Some((call, reason, bytes, exit))

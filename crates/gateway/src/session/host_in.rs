@@ -89,13 +89,15 @@ impl Session {
     pub(super) fn host_request(&mut self, line: Vec<u8>, msg: Message) {
         let Some(id) = msg.id().cloned() else { return };
         let params = msg.params();
-        if let Some(caps) = params
-            .and_then(|p| p.get("_meta"))
-            .and_then(|m| m.get(META_CLIENT_CAPS))
-        {
-            self.host.last_elicitation = caps
-                .get("elicitation")
-                .is_some_and(supports_form_elicitation);
+        let meta = params.and_then(|p| p.get("_meta"));
+        let stateless = meta.is_some_and(|m| m.get(META_PROTOCOL_VERSION).is_some());
+        if let Some(caps) = meta.and_then(|m| m.get(META_CLIENT_CAPS)) {
+            self.host.last_elicitation = !stateless
+                && caps
+                    .get("elicitation")
+                    .is_some_and(supports_form_elicitation);
+        } else if stateless {
+            self.host.last_elicitation = false;
         }
         match msg.method().unwrap_or_default() {
             "initialize" => {
@@ -125,19 +127,23 @@ impl Session {
         }
     }
 
-    /// Whether the host can answer elicitation for this request: the
-    /// request's own `_meta` capabilities (2026-07-28) win over the ones
-    /// declared at `initialize`.
-    pub(super) fn elicitation_for(&self, msg: &Message) -> bool {
-        match msg
-            .params()
-            .and_then(|p| p.get("_meta"))
-            .and_then(|m| m.get(META_CLIENT_CAPS))
-        {
+    /// How the host can be asked about this request: the request's own
+    /// `_meta` capabilities win over the ones declared at `initialize`; a
+    /// request of the stateless revision (2026-07-28) takes no request of
+    /// ours, so its form comes back as an `InputRequiredResult`.
+    pub(super) fn channel_for(&self, msg: &Message) -> Channel {
+        let meta = msg.params().and_then(|p| p.get("_meta"));
+        let stateless = meta.is_some_and(|m| m.get(META_PROTOCOL_VERSION).is_some());
+        let form = match meta.and_then(|m| m.get(META_CLIENT_CAPS)) {
             Some(caps) => caps
                 .get("elicitation")
                 .is_some_and(supports_form_elicitation),
-            None => self.host.elicitation,
+            None => self.host.elicitation && !stateless,
+        };
+        match (form, stateless) {
+            (false, _) => Channel::None,
+            (true, false) => Channel::Form,
+            (true, true) => Channel::InputRequired,
         }
     }
 }

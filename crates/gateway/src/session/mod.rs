@@ -51,7 +51,7 @@ pub mod tools;
 #[cfg(test)]
 mod tests;
 
-use approvals::Approvals;
+use approvals::{Approvals, Channel};
 use calls::Calls;
 use host::{ROOTS_ASKED, STATELESS_REVISION};
 use supervise::Supervisor;
@@ -59,6 +59,11 @@ use tools::ToolScreen;
 
 /// `_meta` key carrying per-request client capabilities (2026-07-28).
 pub const META_CLIENT_CAPS: &str = "io.modelcontextprotocol/clientCapabilities";
+/// `_meta` key naming a request's protocol revision (2026-07-28): its
+/// presence marks a request of the stateless revision, whose server sends
+/// the client no requests of its own (elicitation rides in an
+/// `InputRequiredResult` instead).
+pub const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
 
 /// The two clocks, read once per event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -387,8 +392,10 @@ struct HostState {
     gone: bool,
     /// Form elicitation as declared at `initialize`.
     elicitation: bool,
-    /// Elicitation as the host last declared it, at `initialize` or in a
-    /// request's `_meta` (2026-07-28): what questions outside a request go by.
+    /// Whether a request of ours (`elicitation/create`) can reach the host,
+    /// as it last said, at `initialize` or in a request's `_meta`: what
+    /// questions outside a request and held results go by. Never for a
+    /// host of the stateless revision, which takes no such requests.
     last_elicitation: bool,
     /// The host's `initialize` params, replayed to a restarted server.
     initialize_params: Option<Value>,

@@ -120,6 +120,10 @@ impl Driver {
                                     tracing::warn!(%tool, "too many approvals open in this session: refused without asking");
                                     Some(crate::ApprovalAnswer::Unavailable)
                                 }
+                                crate::broker::Asked::Closed { id } => {
+                                    tracing::warn!(approval = %id, %tool, "the host approved in its retry, but a human had denied the approval first (or it lapsed)");
+                                    Some(crate::ApprovalAnswer::Declined)
+                                }
                                 crate::broker::Asked::Refused { id } => {
                                     tracing::warn!(approval = %id, %tool, "refused until a human approves: {}", crate::broker::approve_command(&id));
                                     Some(crate::ApprovalAnswer::Refused { id })

@@ -78,6 +78,7 @@ fn hold(broker: &Broker, id: &str, preview: Value) -> mpsc::Receiver<Answer> {
             expires: SystemTime::now() + Duration::from_secs(60),
             hold: true,
             elicitation: false,
+            answered: None,
         },
         Box::new(move |a| {
             let _ = tx.send(a);

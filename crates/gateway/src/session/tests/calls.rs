@@ -365,6 +365,319 @@ fn elicitation_declared_per_request_2026_wins_over_initialize() {
     );
 }
 
+/// A `tools/call` of the stateless revision (2026-07-28): the envelope
+/// in `_meta`, `extra` merged into the params (a retry's state and
+/// answers).
+fn stateless_call(id: i64, tool: &str, args: Value, caps: Value, extra: Value) -> String {
+    let mut v = json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":tool,"arguments":args,
+        "_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28",
+                 "io.modelcontextprotocol/clientCapabilities":caps}}});
+    if let (Some(p), Some(x)) = (v["params"].as_object_mut(), extra.as_object()) {
+        p.extend(x.clone());
+    }
+    v.to_string()
+}
+
+/// The retry of `state`'s form with the host's answer `approve`.
+fn answered(id: i64, tool: &str, args: Value, state: &str, approve: bool) -> String {
+    let answer = if approve {
+        json!({"action": "accept", "content": {"approve": true}})
+    } else {
+        json!({"action": "decline"})
+    };
+    stateless_call(
+        id,
+        tool,
+        args,
+        json!({"elicitation": {}}),
+        json!({"requestState": state, "inputResponses": {state: answer}}),
+    )
+}
+
+/// The request state of the last input-required result to the host.
+fn state_of(t: &T) -> String {
+    t.to_host()[0]["result"]["requestState"]
+        .as_str()
+        .expect("an input-required result")
+        .to_string()
+}
+
+#[test]
+fn stateless_host_is_asked_in_an_input_required_result_and_its_yes_passes_the_call_once() {
+    let mut t = approving();
+    let args = json!({"path": "a"});
+    let first = stateless_call(
+        1,
+        "write_file",
+        args.clone(),
+        json!({"elicitation": {}}),
+        json!({}),
+    );
+    // no elicitation/create: a host of this revision takes no requests
+    assert_eq!(t.host(&first), ["host input-required ap- id=1"]);
+    let r = &t.to_host()[0]["result"];
+    let state = state_of(&t);
+    let form = &r["inputRequests"][&state];
+    assert_eq!(form["method"], "elicitation/create", "{r}");
+    assert!(
+        form["params"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("write_file")),
+        "{r}"
+    );
+    assert_eq!(r["_meta"]["mcpbox/decision"]["approval"], json!(state));
+    let retry = answered(2, "write_file", args.clone(), &state, true);
+    let out = t.host(&retry);
+    assert_eq!(out.len(), 1, "{out:?}");
+    // the server sees the call without our round trip's state
+    let sent: Value = serde_json::from_str(out[0].strip_prefix("server ").expect("sent")).unwrap();
+    assert_eq!(sent["params"]["arguments"], args);
+    assert!(sent["params"].get("requestState").is_none(), "{sent}");
+    assert!(sent["params"].get("inputResponses").is_none(), "{sent}");
+    // the same answer again: the form is spent, so it asks afresh
+    assert_eq!(
+        t.host(&answered(3, "write_file", args, &state, true)),
+        ["host input-required ap- id=3"]
+    );
+    assert_ne!(state_of(&t), state);
+}
+
+#[test]
+fn input_required_yes_for_one_call_does_not_pass_a_call_with_other_arguments() {
+    let mut t = approving();
+    let caps = json!({"elicitation": {}});
+    t.host(&stateless_call(
+        1,
+        "write_file",
+        json!({"path": "a"}),
+        caps.clone(),
+        json!({}),
+    ));
+    let state = state_of(&t);
+    // the answer to the form for path a, presented with path b
+    assert_eq!(
+        t.host(&answered(
+            2,
+            "write_file",
+            json!({"path": "b"}),
+            &state,
+            true
+        )),
+        ["host input-required ap- id=2"]
+    );
+    assert_ne!(state_of(&t), state);
+    // and for another tool
+    assert_eq!(
+        t.host(&answered(
+            3,
+            "write_other",
+            json!({"path": "a"}),
+            &state,
+            true
+        )),
+        ["host input-required ap- id=3"]
+    );
+    // a state we never issued is not ours to read
+    assert_eq!(
+        t.host(&answered(
+            4,
+            "write_file",
+            json!({"path": "a"}),
+            "ap-000000000000",
+            true
+        )),
+        ["host input-required ap- id=4"]
+    );
+    // the form for path a still holds for path a
+    let out = t.host(&answered(
+        5,
+        "write_file",
+        json!({"path": "a"}),
+        &state,
+        true,
+    ));
+    assert!(out[0].starts_with("server "), "{out:?}");
+}
+
+#[test]
+fn input_required_no_refuses_the_call_and_a_late_yes_finds_nothing() {
+    let mut t = approving();
+    let args = json!({});
+    t.host(&stateless_call(
+        1,
+        "write_file",
+        args.clone(),
+        json!({"elicitation": {}}),
+        json!({}),
+    ));
+    let state = state_of(&t);
+    assert_eq!(
+        t.host(&answered(2, "write_file", args.clone(), &state, false)),
+        s(&[
+            "audit ToolCall deny approval.declined",
+            "host denied approval.declined id=2"
+        ])
+    );
+    assert_eq!(
+        t.host(&answered(3, "write_file", args, &state, true)),
+        ["host input-required ap- id=3"]
+    );
+}
+
+#[test]
+fn input_required_form_answered_after_its_time_is_refused() {
+    let mut t = approving();
+    let args = json!({});
+    t.host(&stateless_call(
+        1,
+        "write_file",
+        args.clone(),
+        json!({"elicitation": {}}),
+        json!({}),
+    ));
+    let state = state_of(&t);
+    t.after(10_000);
+    assert_eq!(
+        t.host(&answered(2, "write_file", args, &state, true)),
+        s(&[
+            "audit ToolCall deny approval.timeout",
+            "host denied approval.timeout id=2"
+        ])
+    );
+}
+
+#[test]
+fn stateless_retry_without_an_answer_gets_the_same_form_again() {
+    let mut t = approving();
+    let caps = json!({"elicitation": {}});
+    t.host(&stateless_call(
+        1,
+        "write_file",
+        json!({}),
+        caps.clone(),
+        json!({}),
+    ));
+    let state = state_of(&t);
+    let bare = stateless_call(
+        2,
+        "write_file",
+        json!({}),
+        caps,
+        json!({"requestState": state}),
+    );
+    assert_eq!(t.host(&bare), ["host input-required ap- id=2"]);
+    assert_eq!(state_of(&t), state);
+}
+
+#[test]
+fn stateless_host_without_elicitation_is_refused_and_never_sent_a_request() {
+    let mut t = approving();
+    let c = stateless_call(1, "write_file", json!({}), json!({}), json!({}));
+    assert_eq!(
+        t.host(&c),
+        s(&[
+            "audit ToolCall deny approval.required",
+            "host denied approval.required id=1"
+        ])
+    );
+    // a stateless host that declares elicitation still takes no request of
+    // ours outside a call's result
+    t.host(&stateless_call(
+        2,
+        "read",
+        json!({}),
+        json!({"elicitation": {}}),
+        json!({}),
+    ));
+    let q = Question {
+        prefix: "mcpbox-network",
+        message: "may it?".into(),
+        schema: json!({}),
+        wait: Duration::from_secs(5),
+        needs_capability: true,
+    };
+    assert_eq!(
+        t.on(Event::Ask {
+            ticket: 0,
+            question: q
+        }),
+        ["answer 0 unavailable"]
+    );
+}
+
+#[test]
+fn stateless_host_with_a_broker_answers_the_brokers_approval_in_its_retry() {
+    let mut t = T::with(
+        config(),
+        rules(vec![("write_*", Verdict::Approve)]),
+        Secrets::default(),
+        None,
+        true,
+    );
+    let caps = json!({"elicitation": {}});
+    let args = json!({"to": "ops@example.com"});
+    let first = stateless_call(1, "write_file", args.clone(), caps, json!({}));
+    assert_eq!(t.host(&first), ["approver 0 write_file"]);
+    let ask = match &t.last[0] {
+        Effect::AskApprover { ask, .. } => ask.clone(),
+        e => panic!("{e:?}"),
+    };
+    // asked in the host, answered in the retry: nothing held meanwhile
+    assert!(ask.elicitation && !ask.hold && ask.answered.is_none());
+    let id = ask.id.clone();
+    let refused = ApprovalAnswer::Refused { id: id.clone() };
+    assert_eq!(
+        t.on(Event::Approval {
+            key: 0,
+            answer: refused
+        }),
+        ["host input-required ap- id=1"]
+    );
+    assert_eq!(state_of(&t), id);
+    // the yes goes to the broker, bound to the call, for it to grant
+    assert_eq!(
+        t.host(&answered(2, "write_file", args.clone(), &id, true)),
+        ["approver 1 write_file"]
+    );
+    let ask = match &t.last[0] {
+        Effect::AskApprover { ask, .. } => ask.clone(),
+        e => panic!("{e:?}"),
+    };
+    assert_eq!(ask.answered.as_deref(), Some(id.as_str()));
+    let yes = ApprovalAnswer::Approved {
+        approver: format!("elicitation:{id}"),
+    };
+    let out = t.on(Event::Approval {
+        key: 1,
+        answer: yes,
+    });
+    assert!(out[0].starts_with("server "), "{out:?}");
+    // a no in the retry closes the broker's approval as denied
+    t.host(&stateless_call(
+        3,
+        "write_file",
+        args.clone(),
+        json!({"elicitation": {}}),
+        json!({}),
+    ));
+    let id = match &t.last[0] {
+        Effect::AskApprover { ask, .. } => ask.id.clone(),
+        e => panic!("{e:?}"),
+    };
+    t.on(Event::Approval {
+        key: 2,
+        answer: ApprovalAnswer::Refused { id: id.clone() },
+    });
+    assert_eq!(
+        t.host(&answered(4, "write_file", args, &id, false)),
+        s(&[
+            "closed ap- Answered(Denied { by: \"elicitation\" })",
+            "audit ToolCall deny approval.declined",
+            "host denied approval.declined id=4"
+        ])
+    );
+}
+
 #[test]
 fn outside_question_goes_by_the_hosts_last_word() {
     let mut t = T::new(config(), rules(vec![]));

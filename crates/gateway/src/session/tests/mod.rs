@@ -217,6 +217,14 @@ pub(super) fn describe(e: &Effect) -> String {
                     v["id"]
                 );
             }
+            if v.pointer("/result/resultType") == Some(&json!("input_required")) {
+                let state = v.pointer("/result/requestState").and_then(Value::as_str);
+                return format!(
+                    "host input-required {} id={}",
+                    state.map_or("-", |s| &s[..3]),
+                    v["id"]
+                );
+            }
             if let Some(d) = v.pointer("/result/_meta/mcpbox~1decision") {
                 return format!(
                     "host denied {} id={}",
