@@ -178,8 +178,11 @@ fn host_without_elicitation_is_never_asked() {
     host.close();
 }
 
+/// A host of the stateless revision (2026-07-28) takes no request of
+/// ours, whatever it declares: its network questions go to the broker
+/// (here, with none, they are unavailable), never as `elicitation/create`.
 #[test]
-fn stateless_host_is_asked_as_its_last_request_meta_declared() {
+fn stateless_host_is_never_sent_a_network_question() {
     let mut host = start(Duration::from_secs(30));
     let caps = |c: Value| {
         json!({"io.modelcontextprotocol/clientCapabilities": c,
@@ -187,14 +190,6 @@ fn stateless_host_is_asked_as_its_last_request_meta_declared() {
     };
     host.seen(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list",
         "params": {"_meta": caps(json!({"elicitation": {}}))}}));
-    let pending = host.ask("ask.test", 443);
-    answer(
-        &mut host,
-        json!({"action": "accept", "content": {"decision": "once"}}),
-    );
-    assert_eq!(pending.join().unwrap(), NetworkAnswer::Once);
-    host.seen(&json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list",
-        "params": {"_meta": caps(json!({}))}}));
     assert_eq!(
         host.ask("ask.test", 443).join().unwrap(),
         NetworkAnswer::Unavailable
