@@ -153,9 +153,10 @@ pub struct Ask {
     pub elicitation: bool,
     /// An approval of this same call that the host's human approved in
     /// the request itself (the 2026-07-28 revision's `inputResponses`
-    /// answering the form of an `InputRequiredResult`): granted first, if
-    /// it is still open and bound to this call, then used as any grant.
-    pub answered: Option<String>,
+    /// answering the form of an `InputRequiredResult`), and how far: granted
+    /// first, if it is still open and bound to this call, then used as any
+    /// grant.
+    pub answered: Option<(String, Scope)>,
 }
 
 /// A human's (or the session's) answer.
@@ -431,7 +432,8 @@ impl Broker {
             // the approval it answered, if that is still open and bound to
             // exactly this call (a yes to call A never passes call B).
             let mut closed = None;
-            if let Some(prior) = &ask.answered {
+            let mut session_grant = false;
+            if let Some((prior, scope)) = &ask.answered {
                 match t.entries.get_mut(prior) {
                     Some(e)
                         if e.ask.binding == ask.binding
@@ -440,7 +442,7 @@ impl Broker {
                     {
                         e.state = State::Granted {
                             by: "elicitation".into(),
-                            scope: Scope::Once,
+                            scope: *scope,
                         };
                         after.records.push(record(
                             &e.ask,
@@ -448,8 +450,9 @@ impl Broker {
                             Verdict::Allow,
                             Reason::ApprovalGranted,
                             "approval:elicitation",
-                            json!({"scope": Scope::Once, "by": "elicitation"}),
+                            json!({"scope": scope, "by": "elicitation"}),
                         ));
+                        session_grant = *scope == Scope::Session;
                         t.version += 1;
                     }
                     // approved through the CLI or console already: used below
@@ -458,6 +461,9 @@ impl Broker {
                             && matches!(e.state, State::Granted { .. }) => {}
                     _ => closed = Some(prior.clone()),
                 }
+            }
+            if session_grant {
+                t.session_grants.insert(session_key.clone());
             }
             let grant = t
                 .entries
@@ -471,12 +477,12 @@ impl Broker {
                 .map(|(id, _)| id.clone());
             // the answered approval is the grant this call uses
             let grant = match (&ask.answered, &closed) {
-                (Some(prior), None) => Some(prior.clone()),
+                (Some((prior, _)), None) => Some(prior.clone()),
                 _ => grant,
             };
             if let Some(id) = closed {
                 Asked::Closed { id }
-            } else if t.session_grants.contains(&session_key) {
+            } else if ask.answered.is_none() && t.session_grants.contains(&session_key) {
                 after.records.push(record(
                     &ask,
                     "used",
@@ -670,6 +676,15 @@ impl Broker {
                 return;
             };
             t.version += 1;
+            if let Closed::Answered(Answer::Approved {
+                scope: Scope::Session,
+                ..
+            }) = &how
+            {
+                // the host's form said "for this session": the tool's
+                // later calls in this session pass, as after `--session`
+                t.session_grants.insert(e.ask.session_key());
+            }
             let (action, verdict, reason, source, detail) = match &how {
                 Closed::Answered(Answer::Approved { by, scope }) => (
                     "approved",

@@ -207,11 +207,14 @@ pub fn fuzz_session(data: &[u8]) {
             },
             11 => Event::Approval {
                 key: u64::from(ops.byte().unwrap_or(0) % 4),
-                answer: match ops.byte().unwrap_or(0) % 3 {
+                answer: match ops.byte().unwrap_or(0) % 4 {
                     0 => ApprovalAnswer::Approved {
                         approver: "fuzz".into(),
                     },
                     1 => ApprovalAnswer::Declined,
+                    2 => ApprovalAnswer::Refused {
+                        id: "ap-00000000000f".into(),
+                    },
                     _ => ApprovalAnswer::Timeout,
                 },
             },
@@ -237,6 +240,9 @@ pub fn fuzz_session(data: &[u8]) {
             14 => match ops.byte().unwrap_or(0) % 8 {
                 0 => Event::Host(Line::Eof),
                 1 => Event::HostGone,
+                2 | 3 => Event::ApprovalHeld {
+                    key: u64::from(ops.byte().unwrap_or(0) % 4),
+                },
                 _ => Event::ServerStartFailed {
                     gen,
                     error: String::new(),

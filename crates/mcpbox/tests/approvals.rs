@@ -401,6 +401,54 @@ fn elicitation_and_the_cli_answer_the_same_approval_first_wins() {
 }
 
 #[test]
+fn host_form_answered_for_the_session_passes_the_tools_later_calls_without_asking() {
+    let b = Box_::new("");
+    let mut s = b.start();
+    s.request(
+        "initialize",
+        json!({"protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}},
+               "clientInfo": {"name": "elicit-host", "version": "0"}}),
+    );
+    s.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    s.send(&call_msg(21, "first"));
+    let ask = s.recv();
+    assert_eq!(ask["method"], "elicitation/create", "{ask}");
+    // the form offers once, for this session, or no
+    let form = &ask["params"]["requestedSchema"]["properties"];
+    assert!(
+        form["approve"].is_object() && form["session"].is_object(),
+        "{form}"
+    );
+    s.send(&json!({"jsonrpc": "2.0", "id": ask["id"],
+                   "result": {"action": "accept", "content": {"approve": true, "session": true}}}));
+    assert_eq!(result_text(&response(&mut s, 21)), "first");
+    // other arguments, same tool, same session: no form, no listing
+    s.send(&call_msg(22, "second"));
+    let r = s.recv();
+    assert_eq!(r["id"], json!(22), "a form was sent again: {r}");
+    assert_eq!(result_text(&r), "second");
+    assert!(b.list().is_empty());
+    s.finish();
+    // a new session of the same host is asked again
+    let mut s2 = b.start();
+    s2.request(
+        "initialize",
+        json!({"protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}},
+               "clientInfo": {"name": "elicit-host", "version": "0"}}),
+    );
+    s2.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    s2.send(&call_msg(23, "third"));
+    assert_eq!(s2.recv()["method"], "elicitation/create");
+    drop(s2);
+    let actions = approval_actions(&b);
+    assert_eq!(
+        actions[..3],
+        ["requested", "approved", "used"],
+        "{actions:?}"
+    );
+}
+
+#[test]
 fn large_result_waits_for_a_human_before_the_host_sees_it() {
     let b = Box_::new("[output]\napprove_over = \"1KiB\"\n[approvals]\nfallback = \"hold\"\n");
     let mut s = b.start();

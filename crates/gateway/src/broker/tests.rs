@@ -329,7 +329,7 @@ fn a_waiter_learns_of_an_expiry_when_it_happens() {
 fn answering(id: &str, digest: &str, prior: &str) -> Ask {
     let mut a = ask(id, digest, false, MIN);
     a.elicitation = true;
-    a.answered = Some(prior.into());
+    a.answered = Some((prior.into(), Scope::Once));
     a
 }
 
@@ -391,4 +391,44 @@ fn a_yes_in_the_retry_after_the_cli_approved_uses_that_grant() {
         "{granted:?}"
     );
     assert_eq!(actions(&sink), ["requested", "approved", "used"]);
+}
+
+#[test]
+fn a_yes_for_the_session_in_the_retry_covers_the_tools_later_calls_in_that_session_only() {
+    let (b, _) = broker();
+    b.ask(ask(A, "d1", false, MIN), Box::new(|_| {}));
+    let mut yes = answering(B, "d1", A);
+    yes.answered = Some((A.into(), Scope::Session));
+    assert!(matches!(b.ask(yes, Box::new(|_| {})), Asked::Granted { ref id, .. } if id == A));
+    // another call of the tool in the same session: granted
+    let later = b.ask(ask("ap-00000000000c", "d2", false, MIN), Box::new(|_| {}));
+    assert!(
+        matches!(later, Asked::Granted { ref by, .. } if by == "session"),
+        "{later:?}"
+    );
+    // in another session: asked
+    let mut elsewhere = ask("ap-00000000000d", "d2", false, MIN);
+    elsewhere.session = "s-2".into();
+    assert!(matches!(
+        b.ask(elsewhere, Box::new(|_| {})),
+        Asked::Refused { .. }
+    ));
+}
+
+#[test]
+fn a_form_answered_for_the_session_grants_the_session() {
+    let (b, _) = broker();
+    b.ask(ask(A, "d1", true, MIN), Box::new(|_| {}));
+    b.close(
+        A,
+        Closed::Answered(Answer::Approved {
+            by: "elicitation".into(),
+            scope: Scope::Session,
+        }),
+    );
+    let later = b.ask(ask(B, "d2", true, MIN), Box::new(|_| {}));
+    assert!(
+        matches!(later, Asked::Granted { ref by, .. } if by == "session"),
+        "{later:?}"
+    );
 }

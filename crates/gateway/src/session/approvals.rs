@@ -76,7 +76,14 @@ struct Waiting {
     /// `InputRequiredResult` (2026-07-28): a refusal from the broker
     /// becomes that form.
     input: bool,
-    /// What the human reads (for that form).
+    /// Whether the host is asked through `elicitation/create` once the
+    /// broker holds the approval ([`Event::ApprovalHeld`]): not before, so
+    /// that a grant (for the session, say) never flashes a moot form.
+    ///
+    /// [`Event::ApprovalHeld`]: super::Event::ApprovalHeld
+    form_later: bool,
+    /// What waits, and what the human reads (for a form).
+    subject: Subject,
     preview: Value,
 }
 
@@ -111,7 +118,11 @@ pub(super) enum Retry {
     Handled,
     /// The host's human said yes to `approval` for exactly this call:
     /// `line` is the call without our request state.
-    Approved { line: Vec<u8>, approval: String },
+    Approved {
+        line: Vec<u8>,
+        approval: String,
+        scope: broker::Scope,
+    },
 }
 
 /// Forms of `InputRequiredResult`s a session keeps open at once: a host
@@ -209,7 +220,7 @@ impl Session {
         decided: Decided,
         hold: Hold,
         channel: Channel,
-        answered: Option<String>,
+        answered: Option<(String, broker::Scope)>,
         subject: Subject,
         preview: Value,
     ) {
@@ -228,6 +239,8 @@ impl Session {
                 deadline: self.now.mono,
                 elicit: None,
                 input: false,
+                form_later: false,
+                subject,
                 preview: Value::Null,
             };
             return self.refuse_waiting(w, d);
@@ -265,7 +278,10 @@ impl Session {
             };
             self.out.push(Effect::AskApprover { key, ask });
         }
-        let elicit_id = if channel == Channel::Form {
+        // with a broker, the form waits until the broker holds the
+        // approval (a grant answers at once and needs no form)
+        let form_later = channel == Channel::Form && self.fallback_approver;
+        let elicit_id = if channel == Channel::Form && !form_later {
             let (message, schema) = approval_form(
                 &self.config.server_name,
                 &tool,
@@ -285,7 +301,7 @@ impl Session {
                 Purpose::Approval(key),
             ))
         } else {
-            if held && channel == Channel::None {
+            if channel == Channel::None && held {
                 // a call that asked for progress gets it: many hosts keep
                 // waiting on a request while it makes progress
                 let token = match &hold {
@@ -313,10 +329,12 @@ impl Session {
                 deadline: self.now.mono + wait,
                 elicit: elicit_id,
                 input: channel == Channel::InputRequired,
-                preview: if channel == Channel::InputRequired {
-                    preview
-                } else {
+                form_later,
+                subject,
+                preview: if channel == Channel::None {
                     Value::Null
+                } else {
+                    preview
                 },
             },
         );
@@ -331,6 +349,40 @@ impl Session {
                 },
             };
             self.approval_answered(key, answer);
+        }
+    }
+
+    /// The broker holds approval `key`: a host with form elicitation is
+    /// asked now.
+    pub(super) fn approval_held(&mut self, key: u64) {
+        let Some(w) = self.approvals.waiting.get(&key) else {
+            return; // answered or gone meanwhile
+        };
+        if !w.form_later || w.elicit.is_some() {
+            return;
+        }
+        let wait = w.deadline.saturating_duration_since(self.now.mono);
+        let (message, schema) = approval_form(
+            &self.config.server_name,
+            &w.tool,
+            &w.args_digest,
+            &w.approval,
+            &w.subject,
+            &w.decision,
+            &w.preview,
+            wait,
+            self.fallback_approver,
+        );
+        let id = self.elicit(
+            "mcpbox-approval",
+            message,
+            schema,
+            wait,
+            Purpose::Approval(key),
+        );
+        if let Some(w) = self.approvals.waiting.get_mut(&key) {
+            w.elicit = Some(id);
+            w.form_later = false;
         }
     }
 
@@ -456,7 +508,8 @@ impl Session {
             self.send_input_required(id, state, ask);
             return Retry::Handled;
         };
-        match elicitation_answer(&json!({ "result": response })) {
+        let response = json!({ "result": response });
+        match elicitation_answer(&response) {
             ApprovalAnswer::Approved { .. } => {
                 // the server sees the call, not our round trip
                 if let Some(p) = msg.value.get_mut("params").and_then(Value::as_object_mut) {
@@ -475,6 +528,7 @@ impl Session {
                 Retry::Approved {
                     line: to_line(&msg.value),
                     approval: state,
+                    scope: elicited_scope(&response),
                 }
             }
             _ => {
@@ -602,7 +656,7 @@ impl Session {
                     ApprovalAnswer::Approved { approver } => {
                         Closed::Answered(broker::Answer::Approved {
                             by: approver.clone(),
-                            scope: broker::Scope::Once,
+                            scope: elicited_scope(&msg.value),
                         })
                     }
                     _ => Closed::Answered(broker::Answer::Denied {
@@ -1074,7 +1128,7 @@ fn approval_form(
             broker::approve_command(approval)
         ));
     }
-    let schema = json!({
+    let mut schema = json!({
         "type": "object",
         "properties": {
             "approve": {
@@ -1086,7 +1140,27 @@ fn approval_form(
         },
         "required": ["approve"]
     });
+    if broker && matches!(subject, Subject::Call) {
+        // session grants live in the broker: without one, nothing to offer
+        schema["properties"]["session"] = json!({
+            "type": "boolean",
+            "title": "For this session",
+            "description": format!("with Approve: also allow `{tool}`, with any arguments, for the rest of this session"),
+            "default": false
+        });
+    }
     (message, schema)
+}
+
+/// How far an approving elicitation response reaches: this call, or with
+/// `session: true` (offered when a broker keeps session grants) the tool
+/// for the rest of the session.
+fn elicited_scope(v: &Value) -> broker::Scope {
+    if at(v, &["result", "content", "session"]) == Some(&Value::Bool(true)) {
+        broker::Scope::Session
+    } else {
+        broker::Scope::Once
+    }
 }
 
 /// Reads an elicitation response: only `accept` with `approve: true` approves.

@@ -269,9 +269,13 @@ impl Session {
                     // host's answer rides in the request
                     match self.input_retry(&h.id, &h.tool, &h.args_digest, &line) {
                         Retry::Handled => return,
-                        Retry::Approved { line: l, approval } => {
+                        Retry::Approved {
+                            line: l,
+                            approval,
+                            scope,
+                        } => {
                             line = l;
-                            answered = Some(approval);
+                            answered = Some((approval, scope));
                         }
                         Retry::Fresh => {}
                     }

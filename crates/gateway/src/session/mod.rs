@@ -175,6 +175,13 @@ pub enum Event {
         /// The answer.
         answer: ApprovalAnswer,
     },
+    /// The approval broker holds [`Effect::AskApprover`] `key`: no grant
+    /// answered it at once, so the host may now be asked through its form
+    /// (a grant would have made that form moot).
+    ApprovalHeld {
+        /// The key of the request.
+        key: u64,
+    },
     /// A question from outside the session (a network approval from the
     /// egress proxy), to be put to the host through elicitation; answered
     /// by [`Effect::Answer`] with the same `ticket`.
@@ -547,6 +554,7 @@ impl Session {
             } => self.stderr_closed(gen, redactions, tail),
             Event::Timer => {}
             Event::Approval { key, answer } => self.approval_answered(key, answer),
+            Event::ApprovalHeld { key } => self.approval_held(key),
             Event::ArgumentsChecked { key, check } => {
                 self.arguments_checked(key, check.map(|c| *c))
             }

@@ -109,6 +109,8 @@ impl Driver {
                             match b.ask(ask, deliver) {
                                 crate::broker::Asked::Held => {
                                     tracing::info!(approval = %id, %tool, "waiting for a human: {}", crate::broker::approve_command(&id));
+                                    // now the host's form, if it has one
+                                    follow.push_back(Event::ApprovalHeld { key });
                                     None
                                 }
                                 crate::broker::Asked::Granted { id, by, .. } => {

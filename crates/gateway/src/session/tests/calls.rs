@@ -287,6 +287,57 @@ fn fallback_approver_is_asked_when_the_host_cannot_elicit() {
 }
 
 #[test]
+fn with_a_broker_the_hosts_form_waits_until_the_broker_holds_the_approval() {
+    let mut t = T::with(
+        config(),
+        rules(vec![("write_*", Verdict::Approve)]),
+        Secrets::default(),
+        None,
+        true,
+    );
+    t.init(json!({"elicitation": {}}));
+    let c = call(1, "write_file", json!({"path": "a"}));
+    // the broker first: a grant would make a form moot
+    assert_eq!(t.host(&c), ["approver 0 write_file"]);
+    assert_eq!(
+        t.on(Event::ApprovalHeld { key: 0 }),
+        ["host elicit id=\"mcpbox-approval-n0nce-0\""]
+    );
+    let form = &t.to_host()[0]["params"]["requestedSchema"]["properties"];
+    assert!(form["session"].is_object(), "{form}");
+    // said yes for the session: the broker is told so (it keeps the grant)
+    let yes = r#"{"jsonrpc":"2.0","id":"mcpbox-approval-n0nce-0","result":{"action":"accept","content":{"approve":true,"session":true}}}"#;
+    assert_eq!(
+        t.host(yes),
+        [
+            "closed ap- Answered(Approved { by: \"elicitation\", scope: Session })".to_string(),
+            format!("server {c}")
+        ]
+    );
+    // the next call is granted by the broker at once: no form flashes up
+    let c2 = call(2, "write_file", json!({"path": "b"}));
+    assert_eq!(t.host(&c2), ["approver 1 write_file"]);
+    let granted = ApprovalAnswer::Approved {
+        approver: "session:ap-000000000001".into(),
+    };
+    assert_eq!(
+        t.on(Event::Approval {
+            key: 1,
+            answer: granted
+        }),
+        [format!("server {c2}")]
+    );
+    // a held approval answered elsewhere before the broker's word came:
+    // no form afterwards either
+    t.host(&call(3, "write_file", json!({})));
+    t.on(Event::Approval {
+        key: 2,
+        answer: ApprovalAnswer::Declined,
+    });
+    assert!(t.on(Event::ApprovalHeld { key: 2 }).is_empty());
+}
+
+#[test]
 fn cancelled_call_waiting_for_approval_is_dropped_unanswered() {
     let mut t = approving();
     t.init(json!({"elicitation": {}}));
@@ -643,7 +694,7 @@ fn stateless_host_with_a_broker_answers_the_brokers_approval_in_its_retry() {
         Effect::AskApprover { ask, .. } => ask.clone(),
         e => panic!("{e:?}"),
     };
-    assert_eq!(ask.answered.as_deref(), Some(id.as_str()));
+    assert_eq!(ask.answered, Some((id.clone(), crate::broker::Scope::Once)));
     let yes = ApprovalAnswer::Approved {
         approver: format!("elicitation:{id}"),
     };
