@@ -56,6 +56,18 @@ impl Box_ {
         Session::start(&self.policy, &["/workspace/input/plain"], &env)
     }
 
+    /// Starts a session whose host declares form elicitation.
+    fn start_eliciting(&self) -> Session {
+        let mut s = self.start();
+        s.request(
+            "initialize",
+            json!({"protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}},
+                   "clientInfo": {"name": "elicit-host", "version": "0"}}),
+        );
+        s.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        s
+    }
+
     /// `mcpbox approvals ARGS`.
     fn cli(&self, args: &[&str]) -> Output {
         let mut cmd = Command::new(mcpbox());
@@ -347,13 +359,7 @@ fn session_that_dies_while_its_call_waits_is_audited_as_abandoned() {
 #[test]
 fn elicitation_and_the_cli_answer_the_same_approval_first_wins() {
     let b = Box_::new("");
-    let mut s = b.start();
-    s.request(
-        "initialize",
-        json!({"protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}},
-               "clientInfo": {"name": "elicit-host", "version": "0"}}),
-    );
-    s.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    let mut s = b.start_eliciting();
     // 1: the host answers its form
     s.send(&call_msg(11, "one"));
     let ask = s.recv();
@@ -403,13 +409,7 @@ fn elicitation_and_the_cli_answer_the_same_approval_first_wins() {
 #[test]
 fn host_form_answered_for_the_session_passes_the_tools_later_calls_without_asking() {
     let b = Box_::new("");
-    let mut s = b.start();
-    s.request(
-        "initialize",
-        json!({"protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}},
-               "clientInfo": {"name": "elicit-host", "version": "0"}}),
-    );
-    s.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    let mut s = b.start_eliciting();
     s.send(&call_msg(21, "first"));
     let ask = s.recv();
     assert_eq!(ask["method"], "elicitation/create", "{ask}");
@@ -430,13 +430,7 @@ fn host_form_answered_for_the_session_passes_the_tools_later_calls_without_askin
     assert!(b.list().is_empty());
     s.finish();
     // a new session of the same host is asked again
-    let mut s2 = b.start();
-    s2.request(
-        "initialize",
-        json!({"protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}},
-               "clientInfo": {"name": "elicit-host", "version": "0"}}),
-    );
-    s2.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    let mut s2 = b.start_eliciting();
     s2.send(&call_msg(23, "third"));
     assert_eq!(s2.recv()["method"], "elicitation/create");
     drop(s2);

@@ -156,6 +156,17 @@ fn approving() -> T {
     T::new(config(), rules(vec![("write_*", Verdict::Approve)]))
 }
 
+/// As [`approving`], with an approval broker behind the session.
+fn approving_with_broker() -> T {
+    T::with(
+        config(),
+        rules(vec![("write_*", Verdict::Approve)]),
+        Secrets::default(),
+        None,
+        true,
+    )
+}
+
 #[test]
 fn approval_through_elicitation_forwards_exactly_that_call() {
     let mut t = approving();
@@ -231,13 +242,7 @@ fn approval_without_any_channel_is_denied_as_required() {
 
 #[test]
 fn fallback_approver_is_asked_when_the_host_cannot_elicit() {
-    let mut t = T::with(
-        config(),
-        rules(vec![("write_*", Verdict::Approve)]),
-        Secrets::default(),
-        None,
-        true,
-    );
+    let mut t = approving_with_broker();
     t.init(json!({}));
     let c = call(1, "write_file", json!({}));
     assert_eq!(t.host(&c), ["approver 0 write_file"]);
@@ -288,13 +293,7 @@ fn fallback_approver_is_asked_when_the_host_cannot_elicit() {
 
 #[test]
 fn with_a_broker_the_hosts_form_waits_until_the_broker_holds_the_approval() {
-    let mut t = T::with(
-        config(),
-        rules(vec![("write_*", Verdict::Approve)]),
-        Secrets::default(),
-        None,
-        true,
-    );
+    let mut t = approving_with_broker();
     t.init(json!({"elicitation": {}}));
     let c = call(1, "write_file", json!({"path": "a"}));
     // the broker first: a grant would make a form moot
@@ -658,13 +657,7 @@ fn stateless_host_without_elicitation_is_refused_and_never_sent_a_request() {
 
 #[test]
 fn stateless_host_with_a_broker_answers_the_brokers_approval_in_its_retry() {
-    let mut t = T::with(
-        config(),
-        rules(vec![("write_*", Verdict::Approve)]),
-        Secrets::default(),
-        None,
-        true,
-    );
+    let mut t = approving_with_broker();
     let caps = json!({"elicitation": {}});
     let args = json!({"to": "ops@example.com"});
     let first = stateless_call(1, "write_file", args.clone(), caps, json!({}));
