@@ -226,6 +226,10 @@ pub struct Config {
     /// What happens to an approval when the host has no elicitation
     /// (`[approvals] fallback`), with a broker ([`Relay::broker`]).
     pub approval_fallback: broker::Fallback,
+    /// Whether the host may answer approvals through MCP elicitation
+    /// (`[approvals] elicitation`); without it the host is treated as
+    /// having none, and only the broker's CLI and console approve.
+    pub approval_elicitation: bool,
     /// The policy's digest, to which approvals are bound.
     pub policy_version: String,
     /// A result larger than this (bytes, as the server sent it) waits for
@@ -278,6 +282,7 @@ impl Default for Config {
             call_timeout: None,
             approval_timeout: Duration::from_secs(120),
             approval_fallback: broker::Fallback::Refuse,
+            approval_elicitation: true,
             policy_version: String::new(),
             approve_over: None,
             approve_credential_shapes: false,

@@ -195,6 +195,7 @@ pub fn relay_config(
             mcpbox_policy::ApprovalFallback::Hold => mcpbox_gateway::broker::Fallback::Hold,
             mcpbox_policy::ApprovalFallback::Refuse => mcpbox_gateway::broker::Fallback::Refuse,
         },
+        approval_elicitation: p.approvals.elicitation,
         policy_version: mcpbox_gateway::digest::sha256_hex(p.to_toml().as_bytes()),
         approve_over: p.output.approve_over,
         approve_credential_shapes: p.output.approve_credential_shapes,

@@ -443,6 +443,32 @@ fn host_form_answered_for_the_session_passes_the_tools_later_calls_without_askin
 }
 
 #[test]
+fn with_elicitation_off_a_host_that_answers_forms_itself_cannot_approve() {
+    let b = Box_::new("[approvals]\nelicitation = false\n");
+    let mut s = b.start_eliciting();
+    s.send(&call_msg(31, "wire the money"));
+    // no form: refused at once, naming the approval, as for a host
+    // without elicitation
+    let r = s.recv();
+    assert_eq!(r["id"], json!(31), "the host was sent something else: {r}");
+    assert_eq!(decision(&r)["reason"], "approval.pending", "{r}");
+    let id = decision(&r)["approval"].as_str().unwrap().to_string();
+    // the host answers a form it was never sent, under every id it could
+    // guess: nothing passes
+    for guess in ["mcpbox-approval-0", id.as_str()] {
+        s.send(&json!({"jsonrpc": "2.0", "id": guess,
+                       "result": {"action": "accept", "content": {"approve": true}}}));
+    }
+    let again = s.call("echo", json!({"text": "wire the money"}));
+    assert_eq!(decision(&again)["reason"], "approval.pending", "{again}");
+    // a human outside the host can
+    ok(&b.approve(&id));
+    let passed = s.call("echo", json!({"text": "wire the money"}));
+    assert_eq!(result_text(&passed), "wire the money");
+    s.finish();
+}
+
+#[test]
 fn large_result_waits_for_a_human_before_the_host_sees_it() {
     let b = Box_::new("[output]\napprove_over = \"1KiB\"\n[approvals]\nfallback = \"hold\"\n");
     let mut s = b.start();

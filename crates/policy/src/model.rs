@@ -591,6 +591,13 @@ pub struct Approvals {
     /// "--app-name=mcpbox"]. Default: none (the log line and the MCP log notification).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub notify: Option<Vec<String>>,
+    /// Whether the host may answer an approval through MCP elicitation (its own form).
+    /// Default true. false: only a human at `mcpbox approvals` or the console approves,
+    /// whatever the host declares (for hosts that answer forms on their own, such as an
+    /// auto-approve mode); the host is treated as having no elicitation, so `fallback`
+    /// applies.
+    #[serde(default = "default_true")]
+    pub elicitation: bool,
 }
 
 impl Default for Approvals {
@@ -599,6 +606,7 @@ impl Default for Approvals {
             fallback: ApprovalFallback::Refuse,
             timeout: DEFAULT_APPROVAL_TIMEOUT,
             notify: None,
+            elicitation: true,
         }
     }
 }

@@ -1895,6 +1895,14 @@ fn approvals_section_parses_with_safe_defaults() {
     assert_eq!(p.approvals.timeout, std::time::Duration::from_secs(600));
     assert_eq!(p.output.approve_over, Some(256 << 10));
     assert!(p.output.approve_credential_shapes);
+    assert!(
+        p.approvals.elicitation,
+        "the host's form is a channel by default"
+    );
+    let p = ok("[approvals]
+elicitation = false
+");
+    assert!(!p.approvals.elicitation);
 }
 
 #[test]

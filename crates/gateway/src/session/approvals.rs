@@ -620,6 +620,7 @@ impl Session {
     pub(super) fn ask(&mut self, ticket: u64, q: Question) {
         let unavailable = self.host.closed.is_some()
             || self.host.gone
+            || !self.config.approval_elicitation
             || (q.needs_capability && !self.host.last_elicitation);
         if unavailable {
             self.out.push(Effect::Answer {

@@ -586,7 +586,7 @@ impl Session {
                 let id = msg.id().cloned().unwrap_or(Value::Null);
                 // a result's form can only be a request of ours: a host of
                 // the stateless revision answers through the broker
-                let channel = if self.host.last_elicitation {
+                let channel = if self.host.last_elicitation && self.config.approval_elicitation {
                     Channel::Form
                 } else {
                     Channel::None

@@ -130,8 +130,13 @@ impl Session {
     /// How the host can be asked about this request: the request's own
     /// `_meta` capabilities win over the ones declared at `initialize`; a
     /// request of the stateless revision (2026-07-28) takes no request of
-    /// ours, so its form comes back as an `InputRequiredResult`.
+    /// ours, so its form comes back as an `InputRequiredResult`. With
+    /// `[approvals] elicitation = false`, never the host.
     pub(super) fn channel_for(&self, msg: &Message) -> Channel {
+        if !self.config.approval_elicitation {
+            // the policy lets only a human outside the host approve
+            return Channel::None;
+        }
         let meta = msg.params().and_then(|p| p.get("_meta"));
         let stateless = meta.is_some_and(|m| m.get(META_PROTOCOL_VERSION).is_some());
         let form = match meta.and_then(|m| m.get(META_CLIENT_CAPS)) {

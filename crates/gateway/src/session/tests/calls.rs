@@ -337,6 +337,67 @@ fn with_a_broker_the_hosts_form_waits_until_the_broker_holds_the_approval() {
 }
 
 #[test]
+fn with_elicitation_off_the_hosts_form_is_never_a_channel() {
+    let cfg = Config {
+        approval_elicitation: false,
+        ..config()
+    };
+    let rules = || rules(vec![("write_*", Verdict::Approve)]);
+    // no broker: nobody may approve
+    let mut t = T::new(cfg.clone(), rules());
+    t.init(json!({"elicitation": {}}));
+    assert_eq!(
+        t.host(&call(1, "write_file", json!({}))),
+        s(&[
+            "audit ToolCall deny approval.required",
+            "host denied approval.required id=1"
+        ])
+    );
+    // a stateless host declaring elicitation: no input-required form either
+    let c = stateless_call(
+        2,
+        "write_file",
+        json!({}),
+        json!({"elicitation": {}}),
+        json!({}),
+    );
+    assert_eq!(
+        t.host(&c),
+        s(&[
+            "audit ToolCall deny approval.required",
+            "host denied approval.required id=2"
+        ])
+    );
+    // with a broker: the broker only, not told of any form
+    let mut t = T::with(cfg, rules(), Secrets::default(), None, true);
+    t.init(json!({"elicitation": {}}));
+    assert_eq!(
+        t.host(&call(1, "write_file", json!({}))),
+        ["approver 0 write_file"]
+    );
+    match &t.last[0] {
+        Effect::AskApprover { ask, .. } => assert!(!ask.elicitation),
+        e => panic!("{e:?}"),
+    }
+    assert!(t.on(Event::ApprovalHeld { key: 0 }).is_empty());
+    // nor are outside questions put to it
+    let q = Question {
+        prefix: "mcpbox-network",
+        message: "may it?".into(),
+        schema: json!({}),
+        wait: Duration::from_secs(5),
+        needs_capability: true,
+    };
+    assert_eq!(
+        t.on(Event::Ask {
+            ticket: 0,
+            question: q
+        }),
+        ["answer 0 unavailable"]
+    );
+}
+
+#[test]
 fn cancelled_call_waiting_for_approval_is_dropped_unanswered() {
     let mut t = approving();
     t.init(json!({"elicitation": {}}));
