@@ -213,7 +213,14 @@ struct Outcome {
 /// `clients` clients, each initialized, then all calling `tool` `calls`
 /// times at once with `{arg: "<value>:<n>"}`, every call id n in every
 /// client.
-fn load(port: u16, path: &str, tool: &str, arg: &str, clients: usize, calls: u64) -> Vec<Outcome> {
+fn load(
+    port: u16,
+    path: &str,
+    tool: &str,
+    arg: &str,
+    clients: usize,
+    calls: u64,
+) -> Vec<Result<Outcome, String>> {
     let barrier = std::sync::Arc::new(std::sync::Barrier::new(clients));
     let threads: Vec<_> = (0..clients)
         .map(|_| {
@@ -224,8 +231,19 @@ fn load(port: u16, path: &str, tool: &str, arg: &str, clients: usize, calls: u64
                 barrier.clone(),
             );
             std::thread::spawn(move || {
-                let mut c = Client::connect(port, &path);
-                c.initialize();
+                // a client whose start fails still reaches the barrier, so
+                // the others are not left waiting there for ever; it then
+                // fails the test with its own message
+                let started = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    let mut c = Client::connect(port, &path);
+                    c.initialize();
+                    c
+                }));
+                barrier.wait();
+                let mut c = match started {
+                    Ok(c) => c,
+                    Err(e) => std::panic::resume_unwind(e),
+                };
                 let value = random_hex();
                 let mut out = Outcome {
                     value: value.clone(),
@@ -233,7 +251,6 @@ fn load(port: u16, path: &str, tool: &str, arg: &str, clients: usize, calls: u64
                     errors: Vec::new(),
                     bodies: Vec::new(),
                 };
-                barrier.wait();
                 for n in 1..=calls {
                     let want = format!("{value}:{n}");
                     let r = c.post(&json!({"jsonrpc": "2.0", "id": n, "method": "tools/call",
@@ -255,7 +272,17 @@ fn load(port: u16, path: &str, tool: &str, arg: &str, clients: usize, calls: u64
             })
         })
         .collect();
-    threads.into_iter().map(|t| t.join().unwrap()).collect()
+    threads
+        .into_iter()
+        .map(|t| {
+            t.join().map_err(|e| {
+                e.downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_else(|| "a client panicked".into())
+            })
+        })
+        .collect()
 }
 
 /// Ten clients x 100 calls of `tool` at `path`, each answer checked.
@@ -277,6 +304,15 @@ fn ten_clients_at(path: &str, tool: &str) {
     ]);
     let (clients, calls) = (10, 100);
     let outcomes = load(gw.port, path, tool, "text", clients, calls);
+    let failed: Vec<&String> = outcomes.iter().filter_map(|o| o.as_ref().err()).collect();
+    assert!(
+        failed.is_empty(),
+        "{} of {clients} clients failed, first: {}\ngateway log:\n{}",
+        failed.len(),
+        failed[0],
+        gw.stderr()
+    );
+    let outcomes: Vec<Outcome> = outcomes.into_iter().flatten().collect();
     let errors: Vec<&String> = outcomes.iter().flat_map(|o| &o.errors).collect();
     assert!(
         errors.is_empty(),

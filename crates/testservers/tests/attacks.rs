@@ -746,14 +746,29 @@ fn discover_era_request_meta_capabilities_are_honoured() {
         .unwrap()
         .contains(&json!("2026-07-28")));
     let args = json!({"path": "p", "text": "T"});
-    host.send_value(&json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
-        "params": {"name": "write_file", "arguments": args, "_meta": meta(json!({"elicitation": {"form": {}}}))}}));
-    answer_elicitation(
-        &mut host,
-        &json_digest(&args),
-        json!({"action": "accept", "content": {"approve": true}}),
+    // a host of this revision takes no request of ours: the approval's form
+    // comes back as an input-required result, answered in the retry
+    let caps = json!({"elicitation": {"form": {}}});
+    let r = host.request(
+        json!(2),
+        "tools/call",
+        json!({"name": "write_file", "arguments": args, "_meta": meta(caps.clone())}),
     );
-    let r = host.wait_for(&json!(2));
+    assert_eq!(r["result"]["resultType"], "input_required", "{r}");
+    let state = r["result"]["requestState"].as_str().unwrap().to_string();
+    let form = &r["result"]["inputRequests"][&state];
+    assert_eq!(form["method"], "elicitation/create", "{r}");
+    assert!(form["params"]["message"]
+        .as_str()
+        .unwrap()
+        .contains(&json_digest(&args)));
+    let r = host.request(
+        json!(22),
+        "tools/call",
+        json!({"name": "write_file", "arguments": args, "_meta": meta(caps),
+               "requestState": state,
+               "inputResponses": {&state: {"action": "accept", "content": {"approve": true}}}}),
+    );
     assert_eq!(r["result"]["content"][0]["text"], json!("T"));
     // the next request declares no elicitation: nothing carries over
     let r = host.request(
