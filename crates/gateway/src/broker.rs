@@ -458,6 +458,7 @@ impl Broker {
                     // approved through the CLI or console already: used below
                     Some(e)
                         if e.ask.binding == ask.binding
+                            && e.ask.subject.kind() == kind
                             && matches!(e.state, State::Granted { .. }) => {}
                     _ => closed = Some(prior.clone()),
                 }

@@ -899,24 +899,25 @@ impl Parent {
     /// parent's group where it is a v2 group with the memory controller
     /// (every descendant counted, page cache included, as the kernel
     /// charges it), else the sum of the resident sets (`VmRSS` in
-    /// `/proc/PID/status`, see proc(5)) of its processes now, which counts
-    /// a page shared by two of them twice. None when neither can be read.
-    pub fn memory_usage(&self) -> Option<u64> {
+    /// `/proc/PID/status`, see proc(5)) of `procs` (its processes, as
+    /// [`Parent::procs`] lists them), which counts a page shared by two of
+    /// them twice.
+    pub fn memory_usage(&self, procs: &[i32]) -> u64 {
         if self.freezer.version == Version::V2 {
             let current = fs::read_to_string(self.freezer.dir.join("memory.current"));
             if let Some(bytes) = current.ok().and_then(|t| t.trim().parse::<u64>().ok()) {
-                return Some(bytes);
+                return bytes;
             }
         }
         let mut total = 0u64;
-        for pid in self.procs() {
+        for pid in procs {
             // a process may end between the list and the read: skipped
             let Ok(status) = fs::read_to_string(format!("/proc/{pid}/status")) else {
                 continue;
             };
             total += parse_vm_rss(&status).unwrap_or(0);
         }
-        Some(total)
+        total
     }
 
     /// Every pid in the parent's groups and their descendants.

@@ -70,18 +70,15 @@ struct Waiting {
     /// The approval's id in the broker.
     approval: String,
     deadline: Instant,
-    /// The id of our `elicitation/create`, when asked that way.
+    /// The id of our `elicitation/create`, once asked that way.
     elicit: Option<IdKey>,
-    /// Whether the host is asked by answering the call with an
-    /// `InputRequiredResult` (2026-07-28): a refusal from the broker
-    /// becomes that form.
-    input: bool,
-    /// Whether the host is asked through `elicitation/create` once the
-    /// broker holds the approval ([`Event::ApprovalHeld`]): not before, so
-    /// that a grant (for the session, say) never flashes a moot form.
+    /// How the host is asked. A `Form` goes out once the broker holds the
+    /// approval ([`Event::ApprovalHeld`]), not before, so that a grant (for
+    /// the session, say) never flashes a moot form; an `InputRequired`
+    /// form answers the call when the broker refuses it for now.
     ///
     /// [`Event::ApprovalHeld`]: super::Event::ApprovalHeld
-    form_later: bool,
+    channel: Channel,
     /// What waits, and what the human reads (for a form).
     subject: Subject,
     preview: Value,
@@ -238,10 +235,9 @@ impl Session {
                 approval: String::new(),
                 deadline: self.now.mono,
                 elicit: None,
-                input: false,
-                form_later: false,
+                channel,
                 subject,
-                preview: Value::Null,
+                preview,
             };
             return self.refuse_waiting(w, d);
         }
@@ -278,44 +274,19 @@ impl Session {
             };
             self.out.push(Effect::AskApprover { key, ask });
         }
-        // with a broker, the form waits until the broker holds the
-        // approval (a grant answers at once and needs no form)
-        let form_later = channel == Channel::Form && self.fallback_approver;
-        let elicit_id = if channel == Channel::Form && !form_later {
-            let (message, schema) = approval_form(
-                &self.config.server_name,
-                &tool,
-                &args_digest,
-                &approval,
-                &subject,
-                &decision,
-                &preview,
-                wait,
-                self.fallback_approver,
-            );
-            Some(self.elicit(
-                "mcpbox-approval",
-                message,
-                schema,
-                wait,
-                Purpose::Approval(key),
-            ))
-        } else {
-            if channel == Channel::None && held {
-                // a call that asked for progress gets it: many hosts keep
-                // waiting on a request while it makes progress
-                let token = match &hold {
-                    Hold::Call { raw } => Message::parse(raw).ok().and_then(|m| {
-                        m.params()
-                            .and_then(|p| at(p, &["_meta", "progressToken"]))
-                            .cloned()
-                    }),
-                    Hold::Result { .. } => None,
-                };
-                self.tell_host_it_waits(&approval, &tool, &subject, wait, token);
-            }
-            None
-        };
+        if channel == Channel::None && held {
+            // a call that asked for progress gets it: many hosts keep
+            // waiting on a request while it makes progress
+            let token = match &hold {
+                Hold::Call { raw } => Message::parse(raw).ok().and_then(|m| {
+                    m.params()
+                        .and_then(|p| at(p, &["_meta", "progressToken"]))
+                        .cloned()
+                }),
+                Hold::Result { .. } => None,
+            };
+            self.tell_host_it_waits(&approval, &tool, &subject, wait, token);
+        }
         self.approvals.waiting.insert(
             key,
             Waiting {
@@ -327,38 +298,40 @@ impl Session {
                 decision,
                 approval,
                 deadline: self.now.mono + wait,
-                elicit: elicit_id,
-                input: channel == Channel::InputRequired,
-                form_later,
+                elicit: None,
+                channel,
                 subject,
-                preview: if channel == Channel::None {
-                    Value::Null
-                } else {
-                    preview
-                },
+                preview,
             },
         );
-        if channel == Channel::InputRequired && !self.fallback_approver {
-            // no broker to consult: the host's form is the only channel
-            let answer = match answered {
-                Some(_) => ApprovalAnswer::Approved {
-                    approver: "elicitation".into(),
-                },
-                None => ApprovalAnswer::Refused {
-                    id: self.approval_id(key),
-                },
-            };
-            self.approval_answered(key, answer);
+        if !self.fallback_approver {
+            // no broker to consult: the host's form is the only channel,
+            // and it is asked at once
+            match channel {
+                Channel::Form => self.approval_held(key),
+                Channel::InputRequired => {
+                    let answer = match answered {
+                        Some(_) => ApprovalAnswer::Approved {
+                            approver: "elicitation".into(),
+                        },
+                        None => ApprovalAnswer::Refused {
+                            id: self.approval_id(key),
+                        },
+                    };
+                    self.approval_answered(key, answer);
+                }
+                Channel::None => {} // refused above
+            }
         }
     }
 
-    /// The broker holds approval `key`: a host with form elicitation is
-    /// asked now.
+    /// The broker holds approval `key` (or there is no broker): a host
+    /// with form elicitation is asked now.
     pub(super) fn approval_held(&mut self, key: u64) {
         let Some(w) = self.approvals.waiting.get(&key) else {
             return; // answered or gone meanwhile
         };
-        if !w.form_later || w.elicit.is_some() {
+        if w.channel != Channel::Form || w.elicit.is_some() {
             return;
         }
         let wait = w.deadline.saturating_duration_since(self.now.mono);
@@ -382,7 +355,6 @@ impl Session {
         );
         if let Some(w) = self.approvals.waiting.get_mut(&key) {
             w.elicit = Some(id);
-            w.form_later = false;
         }
     }
 
@@ -473,16 +445,13 @@ impl Session {
             return Retry::Fresh;
         };
         // a yes to call A never passes call B
-        let bound = self
-            .approvals
-            .inputs
-            .get(&state)
-            .is_some_and(|a| a.tool == tool && a.args_digest == args_digest);
-        if !bound {
-            return Retry::Fresh;
-        }
-        let Some(ask) = self.approvals.inputs.remove(&state) else {
-            return Retry::Fresh;
+        let ask = match self.approvals.inputs.remove(&state) {
+            Some(a) if a.tool == tool && a.args_digest == args_digest => a,
+            Some(a) => {
+                self.approvals.inputs.insert(state, a);
+                return Retry::Fresh;
+            }
+            None => return Retry::Fresh,
         };
         let detail = json!({"approval": state});
         if self.now.mono >= ask.deadline {
@@ -528,7 +497,7 @@ impl Session {
                 Retry::Approved {
                     line: to_line(&msg.value),
                     approval: state,
-                    scope: elicited_scope(&response),
+                    scope: elicited_scope(&response, &Subject::Call),
                 }
             }
             _ => {
@@ -653,11 +622,13 @@ impl Session {
             }),
             Purpose::Approval(k) => {
                 let answer = elicitation_answer(&msg.value);
+                let subject = self.approvals.waiting.get(&k).map(|w| &w.subject);
+                let scope = subject.map_or(broker::Scope::Once, |s| elicited_scope(&msg.value, s));
                 let how = match &answer {
                     ApprovalAnswer::Approved { approver } => {
                         Closed::Answered(broker::Answer::Approved {
                             by: approver.clone(),
-                            scope: elicited_scope(&msg.value),
+                            scope,
                         })
                     }
                     _ => Closed::Answered(broker::Answer::Denied {
@@ -766,7 +737,7 @@ impl Session {
                 };
                 let mut w = w;
                 if let ApprovalAnswer::Refused { id } = &other {
-                    if w.input {
+                    if w.channel == Channel::InputRequired {
                         // the host's human answers in the call's retry
                         let ask = InputAsk {
                             tool: w.tool,
@@ -1153,11 +1124,14 @@ fn approval_form(
     (message, schema)
 }
 
-/// How far an approving elicitation response reaches: this call, or with
-/// `session: true` (offered when a broker keeps session grants) the tool
-/// for the rest of the session.
-fn elicited_scope(v: &Value) -> broker::Scope {
-    if at(v, &["result", "content", "session"]) == Some(&Value::Bool(true)) {
+/// How far an approving elicitation response about `subject` reaches:
+/// this call, or with `session: true` the tool for the rest of the
+/// session. Only as far as the form offered ([`approval_form`]: for a call
+/// only): a host's `session` on a held result's form grants that result
+/// alone.
+fn elicited_scope(v: &Value, subject: &Subject) -> broker::Scope {
+    let asked = at(v, &["result", "content", "session"]) == Some(&Value::Bool(true));
+    if asked && matches!(subject, Subject::Call) {
         broker::Scope::Session
     } else {
         broker::Scope::Once

@@ -91,13 +91,13 @@ impl Session {
         let params = msg.params();
         let meta = params.and_then(|p| p.get("_meta"));
         let stateless = meta.is_some_and(|m| m.get(META_PROTOCOL_VERSION).is_some());
-        if let Some(caps) = meta.and_then(|m| m.get(META_CLIENT_CAPS)) {
-            self.host.last_elicitation = !stateless
-                && caps
-                    .get("elicitation")
-                    .is_some_and(supports_form_elicitation);
-        } else if stateless {
+        // a host of the stateless revision takes no request of ours
+        if stateless {
             self.host.last_elicitation = false;
+        } else if let Some(caps) = meta.and_then(|m| m.get(META_CLIENT_CAPS)) {
+            self.host.last_elicitation = caps
+                .get("elicitation")
+                .is_some_and(supports_form_elicitation);
         }
         match msg.method().unwrap_or_default() {
             "initialize" => {

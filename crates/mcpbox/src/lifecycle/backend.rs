@@ -185,12 +185,16 @@ impl Backend for Local {
 
     fn stats(&self, id: &str) -> Stats {
         match self.parent(id) {
-            Some(p) => Stats {
-                processes: p.procs().len(),
-                cpu_usec: p.cpu_usage().map(|d| d.as_micros() as u64),
-                memory_bytes: p.memory_usage(),
-                frozen: p.is_frozen(),
-            },
+            Some(p) => {
+                // one listing of the processes for the count and the memory
+                let procs = p.procs();
+                Stats {
+                    processes: procs.len(),
+                    cpu_usec: p.cpu_usage().map(|d| d.as_micros() as u64),
+                    memory_bytes: Some(p.memory_usage(&procs)),
+                    frozen: p.is_frozen(),
+                }
+            }
             None => Stats::default(),
         }
     }

@@ -398,6 +398,40 @@ fn with_elicitation_off_the_hosts_form_is_never_a_channel() {
 }
 
 #[test]
+fn a_session_answer_to_a_held_results_form_grants_that_result_only() {
+    let cfg = Config {
+        approve_over: Some(10),
+        ..config()
+    };
+    let mut t = T::with(
+        cfg,
+        rules(vec![("*", Verdict::Allow)]),
+        Secrets::default(),
+        None,
+        true,
+    );
+    t.init(json!({"elicitation": {}}));
+    let c = call(1, "export", json!({}));
+    t.host(&c);
+    let big = text_result(1, &["more than ten bytes of export"]);
+    assert_eq!(t.server(&big), ["approver 0 export"]);
+    assert_eq!(
+        t.on(Event::ApprovalHeld { key: 0 }),
+        ["host elicit id=\"mcpbox-approval-n0nce-0\""]
+    );
+    // the form offers no session grant for a result
+    let form = &t.to_host()[0]["params"]["requestedSchema"]["properties"];
+    assert!(form.get("session").is_none(), "{form}");
+    // and a host that claims one anyway gets this result, once
+    let yes = r#"{"jsonrpc":"2.0","id":"mcpbox-approval-n0nce-0","result":{"action":"accept","content":{"approve":true,"session":true}}}"#;
+    let out = t.host(yes);
+    assert_eq!(
+        out[0],
+        "closed ap- Answered(Approved { by: \"elicitation\", scope: Once })"
+    );
+}
+
+#[test]
 fn cancelled_call_waiting_for_approval_is_dropped_unanswered() {
     let mut t = approving();
     t.init(json!({"elicitation": {}}));
