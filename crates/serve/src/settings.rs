@@ -219,8 +219,9 @@ impl Settings {
 }
 
 /// Compares two digests without an early exit: the time does not depend
-/// on where they differ.
-fn constant_time_eq(a: &[u8; 32], b: &[u8; 32]) -> bool {
+/// on where they differ. With [`digest`], how a secret is checked (the
+/// gateway's client tokens, the console's token).
+pub fn constant_time_eq(a: &[u8; 32], b: &[u8; 32]) -> bool {
     let mut diff = 0u8;
     for (x, y) in a.iter().zip(b.iter()) {
         diff |= x ^ y;

@@ -91,14 +91,9 @@ pub async fn post(c: &Arc<Console>, seg: &[String], body: Value) -> Resp {
             answer(c, id, true, scope).await
         }
         ["approvals", id, "deny"] => answer(c, id, false, Scope::Once).await,
-        ["sandboxes", id, op @ ("pause" | "resume" | "destroy")] => {
-            let op: &'static str = match *op {
-                "pause" => "pause",
-                "resume" => "resume",
-                _ => "destroy",
-            };
-            sandbox_op(c, id.to_string(), op).await
-        }
+        ["sandboxes", id, "pause"] => sandbox_op(c, id.to_string(), "pause").await,
+        ["sandboxes", id, "resume"] => sandbox_op(c, id.to_string(), "resume").await,
+        ["sandboxes", id, "destroy"] => sandbox_op(c, id.to_string(), "destroy").await,
         ["pins", op @ ("accept" | "reject")] => {
             let Some(id) = body.get("id").and_then(Value::as_str).map(str::to_string) else {
                 return error(
@@ -163,7 +158,6 @@ fn info(c: &Console) -> Resp {
             "mode": c.parts.mode,
             "sandboxes": c.parts.control.is_some(),
             "audit_dbs": c.parts.audit_dbs.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
-            "pins_reject": super::pins::REJECT_AVAILABLE,
         }),
     )
 }

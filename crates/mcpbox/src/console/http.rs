@@ -16,6 +16,7 @@ use hyper::body::Incoming;
 use hyper::header::{self, HeaderMap, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
+use mcpbox_serve::settings::{constant_time_eq, digest};
 use serde_json::{json, Value};
 
 use super::Parts;
@@ -39,7 +40,10 @@ const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; img-
 /// The console's shared state.
 pub struct Console {
     pub parts: Parts,
+    /// The token (the cookie's value once traded), and its digest, which
+    /// presented tokens are compared with.
     token: String,
+    token_digest: [u8; 32],
     port: u16,
     /// `Host` values that name this console.
     hosts: [String; 3],
@@ -53,6 +57,7 @@ impl Console {
     pub fn new(parts: Parts, token: String, port: u16) -> Console {
         Console {
             parts,
+            token_digest: digest(token.as_bytes()),
             token,
             port,
             hosts: [
@@ -157,16 +162,13 @@ fn header_str(h: &HeaderMap, name: header::HeaderName) -> Option<&str> {
     h.get(name).and_then(|v| v.to_str().ok())
 }
 
-/// Equal, in time that depends on the length only (the token's length is
-/// no secret).
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
 impl Console {
+    /// Whether `given` is the token: compared as digests, in constant
+    /// time, as the gateway compares its clients' tokens.
+    fn is_token(&self, given: &str) -> bool {
+        constant_time_eq(&digest(given.as_bytes()), &self.token_digest)
+    }
+
     /// The request's `Host`, when it names this console (lowercased).
     fn host(&self, h: &HeaderMap) -> Option<String> {
         let host = header_str(h, header::HOST)?.to_ascii_lowercase();
@@ -175,18 +177,17 @@ impl Console {
 
     /// Whether the request carries the token, as a bearer or a cookie.
     fn authorized(&self, h: &HeaderMap) -> bool {
-        let want = self.token.as_bytes();
         if let Some(v) = header_str(h, header::AUTHORIZATION) {
             return v
                 .strip_prefix("Bearer ")
-                .is_some_and(|t| constant_time_eq(t.trim().as_bytes(), want));
+                .is_some_and(|t| self.is_token(t.trim()));
         }
         h.get_all(header::COOKIE)
             .iter()
             .filter_map(|v| v.to_str().ok())
             .flat_map(|v| v.split(';'))
             .filter_map(|c| c.trim().split_once('='))
-            .any(|(k, v)| k == self.cookie && constant_time_eq(v.as_bytes(), want))
+            .any(|(k, v)| k == self.cookie && self.is_token(v))
     }
 
     /// A state change's checks: `Origin` exactly this console's origin as
@@ -327,7 +328,7 @@ pub async fn handle(c: Arc<Console>, req: Request<Incoming>) -> Response<Full<By
             Err(r) => return r,
         };
         let given = body.get("token").and_then(Value::as_str).unwrap_or("");
-        if !constant_time_eq(given.as_bytes(), c.token.as_bytes()) {
+        if !c.is_token(given) {
             return error(StatusCode::UNAUTHORIZED, "wrong token");
         }
         let mut r = json_response(StatusCode::OK, &json!({"ok": true}));
@@ -385,12 +386,5 @@ mod tests {
         assert_eq!(super::decode("a%20b+c"), "a b c");
         assert_eq!(super::decode("%zz%"), "%zz%");
         assert_eq!(super::decode("%3C"), "<");
-    }
-
-    #[test]
-    fn constant_time_eq_compares() {
-        assert!(super::constant_time_eq(b"abc", b"abc"));
-        assert!(!super::constant_time_eq(b"abc", b"abd"));
-        assert!(!super::constant_time_eq(b"abc", b"ab"));
     }
 }

@@ -284,7 +284,7 @@ fn random_token() -> std::io::Result<String> {
     use std::io::Read;
     let mut bytes = [0u8; 32];
     std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
-    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+    Ok(mcpbox_gateway::digest::hex_lower(&bytes))
 }
 
 #[cfg(test)]

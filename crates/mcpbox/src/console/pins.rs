@@ -29,9 +29,6 @@ pub struct ServerPins {
     pub tools: Vec<PinnedTool>,
     /// The withheld changes, waiting for a human (empty: none).
     pub pending: Vec<Change>,
-    /// Whether a change can be rejected here (it can: the pin store keeps
-    /// the rejected digest, and the tool stays withheld).
-    pub reject_available: bool,
 }
 
 /// One pinned tool.
@@ -83,9 +80,6 @@ impl From<&SchemaDiff> for Schema {
         }
     }
 }
-
-/// Whether the page can reject a change.
-pub const REJECT_AVAILABLE: bool = true;
 
 fn change(c: &PendingChange) -> Change {
     let why = |s: &Option<Shown>| s.as_ref().map(Shown::why_not).unwrap_or_default();
@@ -164,7 +158,6 @@ pub fn list(state_dir: &Path) -> Vec<ServerPins> {
             tools_pinned: current.tools_pinned,
             tools,
             pending: review.changes.iter().map(change).collect(),
-            reject_available: REJECT_AVAILABLE,
         });
     }
     out

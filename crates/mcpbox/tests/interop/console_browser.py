@@ -124,6 +124,21 @@ def launch(p, chromium):
         args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"])
 
 
+def open_console(browser, url, height, section="approvals", dialogs=None):
+    """A page on the console at `url` (with its token), on `section`;
+    dialogs, if a list is given, are recorded there and dismissed."""
+    page = browser.new_page(viewport={"width": 1180, "height": height})
+    page.set_default_timeout(20000)
+    if dialogs is not None:
+        page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    page.goto(url)
+    # the token left the address bar once traded for the cookie
+    page.wait_for_function("location.hash === '#approvals'")
+    if section != "approvals":
+        page.goto(url.split("#")[0] + "#" + section)
+    return page
+
+
 def serve(a, env):
     """`mcpbox serve --console`: the sandboxes page and its buttons."""
     global HOST
@@ -154,11 +169,7 @@ def serve(a, env):
             fail("no MCP session from the gateway")
     with sync_playwright() as p:
         browser = launch(p, a.chromium)
-        page = browser.new_page(viewport={"width": 1180, "height": 560})
-        page.set_default_timeout(20000)
-        page.goto(url)
-        page.wait_for_function("location.hash === '#approvals'")
-        page.goto(url.split("#")[0] + "#sandboxes")
+        page = open_console(browser, url, 560, "sandboxes")
         row = page.locator("#sandboxes tbody tr").filter(has_text="alice")
         expect(row).to_have_count(1)
         expect(row).to_contain_text("plain")
@@ -201,11 +212,7 @@ def pins(a, env):
         fail(f"the changed tool list was not withheld: {second}")
     with sync_playwright() as p:
         browser = launch(p, a.chromium)
-        page = browser.new_page(viewport={"width": 1180, "height": 560})
-        page.set_default_timeout(20000)
-        page.goto(url)
-        page.wait_for_function("location.hash === '#approvals'")
-        page.goto(url.split("#")[0] + "#pins")
+        page = open_console(browser, url, 560, "pins")
         card = page.locator("#pins .card")
         expect(card).to_contain_text("+ exfil (new tool)")
         expect(card).to_contain_text("~ add (definition changed)")
@@ -265,13 +272,8 @@ def main():
 
     with sync_playwright() as p:
         browser = launch(p, a.chromium)
-        page = browser.new_page(viewport={"width": 1180, "height": 760})
-        page.set_default_timeout(20000)
         dialogs = []
-        page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
-        page.goto(url)
-        # the token left the address bar once traded for the cookie
-        page.wait_for_function("location.hash === '#approvals'")
+        page = open_console(browser, url, 760, dialogs=dialogs)
         expect(page.locator("#approvals")).to_contain_text("Nothing waits for a human")
 
         # 1. allow once, live

@@ -351,7 +351,6 @@
         return el("button", {
           type: "button",
           className: accept ? "allow" : "deny",
-          disabled: !accept && !s.reject_available,
           onclick: async function () {
             const body = { id: s.id };
             if (tool !== undefined) body.tool = tool === null ? "instructions" : tool;
