@@ -1225,3 +1225,42 @@ fn an_artifact_over_the_limit_keeps_the_workspace_until_a_human_approves() {
     assert!(sandboxes(&gw).is_empty());
     assert_eq!(std::fs::read_to_string(&marker).unwrap(), "once\n");
 }
+
+/// Issue 32: a second session of one agent on a server whose policy opens
+/// the network (its own egress proxy), a tmp size and a secret was refused
+/// with `File exists` while the first was open. Three sessions at once now
+/// share the sandbox, each answers, and a fourth after the first closed too.
+#[test]
+fn many_sessions_of_one_agent_on_a_server_with_egress_tmp_and_secrets_all_start() {
+    let gw = gateway(
+        "",
+        "[filesystem]\ntmp = \"8MiB\"\n[network]\nallow = [\"dev.test:18971\"]\n\
+         [secrets]\nWS_TOKEN = { from_env = \"T_WS_TOKEN\" }\n",
+        &[("T_WS_TOKEN", "ws-secret-0123456789")],
+    );
+    let mut sessions: Vec<Mcp> = (0..3).map(|_| session(&gw, ALICE)).collect();
+    for (i, m) in sessions.iter_mut().enumerate() {
+        let path = format!("/workspace/output/s{i}.txt");
+        call(m, "write", json!({"path": path, "text": format!("from {i}")}));
+    }
+    // one sandbox, and each session reads what the others wrote
+    let sb = sandbox_of(&gw, "alice");
+    assert_eq!(sb["state"], "running", "{sb}");
+    for m in sessions.iter_mut() {
+        for i in 0..3 {
+            let got = call(m, "read", json!({"path": format!("/workspace/output/s{i}.txt")}));
+            assert_eq!(got, format!("from {i}"));
+        }
+    }
+    drop(sessions.remove(0));
+    let mut late = session(&gw, ALICE);
+    assert_eq!(
+        call(&mut late, "read", json!({"path": "/workspace/output/s1.txt"})),
+        "from 1"
+    );
+    assert!(
+        !gw.stderr().contains("File exists"),
+        "gateway log:\n{}",
+        gw.stderr()
+    );
+}
