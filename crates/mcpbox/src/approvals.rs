@@ -234,6 +234,9 @@ pub fn run(args: Args) -> ExitCode {
             }
             if all.is_empty() {
                 println!("no approvals waiting ({} mcpbox running)", sockets.len());
+                for url in console_urls() {
+                    println!("console: {}", escape(&url));
+                }
                 return ExitCode::SUCCESS;
             }
             println!(
@@ -355,19 +358,63 @@ pub fn run(args: Args) -> ExitCode {
 
 /// The web consoles of this user's running mcpbox processes, from their
 /// `console-PID/console.url` files (0600, in the 0700 runtime directory).
+/// Only live ones (issue 32: a console killed with -9 left its file, and
+/// its URL was listed for ever): the directory's pid must be a running
+/// process started with `--console`; a directory whose pid is gone is
+/// removed (it is ours: the runtime directory is private).
 fn console_urls() -> Vec<String> {
     let Ok(entries) = std::fs::read_dir(crate::egress::runtime_base()) else {
         return Vec::new();
     };
-    let mut urls: Vec<String> = entries
-        .filter_map(Result::ok)
-        .filter(|e| e.file_name().to_string_lossy().starts_with("console-"))
-        .filter_map(|e| std::fs::read_to_string(e.path().join("console.url")).ok())
-        .map(|u| u.trim().to_string())
-        .filter(|u| u.starts_with("http://"))
-        .collect();
+    let mut urls = Vec::new();
+    for e in entries.filter_map(Result::ok) {
+        let name = e.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("console-"))
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        match console_process(pid) {
+            Liveness::Gone => {
+                let _ = std::fs::remove_dir_all(e.path());
+                continue;
+            }
+            Liveness::Other => continue,
+            Liveness::Console => {}
+        }
+        let Ok(url) = std::fs::read_to_string(e.path().join("console.url")) else {
+            continue;
+        };
+        let url = url.trim();
+        if url.starts_with("http://") {
+            urls.push(url.to_string());
+        }
+    }
     urls.sort();
     urls
+}
+
+/// What runs under a console directory's pid.
+enum Liveness {
+    /// No such process.
+    Gone,
+    /// A process, but not an mcpbox with a console (the pid was reused).
+    Other,
+    /// A process started with `--console`.
+    Console,
+}
+
+fn console_process(pid: u32) -> Liveness {
+    match std::fs::read(format!("/proc/{pid}/cmdline")) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Liveness::Gone,
+        Err(_) => Liveness::Other,
+        // an exited but unreaped process has an empty command line
+        Ok(c) if c.is_empty() => Liveness::Gone,
+        Ok(c) if c.split(|b| *b == 0).any(|a| a == b"--console") => Liveness::Console,
+        Ok(_) => Liveness::Other,
+    }
 }
 
 /// Longest text passed to a notify command, in chars.

@@ -162,6 +162,52 @@ fn console_url_is_printed_and_kept_in_a_private_file_removed_at_exit() {
     drop(ws);
 }
 
+/// Issue 32: `approvals list` named the consoles of processes killed with
+/// -9 for ever. A console directory whose pid is gone is neither listed nor
+/// kept; one whose pid was reused by another program is not listed.
+#[test]
+fn approvals_list_names_live_consoles_only() {
+    let c = Console::start();
+    let run = c.ws.path().join("run/mcpbox");
+    let mut gone = std::process::Command::new("true").spawn().unwrap();
+    let dead = gone.id();
+    gone.wait().unwrap();
+    let stale = |pid: u32, port: u16| {
+        let d = run.join(format!("console-{pid}"));
+        std::fs::create_dir(&d).unwrap();
+        std::fs::write(
+            d.join("console.url"),
+            format!("http://127.0.0.1:{port}/#token=00\n"),
+        )
+        .unwrap();
+        d
+    };
+    let dead_dir = stale(dead, 1);
+    // this test's own process: alive, but not an mcpbox with a console
+    let reused_dir = stale(std::process::id(), 2);
+    let out = std::process::Command::new(common::mcpbox())
+        .args(["approvals", "list"])
+        .env("XDG_RUNTIME_DIR", c.ws.path().join("run"))
+        .env("MCPBOX_STATE_DIR", c.ws.path().join("state"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains(&format!("console: {}", c.url)), "{text}");
+    assert!(
+        !text.contains("127.0.0.1:1/"),
+        "a dead console is listed: {text}"
+    );
+    assert!(
+        !text.contains("127.0.0.1:2/"),
+        "a reused pid is listed: {text}"
+    );
+    assert!(!dead_dir.exists(), "a dead console's directory is kept");
+    assert!(
+        reused_dir.exists(),
+        "a live process's directory was removed"
+    );
+}
+
 #[test]
 fn console_without_the_token_gets_401_and_no_data() {
     let c = Console::start();
