@@ -343,3 +343,38 @@ fn builtin_unknown_name_is_a_clear_error() {
         "{err}"
     );
 }
+
+/// Issue 32: the README's example (no `[filesystem] output`) printed `no
+/// origin snapshot for reset` at every start, and reset then failed. Now it
+/// starts clean, and snapshot, restore and reset work on tmp alone.
+#[test]
+fn builtin_without_an_output_folder_starts_clean_and_resets() {
+    let ws = Workspace::new();
+    let policy = ws.raw_policy("[server]\nname = \"sandbox\"\n[tools]\ndefault = \"allow\"\n");
+    let state = ws.path().join("state");
+    let mut s = start_builtin(&policy, &state);
+    s.initialize();
+    let write = |s: &mut Session, text: &str| {
+        let r = s.call(
+            "write_file",
+            json!({"path": "/workspace/tmp/notes.txt", "content": text}),
+        );
+        assert!(r["result"]["isError"] != json!(true), "{r}");
+    };
+    let read = |s: &mut Session| {
+        let r = s.call("read_file", json!({"path": "/workspace/tmp/notes.txt"}));
+        r.to_string()
+    };
+    write(&mut s, "first");
+    let r = s.call("snapshot", json!({"name": "one"}));
+    assert!(r["result"]["isError"] != json!(true), "{r}");
+    write(&mut s, "second");
+    let r = s.call("restore", json!({"name": "one"}));
+    assert!(r["result"]["isError"] != json!(true), "{r}");
+    assert!(read(&mut s).contains("first"), "{}", read(&mut s));
+    let r = s.call("reset", json!({}));
+    assert!(r["result"]["isError"] != json!(true), "{r}");
+    assert!(!read(&mut s).contains("first"), "reset kept the file");
+    let err = s.stderr();
+    assert!(!err.contains("mcpbox-sandbox:"), "{err}");
+}
