@@ -378,3 +378,52 @@ fn builtin_without_an_output_folder_starts_clean_and_resets() {
     let err = s.stderr();
     assert!(!err.contains("mcpbox-sandbox:"), "{err}");
 }
+
+/// Issue 32: concurrent sessions of one agent on the built-in server under
+/// serve, with network egress, a tmp size and a secret in its policy, all
+/// share its one sandbox.
+#[test]
+fn builtin_under_serve_takes_many_sessions_of_one_agent_at_once() {
+    let dir = tempfile::Builder::new()
+        .prefix("mcpbox-serve-")
+        .tempdir()
+        .unwrap();
+    let policy = "[server]\nname = \"sandbox\"\n[filesystem]\ntmp = \"16MiB\"\n\
+                  [network]\nallow = [\"dev.test:18971\"]\n\
+                  [secrets.OWN_TOKEN]\nfrom_env = \"T_OWN\"\n[tools]\ndefault = \"allow\"\n";
+    std::fs::write(dir.path().join("sandbox.toml"), policy).unwrap();
+    let config = format!(
+        "[listen]\naddress = \"127.0.0.1:0\"\n\
+         [[clients]]\nname = \"alice\"\ntoken = {{ from_env = \"T_ALICE\" }}\n\
+         [[servers]]\nname = \"sandbox\"\nbuiltin = \"sandbox\"\npolicy = \"{}\"\n",
+        dir.path().join("sandbox.toml").display(),
+    );
+    let gw = Gateway::start_config_env(dir, &config, &[("T_OWN", "builtin-secret-77a1")]);
+    let mut sessions: Vec<_> = (0..3)
+        .map(|_| {
+            let mut m = gw.mcp("sandbox", Some(ALICE));
+            m.initialize();
+            m
+        })
+        .collect();
+    for (i, m) in sessions.iter_mut().enumerate() {
+        let r = m.call(
+            "write_file",
+            json!({"path": format!("/workspace/tmp/c{i}.txt"), "content": format!("c{i}")}),
+        );
+        assert!(
+            r["result"]["isError"] != json!(true),
+            "{r}\n{}",
+            gw.stderr()
+        );
+    }
+    for m in sessions.iter_mut() {
+        for i in 0..3 {
+            let r = m.call(
+                "read_file",
+                json!({"path": format!("/workspace/tmp/c{i}.txt")}),
+            );
+            assert!(r.to_string().contains(&format!("c{i}")), "{r}");
+        }
+    }
+}

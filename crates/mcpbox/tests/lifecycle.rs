@@ -1276,3 +1276,112 @@ fn many_sessions_of_one_agent_on_a_server_with_egress_tmp_and_secrets_all_start(
         gw.stderr()
     );
 }
+
+/// Issue 32, with real clients: the Python SDK in its default mode (which
+/// opens a probe session first), twice at once, and once in the stateless
+/// 2026-07-28 mode, on a server with network egress and a secret.
+#[test]
+fn python_sdk_clients_in_both_eras_share_one_sandbox_with_egress() {
+    let gw = gateway(
+        "",
+        "[network]\nallow = [\"dev.test:18971\"]\n\
+         [secrets]\nWS_TOKEN = { from_env = \"T_WS_TOKEN\" }\n",
+        &[("T_WS_TOKEN", "ws-secret-0123456789")],
+    );
+    gw.python_client("many_sessions.py", &[&gw.url("/servers/ws/mcp"), ALICE]);
+    assert_eq!(sandboxes(&gw).len(), 1, "{:?}", sandboxes(&gw));
+}
+
+/// Issue 32: with `placement = "shared"` two servers of one agent share a
+/// sandbox; with network egress in their policy, each session's proxy
+/// needs a place of its own (they all used the sandbox's id).
+#[test]
+fn shared_servers_with_egress_take_many_sessions_at_once() {
+    let dir = tempfile::Builder::new()
+        .prefix("mcpbox-life-")
+        .tempdir()
+        .unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let network = "[network]\nallow = [\"dev.test:18971\"]\n";
+    let mut config = config(dir.path(), "", network, "placement = \"shared\"");
+    let server = dir.path().join("bin/workspace");
+    config.push_str(&format!(
+        "[[servers]]\nname = \"ws2\"\npolicy = \"{}\"\ncommand = [\"{}\"]\nplacement = \"shared\"\n",
+        dir.path().join("ws.toml").display(),
+        server.display(),
+    ));
+    let gw = Gateway::start_config(dir, &config);
+    let mut open: Vec<Mcp> = Vec::new();
+    for server in ["ws", "ws2", "ws", "ws2"] {
+        let mut m = gw.mcp(server, Some(ALICE));
+        m.initialize();
+        open.push(m);
+    }
+    for (i, m) in open.iter_mut().enumerate() {
+        call(
+            m,
+            "write",
+            json!({"path": format!("/workspace/output/s{i}.txt"), "text": format!("{i}")}),
+        );
+    }
+    for m in open.iter_mut() {
+        for i in 0..4 {
+            assert_eq!(
+                call(
+                    m,
+                    "read",
+                    json!({"path": format!("/workspace/output/s{i}.txt")})
+                ),
+                format!("{i}")
+            );
+        }
+    }
+    let alice: Vec<Value> = sandboxes(&gw)
+        .into_iter()
+        .filter(|s| s["agent"] == "alice")
+        .collect();
+    assert_eq!(alice.len(), 1, "{alice:?}");
+    assert_eq!(alice[0]["sessions"], 4);
+}
+
+/// Issue 32: a templated sandbox with egress takes a second session of the
+/// same agent while the first is open; both see the one seeded copy.
+#[test]
+fn a_templated_sandbox_with_egress_takes_a_second_session_at_once() {
+    let dir = tempfile::Builder::new()
+        .prefix("mcpbox-life-")
+        .tempdir()
+        .unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let base = dir.path().join("template");
+    std::fs::create_dir(&base).unwrap();
+    std::fs::write(base.join("seed.txt"), "seed").unwrap();
+    std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let config = template_config(dir.path(), &format!("base = \"{}\"", base.display()));
+    // the policy file the template names gets network egress
+    let ws_toml = std::fs::read_to_string(dir.path().join("ws.toml")).unwrap();
+    std::fs::write(
+        dir.path().join("ws.toml"),
+        format!("{ws_toml}\n[network]\nallow = [\"dev.test:18971\"]\n"),
+    )
+    .unwrap();
+    let gw = Gateway::start_config(dir, &config);
+    let mut a = session(&gw, ALICE);
+    let mut b = session(&gw, ALICE);
+    call(
+        &mut a,
+        "write",
+        json!({"path": "/workspace/output/a.txt", "text": "a"}),
+    );
+    for m in [&mut a, &mut b] {
+        assert_eq!(
+            call(m, "read", json!({"path": "/workspace/input/seed.txt"})),
+            "seed"
+        );
+        assert_eq!(
+            call(m, "read", json!({"path": "/workspace/output/a.txt"})),
+            "a"
+        );
+    }
+    assert_eq!(sandbox_of(&gw, "alice")["sessions"], 2);
+}
