@@ -67,12 +67,14 @@ use std::cell::Cell;
 use std::collections::HashMap;
 use std::ffi::CString;
 use std::fs::File;
-use std::io::{self, BufReader, BufWriter, Read, Seek};
+use std::io::{self, BufRead, BufReader, BufWriter, Read, Seek};
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
-use flate2::read::GzDecoder;
+// bufread's decoder reads exactly its member from our BufReader, so what
+// follows the member is still there to be refused (`tar_rest`)
+use flate2::bufread::GzDecoder;
 use flate2::write::GzEncoder;
 use rustix::fs::{self as rfs, Mode};
 use serde::{Deserialize, Serialize};
@@ -997,7 +999,7 @@ fn tar_rest(tar: tar::Archive<Budget<GzDecoder<BufReader<&File>>>>, archive: &Pa
     let mut buf = [0u8; 4096];
     loop {
         let n = match rest.read(&mut buf) {
-            Ok(0) => return Ok(()),
+            Ok(0) => return gzip_rest(rest, archive),
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) if is_over_budget(&e) => {
@@ -1008,6 +1010,20 @@ fn tar_rest(tar: tar::Archive<Budget<GzDecoder<BufReader<&File>>>>, archive: &Pa
         if buf[..n].iter().any(|b| *b != 0) {
             return Err(Error::Limit("data after the end of the archive".into()));
         }
+    }
+}
+
+/// After the first gzip member: nothing. A second member (which gzip
+/// tools would decompress and append) or any other bytes were never
+/// checked by this pass, so they are refused (issue 26).
+fn gzip_rest(rest: Budget<GzDecoder<BufReader<&File>>>, archive: &Path) -> Result<()> {
+    let mut after = rest.inner.into_inner();
+    match after.fill_buf() {
+        Ok([]) => Ok(()),
+        Ok(_) => Err(Error::Limit(
+            "data after the archive's gzip stream (a second member?)".into(),
+        )),
+        Err(e) => Err(stream_err(archive, e)),
     }
 }
 

@@ -606,6 +606,36 @@ fn restore_refuses_a_gzip_bomb() {
     );
 }
 
+/// Issue 26: a second gzip member after a valid archive was never read by
+/// the check, and a gzip tool (or a later reader) would append its bytes.
+/// Refused, whatever it holds, with nothing written; so is plain garbage.
+#[test]
+fn restore_refuses_a_second_gzip_member_or_bytes_after_the_gzip_stream() {
+    for tail in ["member", "garbage"] {
+        let (src, t) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let out = src.path().join("output");
+        fs::create_dir(&out).unwrap();
+        fs::write(out.join("f"), "f").unwrap();
+        let p = t.path().join("a.tgz");
+        snapshot::write(&[("output", &out)], &p).unwrap();
+        let mut bytes = fs::read(&p).unwrap();
+        if tail == "member" {
+            let mut gz = GzEncoder::new(Vec::new(), flate2::Compression::fast());
+            gz.write_all(b"smuggled bytes no check ever read").unwrap();
+            bytes.extend(gz.finish().unwrap());
+        } else {
+            bytes.extend_from_slice(b"trailing garbage");
+        }
+        fs::write(&p, bytes).unwrap();
+        let err = refused(t.path(), &p);
+        assert!(
+            err.to_string().contains("after the archive's gzip stream"),
+            "{tail}: {err}"
+        );
+        assert!(snapshot::verify(&p, &Limits::default()).is_err(), "{tail}");
+    }
+}
+
 #[test]
 fn restore_refuses_a_destination_that_is_not_empty() {
     let t = tempfile::tempdir().unwrap();
