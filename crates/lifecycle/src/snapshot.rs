@@ -330,7 +330,18 @@ pub fn write_excluding(
     archive: &Path,
     exclude: &[&str],
 ) -> Result<SnapshotInfo> {
-    let limits = Limits::default();
+    write_with(parts, archive, exclude, &Limits::default())
+}
+
+/// [`write_excluding`] under `limits`: a tree that restore would refuse
+/// under the same limits (too many entries, too many bytes, too large a
+/// manifest) is refused before the archive is written.
+pub fn write_with(
+    parts: &[(&str, &Path)],
+    archive: &Path,
+    exclude: &[&str],
+    limits: &Limits,
+) -> Result<SnapshotInfo> {
     let mut roots: Vec<(String, OwnedFd)> = Vec::new();
     for (name, path) in parts {
         check_part_name(name).map_err(|reason| Error::Part {
@@ -351,6 +362,7 @@ pub fn write_excluding(
     }
 
     // Pass 1: the manifest, with every file's digest.
+    let mut total_bytes = 0u64;
     let mut manifest = Manifest {
         format: FORMAT.into(),
         parts: roots.iter().map(|(n, _)| n.clone()).collect(),
@@ -371,6 +383,7 @@ pub fn write_excluding(
         });
         let entries = &mut manifest.entries;
         let skipped = &mut manifest.skipped;
+        let total = &mut total_bytes;
         walk::walk(fd.as_fd(), name, &mut |v: Visit<'_>| -> Result<bool> {
             if entries.len() + skipped.len() >= limits.max_entries {
                 return Err(Error::TooLarge(format!(
@@ -416,11 +429,23 @@ pub fn write_excluding(
                         if Kind::of(st.st_mode) != Kind::File {
                             return Err(Error::Changed { path: n.rel.into() });
                         }
-                        let (size, sha) = walk::copy_hashing(&mut f, &mut io::sink(), u64::MAX)
-                            .map_err(|source| Error::Read {
-                                path: n.rel.into(),
-                                source,
-                            })?;
+                        // what restore would refuse is refused here, before
+                        // anything is written (issue 26): the sum of the
+                        // files' sizes, read no further than the limit
+                        let room = limits.max_bytes.saturating_sub(*total);
+                        let (size, sha) =
+                            walk::copy_hashing(&mut f, &mut io::sink(), room.saturating_add(1))
+                                .map_err(|source| Error::Read {
+                                    path: n.rel.into(),
+                                    source,
+                                })?;
+                        if size > room {
+                            return Err(Error::TooLarge(format!(
+                                "files of more than {} bytes in all (restore refuses that)",
+                                limits.max_bytes
+                            )));
+                        }
+                        *total += size;
                         entries.push(ManifestEntry {
                             path: n.rel.into(),
                             kind: EntryKind::File,
