@@ -39,6 +39,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
 pub use files::Refusal;
+pub use snap::STATE_DIR;
 pub use tools::PATH_TOOLS;
 
 use files::Root;

@@ -1385,3 +1385,30 @@ fn a_templated_sandbox_with_egress_takes_a_second_session_at_once() {
     }
     assert_eq!(sandbox_of(&gw, "alice")["sessions"], 2);
 }
+
+/// Issue 26: `sandboxes snapshot --tmp` archived `tmp/.mcpbox`, the
+/// built-in server's own state (its checkpoints and code files). It is
+/// mcpbox's, never part of a sandbox's snapshot.
+#[test]
+fn snapshot_with_tmp_leaves_out_the_builtin_servers_own_state() {
+    let gw = gateway("", "", &[]);
+    let mut a = session(&gw, ALICE);
+    call(&mut a, "mkdir", json!({"path": "/workspace/tmp/.mcpbox"}));
+    for (p, t) in [
+        ("/workspace/tmp/.mcpbox/state.txt", "ours"),
+        ("/workspace/tmp/work.txt", "theirs"),
+    ] {
+        call(&mut a, "write", json!({"path": p, "text": t}));
+    }
+    let id = sandbox_of(&gw, "alice")["id"].as_str().unwrap().to_string();
+    let out = gw.dir.path().join("snap.tar.gz");
+    snapshot(&gw, &id, &out, true);
+    let listing = std::process::Command::new("tar")
+        .arg("-tzf")
+        .arg(&out)
+        .output()
+        .unwrap();
+    let names = String::from_utf8_lossy(&listing.stdout);
+    assert!(names.contains("tmp/work.txt"), "{names}");
+    assert!(!names.contains(".mcpbox"), "{names}");
+}
