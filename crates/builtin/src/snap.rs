@@ -150,8 +150,15 @@ impl Checkpoints {
         let restored = snapshot::restore(&archive, &dest).map_err(|e| fail("restore", e))?;
         let keep = [STATE_DIR];
         let parts = [("output", &self.output), ("tmp", &self.tmp)];
-        // Checked whole before anything is removed: a part the archive
-        // holds must have a place in this workspace.
+        // Checked whole before anything is removed: the server's own state
+        // is never replaced by a checkpoint's (a crafted one named it, the
+        // workspace was emptied, then the move onto it failed half-way:
+        // issue 26), and a part the archive holds must have a place here.
+        if std::fs::symlink_metadata(dest.join("tmp").join(STATE_DIR)).is_ok() {
+            return Err(Refusal::invalid(format!(
+                "snapshot {name} holds /workspace/tmp/{STATE_DIR}, the server's own state; nothing was changed"
+            )));
+        }
         for (part, live) in parts {
             if dest.join(part).is_dir() && !live.is_dir() {
                 return Err(Refusal::invalid(format!(
