@@ -64,6 +64,9 @@ pub enum Ended {
     Signaled(i32),
     /// It ran past its timeout; its process group was killed.
     TimedOut(Duration),
+    /// It wrote more than the capture limit (bytes); its process group was
+    /// killed then.
+    TooMuchOutput(usize),
 }
 
 /// What a host command did: how it ended, and its stdout when captured.
@@ -94,6 +97,9 @@ impl Ended {
                 "timed out after {}s (its process group was killed)",
                 t.as_secs_f64()
             ),
+            Ended::TooMuchOutput(n) => {
+                format!("wrote more than {n} bytes (its process group was killed)")
+            }
         }
     }
 }
@@ -196,18 +202,18 @@ impl HostCommand {
             .unwrap_or_else(|p| p.into_inner())
             .retain(|p| *p != pid);
         let status = child.wait();
-        let (timed_out, mut out) = result?;
+        let (stop, mut out) = result?;
         if let Some(r) = child.stdout.as_mut() {
             // what it wrote before it ended; a leftover that escaped the
             // group may hold the pipe open, so no waiting for its end
             drain(r, &mut out, self.capture.unwrap_or(0));
         }
-        let ended = if timed_out {
-            Ended::TimedOut(self.timeout)
-        } else {
-            ended(status?)
-        };
         let limit = self.capture.unwrap_or(0);
+        let ended = match stop {
+            Stop::TimedOut => Ended::TimedOut(self.timeout),
+            Stop::Over => Ended::TooMuchOutput(limit),
+            Stop::Exited => ended(status?),
+        };
         let stdout_over = out.len() > limit;
         out.truncate(limit);
         Ok(Outcome {
@@ -218,8 +224,9 @@ impl HostCommand {
     }
 
     /// Feeds stdin and reads stdout until the leader exits (left
-    /// unreaped) or the timeout: `(timed out, stdout so far)`.
-    fn watch(&self, child: &mut Child, pid: Pid) -> io::Result<(bool, Vec<u8>)> {
+    /// unreaped), it writes more than the capture limit, or the timeout:
+    /// why it stopped, and stdout so far.
+    fn watch(&self, child: &mut Child, pid: Pid) -> io::Result<(Stop, Vec<u8>)> {
         let deadline = Instant::now() + self.timeout;
         let limit = self.capture.unwrap_or(0);
         let mut out = Vec::new();
@@ -248,16 +255,19 @@ impl HostCommand {
                 Some(r) => drain(r, &mut out, limit),
                 None => false,
             };
+            if out.len() > limit {
+                return Ok((Stop::Over, out));
+            }
             let exited = rustix::process::waitid(
                 WaitId::Pid(pid),
                 WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT,
             )?;
             if exited.is_some() {
-                return Ok((false, out));
+                return Ok((Stop::Exited, out));
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return Ok((true, out));
+                return Ok((Stop::TimedOut, out));
             }
             let wait = left.min(TICK);
             match (open, child.stdout.as_ref()) {
@@ -277,6 +287,13 @@ impl HostCommand {
             }
         }
     }
+}
+
+/// Why [`HostCommand::watch`] stopped watching.
+enum Stop {
+    Exited,
+    TimedOut,
+    Over,
 }
 
 /// Reads what `r` has now into `out` (past `limit`, only the length
@@ -437,25 +454,31 @@ mod tests {
     }
 
     #[test]
-    fn stdin_is_fed_and_stdout_capped() {
+    fn stdin_is_fed_whole_and_stdout_captured() {
+        // more than a pipe holds: written as the command reads
         let big = vec![b'x'; 300_000];
-        let out = run(
-            HostCommand::new(&["cat".to_string()], Duration::from_secs(20))
-                .unwrap()
-                .stdin(big)
-                .capture(1000),
-        );
+        let out = run(HostCommand::new(
+            &["wc".to_string(), "-c".to_string()],
+            Duration::from_secs(20),
+        )
+        .unwrap()
+        .stdin(big)
+        .capture(1000));
         assert!(out.ended.success(), "{:?}", out.ended);
-        assert_eq!(out.stdout.len(), 1000);
-        assert!(out.stdout_over);
-        let out = run(
-            HostCommand::new(&["cat".to_string()], Duration::from_secs(20))
-                .unwrap()
-                .stdin(b"abc".to_vec())
-                .capture(1000),
-        );
-        assert_eq!(out.stdout, b"abc");
+        assert_eq!(String::from_utf8(out.stdout).unwrap().trim(), "300000");
         assert!(!out.stdout_over);
+    }
+
+    #[test]
+    fn a_command_that_floods_its_output_is_killed_at_the_limit() {
+        let out = run(
+            HostCommand::new(&["yes".to_string()], Duration::from_secs(60))
+                .unwrap()
+                .capture(1 << 16),
+        );
+        assert_eq!(out.ended, Ended::TooMuchOutput(1 << 16));
+        assert!(out.stdout_over);
+        assert_eq!(out.stdout.len(), 1 << 16);
     }
 
     #[test]
