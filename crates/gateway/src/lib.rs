@@ -98,6 +98,7 @@ mod asker;
 pub mod broker;
 pub mod compact;
 pub mod digest;
+pub mod host_command;
 pub mod launcher;
 pub mod lines;
 pub mod message;

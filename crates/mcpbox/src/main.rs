@@ -469,6 +469,9 @@ fn serve(config: &std::path::Path) -> Result<i32, Failure> {
 
 /// Prints a failure and turns the code into the process's exit status.
 fn finish(result: Result<i32, Failure>) -> ExitCode {
+    // a host command still running (a notifier, a revoke) ends with us:
+    // its whole process group (host_command.rs)
+    mcpbox_gateway::host_command::kill_running();
     let code = match result {
         Ok(code) => code,
         Err(f) => {

@@ -253,7 +253,7 @@ fn prepare(cfg: &ServeConfig) -> anyhow::Result<(Settings, Arc<dyn Backend>, Arc
         })
         .collect();
     if !notify.is_empty() {
-        broker.set_notifier(crate::approvals::notifier(notify));
+        broker.set_notifier(crate::approvals::notifier(notify, audit.clone()));
     }
     let _ = life.desk.set(crate::approvals::BrokerDesk(broker.clone()));
     let backend = Sandboxes {
@@ -601,7 +601,10 @@ fn spawn_signal_thread(stop: tokio::sync::oneshot::Sender<()>) -> anyhow::Result
                         let _ = s.send(());
                     }
                     // a second signal: the orderly stop is taking too long
-                    None => std::process::exit(130),
+                    None => {
+                        mcpbox_gateway::host_command::kill_running();
+                        std::process::exit(130)
+                    }
                 }
             }
         })

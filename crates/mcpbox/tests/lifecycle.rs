@@ -968,6 +968,113 @@ fn check_refuses_a_template_whose_base_is_missing_or_whose_snapshot_is_crafted()
     );
 }
 
+/// Whether process `pid` runs (exists and is no zombie), after a moment
+/// for a SIGKILL already sent to land.
+fn still_runs(pid: &str) -> bool {
+    for _ in 0..300 {
+        let running = std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+            let state = s.rsplit(") ").next().unwrap_or("").chars().next();
+            !matches!(state, Some('Z' | 'X'))
+        });
+        if !running {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    true
+}
+
+#[test]
+fn a_revoke_command_sees_no_client_token_and_dies_whole_at_its_timeout() {
+    let dir = tempfile::Builder::new()
+        .prefix("mcpbox-life-")
+        .tempdir()
+        .unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let (dump, pidfile) = (dir.path().join("env.txt"), dir.path().join("pid"));
+    // dumps its environment, leaves a grandchild, outlives its timeout
+    let policy = format!(
+        "[secrets.API_TOKEN]\nfrom_env = \"LIFE_TOKEN\"\nrevoke = [\"/bin/sh\", \"-c\", \"env > {}; sleep 1000 & echo $! > {}; sleep 1000\"]\n",
+        dump.display(),
+        pidfile.display()
+    );
+    let config = config(
+        dir.path(),
+        "pause = \"off\"\nstop = \"off\"\ndestroy = \"2s\"",
+        &policy,
+        "",
+    );
+    // every client's token variable (T_ALICE, ...) is in serve's
+    // environment, and another secret too
+    let gw = Gateway::start_config_env(
+        dir,
+        &config,
+        &[
+            ("LIFE_TOKEN", "tok-5e1f-value"),
+            ("SECRET_FOO", "foo-81c2e6d0"),
+        ],
+    );
+    let mut a = session(&gw, ALICE);
+    call(
+        &mut a,
+        "write",
+        json!({"path": "/workspace/output/x.txt", "text": "x"}),
+    );
+    // the teardown waits for the revoke command's timeout (10 s)
+    let until = Instant::now() + Duration::from_secs(60);
+    let done = loop {
+        let destroyed = gw
+            .audit()
+            .into_iter()
+            .find(|e| e["kind"] == "lifecycle" && e["detail"]["action"] == "destroyed");
+        if let Some(d) = destroyed {
+            break d;
+        }
+        assert!(Instant::now() < until, "no teardown: {}", gw.stderr());
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let outcome = done["detail"]["revoked"][0]["outcome"].as_str().unwrap();
+    assert!(outcome.starts_with("timed out after 10s"), "{done}");
+    assert!(!done.to_string().contains("tok-5e1f-value"), "{done}");
+    let pid = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .to_string();
+    assert!(
+        !still_runs(&pid),
+        "the revoke command's grandchild {pid} outlived its timeout"
+    );
+    let text = std::fs::read_to_string(&dump).unwrap();
+    for leak in ["T_ALICE", "T_BOB", ALICE, BOB, "SECRET_FOO", "LIFE_TOKEN"] {
+        assert!(
+            !text.contains(leak),
+            "{leak} reached the revoke command:\n{text}"
+        );
+    }
+    for line in text.lines() {
+        let name = line.split('=').next().unwrap();
+        assert!(
+            [
+                "PATH",
+                "HOME",
+                "LANG",
+                "PWD",
+                "SHLVL",
+                "_",
+                "OLDPWD",
+                "MCPBOX_SECRET_NAME",
+                "MCPBOX_SECRET_VALUE"
+            ]
+            .contains(&name),
+            "{name} reached the revoke command:\n{text}"
+        );
+    }
+    assert!(
+        text.contains("MCPBOX_SECRET_VALUE=tok-5e1f-value"),
+        "{text}"
+    );
+}
+
 #[test]
 fn idle_destroy_exports_artifacts_revokes_secrets_and_leaves_nothing() {
     let dir = tempfile::Builder::new()
