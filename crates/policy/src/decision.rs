@@ -209,6 +209,8 @@ reasons! {
     NetworkAllow = "network.allow", "a `network.allow` entry matched the host and port";
     NetworkDeny = "network.deny", "a `network.deny` entry matched the host";
     NetworkUnlisted = "network.unlisted", "no `network.allow` entry matched and `network.unlisted` refuses (or asks)";
+    NetworkLocal = "network.local", "a `network.local` entry opened this port of the host's own loopback";
+    NetworkLocalUnlisted = "network.local_unlisted", "a loopback host (the machine mcpbox runs on) on a port no `network.local` entry names; refused without asking";
     NetworkInvalidHost = "network.invalid_host", "the requested host name is not a valid DNS name or address";
     NetworkApprovedOnce = "network.approved_once", "a human allowed this one connection";
     NetworkApprovedSession = "network.approved_session", "a human allowed this host and port earlier in the session";
