@@ -78,7 +78,12 @@ mod tests {
             assert_eq!(get(k), Some("http://127.0.0.1:3128"), "{k}");
         }
         // loopback names go through the proxy too (see proxy_env)
-        for k in ["NO_PROXY", "no_proxy", "npm_config_noproxy", "GLOBAL_AGENT_NO_PROXY"] {
+        for k in [
+            "NO_PROXY",
+            "no_proxy",
+            "npm_config_noproxy",
+            "GLOBAL_AGENT_NO_PROXY",
+        ] {
             assert_eq!(get(k), None, "{k}");
         }
         assert_eq!(get("GIT_CONFIG_KEY_0"), Some("http.proxy"));

@@ -558,7 +558,9 @@ impl Proxy {
                     format!("network.local named {ip}, which is not a loopback address"),
                 ));
             }
-            ips.into_iter().map(|ip| SocketAddr::new(ip, port)).collect()
+            ips.into_iter()
+                .map(|ip| SocketAddr::new(ip, port))
+                .collect()
         } else if let Some(ip) = self.inner.policy.mapped_address(&name) {
             rec.mapped = true;
             if let Some(class) = classify(ip).filter(|c| !c.allowed_for_mapping()) {

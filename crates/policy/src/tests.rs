@@ -719,7 +719,9 @@ fn env_variable_the_egress_proxy_sets_is_refused_with_network_on() {
     );
     // NO_PROXY is not mcpbox's (loopback names go through the proxy): a
     // server that talks to its own loopback service may set it
-    ok(&format!("{net}[env]\nset = {{ NO_PROXY = \"localhost\" }}\n"));
+    ok(&format!(
+        "{net}[env]\nset = {{ NO_PROXY = \"localhost\" }}\n"
+    ));
     // without egress nothing sets them, and git's are merged either way
     ok("[env]\nset = { HTTPS_PROXY = \"http://corp:3128\" }\n");
     ok(&format!(
@@ -1098,11 +1100,22 @@ fn network_local_opens_one_loopback_port_and_nothing_else() {
     let p = ok("[network]\nlocal = [\"localhost:8080\", \"[::1]:9090\"]\n");
     assert!(!p.network.is_closed(), "local alone turns egress on");
     // every loopback spelling of a listed port, nothing else
-    for host in ["localhost", "LOCALHOST.", "127.0.0.1", "127.0.0.2", "::1", "[::1]"] {
+    for host in [
+        "localhost",
+        "LOCALHOST.",
+        "127.0.0.1",
+        "127.0.0.2",
+        "::1",
+        "[::1]",
+    ] {
         let d = p.network.decide(host, 8080);
         assert_eq!(
             (d.verdict, d.reason, d.source.as_str()),
-            (Verdict::Allow, Reason::NetworkLocal, "network.local[0] \"localhost:8080\""),
+            (
+                Verdict::Allow,
+                Reason::NetworkLocal,
+                "network.local[0] \"localhost:8080\""
+            ),
             "{host}"
         );
     }
@@ -1116,9 +1129,15 @@ fn network_local_opens_one_loopback_port_and_nothing_else() {
         (Verdict::Deny, Reason::NetworkLocalUnlisted, "network.local")
     );
     assert_eq!(asks.network.decide("127.0.0.1", 22).verdict, Verdict::Deny);
-    assert_eq!(asks.network.decide("example.com", 443).verdict, Verdict::Approve);
+    assert_eq!(
+        asks.network.decide("example.com", 443).verdict,
+        Verdict::Approve
+    );
     // a name that is not a loopback spelling is not opened by local
-    assert_eq!(p.network.decide("localhost.example.com", 8080).verdict, Verdict::Deny);
+    assert_eq!(
+        p.network.decide("localhost.example.com", 8080).verdict,
+        Verdict::Deny
+    );
     assert_eq!(p.network.local_addresses("example.com", 8080), None);
     // where the proxy connects: the address named, localhost to both
     assert_eq!(
@@ -1132,11 +1151,17 @@ fn network_local_opens_one_loopback_port_and_nothing_else() {
     assert_eq!(p.network.local_addresses("localhost", 8081), None);
     // deny still wins
     let denied = ok("[network]\nlocal = [\"localhost:8080\"]\ndeny = [\"localhost\"]\n");
-    assert_eq!(denied.network.decide("localhost", 8080).verdict, Verdict::Deny);
+    assert_eq!(
+        denied.network.decide("localhost", 8080).verdict,
+        Verdict::Deny
+    );
     // an allow entry keeps deciding mcpbox's own connections to loopback (a
     // remote upstream); the egress proxy's address guard still refuses it
     let upstream = ok("[network]\nallow = [\"127.0.0.1:9000\"]\n");
-    assert_eq!(upstream.network.decide("127.0.0.1", 9000).reason, Reason::NetworkAllow);
+    assert_eq!(
+        upstream.network.decide("127.0.0.1", 9000).reason,
+        Reason::NetworkAllow
+    );
     assert_eq!(
         upstream.network.decide("localhost", 9000).reason,
         Reason::NetworkLocalUnlisted
