@@ -116,6 +116,18 @@ fn init_of_every_preset_passes_check_where_its_host_paths_exist() {
         let out = mcpbox_in(ws.path(), &["init", "--preset", name, "--output", &file]);
         assert!(out.status.success(), "{name}: {}", text(&out.stderr));
         let out = mcpbox_in(ws.path(), &["check", &file, &format!("preset:{name}")]);
+        if name == "playwright" {
+            // its output folder must exist; said, then made
+            let err = text(&out.stderr);
+            assert!(
+                !out.status.success() && err.contains("playwright-output does not exist"),
+                "{err}"
+            );
+            std::fs::create_dir(ws.path().join("playwright-output")).unwrap();
+            let out = mcpbox_in(ws.path(), &["check", &file, &format!("preset:{name}")]);
+            assert!(out.status.success(), "{name}: {}", text(&out.stderr));
+            continue;
+        }
         if name == "postgres" && !Path::new("/var/run/postgresql").exists() {
             // the socket directory is the one host path a preset names
             let err = text(&out.stderr);

@@ -88,7 +88,7 @@ static PRESETS: &[Preset] = &[
     },
     Preset {
         name: "playwright",
-        summary: "a headless browser (npm @playwright/mcp): every host asked for, arbitrary JavaScript asks",
+        summary: "a headless browser (npm @playwright/mcp, Debian's chromium): screenshots to ./playwright-output, every host asked for, code asks",
         text: include_str!("../presets/playwright.toml"),
         programs: &["@playwright/mcp", "mcp-server-playwright", "playwright-mcp"],
     },
