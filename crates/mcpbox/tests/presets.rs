@@ -477,6 +477,61 @@ fn fetch_preset_asks_for_an_unlisted_host_and_without_an_answer_never_reaches_it
     assert!(to.iter().all(|e| e["decision"] == "deny"), "{to:#?}");
 }
 
+/// Issue 32, as a user met it: the real fetch server, told to fetch a page
+/// of a development server on this machine, failed with a bare connection
+/// error (its request went straight to the sandbox's own loopback) and the
+/// audit had no record. Now the request reaches the proxy: refused with a
+/// record and mcpbox naming the key, and answered once `[network] local`
+/// names the port.
+#[test]
+fn fetch_preset_reaches_a_dev_server_on_this_machine_only_through_network_local() {
+    let dev = Stub::start();
+    dev.route(
+        "/",
+        "text/html",
+        "<html><body><p>local dev page</p></body></html>",
+    );
+    let venv = peer("venv");
+    // the server refuses loopback itself unless told otherwise
+    let server = vec![
+        venv.join("bin/mcp-server-fetch").display().to_string(),
+        "--ignore-robots-txt".into(),
+        "--allow-private-ips".into(),
+    ];
+    let url = format!("http://localhost:{}/", dev.port());
+    for open in [false, true] {
+        let ws = Workspace::new();
+        let local = if open {
+            // merged into the preset's [network], which keeps its other keys
+            format!("[network]\nlocal = [\"localhost:{}\"]\n", dev.port())
+        } else {
+            String::new()
+        };
+        let policy = ws.raw_policy(&format!(
+            "extends = \"preset:fetch\"\n{}{local}[audit]\npath = \"audit.db\"\n",
+            mount_same_path(&venv)
+        ));
+        let mut s = start_in(ws.path(), &policy, &server);
+        let r = s.call("fetch", json!({"url": url}));
+        let (_, stderr) = s.finish();
+        let events = audit::events(&ws.path().join("audit.db"));
+        let to = audit::network_to(&events, "localhost");
+        assert_eq!(to.len(), 1, "{events:#?}");
+        if open {
+            assert!(result_text(&r).contains("local dev page"), "{r}\n{stderr}");
+            assert_eq!(to[0]["reason"], "network.local", "{to:#?}");
+        } else {
+            assert_eq!(r["result"]["isError"], json!(true), "{r}");
+            assert!(!r.to_string().contains("local dev page"), "{r}");
+            assert_eq!(to[0]["decision"], "deny", "{to:#?}");
+            assert_eq!(to[0]["reason"], "network.local_unlisted", "{to:#?}");
+            assert!(stderr.contains("[network] local"), "{stderr}");
+            assert!(dev.requests().is_empty(), "{:?}", dev.requests());
+        }
+    }
+    assert_eq!(dev.requests().len(), 1, "{:?}", dev.requests());
+}
+
 #[test]
 fn github_preset_refuses_to_start_without_its_token_and_passes_only_that_token() {
     let ws = Workspace::new();
@@ -625,8 +680,8 @@ fn playwright_policy(ws: &Workspace, port: u16, extra: &str) -> std::path::PathB
         .unwrap();
     }
     ws.raw_policy(&format!(
-        "extends = \"preset:playwright\"\n{}[network]\nallow = [\"registry.npmjs.org\"]\n\
-         unlisted = \"approve\"\nlocal = [\"localhost:{port}\"]\n{extra}[audit]\npath = \"audit.db\"\n",
+        "extends = \"preset:playwright\"\n{}[network]\nlocal = [\"localhost:{port}\"]\n\
+         {extra}[audit]\npath = \"audit.db\"\n",
         mount_same_path(&npm)
     ))
 }
