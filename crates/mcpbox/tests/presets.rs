@@ -701,7 +701,8 @@ fn playwright_preset_drives_debian_chromium_to_a_local_page_clicks_and_saves_a_s
     let page = Stub::start();
     page.route("/", "text/html", PAGE);
     let ws = Workspace::new();
-    let policy = playwright_policy(&ws, page.port(), "");
+    // denied tools listed too, to see the server's whole set
+    let policy = playwright_policy(&ws, page.port(), "[tools]\nshow_denied = true\n");
     let mut s = start_in(ws.path(), &policy, &playwright_server());
     let tools = s.tool_names();
     for t in [
@@ -711,6 +712,15 @@ fn playwright_preset_drives_debian_chromium_to_a_local_page_clicks_and_saves_a_s
     ] {
         assert!(tools.iter().any(|n| n == t), "{t} not in {tools:?}");
     }
+    // the preset names every tool of the pinned version: none is left to
+    // `default` (a renamed or new tool shows up here, not as a surprise)
+    let preset = include_str!("../../policy/presets/playwright.toml");
+    let unnamed: Vec<&String> = tools
+        .iter()
+        .filter(|t| !preset.contains(&format!("\n\"{t}\"")))
+        .collect();
+    assert!(unnamed.is_empty(), "not named by the preset: {unnamed:?}");
+    assert_eq!(tools.len(), 25, "{tools:?}");
     let url = format!("http://localhost:{}/", page.port());
     let r = s.call("browser_navigate", json!({"url": url}));
     assert_ne!(r["result"]["isError"], json!(true), "{r}\n{}", s.stderr());
