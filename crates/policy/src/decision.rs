@@ -402,8 +402,9 @@ impl NetworkAnswer {
 pub struct ToolHints {
     /// `annotations.readOnlyHint`. Never loosens a decision; recorded only.
     pub read_only: Option<bool>,
-    /// `annotations.destructiveHint`. `Some(true)` raises the decision to
-    /// `tools.destructive`.
+    /// `annotations.destructiveHint`. `Some(true)` raises a decision made
+    /// by a glob or `tools.default` to `tools.destructive`; a rule naming
+    /// the tool exactly stands ([`crate::ToolRules::decide`]).
     pub destructive: Option<bool>,
     /// `annotations.idempotentHint`.
     pub idempotent: Option<bool>,

@@ -417,7 +417,7 @@ pub struct NetworkRules {
     #[serde(default)]
     pub hosts: BTreeMap<String, IpAddr>,
     /// Services on the machine mcpbox runs on that the sandbox may reach: each
-    /// "localhost:PORT" (or "127.0.0.1:PORT", "[::1]:PORT"), a port on the host's
+    /// `"localhost:PORT"` (or `"127.0.0.1:PORT"`, `"[::1]:PORT"`), a port on the host's
     /// own loopback. Inside the sandbox, loopback is the sandbox's own; a request
     /// through the proxy for a loopback host on a listed port is connected to the
     /// host's loopback on that port, and on any other port refused (reason
