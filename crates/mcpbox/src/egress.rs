@@ -28,6 +28,10 @@ impl EgressPolicy for Rules {
     fn mapped_address(&self, host: &str) -> Option<std::net::IpAddr> {
         self.0.mapped_address(host)
     }
+
+    fn local_addresses(&self, host: &str, port: u16) -> Option<Vec<std::net::IpAddr>> {
+        self.0.local_addresses(host, port)
+    }
 }
 
 /// Asks the host about unlisted hosts (`network.unlisted = "approve"`)

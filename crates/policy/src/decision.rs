@@ -209,6 +209,8 @@ reasons! {
     NetworkAllow = "network.allow", "a `network.allow` entry matched the host and port";
     NetworkDeny = "network.deny", "a `network.deny` entry matched the host";
     NetworkUnlisted = "network.unlisted", "no `network.allow` entry matched and `network.unlisted` refuses (or asks)";
+    NetworkLocal = "network.local", "a `network.local` entry opened this port of the host's own loopback";
+    NetworkLocalUnlisted = "network.local_unlisted", "a loopback host (the machine mcpbox runs on) on a port no `network.local` entry names; refused without asking";
     NetworkInvalidHost = "network.invalid_host", "the requested host name is not a valid DNS name or address";
     NetworkApprovedOnce = "network.approved_once", "a human allowed this one connection";
     NetworkApprovedSession = "network.approved_session", "a human allowed this host and port earlier in the session";
@@ -400,8 +402,9 @@ impl NetworkAnswer {
 pub struct ToolHints {
     /// `annotations.readOnlyHint`. Never loosens a decision; recorded only.
     pub read_only: Option<bool>,
-    /// `annotations.destructiveHint`. `Some(true)` raises the decision to
-    /// `tools.destructive`.
+    /// `annotations.destructiveHint`. `Some(true)` raises a decision made
+    /// by a glob or `tools.default` to `tools.destructive`; a rule naming
+    /// the tool exactly stands ([`crate::ToolRules::decide`]).
     pub destructive: Option<bool>,
     /// `annotations.idempotentHint`.
     pub idempotent: Option<bool>,
