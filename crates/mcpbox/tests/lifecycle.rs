@@ -1241,21 +1241,33 @@ fn many_sessions_of_one_agent_on_a_server_with_egress_tmp_and_secrets_all_start(
     let mut sessions: Vec<Mcp> = (0..3).map(|_| session(&gw, ALICE)).collect();
     for (i, m) in sessions.iter_mut().enumerate() {
         let path = format!("/workspace/output/s{i}.txt");
-        call(m, "write", json!({"path": path, "text": format!("from {i}")}));
+        call(
+            m,
+            "write",
+            json!({"path": path, "text": format!("from {i}")}),
+        );
     }
     // one sandbox, and each session reads what the others wrote
     let sb = sandbox_of(&gw, "alice");
     assert_eq!(sb["state"], "running", "{sb}");
     for m in sessions.iter_mut() {
         for i in 0..3 {
-            let got = call(m, "read", json!({"path": format!("/workspace/output/s{i}.txt")}));
+            let got = call(
+                m,
+                "read",
+                json!({"path": format!("/workspace/output/s{i}.txt")}),
+            );
             assert_eq!(got, format!("from {i}"));
         }
     }
     drop(sessions.remove(0));
     let mut late = session(&gw, ALICE);
     assert_eq!(
-        call(&mut late, "read", json!({"path": "/workspace/output/s1.txt"})),
+        call(
+            &mut late,
+            "read",
+            json!({"path": "/workspace/output/s1.txt"})
+        ),
         "from 1"
     );
     assert!(

@@ -125,6 +125,14 @@ impl Learning {
             .collect();
         let pin_file = run::pin_file(&loaded, &run::command_identity(&spec.argv));
         let own = execs::own_programs(&spec);
+        // sandbox paths, as the programs seen are: the targets of the
+        // read-only mounts (the runtime's and the policy's)
+        let read_only: Vec<String> = spec
+            .mounts
+            .iter()
+            .filter(|m| !m.writable)
+            .map(|m| m.at.to_string_lossy().into_owned())
+            .collect();
         let log = execs::enable();
         let code = run::run_with(
             loaded,
@@ -141,6 +149,7 @@ impl Learning {
             cut: ran.cut,
             own,
             dirs: ran.dirs,
+            read_only,
         };
         self.write(&command, &pin_file, programs)
             .map_err(|e| Failure::at("learn", e))?;
