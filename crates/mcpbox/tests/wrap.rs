@@ -497,9 +497,12 @@ fn a_wrapped_claude_code_entry_runs_its_server_with_the_moved_secret() {
     ok(&case.wrap(&[file.to_str().unwrap()]));
     let doc: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
     let entry = &doc["mcpServers"]["leaky"];
-    assert!(
-        entry.get("env").is_none(),
-        "no env left in the entry: {entry}"
+    // the secret left the entry; what wrap adds is where its state is
+    // (MCPBOX_STATE_DIR was set for the wrap, issue 32)
+    assert_eq!(
+        entry["env"],
+        json!({"MCPBOX_STATE_DIR": case.state().display().to_string()}),
+        "{entry}"
     );
     // start it as Claude Code would: the entry's command and args, nothing else
     let mut s = start_entry(&case, entry);

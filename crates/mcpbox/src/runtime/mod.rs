@@ -39,7 +39,7 @@ use std::path::{Component, Path, PathBuf};
 use mcpbox_sandbox::{BindMount, Interpreter, Spec};
 
 pub use runners::prepare as prepare_runner;
-pub use script::Ran;
+pub use script::{ran, Ran};
 
 /// One directory or file mounted for the command, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
