@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 use common::http::Stub;
 use common::mcp::{result_text, Session};
 use common::peers::peer;
+use common::runtimes::{tiny_server_js, tiny_server_py};
 use common::{mcpbox, Workspace};
 use serde_json::json;
 
@@ -291,27 +292,6 @@ fn a_venv_whose_python_links_into_a_pyenv_prefix_outside_usr_runs() {
         m.contains(&venv.display().to_string()) && m.contains(&prefix.display().to_string()),
         "{stderr}"
     );
-}
-
-/// A stdio MCP server in JavaScript with no dependency beyond `greeting`,
-/// the expression its one tool answers with.
-fn tiny_server_js(greeting: &str) -> String {
-    format!(
-        r#"#!/usr/bin/env node
-const greeting = {greeting};
-const rl = require('readline').createInterface({{ input: process.stdin }});
-const send = (m) => process.stdout.write(JSON.stringify(m) + '\n');
-rl.on('line', (line) => {{
-  let m; try {{ m = JSON.parse(line); }} catch (e) {{ return; }}
-  if (m.id === undefined) return;
-  if (m.method === 'initialize') send({{ jsonrpc: '2.0', id: m.id, result: {{ protocolVersion: m.params.protocolVersion, capabilities: {{ tools: {{}} }}, serverInfo: {{ name: 'tiny', version: '1.0.0' }} }} }});
-  else if (m.method === 'tools/list') send({{ jsonrpc: '2.0', id: m.id, result: {{ tools: [{{ name: 'greet', description: 'Greets someone.', inputSchema: {{ type: 'object', properties: {{ name: {{ type: 'string' }} }} }} }}] }} }});
-  else if (m.method === 'tools/call') send({{ jsonrpc: '2.0', id: m.id, result: {{ content: [{{ type: 'text', text: greeting + ', ' + (m.params.arguments || {{}}).name }}] }} }});
-  else send({{ jsonrpc: '2.0', id: m.id, error: {{ code: -32601, message: 'no such method' }} }});
-}});
-rl.on('close', () => process.exit(0));
-"#
-    )
 }
 
 #[test]
@@ -598,43 +578,6 @@ fn npx_y_without_the_registry_allowed_fails_at_once_naming_the_fix() {
     }
 }
 
-/// A stdio MCP server in Python (standard library only), as the `main()`
-/// of a package's module; its one tool answers `greeting, NAME`.
-fn tiny_server_py(greeting: &str) -> String {
-    format!(
-        r#"import json, sys
-
-def main():
-    for line in sys.stdin:
-        try:
-            m = json.loads(line)
-        except ValueError:
-            continue
-        if "id" not in m:
-            continue
-        method = m.get("method")
-        if method == "initialize":
-            result = {{"protocolVersion": m["params"]["protocolVersion"],
-                      "capabilities": {{"tools": {{}}}},
-                      "serverInfo": {{"name": "tiny-py", "version": "1.0.0"}}}}
-        elif method == "tools/list":
-            result = {{"tools": [{{"name": "greet", "description": "Greets someone.",
-                                 "inputSchema": {{"type": "object",
-                                                 "properties": {{"name": {{"type": "string"}}}}}}}}]}}
-        elif method == "tools/call":
-            name = (m["params"].get("arguments") or {{}}).get("name", "")
-            result = {{"content": [{{"type": "text", "text": {greeting:?} + ", " + name}}]}}
-        else:
-            sys.stdout.write(json.dumps({{"jsonrpc": "2.0", "id": m["id"],
-                "error": {{"code": -32601, "message": "no such method"}}}}) + "\n")
-            sys.stdout.flush()
-            continue
-        sys.stdout.write(json.dumps({{"jsonrpc": "2.0", "id": m["id"], "result": result}}) + "\n")
-        sys.stdout.flush()
-"#
-    )
-}
-
 const PY_SERVER: &str = "mcpbox-tiny-mcp";
 const PY_SERVER_VERSION: &str = "0.3.2";
 
@@ -648,7 +591,7 @@ fn pypi_stand_in(ws: &Workspace, env_set: &str) -> (Stub, PathBuf, String, Strin
         ws.path(),
         PY_SERVER,
         PY_SERVER_VERSION,
-        &tiny_server_py(&format!("hello from {PY_SERVER}")),
+        &tiny_server_py(&format!("{:?}", format!("hello from {PY_SERVER}"))),
         true,
     );
     let stub = Stub::start();
