@@ -735,3 +735,56 @@ fn pipx_run_installs_from_a_local_pypi_stand_in_and_answers_mcp() {
         );
     }
 }
+
+/// Issue 32: `serve` opens each session's sandbox with the runtime
+/// discovered as `run` does (once, at the gateway's start): `node FILE`
+/// (its package tree and node_modules) and a venv of a pyenv Python (the
+/// venv and the prefix its python links to) answer a real call under a
+/// policy that names no mount; before, both were "not found".
+#[test]
+fn serve_starts_node_file_and_a_pyenv_venv_server_with_no_hand_written_mounts() {
+    use common::serve::{Gateway, Server, ALICE};
+    let installs = tempfile::Builder::new()
+        .prefix("mcpbox-installs-")
+        .tempdir()
+        .unwrap();
+    let node = common::runtimes::node_file_server(installs.path(), "");
+    let venv = common::runtimes::venv_server(installs.path());
+    std::fs::set_permissions(installs.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let command = |s: &common::runtimes::Shape| {
+        let mut c = vec![s.command.clone()];
+        c.extend(s.args.iter().cloned());
+        c
+    };
+    let gw = Gateway::start(
+        "",
+        &[
+            Server {
+                name: "nodefile",
+                command: command(&node),
+                policy: "",
+            },
+            Server {
+                name: "venv",
+                command: command(&venv),
+                policy: "",
+            },
+        ],
+    );
+    for (server, answer) in [
+        ("nodefile", "node file key unset, sandbox"),
+        ("venv", venv.answer.as_str()),
+    ] {
+        let mut m = gw.mcp(server, Some(ALICE));
+        let init = m.initialize();
+        assert!(init.get("result").is_some(), "{init}\n{}", gw.stderr());
+        let r = m.call("greet", json!({"name": "sandbox"}));
+        assert_eq!(result_text(&r), answer, "{r}\n{}", gw.stderr());
+    }
+    let stderr = gw.stderr();
+    let tree = installs.path().join("node-project").display().to_string();
+    assert!(
+        stderr.contains(&format!("(nodefile): runtime: mounted {tree} read-only")),
+        "{stderr}"
+    );
+}
