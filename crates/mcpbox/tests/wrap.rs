@@ -838,7 +838,8 @@ fn start_as_host(entry: &Value) -> common::mcp::Session {
 
 /// Issue 32: the install shapes of real host configs (a pyenv venv, a
 /// global npm command by the absolute path of its link, `node FILE` with
-/// an inline key, `python FILE`, `python -m MODULE`), in a Claude Desktop
+/// an inline key, `python FILE`, `python -m MODULE`, `uv run` of a uv
+/// project whose venv has a pyenv Python), in a Claude Desktop
 /// config and a Claude Code `.mcp.json`: after the wrap every rewritten
 /// entry, started as the host starts it, answers initialize, tools/list
 /// and a real call, with no mount written by hand; its state is where the

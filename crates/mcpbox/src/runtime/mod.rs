@@ -196,7 +196,13 @@ pub fn discover(spec: &mut Spec, caller_path: &OsStr) -> Result<Found, Refused> 
         match ran {
             Ran::File(_) if word.is_absolute() => look.follow(&word, "the script", false)?,
             Ran::Project(_) if word.is_absolute() => {
-                look.need_dir(&word, "the project directory on the command line")?
+                look.need_dir(&word, "the project directory on the command line")?;
+                // the project's environment (`uv sync` made it), whose
+                // python links to the interpreter it was made with
+                let python = word.join(".venv/bin/python");
+                if python.exists() {
+                    look.follow(&python, "the project's virtual environment", true)?;
+                }
             }
             Ran::File(_) | Ran::Project(_) => look.found.notes.push(format!(
                 "{} is a relative path: the sandbox reads it from its working directory {} \

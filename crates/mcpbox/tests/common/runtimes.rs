@@ -275,6 +275,57 @@ pub fn python_module_server(dir: &Path) -> Shape {
     }
 }
 
+/// A uv project under `dir/uv-project` run as `uv run --directory DIR
+/// --no-sync --offline python -m echo_uv` with uv by its absolute path (the
+/// peers' pinned uv): its `.venv`, made by `uv venv` with the pyenv Python,
+/// holds the module.
+pub fn uv_run_server(dir: &Path) -> Shape {
+    let proj = dir.join("uv-project");
+    write(
+        &proj.join("pyproject.toml"),
+        "[project]\nname = \"echo-uv\"\nversion = \"1.0\"\nrequires-python = \">=3.11\"\n\
+         dependencies = []\n",
+        0o644,
+    );
+    let uv = super::peers::peer("venv/bin/uv");
+    let out = std::process::Command::new(&uv)
+        .args(["venv", "--python"])
+        .arg(pyenv_python())
+        .arg(proj.join(".venv"))
+        .env("UV_PYTHON_DOWNLOADS", "never")
+        .env("UV_CACHE_DIR", dir.join("uv-cache"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    write(
+        &proj.join(".venv/lib/python3.11/site-packages/echo_uv.py"),
+        &format!(
+            "{}\nif __name__ == \"__main__\":\n    main()\n",
+            tiny_server_py("'uv run python ' + sys.version.split()[0]")
+        ),
+        0o644,
+    );
+    Shape {
+        name: "uv-run",
+        command: uv.display().to_string(),
+        args: [
+            "run",
+            "--directory",
+            &proj.display().to_string(),
+            "--no-sync",
+            "--offline",
+            "python",
+            "-m",
+            "echo_uv",
+        ]
+        .iter()
+        .map(|a| a.to_string())
+        .collect(),
+        env: vec![],
+        answer: "uv run python 3.11.7, sandbox".into(),
+    }
+}
+
 /// Every shape, under `dir` (made readable by the sandbox's user).
 pub fn all(dir: &Path, key: &str) -> Vec<Shape> {
     std::fs::create_dir_all(dir).unwrap();
@@ -285,5 +336,6 @@ pub fn all(dir: &Path, key: &str) -> Vec<Shape> {
         node_file_server(dir, key),
         python_file_server(dir),
         python_module_server(dir),
+        uv_run_server(dir),
     ]
 }
