@@ -84,19 +84,21 @@ fn server_filesystem_from_its_node_modules_tree_runs_with_no_hand_written_mounts
         "hello from the host",
     );
     let stderr = finish(s);
-    let npm = peer("npm").display().to_string();
-    assert_eq!(mounted(&stderr), vec![npm], "{stderr}");
-    assert!(stderr.contains("read-only (the prefix of"), "{stderr}");
+    // the bin link's directory and the package's node_modules tree, not
+    // the whole npm prefix (issue 32: the package tree, nothing beside it)
+    let bin = peer("npm/bin").display().to_string();
+    let tree = peer("npm/lib/node_modules").display().to_string();
+    assert_eq!(mounted(&stderr), vec![bin.clone(), tree], "{stderr}");
+    assert!(
+        stderr.contains("read-only (the node_modules tree of"),
+        "{stderr}"
+    );
     // and the session's record says what was mounted
     let start = common::audit::events(&ws.path().join("audit.db"))
         .into_iter()
         .find(|e| e["kind"] == "session_start")
         .expect("a session_start record");
-    assert_eq!(
-        start["detail"]["runtime"][0]["path"],
-        json!(peer("npm").display().to_string()),
-        "{start}"
-    );
+    assert_eq!(start["detail"]["runtime"][0]["path"], json!(bin), "{start}");
 }
 
 #[test]

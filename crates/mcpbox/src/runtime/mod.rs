@@ -439,10 +439,11 @@ impl Look<'_> {
             if std::fs::symlink_metadata(&host).is_err() {
                 return Ok(());
             }
+            let target = std::fs::read_link(&host).ok();
             if shown.is_none() {
-                self.need(&hop, what)?;
+                self.need(&hop, what, target.is_some())?;
             }
-            let Ok(target) = std::fs::read_link(&host) else {
+            let Some(target) = target else {
                 break;
             };
             // relative to the link's directory as the kernel sees it: the
@@ -518,7 +519,7 @@ impl Look<'_> {
 
     /// Makes `file` (a path the sandbox will use) visible: chooses the
     /// directory to mount for it, and follows a venv's base interpreter.
-    fn need(&mut self, file: &Path, what: &str) -> Result<(), Refused> {
+    fn need(&mut self, file: &Path, what: &str, link: bool) -> Result<(), Refused> {
         if self.visible(file) || file.starts_with(mcpbox_sandbox::WORKSPACE) {
             return Ok(());
         }
@@ -552,7 +553,7 @@ impl Look<'_> {
         // location is said, with what was mounted instead
         let mut passed: Vec<(PathBuf, String)> = Vec::new();
         let mut chosen = None;
-        for (d, r) in self.candidates(file) {
+        for (d, r) in self.candidates(file, link) {
             if ok(&d) {
                 chosen = Some((d, r));
                 break;
@@ -585,8 +586,12 @@ impl Look<'_> {
     /// The directories that could be mounted for `file`, from broadest to
     /// narrowest sensible: its venv, its outermost node_modules, its
     /// package directory (`package.json`, `pyproject.toml`, ...), its
-    /// interpreter prefix, its directory.
-    fn candidates(&self, file: &Path) -> Vec<(PathBuf, String)> {
+    /// interpreter prefix, its directory. A `link` (a hop on the way, such
+    /// as `~/.local/bin/tool` or an npm prefix's `bin/pkg`) is no
+    /// interpreter: its prefix is not offered (it would show every other
+    /// install beside it); its directory is, since a link cannot be
+    /// mounted as a link alone.
+    fn candidates(&self, file: &Path, link: bool) -> Vec<(PathBuf, String)> {
         let name = file.display();
         let ancestors: Vec<&Path> = file.ancestors().skip(1).collect();
         let mut cands: Vec<(PathBuf, String)> = Vec::new();
@@ -613,10 +618,12 @@ impl Look<'_> {
         let Some(dir) = file.parent() else {
             return cands;
         };
-        if matches!(
-            dir.file_name().and_then(OsStr::to_str),
-            Some("bin" | "sbin")
-        ) {
+        if !link
+            && matches!(
+                dir.file_name().and_then(OsStr::to_str),
+                Some("bin" | "sbin")
+            )
+        {
             if let Some(prefix) = dir.parent().filter(|p| p.join("lib").is_dir()) {
                 cands.push((prefix.to_path_buf(), format!("the prefix of {name}")));
             }
