@@ -618,6 +618,61 @@ mod tests {
         assert!(text("node", &["server.js"]).1);
     }
 
+    /// Issue 32: the runtime is `run`'s to discover, not the policy's: an
+    /// interpreter's script is no mount of the policy (its package tree is
+    /// mounted at each start), a data directory still is, and a runtime
+    /// inside a credential location is refused here, before the host
+    /// starts it.
+    #[test]
+    fn the_runtime_is_reported_not_mounted_and_a_credential_runtime_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let proj = dir.path().join("proj");
+        std::fs::create_dir_all(proj.join("build")).unwrap();
+        std::fs::write(proj.join("package.json"), "{}").unwrap();
+        std::fs::write(proj.join("build/index.js"), "").unwrap();
+        let data = dir.path().join("data");
+        std::fs::create_dir(&data).unwrap();
+        let entry = |command: &str, args: Vec<String>| Stdio {
+            command: command.into(),
+            args,
+            env: vec![],
+            pass: vec![],
+        };
+        let e = entry(
+            "node",
+            vec![
+                proj.join("build/index.js").display().to_string(),
+                data.display().to_string(),
+            ],
+        );
+        let g = generate("x", Path::new("/c.json"), "h", &e, &|v| PathBuf::from(v));
+        assert_eq!(g.mounts, vec![(data.clone(), "ro")], "{}", g.text);
+        assert!(
+            g.runtime.iter().any(|r| r.starts_with(&format!(
+                "{} read-only (the package directory",
+                proj.display()
+            ))),
+            "{:?}",
+            g.runtime
+        );
+        assert!(g.refused.is_none());
+        let hidden = dir.path().join("u/.ssh/bin/server");
+        std::fs::create_dir_all(hidden.parent().unwrap()).unwrap();
+        std::fs::write(&hidden, "#!/bin/sh\n").unwrap();
+        let g = generate(
+            "x",
+            Path::new("/c.json"),
+            "h",
+            &entry(hidden.to_str().unwrap(), vec![]),
+            &|v| PathBuf::from(v),
+        );
+        assert!(
+            g.refused.as_deref().is_some_and(|r| r.contains(".ssh")),
+            "{:?}",
+            g.refused
+        );
+    }
+
     #[test]
     fn toml_strings_are_quoted_and_escaped() {
         assert_eq!(toml_str("a\"b"), "\"a\\\"b\"");
