@@ -68,18 +68,46 @@ def main():
     )
 }
 
-/// The pyenv Python the venv shape is made with (`MCPBOX_TEST_PYENV_PYTHON`
-/// overrides it, for a machine whose pyenv is elsewhere).
-pub fn pyenv_python() -> PathBuf {
-    let p = std::env::var_os("MCPBOX_TEST_PYENV_PYTHON")
+/// The pyenv Python the venv shapes are made with: pyenv's 3.11.7 where
+/// this user can run it (`MCPBOX_TEST_PYENV_PYTHON` names another), else
+/// (the rootless pass: /root is closed to its user) a pyenv-like prefix
+/// made under `dir`, `.pyenv/versions/V/bin/pythonV` a copy of the system
+/// interpreter with `lib/pythonV` linking to its standard library, which
+/// is the same layout to discovery: an interpreter outside /usr whose
+/// prefix holds its library. Returns the interpreter and its version.
+pub fn pyenv_python(dir: &Path) -> (PathBuf, String) {
+    let given = std::env::var_os("MCPBOX_TEST_PYENV_PYTHON")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("/root/.pyenv/versions/3.11.7/bin/python3.11"));
-    assert!(
-        p.exists(),
-        "{} is missing: install pyenv's Python 3.11.7, or set MCPBOX_TEST_PYENV_PYTHON",
-        p.display()
-    );
-    p
+    let version_of = |python: &Path| -> Option<String> {
+        let out = std::process::Command::new(python)
+            .args(["-c", "import sys; print(sys.version.split()[0])"])
+            .output()
+            .ok()?;
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+    };
+    if let Some(v) = version_of(&given) {
+        return (given, v);
+    }
+    let real = std::fs::canonicalize("/usr/bin/python3").unwrap();
+    let name = real.file_name().unwrap().to_str().unwrap().to_string();
+    let version = version_of(&real).expect("the system's python3 runs");
+    let prefix = dir.join(".pyenv/versions").join(&version);
+    let python = prefix.join("bin").join(&name);
+    if !python.exists() {
+        std::fs::create_dir_all(prefix.join("bin")).unwrap();
+        std::fs::create_dir_all(prefix.join("lib")).unwrap();
+        std::fs::copy(&real, &python).unwrap();
+        std::os::unix::fs::symlink(
+            Path::new("/usr/lib").join(&name),
+            prefix.join("lib").join(&name),
+        )
+        .unwrap();
+    }
+    assert_eq!(version_of(&python).as_deref(), Some(version.as_str()));
+    (python, version)
 }
 
 /// One server as a host config names it.
@@ -111,6 +139,11 @@ impl Shape {
     }
 }
 
+/// `3.11` of `3.11.7`.
+fn short(version: &str) -> String {
+    version.split('.').take(2).collect::<Vec<_>>().join(".")
+}
+
 fn write(p: &Path, body: &str, mode: u32) {
     std::fs::create_dir_all(p.parent().unwrap()).unwrap();
     std::fs::write(p, body).unwrap();
@@ -123,13 +156,14 @@ fn write(p: &Path, body: &str, mode: u32) {
 /// (a link to the pyenv prefix, outside /usr).
 pub fn venv_server(dir: &Path) -> Shape {
     let venv = dir.join("venv");
-    let out = std::process::Command::new(pyenv_python())
+    let (python, version) = pyenv_python(dir);
+    let out = std::process::Command::new(&python)
         .args(["-m", "venv", "--without-pip"])
         .arg(&venv)
         .output()
         .unwrap();
     assert!(out.status.success(), "{out:?}");
-    let site = venv.join("lib/python3.11/site-packages");
+    let site = venv.join(format!("lib/python{}/site-packages", short(&version)));
     write(
         &site.join("echo_venv.py"),
         &tiny_server_py("'venv python ' + sys.version.split()[0]"),
@@ -149,7 +183,7 @@ pub fn venv_server(dir: &Path) -> Shape {
         command: script.display().to_string(),
         args: vec![],
         env: vec![],
-        answer: "venv python 3.11.7, sandbox".into(),
+        answer: format!("venv python {version}, sandbox"),
     }
 }
 
@@ -288,9 +322,10 @@ pub fn uv_run_server(dir: &Path) -> Shape {
         0o644,
     );
     let uv = super::peers::peer("venv/bin/uv");
+    let (python, version) = pyenv_python(dir);
     let out = std::process::Command::new(&uv)
         .args(["venv", "--python"])
-        .arg(pyenv_python())
+        .arg(&python)
         .arg(proj.join(".venv"))
         .env("UV_PYTHON_DOWNLOADS", "never")
         .env("UV_CACHE_DIR", dir.join("uv-cache"))
@@ -298,7 +333,10 @@ pub fn uv_run_server(dir: &Path) -> Shape {
         .unwrap();
     assert!(out.status.success(), "{out:?}");
     write(
-        &proj.join(".venv/lib/python3.11/site-packages/echo_uv.py"),
+        &proj.join(format!(
+            ".venv/lib/python{}/site-packages/echo_uv.py",
+            short(&version)
+        )),
         &format!(
             "{}\nif __name__ == \"__main__\":\n    main()\n",
             tiny_server_py("'uv run python ' + sys.version.split()[0]")
@@ -322,7 +360,7 @@ pub fn uv_run_server(dir: &Path) -> Shape {
         .map(|a| a.to_string())
         .collect(),
         env: vec![],
-        answer: "uv run python 3.11.7, sandbox".into(),
+        answer: format!("uv run python {version}, sandbox"),
     }
 }
 
