@@ -930,3 +930,39 @@ fn undo_keeps_a_generated_policy_edited_since_unless_forced() {
     assert!(!policy.exists());
     assert_eq!(std::fs::read_to_string(&file).unwrap(), text);
 }
+
+/// The playwright preset writes `./playwright-output` beside its policy;
+/// wrapped, that would be inside the state folder, which mcpbox never
+/// mounts, and the entry failed at its first start. The wrap gives the
+/// entry an output folder of its own beside the host's config, makes it,
+/// and the generated policy passes `check`.
+#[test]
+fn a_wrapped_playwright_entry_gets_an_output_folder_beside_the_config() {
+    let case = Case::new();
+    let file = case.file(
+        "project/.mcp.json",
+        r#"{"mcpServers": {"browser": {"command": "npx", "args": ["-y", "@playwright/mcp@0.0.83"]}}}"#,
+    );
+    let out = ok(&case.wrap(&[file.to_str().unwrap()]));
+    assert!(out.contains("preset playwright"), "{out}");
+    let folder = case.dir.path().join("project/browser-output");
+    assert!(folder.is_dir(), "{out}");
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    let args = doc["mcpServers"]["browser"]["args"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let policy = PathBuf::from(args[2].as_str().unwrap());
+    let text = std::fs::read_to_string(&policy).unwrap();
+    assert!(
+        text.contains(&format!("output = \"{}\"", folder.display())),
+        "{text}"
+    );
+    let check = Command::new(common::mcpbox())
+        .arg("check")
+        .arg(&policy)
+        .env("MCPBOX_STATE_DIR", case.state())
+        .output()
+        .unwrap();
+    ok(&check);
+}

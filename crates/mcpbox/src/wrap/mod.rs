@@ -184,6 +184,7 @@ fn wrap(args: &Args) -> anyhow::Result<()> {
                 for (_, value, file) in &g.secrets {
                     plan.secrets.push((file.clone(), value.clone()));
                 }
+                plan.output_dirs.extend(g.output_dir.clone());
                 plan.policies.push((policy, g.text));
             }
             EntryKind::Remote { url, headers } => match &args.serve {

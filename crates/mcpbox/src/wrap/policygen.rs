@@ -49,6 +49,9 @@ pub struct Generated {
     /// Why the entry cannot be wrapped: its runtime lies inside a
     /// credential location, which `run` would refuse to mount.
     pub refused: Option<String>,
+    /// A folder the server writes (its output), to be made by the wrap so
+    /// that the wrapped entry starts.
+    pub output_dir: Option<PathBuf>,
 }
 
 /// What `wrap` needs to know of a preset.
@@ -60,6 +63,10 @@ struct PresetUse {
     /// The preset reads the directory it is used from (`input = "."`):
     /// here that would be the state folder, so the entry must name one.
     reads_cwd: bool,
+    /// The preset writes a folder beside its policy (`output =
+    /// "./playwright-output"`): here that would be inside the state folder,
+    /// which is never mounted, so the entry gets a folder of its own.
+    writes_relative: bool,
 }
 
 /// The preset of a known server, by its command line. The one place
@@ -68,13 +75,20 @@ fn preset_for(argv: &[String]) -> Option<PresetUse> {
     let p = mcpbox_policy::preset::for_command(argv)?;
     // a preset that cannot be read is taken to read its directory (the
     // safer guess: it then needs a directory the entry names)
-    let reads_cwd = p
-        .parse(Path::new("/"))
+    let parsed = p.parse(Path::new("/")).ok();
+    let reads_cwd = parsed
+        .as_ref()
         .map_or(true, |policy| policy.filesystem.input.is_some());
+    // parsed against "/": a relative output resolves to "/<folder>"
+    let writes_relative = parsed
+        .as_ref()
+        .and_then(|policy| policy.filesystem.output.as_ref())
+        .is_some_and(|o| o.parent() == Some(Path::new("/")));
     Some(PresetUse {
         name: p.name,
         text: p.text,
         reads_cwd,
+        writes_relative,
     })
 }
 
@@ -160,6 +174,7 @@ pub fn generate(
         notes: Vec::new(),
         runtime: Vec::new(),
         refused: None,
+        output_dir: None,
     };
     let mut argv = vec![entry.command.clone()];
     argv.extend(entry.args.iter().cloned());
@@ -186,12 +201,33 @@ pub fn generate(
     let server = format!("[server]\nname = {}\n", toml_str(name));
     if let Some(p) = preset {
         let mut ours = server.clone();
-        if let Some(dir) = first_dir.filter(|_| p.reads_cwd) {
+        let input = first_dir.filter(|_| p.reads_cwd);
+        // beside the host's config file, named after the entry: where a
+        // user looks for a wrapped server's screenshots and files
+        let output = p.writes_relative.then(|| {
+            config
+                .parent()
+                .unwrap_or(Path::new("/"))
+                .join(format!("{name}-output"))
+        });
+        if input.is_some() || output.is_some() {
+            ours.push_str("\n[filesystem]\n");
+        }
+        if let Some(dir) = input {
             let _ = write!(
                 ours,
-                "\n# the preset's directory: the first one the entry names\n[filesystem]\ninput = {}\n",
+                "# the preset's directory: the first one the entry names\ninput = {}\n",
                 toml_str(&dir.to_string_lossy())
             );
+        }
+        if let Some(dir) = &output {
+            let _ = write!(
+                ours,
+                "# the preset's output folder, made by the wrap beside the host's config\noutput = {}\n",
+                toml_str(&dir.to_string_lossy())
+            );
+            g.mounts.push((dir.clone(), "rw"));
+            g.output_dir = Some(dir.clone());
         }
         ours.push_str(&mounts);
         ours.push_str(&env);

@@ -19,6 +19,9 @@ pub struct Plan {
     pub policies: Vec<(PathBuf, String)>,
     /// (file, secret value)
     pub secrets: Vec<(PathBuf, String)>,
+    /// Folders the wrapped servers write (a preset's output), made if
+    /// missing and never removed (they hold the user's files).
+    pub output_dirs: Vec<PathBuf>,
 }
 
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
@@ -141,6 +144,10 @@ impl Store {
             replace(path, value.as_bytes(), 0o600)?;
             written.push(path.clone());
             files.push(path.clone());
+        }
+        for dir in &plan.output_dirs {
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("cannot create the output folder {}", dir.display()))?;
         }
         let mut policies = Vec::new();
         for (path, text) in &plan.policies {
