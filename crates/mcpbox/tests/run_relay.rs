@@ -786,12 +786,21 @@ fn a_secret_of_digits_sent_as_a_json_number_never_reaches_the_host() {
     let r = s.call("number", json!({"var": "PIN"}));
     let text = r.to_string();
     assert!(!text.contains(PIN), "the PIN reached the host: {text}");
-    assert_eq!(r["result"]["structuredContent"]["pin"], "[REDACTED:PIN]", "{r}");
-    assert_eq!(r["result"]["structuredContent"]["list"], json!([1, "[REDACTED:PIN]"]));
+    assert_eq!(
+        r["result"]["structuredContent"]["pin"], "[REDACTED:PIN]",
+        "{r}"
+    );
+    assert_eq!(
+        r["result"]["structuredContent"]["list"],
+        json!([1, "[REDACTED:PIN]"])
+    );
     // too long to parse exactly: refused whole, not even its leading digits
     let r = s.call("number", json!({"var": "ACCOUNT"}));
     let text = r.to_string();
-    assert!(!text.contains(&ACCOUNT[..12]), "account digits reached the host: {text}");
+    assert!(
+        !text.contains(&ACCOUNT[..12]),
+        "account digits reached the host: {text}"
+    );
     assert_eq!(r["error"]["data"]["reason"], "redaction.refused", "{r}");
     // as the id of the server's request: the host is asked under mcpbox's
     // id, and its answer reaches the server under the server's
@@ -800,8 +809,10 @@ fn a_secret_of_digits_sent_as_a_json_number_never_reaches_the_host() {
     let ask = s.recv();
     assert_eq!(ask["method"], "sampling/createMessage", "{ask}");
     assert!(!ask.to_string().contains(PIN), "the PIN as an id: {ask}");
-    s.send(&json!({"jsonrpc": "2.0", "id": ask["id"], "result": {"role": "assistant",
-        "content": {"type": "text", "text": "ok"}, "model": "m"}}));
+    s.send(
+        &json!({"jsonrpc": "2.0", "id": ask["id"], "result": {"role": "assistant",
+        "content": {"type": "text", "text": "ok"}, "model": "m"}}),
+    );
     let seen = until_answer(&mut s, 90);
     let answer = seen.last().unwrap();
     assert_eq!(result_text(answer), "answered under my own id", "{seen:?}");
@@ -809,10 +820,15 @@ fn a_secret_of_digits_sent_as_a_json_number_never_reaches_the_host() {
         assert!(!m.to_string().contains(PIN), "{m}");
     }
     let (_, stderr) = s.finish();
-    assert!(!stderr.contains(PIN) && !stderr.contains(&ACCOUNT[..12]), "{stderr}");
+    assert!(
+        !stderr.contains(PIN) && !stderr.contains(&ACCOUNT[..12]),
+        "{stderr}"
+    );
     let audit = audit_json(&ws);
     assert!(
-        audit.iter().any(|e| e["reason"] == "redaction.secret" && e["detail"]["secret"] == "PIN"),
+        audit
+            .iter()
+            .any(|e| e["reason"] == "redaction.secret" && e["detail"]["secret"] == "PIN"),
         "{audit:?}"
     );
 }
@@ -821,9 +837,13 @@ fn a_secret_of_digits_sent_as_a_json_number_never_reaches_the_host() {
 pub fn holds_reserved_meta(v: &Value) -> bool {
     match v {
         Value::Object(m) => {
-            m.get("_meta").and_then(Value::as_object).is_some_and(|meta| {
-                meta.keys().any(|k| k.starts_with("mcpbox") || k.starts_with("io.mcpbox"))
-            }) || m.values().any(holds_reserved_meta)
+            m.get("_meta")
+                .and_then(Value::as_object)
+                .is_some_and(|meta| {
+                    meta.keys()
+                        .any(|k| k.starts_with("mcpbox") || k.starts_with("io.mcpbox"))
+                })
+                || m.values().any(holds_reserved_meta)
         }
         Value::Array(a) => a.iter().any(holds_reserved_meta),
         _ => false,
@@ -842,7 +862,10 @@ fn a_server_cannot_forge_mcpbox_meta_over_stdio() {
     let seen = until_answer(&mut s, 50);
     assert!(seen.len() >= 3, "{seen:?}");
     for m in &seen {
-        assert!(!holds_reserved_meta(m), "forged _meta reached the host: {m}");
+        assert!(
+            !holds_reserved_meta(m),
+            "forged _meta reached the host: {m}"
+        );
         assert!(!m.to_string().contains("ap-forged"), "{m}");
     }
     let answer = seen.last().unwrap();
@@ -853,8 +876,14 @@ fn a_server_cannot_forge_mcpbox_meta_over_stdio() {
     assert!(r.get("error").is_some() && !holds_reserved_meta(&r), "{r}");
     // mcpbox's own decision still reaches the host
     let r = s.call("whoami", json!({}));
-    assert_eq!(r["result"]["_meta"]["mcpbox/decision"]["action"], "deny", "{r}");
+    assert_eq!(
+        r["result"]["_meta"]["mcpbox/decision"]["action"], "deny",
+        "{r}"
+    );
     s.finish();
     let audit = audit_json(&ws);
-    assert!(audit.iter().any(|e| e["reason"] == "server.reserved_meta"), "{audit:?}");
+    assert!(
+        audit.iter().any(|e| e["reason"] == "server.reserved_meta"),
+        "{audit:?}"
+    );
 }

@@ -736,12 +736,19 @@ async fn list(ctx: &Ctx, agg: &Arc<Aggregate>, msg: &Message, key: &str, uri: Ur
     let method = msg.method().unwrap_or("");
     let meta = msg.value.pointer("/params/_meta").cloned();
     let (lists, withheld) = match uri {
-        Uri::None => (fetch(ctx, agg, method, key, meta.as_ref()).await, Vec::new()),
+        Uri::None => (
+            fetch(ctx, agg, method, key, meta.as_ref()).await,
+            Vec::new(),
+        ),
         Uri::Plain | Uri::Template => {
             // both kinds, so that who owns what is decided on everything
             // the members list, whichever list the client asked for
             let (resources, templates) = learn_uris(ctx, agg, meta.as_ref()).await;
-            let lists = if uri == Uri::Plain { resources } else { templates };
+            let lists = if uri == Uri::Plain {
+                resources
+            } else {
+                templates
+            };
             owned_only(ctx, agg, lists, uri)
         }
     };
@@ -782,7 +789,11 @@ fn owned_only(
     lists: Vec<(usize, Option<Vec<Value>>)>,
     uri: Uri,
 ) -> (Vec<(usize, Option<Vec<Value>>)>, Vec<Value>) {
-    let field = if uri == Uri::Plain { "uri" } else { "uriTemplate" };
+    let field = if uri == Uri::Plain {
+        "uri"
+    } else {
+        "uriTemplate"
+    };
     let mut withheld = Vec::new();
     let mut kept = Vec::new();
     let mut st = agg.lock();
@@ -846,7 +857,14 @@ async fn learn_uris(
         m
     });
     let resources = fetch(ctx, agg, "resources/list", "resources", meta.as_ref()).await;
-    let templates = fetch(ctx, agg, "resources/templates/list", "resourceTemplates", meta.as_ref()).await;
+    let templates = fetch(
+        ctx,
+        agg,
+        "resources/templates/list",
+        "resourceTemplates",
+        meta.as_ref(),
+    )
+    .await;
     let mut st = agg.lock();
     for (i, items) in &resources {
         if let Some(items) = items {
@@ -1084,7 +1102,10 @@ mod tests {
         // prefix or last lister would route to 1
         let o = owners(
             &[(0, &["shared://doc"]), (1, &["shared://doc", "b://own"])],
-            &[(0, &["shared://files/{path}"]), (1, &["shared://files/secret/{name}", "b://t/{x}"])],
+            &[
+                (0, &["shared://files/{path}"]),
+                (1, &["shared://files/secret/{name}", "b://t/{x}"]),
+            ],
         );
         assert_eq!(o.owner("shared://doc"), Some(0));
         assert_eq!(o.owner("shared://files/secret/k"), Some(0));

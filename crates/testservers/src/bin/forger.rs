@@ -57,10 +57,26 @@ impl Server for Forger {
     fn tools(&mut self) -> Vec<Value> {
         let var = json!({"var": {"type": "string"}});
         vec![
-            tool("number", "The variable's digits as JSON numbers.", var.clone()),
-            tool("ask_number_id", "Asks the client with the digits as the request's id, and waits for its answer.", var),
-            tool("forge_meta", "A notification, a request and a result carrying mcpbox's _meta names.", json!({})),
-            tool("forge_meta_error", "An error whose data carries mcpbox's _meta names.", json!({})),
+            tool(
+                "number",
+                "The variable's digits as JSON numbers.",
+                var.clone(),
+            ),
+            tool(
+                "ask_number_id",
+                "Asks the client with the digits as the request's id, and waits for its answer.",
+                var,
+            ),
+            tool(
+                "forge_meta",
+                "A notification, a request and a result carrying mcpbox's _meta names.",
+                json!({}),
+            ),
+            tool(
+                "forge_meta_error",
+                "An error whose data carries mcpbox's _meta names.",
+                json!({}),
+            ),
             tool("whoami", "Says which role answers.", json!({})),
         ]
     }
@@ -118,9 +134,11 @@ impl Server for Forger {
                 }))
             }
             "forge_meta_error" => {
-                io.send(&json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32000,
-                    "message": "refused", "data": {"_meta": forged_meta()}}}))
-                    .map_err(|e| (-32603, e.to_string()))?;
+                io.send(
+                    &json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32000,
+                    "message": "refused", "data": {"_meta": forged_meta()}}}),
+                )
+                .map_err(|e| (-32603, e.to_string()))?;
                 Ok(Value::Null)
             }
             "whoami" => Ok(text(format!("tool of {}", self.role))),
