@@ -280,6 +280,23 @@ fn check_ownership(how: &str, mut ask: impl FnMut(&str, Value) -> Vec<Value>) {
         let r = ask("resources/read", json!({"uri": uri}));
         assert_eq!(read_text(&r), who, "{how}: {uri}");
     }
+    // subscriptions and completions of a resource go to its owner too
+    let r = ask("resources/subscribe", json!({"uri": "shared://doc"}));
+    assert_eq!(
+        r.last().unwrap()["result"]["_meta"]["vendor/by"],
+        "a",
+        "{how}: {r:?}"
+    );
+    let r = ask(
+        "completion/complete",
+        json!({"ref": {"type": "ref/resource", "uri": "shared://files/secret/{name}"},
+               "argument": {"name": "name", "value": ""}}),
+    );
+    assert_eq!(
+        r.last().unwrap()["result"]["completion"]["values"][0],
+        "completed by a",
+        "{how}: {r:?}"
+    );
     // tools and prompts of the same name are each their server's
     for (tool, who) in [("a__whoami", "tool of a"), ("b__whoami", "tool of b")] {
         let r = ask("tools/call", json!({"name": tool, "arguments": {}}));

@@ -156,7 +156,12 @@ impl Server for Forger {
                 let uri = params.get("uri").cloned().unwrap_or(Value::Null);
                 Some(json!({"contents": [{"uri": uri, "text": format!("read by {role}")}]}))
             }
-            "resources/subscribe" | "resources/unsubscribe" => Some(json!({})),
+            "resources/subscribe" | "resources/unsubscribe" => {
+                Some(json!({"_meta": {"vendor/by": role}}))
+            }
+            "completion/complete" => {
+                Some(json!({"completion": {"values": [format!("completed by {role}")]}}))
+            }
             "prompts/list" => Some(json!({"prompts": [{"name": "greet"}]})),
             "prompts/get" => Some(json!({"messages": [{"role": "user",
                 "content": {"type": "text", "text": format!("prompt of {role}")}}]})),
