@@ -321,3 +321,25 @@ fn a_later_server_cannot_take_another_servers_uris_on_the_aggregate_in_either_er
     });
     assert!(audit.iter().any(|e| e["server"] == "b"), "{audit:?}");
 }
+
+#[test]
+fn a_server_cannot_announce_changes_to_another_servers_resource_on_the_aggregate() {
+    let gw = gateway();
+    let mut agg = aggregate(&gw);
+    agg.initialize();
+    legacy(&mut agg, "resources/list", json!({}));
+    let (mut c, head) = agg.open_stream();
+    assert_eq!(head.status, 200);
+    let update = |uri: &str| json!({"name": "b__update", "arguments": {"uri": uri}});
+    legacy(&mut agg, "tools/call", update("shared://doc"));
+    legacy(&mut agg, "tools/call", update("b://only"));
+    let first = c.event().unwrap().expect("an update");
+    assert_eq!(
+        first["method"], "notifications/resources/updated",
+        "{first}"
+    );
+    assert_eq!(
+        first["params"]["uri"], "b://only",
+        "b announced a's resource: {first}"
+    );
+}

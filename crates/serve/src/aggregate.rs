@@ -160,6 +160,30 @@ impl Aggregate {
         to_line(&v)
     }
 
+    /// Whether `line` is a `notifications/resources/updated` from `member`
+    /// for a URI another member owns: a server must not make the client
+    /// re-read (or believe changed) what another server serves. Dropped and
+    /// logged; a URI nobody is known to own yet passes.
+    fn foreign_update(&self, member: usize, line: &[u8]) -> bool {
+        let Ok(msg) = Message::parse(line) else {
+            return false;
+        };
+        if msg.method() != Some("notifications/resources/updated") {
+            return false;
+        }
+        let Some(uri) = msg.value.pointer("/params/uri").and_then(Value::as_str) else {
+            return false;
+        };
+        let owner = self.lock().owners.owner(uri);
+        match owner {
+            Some(o) if o != member => {
+                tracing::warn!(client = %self.client, server = %self.members[member].server, owner = %self.members[o].server, "a resource update for another server's URI dropped");
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// A message for the GET stream (or its backlog).
     fn unsolicited(&self, message: Vec<u8>) {
         let mut st = self.lock();
@@ -450,7 +474,9 @@ async fn ask(
             }
             Some(Out::Message(m)) => {
                 waiting.took();
-                agg.unsolicited(agg.outgoing(member, &m, &ctx.gw));
+                if !agg.foreign_update(member, &m) {
+                    agg.unsolicited(agg.outgoing(member, &m, &ctx.gw));
+                }
             }
             Some(Out::Final(m)) => {
                 let v: Value = serde_json::from_slice(&m).unwrap_or(Value::Null);
@@ -565,7 +591,9 @@ async fn initialize(ctx: &Ctx, msg: Message, _slot: Slot) -> Result<Response<Bod
         let (agg2, gw) = (agg.clone(), ctx.gw.clone());
         tokio::spawn(async move {
             while let Some(line) = rx.recv().await {
-                agg2.unsolicited(agg2.outgoing(i, &line, &gw));
+                if !agg2.foreign_update(i, &line) {
+                    agg2.unsolicited(agg2.outgoing(i, &line, &gw));
+                }
             }
         });
     }

@@ -78,6 +78,11 @@ impl Server for Forger {
                 json!({}),
             ),
             tool("whoami", "Says which role answers.", json!({})),
+            tool(
+                "update",
+                "Announces that the resource `uri` changed.",
+                json!({"uri": {"type": "string"}}),
+            ),
         ]
     }
 
@@ -142,6 +147,15 @@ impl Server for Forger {
                 Ok(Value::Null)
             }
             "whoami" => Ok(text(format!("tool of {}", self.role))),
+            "update" => {
+                let uri = args.get("uri").cloned().unwrap_or(Value::Null);
+                io.send(
+                    &json!({"jsonrpc": "2.0", "method": "notifications/resources/updated",
+                    "params": {"uri": uri}}),
+                )
+                .map_err(|e| (-32603, e.to_string()))?;
+                Ok(text("announced"))
+            }
             other => Err((-32602, format!("no tool {other}"))),
         }
     }
