@@ -634,10 +634,13 @@ impl Redactor {
     /// `u64`/`i64`, serde_json without `arbitrary_precision`: a 20-digit
     /// secret above 2^64 becomes an `f64` of 17 significant digits) has
     /// lost its text, so its digits cannot be checked in the value; they
-    /// are still in `raw`. A message with such a number whose bytes hold a
-    /// pattern the walk did not find is [`Redacted::Refused`]: forwarding
-    /// the bytes would leak the secret, and re-serialising the rounded
-    /// number its leading digits.
+    /// are still in `raw`. A message whose number literal of that kind
+    /// holds a pattern is [`Redacted::Refused`]: forwarding the bytes
+    /// would leak the secret, and re-serialising the rounded number its
+    /// leading digits. (Turning on `arbitrary_precision` would keep every
+    /// literal's text, but it changes `Number` for the whole workspace,
+    /// the audit log's canonical JSON included; a secret in a number
+    /// that long is rare enough to refuse.)
     pub fn redact_message(&self, v: &mut Value, raw: &[u8], counts: &mut [usize]) -> Redacted {
         if self.patterns.is_empty() {
             return Redacted::Unchanged;
@@ -646,7 +649,7 @@ impl Redactor {
         // only then can a number's digits be missing from the value; the
         // search over `raw` is the candidates' (SIMD) one, and the scan of
         // its number literals runs only when it found something
-        if inexact && self.occurs_in(raw) && number_literals(raw).any(|n| self.occurs_in(n)) {
+        if inexact && self.occurs_in(raw) && number_literals(raw).any(|n| self.hidden_in(n)) {
             return Redacted::Refused;
         }
         if changed {
@@ -654,6 +657,20 @@ impl Redactor {
         } else {
             Redacted::Unchanged
         }
+    }
+
+    /// Whether the number literal `lit` holds a pattern the value parsed
+    /// from it may not show. An integer that fits 64 bits is read as its
+    /// very digits (the walk saw them); any other literal (a fraction, an
+    /// exponent, an integer past 64 bits) became an `f64`, whose text is
+    /// not the literal's, so a pattern in it is taken as hidden.
+    fn hidden_in(&self, lit: &[u8]) -> bool {
+        if !self.occurs_in(lit) {
+            return false;
+        }
+        let exact = std::str::from_utf8(lit)
+            .is_ok_and(|t| t.parse::<u64>().is_ok() || t.parse::<i64>().is_ok());
+        !exact
     }
 
     /// `redact_json`, and whether a number of `v` is an `f64` (its wire
@@ -823,7 +840,8 @@ pub enum Redacted {
     Unchanged,
     /// The value was rewritten: serialise it.
     Changed,
-    /// The bytes hold a secret in a number too long to parse exactly: the
+    /// The bytes hold a secret in a number literal the value does not keep
+    /// exactly (a fraction, an exponent, an integer past 64 bits): the
     /// message must not be forwarded in any form.
     Refused,
 }

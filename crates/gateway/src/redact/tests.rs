@@ -611,6 +611,23 @@ fn a_secret_in_a_number_too_long_to_parse_exactly_refuses_the_message() {
         r.redact_message(&mut v, line.as_bytes(), &mut counts),
         Redacted::Changed
     );
+    // a secret in an integer that fits 64 bits is redacted in place,
+    // whatever floats the message holds besides
+    let r2 = Redactor::new([("PIN", &b"9071553018"[..])]);
+    let line = br#"{"jsonrpc":"2.0","id":7,"result":{"pin":9071553018,"x":0.5}}"#;
+    let mut v = crate::lines::parse_json(line).unwrap();
+    assert_eq!(
+        r2.redact_message(&mut v, line, &mut counts[..1]),
+        Redacted::Changed
+    );
+    assert_eq!(v["result"]["pin"], "[REDACTED:PIN]");
+    // in a fraction or an exponent, its text is not the literal's: refused
+    let line = br#"{"jsonrpc":"2.0","id":7,"result":{"pin":9071553018e0,"x":0.5}}"#;
+    let mut v = crate::lines::parse_json(line).unwrap();
+    assert_eq!(
+        r2.redact_message(&mut v, line, &mut counts[..1]),
+        Redacted::Refused
+    );
     // digits inside a string next to an escaped quote are not a number
     let line = format!(r#"{{"jsonrpc":"2.0","id":7,"result":{{"s":"\"{secret}","x":0.5}}}}"#);
     let mut v = crate::lines::parse_json(line.as_bytes()).unwrap();
