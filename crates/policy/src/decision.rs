@@ -185,7 +185,7 @@ reasons! {
     RedactionSecret = "redaction.secret", "a secret's value (or an encoding of it) was replaced in the server's output: in a string, an object key, or a number's decimal text (the number becomes the redacted string)";
     RedactionRefused = "redaction.refused", "a server message held a secret in the digits of a number mcpbox cannot keep exactly (an integer past 64 bits, a fraction or an exponent); it cannot be redacted in place, so it was refused: an answer to the host's request becomes an error, anything else is dropped";
     ServerReservedMeta = "server.reserved_meta", "the server wrote `_meta` entries under mcpbox's own names (`mcpbox/...`, `io.mcpbox/...`); they were removed before the host saw the message";
-    ServerRequestLimit = "server.request_limit", "the server has as many requests waiting for the host's answer as the relay keeps; one more is answered with an error, not forwarded";
+    ServerRequestLimit = "server.request_limit", "the server has as many requests waiting for the host's answer as the relay keeps (256): the oldest is forgotten, and the host's late answer to it dropped";
     AggregateNameTaken = "aggregate.name_taken", "on `/mcp`, a server listed a resource URI or URI template that an earlier server (in the config's order) owns; the later entry is withheld from the list (and named in the list's `_meta[\"mcpbox/withheld\"]`), and reads go to the owner";
     // ---- credential shapes found in results
     CredentialGithubPat = "credential.github_pat", "a GitHub fine-grained personal access token";

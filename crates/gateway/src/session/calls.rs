@@ -566,28 +566,15 @@ impl Session {
             // ours: the server's id is the server's text (it could carry a
             // secret's digits, or an id of one of mcpbox's own questions),
             // and the host's answer must come back to us to be mapped.
-            match self
-                .server_asks
-                .ask(theirs, msg.method(), self.config.paths.is_some())
-            {
-                Some(ours) => {
-                    msg.value["id"] = ours;
-                    changed = true;
-                }
-                None => {
-                    tracing::warn!(server = %self.config.server_name, "too many server requests unanswered by the host; refused");
-                    self.flag(None, Reason::ServerRequestLimit, "relay");
-                    let id = msg.id().cloned().unwrap_or(Value::Null);
-                    let data = json!({"reason": Reason::ServerRequestLimit.as_str()});
-                    let line = crate::message::error_line(
-                        &id,
-                        -32603,
-                        "too many requests are waiting for the client",
-                        Some(data),
-                    );
-                    return self.send_server(line);
-                }
+            let (ours, forgot) =
+                self.server_asks
+                    .ask(theirs, msg.method(), self.config.paths.is_some());
+            if forgot {
+                tracing::warn!(server = %self.config.server_name, "too many server requests unanswered by the host; the oldest forgotten");
+                self.flag(None, Reason::ServerRequestLimit, "relay");
             }
+            msg.value["id"] = ours;
+            changed = true;
         } else if msg.method() == Some("notifications/cancelled") {
             // the server cancels one of its requests: by our id, as the
             // host knows it
@@ -684,8 +671,10 @@ impl Session {
     }
 }
 
-/// Most requests of the server waiting for the host's answer; one more is
-/// answered with an error by the relay, not sent on.
+/// Most requests of the server waiting for the host's answer; past it the
+/// oldest is forgotten (the host's late answer to it is dropped, never sent
+/// on unmapped), so a host that leaves some unanswered cannot stop the
+/// server's later requests.
 pub(crate) const SERVER_ASKS: usize = 256;
 
 /// A request of the server on its way to the host, under an id of ours.
@@ -710,11 +699,13 @@ pub(crate) struct ServerAsks {
 }
 
 impl ServerAsks {
-    /// Our id for the server's request `theirs`; `None` past the bound.
-    /// `translate_roots`: a `roots/list` answer will be translated.
-    fn ask(&mut self, theirs: Value, method: Option<&str>, translate_roots: bool) -> Option<Value> {
-        if self.open.len() >= SERVER_ASKS {
-            return None;
+    /// Our id for the server's request `theirs`, and whether the oldest
+    /// open request was forgotten to make room. `translate_roots`: a
+    /// `roots/list` answer will be translated.
+    fn ask(&mut self, theirs: Value, method: Option<&str>, translate_roots: bool) -> (Value, bool) {
+        let forgot = self.open.len() >= SERVER_ASKS;
+        if forgot {
+            self.open.pop_front();
         }
         self.next += 1;
         let ours_id = Value::String(format!("mcpbox-s{}", self.next));
@@ -724,7 +715,13 @@ impl ServerAsks {
             theirs,
             roots: translate_roots && method == Some("roots/list"),
         });
-        Some(ours_id)
+        (ours_id, forgot)
+    }
+
+    /// Forgets every open request (a new server generation asked none of
+    /// them); ids are never reused.
+    pub(crate) fn clear(&mut self) {
+        self.open.clear();
     }
 
     /// Our id for the server's id `theirs`, if that request is open.

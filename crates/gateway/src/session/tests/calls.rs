@@ -1019,7 +1019,7 @@ fn the_hosts_roots_reach_the_server_as_sandbox_paths_and_nothing_else_does() {
 }
 
 #[test]
-fn a_server_flooding_roots_requests_cannot_make_the_relay_forget_one() {
+fn a_server_flooding_roots_requests_cannot_get_a_roots_answer_through_untranslated() {
     let mut t = T::new(with_paths(), rules(vec![]));
     for i in 0..crate::session::calls::SERVER_ASKS {
         let ask = format!(r#"{{"jsonrpc":"2.0","id":{i},"method":"roots/list"}}"#);
@@ -1029,21 +1029,27 @@ fn a_server_flooding_roots_requests_cannot_make_the_relay_forget_one() {
         );
         assert_eq!(t.server(&ask), [ours]);
     }
-    // one more is answered by the relay, not sent to the host
+    // one more still reaches the host; the oldest is forgotten
     let extra = r#"{"jsonrpc":"2.0","id":"more","method":"roots/list"}"#;
     let out = t.server(extra);
-    assert_eq!(out.len(), 2, "{out:?}");
-    assert_eq!(out[0], "audit Flag server.request_limit");
-    assert!(
-        out[1].starts_with("server ") && out[1].contains("-32603"),
-        "{out:?}"
+    let n = crate::session::calls::SERVER_ASKS + 1;
+    assert_eq!(
+        out,
+        [
+            "audit Flag server.request_limit".to_string(),
+            format!(r#"host {{"id":"mcpbox-s{n}","jsonrpc":"2.0","method":"roots/list"}}"#)
+        ]
     );
-    // and the oldest is still translated
-    let answer =
-        r#"{"jsonrpc":"2.0","id":"mcpbox-s1","result":{"roots":[{"uri":"file:///home/u/proj"}]}}"#;
-    let out = t.host(answer);
+    // the forgotten one's answer is dropped, never passed on untranslated
+    let late = r#"{"jsonrpc":"2.0","id":"mcpbox-s1","result":{"roots":[{"uri":"file:///home/u/secret"}]}}"#;
+    assert_eq!(t.host(late), Vec::<String>::new());
+    // the newest is translated
+    let answer = format!(
+        r#"{{"jsonrpc":"2.0","id":"mcpbox-s{n}","result":{{"roots":[{{"uri":"file:///home/u/proj"}}]}}}}"#
+    );
+    let out = t.host(&answer);
     assert!(out[0].contains("file:///workspace/input"), "{out:?}");
-    assert!(out[0].contains(r#""id":0"#), "{out:?}");
+    assert!(out[0].contains(r#""id":"more""#), "{out:?}");
 }
 
 // ---- who asked ------------------------------------------------------------------
