@@ -710,10 +710,25 @@ impl Redactor {
         match v {
             Value::Number(n) => {
                 // its decimal text, as serde_json writes it (for an
-                // integer, the very digits that came in)
+                // integer, the very digits that came in), written on the
+                // stack: a message of many numbers allocates nothing for
+                // them (at most 20 digits and a sign, or an f64's shortest
+                // form, under 32 bytes)
                 walk.inexact |= n.is_f64();
-                let text = n.to_string();
-                let fixed = match self.redact_str(&text, counts) {
+                let mut buf = [0u8; 40];
+                let mut cur = std::io::Cursor::new(&mut buf[..]);
+                let written = std::io::Write::write_fmt(&mut cur, format_args!("{n}")).is_ok();
+                let len = usize::try_from(cur.position()).unwrap_or(0);
+                let heap;
+                let text = match std::str::from_utf8(&buf[..len]) {
+                    Ok(t) if written => t,
+                    // never longer than the buffer; if it were, the heap
+                    _ => {
+                        heap = n.to_string();
+                        heap.as_str()
+                    }
+                };
+                let fixed = match self.redact_str(text, counts) {
                     Cow::Borrowed(_) => None,
                     Cow::Owned(o) => Some(o),
                 };
