@@ -836,7 +836,9 @@ fn refused(r: &Refusal) -> Value {
         "isError": true,
     });
     if let Some(reason) = r.reason {
-        v["_meta"] = json!({"io.mcpbox/reason": reason.as_str()});
+        // in the text only: `_meta` names under `io.mcpbox` are the
+        // gateway's, and the relay removes them from any server's answer
+        // (this server's too; crates/gateway/src/reserved.rs)
         v["content"][0]["text"] = json!(format!("{} (reason: {})", r.message, reason.as_str()));
     }
     v

@@ -106,6 +106,7 @@ pub mod pin;
 pub mod pin_review;
 pub mod policy;
 pub mod redact;
+pub mod reserved;
 pub mod screen;
 pub mod secrets;
 pub mod session;
