@@ -23,6 +23,14 @@
 //! - everything else goes to the GET stream, or, while none is open, waits
 //!   in a bounded backlog (the oldest is dropped past [`BACKLOG`]), or goes
 //!   to a waiting POST when there is one.
+//!
+//! Every message held for the client is charged to the session's byte
+//! budget and the gateway's ([`crate::budget`]) until it is written out.
+//! When one does not fit: the backlog drops its oldest messages to make
+//! room (then the new one, if it still does not fit); a GET stream or a
+//! request's queue drops the new notification (those before it are on
+//! their way); a response ends its request with an `http.buffer_full`
+//! error. Each drop is counted and audited ([`Budget::dropped`]).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -30,9 +38,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use mcpbox_gateway::message::{id_key, IdKey, Message, Shape};
 use mcpbox_gateway::{FeedError, HostFeed, HostSink};
+use mcpbox_policy::Reason;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
+use crate::budget::{Budget, Held};
 use crate::limits::Slot;
 
 /// Where a 2026-07-28 notification names its `subscriptions/listen` request.
@@ -50,9 +60,9 @@ pub const STREAM_QUEUE: usize = 1024;
 #[derive(Debug)]
 pub enum Out {
     /// A message before the answer (the answer becomes an event stream).
-    Message(Vec<u8>),
+    Message(Held),
     /// The answer: the last message.
-    Final(Vec<u8>),
+    Final(Held),
 }
 
 /// The receiving end a POST holds.
@@ -76,9 +86,11 @@ impl Waiting {
 struct Waiter {
     tx: mpsc::UnboundedSender<Out>,
     queued: Arc<AtomicUsize>,
+    /// The request's id, for an answer of mcpbox's own.
+    id: Value,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Routes {
     pending: HashMap<IdKey, Waiter>,
     /// Requests in flight, oldest first.
@@ -88,12 +100,14 @@ struct Routes {
     /// The GET stream (or the aggregate that reads this session): whole
     /// messages, framed by whoever writes them out.
     /// Open GET streams, oldest first; a message goes to the newest.
-    streams: Vec<mpsc::Sender<Vec<u8>>>,
-    backlog: VecDeque<Vec<u8>>,
+    streams: Vec<mpsc::Sender<Held>>,
+    backlog: VecDeque<Held>,
     ended: bool,
     /// Stateless requests (2026-07-28): a message goes to the request it
     /// names or belongs to, or nowhere (there is no GET stream to wait for).
     modern: bool,
+    /// What the session may hold for the client, in bytes.
+    budget: Budget,
 }
 
 impl Routes {
@@ -216,6 +230,7 @@ impl McpSession {
                 Waiter {
                     tx,
                     queued: queued.clone(),
+                    id: id.clone(),
                 },
             );
             r.order.push(key.clone());
@@ -249,7 +264,7 @@ impl McpSession {
     /// each message goes to the newest one open, as the transport says a
     /// message goes to one stream only. A stream ends when its receiver is
     /// dropped (the client went away) or the session ends.
-    pub fn open_stream(&self) -> Result<mpsc::Receiver<Vec<u8>>, StreamError> {
+    pub fn open_stream(&self) -> Result<mpsc::Receiver<Held>, StreamError> {
         let (tx, rx) = mpsc::channel(STREAM_QUEUE);
         let mut r = lock(&self.routes);
         if r.ended {
@@ -295,6 +310,43 @@ impl McpSession {
     pub fn in_flight(&self) -> usize {
         lock(&self.routes).order.len()
     }
+
+    /// Ends every request in flight with an `http.stopped` error (the
+    /// gateway's grace ran out); what the server answers later goes
+    /// nowhere. The session itself is closed after.
+    pub fn cut(&self) {
+        let mut r = lock(&self.routes);
+        for (_, w) in r.pending.drain() {
+            let e = error_line(
+                &w.id,
+                crate::http::TRANSPORT_ERROR,
+                Reason::HttpStopped,
+                "the gateway stopped before the server answered (limits.shutdown_grace)",
+            );
+            let _ = w.tx.send(Out::Final(Held::own(e)));
+        }
+        r.order.clear();
+        r.tokens.clear();
+    }
+
+    /// Bytes the session holds for the client now.
+    pub fn buffered(&self) -> usize {
+        lock(&self.routes).budget.used()
+    }
+}
+
+/// A JSON-RPC error of mcpbox's own for request `id`.
+pub(crate) fn error_line(id: &Value, code: i64, reason: Reason, message: &str) -> Vec<u8> {
+    let e = serde_json::json!({
+        "jsonrpc": "2.0",
+        "id": id,
+        "error": {
+            "code": code,
+            "message": message,
+            "data": {"reason": reason.as_str(), "source": "mcpbox"},
+        },
+    });
+    serde_json::to_vec(&e).unwrap_or_default()
 }
 
 /// The relay's sink for one session.
@@ -321,10 +373,17 @@ impl Router {
 
     /// A router that calls `on_end` once the relay is done with it (the
     /// session ended, whoever ended it). `modern`: for stateless requests.
-    pub fn new(modern: bool, on_end: Box<dyn FnOnce() + Send>) -> Router {
+    /// What it holds for the client is charged to `budget`.
+    pub fn new(modern: bool, budget: Budget, on_end: Box<dyn FnOnce() + Send>) -> Router {
         let routes = Routes {
+            pending: HashMap::new(),
+            order: Vec::new(),
+            tokens: HashMap::new(),
+            streams: Vec::new(),
+            backlog: VecDeque::new(),
+            ended: false,
             modern,
-            ..Routes::default()
+            budget,
         };
         Router {
             routes: Arc::new(Mutex::new(routes)),
@@ -357,9 +416,24 @@ impl HostSink for Router {
         match msg.shape {
             Shape::Response | Shape::Error | Shape::Other => {
                 let key = msg.value.get("id").map(id_key).unwrap_or_default();
+                let budget = r.budget.clone();
                 match r.forget(&key) {
                     Some(w) => {
-                        let _ = w.tx.send(Out::Final(line.to_vec()));
+                        let answer = match budget.charge(line.to_vec()) {
+                            Ok(h) => h,
+                            Err(line) => {
+                                // the client is not told less than it
+                                // asked for: the request ends, and says why
+                                budget.dropped("response", line.len());
+                                Held::own(error_line(
+                                    &w.id,
+                                    crate::http::TRANSPORT_ERROR,
+                                    Reason::HttpBufferFull,
+                                    "the answer is larger than what the gateway may hold for this session (limits.max_buffered_per_session, limits.max_buffered_total)",
+                                ))
+                            }
+                        };
+                        let _ = w.tx.send(Out::Final(answer));
                     }
                     None => tracing::debug!(id = %key, "answer for a request nobody waits for"),
                 }
@@ -402,9 +476,15 @@ impl HostSink for Router {
                                 method,
                                 "a slow client's stream is full: message dropped"
                             );
+                            r.budget.dropped("request", line.len());
                         } else {
-                            w.queued.fetch_add(1, Ordering::AcqRel);
-                            let _ = w.tx.send(Out::Message(line.to_vec()));
+                            match r.budget.charge(line.to_vec()) {
+                                Ok(h) => {
+                                    w.queued.fetch_add(1, Ordering::AcqRel);
+                                    let _ = w.tx.send(Out::Message(h));
+                                }
+                                Err(m) => r.budget.dropped("request", m.len()),
+                            }
                         }
                     }
                     None if r.modern => {
@@ -421,13 +501,19 @@ impl HostSink for Router {
     }
 }
 
-/// Puts an event on the newest open GET stream, or in the backlog.
-fn to_stream(r: &mut Routes, mut event: Vec<u8>) {
+/// Puts an event on the newest open GET stream, or in the backlog, within
+/// the session's byte budget.
+fn to_stream(r: &mut Routes, event: Vec<u8>) {
+    let mut event = match charge_making_room(&r.budget, &mut r.backlog, event) {
+        Ok(h) => h,
+        Err(()) => return,
+    };
     while let Some(s) = r.streams.last() {
         match s.try_send(event) {
             Ok(()) => return,
-            Err(mpsc::error::TrySendError::Full(_)) => {
+            Err(mpsc::error::TrySendError::Full(e)) => {
                 tracing::warn!("a slow client's event stream is full: message dropped");
+                r.budget.dropped("stream", e.len());
                 return;
             }
             Err(mpsc::error::TrySendError::Closed(e)) => {
@@ -436,11 +522,44 @@ fn to_stream(r: &mut Routes, mut event: Vec<u8>) {
             }
         }
     }
-    if r.backlog.len() >= BACKLOG {
-        r.backlog.pop_front();
-        tracing::warn!("no event stream open: the oldest waiting message dropped");
+    push_backlog(&r.budget, &mut r.backlog, event);
+}
+
+/// Charges `event` to `budget`, dropping the oldest messages of `backlog`
+/// while it does not fit; when it still does not (the session's other
+/// queues or the gateway hold the rest), it is dropped. Every drop is
+/// counted.
+pub(crate) fn charge_making_room(
+    budget: &Budget,
+    backlog: &mut VecDeque<Held>,
+    mut event: Vec<u8>,
+) -> Result<Held, ()> {
+    loop {
+        match budget.charge(event) {
+            Ok(h) => return Ok(h),
+            Err(e) => {
+                event = e;
+                match backlog.pop_front() {
+                    Some(old) => budget.dropped("backlog", old.len()),
+                    None => {
+                        budget.dropped("backlog", event.len());
+                        return Err(());
+                    }
+                }
+            }
+        }
     }
-    r.backlog.push_back(event);
+}
+
+/// Appends to a backlog of at most [`BACKLOG`] messages (the oldest goes).
+pub(crate) fn push_backlog(budget: &Budget, backlog: &mut VecDeque<Held>, event: Held) {
+    if backlog.len() >= BACKLOG {
+        if let Some(old) = backlog.pop_front() {
+            tracing::warn!("no event stream open: the oldest waiting message dropped");
+            budget.dropped("backlog", old.len());
+        }
+    }
+    backlog.push_back(event);
 }
 
 impl Drop for Router {

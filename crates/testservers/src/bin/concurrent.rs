@@ -9,8 +9,10 @@
 //!   `structuredContent` says whether the server's input was still open
 //!   when it answered (`stdin_open`), so a test can tell that the one
 //!   who stopped it waited for the answer before closing its input.
-//! - `notes {count, kib}`: `count` log notifications of `kib` KiB each,
-//!   then an answer (a flood of messages nobody asked for).
+//! - `notes {count, kib}`: answers at once, then sends `count`
+//!   `notifications/resources/updated` of `kib` KiB each (a flood of
+//!   messages that belong to no request: over HTTP they wait for a GET
+//!   stream), then `notifications/message` "flood done".
 #![forbid(unsafe_code)]
 
 use std::io::{BufRead, Write};
@@ -77,18 +79,23 @@ fn call(out: &Out, open: &AtomicBool, id: &Value, params: &Value) {
         }
         "notes" => {
             let (count, kib) = (arg(&args, "count", 100), arg(&args, "kib", 64));
+            send(
+                out,
+                &json!({"jsonrpc": "2.0", "id": id, "result": {
+                    "content": [{"type": "text", "text": format!("sending {count}")}]}}),
+            );
             let filler = "n".repeat(usize::try_from(kib).unwrap_or(1) * 1024);
             for n in 0..count {
-                let note = json!({"jsonrpc": "2.0", "method": "notifications/message",
-                    "params": {"level": "info", "data": format!("{n} {filler}")}});
+                let note = json!({"jsonrpc": "2.0", "method": "notifications/resources/updated",
+                    "params": {"uri": format!("flood://{n}"), "filler": filler}});
                 if !send(out, &note) {
                     return;
                 }
             }
             send(
                 out,
-                &json!({"jsonrpc": "2.0", "id": id, "result": {
-                    "content": [{"type": "text", "text": format!("sent {count}")}]}}),
+                &json!({"jsonrpc": "2.0", "method": "notifications/message",
+                    "params": {"level": "info", "data": "flood done"}}),
             );
         }
         _ => {
