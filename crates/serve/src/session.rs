@@ -111,6 +111,21 @@ struct Routes {
 }
 
 impl Routes {
+    /// Ends every request in flight with an `http.stopped` error.
+    fn cut(&mut self) {
+        for (_, w) in self.pending.drain() {
+            let e = error_line(
+                &w.id,
+                crate::http::TRANSPORT_ERROR,
+                Reason::HttpStopped,
+                "the gateway stopped before the server answered (limits.shutdown_grace)",
+            );
+            let _ = w.tx.send(Out::Final(Held::own(e)));
+        }
+        self.order.clear();
+        self.tokens.clear();
+    }
+
     fn forget(&mut self, key: &IdKey) -> Option<Waiter> {
         let w = self.pending.remove(key);
         self.order.retain(|k| k != key);
@@ -315,18 +330,7 @@ impl McpSession {
     /// gateway's grace ran out); what the server answers later goes
     /// nowhere. The session itself is closed after.
     pub fn cut(&self) {
-        let mut r = lock(&self.routes);
-        for (_, w) in r.pending.drain() {
-            let e = error_line(
-                &w.id,
-                crate::http::TRANSPORT_ERROR,
-                Reason::HttpStopped,
-                "the gateway stopped before the server answered (limits.shutdown_grace)",
-            );
-            let _ = w.tx.send(Out::Final(Held::own(e)));
-        }
-        r.order.clear();
-        r.tokens.clear();
+        lock(&self.routes).cut();
     }
 
     /// Bytes the session holds for the client now.
@@ -576,5 +580,134 @@ impl Drop for Router {
         if let Some(f) = self.on_end.take() {
             f();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::budget::Budgets;
+    use crate::Metrics;
+    use serde_json::json;
+
+    /// A router on a session budget of `per_session` bytes (the gateway's
+    /// ten times that), the budgets and their metrics.
+    fn router_with(per_session: usize) -> (Router, Budgets, Arc<Metrics>) {
+        let metrics = Arc::new(Metrics::default());
+        let budgets = Budgets::new(per_session * 10, per_session, metrics.clone());
+        let budget = budgets.session(Box::new(|_| {}));
+        (
+            Router::new(false, budget, Box::new(|| {})),
+            budgets,
+            metrics,
+        )
+    }
+
+    fn router(per_session: usize) -> (Router, Budgets) {
+        let (r, b, _) = router_with(per_session);
+        (r, b)
+    }
+
+    fn note(n: usize, pad: usize) -> Vec<u8> {
+        serde_json::to_vec(
+            &json!({"jsonrpc": "2.0", "method": "notifications/resources/updated",
+            "params": {"uri": format!("n://{n}"), "pad": "p".repeat(pad)}}),
+        )
+        .unwrap()
+    }
+
+    /// A request in flight, as [`McpSession::request`] registers it.
+    fn waiting(r: &Router, id: Value) -> mpsc::UnboundedReceiver<Out> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let mut routes = lock(&r.routes);
+        let key = id_key(&id);
+        routes.pending.insert(
+            key.clone(),
+            Waiter {
+                tx,
+                queued: Arc::new(AtomicUsize::new(0)),
+                id,
+            },
+        );
+        routes.order.push(key);
+        rx
+    }
+
+    fn backlog_uris(r: &Router) -> Vec<String> {
+        lock(&r.routes)
+            .backlog
+            .iter()
+            .map(|h| {
+                let v: Value = serde_json::from_slice(&h.bytes).unwrap();
+                v["params"]["uri"].as_str().unwrap().to_string()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_flood_for_a_client_without_a_stream_keeps_only_the_newest_within_the_budget() {
+        // every message the same length: uris n://10 to n://99
+        let one = note(10, 1000).len();
+        let (mut r, budgets, metrics) = router_with(one * 3);
+        for n in 10..100 {
+            r.message(&note(n, 1000)).unwrap();
+        }
+        assert_eq!(backlog_uris(&r), ["n://97", "n://98", "n://99"]);
+        assert_eq!(budgets.used(), one * 3);
+        let text = metrics.render(0, budgets.used());
+        assert!(
+            text.contains("mcpbox_dropped_messages_total{queue=\"backlog\"} 87"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn an_answer_that_does_not_fit_ends_the_request_with_buffer_full() {
+        let (mut r, budgets) = router(1000);
+        let mut rx = waiting(&r, json!(7));
+        let big = serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": 7,
+            "result": {"content": [{"type": "text", "text": "x".repeat(5000)}]}}))
+        .unwrap();
+        r.message(&big).unwrap();
+        let Some(Out::Final(h)) = rx.try_recv().ok() else {
+            panic!("no final answer")
+        };
+        let v: Value = serde_json::from_slice(&h.bytes).unwrap();
+        assert_eq!(v["id"], 7);
+        assert_eq!(v["error"]["data"]["reason"], "http.buffer_full", "{v}");
+        assert_eq!(budgets.used(), 0);
+    }
+
+    #[test]
+    fn a_held_message_is_charged_until_it_is_dropped() {
+        let (mut r, budgets) = router(100_000);
+        let mut rx = waiting(&r, json!(1));
+        let progress =
+            serde_json::to_vec(&json!({"jsonrpc": "2.0", "method": "notifications/message",
+            "params": {"level": "info", "data": "d".repeat(500)}}))
+            .unwrap();
+        r.message(&progress).unwrap();
+        assert_eq!(budgets.used(), progress.len());
+        let m = rx.try_recv().unwrap();
+        assert_eq!(budgets.used(), progress.len());
+        drop(m);
+        assert_eq!(budgets.used(), 0);
+    }
+
+    #[test]
+    fn a_cut_answers_every_request_in_flight_with_stopped() {
+        let (r, _budgets) = router(1000);
+        let mut one = waiting(&r, json!(1));
+        let mut two = waiting(&r, json!("b"));
+        lock(&r.routes).cut();
+        for (rx, id) in [(&mut one, json!(1)), (&mut two, json!("b"))] {
+            let Some(Out::Final(h)) = rx.try_recv().ok() else {
+                panic!("no answer for {id}")
+            };
+            let v: Value = serde_json::from_slice(&h.bytes).unwrap();
+            assert_eq!(v["id"], id);
+            assert_eq!(v["error"]["data"]["reason"], "http.stopped", "{v}");
+        }
+        assert!(lock(&r.routes).pending.is_empty());
     }
 }
