@@ -133,7 +133,7 @@ pub struct Dropped {
     pub count: u64,
     /// Bytes this session dropped so far.
     pub bytes: u64,
-    /// The session's budget, and what the gateway's whole budget is.
+    /// The session's budget.
     pub session_cap: usize,
     /// The gateway's budget.
     pub gateway_cap: usize,
