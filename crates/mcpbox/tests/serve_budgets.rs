@@ -185,12 +185,23 @@ fn an_answer_larger_than_the_sessions_budget_ends_its_request_with_a_clear_error
 /// closed the server's input (and then cut the call) at once.
 #[test]
 fn sigterm_waits_for_a_streaming_answer_before_closing_the_servers_input() {
+    sigterm_during_a_streaming_answer("/servers/conc/mcp", "slow");
+}
+
+/// The same through the aggregated endpoint `/mcp`.
+#[test]
+fn sigterm_waits_for_a_streaming_answer_on_the_aggregated_endpoint() {
+    sigterm_during_a_streaming_answer("/mcp", "conc__slow");
+}
+
+fn sigterm_during_a_streaming_answer(path: &str, tool: &str) {
     let mut gw = gateway("");
     let mut m = gw.mcp("conc", Some(ALICE));
+    m.path = path.to_string();
     m.initialize();
     let mut call = m.message(
         "tools/call",
-        json!({"name": "slow", "arguments": {"ms": 3000, "kib": 256, "notes": 3}}),
+        json!({"name": tool, "arguments": {"ms": 3000, "kib": 256, "notes": 3}}),
     );
     call["params"]["_meta"] = json!({"progressToken": "p1"});
     let mut c = post_stream(&m, &call);
