@@ -242,3 +242,40 @@ fn a_call_still_running_when_the_grace_ends_gets_a_clear_error() {
     let status = gw.wait(Duration::from_secs(30));
     assert_eq!(status.code(), Some(0), "stderr:\n{}", gw.stderr());
 }
+
+/// The same for a request of the stateless revision (2026-07-28), which
+/// has no session and runs on the client's stateless session.
+#[test]
+fn sigterm_waits_for_a_streaming_answer_in_the_stateless_revision() {
+    let mut gw = gateway("");
+    let m = gw.mcp("conc", Some(ALICE));
+    let call = json!({"jsonrpc": "2.0", "id": 41, "method": "tools/call", "params": {
+    "name": "slow", "arguments": {"ms": 3000, "kib": 256, "notes": 3},
+    "_meta": {
+        "progressToken": "p1",
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": "mcpbox-test", "version": "0"},
+    }}});
+    let mut c = Conn::open(m.port);
+    c.write(&m.bytes_with(call.to_string().as_bytes(), |h| {
+        h.push(("MCP-Protocol-Version".into(), "2026-07-28".into()));
+        h.push(("Mcp-Method".into(), "tools/call".into()));
+        h.push(("Mcp-Name".into(), "slow".into()));
+    }))
+    .unwrap();
+    let head = c.head().expect("the answer's head");
+    assert_eq!(head.status, 200, "{head:?}\n{}", gw.stderr());
+    let first = c.event().unwrap().unwrap();
+    assert_eq!(first["method"], "notifications/progress", "{first}");
+    gw.sigterm();
+    let answer = answer_of(&mut c, &call["id"], &gw);
+    assert!(answer.get("error").is_none(), "{answer}");
+    assert_eq!(text_of(&answer).len(), 256 * 1024);
+    assert_eq!(
+        answer["result"]["structuredContent"]["stdin_open"], true,
+        "the server's input was closed before it answered: {answer}"
+    );
+    let status = gw.wait(Duration::from_secs(30));
+    assert_eq!(status.code(), Some(0), "stderr:\n{}", gw.stderr());
+}
