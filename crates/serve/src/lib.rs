@@ -494,8 +494,10 @@ pub(crate) fn session_id() -> String {
 }
 
 /// Serves `listener` until `shutdown` completes, then stops in order: no
-/// new connections or requests, the requests in flight answered (up to
-/// `drain`), every session closed (servers stopped, audit flushed), and
+/// new connections or requests; the requests in flight answered, each
+/// until the last byte of its answer is written (up to `drain`, then what
+/// is left ends with an `http.stopped` error); only then every session
+/// closed (servers' input closed, servers stopped, audit flushed); and
 /// returns once every relay has ended.
 pub async fn serve(
     gw: Arc<Gateway>,
