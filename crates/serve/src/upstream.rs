@@ -553,11 +553,8 @@ impl Conn {
 /// One session's client: the task behind a launched "process".
 struct Session {
     conn: Arc<Conn>,
-    /// Messages for the relay, each with its share of `room`.
-    out: mpsc::UnboundedSender<(Vec<u8>, OwnedSemaphorePermit)>,
-    /// Bytes the messages on their way to the relay may take
-    /// ([`UPSTREAM_BUFFER`]).
-    room: Arc<Semaphore>,
+    /// Messages for the relay.
+    out: Outbox,
     log: mpsc::UnboundedSender<String>,
     expired: Notify,
     get_started: std::sync::atomic::AtomicBool,
@@ -615,12 +612,7 @@ impl Session {
         if msg.iter().all(u8::is_ascii_whitespace) {
             return;
         }
-        // a message larger than the whole buffer takes all of it
-        let n = u32::try_from(msg.len().min(UPSTREAM_BUFFER)).unwrap_or(u32::MAX);
-        let Ok(permit) = self.room.clone().acquire_many_owned(n).await else {
-            return;
-        };
-        let _ = self.out.send((msg, permit));
+        self.out.push(msg).await;
     }
 
     async fn answer_error(&self, id: &Value, message: String) {
@@ -958,12 +950,38 @@ async fn write_lines<T: Into<Vec<u8>>>(mut rx: mpsc::UnboundedReceiver<T>, sock:
     let _ = w.shutdown().await;
 }
 
+/// The messages of an upstream on their way to the relay, bounded in
+/// bytes: [`Outbox::push`] waits while `cap` bytes wait already, and each
+/// message's room is given back once [`write_messages`] wrote it.
+struct Outbox {
+    tx: mpsc::UnboundedSender<(Vec<u8>, OwnedSemaphorePermit)>,
+    room: Arc<Semaphore>,
+    cap: usize,
+}
+
+type Outgoing = mpsc::UnboundedReceiver<(Vec<u8>, OwnedSemaphorePermit)>;
+
+impl Outbox {
+    fn new(cap: usize) -> (Outbox, Outgoing) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let room = Arc::new(Semaphore::new(cap));
+        (Outbox { tx, room, cap }, rx)
+    }
+
+    /// Queues `msg` once there is room for it (a message larger than the
+    /// whole box waits for all of it).
+    async fn push(&self, msg: Vec<u8>) {
+        let n = u32::try_from(msg.len().min(self.cap)).unwrap_or(u32::MAX);
+        let Ok(permit) = self.room.clone().acquire_many_owned(n).await else {
+            return;
+        };
+        let _ = self.tx.send((msg, permit));
+    }
+}
+
 /// The messages for the relay: each one's room in the buffer is given
 /// back once it is written.
-async fn write_messages(
-    mut rx: mpsc::UnboundedReceiver<(Vec<u8>, OwnedSemaphorePermit)>,
-    sock: StdUnix,
-) {
+async fn write_messages(mut rx: Outgoing, sock: StdUnix) {
     let Ok(mut w) = tokio::net::UnixStream::from_std(sock) else {
         return;
     };
@@ -987,7 +1005,7 @@ async fn run(
     stderr: StdUnix,
     mut stop: watch::Receiver<Stop>,
 ) -> ExitInfo {
-    let (out_tx, out_rx) = mpsc::unbounded_channel::<(Vec<u8>, OwnedSemaphorePermit)>();
+    let (outbox, out_rx) = Outbox::new(UPSTREAM_BUFFER);
     let (log_tx, log_rx) = mpsc::unbounded_channel::<String>();
     let writers = [
         tokio::spawn(write_messages(out_rx, stdout)),
@@ -995,8 +1013,7 @@ async fn run(
     ];
     let session = Arc::new(Session {
         conn: conn.clone(),
-        out: out_tx,
-        room: Arc::new(Semaphore::new(UPSTREAM_BUFFER)),
+        out: outbox,
         log: log_tx,
         expired: Notify::new(),
         get_started: std::sync::atomic::AtomicBool::new(false),
@@ -1102,6 +1119,35 @@ mod tests {
         assert!(l.request_id.is_none());
         let l = Line::of(br#"{"jsonrpc":"2.0","id":1,"result":{}}"#.to_vec());
         assert!(l.request_id.is_none() && l.method.is_none());
+    }
+
+    #[test]
+    fn an_upstream_is_read_no_faster_than_the_relay_takes_its_messages() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let (outbox, mut rx) = Outbox::new(100);
+            outbox.push(vec![b'a'; 60]).await;
+            // 60 + 60 > 100: the second waits for the relay
+            let second =
+                tokio::time::timeout(Duration::from_millis(50), outbox.push(vec![b'b'; 60]));
+            assert!(
+                second.await.is_err(),
+                "a push past the box's bytes did not wait"
+            );
+            let (first, room) = rx.recv().await.unwrap();
+            assert_eq!(first[0], b'a');
+            drop(room);
+            outbox.push(vec![b'b'; 60]).await;
+            // one larger than the whole box waits for all of it, then passes
+            let big = tokio::time::timeout(Duration::from_millis(50), outbox.push(vec![b'c'; 500]));
+            assert!(big.await.is_err());
+            drop(rx.recv().await.unwrap());
+            outbox.push(vec![b'c'; 500]).await;
+            assert_eq!(rx.recv().await.unwrap().0.len(), 500);
+        });
     }
 
     #[test]
