@@ -39,6 +39,18 @@ in it (a refusal, or another client's answer, would look fast).
       (initialize + notifications/initialized, then nothing; connections
       left open) and SETTLE seconds.
 
+  mcphttp.py flood --name NAME --out FILE --url URL [--notes 800] [--kib 512]
+                   [--fits 16] [--settle 2] -- CMD [ARGS...]
+      Gateway memory under a flood: 2 clients open a session each on URL
+      (the `concurrent` test server of crates/testservers); the first
+      calls `notes {count: NOTES, kib: KIB}`, whose server then sends
+      NOTES notifications of KIB KiB that belong to no request, and never
+      opens its GET stream; the second calls `slow` over and over
+      meanwhile. VmRSS of CMD's own process is sampled before and between
+      the second client's calls until the gateway's /metrics counts all
+      but FITS of the notifications dropped (the session's byte budget
+      holds FITS): its peak, and the calls that worked meanwhile.
+
 Common options: --tool (default echo; `everything__echo` on the
 aggregating /mcp), --arg (echo's argument, default message), --open N
 (sessions being opened at once, default 16), --ready SECONDS (default 60).
@@ -799,6 +811,74 @@ def cmd_sessions(argv):
     return measure(o, cmd, body)
 
 
+def metric(url, name):
+    """A sample of the gateway's /metrics (0 while absent)."""
+    u = urllib.parse.urlsplit(url)
+    with socket.create_connection((u.hostname, u.port), timeout=10) as s:
+        s.sendall(f"GET /metrics HTTP/1.1\r\nHost: {u.hostname}:{u.port}\r\n"
+                  f"Connection: close\r\n\r\n".encode())
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+    for line in data.decode("latin-1").splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[-1])
+    return 0.0
+
+
+def cmd_flood(argv):
+    o, cmd = parse(argv, {"notes": "800", "kib": "512", "fits": "16", "settle": "2",
+                          "timeout": "600"})
+    notes, kib, fits = int(o["notes"]), int(o["kib"]), int(o["fits"])
+
+    def call(tool, args):
+        def flow(c):
+            resp = yield (tool, c.request("tools/call", {"name": tool, "arguments": args}))
+            result = c.answer(resp, tool)
+            if result.get("isError"):
+                raise Failed(f"{tool}: {json.dumps(result)[:200]}")
+            c.ok += 1
+        return flow
+
+    def body(result, target):
+        pid = target.proc.pid
+        time.sleep(float(o["settle"]))
+        victim, other = new_clients(o["url"], 2, o["tool"], o["arg"])
+        try:
+            open_sessions([victim, other], 2)
+            st = read_status(pid)
+            if not st:
+                raise Failed("the process is gone")
+            result["start_vmrss_kib"] = peak = st["VmRSS"]
+            result.update({"notes": notes, "kib": kib, "flood_mib": notes * kib / 1024})
+            run([victim], call("notes", {"count": notes, "kib": kib}))
+            if victim.error:
+                raise Failed(victim.error)
+            t0 = time.perf_counter()
+            dropped = 0.0
+            while dropped + fits < notes:
+                if time.perf_counter() - t0 > float(o["timeout"]):
+                    raise Failed(f"the flood did not end: {dropped:.0f} of {notes} dropped")
+                st = read_status(pid)
+                if not st:
+                    raise Failed("the process is gone during the flood")
+                peak = max(peak, st["VmRSS"])
+                run([other], call("slow", {"ms": 0, "kib": 1, "notes": 0}))
+                if other.error:
+                    raise Failed(f"the other client's call failed: {other.error}")
+                dropped = metric(o["url"], 'mcpbox_dropped_messages_total{queue="backlog"}')
+                time.sleep(0.05)
+            st = read_status(pid) or st
+            result.update({"flood_vmrss_peak_kib": max(peak, st["VmRSS"]),
+                           "flood_vmhwm_kib": st.get("VmHWM"), "flood_s": time.perf_counter() - t0,
+                           "dropped": dropped, "other_calls_ok": other.ok,
+                           "buffered_bytes": metric(o["url"], "mcpbox_buffered_bytes")})
+        finally:
+            close_all([victim, other])
+
+    return measure(o, cmd, body)
+
+
 def _comm(pid):
     try:
         return Path(f"/proc/{pid}/comm").read_text().strip()
@@ -807,7 +887,8 @@ def _comm(pid):
 
 
 def main():
-    cmds = {"latency": cmd_latency, "throughput": cmd_throughput, "sessions": cmd_sessions}
+    cmds = {"latency": cmd_latency, "throughput": cmd_throughput, "sessions": cmd_sessions,
+            "flood": cmd_flood}
     if len(sys.argv) < 2 or sys.argv[1] not in cmds:
         sys.exit(__doc__)
     return cmds[sys.argv[1]](sys.argv[2:])

@@ -18,7 +18,7 @@
       Times the start-up rows' commands in turn, one run each, into
       DIR/NAME.json (hyperfine's export format).
   tools.py serve DIR
-      Pools DIR/serve/{latency,throughput,sessions,load}/*.json (written by
+      Pools DIR/serve/{latency,throughput,sessions,flood,load}/*.json (written by
       mcphttp.py and load.py) into the serve tables under DIR/extra/.
   tools.py report DIR
       Prints the tables for one bench/run result directory and writes
@@ -622,6 +622,30 @@ def cmd_serve(argv):
                      "'mcpbox children': descendant processes named mcpbox (sandbox supervisors and helpers), "
                      "shown apart; the servers (node) are not mcpbox's",
                      SESSIONS_TARGET])
+
+    fl = pooled(sv / "flood")
+    if fl:
+        rows = []
+        for name in sorted(fl, key=key):
+            for r in fl[name]:
+                if r.get("status") != "ok":
+                    rows.append([name, f"failed: {r.get('why')}"])
+                    continue
+                kib = 1024.0
+                rows.append([name, r["flood_mib"], r["start_vmrss_kib"] / kib, r["flood_vmrss_peak_kib"] / kib,
+                             (r["flood_vmrss_peak_kib"] - r["start_vmrss_kib"]) / kib,
+                             (r.get("buffered_bytes") or 0) / kib / kib, r["dropped"], r["other_calls_ok"],
+                             r["flood_s"]])
+        write_table(out, "serve-2b-flood", "serve: gateway memory under a flood",
+                    ["gateway", "flood MiB", "start RSS MiB", "peak RSS MiB", "growth MiB", "held at end MiB",
+                     "dropped", "other client's calls", "flood s"], rows,
+                    ["a server (crates/testservers `concurrent`, `notes`) sends notifications of FLOOD_KIB KiB "
+                     "that belong to no request to a client that never opens its GET stream; another client "
+                     "calls `slow` meanwhile (each call must work); VmRSS of the `mcpbox serve` pid sampled "
+                     "between its calls until /metrics counts the flood dropped",
+                     "budgets: [limits] max_buffered_per_session = FLOOD_SESSION_MIB (8 MiB), "
+                     "max_buffered_total = FLOOD_TOTAL_MIB (16 MiB); the growth stays under the total "
+                     "plus a fixed margin whatever the flood's size (docs/serve.md, Byte budgets)"])
 
     lo = pooled(sv / "load")
     if lo:

@@ -182,6 +182,39 @@ pub enum Answer {
 /// an agent talked into it) flooding the human with questions: refused
 /// until some are answered or expire.
 pub const MAX_OPEN_PER_SESSION: usize = 64;
+/// Bytes of approvals (what each is bound to, its preview) one relay
+/// session may have open at once: names a host or server chose can be
+/// long, so the count alone does not bound the table.
+pub const MAX_BYTES_PER_SESSION: usize = 1024 * 1024;
+/// Bytes of approvals open in the whole process, every session together.
+pub const MAX_BYTES_TOTAL: usize = 32 * 1024 * 1024;
+
+/// Whether `ask` would take its session past [`MAX_OPEN_PER_SESSION`]
+/// or [`MAX_BYTES_PER_SESSION`], or the process past [`MAX_BYTES_TOTAL`]:
+/// then it is not asked (a flood of questions, or of long names, stops
+/// at its own session's share).
+fn over_budget(t: &Table, ask: &Ask) -> bool {
+    let bytes = cost(ask);
+    let (mut open, mut session, mut total) = (0, 0, 0);
+    for e in t.entries.values() {
+        total += e.bytes;
+        if e.ask.session == ask.session {
+            open += 1;
+            session += e.bytes;
+        }
+    }
+    open >= MAX_OPEN_PER_SESSION
+        || session + bytes > MAX_BYTES_PER_SESSION
+        || total + bytes > MAX_BYTES_TOTAL
+}
+
+/// What an approval costs the table, in bytes: its binding, subject and
+/// preview as JSON (the size the CLI and console are given), its ids.
+fn cost(ask: &Ask) -> usize {
+    let json =
+        serde_json::to_vec(&(&ask.binding, &ask.subject, &ask.preview)).map_or(0, |v| v.len());
+    json + ask.id.len() + ask.session.len() + ask.sandbox_id.len()
+}
 
 /// Delivers the answer to a held ask, exactly once.
 pub type Deliver = Box<dyn FnOnce(Answer) + Send>;
@@ -292,6 +325,8 @@ struct Entry {
     ask: Ask,
     created: SystemTime,
     state: State,
+    /// [`cost`] of `ask`.
+    bytes: usize,
 }
 
 #[derive(Default)]
@@ -517,13 +552,7 @@ impl Broker {
                     json!({"scope": scope, "by": by}),
                 ));
                 Asked::Granted { id, by, scope }
-            } else if t
-                .entries
-                .values()
-                .filter(|e| e.ask.session == ask.session)
-                .count()
-                >= MAX_OPEN_PER_SESSION
-            {
+            } else if over_budget(&t, &ask) {
                 Asked::TooMany
             } else if !ask.hold {
                 // The same call refused before and still pending: the same
@@ -544,6 +573,7 @@ impl Broker {
                         let id = ask.id.clone();
                         after.records.push(requested(&ask));
                         let e = Entry {
+                            bytes: cost(&ask),
                             ask,
                             created: now,
                             state: State::Pending { deliver: None },
@@ -561,6 +591,7 @@ impl Broker {
             } else {
                 after.records.push(requested(&ask));
                 let e = Entry {
+                    bytes: cost(&ask),
                     ask,
                     created: now,
                     state: State::Pending {

@@ -240,8 +240,14 @@ pub struct Config {
     /// A result with credential-shaped strings waits for a human
     /// (`output.approve_credential_shapes`).
     pub approve_credential_shapes: bool,
-    /// Grace between closing the server's stdin, SIGTERM and SIGKILL.
+    /// Grace between closing the server's stdin, SIGTERM and SIGKILL; a
+    /// server whose stdin is closed gets it after its last line.
     pub shutdown_grace: Duration,
+    /// How long a server whose stdin was closed (the host closed its
+    /// input, or the gateway stops) may still take to answer the requests
+    /// it has before SIGTERM (the MCP stdio shutdown: close the input,
+    /// wait for the exit, then signal).
+    pub drain_grace: Duration,
     /// Redact credential-shaped strings in results (they are flagged either way).
     pub redact_credential_shapes: bool,
     /// Where tool pins are kept; `None` disables pinning.
@@ -289,6 +295,7 @@ impl Default for Config {
             approve_over: None,
             approve_credential_shapes: false,
             shutdown_grace: Duration::from_secs(2),
+            drain_grace: Duration::from_secs(10),
             redact_credential_shapes: true,
             pin_file: None,
             accept_pin_changes: false,

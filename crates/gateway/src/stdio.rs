@@ -1,6 +1,13 @@
 //! The stdio driver: runs one [`Session`] between a host on a byte stream
 //! (mcpbox's own stdin/stdout) and a server started by a [`Launcher`].
 //!
+//! What the driver holds for the host is bounded in bytes: the message it
+//! writes (at most [`Config::max_line`]) and the 64 KiB buffer of a stdio
+//! host's output. Writing to a stdio host blocks the loop, so a host that
+//! stops reading stops the reads from the server instead of growing a
+//! queue; a [`HostSink`] must not block and bounds what it keeps itself
+//! (the HTTP gateway's byte budgets).
+//!
 //! Threads, each blocking on one thing:
 //!
 //! - **driver** (the caller of [`Relay::run`]): owns the session; waits in

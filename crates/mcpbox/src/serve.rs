@@ -24,7 +24,6 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicI32;
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::{bail, Context};
 use mcpbox_audit::Sink;
@@ -38,9 +37,6 @@ use crate::launch::SandboxLauncher;
 use crate::lifecycle::{self, Lifecycle, ServerLife, SessionGuard};
 use crate::preflight::{self, Loaded};
 use crate::state;
-
-/// How long a stopping gateway lets requests in flight finish.
-const DRAIN: Duration = Duration::from_secs(10);
 
 /// One configured server, checked.
 struct Server {
@@ -136,7 +132,8 @@ pub fn run(config: &Path) -> anyhow::Result<i32> {
         let shutdown = async move {
             let _ = stop_rx.await;
         };
-        mcpbox_serve::serve_with(gw, listener, tls, shutdown, DRAIN)
+        let grace = gw.settings.limits.shutdown_grace;
+        mcpbox_serve::serve_with(gw, listener, tls, shutdown, grace)
             .await
             .context("serving")
     })?;
@@ -167,6 +164,9 @@ fn prepare(cfg: &ServeConfig) -> anyhow::Result<(Settings, Arc<dyn Backend>, Arc
         body_timeout: l.body_timeout,
         max_sessions_per_client: l.max_sessions_per_client,
         max_streams_per_client: l.max_streams_per_client,
+        max_buffered_per_session: usize::try_from(l.max_buffered_per_session).unwrap_or(usize::MAX),
+        max_buffered_total: usize::try_from(l.max_buffered_total).unwrap_or(usize::MAX),
+        shutdown_grace: l.shutdown_grace,
     };
     let mut servers = HashMap::new();
     let mut lives = HashMap::new();
@@ -512,6 +512,11 @@ fn open_remote(
         crate::run::relay_config(loaded, &identity, None, sandbox_id.clone(), workspace_id)?;
     config.server_name = open.server.clone();
     config.caller = open.client.clone();
+    // the gateway drains a session's requests itself (limits.shutdown_grace)
+    // before it closes the session, and a client that ended its session
+    // (DELETE) takes no more answers: the server's input closed, the
+    // usual grace before SIGTERM
+    config.drain_grace = config.shutdown_grace;
     let launcher = RemoteLauncher::new(remote.clone(), runtime);
     // no sandbox: no host directory is behind anything, so client roots
     // are all dropped and absolute path arguments are outside
@@ -598,6 +603,11 @@ fn open_sandbox(
     )?;
     config.server_name = open.server.clone();
     config.caller = open.client.clone();
+    // the gateway drains a session's requests itself (limits.shutdown_grace)
+    // before it closes the session, and a client that ended its session
+    // (DELETE) takes no more answers: the server's input closed, the
+    // usual grace before SIGTERM
+    config.drain_grace = config.shutdown_grace;
     let view = crate::arguments::SandboxView::for_spec(&spec);
     config.paths = Some(view.map().clone());
     let launcher = SandboxLauncher {

@@ -887,3 +887,32 @@ fn a_server_cannot_forge_mcpbox_meta_over_stdio() {
         "{audit:?}"
     );
 }
+
+/// Issue 25, the MCP stdio shutdown: a host that closes mcpbox's input
+/// right after a request (`echo '<request>' | mcpbox run -- server`) gets
+/// the answer the server still writes, and a clean exit. The server
+/// handles requests concurrently and exits once its input ends (the SDK
+/// pattern); before, mcpbox sent it SIGTERM `shutdown_grace` (2 s) after
+/// closing its stdin, and the host got "server exited (signal 15)".
+#[test]
+fn a_host_closing_its_input_after_a_request_still_gets_the_answer() {
+    let ws = server_ws("concurrent");
+    let p = policy(&ws, "");
+    let mut s = start(&ws, &p, "concurrent", &[]);
+    s.initialize();
+    s.send(&json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+        "params": {"name": "slow", "arguments": {"ms": 3000, "kib": 64}}}));
+    s.close_stdin();
+    let answer = loop {
+        let m = s.recv();
+        if m.get("id") == Some(&json!(7)) {
+            break m;
+        }
+    };
+    assert!(answer.get("error").is_none(), "{answer}\n{}", s.stderr());
+    assert_eq!(result_text(&answer).len(), 64 * 1024, "{answer}");
+    // the server answered after its input closed: mcpbox waited for it
+    assert_eq!(answer["result"]["structuredContent"]["stdin_open"], false);
+    let (status, err) = s.finish();
+    assert!(status.success(), "{status}: {err}");
+}

@@ -259,6 +259,8 @@ reasons! {
     HttpSandboxLimit = "http.sandbox_limit", "the client has as many sandboxes as `limits.max_sandboxes_per_client` allows (live or kept); destroy one first";
     HttpTaskInvalid = "http.task_invalid", "the `Mcpbox-Task` header or `_meta` task is not a task name (1 to 64 of `[A-Za-z0-9._-]`, not starting with a dot), or the two differ";
     HttpShuttingDown = "http.shutting_down", "the gateway is stopping and takes no new requests";
+    HttpStopped = "http.stopped", "the gateway stopped while the request was still in flight, at the end of `limits.shutdown_grace`";
+    HttpBufferFull = "http.buffer_full", "a message for the client did not fit the bytes the gateway holds for it (`limits.max_buffered_per_session`, `limits.max_buffered_total`): a notification was dropped, or a response ended its request with this error";
     // ---- mcpbox's own failures
     ClientGone = "client.gone", "the sandboxed client closed the proxy connection";
     McpboxThreadSpawnFailed = "mcpbox.thread_spawn_failed", "mcpbox could not start a thread to serve a connection";

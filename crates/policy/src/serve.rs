@@ -34,6 +34,13 @@ pub const MAX_NAME: usize = 64;
 pub const DEFAULT_ADDRESS: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 8787);
 /// Default `[limits] max_body`: 4 MiB.
 pub const DEFAULT_MAX_BODY: u64 = 4 << 20;
+/// Default `[limits] max_buffered_per_session`: 32 MiB (room for the
+/// largest message a relay passes, `output.max_line`'s default 16 MiB).
+pub const DEFAULT_MAX_BUFFERED_PER_SESSION: u64 = 32 << 20;
+/// Default `[limits] max_buffered_total`: 512 MiB.
+pub const DEFAULT_MAX_BUFFERED_TOTAL: u64 = 512 << 20;
+/// Default `[limits] shutdown_grace`: 10 s.
+pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 /// Largest token file [`TokenSource::load`] reads: a token is short, so a
 /// bigger file is the wrong file (or a device that never ends).
 pub const MAX_TOKEN_FILE: u64 = 64 << 10;
@@ -196,6 +203,15 @@ fn default_max_streams_per_client() -> u32 {
 fn default_max_sandboxes_per_client() -> u32 {
     32
 }
+fn default_max_buffered_per_session() -> u64 {
+    DEFAULT_MAX_BUFFERED_PER_SESSION
+}
+fn default_max_buffered_total() -> u64 {
+    DEFAULT_MAX_BUFFERED_TOTAL
+}
+fn default_shutdown_grace() -> Duration {
+    DEFAULT_SHUTDOWN_GRACE
+}
 
 /// The `[limits]` table: what one client may cost the gateway. Every key is
 /// optional; each must be more than 0.
@@ -241,6 +257,26 @@ pub struct Limits {
     #[serde(default = "default_max_sandboxes_per_client")]
     #[schemars(range(min = 1))]
     pub max_sandboxes_per_client: u32,
+    /// Bytes one session may hold for its client: notifications waiting
+    /// for a GET stream, a stream's and a request's queues, answers not yet
+    /// written. Past it a notification is dropped (a backlog drops its
+    /// oldest first), counted and audited; an answer that does not fit
+    /// ends its request with `http.buffer_full`. Default "32MiB".
+    #[serde(default = "default_max_buffered_per_session", with = "units::size")]
+    #[schemars(with = "SizeText")]
+    pub max_buffered_per_session: u64,
+    /// Bytes all sessions together may hold for their clients (the same
+    /// rule when it is full). Default "512MiB".
+    #[serde(default = "default_max_buffered_total", with = "units::size")]
+    #[schemars(with = "SizeText")]
+    pub max_buffered_total: u64,
+    /// How long a stop (SIGTERM, SIGINT, SIGHUP) waits for the requests in
+    /// flight, until the last byte of each answer is written; what is left
+    /// then ends with an `http.stopped` error before the servers' input is
+    /// closed. Default "10s".
+    #[serde(default = "default_shutdown_grace", with = "units::duration")]
+    #[schemars(with = "DurationText")]
+    pub shutdown_grace: Duration,
 }
 
 impl Default for Limits {
@@ -255,6 +291,9 @@ impl Default for Limits {
             max_sessions_per_client: default_max_sessions_per_client(),
             max_streams_per_client: default_max_streams_per_client(),
             max_sandboxes_per_client: default_max_sandboxes_per_client(),
+            max_buffered_per_session: default_max_buffered_per_session(),
+            max_buffered_total: default_max_buffered_total(),
+            shutdown_grace: default_shutdown_grace(),
         }
     }
 }
@@ -1493,7 +1532,7 @@ fn parse_address(ctx: &Ctx, s: &str) -> Result<SocketAddr> {
 }
 
 fn validate_limits(l: &Limits, ctx: &Ctx) -> Result<()> {
-    let zero: [(&str, bool); 9] = [
+    let zero: [(&str, bool); 12] = [
         ("max_body", l.max_body == 0),
         ("max_concurrent", l.max_concurrent == 0),
         ("rate_per_second", l.rate_per_second == 0),
@@ -1503,6 +1542,9 @@ fn validate_limits(l: &Limits, ctx: &Ctx) -> Result<()> {
         ("max_sessions_per_client", l.max_sessions_per_client == 0),
         ("max_streams_per_client", l.max_streams_per_client == 0),
         ("max_sandboxes_per_client", l.max_sandboxes_per_client == 0),
+        ("max_buffered_per_session", l.max_buffered_per_session == 0),
+        ("max_buffered_total", l.max_buffered_total == 0),
+        ("shutdown_grace", l.shutdown_grace.is_zero()),
     ];
     for (name, is_zero) in zero {
         if is_zero {
@@ -1512,6 +1554,16 @@ fn validate_limits(l: &Limits, ctx: &Ctx) -> Result<()> {
                 "use a value above 0, or leave the key out for the default (docs/serve.md)",
             ));
         }
+    }
+    if l.max_buffered_per_session > l.max_buffered_total {
+        return Err(ctx.err(
+            "limits.max_buffered_per_session",
+            format!(
+                "max_buffered_per_session ({}) is more than max_buffered_total ({})",
+                l.max_buffered_per_session, l.max_buffered_total
+            ),
+            "one session cannot hold more than the whole gateway: lower it or raise max_buffered_total",
+        ));
     }
     Ok(())
 }

@@ -48,7 +48,6 @@
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use bytes::Bytes;
 use hyper::body::Incoming;
 use hyper::header::{HeaderMap, HeaderValue};
 use hyper::{Request, Response, StatusCode};
@@ -58,14 +57,16 @@ use mcpbox_policy::Reason;
 use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
 
+use crate::body::Chunk;
 use crate::body::{sse_event, Body};
+use crate::budget::{Budget, Held};
 use crate::http::{
     accepts, check_version, event_stream, header, one_line, open_refusal, plain, request_stream,
     send_refusal, sse_response, Ctx, Refusal, INVALID_REQUEST, SESSION_HEADER, SESSION_NOT_FOUND,
     TRANSPORT_ERROR,
 };
 use crate::limits::Slot;
-use crate::session::{McpSession, Out, Waiting, BACKLOG, STREAM_QUEUE};
+use crate::session::{charge_making_room, push_backlog, McpSession, Out, Waiting, STREAM_QUEUE};
 
 /// JSON-RPC: no such method.
 const METHOD_NOT_FOUND: i64 = -32601;
@@ -91,8 +92,8 @@ struct State {
     owners: Owners,
     /// (member, URI or template) pairs already flagged as taken.
     flagged: HashSet<(usize, String)>,
-    stream: Option<mpsc::Sender<Vec<u8>>>,
-    backlog: VecDeque<Vec<u8>>,
+    stream: Option<mpsc::Sender<Held>>,
+    backlog: VecDeque<Held>,
 }
 
 /// A client's session on `/mcp`.
@@ -103,6 +104,9 @@ pub struct Aggregate {
     pub client: String,
     members: Vec<Member>,
     state: Mutex<State>,
+    /// What it holds for the client (its GET stream and backlog), in
+    /// bytes; each member session has its own budget besides.
+    budget: Budget,
 }
 
 impl std::fmt::Debug for Aggregate {
@@ -184,31 +188,29 @@ impl Aggregate {
         }
     }
 
-    /// A message for the GET stream (or its backlog).
+    /// A message for the GET stream (or its backlog), within the
+    /// aggregate's byte budget (as a session's: [`crate::session`]).
     fn unsolicited(&self, message: Vec<u8>) {
-        let mut st = self.lock();
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        let Ok(mut held) = charge_making_room(&self.budget, &mut st.backlog, message) else {
+            return;
+        };
         if let Some(s) = &st.stream {
-            match s.try_send(message) {
+            match s.try_send(held) {
                 Ok(()) => return,
-                Err(mpsc::error::TrySendError::Full(_)) => {
+                Err(mpsc::error::TrySendError::Full(h)) => {
                     tracing::warn!("a slow client's event stream is full: message dropped");
+                    self.budget.dropped("stream", h.len());
                     return;
                 }
-                Err(mpsc::error::TrySendError::Closed(m)) => {
+                Err(mpsc::error::TrySendError::Closed(h)) => {
                     st.stream = None;
-                    if st.backlog.len() >= BACKLOG {
-                        st.backlog.pop_front();
-                    }
-                    st.backlog.push_back(m);
-                    return;
+                    held = h;
                 }
             }
         }
-        if st.backlog.len() >= BACKLOG {
-            st.backlog.pop_front();
-            tracing::warn!("no event stream open: the oldest waiting message dropped");
-        }
-        st.backlog.push_back(message);
+        push_backlog(&self.budget, &mut st.backlog, held);
     }
 }
 
@@ -394,6 +396,7 @@ async fn stateless(
         client: ctx.client.name.clone(),
         members,
         state: Mutex::new(State::default()),
+        budget: ctx.gw.session_budget(&ctx.client.name, ""),
     });
     match msg.shape {
         Shape::Notification => {
@@ -474,12 +477,12 @@ async fn ask(
             }
             Some(Out::Message(m)) => {
                 waiting.took();
-                if !agg.foreign_update(member, &m) {
-                    agg.unsolicited(agg.outgoing(member, &m, &ctx.gw));
+                if !agg.foreign_update(member, &m.bytes) {
+                    agg.unsolicited(agg.outgoing(member, &m.bytes, &ctx.gw));
                 }
             }
             Some(Out::Final(m)) => {
-                let v: Value = serde_json::from_slice(&m).unwrap_or(Value::Null);
+                let v: Value = serde_json::from_slice(&m.bytes).unwrap_or(Value::Null);
                 return match (v.get("result"), v.get("error")) {
                     (Some(r), _) => Ok(r.clone()),
                     (_, Some(e)) => Err(e.clone()),
@@ -492,8 +495,8 @@ async fn ask(
 
 /// One event stream with one answer.
 fn single(answer: &Value, sid: Option<&str>) -> Response<Body> {
-    let (tx, rx) = mpsc::channel::<Bytes>(1);
-    let _ = tx.try_send(sse_event(&to_line(answer)));
+    let (tx, rx) = mpsc::channel::<Chunk>(1);
+    let _ = tx.try_send(Chunk::own(sse_event(&to_line(answer))));
     let mut r = sse_response(rx);
     if let Some(v) = sid.and_then(|s| HeaderValue::from_str(s).ok()) {
         r.headers_mut().insert(SESSION_HEADER, v);
@@ -554,6 +557,7 @@ async fn initialize(ctx: &Ctx, msg: Message, _slot: Slot) -> Result<Response<Bod
         client: ctx.client.name.clone(),
         members,
         state: Mutex::new(State::default()),
+        budget: ctx.gw.session_budget(&ctx.client.name, ""),
     });
     // every member starts at once; the answers are awaited in turn
     let mut pending = Vec::new();
@@ -591,8 +595,8 @@ async fn initialize(ctx: &Ctx, msg: Message, _slot: Slot) -> Result<Response<Bod
         let (agg2, gw) = (agg.clone(), ctx.gw.clone());
         tokio::spawn(async move {
             while let Some(line) = rx.recv().await {
-                if !agg2.foreign_update(i, &line) {
-                    agg2.unsolicited(agg2.outgoing(i, &line, &gw));
+                if !agg2.foreign_update(i, &line.bytes) {
+                    agg2.unsolicited(agg2.outgoing(i, &line.bytes, &gw));
                 }
             }
         });
@@ -1078,7 +1082,7 @@ pub(crate) fn get(ctx: &Ctx, req: &Request<Incoming>) -> Result<Response<Body>, 
             "this client has too many open streams",
         ));
     };
-    let (tx, events) = mpsc::channel::<Vec<u8>>(STREAM_QUEUE);
+    let (tx, events) = mpsc::channel::<Held>(STREAM_QUEUE);
     {
         let mut st = agg.lock();
         if st.stream.as_ref().is_some_and(|s| !s.is_closed()) {

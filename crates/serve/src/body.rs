@@ -9,14 +9,59 @@ use bytes::Bytes;
 use hyper::body::{Body as HttpBody, Frame, SizeHint};
 use tokio::sync::mpsc;
 
+use crate::budget::Charge;
+
 /// A response body.
-#[derive(Debug)]
 pub enum Body {
     /// The whole body (taken on the first poll).
     Full(Option<Bytes>),
     /// An event stream: each chunk is one or more whole SSE events; the
-    /// body ends when every sender is gone.
-    Stream(mpsc::Receiver<Bytes>),
+    /// body ends when every sender is gone. A chunk's bytes stay charged
+    /// to its session's budget until hyper asks for the next one (then it
+    /// had room for more: the chunk is in the socket or in hyper's
+    /// bounded write buffer).
+    Stream {
+        /// The chunks, in order.
+        rx: mpsc::Receiver<Chunk>,
+        /// The charge of the chunk handed out last.
+        last: Option<Charge>,
+    },
+    /// A body and what must live until it is done or dropped: a POST's
+    /// place among the requests in flight, so that a graceful stop waits
+    /// for the last byte of a streamed answer, not for the handler.
+    Held(Box<Body>, Box<dyn Send + Sync>),
+}
+
+impl std::fmt::Debug for Body {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Body::Full(b) => f.debug_tuple("Full").field(b).finish(),
+            Body::Stream { .. } => f.write_str("Stream"),
+            Body::Held(b, _) => f.debug_tuple("Held").field(b).finish(),
+        }
+    }
+}
+
+/// One chunk of an event stream, charged to its session's budget.
+#[derive(Debug)]
+pub struct Chunk {
+    bytes: Bytes,
+    charge: Charge,
+}
+
+impl Chunk {
+    /// `bytes`, with the charge of the message they were made of.
+    pub fn new(bytes: Bytes, charge: Charge) -> Chunk {
+        Chunk { bytes, charge }
+    }
+
+    /// mcpbox's own bytes (a keep-alive, an error that ends a request).
+    pub fn own(bytes: Bytes) -> Chunk {
+        Chunk {
+            bytes,
+            charge: Charge::default(),
+        }
+    }
 }
 
 impl Body {
@@ -28,6 +73,16 @@ impl Body {
     /// No body.
     pub fn empty() -> Body {
         Body::Full(None)
+    }
+
+    /// An event stream of these chunks.
+    pub fn stream(rx: mpsc::Receiver<Chunk>) -> Body {
+        Body::Stream { rx, last: None }
+    }
+
+    /// This body, with `guard` kept until it is done or dropped.
+    pub fn held(self, guard: Box<dyn Send + Sync>) -> Body {
+        Body::Held(Box::new(self), guard)
     }
 }
 
@@ -41,19 +96,33 @@ impl HttpBody for Body {
     ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
         match self.get_mut() {
             Body::Full(bytes) => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
-            Body::Stream(rx) => rx.poll_recv(cx).map(|c| c.map(|b| Ok(Frame::data(b)))),
+            Body::Stream { rx, last } => {
+                // asked again: hyper took the last chunk in
+                *last = None;
+                rx.poll_recv(cx).map(|c| {
+                    c.map(|c| {
+                        *last = Some(c.charge);
+                        Ok(Frame::data(c.bytes))
+                    })
+                })
+            }
+            Body::Held(inner, _) => Pin::new(inner.as_mut()).poll_frame(cx),
         }
     }
 
     fn is_end_stream(&self) -> bool {
-        matches!(self, Body::Full(None))
+        match self {
+            Body::Held(inner, _) => inner.is_end_stream(),
+            b => matches!(b, Body::Full(None)),
+        }
     }
 
     fn size_hint(&self) -> SizeHint {
         match self {
             Body::Full(Some(b)) => SizeHint::with_exact(b.len() as u64),
             Body::Full(None) => SizeHint::with_exact(0),
-            Body::Stream(_) => SizeHint::default(),
+            Body::Stream { .. } => SizeHint::default(),
+            Body::Held(inner, _) => inner.size_hint(),
         }
     }
 }

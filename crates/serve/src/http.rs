@@ -25,7 +25,8 @@ use mcpbox_gateway::message::{Invalid, Message, Shape};
 use mcpbox_policy::Reason;
 use serde_json::{json, Value};
 
-use crate::body::{sse_event, Body, KEEPALIVE};
+use crate::body::{sse_event, Body, Chunk, KEEPALIVE};
+use crate::budget::Held;
 use crate::session::{McpSession, Out, SendError, StreamError, Waiting};
 use crate::settings::{digest, ClientSettings};
 use crate::Gateway;
@@ -42,6 +43,9 @@ pub const SUPPORTED_VERSIONS: [&str; 5] = [
     "2025-11-25",
     "2026-07-28",
 ];
+/// Events between a stream's task and hyper (each charged to its
+/// session's budget until hyper takes it).
+const SSE_CHUNKS: usize = 64;
 /// An SSE comment goes out when a stream was quiet this long.
 pub(crate) const KEEPALIVE_EVERY: Duration = Duration::from_secs(15);
 
@@ -205,7 +209,8 @@ async fn route(gw: &Arc<Gateway>, req: Request<Incoming>) -> Result<Response<Bod
     }
     let client = authenticate(gw, headers)?;
     if path == "/metrics" && req.method() == Method::GET {
-        let mut r = Response::new(Body::full(gw.metrics.render(gw.sessions.len())));
+        let text = gw.metrics.render(gw.sessions.len(), gw.budgets.used());
+        let mut r = Response::new(Body::full(text));
         r.headers_mut().insert(
             CONTENT_TYPE,
             HeaderValue::from_static("text/plain; version=0.0.4"),
@@ -271,8 +276,14 @@ async fn route(gw: &Arc<Gateway>, req: Request<Incoming>) -> Result<Response<Bod
                 )
                 .header("retry-after", "1"));
             };
-            let _busy = gw.busy();
-            post(&ctx, req, slot).await
+            // in flight until the body's last byte is out, not until the
+            // handler returns (a streamed answer outlives it)
+            let busy = gw.busy();
+            let resp = match post(&ctx, req, slot).await {
+                Ok(r) => r,
+                Err(refusal) => refusal.into_response(gw),
+            };
+            Ok(resp.map(|b| b.held(Box::new(busy))))
         }
         Method::GET if ctx.server.is_empty() => crate::aggregate::get(&ctx, &req),
         Method::DELETE if ctx.server.is_empty() => crate::aggregate::delete(&ctx, &req),
@@ -725,16 +736,21 @@ pub(crate) fn request_stream(
     mut waiting: Waiting,
     slot: crate::limits::Slot,
     id: Value,
-    first: Option<Vec<u8>>,
+    first: Option<Held>,
     mut message: impl FnMut(Vec<u8>) -> Vec<u8> + Send + 'static,
     mut answer: impl FnMut(Vec<u8>) -> Vec<u8> + Send + 'static,
     gone: impl FnOnce() + Send + 'static,
 ) -> Response<Body> {
-    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(64);
+    let (tx, rx) = tokio::sync::mpsc::channel::<Chunk>(SSE_CHUNKS);
     tokio::spawn(async move {
         let _slot = slot;
         if let Some(m) = first {
-            if tx.send(sse_event(&message(m))).await.is_err() {
+            let (m, charge) = m.into_parts();
+            if tx
+                .send(Chunk::new(sse_event(&message(m)), charge))
+                .await
+                .is_err()
+            {
                 gone();
                 return;
             }
@@ -749,14 +765,18 @@ pub(crate) fn request_stream(
                 next = tokio::time::timeout(KEEPALIVE_EVERY, waiting.rx.recv()) => next,
             };
             let (event, last) = match next {
-                Err(_) => (Bytes::from_static(KEEPALIVE), false),
+                Err(_) => (Chunk::own(Bytes::from_static(KEEPALIVE)), false),
                 // the session ended without answering
-                Ok(None) => (sse_event(&ended_error(&id)), true),
+                Ok(None) => (Chunk::own(sse_event(&ended_error(&id))), true),
                 Ok(Some(Out::Message(m))) => {
                     waiting.took();
-                    (sse_event(&message(m)), false)
+                    let (m, charge) = m.into_parts();
+                    (Chunk::new(sse_event(&message(m)), charge), false)
                 }
-                Ok(Some(Out::Final(m))) => (sse_event(&answer(m)), true),
+                Ok(Some(Out::Final(m))) => {
+                    let (m, charge) = m.into_parts();
+                    (Chunk::new(sse_event(&answer(m)), charge), true)
+                }
             };
             if tx.send(event).await.is_err() {
                 if !last {
@@ -776,10 +796,10 @@ pub(crate) fn request_stream(
 /// server-sent events, with an SSE comment when it was quiet for
 /// [`KEEPALIVE_EVERY`]; it ends when `events` does.
 pub(crate) fn event_stream(
-    mut events: tokio::sync::mpsc::Receiver<Vec<u8>>,
+    mut events: tokio::sync::mpsc::Receiver<Held>,
     slot: crate::limits::Slot,
 ) -> Response<Body> {
-    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(64);
+    let (tx, rx) = tokio::sync::mpsc::channel::<Chunk>(SSE_CHUNKS);
     tokio::spawn(async move {
         let _slot = slot;
         loop {
@@ -788,9 +808,12 @@ pub(crate) fn event_stream(
                 next = tokio::time::timeout(KEEPALIVE_EVERY, events.recv()) => next,
             };
             let event = match next {
-                Err(_) => Bytes::from_static(KEEPALIVE),
+                Err(_) => Chunk::own(Bytes::from_static(KEEPALIVE)),
                 Ok(None) => return,
-                Ok(Some(m)) => sse_event(&m),
+                Ok(Some(m)) => {
+                    let (m, charge) = m.into_parts();
+                    Chunk::new(sse_event(&m), charge)
+                }
             };
             if tx.send(event).await.is_err() {
                 return;
@@ -826,8 +849,8 @@ pub(crate) fn ended_error(id: &Value) -> Vec<u8> {
     serde_json::to_vec(&e).unwrap_or_default()
 }
 
-pub(crate) fn sse_response(rx: tokio::sync::mpsc::Receiver<Bytes>) -> Response<Body> {
-    let mut r = Response::new(Body::Stream(rx));
+pub(crate) fn sse_response(rx: tokio::sync::mpsc::Receiver<Chunk>) -> Response<Body> {
+    let mut r = Response::new(Body::stream(rx));
     let h = r.headers_mut();
     h.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
     h.insert("cache-control", HeaderValue::from_static("no-cache"));

@@ -51,6 +51,7 @@
 
 pub mod aggregate;
 pub mod body;
+pub mod budget;
 pub mod http;
 pub mod limits;
 pub mod metrics;
@@ -211,6 +212,8 @@ pub struct Gateway {
     pub metrics: Arc<Metrics>,
     /// The live sessions.
     pub sessions: Arc<Sessions>,
+    /// What the sessions may hold for their clients, in bytes.
+    pub budgets: budget::Budgets,
     backend: Arc<dyn Backend>,
     limits: HashMap<String, Arc<ClientLimits>>,
     /// The live sessions on `/mcp`, by id.
@@ -255,9 +258,16 @@ impl Gateway {
                 )
             })
             .collect();
+        let metrics = Arc::new(Metrics::default());
+        let budgets = budget::Budgets::new(
+            settings.limits.max_buffered_total,
+            settings.limits.max_buffered_per_session,
+            metrics.clone(),
+        );
         Arc::new(Gateway {
             settings,
-            metrics: Arc::new(Metrics::default()),
+            metrics,
+            budgets,
             sessions: Arc::new(Sessions::default()),
             backend,
             limits,
@@ -272,6 +282,29 @@ impl Gateway {
 
     pub(crate) fn stopping(&self) -> bool {
         self.stopping.load(Ordering::Acquire)
+    }
+
+    /// A session budget whose drops are audited as `client`'s on `server`.
+    pub(crate) fn session_budget(&self, client: &str, server: &str) -> budget::Budget {
+        let (backend, client, server) =
+            (self.backend.clone(), client.to_string(), server.to_string());
+        self.budgets.session(Box::new(move |d: budget::Dropped| {
+            backend.audit(AuditEvent {
+                kind: Some(mcpbox_audit::Kind::Flag),
+                caller: client.clone(),
+                server: server.clone(),
+                reason: Some(Reason::HttpBufferFull.as_str().to_string()),
+                source: Some("serve".to_string()),
+                detail: serde_json::json!({
+                    "queue": d.queue,
+                    "dropped": d.count,
+                    "dropped_bytes": d.bytes,
+                    "max_buffered_per_session": d.session_cap,
+                    "max_buffered_total": d.gateway_cap,
+                }),
+                ..AuditEvent::default()
+            });
+        }))
     }
 
     pub(crate) fn busy(&self) -> Busy {
@@ -381,6 +414,7 @@ impl Gateway {
         let gone = id.clone();
         let router = Router::new(
             modern,
+            self.session_budget(client, server),
             Box::new(move || {
                 registry.remove(&gone);
             }),
@@ -442,6 +476,10 @@ impl Gateway {
     }
 }
 
+/// How long the errors that end the requests left at the end of the grace
+/// may take to be written (a client that does not read is not waited for).
+const CUT_WAIT: Duration = Duration::from_secs(2);
+
 /// A fresh session id: 128 random bits as hex.
 pub(crate) fn session_id() -> String {
     let mut bytes = [0u8; 16];
@@ -456,8 +494,10 @@ pub(crate) fn session_id() -> String {
 }
 
 /// Serves `listener` until `shutdown` completes, then stops in order: no
-/// new connections or requests, the requests in flight answered (up to
-/// `drain`), every session closed (servers stopped, audit flushed), and
+/// new connections or requests; the requests in flight answered, each
+/// until the last byte of its answer is written (up to `drain`, then what
+/// is left ends with an `http.stopped` error); only then every session
+/// closed (servers' input closed, servers stopped, audit flushed); and
 /// returns once every relay has ended.
 pub async fn serve(
     gw: Arc<Gateway>,
@@ -529,10 +569,29 @@ pub async fn serve_with(
     }
     drop(listener);
     gw.stopping.store(true, Ordering::Release);
+    // A request is in flight until the last byte of its answer is
+    // written: its place ([`Busy`]) lives in its response body, which
+    // hyper drops once the stream has ended (or the client left).
     tracing::info!("stopping: answering the requests in flight");
     let until = Instant::now() + drain;
     while gw.busy.load(Ordering::Acquire) > 0 && Instant::now() < until {
         tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let left = gw.busy.load(Ordering::Acquire);
+    if left > 0 {
+        // the grace ran out: what is left is answered with a clear error
+        // (`http.stopped`) before any server's input is closed
+        tracing::warn!(
+            requests = left,
+            "stopping: the grace ran out; ending the requests in flight"
+        );
+        for s in gw.sessions.all() {
+            s.cut();
+        }
+        let until = Instant::now() + CUT_WAIT;
+        while gw.busy.load(Ordering::Acquire) > 0 && Instant::now() < until {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
     gw.aggregates().clear();
     let sessions = gw.sessions.all();

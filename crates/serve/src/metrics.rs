@@ -26,6 +26,8 @@ pub struct Metrics {
     refused: Mutex<BTreeMap<&'static str, u64>>,
     tool_denials: AtomicU64,
     sessions_opened: AtomicU64,
+    /// Messages for clients dropped past a byte budget, by queue: (count, bytes).
+    dropped: Mutex<BTreeMap<&'static str, (u64, u64)>>,
 }
 
 impl Metrics {
@@ -58,6 +60,15 @@ impl Metrics {
             .or_default() += 1;
     }
 
+    /// Counts one message for a client dropped from `queue` past a byte
+    /// budget ([`crate::budget`]).
+    pub fn dropped(&self, queue: &'static str, bytes: usize) {
+        let mut d = self.dropped.lock().unwrap_or_else(|p| p.into_inner());
+        let e = d.entry(queue).or_default();
+        e.0 += 1;
+        e.1 += u64::try_from(bytes).unwrap_or(u64::MAX);
+    }
+
     /// Counts one session opened.
     pub fn session_opened(&self) {
         self.sessions_opened.fetch_add(1, Ordering::Relaxed);
@@ -72,8 +83,9 @@ impl Metrics {
         })
     }
 
-    /// The exposition text; `sessions` is the number of live sessions.
-    pub fn render(&self, sessions: usize) -> String {
+    /// The exposition text; `sessions` is the number of live sessions,
+    /// `buffered` the bytes held for clients now.
+    pub fn render(&self, sessions: usize, buffered: usize) -> String {
         let mut out = String::new();
         out.push_str(
             "# HELP mcpbox_http_requests_total HTTP requests answered, by method and status.\n",
@@ -117,6 +129,24 @@ impl Metrics {
             "mcpbox_sessions_opened_total {}",
             self.sessions_opened.load(Ordering::Relaxed)
         );
+        out.push_str("# HELP mcpbox_buffered_bytes Bytes held for clients (every session's queues), against limits.max_buffered_total.\n");
+        out.push_str("# TYPE mcpbox_buffered_bytes gauge\n");
+        let _ = writeln!(out, "mcpbox_buffered_bytes {buffered}");
+        out.push_str("# HELP mcpbox_dropped_messages_total Messages for clients dropped past a byte budget, by queue.\n");
+        out.push_str("# TYPE mcpbox_dropped_messages_total counter\n");
+        let dropped = self
+            .dropped
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        for (q, (n, _)) in &dropped {
+            let _ = writeln!(out, "mcpbox_dropped_messages_total{{queue=\"{q}\"}} {n}");
+        }
+        out.push_str("# HELP mcpbox_dropped_bytes_total Bytes of the messages dropped past a byte budget, by queue.\n");
+        out.push_str("# TYPE mcpbox_dropped_bytes_total counter\n");
+        for (q, (_, b)) in &dropped {
+            let _ = writeln!(out, "mcpbox_dropped_bytes_total{{queue=\"{q}\"}} {b}");
+        }
         out.push_str(
             "# HELP mcpbox_denials_total Refusals: HTTP requests (by reason) and tool calls.\n",
         );
@@ -165,7 +195,7 @@ mod tests {
         m.observe("POST", 200, Duration::from_micros(700));
         m.observe("POST", 401, Duration::from_millis(3));
         m.refused("http.token_invalid");
-        let text = m.render(2);
+        let text = m.render(2, 0);
         assert!(text.contains("mcpbox_http_requests_total{method=\"POST\",status=\"200\"} 1"));
         assert!(text.contains("mcpbox_http_request_duration_seconds_bucket{le=\"0.001\"} 1"));
         assert!(text.contains("mcpbox_http_request_duration_seconds_bucket{le=\"0.005\"} 2"));

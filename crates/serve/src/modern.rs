@@ -325,8 +325,10 @@ async fn answer(
             return Ok(json(StatusCode::OK, ended_error(&ids.theirs)));
         }
         Some(Out::Final(m)) => {
+            let (m, charge) = m.into_parts();
             let m = restore(&m, &ids);
-            return Ok(json(status_of(&m), m));
+            // charged to the session until hyper is done with the body
+            return Ok(json(status_of(&m), m).map(|b| b.held(Box::new(charge))));
         }
         Some(Out::Message(m)) => {
             waiting.took();

@@ -23,6 +23,14 @@
 //! - everything else goes to the GET stream, or, while none is open, waits
 //!   in a bounded backlog (the oldest is dropped past [`BACKLOG`]), or goes
 //!   to a waiting POST when there is one.
+//!
+//! Every message held for the client is charged to the session's byte
+//! budget and the gateway's ([`crate::budget`]) until it is written out.
+//! When one does not fit: the backlog drops its oldest messages to make
+//! room (then the new one, if it still does not fit); a GET stream or a
+//! request's queue drops the new notification (those before it are on
+//! their way); a response ends its request with an `http.buffer_full`
+//! error. Each drop is counted and audited ([`Budget::dropped`]).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -30,9 +38,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use mcpbox_gateway::message::{id_key, IdKey, Message, Shape};
 use mcpbox_gateway::{FeedError, HostFeed, HostSink};
+use mcpbox_policy::Reason;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
+use crate::budget::{Budget, Held};
 use crate::limits::Slot;
 
 /// Where a 2026-07-28 notification names its `subscriptions/listen` request.
@@ -50,9 +60,9 @@ pub const STREAM_QUEUE: usize = 1024;
 #[derive(Debug)]
 pub enum Out {
     /// A message before the answer (the answer becomes an event stream).
-    Message(Vec<u8>),
+    Message(Held),
     /// The answer: the last message.
-    Final(Vec<u8>),
+    Final(Held),
 }
 
 /// The receiving end a POST holds.
@@ -76,9 +86,11 @@ impl Waiting {
 struct Waiter {
     tx: mpsc::UnboundedSender<Out>,
     queued: Arc<AtomicUsize>,
+    /// The request's id, for an answer of mcpbox's own.
+    id: Value,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Routes {
     pending: HashMap<IdKey, Waiter>,
     /// Requests in flight, oldest first.
@@ -88,15 +100,32 @@ struct Routes {
     /// The GET stream (or the aggregate that reads this session): whole
     /// messages, framed by whoever writes them out.
     /// Open GET streams, oldest first; a message goes to the newest.
-    streams: Vec<mpsc::Sender<Vec<u8>>>,
-    backlog: VecDeque<Vec<u8>>,
+    streams: Vec<mpsc::Sender<Held>>,
+    backlog: VecDeque<Held>,
     ended: bool,
     /// Stateless requests (2026-07-28): a message goes to the request it
     /// names or belongs to, or nowhere (there is no GET stream to wait for).
     modern: bool,
+    /// What the session may hold for the client, in bytes.
+    budget: Budget,
 }
 
 impl Routes {
+    /// Ends every request in flight with an `http.stopped` error.
+    fn cut(&mut self) {
+        for (_, w) in self.pending.drain() {
+            let e = error_line(
+                &w.id,
+                crate::http::TRANSPORT_ERROR,
+                Reason::HttpStopped,
+                "the gateway stopped before the server answered (limits.shutdown_grace)",
+            );
+            let _ = w.tx.send(Out::Final(Held::own(e)));
+        }
+        self.order.clear();
+        self.tokens.clear();
+    }
+
     fn forget(&mut self, key: &IdKey) -> Option<Waiter> {
         let w = self.pending.remove(key);
         self.order.retain(|k| k != key);
@@ -216,6 +245,7 @@ impl McpSession {
                 Waiter {
                     tx,
                     queued: queued.clone(),
+                    id: id.clone(),
                 },
             );
             r.order.push(key.clone());
@@ -249,7 +279,7 @@ impl McpSession {
     /// each message goes to the newest one open, as the transport says a
     /// message goes to one stream only. A stream ends when its receiver is
     /// dropped (the client went away) or the session ends.
-    pub fn open_stream(&self) -> Result<mpsc::Receiver<Vec<u8>>, StreamError> {
+    pub fn open_stream(&self) -> Result<mpsc::Receiver<Held>, StreamError> {
         let (tx, rx) = mpsc::channel(STREAM_QUEUE);
         let mut r = lock(&self.routes);
         if r.ended {
@@ -295,6 +325,32 @@ impl McpSession {
     pub fn in_flight(&self) -> usize {
         lock(&self.routes).order.len()
     }
+
+    /// Ends every request in flight with an `http.stopped` error (the
+    /// gateway's grace ran out); what the server answers later goes
+    /// nowhere. The session itself is closed after.
+    pub fn cut(&self) {
+        lock(&self.routes).cut();
+    }
+
+    /// Bytes the session holds for the client now.
+    pub fn buffered(&self) -> usize {
+        lock(&self.routes).budget.used()
+    }
+}
+
+/// A JSON-RPC error of mcpbox's own for request `id`.
+pub(crate) fn error_line(id: &Value, code: i64, reason: Reason, message: &str) -> Vec<u8> {
+    let e = serde_json::json!({
+        "jsonrpc": "2.0",
+        "id": id,
+        "error": {
+            "code": code,
+            "message": message,
+            "data": {"reason": reason.as_str(), "source": "mcpbox"},
+        },
+    });
+    serde_json::to_vec(&e).unwrap_or_default()
 }
 
 /// The relay's sink for one session.
@@ -321,10 +377,17 @@ impl Router {
 
     /// A router that calls `on_end` once the relay is done with it (the
     /// session ended, whoever ended it). `modern`: for stateless requests.
-    pub fn new(modern: bool, on_end: Box<dyn FnOnce() + Send>) -> Router {
+    /// What it holds for the client is charged to `budget`.
+    pub fn new(modern: bool, budget: Budget, on_end: Box<dyn FnOnce() + Send>) -> Router {
         let routes = Routes {
+            pending: HashMap::new(),
+            order: Vec::new(),
+            tokens: HashMap::new(),
+            streams: Vec::new(),
+            backlog: VecDeque::new(),
+            ended: false,
             modern,
-            ..Routes::default()
+            budget,
         };
         Router {
             routes: Arc::new(Mutex::new(routes)),
@@ -357,9 +420,24 @@ impl HostSink for Router {
         match msg.shape {
             Shape::Response | Shape::Error | Shape::Other => {
                 let key = msg.value.get("id").map(id_key).unwrap_or_default();
+                let budget = r.budget.clone();
                 match r.forget(&key) {
                     Some(w) => {
-                        let _ = w.tx.send(Out::Final(line.to_vec()));
+                        let answer = match budget.charge(line.to_vec()) {
+                            Ok(h) => h,
+                            Err(line) => {
+                                // the client is not told less than it
+                                // asked for: the request ends, and says why
+                                budget.dropped("response", line.len());
+                                Held::own(error_line(
+                                    &w.id,
+                                    crate::http::TRANSPORT_ERROR,
+                                    Reason::HttpBufferFull,
+                                    "the answer is larger than what the gateway may hold for this session (limits.max_buffered_per_session, limits.max_buffered_total)",
+                                ))
+                            }
+                        };
+                        let _ = w.tx.send(Out::Final(answer));
                     }
                     None => tracing::debug!(id = %key, "answer for a request nobody waits for"),
                 }
@@ -402,9 +480,15 @@ impl HostSink for Router {
                                 method,
                                 "a slow client's stream is full: message dropped"
                             );
+                            r.budget.dropped("request", line.len());
                         } else {
-                            w.queued.fetch_add(1, Ordering::AcqRel);
-                            let _ = w.tx.send(Out::Message(line.to_vec()));
+                            match r.budget.charge(line.to_vec()) {
+                                Ok(h) => {
+                                    w.queued.fetch_add(1, Ordering::AcqRel);
+                                    let _ = w.tx.send(Out::Message(h));
+                                }
+                                Err(m) => r.budget.dropped("request", m.len()),
+                            }
                         }
                     }
                     None if r.modern => {
@@ -421,13 +505,19 @@ impl HostSink for Router {
     }
 }
 
-/// Puts an event on the newest open GET stream, or in the backlog.
-fn to_stream(r: &mut Routes, mut event: Vec<u8>) {
+/// Puts an event on the newest open GET stream, or in the backlog, within
+/// the session's byte budget.
+fn to_stream(r: &mut Routes, event: Vec<u8>) {
+    let mut event = match charge_making_room(&r.budget, &mut r.backlog, event) {
+        Ok(h) => h,
+        Err(()) => return,
+    };
     while let Some(s) = r.streams.last() {
         match s.try_send(event) {
             Ok(()) => return,
-            Err(mpsc::error::TrySendError::Full(_)) => {
+            Err(mpsc::error::TrySendError::Full(e)) => {
                 tracing::warn!("a slow client's event stream is full: message dropped");
+                r.budget.dropped("stream", e.len());
                 return;
             }
             Err(mpsc::error::TrySendError::Closed(e)) => {
@@ -436,11 +526,44 @@ fn to_stream(r: &mut Routes, mut event: Vec<u8>) {
             }
         }
     }
-    if r.backlog.len() >= BACKLOG {
-        r.backlog.pop_front();
-        tracing::warn!("no event stream open: the oldest waiting message dropped");
+    push_backlog(&r.budget, &mut r.backlog, event);
+}
+
+/// Charges `event` to `budget`, dropping the oldest messages of `backlog`
+/// while it does not fit; when it still does not (the session's other
+/// queues or the gateway hold the rest), it is dropped. Every drop is
+/// counted.
+pub(crate) fn charge_making_room(
+    budget: &Budget,
+    backlog: &mut VecDeque<Held>,
+    mut event: Vec<u8>,
+) -> Result<Held, ()> {
+    loop {
+        match budget.charge(event) {
+            Ok(h) => return Ok(h),
+            Err(e) => {
+                event = e;
+                match backlog.pop_front() {
+                    Some(old) => budget.dropped("backlog", old.len()),
+                    None => {
+                        budget.dropped("backlog", event.len());
+                        return Err(());
+                    }
+                }
+            }
+        }
     }
-    r.backlog.push_back(event);
+}
+
+/// Appends to a backlog of at most [`BACKLOG`] messages (the oldest goes).
+pub(crate) fn push_backlog(budget: &Budget, backlog: &mut VecDeque<Held>, event: Held) {
+    if backlog.len() >= BACKLOG {
+        if let Some(old) = backlog.pop_front() {
+            tracing::warn!("no event stream open: the oldest waiting message dropped");
+            budget.dropped("backlog", old.len());
+        }
+    }
+    backlog.push_back(event);
 }
 
 impl Drop for Router {
@@ -457,5 +580,134 @@ impl Drop for Router {
         if let Some(f) = self.on_end.take() {
             f();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::budget::Budgets;
+    use crate::Metrics;
+    use serde_json::json;
+
+    /// A router on a session budget of `per_session` bytes (the gateway's
+    /// ten times that), the budgets and their metrics.
+    fn router_with(per_session: usize) -> (Router, Budgets, Arc<Metrics>) {
+        let metrics = Arc::new(Metrics::default());
+        let budgets = Budgets::new(per_session * 10, per_session, metrics.clone());
+        let budget = budgets.session(Box::new(|_| {}));
+        (
+            Router::new(false, budget, Box::new(|| {})),
+            budgets,
+            metrics,
+        )
+    }
+
+    fn router(per_session: usize) -> (Router, Budgets) {
+        let (r, b, _) = router_with(per_session);
+        (r, b)
+    }
+
+    fn note(n: usize, pad: usize) -> Vec<u8> {
+        serde_json::to_vec(
+            &json!({"jsonrpc": "2.0", "method": "notifications/resources/updated",
+            "params": {"uri": format!("n://{n}"), "pad": "p".repeat(pad)}}),
+        )
+        .unwrap()
+    }
+
+    /// A request in flight, as [`McpSession::request`] registers it.
+    fn waiting(r: &Router, id: Value) -> mpsc::UnboundedReceiver<Out> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let mut routes = lock(&r.routes);
+        let key = id_key(&id);
+        routes.pending.insert(
+            key.clone(),
+            Waiter {
+                tx,
+                queued: Arc::new(AtomicUsize::new(0)),
+                id,
+            },
+        );
+        routes.order.push(key);
+        rx
+    }
+
+    fn backlog_uris(r: &Router) -> Vec<String> {
+        lock(&r.routes)
+            .backlog
+            .iter()
+            .map(|h| {
+                let v: Value = serde_json::from_slice(&h.bytes).unwrap();
+                v["params"]["uri"].as_str().unwrap().to_string()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_flood_for_a_client_without_a_stream_keeps_only_the_newest_within_the_budget() {
+        // every message the same length: uris n://10 to n://99
+        let one = note(10, 1000).len();
+        let (mut r, budgets, metrics) = router_with(one * 3);
+        for n in 10..100 {
+            r.message(&note(n, 1000)).unwrap();
+        }
+        assert_eq!(backlog_uris(&r), ["n://97", "n://98", "n://99"]);
+        assert_eq!(budgets.used(), one * 3);
+        let text = metrics.render(0, budgets.used());
+        assert!(
+            text.contains("mcpbox_dropped_messages_total{queue=\"backlog\"} 87"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn an_answer_that_does_not_fit_ends_the_request_with_buffer_full() {
+        let (mut r, budgets) = router(1000);
+        let mut rx = waiting(&r, json!(7));
+        let big = serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": 7,
+            "result": {"content": [{"type": "text", "text": "x".repeat(5000)}]}}))
+        .unwrap();
+        r.message(&big).unwrap();
+        let Some(Out::Final(h)) = rx.try_recv().ok() else {
+            panic!("no final answer")
+        };
+        let v: Value = serde_json::from_slice(&h.bytes).unwrap();
+        assert_eq!(v["id"], 7);
+        assert_eq!(v["error"]["data"]["reason"], "http.buffer_full", "{v}");
+        assert_eq!(budgets.used(), 0);
+    }
+
+    #[test]
+    fn a_held_message_is_charged_until_it_is_dropped() {
+        let (mut r, budgets) = router(100_000);
+        let mut rx = waiting(&r, json!(1));
+        let progress =
+            serde_json::to_vec(&json!({"jsonrpc": "2.0", "method": "notifications/message",
+            "params": {"level": "info", "data": "d".repeat(500)}}))
+            .unwrap();
+        r.message(&progress).unwrap();
+        assert_eq!(budgets.used(), progress.len());
+        let m = rx.try_recv().unwrap();
+        assert_eq!(budgets.used(), progress.len());
+        drop(m);
+        assert_eq!(budgets.used(), 0);
+    }
+
+    #[test]
+    fn a_cut_answers_every_request_in_flight_with_stopped() {
+        let (r, _budgets) = router(1000);
+        let mut one = waiting(&r, json!(1));
+        let mut two = waiting(&r, json!("b"));
+        lock(&r.routes).cut();
+        for (rx, id) in [(&mut one, json!(1)), (&mut two, json!("b"))] {
+            let Some(Out::Final(h)) = rx.try_recv().ok() else {
+                panic!("no answer for {id}")
+            };
+            let v: Value = serde_json::from_slice(&h.bytes).unwrap();
+            assert_eq!(v["id"], id);
+            assert_eq!(v["error"]["data"]["reason"], "http.stopped", "{v}");
+        }
+        assert!(lock(&r.routes).pending.is_empty());
     }
 }

@@ -78,6 +78,13 @@ pub struct Limits {
     pub max_sessions_per_client: u32,
     /// Open event streams per client.
     pub max_streams_per_client: u32,
+    /// Bytes one session may hold for its client ([`crate::budget`]).
+    pub max_buffered_per_session: usize,
+    /// Bytes all sessions together may hold for their clients.
+    pub max_buffered_total: usize,
+    /// How long a stop waits for the requests in flight (their last byte
+    /// written) before it ends them with an `http.stopped` error.
+    pub shutdown_grace: Duration,
 }
 
 impl Default for Limits {
@@ -91,6 +98,9 @@ impl Default for Limits {
             body_timeout: Duration::from_secs(30),
             max_sessions_per_client: 64,
             max_streams_per_client: 1024,
+            max_buffered_per_session: 32 * 1024 * 1024,
+            max_buffered_total: 512 * 1024 * 1024,
+            shutdown_grace: Duration::from_secs(10),
         }
     }
 }

@@ -62,7 +62,7 @@ use rustls::pki_types::ServerName;
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, ReadBuf};
 use tokio::net::TcpStream;
-use tokio::sync::{mpsc, watch, Notify};
+use tokio::sync::{mpsc, watch, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 
 /// Decides whether an address the upstream's name resolved to may be
@@ -78,6 +78,10 @@ pub const DELETE_TIMEOUT: Duration = Duration::from_secs(5);
 pub const MAX_ANSWER: usize = 64 << 20;
 /// How much of a refusal's body goes to the log.
 const LOG_SNIPPET: usize = 512;
+/// Bytes of the upstream's messages waiting for the relay, per session;
+/// past it the upstream is read no further until the relay takes them.
+/// A message larger than this (up to [`MAX_ANSWER`]) waits for all of it.
+pub const UPSTREAM_BUFFER: usize = 16 << 20;
 /// JSON-RPC error code for "the upstream did not answer this request".
 pub const CODE_UPSTREAM: i64 = -32603;
 
@@ -549,7 +553,8 @@ impl Conn {
 /// One session's client: the task behind a launched "process".
 struct Session {
     conn: Arc<Conn>,
-    out: mpsc::UnboundedSender<Vec<u8>>,
+    /// Messages for the relay.
+    out: Outbox,
     log: mpsc::UnboundedSender<String>,
     expired: Notify,
     get_started: std::sync::atomic::AtomicBool,
@@ -593,7 +598,12 @@ impl Session {
     /// Writes one message to the relay as one line. Raw newlines cannot be
     /// inside JSON strings, so turning them into spaces keeps the JSON as
     /// it was.
-    fn emit(&self, mut msg: Vec<u8>) {
+    ///
+    /// What waits for the relay is bounded in bytes ([`UPSTREAM_BUFFER`]):
+    /// past it this waits, so the upstream's answer is read no faster than
+    /// the relay takes it (TCP's flow control holds the rest at the
+    /// upstream), and nothing is dropped.
+    async fn emit(&self, mut msg: Vec<u8>) {
         for b in &mut msg {
             if *b == b'\n' || *b == b'\r' {
                 *b = b' ';
@@ -602,35 +612,35 @@ impl Session {
         if msg.iter().all(u8::is_ascii_whitespace) {
             return;
         }
-        let _ = self.out.send(msg);
+        self.out.push(msg).await;
     }
 
-    fn answer_error(&self, id: &Value, message: String) {
+    async fn answer_error(&self, id: &Value, message: String) {
         let e = serde_json::json!({
             "jsonrpc": "2.0",
             "id": id,
             "error": { "code": CODE_UPSTREAM, "message": message },
         });
-        self.emit(e.to_string().into_bytes());
+        self.emit(e.to_string().into_bytes()).await;
     }
 
     /// Emits a body that is one JSON message (or a batch of them), and
     /// notes the protocol version an `initialize` answer carries.
-    fn emit_json(&self, body: Vec<u8>, initialize: bool) {
+    async fn emit_json(&self, body: Vec<u8>, initialize: bool) {
         match serde_json::from_slice::<Value>(&body) {
             Ok(Value::Array(items)) => {
                 for item in items {
-                    self.emit(item.to_string().into_bytes());
+                    self.emit(item.to_string().into_bytes()).await;
                 }
             }
             Ok(v) => {
                 if initialize {
                     self.note_version(&v);
                 }
-                self.emit(body);
+                self.emit(body).await;
             }
             // the relay drops it as garbage, with its own record
-            Err(_) => self.emit(body),
+            Err(_) => self.emit(body).await,
         }
     }
 
@@ -656,7 +666,7 @@ impl Session {
             Err(e) => {
                 self.log(format!("upstream: POST {what}: {e}"));
                 if let Some(id) = &line.request_id {
-                    self.answer_error(id, "upstream unreachable".into());
+                    self.answer_error(id, "upstream unreachable".into()).await;
                 }
                 return;
             }
@@ -688,11 +698,12 @@ impl Session {
                 }
             } else {
                 match read_limited(body, MAX_ANSWER).await {
-                    Ok(b) => self.emit_json(b, initialize),
+                    Ok(b) => self.emit_json(b, initialize).await,
                     Err(e) => {
                         self.log(format!("upstream: answer to {what}: {e}"));
                         if let Some(id) = &line.request_id {
-                            self.answer_error(id, format!("upstream answer unreadable: {e}"));
+                            self.answer_error(id, format!("upstream answer unreadable: {e}"))
+                                .await;
                         }
                     }
                 }
@@ -709,13 +720,14 @@ impl Session {
                 .ok()
                 .filter(|v| v.get("error").is_some() && v.get("id") == Some(id));
             match passed {
-                Some(_) => self.emit(body),
+                Some(_) => self.emit(body).await,
                 None => {
                     self.log(format!(
                         "upstream: HTTP {status} to {what}: {}",
                         snippet(&body)
                     ));
-                    self.answer_error(id, format!("upstream answered HTTP {}", status.as_u16()));
+                    self.answer_error(id, format!("upstream answered HTTP {}", status.as_u16()))
+                        .await;
                 }
             }
         } else {
@@ -773,7 +785,7 @@ impl Session {
                                 }
                             }
                         }
-                        self.emit(msg);
+                        self.emit(msg).await;
                     }
                     has_data = false;
                 } else if let Some(rest) = line.strip_prefix(b"data:") {
@@ -802,7 +814,7 @@ impl Session {
             }
         }
         if has_data {
-            self.emit(data);
+            self.emit(data).await;
         }
         ended
     }
@@ -845,7 +857,8 @@ impl Session {
         self.answer_error(
             id,
             "the upstream's event stream ended before its answer".into(),
-        );
+        )
+        .await;
     }
 
     /// The upstream's own messages, for as long as it keeps the stream.
@@ -937,6 +950,52 @@ async fn write_lines<T: Into<Vec<u8>>>(mut rx: mpsc::UnboundedReceiver<T>, sock:
     let _ = w.shutdown().await;
 }
 
+/// The messages of an upstream on their way to the relay, bounded in
+/// bytes: [`Outbox::push`] waits while `cap` bytes wait already, and each
+/// message's room is given back once [`write_messages`] wrote it.
+struct Outbox {
+    tx: mpsc::UnboundedSender<(Vec<u8>, OwnedSemaphorePermit)>,
+    room: Arc<Semaphore>,
+    cap: usize,
+}
+
+type Outgoing = mpsc::UnboundedReceiver<(Vec<u8>, OwnedSemaphorePermit)>;
+
+impl Outbox {
+    fn new(cap: usize) -> (Outbox, Outgoing) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let room = Arc::new(Semaphore::new(cap));
+        (Outbox { tx, room, cap }, rx)
+    }
+
+    /// Queues `msg` once there is room for it (a message larger than the
+    /// whole box waits for all of it).
+    async fn push(&self, msg: Vec<u8>) {
+        let n = u32::try_from(msg.len().min(self.cap)).unwrap_or(u32::MAX);
+        let Ok(permit) = self.room.clone().acquire_many_owned(n).await else {
+            return;
+        };
+        let _ = self.tx.send((msg, permit));
+    }
+}
+
+/// The messages for the relay: each one's room in the buffer is given
+/// back once it is written.
+async fn write_messages(mut rx: Outgoing, sock: StdUnix) {
+    let Ok(mut w) = tokio::net::UnixStream::from_std(sock) else {
+        return;
+    };
+    while let Some((mut line, room)) = rx.recv().await {
+        line.push(b'\n');
+        let written = w.write_all(&line).await;
+        drop(room);
+        if written.is_err() {
+            return;
+        }
+    }
+    let _ = w.shutdown().await;
+}
+
 /// The client's life: read lines until stdin closes or the relay stops
 /// it, then end the upstream session.
 async fn run(
@@ -946,15 +1005,15 @@ async fn run(
     stderr: StdUnix,
     mut stop: watch::Receiver<Stop>,
 ) -> ExitInfo {
-    let (out_tx, out_rx) = mpsc::unbounded_channel::<Vec<u8>>();
+    let (outbox, out_rx) = Outbox::new(UPSTREAM_BUFFER);
     let (log_tx, log_rx) = mpsc::unbounded_channel::<String>();
     let writers = [
-        tokio::spawn(write_lines(out_rx, stdout)),
+        tokio::spawn(write_messages(out_rx, stdout)),
         tokio::spawn(write_lines(log_rx, stderr)),
     ];
     let session = Arc::new(Session {
         conn: conn.clone(),
-        out: out_tx,
+        out: outbox,
         log: log_tx,
         expired: Notify::new(),
         get_started: std::sync::atomic::AtomicBool::new(false),
@@ -1060,6 +1119,35 @@ mod tests {
         assert!(l.request_id.is_none());
         let l = Line::of(br#"{"jsonrpc":"2.0","id":1,"result":{}}"#.to_vec());
         assert!(l.request_id.is_none() && l.method.is_none());
+    }
+
+    #[test]
+    fn an_upstream_is_read_no_faster_than_the_relay_takes_its_messages() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let (outbox, mut rx) = Outbox::new(100);
+            outbox.push(vec![b'a'; 60]).await;
+            // 60 + 60 > 100: the second waits for the relay
+            let second =
+                tokio::time::timeout(Duration::from_millis(50), outbox.push(vec![b'b'; 60]));
+            assert!(
+                second.await.is_err(),
+                "a push past the box's bytes did not wait"
+            );
+            let (first, room) = rx.recv().await.unwrap();
+            assert_eq!(first[0], b'a');
+            drop(room);
+            outbox.push(vec![b'b'; 60]).await;
+            // one larger than the whole box waits for all of it, then passes
+            let big = tokio::time::timeout(Duration::from_millis(50), outbox.push(vec![b'c'; 500]));
+            assert!(big.await.is_err());
+            drop(rx.recv().await.unwrap());
+            outbox.push(vec![b'c'; 500]).await;
+            assert_eq!(rx.recv().await.unwrap().0.len(), 500);
+        });
     }
 
     #[test]

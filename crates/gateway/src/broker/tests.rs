@@ -279,6 +279,32 @@ fn session_grant_for_one_host_does_not_open_another() {
 }
 
 #[test]
+fn approvals_with_huge_names_are_bounded_in_bytes_per_session() {
+    let (b, _) = broker();
+    let mut held = 0;
+    for i in 0..MAX_OPEN_PER_SESSION {
+        let mut a = ask(&format!("ap-{i:012x}"), &format!("d{i}"), false, MIN);
+        // a tool name the server chose, 256 KiB long
+        a.binding.tool = "t".repeat(256 * 1024);
+        match b.ask(a, Box::new(|_| {})) {
+            Asked::Refused { .. } => held += 1,
+            Asked::TooMany => break,
+            other => panic!("{other:?}"),
+        }
+    }
+    assert!(held < MAX_OPEN_PER_SESSION && held > 0, "{held}");
+    let open: usize = b.list().iter().map(|v| v.binding.tool.len()).sum();
+    assert!(open <= MAX_BYTES_PER_SESSION, "{open}");
+    // another session still gets its own share
+    let mut other = ask("ap-fffffffffffe", "d0", false, MIN);
+    other.session = "s-2".into();
+    assert!(matches!(
+        b.ask(other, Box::new(|_| {})),
+        Asked::Refused { .. }
+    ));
+}
+
+#[test]
 fn a_session_flooding_approvals_is_cut_off_and_the_table_stays_bounded() {
     let (b, _) = broker();
     for i in 0..MAX_OPEN_PER_SESSION {

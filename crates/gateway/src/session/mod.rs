@@ -526,6 +526,7 @@ impl Session {
             Event::HostGone => self.host_gone(),
             Event::Server { gen, line } => {
                 if gen == self.server.gen() {
+                    self.server.heard(now.mono);
                     self.on_server(line);
                 }
             }

@@ -13,7 +13,11 @@
 //!   exited and its stdout is closed; a process gone with stdout held open
 //!   (a grandchild) gets [`DRAIN`] to finish, a process that closed stdout
 //!   but lives on gets [`DRAIN`] before it is terminated.
-//! - **stop**: close stdin; after `shutdown_grace` SIGTERM; after another
+//! - **stop**: close stdin; the server may still answer what it was asked
+//!   (the MCP stdio shutdown), and what it writes is forwarded. SIGTERM
+//!   once it owes no answer and was quiet for `shutdown_grace`, and at the
+//!   latest `drain_grace` after its stdin closed (a host that is gone
+//!   cannot take answers: `shutdown_grace` then); after another
 //!   `shutdown_grace` SIGKILL. Never a sleep: each step is a deadline.
 //! - **secret TTL restart**: once the TTL passed *and* nothing is in flight
 //!   or waiting for approval, the server is stopped as above and started
@@ -106,6 +110,9 @@ pub(crate) struct Supervisor {
     closed_since: Option<Instant>,
     /// When we closed its stdin (the stop began).
     stdin_closed: Option<Instant>,
+    /// When it last wrote a line (a server that still answers after its
+    /// stdin closed is not cut short).
+    last_line: Option<Instant>,
     terminated: Option<Instant>,
     killed: bool,
     next_check: Instant,
@@ -142,6 +149,7 @@ impl Supervisor {
             gone_since: None,
             closed_since: None,
             stdin_closed: None,
+            last_line: None,
             terminated: None,
             killed: false,
             next_check: now,
@@ -174,6 +182,11 @@ impl Supervisor {
         if self.phase == Phase::Up && self.next_check > now + EXIT_POLL {
             self.next_check = now + EXIT_POLL;
         }
+    }
+
+    /// The current server wrote a line.
+    pub(crate) fn heard(&mut self, now: Instant) {
+        self.last_line = Some(now);
     }
 
     pub(crate) fn has_held(&self) -> bool {
@@ -574,13 +587,12 @@ impl Session {
         if s.exited.is_some() && s.stdout_closed {
             return self.server_down();
         }
-        if let Some(t) = s.stdin_closed {
-            if s.terminated.is_none() && now.duration_since(t) >= grace {
-                tracing::debug!("server still running after stdin closed; sending SIGTERM");
-                s.terminated = Some(now);
-                let gen = s.gen;
-                self.out.push(Effect::TerminateServer { gen });
-            }
+        if self.term_due().is_some_and(|due| now >= due) {
+            tracing::debug!("server still running after stdin closed; sending SIGTERM");
+            let s = &mut self.server;
+            s.terminated = Some(now);
+            let gen = s.gen;
+            self.out.push(Effect::TerminateServer { gen });
         }
         let s = &mut self.server;
         if let Some(t) = s.terminated {
@@ -731,6 +743,30 @@ impl Session {
         self.out.push(Effect::End(outcome(reason, info, launches)));
     }
 
+    /// When a server whose stdin we closed gets SIGTERM. The MCP stdio
+    /// shutdown closes the server's input and waits for it to exit: an SDK
+    /// server finishes the requests it has (and may answer them) before it
+    /// exits, so it is not cut short while it owes the host an answer
+    /// (`drain_grace` at most) and gets `shutdown_grace` after its last
+    /// line. A host that is gone takes no answers: `shutdown_grace` then.
+    fn term_due(&self) -> Option<Instant> {
+        let s = &self.server;
+        let closed = s.stdin_closed?;
+        if s.terminated.is_some() {
+            return None;
+        }
+        let grace = self.config.shutdown_grace;
+        if self.host.gone {
+            return Some(closed + grace);
+        }
+        let latest = closed + self.config.drain_grace.max(grace);
+        if !self.calls.is_empty() {
+            return Some(latest);
+        }
+        let quiet = s.last_line.map_or(closed, |l| l.max(closed));
+        Some((quiet + grace).min(latest))
+    }
+
     /// The lifecycle's next deadline.
     pub(super) fn server_deadline(&self) -> Option<Instant> {
         let s = &self.server;
@@ -751,8 +787,8 @@ impl Session {
                 if let (Some(t), false) = (s.gone_since, s.stdout_closed) {
                     at(t + DRAIN);
                 }
-                if let (Some(t), None) = (s.stdin_closed, s.terminated) {
-                    at(t + grace);
+                if let Some(t) = self.term_due() {
+                    at(t);
                 }
                 if let (Some(t), false) = (s.terminated, s.killed) {
                     at(t + grace);

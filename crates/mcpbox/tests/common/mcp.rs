@@ -158,6 +158,12 @@ impl Session {
         self.stderr.lock().unwrap().clone()
     }
 
+    /// Closes mcpbox's stdin (the host is done sending); its output is
+    /// still read.
+    pub fn close_stdin(&mut self) {
+        drop(self.stdin.take());
+    }
+
     /// Closes stdin and waits for mcpbox to exit.
     pub fn finish(mut self) -> (std::process::ExitStatus, String) {
         drop(self.stdin.take());

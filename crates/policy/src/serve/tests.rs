@@ -172,12 +172,23 @@ fn defaults_are_the_safe_ones() {
     assert_eq!(l.max_sessions_per_client, 64);
     assert_eq!(l.max_streams_per_client, 1024);
     assert_eq!(l.max_sandboxes_per_client, 32);
+    assert_eq!(l.max_buffered_per_session, 32 << 20);
+    assert_eq!(l.max_buffered_total, 512 << 20);
+    assert_eq!(l.shutdown_grace, Duration::from_secs(10));
+}
+
+#[test]
+fn a_session_budget_above_the_gateways_is_refused() {
+    let e = err(&format!(
+        "[limits]\nmax_buffered_per_session = \"64MiB\"\nmax_buffered_total = \"32MiB\"\n{SERVER}{CLIENT}"
+    ));
+    assert_eq!(e.key, "limits.max_buffered_per_session", "{e}");
 }
 
 #[test]
 fn limits_are_read_with_units() {
     let c = ok(&format!(
-        "[limits]\nmax_body = \"1MiB\"\nmax_concurrent = 4\nrate_per_second = 10\nburst = 20\nheader_timeout = \"2s\"\nbody_timeout = \"1m\"\nmax_sessions_per_client = 2\nmax_streams_per_client = 3\nmax_sandboxes_per_client = 5\n{SERVER}{CLIENT}"
+        "[limits]\nmax_body = \"1MiB\"\nmax_concurrent = 4\nrate_per_second = 10\nburst = 20\nheader_timeout = \"2s\"\nbody_timeout = \"1m\"\nmax_sessions_per_client = 2\nmax_streams_per_client = 3\nmax_sandboxes_per_client = 5\nmax_buffered_per_session = \"1MiB\"\nmax_buffered_total = \"8MiB\"\nshutdown_grace = \"3s\"\n{SERVER}{CLIENT}"
     ));
     assert_eq!(
         c.limits,
@@ -191,6 +202,9 @@ fn limits_are_read_with_units() {
             max_sessions_per_client: 2,
             max_streams_per_client: 3,
             max_sandboxes_per_client: 5,
+            max_buffered_per_session: 1 << 20,
+            max_buffered_total: 8 << 20,
+            shutdown_grace: Duration::from_secs(3),
         }
     );
 }
@@ -748,6 +762,9 @@ fn limit_of_zero_is_refused() {
         ("max_sessions_per_client", "0"),
         ("max_streams_per_client", "0"),
         ("max_sandboxes_per_client", "0"),
+        ("max_buffered_per_session", "\"0B\""),
+        ("max_buffered_total", "\"0B\""),
+        ("shutdown_grace", "\"0s\""),
     ] {
         refused(
             &format!("[limits]\n{key} = {value}\n{SERVER}{CLIENT}"),

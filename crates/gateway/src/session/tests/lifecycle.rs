@@ -147,10 +147,15 @@ fn the_stderr_tail_is_bounded_and_credential_shapes_are_redacted() {
 
 #[test]
 fn host_eof_stops_the_server_politely_then_firmly() {
-    let mut t = T::new(config(), rules(vec![]));
+    let cfg = Config {
+        drain_grace: Duration::from_millis(1_000),
+        ..config()
+    };
+    let mut t = T::new(cfg, rules(vec![]));
     t.host(&call(1, "a", json!({})));
     assert_eq!(t.on(Event::Host(Line::Eof)), ["close 1"]);
-    assert_eq!(t.after(99), Vec::<String>::new());
+    // it owes an answer: it gets the drain grace, not the short one
+    assert_eq!(t.after(999), Vec::<String>::new());
     assert_eq!(t.after(1), ["term 1"]);
     assert_eq!(t.after(100), ["kill 1"]);
     let mut out = t.server_dies(137);
@@ -165,6 +170,42 @@ fn host_eof_stops_the_server_politely_then_firmly() {
             "end HostClosed"
         ])
     );
+}
+
+#[test]
+fn a_server_that_owes_nothing_gets_the_short_grace_after_host_eof() {
+    let mut t = T::new(config(), rules(vec![]));
+    assert_eq!(t.on(Event::Host(Line::Eof)), ["close 1"]);
+    assert_eq!(t.after(99), Vec::<String>::new());
+    assert_eq!(t.after(1), ["term 1"]);
+}
+
+/// The MCP stdio shutdown (issue 25): the host closes its input right
+/// after a request; the server still answers it and then exits on its
+/// own. Before, it got SIGTERM `shutdown_grace` after its stdin closed,
+/// answer or not.
+#[test]
+fn a_server_answering_after_host_eof_is_not_cut_short() {
+    let mut t = T::new(config(), rules(vec![]));
+    t.host(&call(1, "a", json!({})));
+    assert_eq!(t.on(Event::Host(Line::Eof)), ["close 1"]);
+    // well past shutdown_grace (100 ms), the call is still owed
+    assert_eq!(t.after(3_000), Vec::<String>::new());
+    let out = t.server(&text_result(1, &["late"]));
+    assert!(out.iter().any(|e| e.starts_with("host ")), "{out:?}");
+    // what it writes after its answer is still forwarded; the short grace
+    // counts from its last line
+    assert_eq!(t.after(99), Vec::<String>::new());
+    assert_eq!(t.after(1), ["term 1"]);
+}
+
+#[test]
+fn a_server_that_never_answers_after_host_eof_is_terminated_at_the_drain_grace() {
+    let mut t = T::new(config(), rules(vec![]));
+    t.host(&call(1, "a", json!({})));
+    assert_eq!(t.on(Event::Host(Line::Eof)), ["close 1"]);
+    assert_eq!(t.after(9_999), Vec::<String>::new());
+    assert_eq!(t.after(1), ["term 1"]);
 }
 
 #[test]
