@@ -639,6 +639,19 @@ impl Sink for SqliteStore {
     fn healthy(&self) -> bool {
         self.lock().pending.len() == 0
     }
+
+    /// [`SqliteStore::append`]: the queued records first, then `event`,
+    /// each in its own transaction; on an error `event` is not kept.
+    fn commit(&self, event: Event) -> std::result::Result<(), crate::Unwritten> {
+        match self.append(event) {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                let unwritten = crate::Unwritten::from(e);
+                tracing::error!(path = %self.path.display(), "audit record not written: {unwritten}");
+                Err(unwritten)
+            }
+        }
+    }
 }
 
 /// Creates or migrates the schema, in one transaction.

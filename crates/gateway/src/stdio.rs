@@ -344,6 +344,9 @@ struct Driver {
     server: Current,
     audit_tx: Option<Sender<Vec<Record>>>,
     audit_batch: Vec<Record>,
+    /// The sink itself, for [`Effect::CommitAudit`] (written on this
+    /// thread; everything else goes through the writer thread).
+    audit: Arc<dyn Sink>,
     launch_tx: Sender<(u32, Secrets, bool)>,
     broker: Option<Arc<Broker>>,
     replies: HashMap<u64, Sender<Asked>>,
@@ -387,7 +390,7 @@ impl Driver {
             None => None,
         };
         let (audit_tx, audit_thread) =
-            spawn_audit(audit, config.output_dir.clone(), inbox.clone())?;
+            spawn_audit(audit.clone(), config.output_dir.clone(), inbox.clone())?;
         let launch_tx = spawn_launcher(launcher, inbox.clone())?;
         let fallback = broker.is_some();
         let mut session = Session::new(
@@ -421,6 +424,7 @@ impl Driver {
             },
             audit_tx: Some(audit_tx),
             audit_batch: Vec::new(),
+            audit,
             launch_tx,
             broker,
             replies: HashMap::new(),
