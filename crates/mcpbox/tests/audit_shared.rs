@@ -24,6 +24,8 @@ fn runs_and_a_gateway_killed_with_9_among_them_never_corrupt_the_log_nor_lose_a_
     let ws = Workspace::with_server("plain");
     // answered calls, by server name
     let mut answered: HashMap<String, usize> = HashMap::new();
+    // the servers whose process ended on its own (not killed)
+    let mut ended: Vec<String> = Vec::new();
     let mut http = gw.mcp("gw", Some(ALICE));
     http.initialize();
     for round in 0..3 {
@@ -56,13 +58,14 @@ fn runs_and_a_gateway_killed_with_9_among_them_never_corrupt_the_log_nor_lose_a_
             *answered.entry("gw".into()).or_default() += 1;
         }
         // two die with -9 (no destructor, no checkpoint, no close), two end
-        for (i, (_, mut s)) in runs.drain(..).enumerate() {
+        for (i, (name, mut s)) in runs.drain(..).enumerate() {
             if i % 2 == 0 {
                 s.child.kill().unwrap();
                 s.child.wait().unwrap();
             } else {
                 let (status, err) = s.finish();
                 assert!(status.success(), "{err}");
+                ended.push(name);
             }
         }
     }
@@ -71,17 +74,42 @@ fn runs_and_a_gateway_killed_with_9_among_them_never_corrupt_the_log_nor_lose_a_
     drop(http);
     // the gateway dies with -9 too; its directory (and the log) stays
     let _dir = gw.kill9();
-    // every answered call has its record
+    // Every answered call has its record: its start (the decision), which
+    // was committed before the call reached the server, so not even a
+    // kill -9 just after the answer loses it (issue 26: the outcome
+    // follows the answer, and a process killed in between loses only
+    // that). Every outcome names a start; a process that ended on its
+    // own has every outcome too.
     let all = events(&db);
+    let of = |kind: &str, server: &str| -> Vec<&serde_json::Value> {
+        all.iter()
+            .filter(|e| e["kind"] == kind && e["server"] == server && e["tool"] == "echo")
+            .collect()
+    };
     for (server, n) in &answered {
-        let recorded = all
-            .iter()
-            .filter(|e| e["kind"] == "tool_call" && e["server"] == *server && e["tool"] == "echo")
-            .count();
+        let starts = of("call_start", server);
         assert!(
-            recorded >= *n,
-            "{server}: {n} calls answered, {recorded} recorded"
+            starts.len() >= *n,
+            "{server}: {n} calls answered, {} recorded",
+            starts.len()
         );
+        let outcomes = of("tool_call", server);
+        for o in &outcomes {
+            let linked = starts.iter().any(|s| {
+                s["detail"]["call"] == o["detail"]["call"]
+                    && s["detail"]["session"] == o["detail"]["session"]
+                    && s["args_digest"] == o["args_digest"]
+            });
+            assert!(linked, "{server}: an outcome without its start: {o}");
+        }
+        if ended.contains(server) {
+            assert_eq!(
+                outcomes.len(),
+                *n,
+                "{server}: {n} calls answered, {} outcomes recorded",
+                outcomes.len()
+            );
+        }
     }
     let out = Command::new(mcpbox())
         .args(["audit", "--verify", "--db"])

@@ -367,7 +367,11 @@ impl Session {
     /// The log's answer for the start of call `key`: committed, the call
     /// goes to the server; not, it is refused (`audit.unavailable`, the
     /// cause in its message and record) and the server never sees it.
-    pub(super) fn audit_committed(&mut self, key: u64, result: Result<(), mcpbox_audit::Unwritten>) {
+    pub(super) fn audit_committed(
+        &mut self,
+        key: u64,
+        result: Result<(), mcpbox_audit::Unwritten>,
+    ) {
         let Some(s) = self.starting.remove(&key) else {
             return;
         };

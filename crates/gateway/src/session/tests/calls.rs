@@ -1129,7 +1129,10 @@ fn a_call_whose_start_cannot_be_written_is_refused_with_the_cause_and_never_sent
         ]
     );
     let text = result_text_of(&t.to_host()[0]);
-    assert!(text.contains("audit log cannot be written (disk full"), "{text}");
+    assert!(
+        text.contains("audit log cannot be written (disk full"),
+        "{text}"
+    );
     let Effect::Audit(refusal) = &t.last[0] else {
         unreachable!()
     };
@@ -1142,7 +1145,10 @@ fn a_call_whose_start_cannot_be_written_is_refused_with_the_cause_and_never_sent
     assert_eq!(sent, [format!("server {}", call(2, "t", json!({})))]);
     // the writer thread's word alone lets nothing through unrecorded
     t.on(Event::AuditHealth { ok: false });
-    t.commits = Some(Err(unwritten(mcpbox_audit::Cause::Locked, "database is locked")));
+    t.commits = Some(Err(unwritten(
+        mcpbox_audit::Cause::Locked,
+        "database is locked",
+    )));
     let refused = t.host(&call(3, "t", json!({})));
     assert_eq!(refused[1], "host denied audit.unavailable id=3");
     assert!(result_text_of(&t.to_host()[0]).contains("locked by another process"));
@@ -1182,7 +1188,10 @@ fn a_host_that_closes_while_a_start_commits_still_has_its_call_sent_then_the_ser
             key: 0,
             result: Ok(())
         }),
-        [format!("server {}", call(1, "t", json!({}))), "close 1".into()]
+        [
+            format!("server {}", call(1, "t", json!({}))),
+            "close 1".into()
+        ]
     );
 }
 
@@ -1195,7 +1204,10 @@ fn a_denied_call_needs_no_start_and_an_approved_one_is_committed_before_it_goes(
     t.init(json!({"elicitation": {}}));
     assert_eq!(
         t.host(&call(1, "no", json!({}))),
-        ["audit ToolCall deny tool.rule", "host denied tool.rule id=1"]
+        [
+            "audit ToolCall deny tool.rule",
+            "host denied tool.rule id=1"
+        ]
     );
     assert!(t.starts.is_empty());
     assert_eq!(
