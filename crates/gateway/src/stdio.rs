@@ -10,7 +10,11 @@
 //!   what other threads queued, feeds each as an [`Event`] and performs
 //!   the [`Effect`]s: writes to the host (flushed once per input), writes
 //!   lines to the server's stdin (see below), signals the server, and
-//!   queues audit records. No lock is held while it does.
+//!   queues audit records; a call's start record it writes itself, at
+//!   once, through the sink's `commit`, and tells the session whether it
+//!   is committed before the session sends the call
+//!   ([`Effect::CommitAudit`]). No lock is held while it does (but the
+//!   store's own, for that one transaction).
 //! - **stderr reader**: the server's stderr lines are redacted and handed
 //!   to the [`StderrHandler`] there; they never reach the MCP stream, but
 //!   for the last few (redacted) in the error of a request the server

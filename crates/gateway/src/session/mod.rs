@@ -150,9 +150,9 @@ pub enum Event {
     },
     /// The audit sink's health changed: `false` when a record could not
     /// be written and waits in memory (a full disk, a locked or broken
-    /// database), `true` once everything is written again. Meanwhile calls
-    /// are refused (reason `audit.unavailable`) unless
-    /// [`Config::run_unaudited`].
+    /// database), `true` once everything is written again. Logged; what
+    /// refuses calls meanwhile is each call's own start record, which must
+    /// be committed before the call goes ([`Effect::CommitAudit`]).
     AuditHealth {
         /// Whether every record handed over is written.
         ok: bool,
