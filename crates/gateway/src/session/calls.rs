@@ -16,7 +16,7 @@ use crate::lines::Line;
 use crate::message::{at, id_key, is_plain, sniff_id, to_line, IdKey, Invalid, Message};
 use crate::{
     CODE_CALL_TIMEOUT, CODE_INVALID_RESPONSE, CODE_POLICY_DENIED, CODE_RESPONSE_TOO_LARGE,
-    META_DECISION,
+    CODE_SERVER_EXITED, META_DECISION,
 };
 
 /// Margin subtracted from a call's wall-clock start for `files_written`:
@@ -426,6 +426,14 @@ impl Session {
             decision: s.decision,
             detail: s.detail,
         };
+        if self.server.writable().is_none() {
+            // the server went down while the start was being written (a
+            // driver that answers later than at once): the call never
+            // reaches it, and its record says so
+            let data = json!({"reason": Reason::ServerStopped.as_str()});
+            self.record_call(call, Reason::ServerStopped, |_| {});
+            return self.host_error(&s.id, CODE_SERVER_EXITED, "mcp server stopped", Some(data));
+        }
         self.calls.track(s.id, Pending::ToolsCall(call));
         self.send_server(s.line);
     }

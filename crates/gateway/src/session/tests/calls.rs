@@ -1196,6 +1196,31 @@ fn a_host_that_closes_while_a_start_commits_still_has_its_call_sent_then_the_ser
 }
 
 #[test]
+fn a_start_committed_after_the_server_went_down_never_sends_its_call() {
+    let mut t = T::new(config(), rules(vec![("*", Verdict::Allow)]));
+    t.commits = None;
+    t.init(json!({}));
+    assert_eq!(t.host(&call(1, "t", json!({}))), ["commit 0 CallStart t"]);
+    // a driver slower than the stdio one: the server dies first
+    t.server_dies(1);
+    let after = t.on(Event::AuditCommitted {
+        key: 0,
+        result: Ok(()),
+    });
+    assert!(!after.iter().any(|l| l.starts_with("server ")), "{after:?}");
+    assert!(
+        after.contains(&"audit ToolCall allow server.stopped".to_string()),
+        "{after:?}"
+    );
+    assert!(
+        after
+            .iter()
+            .any(|l| l.starts_with("host error") && l.ends_with("id=1")),
+        "{after:?}"
+    );
+}
+
+#[test]
 fn a_denied_call_needs_no_start_and_an_approved_one_is_committed_before_it_goes() {
     let mut t = T::new(
         config(),
