@@ -279,3 +279,45 @@ fn verify_without_the_key_does_not_say_verified() {
         "{text}"
     );
 }
+
+#[test]
+fn a_session_opened_while_another_process_holds_the_audit_log_locked_refuses_its_first_call() {
+    let ws = Workspace::with_server("plain");
+    let state = ws.path().join("state");
+    let db = ws.path().join("audit.db");
+    let env = [("MCPBOX_STATE_DIR", state.to_str().unwrap())];
+    let policy = ws.policy(&format!(
+        "[tools]\ndefault = \"allow\"\n[audit]\npath = \"{}\"\n",
+        db.display()
+    ));
+    let mut s = Session::start(&policy, &["/workspace/input/plain"], &env);
+    s.initialize();
+    s.call("echo", json!({"text": "first"}));
+    let (status, err) = s.finish();
+    assert!(status.success(), "{err}");
+    // another process takes the write lock and keeps it
+    let mut other = rusqlite::Connection::open(&db).unwrap();
+    let tx = other
+        .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+        .unwrap();
+    // the session opens all the same; its first call waits for the lock
+    // (the busy timeout), then is refused, naming the cause
+    let mut s = Session::start(&policy, &["/workspace/input/plain"], &env);
+    s.initialize();
+    let r = s.call("echo", json!({"text": "must not run"}));
+    assert_eq!(
+        r["result"]["_meta"]["mcpbox/decision"]["reason"],
+        "audit.unavailable",
+        "{r}\n{}",
+        s.stderr()
+    );
+    assert!(result_text(&r).contains("locked by another process"), "{r}");
+    drop(tx);
+    drop(other);
+    let h = s.call("history", json!({}));
+    assert_eq!(h["result"]["structuredContent"]["calls"], json!([]), "{h}");
+    let (status, err) = s.finish();
+    assert!(status.success(), "{err}");
+    let (code, text) = verify(&db, &state);
+    assert_eq!(code, Some(0), "{text}");
+}
