@@ -90,3 +90,96 @@ impl Error {
         move |source| Error::Io { step, path, source }
     }
 }
+
+/// Why a record could not be written when it had to be
+/// ([`crate::Sink::commit`]): what the relay names in the refusal of a call
+/// (`audit.unavailable`) and logs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unwritten {
+    /// The class of the failure, for the message.
+    pub cause: Cause,
+    /// The store's own words (SQLite's error, the path).
+    pub detail: String,
+}
+
+/// The classes of a failed write a human can act on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cause {
+    /// The filesystem (or SQLite's own page limit) is full: free space.
+    DiskFull,
+    /// Another process held the log's write lock past the busy timeout.
+    Locked,
+    /// The file is not a sound database any more (malformed, not a
+    /// database): move it aside, keep it for inspection.
+    Broken,
+    /// The file or its directory cannot be written (permissions, an
+    /// immutable file, a read-only mount).
+    ReadOnly,
+    /// Another input/output error of the filesystem.
+    Io,
+    /// Anything else.
+    Other,
+}
+
+impl Cause {
+    /// A few words for a message: "disk full", "locked by another process".
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Cause::DiskFull => "disk full",
+            Cause::Locked => "locked by another process",
+            Cause::Broken => "broken (malformed database)",
+            Cause::ReadOnly => "not writable",
+            Cause::Io => "input/output error",
+            Cause::Other => "write failed",
+        }
+    }
+}
+
+impl std::fmt::Display for Unwritten {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.cause.as_str(), self.detail)
+    }
+}
+
+impl From<&Error> for Cause {
+    fn from(e: &Error) -> Cause {
+        use rusqlite::ErrorCode as C;
+        match e {
+            Error::Sqlite {
+                source: rusqlite::Error::SqliteFailure(f, _),
+                ..
+            } => match f.code {
+                C::DiskFull => Cause::DiskFull,
+                C::DatabaseBusy | C::DatabaseLocked => Cause::Locked,
+                C::DatabaseCorrupt | C::NotADatabase => Cause::Broken,
+                C::ReadOnly | C::PermissionDenied | C::CannotOpen => Cause::ReadOnly,
+                C::SystemIoFailure => Cause::Io,
+                _ => Cause::Other,
+            },
+            Error::Io { source, .. } => io_cause(source),
+            Error::Corrupt { .. } | Error::SchemaTooNew { .. } => Cause::Broken,
+            _ => Cause::Other,
+        }
+    }
+}
+
+/// The class of an input/output error, by its errno.
+fn io_cause(e: &std::io::Error) -> Cause {
+    use std::io::ErrorKind as K;
+    match e.kind() {
+        // ENOSPC, EDQUOT
+        K::StorageFull | K::QuotaExceeded => Cause::DiskFull,
+        // EACCES, EPERM, EROFS
+        K::PermissionDenied | K::ReadOnlyFilesystem => Cause::ReadOnly,
+        _ => Cause::Io,
+    }
+}
+
+impl From<Error> for Unwritten {
+    fn from(e: Error) -> Unwritten {
+        Unwritten {
+            cause: Cause::from(&e),
+            detail: e.to_string(),
+        }
+    }
+}

@@ -100,4 +100,18 @@ impl Sink for JsonlStore {
     fn healthy(&self) -> bool {
         self.lock().pending.len() == 0
     }
+
+    /// The queued lines first, then `event`; on an error `event` is not kept.
+    fn commit(&self, mut event: Event) -> std::result::Result<(), crate::Unwritten> {
+        if event.time_ms == 0 {
+            event.time_ms = crate::now_ms();
+        }
+        let mut guard = self.lock();
+        let inner = &mut *guard;
+        while let Some(front) = inner.pending.front() {
+            write_line(&mut inner.file, front, &self.path)?;
+            inner.pending.pop_front();
+        }
+        Ok(write_line(&mut inner.file, &event, &self.path)?)
+    }
 }

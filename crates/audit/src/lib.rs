@@ -37,7 +37,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-pub use error::{Error, Result};
+pub use error::{Cause, Error, Result, Unwritten};
 pub use format::{format_table, to_json_line};
 pub use jsonl::JsonlStore;
 pub use memory::MemorySink;
@@ -53,7 +53,8 @@ pub enum Kind {
     SessionStart,
     /// A session ended (host closed, server exited, teardown).
     SessionEnd,
-    /// A `tools/call`, with its decision.
+    /// A `tools/call`, with its decision and how it ended (written when
+    /// it ended, or when it was refused).
     ToolCall,
     /// A `tools/list` answer passed to the host.
     ToolList,
@@ -86,11 +87,17 @@ pub enum Kind {
     /// cancelled or used (a grant consumed by the retried call), with the
     /// approval's id and what it was bound to (never the arguments).
     Approval,
+    /// A `tools/call` about to go to the server: its decision, committed
+    /// to the log before the call is forwarded (the relay refuses a call
+    /// whose start cannot be written). `detail.call` and `detail.session`
+    /// name it; the call's `tool_call` record, written when it ends, names
+    /// the same pair.
+    CallStart,
 }
 
 impl Kind {
     /// Every kind, in declaration order.
-    pub const ALL: [Kind; 14] = [
+    pub const ALL: [Kind; 15] = [
         Kind::SessionStart,
         Kind::SessionEnd,
         Kind::ToolCall,
@@ -105,6 +112,7 @@ impl Kind {
         Kind::Artifact,
         Kind::Retention,
         Kind::Approval,
+        Kind::CallStart,
     ];
 
     /// The stable string stored in the database and printed by the CLI.
@@ -124,6 +132,7 @@ impl Kind {
             Kind::Artifact => "artifact",
             Kind::Retention => "retention",
             Kind::Approval => "approval",
+            Kind::CallStart => "call_start",
         }
     }
 }
@@ -229,6 +238,19 @@ pub trait Sink: Send + Sync {
     fn healthy(&self) -> bool {
         true
     }
+
+    /// Writes `event` now, after every record queued before it, and
+    /// returns only once it is committed, or with why it could not be.
+    /// On an error nothing of `event` is written and it is not kept: the
+    /// caller decides (the relay refuses the call the record was for, or,
+    /// where the policy runs calls unaudited, hands it to
+    /// [`Sink::record`]). The relay calls this for a call's start before
+    /// the call goes to the server. A sink that cannot fail keeps this
+    /// default, which is [`Sink::record`].
+    fn commit(&self, event: Event) -> std::result::Result<(), Unwritten> {
+        self.record(event);
+        Ok(())
+    }
 }
 
 impl<S: Sink + ?Sized> Sink for Arc<S> {
@@ -240,6 +262,9 @@ impl<S: Sink + ?Sized> Sink for Arc<S> {
     }
     fn healthy(&self) -> bool {
         (**self).healthy()
+    }
+    fn commit(&self, event: Event) -> std::result::Result<(), Unwritten> {
+        (**self).commit(event)
     }
 }
 
@@ -253,6 +278,9 @@ impl<S: Sink + ?Sized> Sink for Box<S> {
     fn healthy(&self) -> bool {
         (**self).healthy()
     }
+    fn commit(&self, event: Event) -> std::result::Result<(), Unwritten> {
+        (**self).commit(event)
+    }
 }
 
 impl<S: Sink + ?Sized> Sink for &S {
@@ -264,6 +292,9 @@ impl<S: Sink + ?Sized> Sink for &S {
     }
     fn healthy(&self) -> bool {
         (**self).healthy()
+    }
+    fn commit(&self, event: Event) -> std::result::Result<(), Unwritten> {
+        (**self).commit(event)
     }
 }
 

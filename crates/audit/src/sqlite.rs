@@ -639,10 +639,42 @@ impl Sink for SqliteStore {
     fn healthy(&self) -> bool {
         self.lock().pending.len() == 0
     }
+
+    /// [`SqliteStore::append`]: the queued records first, then `event`,
+    /// each in its own transaction; on an error `event` is not kept.
+    fn commit(&self, event: Event) -> std::result::Result<(), crate::Unwritten> {
+        match self.append(event) {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                let unwritten = crate::Unwritten::from(e);
+                tracing::error!(path = %self.path.display(), "audit record not written: {unwritten}");
+                Err(unwritten)
+            }
+        }
+    }
 }
 
 /// Creates or migrates the schema, in one transaction.
 fn migrate(conn: &mut Connection) -> Result<()> {
+    // A current schema needs no write: read first, without the write
+    // lock, so that a log another process holds locked, or on a full
+    // disk, still opens, and a session on it refuses its calls with the
+    // cause (`Sink::commit`) rather than failing to start.
+    let current: Option<i64> = conn
+        .query_row("SELECT version FROM schema_version WHERE id = 1", [], |r| {
+            r.get(0)
+        })
+        .ok();
+    match current {
+        Some(v) if v == SCHEMA_VERSION => return Ok(()),
+        Some(found) if found > SCHEMA_VERSION => {
+            return Err(Error::SchemaTooNew {
+                found,
+                supported: SCHEMA_VERSION,
+            })
+        }
+        _ => {}
+    }
     let tx = conn
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .map_err(Error::sqlite("begin migration"))?;

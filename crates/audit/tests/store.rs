@@ -903,3 +903,78 @@ fn opening_a_second_store_keeps_the_first_ones_locks_so_no_record_is_lost() {
     assert_eq!(store.query(&Query::default()).unwrap().len(), 5);
     assert!(store.verify().unwrap().is_intact());
 }
+
+#[test]
+fn a_commit_the_log_cannot_take_says_why_and_keeps_nothing_of_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.db");
+    let store = SqliteStore::open(&path).unwrap();
+    store.set_busy_timeout(Duration::from_millis(50)).unwrap();
+    store.commit(ev(1, "fs", "a", Verdict::Allow)).unwrap();
+    // another process holds the write lock past the busy timeout
+    let mut other = raw(&path);
+    let tx = other
+        .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+        .unwrap();
+    let err = store.commit(ev(2, "fs", "b", Verdict::Allow)).unwrap_err();
+    assert_eq!(err.cause, mcpbox_audit::Cause::Locked, "{err}");
+    assert!(
+        err.to_string().starts_with("locked by another process"),
+        "{err}"
+    );
+    // the caller decides what becomes of it: nothing waits in memory
+    assert_eq!(store.pending_len(), 0);
+    // what `record` queued meanwhile goes first once the log takes writes
+    store.record(ev(3, "fs", "c", Verdict::Deny));
+    assert_eq!(store.pending_len(), 1);
+    drop(tx);
+    store.commit(ev(4, "fs", "d", Verdict::Allow)).unwrap();
+    let tools: Vec<String> = store
+        .query(&Query::default())
+        .unwrap()
+        .into_iter()
+        .filter_map(|e| e.tool)
+        .collect();
+    assert_eq!(tools, ["a", "c", "d"]);
+    assert!(store.verify().unwrap().is_intact());
+}
+
+#[test]
+fn a_full_disk_and_a_broken_file_are_named_as_such() {
+    use mcpbox_audit::{Cause, Error};
+    let sqlite = |code| Error::Sqlite {
+        step: "commit event",
+        source: rusqlite::Error::SqliteFailure(rusqlite::ffi::Error::new(code), None),
+    };
+    assert_eq!(
+        Cause::from(&sqlite(rusqlite::ffi::SQLITE_FULL)),
+        Cause::DiskFull
+    );
+    assert_eq!(
+        Cause::from(&sqlite(rusqlite::ffi::SQLITE_CORRUPT)),
+        Cause::Broken
+    );
+    assert_eq!(
+        Cause::from(&sqlite(rusqlite::ffi::SQLITE_NOTADB)),
+        Cause::Broken
+    );
+    assert_eq!(
+        Cause::from(&sqlite(rusqlite::ffi::SQLITE_BUSY)),
+        Cause::Locked
+    );
+    assert_eq!(
+        Cause::from(&sqlite(rusqlite::ffi::SQLITE_READONLY)),
+        Cause::ReadOnly
+    );
+    let io = Error::Io {
+        step: "append",
+        path: "/x".into(),
+        source: std::io::Error::from_raw_os_error(28),
+    };
+    assert_eq!(Cause::from(&io), Cause::DiskFull);
+    let unwritten = mcpbox_audit::Unwritten::from(sqlite(rusqlite::ffi::SQLITE_FULL));
+    assert!(
+        unwritten.to_string().starts_with("disk full: "),
+        "{unwritten}"
+    );
+}

@@ -243,6 +243,17 @@ pub fn fuzz_session(data: &[u8]) {
                 2 | 3 => Event::ApprovalHeld {
                     key: u64::from(ops.byte().unwrap_or(0) % 4),
                 },
+                // a call's start committed to the audit log, or not
+                4 | 5 => Event::AuditCommitted {
+                    key: u64::from(ops.byte().unwrap_or(0) % 4),
+                    result: match ops.byte().unwrap_or(0) % 2 {
+                        0 => Ok(()),
+                        _ => Err(mcpbox_audit::Unwritten {
+                            cause: mcpbox_audit::Cause::DiskFull,
+                            detail: "database or disk is full".into(),
+                        }),
+                    },
+                },
                 _ => Event::ServerStartFailed {
                     gen,
                     error: String::new(),

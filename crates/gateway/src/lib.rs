@@ -273,8 +273,11 @@ pub struct Config {
     /// a secret (the binary builds it from the policy and argv).
     pub session_detail: serde_json::Value,
     /// Forward calls while the audit log cannot be written (their records
-    /// wait in memory); the default refuses them (`audit.unavailable`),
-    /// so that nothing runs unrecorded.
+    /// wait in memory): a call's start is then an ordinary record, not
+    /// committed before the call goes. The default sends a call only once
+    /// its start is committed ([`session::Effect::CommitAudit`]) and
+    /// refuses it otherwise (`audit.unavailable`), so that nothing runs
+    /// unrecorded.
     pub run_unaudited: bool,
 }
 

@@ -17,7 +17,11 @@
 //!   what other threads queued, feeds each as an [`Event`] and performs
 //!   the [`Effect`]s: writes to the host (flushed once per input), writes
 //!   lines to the server's stdin (see below), signals the server, and
-//!   queues audit records. No lock is held while it does.
+//!   queues audit records; a call's start record it writes itself, at
+//!   once, through the sink's `commit`, and tells the session whether it
+//!   is committed before the session sends the call
+//!   ([`Effect::CommitAudit`]). No lock is held while it does (but the
+//!   store's own, for that one transaction).
 //! - **stderr reader**: the server's stderr lines are redacted and handed
 //!   to the [`StderrHandler`] there; they never reach the MCP stream, but
 //!   for the last few (redacted) in the error of a request the server
@@ -351,6 +355,9 @@ struct Driver {
     server: Current,
     audit_tx: Option<Sender<Vec<Record>>>,
     audit_batch: Vec<Record>,
+    /// The sink itself, for [`Effect::CommitAudit`] (written on this
+    /// thread; everything else goes through the writer thread).
+    audit: Arc<dyn Sink>,
     launch_tx: Sender<(u32, Secrets, bool)>,
     broker: Option<Arc<Broker>>,
     replies: HashMap<u64, Sender<Asked>>,
@@ -394,7 +401,7 @@ impl Driver {
             None => None,
         };
         let (audit_tx, audit_thread) =
-            spawn_audit(audit, config.output_dir.clone(), inbox.clone())?;
+            spawn_audit(audit.clone(), config.output_dir.clone(), inbox.clone())?;
         let launch_tx = spawn_launcher(launcher, inbox.clone())?;
         let fallback = broker.is_some();
         let mut session = Session::new(
@@ -428,6 +435,7 @@ impl Driver {
             },
             audit_tx: Some(audit_tx),
             audit_batch: Vec::new(),
+            audit,
             launch_tx,
             broker,
             replies: HashMap::new(),

@@ -46,9 +46,15 @@ pub struct Args {
     pub ocsf: bool,
     /// Check the hash chain instead of listing; exit 1 when it is broken.
     /// The head's MAC is checked with the state directory's audit.key (or
-    /// --key).
+    /// --key); without a key the check is incomplete and exits 3, unless
+    /// --no-key.
     #[arg(long)]
     pub verify: bool,
+    /// With --verify: check the chain alone, without the head's signature
+    /// (a deleted tail with a rewritten head would not show), and exit 0
+    /// when it is intact. For a log whose key is not at hand.
+    #[arg(long, requires = "verify", conflicts_with = "key")]
+    pub no_key: bool,
     /// Apply the policy's retention (`[audit] keep`, `max_size`) now, as a
     /// session opening the log would, and say what it removed; needs
     /// --policy. The removal is itself a record, and --verify then checks
@@ -134,17 +140,26 @@ pub fn run(args: Args) -> ExitCode {
             .key
             .clone()
             .unwrap_or_else(crate::state::audit_key_path);
-        let key = match mcpbox_audit::HeadKey::load(&key_path) {
-            Ok(k) => Some(k),
-            Err(_) if args.key.is_none() && !key_path.exists() => None,
-            Err(e) => return fail(e),
+        let key = if args.no_key {
+            None
+        } else {
+            match mcpbox_audit::HeadKey::load(&key_path) {
+                Ok(k) => Some(k),
+                Err(_) if args.key.is_none() && !key_path.exists() => None,
+                Err(e) => return fail(e),
+            }
         };
         return match store.verify_with(key.as_ref()) {
             Ok(r) if r.first_broken_seq.is_none() => {
+                // a chain whose head could not be checked is not verified:
+                // its newest records may be gone with the head rewritten
+                // to match, so a script must not read "verified" (exit 3)
+                let unchecked = key.is_none() && r.records > 0 && !args.no_key;
                 let signed = match r.head_signed {
                     Some(true) => "its head signed".to_string(),
-                    _ if key.is_none() => format!(
-                        "its head not checked (no key at {}: a deleted tail with a rewritten head would not show)",
+                    _ if args.no_key => "its head not checked (--no-key)".to_string(),
+                    _ if key.is_none() && r.records > 0 => format!(
+                        "its head NOT checked: no key at {} (a deleted tail with a rewritten head would not show); pass --key FILE, the audit.key of the state directory the log was written from, or --no-key to accept the chain alone",
                         key_path.display()
                     ),
                     _ => "empty".to_string(),
@@ -155,6 +170,13 @@ pub fn run(args: Args) -> ExitCode {
                     }
                     None => String::new(),
                 };
+                if unchecked {
+                    println!(
+                        "unverified: the chain of {} records{pruned} is intact, head {}, {signed}",
+                        r.records, r.head_hash
+                    );
+                    return ExitCode::from(3);
+                }
                 println!(
                     "intact: {} records{pruned}, head {}, {signed}",
                     r.records, r.head_hash

@@ -275,7 +275,11 @@ fn builtin_export_over_the_limit_needs_a_human_and_a_forged_limit_is_overwritten
     let recs = events(&state.join("audit.db"));
     let large: Vec<_> = recs
         .iter()
-        .filter(|e| e["tool"] == "export_artifact" && e["detail"]["bytes"] == 4096)
+        .filter(|e| {
+            e["kind"] == "tool_call"
+                && e["tool"] == "export_artifact"
+                && e["detail"]["bytes"] == 4096
+        })
         .collect();
     assert_eq!(
         large.len(),

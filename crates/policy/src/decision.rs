@@ -143,7 +143,7 @@ reasons! {
     JobTimeout = "job.timeout", "a background job was stopped at its time limit (`jobs.max_time`)";
     JobMemory = "job.memory", "a background job was stopped at its memory limit (`jobs.max_memory`)";
     // ---- the audit log
-    AuditUnavailable = "audit.unavailable", "the audit log could not be written (a full disk, a locked or broken database): calls are refused until it can, unless `[audit] on_failure = \"continue\"`";
+    AuditUnavailable = "audit.unavailable", "the call's start could not be committed to the audit log (a full disk, a locked, unwritable or broken database; the message names which): the call is refused and never sent, unless `[audit] on_failure = \"continue\"`";
     // ---- approvals
     ApprovalRequired = "approval.required", "the call needs a human approval and no approval channel is available";
     ApprovalGranted = "approval.granted", "a human approved this exact call";

@@ -183,6 +183,28 @@ impl Sink for Counting {
         }
         self.inner.record(event);
     }
+
+    // The rest as the store behind says: a wrapper that kept the
+    // defaults would tell the relay every record is written (`healthy`)
+    // and commit a call's start without the store's answer.
+    fn record_all(&self, events: Vec<Event>) {
+        let denials = events
+            .iter()
+            .filter(|e| e.kind == Some(Kind::ToolCall) && e.decision == Some(Verdict::Deny))
+            .count();
+        self.metrics
+            .tool_denials
+            .fetch_add(denials as u64, Ordering::Relaxed);
+        self.inner.record_all(events);
+    }
+
+    fn healthy(&self) -> bool {
+        self.inner.healthy()
+    }
+
+    fn commit(&self, event: Event) -> Result<(), mcpbox_audit::Unwritten> {
+        self.inner.commit(event)
+    }
 }
 
 #[cfg(test)]

@@ -17,7 +17,7 @@ use crate::message::{at, id_key, is_plain, sniff_id, to_line, IdKey, Invalid, Me
 use crate::redact::Redacted;
 use crate::{
     CODE_CALL_TIMEOUT, CODE_INVALID_RESPONSE, CODE_POLICY_DENIED, CODE_RESPONSE_TOO_LARGE,
-    META_DECISION,
+    CODE_SERVER_EXITED, META_DECISION,
 };
 
 /// Margin subtracted from a call's wall-clock start for `files_written`:
@@ -39,6 +39,17 @@ pub(crate) struct Held {
     line: Vec<u8>,
     /// How the host can be asked, should the call need a human.
     channel: Channel,
+}
+
+/// An allowed call waiting for its start record to be committed.
+pub(crate) struct Starting {
+    id: Value,
+    call_ref: String,
+    tool: String,
+    args_digest: String,
+    decision: Decision,
+    detail: Value,
+    line: Vec<u8>,
 }
 
 /// What an in-flight host request was, for handling its response.
@@ -178,13 +189,6 @@ impl Session {
             Some(args) => json_digest(args),
             None => json_digest(&Value::Object(Map::new())),
         };
-        // nothing runs unrecorded: while the audit log cannot be written,
-        // the call is refused (its refusal is a record too, whose write is
-        // the next try of the log)
-        if !self.audit_ok && !self.config.run_unaudited {
-            let decision = Decision::deny(Reason::AuditUnavailable, "audit");
-            return self.deny_call(&id, &tool, &args_digest, decision, &Value::Null);
-        }
         // a name no rule can be written for safely: never sent
         if !super::tools::valid_tool_name(&tool) {
             let decision = Decision::deny(Reason::ToolNameInvalid, "relay");
@@ -305,7 +309,16 @@ impl Session {
         }
     }
 
-    /// Sends a decided call to the server and starts its clock.
+    /// Sends an allowed call on, its start first: nothing runs unrecorded.
+    /// The call's start record ([`Kind::CallStart`]: its decision) must
+    /// be committed to the log before the call reaches the server, so the
+    /// call waits here for [`Event::AuditCommitted`] and goes on only
+    /// then (`audit_committed`); a log that cannot take it refuses the
+    /// call, with the cause. Under `[audit] on_failure = "continue"` the
+    /// start is an ordinary record (queued while the log fails) and the
+    /// call goes on at once.
+    ///
+    /// [`Event::AuditCommitted`]: super::Event::AuditCommitted
     pub(super) fn forward_call(
         &mut self,
         id: Value,
@@ -315,6 +328,88 @@ impl Session {
         detail: Value,
         line: Vec<u8>,
     ) {
+        let s = Starting {
+            id,
+            call_ref: self.calls.next_ref(),
+            tool,
+            args_digest,
+            decision,
+            detail,
+            line,
+        };
+        let start = self.audit_event(Kind::CallStart, |e| {
+            e.tool = Some(s.tool.clone());
+            e.decision = Some(s.decision.verdict);
+            e.reason = Some(s.decision.reason.as_str().to_string());
+            e.source = Some(s.decision.source.clone());
+            e.args_digest = Some(s.args_digest.clone());
+            let mut detail = match &s.detail {
+                Value::Object(m) => m.clone(),
+                _ => Map::new(),
+            };
+            detail.insert("call".into(), Value::String(s.call_ref.clone()));
+            detail.insert("session".into(), Value::String(self.tag.clone()));
+            e.detail = Value::Object(detail);
+        });
+        if self.config.run_unaudited {
+            self.out.push(Effect::Audit(Record {
+                event: start,
+                files_since: None,
+                files: None,
+            }));
+            return self.send_call(s);
+        }
+        let key = self.next_commit;
+        self.next_commit += 1;
+        self.out.push(Effect::CommitAudit { key, event: start });
+        self.starting.insert(key, s);
+    }
+
+    /// The log's answer for the start of call `key`: committed, the call
+    /// goes to the server; not, it is refused (`audit.unavailable`, the
+    /// cause in its message and record) and the server never sees it.
+    pub(super) fn audit_committed(
+        &mut self,
+        key: u64,
+        result: Result<(), mcpbox_audit::Unwritten>,
+    ) {
+        let Some(s) = self.starting.remove(&key) else {
+            return;
+        };
+        match result {
+            Ok(()) => {
+                self.audit_health(true);
+                self.send_call(s);
+            }
+            Err(why) => {
+                self.audit_health(false);
+                tracing::error!(server = %self.config.server_name, tool = %s.tool, "call refused: its start could not be written to the audit log ({why})");
+                let mut detail = match s.detail {
+                    Value::Object(m) => m,
+                    _ => Map::new(),
+                };
+                detail.insert("audit_error".into(), Value::String(why.to_string()));
+                let decision = Decision::deny(Reason::AuditUnavailable, "audit");
+                self.deny_call(
+                    &s.id,
+                    &s.tool,
+                    &s.args_digest,
+                    decision,
+                    &Value::Object(detail),
+                );
+            }
+        }
+        if self.server.has_held() && self.starting.is_empty() {
+            // held messages after the call, whose release it stopped
+            self.release_held();
+        } else {
+            self.stop_if_host_done();
+        }
+    }
+
+    /// Sends a call whose start is recorded to the server and starts its
+    /// clock.
+    fn send_call(&mut self, s: Starting) {
         let now = self.now.mono;
         let since = self.config.output_dir.is_some().then(|| {
             self.now
@@ -323,17 +418,25 @@ impl Session {
                 .unwrap_or(UNIX_EPOCH)
         });
         let call = Call {
-            call_ref: self.calls.next_ref(),
-            tool,
-            args_digest,
+            call_ref: s.call_ref,
+            tool: s.tool,
+            args_digest: s.args_digest,
             started: now,
             since,
             deadline: self.config.call_timeout.map(|t| now + t),
-            decision,
-            detail,
+            decision: s.decision,
+            detail: s.detail,
         };
-        self.calls.track(id, Pending::ToolsCall(call));
-        self.send_server(line);
+        if self.server.writable().is_none() {
+            // the server went down while the start was being written (a
+            // driver that answers later than at once): the call never
+            // reaches it, and its record says so
+            let data = json!({"reason": Reason::ServerStopped.as_str()});
+            self.record_call(call, Reason::ServerStopped, |_| {});
+            return self.host_error(&s.id, CODE_SERVER_EXITED, "mcp server stopped", Some(data));
+        }
+        self.calls.track(s.id, Pending::ToolsCall(call));
+        self.send_server(s.line);
     }
 
     /// Refuses a call: one audit record, one answer, nothing to the server.
@@ -401,6 +504,8 @@ impl Session {
                 _ => Map::new(),
             };
             detail.insert("call".into(), Value::String(call.call_ref));
+            // the pair its `call_start` names too
+            detail.insert("session".into(), Value::String(self.tag.clone()));
             e.detail = Value::Object(detail);
             fill(e);
         });
@@ -768,7 +873,16 @@ pub(super) fn deny_text(server: &str, tool: &str, d: &Decision, detail: &Value) 
         Reason::ArgumentPathOutside => "a path argument points outside /workspace",
         Reason::ArgumentInvalid => "an argument the policy checks has the wrong type",
         Reason::ToolNameInvalid => "the tool's name has characters outside those MCP allows (a look-alike of another name); it is withheld",
-        Reason::AuditUnavailable => "the audit log cannot be written (a full disk, a locked or broken database), and the policy refuses to run calls unrecorded; try again once it is fixed",
+        Reason::AuditUnavailable => {
+            let cause = detail
+                .get("audit_error")
+                .and_then(Value::as_str)
+                .unwrap_or("a full disk, a locked or broken database");
+            return format!(
+                "mcpbox refused the call to tool `{tool}` on server `{server}`: the audit log cannot be written ({cause}), and the policy refuses to run calls unrecorded; try again once it is fixed (reason: {}, source: {})",
+                d.reason, d.source
+            );
+        }
         Reason::ArtifactRefused => "the file may not leave the sandbox as an artifact (not a regular file, or not matched by artifacts.patterns)",
         _ => "the policy does not allow this tool",
     };

@@ -150,12 +150,21 @@ pub enum Event {
     },
     /// The audit sink's health changed: `false` when a record could not
     /// be written and waits in memory (a full disk, a locked or broken
-    /// database), `true` once everything is written again. Meanwhile calls
-    /// are refused (reason `audit.unavailable`) unless
-    /// [`Config::run_unaudited`].
+    /// database), `true` once everything is written again. Logged; what
+    /// refuses calls meanwhile is each call's own start record, which must
+    /// be committed before the call goes ([`Effect::CommitAudit`]).
     AuditHealth {
         /// Whether every record handed over is written.
         ok: bool,
+    },
+    /// The answer to [`Effect::CommitAudit`] `key`: the record is in the
+    /// log, or why it is not.
+    AuditCommitted {
+        /// The key of the request.
+        key: u64,
+        /// `Err`: nothing of the record was written (a full disk, a
+        /// locked, unwritable or broken database).
+        result: Result<(), mcpbox_audit::Unwritten>,
     },
     /// [`Session::deadline`] has passed.
     Timer,
@@ -276,6 +285,17 @@ pub enum Effect {
     },
     /// Write an audit record (off the host path, in order).
     Audit(Record),
+    /// Write this record now and say whether it is committed, with
+    /// [`Event::AuditCommitted`] `key`, before anything else of the
+    /// session happens: a call's start ([`mcpbox_audit::Kind::CallStart`]),
+    /// which must be in the log before the call goes to the server (the
+    /// call waits for the answer and is refused if it is not).
+    CommitAudit {
+        /// Echoed in the answer.
+        key: u64,
+        /// The record, `time_ms` filled in.
+        event: AuditEvent,
+    },
     /// Write the pin file or its pending twin.
     WritePins(PinWrite),
     /// Run the policy's argument rules on a held call
@@ -433,12 +453,17 @@ pub struct Session {
     /// The server's requests the host has yet to answer, under ids of
     /// ours ([`calls::ServerAsks`]).
     server_asks: calls::ServerAsks,
+    /// Allowed calls waiting for their start record to be committed
+    /// ([`Effect::CommitAudit`]), by key.
+    starting: std::collections::HashMap<u64, calls::Starting>,
+    next_commit: u64,
     approvals: Approvals,
     tools: ToolScreen,
     server: Supervisor,
     redaction: Redaction,
-    /// Whether the audit sink wrote everything handed to it
-    /// ([`Event::AuditHealth`]).
+    /// Whether the audit log took the last record handed to it
+    /// ([`Event::AuditHealth`], [`Event::AuditCommitted`]): for the log
+    /// lines of its changes.
     audit_ok: bool,
     /// `(tool, rule)` pairs already flagged, to flag each once.
     flagged: HashSet<(String, Reason)>,
@@ -485,6 +510,8 @@ impl Session {
             checking: std::collections::HashMap::new(),
             next_check: 0,
             server_asks: calls::ServerAsks::default(),
+            starting: std::collections::HashMap::new(),
+            next_commit: 0,
             approvals: Approvals::default(),
             tools,
             server: Supervisor::new(now.mono),
@@ -537,16 +564,8 @@ impl Session {
                 facts,
             } => self.server_started(gen, secrets, facts),
             Event::ServerStartFailed { gen, error } => self.server_start_failed(gen, &error),
-            Event::AuditHealth { ok } => {
-                if ok != self.audit_ok {
-                    if ok {
-                        tracing::warn!(server = %self.config.server_name, "the audit log is written again: calls are accepted");
-                    } else {
-                        tracing::error!(server = %self.config.server_name, "the audit log cannot be written: calls are refused until it can ([audit] on_failure)");
-                    }
-                }
-                self.audit_ok = ok;
-            }
+            Event::AuditHealth { ok } => self.audit_health(ok),
+            Event::AuditCommitted { key, result } => self.audit_committed(key, result),
             Event::StderrClosed {
                 gen,
                 redactions,
@@ -608,7 +627,10 @@ impl Session {
     /// approval, host messages waiting for the server. The lifecycle's
     /// idle clock runs only while this is false.
     pub fn busy(&self) -> bool {
-        !self.calls.is_empty() || !self.approvals.is_empty() || self.server.has_held()
+        !self.calls.is_empty()
+            || !self.approvals.is_empty()
+            || !self.starting.is_empty()
+            || self.server.has_held()
     }
 
     /// Whether the server is parked ([`Event::Park`]): no process.
@@ -678,6 +700,21 @@ impl Session {
         e.kind = Some(kind);
         fill(&mut e);
         e
+    }
+
+    /// The audit log's state changed (the writer's word, or a commit's):
+    /// said once per change.
+    fn audit_health(&mut self, ok: bool) {
+        if ok != self.audit_ok {
+            if ok {
+                tracing::warn!(server = %self.config.server_name, "the audit log is written again: calls are accepted");
+            } else if self.config.run_unaudited {
+                tracing::error!(server = %self.config.server_name, "the audit log cannot be written: calls go on, their records wait in memory ([audit] on_failure = \"continue\")");
+            } else {
+                tracing::error!(server = %self.config.server_name, "the audit log cannot be written: calls are refused until it can ([audit] on_failure)");
+            }
+        }
+        self.audit_ok = ok;
     }
 
     /// Flags `rule` for `tool` once per session (log and audit).

@@ -364,7 +364,7 @@ impl Session {
         self.server.restarting = false;
         // calls whose arguments are being checked still go out first
         // (`stop_if_host_done`)
-        if self.checking.is_empty() {
+        if !self.deciding() {
             self.begin_stop();
         }
     }
@@ -475,9 +475,12 @@ impl Session {
     }
 
     /// Sends the held host messages, in order; when the host has closed
-    /// its input meanwhile, then closes the server's stdin.
-    fn release_held(&mut self) {
-        while self.server.is_up() {
+    /// its input meanwhile, then closes the server's stdin. A released
+    /// call whose start is being committed to the log stops the release
+    /// until the log answers (`audit_committed` goes on), so what the host
+    /// sent after the call (its cancellation, say) cannot overtake it.
+    pub(super) fn release_held(&mut self) {
+        while self.server.is_up() && self.starting.is_empty() {
             let Some(line) = self.server.held.pop_front() else {
                 break;
             };
@@ -489,9 +492,16 @@ impl Session {
         // a released call whose arguments the driver is checking goes to
         // the server when the check answers (`arguments_checked`), and
         // the server's stdin is closed after it
-        if self.host.closed.is_some() && self.server.is_up() && self.checking.is_empty() {
+        if self.host.closed.is_some() && self.server.is_up() && !self.deciding() {
             self.begin_stop();
         }
+    }
+
+    /// Whether calls are still on their way to the server: their argument
+    /// rules being checked, or their start being committed to the log.
+    /// The server's stdin stays open for them.
+    pub(super) fn deciding(&self) -> bool {
+        !self.checking.is_empty() || !self.starting.is_empty()
     }
 
     /// After a held call's argument check: when the host closed its input
@@ -499,7 +509,7 @@ impl Session {
     /// such call is out (as `release_held` does for held messages).
     pub(super) fn stop_if_host_done(&mut self) {
         if self.host.closed.is_some()
-            && self.checking.is_empty()
+            && !self.deciding()
             && self.server.held.is_empty()
             && self.server.is_up()
         {

@@ -77,6 +77,16 @@ impl Driver {
                     }
                     self.audit_batch.push(record);
                 }
+                Effect::CommitAudit { key, event } => {
+                    // On this thread, now, before anything else of the
+                    // session happens: the call it starts waits for the
+                    // answer, and goes to the server only once the record
+                    // is committed (one SQLite transaction; the records
+                    // queued for the writer thread are not waited for, so
+                    // a start may precede them in the log).
+                    let result = self.audit.commit(event);
+                    follow.push_back(Event::AuditCommitted { key, result });
+                }
                 Effect::WritePins(w) => {
                     // before the host sees the list: `mcpbox pin accept`
                     // may run as soon as it has

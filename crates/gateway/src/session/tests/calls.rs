@@ -1100,32 +1100,96 @@ fn an_authenticated_caller_is_never_replaced_by_what_the_client_says() {
     assert_eq!(audited_callers(&t), ["alice"]);
 }
 
-// ---- an audit log that cannot be written ----------------------------------------
+// ---- a call's start is in the log before the call goes out (issue 26) ----------
+
+fn unwritten(cause: mcpbox_audit::Cause, detail: &str) -> mcpbox_audit::Unwritten {
+    mcpbox_audit::Unwritten {
+        cause,
+        detail: detail.into(),
+    }
+}
 
 #[test]
-fn calls_are_refused_while_the_audit_log_cannot_be_written() {
+fn a_call_reaches_the_server_only_after_its_start_is_committed() {
     let mut t = T::new(config(), rules(vec![("*", Verdict::Allow)]));
-    let call = |id: u32| {
-        format!(
-            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"t","arguments":{{}}}}}}"#
-        )
+    t.commits = None;
+    t.init(json!({}));
+    // the start record is asked for, and nothing goes to the server yet
+    assert_eq!(t.host(&call(1, "t", json!({}))), ["commit 0 CallStart t"]);
+    let Effect::CommitAudit { event, .. } = &t.last[0] else {
+        unreachable!()
     };
-    assert!(t.on(Event::AuditHealth { ok: false }).is_empty());
-    // refused, never sent, and the refusal is itself a record (the log's
-    // next try)
+    let start = event.clone();
+    assert_eq!(start.decision, Some(Verdict::Allow));
+    assert_eq!(start.reason.as_deref(), Some("tool.rule"));
+    assert_eq!(start.args_digest.as_ref().map(String::len), Some(64));
+    assert!(t.s.busy(), "a call on its way keeps the session busy");
+    // committed: now it goes
+    let sent = t.on(Event::AuditCommitted {
+        key: 0,
+        result: Ok(()),
+    });
+    assert_eq!(sent, [format!("server {}", call(1, "t", json!({})))]);
+    // its outcome names the same call and session as its start
     assert_eq!(
-        t.host(&call(1)),
+        t.server(&text_result(1, &["ok"]))[1],
+        "audit ToolCall allow tool.rule"
+    );
+    let Effect::Audit(end) = &t.last[1] else {
+        unreachable!()
+    };
+    assert_eq!(end.event.detail["call"], start.detail["call"]);
+    assert_eq!(end.event.detail["session"], start.detail["session"]);
+    assert_eq!(start.detail["call"], "call-1");
+    // an answer nobody asked for changes nothing
+    assert!(t
+        .on(Event::AuditCommitted {
+            key: 7,
+            result: Ok(())
+        })
+        .is_empty());
+}
+
+#[test]
+fn a_call_whose_start_cannot_be_written_is_refused_with_the_cause_and_never_sent() {
+    let mut t = T::new(config(), rules(vec![("*", Verdict::Allow)]));
+    t.commits = Some(Err(unwritten(
+        mcpbox_audit::Cause::DiskFull,
+        "audit database commit event: database or disk is full",
+    )));
+    // the very first call of a session: refused, never sent, and the
+    // refusal is a record too (queued: it is the log's next try)
+    assert_eq!(
+        t.host(&call(1, "t", json!({}))),
         [
             "audit ToolCall deny audit.unavailable",
             "host denied audit.unavailable id=1"
         ]
     );
-    assert!(result_text_of(&t.to_host()[0]).contains("audit log cannot be written"));
-    // written again: calls go on
-    t.on(Event::AuditHealth { ok: true });
-    let sent = t.host(&call(2));
-    assert_eq!(sent.len(), 1, "{sent:?}");
-    assert!(sent[0].starts_with("server "), "{sent:?}");
+    let text = result_text_of(&t.to_host()[0]);
+    assert!(
+        text.contains("audit log cannot be written (disk full"),
+        "{text}"
+    );
+    let Effect::Audit(refusal) = &t.last[0] else {
+        unreachable!()
+    };
+    assert!(refusal.event.detail["audit_error"]
+        .as_str()
+        .is_some_and(|e| e.starts_with("disk full")));
+    // the log is written again: calls go on
+    t.commits = Some(Ok(()));
+    let sent = t.host(&call(2, "t", json!({})));
+    assert_eq!(sent, [format!("server {}", call(2, "t", json!({})))]);
+    // the writer thread's word alone lets nothing through unrecorded
+    t.on(Event::AuditHealth { ok: false });
+    t.commits = Some(Err(unwritten(
+        mcpbox_audit::Cause::Locked,
+        "database is locked",
+    )));
+    let refused = t.host(&call(3, "t", json!({})));
+    assert_eq!(refused[1], "host denied audit.unavailable id=3");
+    assert!(result_text_of(&t.to_host()[0]).contains("locked by another process"));
 }
 
 #[test]
@@ -1135,10 +1199,105 @@ fn a_policy_that_accepts_running_unaudited_forwards_calls_meanwhile() {
         ..config()
     };
     let mut t = T::new(cfg, rules(vec![("*", Verdict::Allow)]));
+    t.commits = None;
     t.on(Event::AuditHealth { ok: false });
-    let sent = t.host(
-        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","arguments":{}}}"#,
+    // no waiting for the log: the start is an ordinary record, queued
+    // while the log fails
+    let sent = t.host(&call(1, "t", json!({})));
+    assert_eq!(
+        sent,
+        [
+            "audit CallStart allow tool.rule".to_string(),
+            format!("server {}", call(1, "t", json!({})))
+        ]
     );
+}
+
+#[test]
+fn a_host_that_closes_while_a_start_commits_still_has_its_call_sent_then_the_server_closed() {
+    let mut t = T::new(config(), rules(vec![("*", Verdict::Allow)]));
+    t.commits = None;
+    t.init(json!({}));
+    assert_eq!(t.host(&call(1, "t", json!({}))), ["commit 0 CallStart t"]);
+    // the server's stdin stays open for the call on its way
+    assert!(t.on(Event::Host(Line::Eof)).is_empty());
+    assert_eq!(
+        t.on(Event::AuditCommitted {
+            key: 0,
+            result: Ok(())
+        }),
+        [
+            format!("server {}", call(1, "t", json!({}))),
+            "close 1".into()
+        ]
+    );
+}
+
+#[test]
+fn a_start_committed_after_the_server_went_down_never_sends_its_call() {
+    let mut t = T::new(config(), rules(vec![("*", Verdict::Allow)]));
+    t.commits = None;
+    t.init(json!({}));
+    assert_eq!(t.host(&call(1, "t", json!({}))), ["commit 0 CallStart t"]);
+    // a driver slower than the stdio one: the server dies first
+    t.server_dies(1);
+    let after = t.on(Event::AuditCommitted {
+        key: 0,
+        result: Ok(()),
+    });
+    assert!(!after.iter().any(|l| l.starts_with("server ")), "{after:?}");
+    assert!(
+        after.contains(&"audit ToolCall allow server.stopped".to_string()),
+        "{after:?}"
+    );
+    assert!(
+        after
+            .iter()
+            .any(|l| l.starts_with("host error") && l.ends_with("id=1")),
+        "{after:?}"
+    );
+}
+
+#[test]
+fn a_denied_call_needs_no_start_and_an_approved_one_is_committed_before_it_goes() {
+    let mut t = T::new(
+        config(),
+        rules(vec![("no", Verdict::Deny), ("ask", Verdict::Approve)]),
+    );
+    t.init(json!({"elicitation": {}}));
+    assert_eq!(
+        t.host(&call(1, "no", json!({}))),
+        [
+            "audit ToolCall deny tool.rule",
+            "host denied tool.rule id=1"
+        ]
+    );
+    assert!(t.starts.is_empty());
+    assert_eq!(
+        t.host(&call(2, "ask", json!({}))),
+        ["host elicit id=\"mcpbox-approval-n0nce-0\""]
+    );
+    t.commits = None;
+    let yes = r#"{"jsonrpc":"2.0","id":"mcpbox-approval-n0nce-0","result":{"action":"accept","content":{"approve":true}}}"#;
+    let after = t.host(yes);
+    assert!(
+        after.iter().any(|l| l == "commit 0 CallStart ask"),
+        "{after:?}"
+    );
+    assert!(!after.iter().any(|l| l.starts_with("server ")), "{after:?}");
+    let Some(Effect::CommitAudit { event, .. }) = t
+        .last
+        .iter()
+        .find(|e| matches!(e, Effect::CommitAudit { .. }))
+    else {
+        unreachable!()
+    };
+    assert_eq!(event.reason.as_deref(), Some("approval.granted"));
+    let sent = t.on(Event::AuditCommitted {
+        key: 0,
+        result: Ok(()),
+    });
+    assert_eq!(sent.len(), 1, "{sent:?}");
     assert!(sent[0].starts_with("server "), "{sent:?}");
 }
 

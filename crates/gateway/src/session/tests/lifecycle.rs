@@ -424,11 +424,26 @@ fn requests_piped_before_the_server_is_up_are_all_handled_before_its_stdin_close
         },
         now,
     );
+    // the call's start is committed before it goes, and what was sent
+    // after it waits for that
     assert_eq!(
         summary(&up, false),
         s(&[
             "audit SessionStart",
             &format!("server {init}"),
+            "commit 0 CallStart echo",
+        ])
+    );
+    let committed = session.on(
+        Event::AuditCommitted {
+            key: 0,
+            result: Ok(()),
+        },
+        now,
+    );
+    assert_eq!(
+        summary(&committed, false),
+        s(&[
             &format!("server {echo}"),
             "audit ToolCall deny tool.rule",
             "host denied tool.rule id=3",

@@ -50,6 +50,13 @@ pub(super) struct T {
     pub(super) ms: u64,
     /// The effects of the last step, unsummarised.
     pub(super) last: Vec<Effect>,
+    /// How the log answers a call's start ([`Effect::CommitAudit`]): at
+    /// once, as the driver does, with this result (the commit then shows
+    /// in no summary: its record is in `starts`); `None`: the test
+    /// answers itself and sees the effect.
+    pub(super) commits: Option<Result<(), mcpbox_audit::Unwritten>>,
+    /// The start records committed so far by the automatic answer.
+    pub(super) starts: Vec<mcpbox_audit::Event>,
 }
 
 pub(super) fn config() -> Config {
@@ -96,6 +103,8 @@ impl T {
             base,
             ms: 0,
             last: Vec::new(),
+            commits: Some(Ok(())),
+            starts: Vec::new(),
         };
         let start = t.s.start(t.now());
         assert_eq!(summary(&start, false), ["start 1"]);
@@ -117,7 +126,36 @@ impl T {
 
     /// Feeds one event; the effects, summarised (server checks left out).
     pub(super) fn on(&mut self, e: Event) -> Vec<String> {
-        self.last = self.s.on(e, self.now());
+        let now = self.now();
+        let mut effects = self.s.on(e, now);
+        let Some(result) = self.commits.clone() else {
+            self.last = effects;
+            return summary(&self.last, false);
+        };
+        // as the driver does: the effects in order, then the answers to
+        // the commits among them
+        let mut out = Vec::new();
+        loop {
+            let mut keys = Vec::new();
+            for effect in effects {
+                match effect {
+                    Effect::CommitAudit { key, event } => {
+                        self.starts.push(event);
+                        keys.push(key);
+                    }
+                    other => out.push(other),
+                }
+            }
+            if keys.is_empty() {
+                break;
+            }
+            effects = Vec::new();
+            for key in keys {
+                let result = result.clone();
+                effects.extend(self.s.on(Event::AuditCommitted { key, result }, now));
+            }
+        }
+        self.last = out;
         summary(&self.last, false)
     }
 
@@ -257,6 +295,11 @@ pub(super) fn describe(e: &Effect) -> String {
             }
             s
         }
+        Effect::CommitAudit { key, event } => format!(
+            "commit {key} {:?} {}",
+            event.kind.expect("kind"),
+            event.tool.as_deref().unwrap_or("-")
+        ),
         Effect::WritePins(w) => format!(
             "pins {}",
             w.path
