@@ -737,7 +737,37 @@ fn artifact_export_refuses_links_fifos_devices_and_escapes_and_records_digests()
     gw.audit_until("the artifact's digest", |e| {
         e["kind"] == "artifact" && e["detail"]["sha256"] == digest.as_str()
     });
-    // over the limit: a human at the CLI approves it
+    // over the limit: a human at the CLI approves it at the size listed;
+    // the agent grows it meanwhile (issue 26): the grown file is not the
+    // one approved and stays
+    let listed_size = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["path"] == "big.bin")
+        .unwrap()["size"]
+        .as_u64()
+        .unwrap();
+    assert_eq!(listed_size, 2000);
+    call(
+        &mut a,
+        "write",
+        json!({"path": format!("{o}/big.bin"), "text": "x".repeat(1 << 20)}),
+    );
+    let stale = gw.dir.path().join("exported-stale");
+    let out = gw.cli_json(&[
+        "artifacts",
+        "export",
+        &id,
+        "--dest",
+        stale.to_str().unwrap(),
+        "--approve-large",
+        &format!("big.bin={listed_size}"),
+    ]);
+    assert_eq!(out.as_array().unwrap().len(), 1, "{out}");
+    assert_eq!(out[0]["path"], "good.txt", "{out}");
+    assert!(!stale.join("big.bin").exists());
+    // listed again, approved at what it measures now: exported
     let dest2 = gw.dir.path().join("exported2");
     let out = gw.cli_json(&[
         "artifacts",
@@ -746,6 +776,7 @@ fn artifact_export_refuses_links_fifos_devices_and_escapes_and_records_digests()
         "--dest",
         dest2.to_str().unwrap(),
         "--approve-large",
+        &format!("big.bin={}", 1 << 20),
     ]);
     let mut paths: Vec<&str> = out
         .as_array()
@@ -1215,8 +1246,47 @@ fn an_artifact_over_the_limit_keeps_the_workspace_until_a_human_approves() {
     assert_eq!(kept[0]["state"], "stopped");
     // the credential goes with the sandbox, not while it is kept
     assert!(!marker.exists(), "revoked before the teardown went through");
-    // approved: exported, then everything goes
-    let t = gw.cli_json(&["sandboxes", "destroy", &id, "--approve-large"]);
+    // the message names the size the human approves
+    assert!(
+        t["left"]
+            .to_string()
+            .contains("--approve-large big.bin=2000"),
+        "{t}"
+    );
+    // the file grows after the human read that (issue 26): the approval
+    // of 2000 bytes does not take the grown file out, nor revoke, nor
+    // remove the workspace
+    std::fs::write(ws.join("output/big.bin"), "y".repeat(5000)).unwrap();
+    let out = gw.cli(&[
+        "sandboxes",
+        "destroy",
+        &id,
+        "--approve-large",
+        "big.bin=2000",
+        "--json",
+    ]);
+    assert!(
+        !out.status.success(),
+        "a teardown that kept something exits 1"
+    );
+    let t: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(t["exported"], json!([]), "{t}");
+    assert!(
+        t["left"]
+            .to_string()
+            .contains("--approve-large big.bin=5000"),
+        "{t}"
+    );
+    assert!(ws.join("output/big.bin").is_file(), "the artifact was lost");
+    assert!(!marker.exists(), "revoked before the teardown went through");
+    // approved at what it is now: exported, then everything goes
+    let t = gw.cli_json(&[
+        "sandboxes",
+        "destroy",
+        &id,
+        "--approve-large",
+        "big.bin=5000",
+    ]);
     assert_eq!(t["left"], json!([]), "{t}");
     assert_eq!(t["exported"][0]["path"], "big.bin", "{t}");
     let copies = common::serve::files_under(&gw.state().join("artifacts").join(&id));

@@ -46,6 +46,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use mcpbox_audit::{Event, Kind, Sink};
 use mcpbox_gateway::{Activity, HostFeed};
+use mcpbox_lifecycle::artifacts::Approved;
 use mcpbox_lifecycle::id::Key;
 use mcpbox_lifecycle::registry::{Record, Registry};
 use mcpbox_lifecycle::{SandboxInfo, State};
@@ -91,6 +92,24 @@ impl std::fmt::Display for SandboxLimit {
 
 impl std::error::Error for SandboxLimit {}
 
+/// A session refused because its sandbox is being torn down (live,
+/// stopped, or only a record after a restart): retryable, once the
+/// teardown is over a new session gets a sandbox again.
+#[derive(Debug)]
+pub struct Destroying(pub String);
+
+impl std::fmt::Display for Destroying {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "sandbox {} is being destroyed; retry once it is gone",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for Destroying {}
+
 /// The group name of shared servers.
 pub const SHARED: &str = "shared";
 
@@ -119,6 +138,11 @@ pub struct Lifecycle {
     salt: String,
     servers: HashMap<String, ServerLife>,
     map: Mutex<HashMap<String, Arc<Sandbox>>>,
+    /// Sandboxes being torn down that are not in `map` (records of a
+    /// previous run, stopped): `join` refuses them, so that no session
+    /// writes into a workspace the teardown is about to remove. Locked
+    /// after `map`; an id is added only while `map` is held.
+    tearing: Mutex<std::collections::HashSet<String>>,
     /// The gateway's approval broker, for the control socket's approval
     /// ops (set once, at start).
     pub desk: std::sync::OnceLock<crate::approvals::BrokerDesk>,
@@ -192,6 +216,7 @@ impl Lifecycle {
             salt,
             servers,
             map: Mutex::new(HashMap::new()),
+            tearing: Mutex::new(std::collections::HashSet::new()),
             desk: std::sync::OnceLock::new(),
         });
         life.recover()?;
@@ -296,9 +321,15 @@ impl Lifecycle {
         let id = key.id(&self.salt);
         let sb = {
             let mut map = lock(&self.map);
+            // a teardown holds it (live, or a record being destroyed):
+            // refused, retryable, rather than a session whose writes the
+            // teardown then deletes
+            if lock(&self.tearing).contains(&id) {
+                return Err(anyhow::Error::new(Destroying(id)));
+            }
             match map.get(&id) {
                 Some(sb) if lock(&sb.inner).destroying => {
-                    bail!("sandbox {id} is being destroyed; retry in a moment")
+                    return Err(anyhow::Error::new(Destroying(id)));
                 }
                 Some(sb) => sb.clone(),
                 None => {
@@ -311,6 +342,13 @@ impl Lifecycle {
         };
         let slot = {
             let mut g = lock(&sb.inner);
+            // checked again under its own lock: a teardown that began
+            // since the map was looked at has (or will have) stopped the
+            // sessions it saw, and this one would be left in a removed
+            // workspace
+            if g.destroying {
+                return Err(anyhow::Error::new(Destroying(id)));
+            }
             if !g.servers.iter().any(|s| s == server) {
                 g.servers.push(server.to_string());
                 g.artifacts.push(life.artifacts.clone());
@@ -451,7 +489,7 @@ impl Lifecycle {
                 let _ = std::thread::Builder::new()
                     .name("mcpbox-teardown".into())
                     .spawn(move || {
-                        if let Err(e) = life.teardown(&id, "idle.destroy", false) {
+                        if let Err(e) = life.teardown(&id, "idle.destroy", &Approved::new()) {
                             tracing::error!(sandbox = %id, "idle teardown: {e}");
                         }
                     });

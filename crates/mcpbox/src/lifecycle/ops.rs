@@ -4,6 +4,7 @@
 use std::path::Path;
 
 use anyhow::Context;
+use mcpbox_lifecycle::artifacts::Approved;
 use mcpbox_lifecycle::id::Key;
 use mcpbox_lifecycle::registry::Record;
 use mcpbox_lifecycle::{Artifact, Control, Exported, SandboxInfo, SnapshotInfo, State, Teardown};
@@ -162,11 +163,11 @@ impl Control for Lifecycle {
         self.show(&id)
     }
 
-    fn destroy(&self, id: &str, allow_large: bool) -> Result<Teardown, String> {
+    fn destroy(&self, id: &str, approved: &Approved) -> Result<Teardown, String> {
         if !mcpbox_lifecycle::id::is_id(id) {
             return Err(format!("{id:?} is not a sandbox id"));
         }
-        self.teardown(id, "mcpbox sandboxes destroy", allow_large)
+        self.teardown(id, "mcpbox sandboxes destroy", approved)
     }
 
     fn artifacts(&self, id: &str) -> Result<Vec<Artifact>, String> {
@@ -178,11 +179,11 @@ impl Control for Lifecycle {
         mcpbox_lifecycle::artifacts::list(&ws.output(), &patterns, max).map_err(|e| e.to_string())
     }
 
-    fn export(&self, id: &str, dest: &Path, allow_large: bool) -> Result<Vec<Exported>, String> {
+    fn export(&self, id: &str, dest: &Path, approved: &Approved) -> Result<Vec<Exported>, String> {
         let ws = self.workspace_of(id)?;
         let rules = self.artifact_rules(id)?;
         let (key, audit) = self.owner(id)?;
-        export(&ws, &rules, allow_large, dest, &audit, id, &key).map(|e| e.out)
+        export(&ws, &rules, approved, dest, &audit, id, &key).map(|e| e.out)
     }
 }
 
