@@ -1482,3 +1482,134 @@ fn snapshot_with_tmp_leaves_out_the_builtin_servers_own_state() {
     assert!(names.contains("tmp/work.txt"), "{names}");
     assert!(!names.contains(".mcpbox"), "{names}");
 }
+
+/// A policy whose secret's `revoke` command marks `started` and then
+/// waits until the test creates `release`: a teardown held in the middle
+/// (its artifacts exported, its workspace not yet removed), for as long
+/// as the test needs, ordered by files rather than by time.
+fn slow_revoke_policy(marks: &Path) -> String {
+    format!(
+        "[artifacts]\npatterns = [\"*.txt\"]\n[secrets.API_TOKEN]\nfrom_env = \"LIFE_TOKEN\"\nrevoke = [\"/bin/sh\", \"-c\", \"touch {0}/started; while [ ! -e {0}/release ]; do sleep 0.05; done\"]\n",
+        marks.display()
+    )
+}
+
+/// Waits until `path` exists (15 s at most).
+fn wait_for_file(path: &Path, gw: &Gateway) {
+    let until = Instant::now() + Duration::from_secs(15);
+    while !path.exists() {
+        assert!(
+            Instant::now() < until,
+            "{} never appeared; gateway log:\n{}",
+            path.display(),
+            gw.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// An `initialize` of `token`'s client on `ws`: its HTTP answer.
+fn try_open(gw: &Gateway, token: &str) -> common::http::Response {
+    let mut m = gw.mcp("ws", Some(token));
+    let msg = m.message(
+        "initialize",
+        json!({"protocolVersion": common::serve::VERSION, "capabilities": {},
+               "clientInfo": {"name": "t", "version": "0"}}),
+    );
+    m.post(&msg)
+}
+
+/// The refusal a session gets while its sandbox is torn down: 503, a
+/// `Retry-After`, and the reason code that says why.
+fn assert_refused_as_destroying(r: &common::http::Response, gw: &Gateway) {
+    assert_eq!(r.status, 503, "{} {}\n{}", r.status, r.text(), gw.stderr());
+    assert!(r.header("retry-after").is_some(), "{:?}", r.headers);
+    assert!(r.text().contains("http.sandbox_destroying"), "{}", r.text());
+}
+
+/// Issue 26: while a sandbox is torn down (its secret's revoke is slow),
+/// a new session of the same agent is refused with a retryable reason;
+/// what the first session wrote and was told was written is in the
+/// exported artifacts; once the teardown is over a session gets a new
+/// sandbox.
+#[test]
+fn a_session_arriving_during_a_slow_teardown_is_refused_retryably_and_nothing_acknowledged_is_lost()
+{
+    let marks = tempfile::tempdir().unwrap();
+    let gw = gateway(
+        "",
+        &slow_revoke_policy(marks.path()),
+        &[("LIFE_TOKEN", "tok-slow-revoke")],
+    );
+    let mut a = session(&gw, ALICE);
+    call(
+        &mut a,
+        "write",
+        json!({"path": "/workspace/output/acked.txt", "text": "acknowledged"}),
+    );
+    let id = sandbox_of(&gw, "alice")["id"].as_str().unwrap().to_string();
+    let ws = PathBuf::from(sandbox_of(&gw, "alice")["workspace"].as_str().unwrap());
+    let teardown = std::thread::scope(|s| {
+        let destroy = s.spawn(|| gw.cli_json(&["sandboxes", "destroy", &id]));
+        wait_for_file(&marks.path().join("started"), &gw);
+        // mid-teardown: exported, not yet removed
+        let r = try_open(&gw, ALICE);
+        assert_refused_as_destroying(&r, &gw);
+        std::fs::write(marks.path().join("release"), "").unwrap();
+        destroy.join().unwrap()
+    });
+    assert_eq!(teardown["left"], json!([]), "{teardown}");
+    assert_eq!(teardown["exported"][0]["path"], "acked.txt", "{teardown}");
+    assert!(!ws.exists());
+    // over: a new session, a new (empty) sandbox
+    let mut b = session(&gw, ALICE);
+    call_fails(
+        &mut b,
+        "read",
+        json!({"path": "/workspace/output/acked.txt"}),
+    );
+}
+
+/// Issue 26: after a kill -9 and a restart the sandbox is only a record.
+/// While `sandboxes destroy` tears it down (a slow revoke), a new session
+/// of the same agent was accepted, its writes acknowledged, and then the
+/// teardown removed the workspace under it. Now the session is refused
+/// with a retryable reason until the teardown is over.
+#[test]
+fn a_record_only_sandbox_being_destroyed_after_a_restart_accepts_no_session() {
+    let marks = tempfile::tempdir().unwrap();
+    let env = [("LIFE_TOKEN", "tok-slow-revoke")];
+    let gw = gateway("", &slow_revoke_policy(marks.path()), &env);
+    let mut a = session(&gw, ALICE);
+    call(
+        &mut a,
+        "write",
+        json!({"path": "/workspace/output/before.txt", "text": "kept"}),
+    );
+    let id = sandbox_of(&gw, "alice")["id"].as_str().unwrap().to_string();
+    drop(a);
+    let config = std::fs::read_to_string(gw.dir.path().join("serve.toml")).unwrap();
+    let dir = gw.kill9();
+    let gw = Gateway::start_config_env(dir, &config, &env);
+    assert_eq!(sandbox_of(&gw, "alice")["state"], "stopped");
+    let teardown = std::thread::scope(|s| {
+        let destroy = s.spawn(|| gw.cli_json(&["sandboxes", "destroy", &id]));
+        wait_for_file(&marks.path().join("started"), &gw);
+        let r = try_open(&gw, ALICE);
+        assert_refused_as_destroying(&r, &gw);
+        std::fs::write(marks.path().join("release"), "").unwrap();
+        destroy.join().unwrap()
+    });
+    assert_eq!(teardown["left"], json!([]), "{teardown}");
+    assert_eq!(teardown["exported"][0]["path"], "before.txt", "{teardown}");
+    assert!(sandboxes(&gw).is_empty(), "{:?}", sandboxes(&gw));
+    // nothing was acknowledged into the removed workspace: the next
+    // session starts a new sandbox
+    let mut b = session(&gw, ALICE);
+    call(
+        &mut b,
+        "write",
+        json!({"path": "/workspace/output/after.txt", "text": "new"}),
+    );
+    assert_eq!(sandboxes(&gw).len(), 1);
+}

@@ -43,7 +43,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context};
+use anyhow::Context;
 use mcpbox_audit::{Event, Kind, Sink};
 use mcpbox_gateway::{Activity, HostFeed};
 use mcpbox_lifecycle::artifacts::Approved;
