@@ -1613,3 +1613,94 @@ fn a_record_only_sandbox_being_destroyed_after_a_restart_accepts_no_session() {
     );
     assert_eq!(sandboxes(&gw).len(), 1);
 }
+
+/// Issue 26: `restore` held the lifecycle's lock for the whole
+/// extraction, so every other agent's new session waited for it. The
+/// archive here is a fifo: the restore reads it until the test closes
+/// it, so the restore is provably still running while bob opens a
+/// session and calls; his answer arrives before the restore's.
+#[test]
+fn a_restore_in_progress_does_not_hold_up_another_agents_session() {
+    let gw = gateway("", "", &[]);
+    let mut a = session(&gw, ALICE);
+    call(
+        &mut a,
+        "write",
+        json!({"path": "/workspace/output/a.txt", "text": "one"}),
+    );
+    let id = sandbox_of(&gw, "alice")["id"].as_str().unwrap().to_string();
+    let snap = gw.dir.path().join("alice.tar.gz");
+    gw.cli_json(&[
+        "sandboxes",
+        "snapshot",
+        &id,
+        "--out",
+        snap.to_str().unwrap(),
+    ]);
+    drop(a);
+    let fifo = gw.dir.path().join("archive.fifo");
+    let ok = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+    std::fs::set_permissions(&fifo, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<&str>();
+    let gw = &gw;
+    let fifo = &fifo;
+    std::thread::scope(|s| {
+        let restore_tx = tx.clone();
+        let restore = s.spawn(move || {
+            let r = gw.cli_json(&[
+                "sandboxes",
+                "restore",
+                fifo.to_str().unwrap(),
+                "--agent",
+                "alice",
+                "--server",
+                "ws",
+                "--task",
+                "copy",
+            ]);
+            let _ = restore_tx.send("restore");
+            r
+        });
+        // opens once the gateway opened it to read: the restore runs,
+        // and waits for the archive's bytes
+        let mut writer = std::fs::OpenOptions::new().write(true).open(fifo).unwrap();
+        let bob_tx = tx.clone();
+        s.spawn(move || {
+            let mut b = session(gw, BOB);
+            call(
+                &mut b,
+                "write",
+                json!({"path": "/workspace/output/b.txt", "text": "bob"}),
+            );
+            let _ = bob_tx.send("bob");
+        });
+        let first = rx.recv_timeout(Duration::from_secs(60));
+        // the archive's bytes now, whatever happened: the restore ends
+        std::io::Write::write_all(&mut writer, &std::fs::read(&snap).unwrap()).unwrap();
+        drop(writer);
+        assert_eq!(
+            first,
+            Ok("bob"),
+            "bob's session waited for the restore; gateway log:\n{}",
+            gw.stderr()
+        );
+        let r = restore.join().unwrap();
+        assert_eq!(r["state"], "stopped", "{r}");
+    });
+    assert_eq!(rx.recv().unwrap(), "restore");
+    let restored: Vec<Value> = sandboxes(gw)
+        .into_iter()
+        .filter(|s| s["agent"] == "alice" && s["task"] == "copy")
+        .collect();
+    assert_eq!(restored.len(), 1, "{:?}", sandboxes(gw));
+    let ws = PathBuf::from(restored[0]["workspace"].as_str().unwrap());
+    assert_eq!(
+        std::fs::read_to_string(ws.join("output/a.txt")).unwrap(),
+        "one"
+    );
+}

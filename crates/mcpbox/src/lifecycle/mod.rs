@@ -31,7 +31,8 @@
 //! [`mcpbox_lifecycle::Control`] operations (`ops.rs`). Locks: the map,
 //! then one sandbox's state, then the registry. A new sandbox's workspace
 //! (its template copied) is made while the map is held, so a large
-//! template delays other new sessions for that long.
+//! template delays other new sessions for that long; a `restore` builds
+//! its workspace without it and holds it only to register the sandbox.
 
 pub mod backend;
 mod ops;
@@ -288,6 +289,11 @@ impl Lifecycle {
         if let Ok(entries) = std::fs::read_dir(self.sandboxes_dir()) {
             for e in entries.flatten() {
                 let name = e.file_name().to_string_lossy().to_string();
+                if name.starts_with(".restore-") {
+                    // a restore's staging folder, cut short
+                    let _ = std::fs::remove_dir_all(e.path());
+                    continue;
+                }
                 if mcpbox_lifecycle::id::is_id(&name) && !known.contains(&name) {
                     let _ = backend.thaw(&name);
                     backend.stop(&name);
