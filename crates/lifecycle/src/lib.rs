@@ -116,6 +116,11 @@ pub struct SandboxInfo {
     /// `v1` or `v2`: the cgroup interface its freezer uses, if any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub freezer: Option<String>,
+    /// What an operation that asked for a state found: why the sandbox is
+    /// in the one above (`pause`: paused; paused already; or running
+    /// again, a call woke it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 /// A file of `output` that matches the policy's artifact patterns.

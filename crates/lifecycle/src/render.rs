@@ -183,6 +183,9 @@ pub fn sandbox_detail(s: &SandboxInfo) -> String {
     if let Some(f) = &s.freezer {
         lines.push(("freezer", escape(f).into_owned()));
     }
+    if let Some(n) = &s.note {
+        lines.push(("note", escape(n).into_owned()));
+    }
     let width = lines.iter().map(|(k, _)| k.len()).max().unwrap_or(0) + 1;
     let mut out = String::new();
     for (k, v) in lines {
@@ -312,6 +315,7 @@ mod tests {
             cpu_usec: Some(1_234_567),
             memory_bytes: Some(50 << 20),
             freezer: Some("v2".into()),
+            note: None,
         }
     }
 

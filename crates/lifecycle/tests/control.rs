@@ -57,6 +57,7 @@ fn info() -> SandboxInfo {
         cpu_usec: None,
         memory_bytes: None,
         freezer: Some("v2".into()),
+        note: None,
     }
 }
 

@@ -166,7 +166,14 @@ pub fn sandboxes(action: SandboxAction, common: &Common) -> ExitCode {
             render::sandboxes_table(v)
         }),
         SandboxAction::Show { id } => call(common, Request::Show { id }, render::sandbox_detail),
-        SandboxAction::Pause { id } => call(common, Request::Pause { id }, render::sandbox_detail),
+        // exit 1 when the sandbox is not paused at the answer (a call
+        // woke it): `note` says why
+        SandboxAction::Pause { id } => call_judged(
+            common,
+            Request::Pause { id },
+            render::sandbox_detail,
+            |s: &SandboxInfo| s.state == mcpbox_lifecycle::State::Paused,
+        ),
         SandboxAction::Resume { id } => {
             call(common, Request::Resume { id }, render::sandbox_detail)
         }

@@ -356,9 +356,13 @@ fn paused_sandbox_uses_no_cpu_and_resumes_with_its_counter(version: &str) {
     assert!(events
         .iter()
         .any(|e| e["kind"] == "lifecycle" && e["detail"]["action"] == "paused"));
-    // and by hand: pause, resume
+    // and by hand: pause, resume; the answer says the state reached and
+    // why (issue 26)
     let s = gw.cli_json(&["sandboxes", "pause", &id]);
     assert_eq!(s["state"], "paused");
+    assert_eq!(s["note"], "paused", "{s}");
+    let s = gw.cli_json(&["sandboxes", "pause", &id]);
+    assert_eq!(s["note"], "paused already", "{s}");
     let s = gw.cli_json(&["sandboxes", "resume", &id]);
     assert_eq!(s["state"], "running");
     assert_eq!(call(&mut a, "count", json!({})), "4");

@@ -578,6 +578,7 @@ impl Lifecycle {
             cpu_usec: stats.cpu_usec,
             memory_bytes: stats.memory_bytes,
             freezer: None,
+            note: None,
         }
     }
 
@@ -834,13 +835,15 @@ impl Sandbox {
             cpu_usec: stats.cpu_usec,
             memory_bytes: stats.memory_bytes,
             freezer: self.freezer.clone(),
+            note: None,
         }
     }
 
-    fn pause(&self) -> Result<(), String> {
+    /// Freezes it; what it did, for [`pause_note`].
+    fn pause(&self) -> Result<Paused, String> {
         let mut g = lock(&self.inner);
         match g.state {
-            State::Paused => return Ok(()),
+            State::Paused => return Ok(Paused::Already),
             State::Running => {}
             s => {
                 return Err(format!(
@@ -858,7 +861,8 @@ impl Sandbox {
         }
         self.shared.backend.freeze(&self.id)?;
         self.set_state(&mut g, State::Paused, "mcpbox sandboxes pause");
-        Ok(())
+        let in_flight = g.sessions.values().filter(|s| s.busy).count();
+        Ok(Paused::Froze { in_flight })
     }
 
     fn resume(&self) -> Result<(), String> {
@@ -880,6 +884,31 @@ impl Sandbox {
             _ => {}
         }
         Ok(())
+    }
+}
+
+/// What `pause` did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Paused {
+    /// It was paused already.
+    Already,
+    /// Frozen now, with this many sessions in the middle of a request.
+    Froze { in_flight: usize },
+}
+
+/// What `mcpbox sandboxes pause` says: the state the sandbox is in at the
+/// answer (`now`, read after the pause) and why. The lock is let go
+/// between the two, and a host message thaws a paused sandbox before it
+/// reaches the server, so a pause can end with the sandbox running.
+pub(crate) fn pause_note(how: Paused, now: State) -> String {
+    match (how, now) {
+        (Paused::Already, State::Paused) => "paused already".into(),
+        (Paused::Froze { in_flight: 0 }, State::Paused) => "paused".into(),
+        (Paused::Froze { in_flight }, State::Paused) => format!(
+            "paused with {in_flight} session(s) in the middle of a request: it waits until the sandbox is resumed"
+        ),
+        (_, State::Running) => "running: paused, then a call woke it (a client's message thaws the sandbox before it reaches the server); pause it again when it is idle".into(),
+        (_, other) => format!("{}: it changed after it was paused", other.as_str()),
     }
 }
 
@@ -934,5 +963,31 @@ pub struct SessionGuard {
 impl Drop for SessionGuard {
     fn drop(&mut self) {
         self.sb.leave(self.slot);
+    }
+}
+
+#[cfg(test)]
+mod pause_tests {
+    use super::{pause_note, Paused};
+    use mcpbox_lifecycle::State;
+
+    /// `sandboxes pause` once said `running` with no word of why: a call
+    /// had thawed the sandbox between the freeze and the answer.
+    #[test]
+    fn a_pause_that_a_call_undid_says_so() {
+        let n = pause_note(Paused::Froze { in_flight: 0 }, State::Running);
+        assert!(
+            n.starts_with("running: ") && n.contains("a call woke it"),
+            "{n}"
+        );
+        assert_eq!(
+            pause_note(Paused::Froze { in_flight: 0 }, State::Paused),
+            "paused"
+        );
+        assert_eq!(pause_note(Paused::Already, State::Paused), "paused already");
+        let n = pause_note(Paused::Froze { in_flight: 2 }, State::Paused);
+        assert!(n.contains("2 session(s) in the middle of a request"), "{n}");
+        let n = pause_note(Paused::Already, State::Stopped);
+        assert!(n.starts_with("stopped: "), "{n}");
     }
 }

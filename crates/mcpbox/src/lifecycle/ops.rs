@@ -32,8 +32,11 @@ impl Control for Lifecycle {
 
     fn pause(&self, id: &str) -> Result<SandboxInfo, String> {
         let sb = self.get(id)?;
-        sb.pause()?;
-        Ok(sb.info())
+        let how = sb.pause()?;
+        // the state at the answer, and why: a call may have woken it
+        let mut info = sb.info();
+        info.note = Some(super::pause_note(how, info.state));
+        Ok(info)
     }
 
     fn resume(&self, id: &str) -> Result<SandboxInfo, String> {
