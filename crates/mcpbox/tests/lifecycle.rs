@@ -1559,11 +1559,27 @@ fn a_session_arriving_during_a_slow_teardown_is_refused_retryably_and_nothing_ac
         // mid-teardown: exported, not yet removed
         let r = try_open(&gw, ALICE);
         assert_refused_as_destroying(&r, &gw);
+        // the session it had was closed at the teardown's start: a call
+        // on it is refused (the client opens a new session, refused as
+        // above until the teardown is over), never acknowledged
+        let msg = a.message(
+            "tools/call",
+            json!({"name": "write",
+                   "arguments": {"path": "/workspace/output/late.txt", "text": "late"}}),
+        );
+        let r = a.post(&msg);
+        assert_eq!(r.status, 404, "{}", r.text());
+        assert!(r.text().contains("http.session_unknown"), "{}", r.text());
         std::fs::write(marks.path().join("release"), "").unwrap();
         destroy.join().unwrap()
     });
     assert_eq!(teardown["left"], json!([]), "{teardown}");
     assert_eq!(teardown["exported"][0]["path"], "acked.txt", "{teardown}");
+    assert_eq!(
+        teardown["exported"].as_array().unwrap().len(),
+        1,
+        "{teardown}"
+    );
     assert!(!ws.exists());
     // over: a new session, a new (empty) sandbox
     let mut b = session(&gw, ALICE);
