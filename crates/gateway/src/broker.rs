@@ -31,6 +31,12 @@
 //! - **allow for this session**: a grant on (session, subject kind, tool)
 //!   for the rest of that relay session, whatever the arguments.
 //!
+//! An approval is also bound to what the gateway measured and the human
+//! saw ([`Subject::measured`]: the bytes of a file `export_artifact`
+//! would copy, of a held result): a grant, once or for the session, covers
+//! an ask that measures no more ([`Subject::covers`]). The agent grows the
+//! file and retries: that is a new question, never the old yes.
+//!
 //! Every request, answer, expiry, abandonment and use of a grant is an
 //! audit record of kind `approval` (`detail.action`), written before the
 //! answer is delivered.
@@ -38,7 +44,7 @@
 //! Locks: one mutex over the table; callbacks and audit writes happen
 //! after it is released.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -94,7 +100,13 @@ pub struct Binding {
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Subject {
     /// A tool call, before it reaches the server.
-    Call,
+    Call {
+        /// What the gateway's argument checks measured and the human is
+        /// shown: the bytes of the file `export_artifact` would copy. The
+        /// approval covers no more.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        bytes: Option<u64>,
+    },
     /// A tool result, before it reaches the host.
     Result {
         /// Its size in bytes.
@@ -119,9 +131,45 @@ pub enum Subject {
 impl Subject {
     fn kind(&self) -> &'static str {
         match self {
-            Subject::Call => "call",
+            Subject::Call { .. } => "call",
             Subject::Result { .. } => "result",
             Subject::Network { .. } => "network",
+        }
+    }
+
+    /// The size the human was shown, where something was measured.
+    pub fn measured(&self) -> Option<u64> {
+        match self {
+            Subject::Call { bytes } => *bytes,
+            Subject::Result { bytes, .. } => Some(*bytes),
+            Subject::Network { .. } => None,
+        }
+    }
+
+    /// Whether an approval of `self` covers `other` (of the same kind and
+    /// binding): the same host and port; no more bytes than were measured
+    /// and shown; no credential shape the human was not told of. An
+    /// approval given for something unmeasured covers nothing measured.
+    pub fn covers(&self, other: &Subject) -> bool {
+        match (self, other) {
+            (Subject::Network { host: a, port: p }, Subject::Network { host: b, port: q }) => {
+                a == b && p == q
+            }
+            (
+                Subject::Result {
+                    credential_shapes: seen,
+                    ..
+                },
+                Subject::Result {
+                    credential_shapes: now,
+                    ..
+                },
+            ) if !now.iter().all(|k| seen.contains(k)) => false,
+            _ => match (self.measured(), other.measured()) {
+                (_, None) => true,
+                (Some(approved), Some(now)) => now <= approved,
+                (None, Some(_)) => false,
+            },
         }
     }
 }
@@ -334,8 +382,9 @@ struct Table {
     /// By id.
     entries: BTreeMap<String, Entry>,
     /// (session, subject kind, tool or host:port) allowed for the rest of
-    /// a session.
-    session_grants: HashSet<(String, &'static str, String)>,
+    /// a session, with the subject the human approved: a later ask passes
+    /// when that subject covers it (no more bytes than were shown).
+    session_grants: HashMap<(String, &'static str, String), Subject>,
     /// Bumped on every change, for the console's live view.
     version: u64,
 }
@@ -473,6 +522,7 @@ impl Broker {
                     Some(e)
                         if e.ask.binding == ask.binding
                             && e.ask.subject.kind() == kind
+                            && e.ask.subject.covers(&ask.subject)
                             && matches!(e.state, State::Pending { deliver: None }) =>
                     {
                         e.state = State::Granted {
@@ -494,12 +544,16 @@ impl Broker {
                     Some(e)
                         if e.ask.binding == ask.binding
                             && e.ask.subject.kind() == kind
+                            && e.ask.subject.covers(&ask.subject)
                             && matches!(e.state, State::Granted { .. }) => {}
+                    // denied, lapsed, another call, or it measures more
+                    // now than the human saw: the host's yes is not for this
                     _ => closed = Some(prior.clone()),
                 }
             }
             if session_grant {
-                t.session_grants.insert(session_key.clone());
+                t.session_grants
+                    .insert(session_key.clone(), ask.subject.clone());
             }
             let grant = t
                 .entries
@@ -508,7 +562,7 @@ impl Broker {
                     matches!(e.state, State::Granted { .. })
                         && e.ask.binding == ask.binding
                         && e.ask.subject.kind() == kind
-                        && e.ask.subject_detail_matches(&ask.subject)
+                        && e.ask.subject.covers(&ask.subject)
                 })
                 .map(|(id, _)| id.clone());
             // the answered approval is the grant this call uses
@@ -518,7 +572,11 @@ impl Broker {
             };
             if let Some(id) = closed {
                 Asked::Closed { id }
-            } else if ask.answered.is_none() && t.session_grants.contains(&session_key) {
+            } else if ask.answered.is_none()
+                && t.session_grants
+                    .get(&session_key)
+                    .is_some_and(|seen| seen.covers(&ask.subject))
+            {
                 after.records.push(record(
                     &ask,
                     "used",
@@ -565,6 +623,7 @@ impl Broker {
                         matches!(e.state, State::Pending { deliver: None })
                             && e.ask.binding == ask.binding
                             && e.ask.subject.kind() == kind
+                            && e.ask.subject.covers(&ask.subject)
                     })
                     .map(|(id, _)| id.clone());
                 match earlier {
@@ -653,7 +712,8 @@ impl Broker {
                             json!({"scope": scope, "by": by}),
                         ));
                         if scope == Scope::Session {
-                            t.session_grants.insert(e.ask.session_key());
+                            t.session_grants
+                                .insert(e.ask.session_key(), e.ask.subject.clone());
                         }
                     } else {
                         after.records.push(record(
@@ -715,7 +775,8 @@ impl Broker {
             {
                 // the host's form said "for this session": the tool's
                 // later calls in this session pass, as after `--session`
-                t.session_grants.insert(e.ask.session_key());
+                t.session_grants
+                    .insert(e.ask.session_key(), e.ask.subject.clone());
             }
             let (action, verdict, reason, source, detail) = match &how {
                 Closed::Answered(Answer::Approved { by, scope }) => (
@@ -789,7 +850,7 @@ impl Broker {
                     }
                 }
             }
-            t.session_grants.retain(|(s, _, _)| s != session);
+            t.session_grants.retain(|(s, _, _), _| s != session);
             t.version += 1;
         }
         self.finish(after);
@@ -870,17 +931,6 @@ impl Ask {
             _ => self.binding.tool.clone(),
         };
         (self.session.clone(), self.subject.kind(), what)
-    }
-
-    /// A grant for a network connection is for that host and port; for a
-    /// call or result the binding's digest already says it all.
-    fn subject_detail_matches(&self, other: &Subject) -> bool {
-        match (&self.subject, other) {
-            (Subject::Network { host: a, port: p }, Subject::Network { host: b, port: q }) => {
-                a == b && p == q
-            }
-            _ => true,
-        }
     }
 }
 

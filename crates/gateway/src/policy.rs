@@ -50,6 +50,10 @@ pub struct ArgumentCheck {
     /// the sandbox's); None forwards them as sent. The audit's argument
     /// digest stays the host's.
     pub arguments: Option<Value>,
+    /// What the rules measured that a human would approve (the bytes of
+    /// a file `export_artifact` copies): an approval covers no more
+    /// ([`crate::broker::Subject::Call`]).
+    pub measured: Option<u64>,
 }
 
 /// A policy that allows everything (source `default`).

@@ -15,20 +15,23 @@
 //!   through directories and does not list them);
 //! - a name that is not UTF-8, a directory deeper than 128 levels;
 //! - a file over `max_size`: "needs approval" ([`export`] copies it when
-//!   `allow_large`, a human's yes).
+//!   a human approved it at the size listed: [`Approved`]).
 //!
 //! [`export`] copies exactly the exportable ones, and re-checks each on the
 //! descriptor it copies from: every component is opened `O_NOFOLLOW`
 //! relative to its parent (directories also `O_DIRECTORY`), the file
 //! `O_NONBLOCK` (a fifo swapped in cannot hang us), and fstat(2) of the
 //! *opened* file must say a regular file with one link, within the size
-//! limit. A file that changed into something else between the listing and
-//! the open is left out (and logged), never followed. At most the size
+//! limit (for a file a human approved, within the size approved: a file
+//! grown since is left out and is a new question). A file that changed
+//! into something else between the listing and the open is left out (and
+//! logged), never followed. At most the size
 //! fstat saw is copied, and what was copied is what is hashed and
 //! returned. Targets are created `O_CREAT|O_EXCL|O_NOFOLLOW` in a
 //! temporary directory (0700) beside `dest`, renamed to `dest` when all
 //! are copied; on error nothing is left at `dest`.
 
+use std::collections::BTreeMap;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -53,6 +56,32 @@ pub enum Error {
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// The artifacts over the size limit a human approved, each bound to the
+/// size it was listed at and the human saw (path → bytes; the CLI's
+/// `--approve-large PATH=BYTES`). An approval covers that file at no more
+/// than those bytes: grown since, it stays, and is a new question.
+pub type Approved = BTreeMap<String, u64>;
+
+/// Parses one `PATH=BYTES` approval (split at the last `=`: a path may
+/// hold one, a size may not).
+pub fn parse_approval(arg: &str) -> std::result::Result<(String, u64), String> {
+    let (path, bytes) = arg
+        .rsplit_once('=')
+        .ok_or_else(|| format!("{arg:?}: expected PATH=BYTES, as `artifacts list` shows it"))?;
+    let bytes = bytes
+        .parse::<u64>()
+        .map_err(|e| format!("{arg:?}: the size {bytes:?}: {e}"))?;
+    if path.is_empty() {
+        return Err(format!("{arg:?}: no path"));
+    }
+    Ok((path.to_string(), bytes))
+}
+
+/// The argument that approves `path` at `size` (`PATH=BYTES`).
+pub fn approval_arg(path: &str, size: u64) -> String {
+    format!("{path}={size}")
+}
 
 impl From<WalkError> for Error {
     fn from(e: WalkError) -> Self {
@@ -193,14 +222,14 @@ pub fn list(output: &Path, patterns: &[String], max_size: u64) -> Result<Vec<Art
 }
 
 /// Copies the exportable artifacts of `output` into `dest` (created 0700;
-/// it must not exist, or be an empty directory), files over `max_size`
-/// only when `allow_large`. Returns what was copied, with digests, for the
-/// caller to audit.
+/// it must not exist, or be an empty directory), a file over `max_size`
+/// only when `approved` names it at no less than its size now. Returns
+/// what was copied, with digests, for the caller to audit.
 pub fn export(
     output: &Path,
     patterns: &[String],
     max_size: u64,
-    allow_large: bool,
+    approved: &Approved,
     dest: &Path,
 ) -> Result<Vec<Exported>> {
     let dest_err = |reason: String| Error::Dest {
@@ -225,18 +254,21 @@ pub fn export(
 
     let mut exported = Vec::new();
     for f in found {
-        match f.refusal {
-            None => {}
-            Some(Refusal::TooLarge { .. }) if allow_large => {}
+        // the most bytes this file may have: the limit, or what a human
+        // approved for it (the size they were shown), never more
+        let limit = match f.refusal {
+            None => max_size,
+            Some(Refusal::TooLarge { size, .. }) => match approved.get(&f.path) {
+                Some(&yes) if size <= yes => yes,
+                Some(&yes) => {
+                    tracing::warn!(path = %f.path, size, approved = yes, "export: left out, grown past the size a human approved");
+                    continue;
+                }
+                None => continue,
+            },
             Some(_) => continue,
-        }
-        if let Some(e) = copy_one(
-            out_fd.as_fd(),
-            tmp_fd.as_fd(),
-            &f.path,
-            max_size,
-            allow_large,
-        )? {
+        };
+        if let Some(e) = copy_one(out_fd.as_fd(), tmp_fd.as_fd(), &f.path, limit)? {
             exported.push(e);
         }
     }
@@ -252,14 +284,13 @@ pub fn export(
 }
 
 /// Copies one listed artifact, re-checked on its descriptor; `None` when
-/// it is no longer a plain file within the limit (it changed since the
-/// listing: a race the server may try).
+/// it is no longer a plain file of at most `limit` bytes (it changed since
+/// the listing: a race the server may try).
 fn copy_one(
     output: BorrowedFd<'_>,
     dest: BorrowedFd<'_>,
     rel: &str,
-    max_size: u64,
-    allow_large: bool,
+    limit: u64,
 ) -> Result<Option<Exported>> {
     let (mut src, st) = match walk::open_file_beneath(output, rel) {
         Ok(x) => x,
@@ -271,7 +302,7 @@ fn copy_one(
     };
     let size = u64::try_from(st.st_size).unwrap_or(0);
     let links = walk::nlink(&st);
-    if Kind::of(st.st_mode) != Kind::File || links != 1 || (size > max_size && !allow_large) {
+    if Kind::of(st.st_mode) != Kind::File || links != 1 || size > limit {
         tracing::warn!(
             path = rel,
             kind = Kind::of(st.st_mode).as_str(),

@@ -15,13 +15,15 @@
 //!                                                       destroy, artifacts)
 //! → {"op":"snapshot","id":"sb-…","archive":"/abs/x.tar.zst","include_tmp":false}
 //! → {"op":"restore","archive":"/abs/x.tar.zst","agent":"alice","server":"fs","task":null}
-//! → {"op":"export","id":"sb-…","dest":"/abs/dir","allow_large":false}
+//! → {"op":"export","id":"sb-…","dest":"/abs/dir","approve_large":{"big.bin":4096}}
 //! ← {"ok":true,"result":…}
 //! ← {"ok":false,"error":"…"}
 //! ```
 //!
-//! `include_tmp`, `allow_large` and `task` may be left out (false, false,
-//! null). The `result` of each op is the serde JSON of what [`Control`]
+//! `include_tmp`, `approve_large` and `task` may be left out (false, none,
+//! null). `approve_large` (also of `destroy`) names the artifacts over the
+//! size limit a human approved, each at the size listed
+//! ([`crate::artifacts::Approved`]). The `result` of each op is the serde JSON of what [`Control`]
 //! returns: `list` an array of [`SandboxInfo`](crate::SandboxInfo); `show`,
 //! `pause`, `resume`, `restore` one `SandboxInfo`; `snapshot` a
 //! [`SnapshotInfo`](crate::SnapshotInfo); `destroy` a
@@ -91,13 +93,13 @@ pub enum Request {
     Pause { id: String },
     /// Thaws them.
     Resume { id: String },
-    /// Tears it down: processes, cgroups, workspace. `allow_large`: the
-    /// artifacts over the size limit are exported too (a human said so);
-    /// without it such an artifact keeps the workspace.
+    /// Tears it down: processes, cgroups, workspace. `approve_large`: the
+    /// artifacts over the size limit a human approved, each at the size
+    /// it was listed at; any other (or grown since) keeps the workspace.
     Destroy {
         id: String,
         #[serde(default)]
-        allow_large: bool,
+        approve_large: crate::artifacts::Approved,
     },
     /// The files of `output` the policy's artifact patterns match.
     Artifacts { id: String },
@@ -135,9 +137,10 @@ pub enum Request {
         id: String,
         /// Absolute path of the destination directory.
         dest: PathBuf,
-        /// Export files over the size limit too (a human said so).
+        /// Files over the size limit a human approved, each at the size
+        /// it was listed at (grown since: left out).
         #[serde(default)]
-        allow_large: bool,
+        approve_large: crate::artifacts::Approved,
     },
 }
 
@@ -322,7 +325,7 @@ fn handle(control: &dyn Control, request: &Request, by: &str) -> Response {
         Request::Show { id } => reply(control.show(id)),
         Request::Pause { id } => reply(control.pause(id)),
         Request::Resume { id } => reply(control.resume(id)),
-        Request::Destroy { id, allow_large } => reply(control.destroy(id, *allow_large)),
+        Request::Destroy { id, approve_large } => reply(control.destroy(id, approve_large)),
         Request::Artifacts { id } => reply(control.artifacts(id)),
         Request::Snapshot {
             id,
@@ -338,8 +341,8 @@ fn handle(control: &dyn Control, request: &Request, by: &str) -> Response {
         Request::Export {
             id,
             dest,
-            allow_large,
-        } => reply(control.export(id, dest, *allow_large)),
+            approve_large,
+        } => reply(control.export(id, dest, approve_large)),
         Request::Approvals {} => match control.desk() {
             Some(d) => reply(Ok(d.pending())),
             None => Response::error(NO_DESK),
@@ -841,13 +844,22 @@ mod tests {
         ) -> Result<SandboxInfo, String> {
             panic!("restore {archive:?} reached the backend")
         }
-        fn destroy(&self, id: &str, _allow_large: bool) -> Result<Teardown, String> {
+        fn destroy(
+            &self,
+            id: &str,
+            _approved: &crate::artifacts::Approved,
+        ) -> Result<Teardown, String> {
             panic!("destroy {id:?} reached the backend")
         }
         fn artifacts(&self, id: &str) -> Result<Vec<Artifact>, String> {
             panic!("artifacts {id:?} reached the backend")
         }
-        fn export(&self, id: &str, _: &Path, _: bool) -> Result<Vec<Exported>, String> {
+        fn export(
+            &self,
+            id: &str,
+            _: &Path,
+            _: &crate::artifacts::Approved,
+        ) -> Result<Vec<Exported>, String> {
             panic!("export {id:?} reached the backend")
         }
     }
@@ -860,7 +872,7 @@ mod tests {
             r#"{"op":"snapshot","id":"sb-0123456789abcdef","archive":"/a\u0000b"}"#,
             r#"{"op":"restore","archive":"/a","agent":"a/b","server":"s"}"#,
             r#"{"op":"restore","archive":"/a","agent":"a","server":"s","task":"\u001b[2J"}"#,
-            r#"{"op":"export","id":"sb-0123456789abcdef","dest":"/d","allow_large":"yes"}"#,
+            r#"{"op":"export","id":"sb-0123456789abcdef","dest":"/d","approve_large":{"a":"yes"}}"#,
         ] {
             let r = handle_line(&Unreachable, line.as_bytes());
             assert!(!r.ok, "{line}");

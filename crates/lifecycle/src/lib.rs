@@ -116,6 +116,11 @@ pub struct SandboxInfo {
     /// `v1` or `v2`: the cgroup interface its freezer uses, if any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub freezer: Option<String>,
+    /// What an operation that asked for a state found: why the sandbox is
+    /// in the one above (`pause`: paused; paused already; or running
+    /// again, a call woke it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 /// A file of `output` that matches the policy's artifact patterns.
@@ -204,18 +209,19 @@ pub trait Control: Send + Sync + 'static {
         server: &str,
         task: Option<&str>,
     ) -> Result<SandboxInfo, String>;
-    /// Tears it down; artifacts over the size limit are exported only with
-    /// `allow_large` (without it they keep the workspace: none is lost).
-    fn destroy(&self, id: &str, allow_large: bool) -> Result<Teardown, String>;
+    /// Tears it down; artifacts over the size limit are exported only as
+    /// `approved` names them, at no more than the size approved (any other
+    /// keeps the workspace: none is lost).
+    fn destroy(&self, id: &str, approved: &artifacts::Approved) -> Result<Teardown, String>;
     fn artifacts(&self, id: &str) -> Result<Vec<Artifact>, String>;
     /// Copies the sandbox's exportable artifacts into `dest` (created, must
-    /// not exist or be empty); files over the size limit only when
-    /// `allow_large` (a human at the CLI said so).
+    /// not exist or be empty); files over the size limit only as
+    /// `approved` names them (a human at the CLI, at the size listed).
     fn export(
         &self,
         id: &str,
         dest: &std::path::Path,
-        allow_large: bool,
+        approved: &artifacts::Approved,
     ) -> Result<Vec<Exported>, String>;
 }
 

@@ -183,6 +183,9 @@ pub fn sandbox_detail(s: &SandboxInfo) -> String {
     if let Some(f) = &s.freezer {
         lines.push(("freezer", escape(f).into_owned()));
     }
+    if let Some(n) = &s.note {
+        lines.push(("note", escape(n).into_owned()));
+    }
     let width = lines.iter().map(|(k, _)| k.len()).max().unwrap_or(0) + 1;
     let mut out = String::new();
     for (k, v) in lines {
@@ -209,7 +212,26 @@ pub fn artifacts_table(list: &[Artifact]) -> String {
             ]
         })
         .collect();
-    table(&["PATH", "SIZE", "STATUS"], &rows)
+    let mut out = table(&["PATH", "SIZE", "STATUS"], &rows);
+    let large: Vec<String> = list
+        .iter()
+        .filter(|a| {
+            a.refused
+                .as_deref()
+                .is_some_and(|r| r.ends_with("needs approval"))
+        })
+        .map(|a| escape(&crate::artifacts::approval_arg(&a.path, a.size)).into_owned())
+        .collect();
+    if !large.is_empty() {
+        // the approval names the size shown: a file that grows after
+        // this listing is not exported under it
+        let _ = writeln!(
+            out,
+            "to export one over the limit at the size shown: --approve-large {}",
+            large.join(" --approve-large ")
+        );
+    }
+    out
 }
 
 /// `mcpbox sandboxes export`: what was copied, with digests.
@@ -312,6 +334,7 @@ mod tests {
             cpu_usec: Some(1_234_567),
             memory_bytes: Some(50 << 20),
             freezer: Some("v2".into()),
+            note: None,
         }
     }
 
@@ -420,6 +443,20 @@ PATH         SIZE     STATUS
 report.pdf   2.0 KiB  ok
 link\\x1b[0m  10 B     a symlink
 "
+        );
+    }
+
+    #[test]
+    fn artifacts_table_names_the_approval_of_a_large_file_at_its_size() {
+        let list = [Artifact {
+            path: "big.bin".into(),
+            size: 4096,
+            refused: Some("4096 bytes, over the limit of 1024: needs approval".into()),
+        }];
+        let out = artifacts_table(&list);
+        assert!(
+            out.ends_with("at the size shown: --approve-large big.bin=4096\n"),
+            "{out}"
         );
     }
 

@@ -13,6 +13,10 @@ use sha2::{Digest, Sha256};
 
 const MAX: u64 = 1 << 20;
 
+fn none() -> artifacts::Approved {
+    artifacts::Approved::new()
+}
+
 fn pats(p: &[&str]) -> Vec<String> {
     p.iter().map(|s| s.to_string()).collect()
 }
@@ -85,7 +89,7 @@ fn export_refuses_a_symlink_to_a_host_file() {
     let p = pats(&["*.txt"]);
     let list = artifacts::list(&w.out, &p, MAX).unwrap();
     assert!(refusal(&list, "passwd.txt").contains("a symlink"));
-    let ex = artifacts::export(&w.out, &p, MAX, true, &w.dest).unwrap();
+    let ex = artifacts::export(&w.out, &p, MAX, &none(), &w.dest).unwrap();
     assert_eq!(ex.len(), 1);
     assert_eq!(files(&w.dest), vec!["ok.txt"]);
 }
@@ -100,7 +104,7 @@ fn export_refuses_a_hardlink() {
     let p = pats(&["*.txt"]);
     let list = artifacts::list(&w.out, &p, MAX).unwrap();
     assert!(refusal(&list, "secret.txt").contains("a hardlink (2 links)"));
-    artifacts::export(&w.out, &p, MAX, true, &w.dest).unwrap();
+    artifacts::export(&w.out, &p, MAX, &none(), &w.dest).unwrap();
     assert_eq!(files(&w.dest), vec!["ok.txt"]);
 }
 
@@ -117,7 +121,7 @@ fn export_refuses_a_fifo() {
     );
     assert!(refusal(&list, "sock.txt").contains("a socket"));
     // would hang on open(2) if the fifo were opened blocking
-    artifacts::export(&w.out, &p, MAX, true, &w.dest).unwrap();
+    artifacts::export(&w.out, &p, MAX, &none(), &w.dest).unwrap();
     assert_eq!(files(&w.dest), vec!["ok.txt"]);
 }
 
@@ -136,7 +140,7 @@ fn export_refuses_a_device_node() {
     let p = pats(&["*.txt"]);
     let list = artifacts::list(&w.out, &p, MAX).unwrap();
     assert!(refusal(&list, "zero.txt").contains("a char-device"));
-    artifacts::export(&w.out, &p, MAX, true, &w.dest).unwrap();
+    artifacts::export(&w.out, &p, MAX, &none(), &w.dest).unwrap();
     assert_eq!(files(&w.dest), vec!["ok.txt"]);
 }
 
@@ -151,7 +155,8 @@ fn export_refuses_a_path_that_escapes_output() {
     // a pattern that names a file below the link: the link is listed
     let list = artifacts::list(&w.out, &pats(&["etc/passwd"]), MAX).unwrap();
     assert!(refusal(&list, "etc").contains("where matching files could lie below it"));
-    let ex = artifacts::export(&w.out, &pats(&["**", "etc/passwd"]), MAX, true, &w.dest).unwrap();
+    let ex =
+        artifacts::export(&w.out, &pats(&["**", "etc/passwd"]), MAX, &none(), &w.dest).unwrap();
     assert_eq!(
         ex.iter().map(|e| e.path.as_str()).collect::<Vec<_>>(),
         vec!["ok.txt"]
@@ -175,7 +180,7 @@ fn export_copies_matching_files_with_digests() {
         refusal(&list, "dir.txt"),
         "a directory: only files are artifacts"
     );
-    let ex = artifacts::export(&w.out, &p, MAX, false, &w.dest).unwrap();
+    let ex = artifacts::export(&w.out, &p, MAX, &none(), &w.dest).unwrap();
     let got: Vec<_> = ex
         .iter()
         .map(|e| (e.path.as_str(), e.size, e.sha256.clone()))
@@ -206,7 +211,7 @@ fn export_copies_matching_files_with_digests() {
         0o700
     );
     // a destination that is not empty is refused, and left alone
-    let err = artifacts::export(&w.out, &p, MAX, false, &w.dest).unwrap_err();
+    let err = artifacts::export(&w.out, &p, MAX, &none(), &w.dest).unwrap_err();
     assert!(err.to_string().contains("not empty"), "{err}");
     // a bad pattern is an error, not an empty list
     assert!(artifacts::list(&w.out, &pats(&["../x"]), MAX).is_err());
@@ -222,14 +227,46 @@ fn export_over_the_size_limit_needs_approval() {
         refusal(&list, "big.txt"),
         "2048 bytes, over the limit of 1024: needs approval"
     );
-    let ex = artifacts::export(&w.out, &p, 1024, false, &w.dest).unwrap();
+    let ex = artifacts::export(&w.out, &p, 1024, &none(), &w.dest).unwrap();
     assert_eq!(ex.len(), 1);
     assert_eq!(files(&w.dest), vec!["ok.txt"]);
 
     let approved = w.dest.with_file_name("approved");
-    let ex = artifacts::export(&w.out, &p, 1024, true, &approved).unwrap();
+    let yes = artifacts::Approved::from([artifacts::parse_approval("big.txt=2048").unwrap()]);
+    let ex = artifacts::export(&w.out, &p, 1024, &yes, &approved).unwrap();
     let big = ex.iter().find(|e| e.path == "big.txt").unwrap();
     assert_eq!(big.size, 2048);
     assert_eq!(fs::metadata(approved.join("big.txt")).unwrap().len(), 2048);
     assert_eq!(fs::metadata(approved.join("big.txt")).unwrap().nlink(), 1);
+}
+
+/// Issue 26: a human approved `big.txt` at the 2048 bytes it was listed
+/// at; the server grows it before the export. The grown file stays (a new
+/// question), nothing of it is copied; an approval for another path
+/// approves nothing.
+#[test]
+fn an_artifact_grown_after_it_was_approved_is_not_exported() {
+    let w = ws();
+    fs::write(w.out.join("big.txt"), vec![b'x'; 2048]).unwrap();
+    let p = pats(&["*.txt"]);
+    let yes = artifacts::Approved::from([artifacts::parse_approval("big.txt=2048").unwrap()]);
+    fs::write(w.out.join("big.txt"), vec![b'x'; 4096]).unwrap();
+    let ex = artifacts::export(&w.out, &p, 1024, &yes, &w.dest).unwrap();
+    assert!(ex.iter().all(|e| e.path != "big.txt"), "{ex:?}");
+    assert!(!w.dest.join("big.txt").exists());
+    let other = artifacts::Approved::from([("ok.txt".to_string(), 1 << 30)]);
+    let d2 = w.dest.with_file_name("other");
+    let ex = artifacts::export(&w.out, &p, 1024, &other, &d2).unwrap();
+    assert!(ex.iter().all(|e| e.path != "big.txt"), "{ex:?}");
+}
+
+#[test]
+fn an_approval_argument_is_path_equals_bytes() {
+    assert_eq!(
+        artifacts::parse_approval("a=b/c.bin=42").unwrap(),
+        ("a=b/c.bin".to_string(), 42)
+    );
+    assert!(artifacts::parse_approval("c.bin").is_err());
+    assert!(artifacts::parse_approval("c.bin=-1").is_err());
+    assert!(artifacts::parse_approval("=5").is_err());
 }

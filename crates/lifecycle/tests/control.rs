@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use mcpbox_lifecycle::artifacts::Approved;
 use mcpbox_lifecycle::control::{self, call, call_as, ClientError, Request, Response};
 use mcpbox_lifecycle::{Artifact, Control, Exported, SandboxInfo, SnapshotInfo, State, Teardown};
 
@@ -56,6 +57,7 @@ fn info() -> SandboxInfo {
         cpu_usec: None,
         memory_bytes: None,
         freezer: Some("v2".into()),
+        note: None,
     }
 }
 
@@ -127,7 +129,7 @@ impl Control for Fake {
         })
     }
 
-    fn destroy(&self, id: &str, _allow_large: bool) -> Result<Teardown, String> {
+    fn destroy(&self, id: &str, _approved: &Approved) -> Result<Teardown, String> {
         self.record(format!("destroy {id}"));
         self.known(id).map(|()| Teardown {
             id: id.into(),
@@ -148,8 +150,8 @@ impl Control for Fake {
         })
     }
 
-    fn export(&self, id: &str, dest: &Path, allow_large: bool) -> Result<Vec<Exported>, String> {
-        self.record(format!("export {id} {} {allow_large}", dest.display()));
+    fn export(&self, id: &str, dest: &Path, approved: &Approved) -> Result<Vec<Exported>, String> {
+        self.record(format!("export {id} {} {approved:?}", dest.display()));
         self.known(id).map(|()| exported())
     }
 }
@@ -271,7 +273,7 @@ fn an_id_that_escapes_is_refused_before_the_backend_sees_it() {
         Request::Resume { id: bad.into() },
         Request::Destroy {
             id: bad.into(),
-            allow_large: false,
+            approve_large: Approved::new(),
         },
         Request::Artifacts {
             id: "../../../etc".into(),
@@ -284,7 +286,7 @@ fn an_id_that_escapes_is_refused_before_the_backend_sees_it() {
         Request::Export {
             id: format!("{ID}/.."),
             dest: "/tmp/out".into(),
-            allow_large: false,
+            approve_large: Approved::new(),
         },
     ];
     for r in &requests {
@@ -328,12 +330,12 @@ fn relative_paths_are_refused() {
         Request::Export {
             id: ID.into(),
             dest: "out".into(),
-            allow_large: true,
+            approve_large: Approved::from([("big.bin".to_string(), 4096)]),
         },
         Request::Export {
             id: ID.into(),
             dest: "".into(),
-            allow_large: false,
+            approve_large: Approved::new(),
         },
     ];
     for r in &requests {
@@ -349,7 +351,7 @@ fn unknown_fields_are_refused() {
     for line in [
         r#"{"op":"list","all":true}"#,
         r#"{"op":"show","id":"sb-0123456789abcdef","force":true}"#,
-        r#"{"op":"export","id":"sb-0123456789abcdef","dest":"/x","allow_large":false,"dangerously_follow_symlinks":true}"#,
+        r#"{"op":"export","id":"sb-0123456789abcdef","dest":"/x","approve_large":{},"dangerously_follow_symlinks":true}"#,
         r#"{"op":"format_disk"}"#,
         r#"{"id":"sb-0123456789abcdef"}"#,
         r#"{"op":"show"}"#,
@@ -527,7 +529,7 @@ fn every_op_round_trips() {
         &Request::Export {
             id: ID.into(),
             dest: "/home/op/out".into(),
-            allow_large: false,
+            approve_large: Approved::new(),
         },
     )
     .unwrap();
@@ -536,7 +538,7 @@ fn every_op_round_trips() {
         p,
         &Request::Destroy {
             id: ID.into(),
-            allow_large: false,
+            approve_large: Approved::new(),
         },
     )
     .unwrap();
@@ -552,7 +554,7 @@ fn every_op_round_trips() {
             format!("snapshot {ID} /backups/a.tar.zst true"),
             "restore /backups/a.tar.zst bob git-2 Some(\"issue-42\")".to_owned(),
             format!("artifacts {ID}"),
-            format!("export {ID} /home/op/out false"),
+            format!("export {ID} /home/op/out {{}}"),
             format!("destroy {ID}"),
         ]
     );
@@ -588,9 +590,9 @@ fn requests_have_the_documented_wire_shape() {
         line(&Request::Export {
             id: ID.into(),
             dest: "/d".into(),
-            allow_large: false
+            approve_large: Approved::from([("big.bin".to_string(), 4096)])
         }),
-        format!(r#"{{"op":"export","id":"{ID}","dest":"/d","allow_large":false}}"#)
+        format!(r#"{{"op":"export","id":"{ID}","dest":"/d","approve_large":{{"big.bin":4096}}}}"#)
     );
     // The optional fields may be left out.
     let r: Request =

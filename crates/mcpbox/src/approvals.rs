@@ -83,13 +83,22 @@ impl Control for RunControl {
     fn restore(&self, _: &Path, _: &str, _: &str, _: Option<&str>) -> Result<SandboxInfo, String> {
         Err(NO_SANDBOXES.into())
     }
-    fn destroy(&self, _id: &str, _: bool) -> Result<Teardown, String> {
+    fn destroy(
+        &self,
+        _id: &str,
+        _: &mcpbox_lifecycle::artifacts::Approved,
+    ) -> Result<Teardown, String> {
         Err(NO_SANDBOXES.into())
     }
     fn artifacts(&self, _id: &str) -> Result<Vec<Artifact>, String> {
         Err(NO_SANDBOXES.into())
     }
-    fn export(&self, _: &str, _: &Path, _: bool) -> Result<Vec<Exported>, String> {
+    fn export(
+        &self,
+        _: &str,
+        _: &Path,
+        _: &mcpbox_lifecycle::artifacts::Approved,
+    ) -> Result<Vec<Exported>, String> {
         Err(NO_SANDBOXES.into())
     }
 }
@@ -475,7 +484,10 @@ pub fn notifier(
             Subject::Result { bytes, .. } => {
                 format!("a {bytes}-byte result of tool {}", v.binding.tool)
             }
-            Subject::Call => format!("a call to tool {}", v.binding.tool),
+            Subject::Call { bytes: None } => format!("a call to tool {}", v.binding.tool),
+            Subject::Call { bytes: Some(n) } => {
+                format!("a call to tool {} ({n} bytes measured)", v.binding.tool)
+            }
         };
         let title = notify_text(&format!("mcpbox: approval {}", v.id));
         let text = notify_text(&format!(

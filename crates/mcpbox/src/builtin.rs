@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use mcpbox_gateway::ArgumentCheck;
-use mcpbox_policy::{CommandRules, Decision, Policy, Reason};
+use mcpbox_policy::{CommandRules, Decision, Policy, Reason, Verdict};
 use mcpbox_sandbox::{BindMount, Spec};
 use rustix::fs::{Mode, OFlags, ResolveFlags};
 use serde_json::{json, Value};
@@ -179,22 +179,36 @@ impl Checks {
             ));
         }
         if tool == "export_artifact" {
-            let (d, detail, allowed) =
+            let (d, detail, size) =
                 self.measure(args.get("path").and_then(Value::as_str).unwrap_or(""));
-            let meta = vec![(mcpbox_builtin::META_MAX_BYTES.to_string(), json!(allowed))];
-            out = Some(merge(out, d, detail, meta));
+            let mut c = merge(out, d, detail, Vec::new());
+            // A human who approves this export (over the limit, or under
+            // an `approve` rule) approves this size: the broker binds the
+            // approval to it, so a retry after the file grew is a new
+            // question, and the server copies no more than it
+            // (META_MAX_BYTES), however the file grows meanwhile.
+            let allowed = match size {
+                None => 0,
+                Some(n) if c.decision.verdict == Verdict::Approve => n,
+                Some(n) => n.max(self.max_size),
+            };
+            c.meta
+                .push((mcpbox_builtin::META_MAX_BYTES.to_string(), json!(allowed)));
+            c.measured = size;
+            out = Some(c);
         }
         out
     }
 
-    /// Measures an artifact on the host: (decision, detail, bytes allowed).
-    fn measure(&self, path: &str) -> (Decision, Value, u64) {
+    /// Measures an artifact on the host: (decision, detail, its size when
+    /// it could be measured).
+    fn measure(&self, path: &str) -> (Decision, Value, Option<u64>) {
         let source = "builtin.export_artifact";
         let refuse = |why: String| {
             (
                 Decision::deny(Reason::ArtifactRefused, source),
                 json!({"artifact": path, "why": why}),
-                0,
+                None,
             )
         };
         let abs = match mcpbox_policy::confine_path(path, ROOT) {
@@ -224,13 +238,13 @@ impl Checks {
             (
                 Decision::approve(Reason::ArtifactLarge, "artifacts.max_size"),
                 detail,
-                size,
+                Some(size),
             )
         } else {
             (
                 Decision::allow(Reason::ToolDefault, source),
                 detail,
-                self.max_size,
+                Some(size),
             )
         }
     }
@@ -249,6 +263,7 @@ pub(crate) fn merge(
             detail,
             meta,
             arguments: None,
+            measured: None,
         },
         Some(mut p) => {
             p.decision = p.decision.stricter(d);

@@ -60,6 +60,7 @@ impl ToolPolicy for Tools {
                 detail: c.audit_detail(),
                 meta: Vec::new(),
                 arguments: None,
+                measured: None,
             });
         if let Some(b) = &self.builtin {
             found = b.check(tool, arguments, &self.commands, found);
@@ -82,6 +83,7 @@ impl ToolPolicy for Tools {
                 detail: Value::Null,
                 meta: Vec::new(),
                 arguments: None,
+                measured: None,
             });
             if c.detail.is_null() {
                 c.detail = serde_json::json!({});

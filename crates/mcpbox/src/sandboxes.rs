@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
+use mcpbox_lifecycle::artifacts::Approved;
 use mcpbox_lifecycle::control::{self, Request};
 use mcpbox_lifecycle::{render, Artifact, Exported, SandboxInfo, SnapshotInfo, Teardown};
 
@@ -63,11 +64,12 @@ pub enum SandboxAction {
     /// processes, cgroups and workspace removed, checked from the host.
     Destroy {
         id: String,
-        /// Export the artifacts over `[artifacts] max_size` too: you, a
-        /// human, approve them by passing this. Without it such an
-        /// artifact keeps the workspace (the teardown says so).
-        #[arg(long)]
-        approve_large: bool,
+        /// Export an artifact over `[artifacts] max_size` too: you, a
+        /// human, approve PATH at the BYTES it was listed at (`artifacts
+        /// list`, or the teardown's message); repeat for each. A file that
+        /// grew since stays, as does any other: they keep the workspace.
+        #[arg(long, value_name = "PATH=BYTES")]
+        approve_large: Vec<String>,
     },
 }
 
@@ -82,10 +84,11 @@ pub enum ArtifactAction {
         /// Where to copy them.
         #[arg(long, short)]
         dest: PathBuf,
-        /// Also export files over `[artifacts] max_size`: you, a human,
-        /// approve them by passing this.
-        #[arg(long)]
-        approve_large: bool,
+        /// Also export an artifact over `[artifacts] max_size`: you, a
+        /// human, approve PATH at the BYTES `artifacts list` showed;
+        /// repeat for each. A file that grew since is left out.
+        #[arg(long, value_name = "PATH=BYTES")]
+        approve_large: Vec<String>,
     },
 }
 
@@ -144,6 +147,14 @@ fn call_judged<T: serde::de::DeserializeOwned + serde::Serialize>(
     }
 }
 
+/// `--approve-large PATH=BYTES`, each.
+fn approvals(args: &[String]) -> Result<Approved, String> {
+    args.iter()
+        .map(|a| mcpbox_lifecycle::artifacts::parse_approval(a))
+        .map(|r| r.map_err(|e| format!("--approve-large {e}")))
+        .collect()
+}
+
 fn bad(e: String) -> ExitCode {
     eprintln!("mcpbox: {e}");
     ExitCode::from(2)
@@ -155,7 +166,14 @@ pub fn sandboxes(action: SandboxAction, common: &Common) -> ExitCode {
             render::sandboxes_table(v)
         }),
         SandboxAction::Show { id } => call(common, Request::Show { id }, render::sandbox_detail),
-        SandboxAction::Pause { id } => call(common, Request::Pause { id }, render::sandbox_detail),
+        // exit 1 when the sandbox is not paused at the answer (a call
+        // woke it): `note` says why
+        SandboxAction::Pause { id } => call_judged(
+            common,
+            Request::Pause { id },
+            render::sandbox_detail,
+            |s: &SandboxInfo| s.state == mcpbox_lifecycle::State::Paused,
+        ),
         SandboxAction::Resume { id } => {
             call(common, Request::Resume { id }, render::sandbox_detail)
         }
@@ -195,15 +213,18 @@ pub fn sandboxes(action: SandboxAction, common: &Common) -> ExitCode {
                 render::sandbox_detail,
             )
         }
-        SandboxAction::Destroy { id, approve_large } => call_judged(
-            common,
-            Request::Destroy {
-                id,
-                allow_large: approve_large,
-            },
-            render::teardown,
-            Teardown::clean,
-        ),
+        SandboxAction::Destroy { id, approve_large } => {
+            let approve_large = match approvals(&approve_large) {
+                Ok(a) => a,
+                Err(e) => return bad(e),
+            };
+            call_judged(
+                common,
+                Request::Destroy { id, approve_large },
+                render::teardown,
+                Teardown::clean,
+            )
+        }
     }
 }
 
@@ -223,12 +244,16 @@ pub fn artifacts(action: ArtifactAction, common: &Common) -> ExitCode {
                 Ok(p) => p,
                 Err(e) => return bad(e),
             };
+            let approve_large = match approvals(&approve_large) {
+                Ok(a) => a,
+                Err(e) => return bad(e),
+            };
             call(
                 common,
                 Request::Export {
                     id,
                     dest,
-                    allow_large: approve_large,
+                    approve_large,
                 },
                 |v: &Vec<Exported>| render::exported(v),
             )

@@ -481,9 +481,14 @@ impl Backend for Sandboxes {
             } => open_sandbox(self, server, argv, *builtin, runtime.as_ref(), open),
             Place::Remote(remote) => open_remote(server, remote, open, &self.broker),
         }
-        .map_err(|e| match e.downcast_ref::<lifecycle::SandboxLimit>() {
-            Some(limit) => mcpbox_serve::OpenError::SandboxLimit(limit.0.clone()),
-            None => mcpbox_serve::OpenError::Failed(format!("{e:#}")),
+        .map_err(|e| {
+            if let Some(limit) = e.downcast_ref::<lifecycle::SandboxLimit>() {
+                mcpbox_serve::OpenError::SandboxLimit(limit.0.clone())
+            } else if let Some(d) = e.downcast_ref::<lifecycle::Destroying>() {
+                mcpbox_serve::OpenError::Destroying(d.to_string())
+            } else {
+                mcpbox_serve::OpenError::Failed(format!("{e:#}"))
+            }
         })
     }
 

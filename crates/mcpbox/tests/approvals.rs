@@ -779,3 +779,42 @@ fn stateless_hosts_yes_after_the_cli_denied_does_not_run_the_call() {
     assert!(!result_text(&h).contains("drop table"), "{h}");
     s.finish();
 }
+
+/// Issue 26: a human approved a held result of the size mcpbox showed;
+/// the call is retried after the result grew (the server's history has
+/// one more entry). The approval was for the size shown: the larger
+/// result is a new question, not the old yes.
+#[test]
+fn an_approved_result_does_not_let_a_larger_result_of_the_same_call_through() {
+    let b = Box_::new("[output]\napprove_over = \"200B\"\n");
+    let mut s = b.start();
+    s.initialize();
+    for i in 0..8 {
+        s.call("add", json!({"a": i, "b": 1}));
+    }
+    let r = s.call("history", json!({}));
+    let d = decision(&r);
+    assert_eq!(d["reason"], "approval.pending", "{r}");
+    let first = approval_named(&r);
+    ok(&b.approve(&first));
+    // the result grows: one more call in the history
+    s.call("add", json!({"a": 100, "b": 1}));
+    let r = s.call("history", json!({}));
+    let d = decision(&r);
+    assert_eq!(
+        d["reason"], "approval.pending",
+        "a larger result passed: {r}"
+    );
+    assert_ne!(approval_named(&r), first, "{r}");
+    assert!(!result_text(&r).contains("100"), "{r}");
+    s.finish();
+}
+
+/// The approval id a withheld result's text names.
+fn approval_named(r: &Value) -> String {
+    let text = result_text(r);
+    let at = text
+        .find("ap-")
+        .unwrap_or_else(|| panic!("no approval named: {r}"));
+    text[at..at + 15].to_string()
+}

@@ -520,3 +520,83 @@ fn a_crafted_checkpoint_naming_the_servers_state_is_refused_with_nothing_removed
     let r = s.call("read_file", json!({"path": "/workspace/tmp/work.txt"}));
     assert!(r.to_string().contains("acknowledged work"), "{r}");
 }
+
+/// Issue 26: a human approves `export_artifact` of a file at the size
+/// mcpbox measured and showed (4096 bytes); the agent grows the file and
+/// retries the very same call. The approval was for 4096 bytes: the retry
+/// is a new question, and nothing larger leaves the sandbox under the
+/// old yes. The same size, retried, uses the approval.
+#[test]
+fn an_export_approved_at_one_size_does_not_export_the_file_grown_after() {
+    let ws = Workspace::new();
+    let policy = ws.raw_policy(
+        "[server]\nname = \"sandbox\"\n[filesystem]\noutput = \"output\"\n[artifacts]\nmax_size = \"1KiB\"\n[approvals]\nfallback = \"refuse\"\n",
+    );
+    let state = ws.path().join("state");
+    let xdg = ws.path().join("xdg");
+    std::fs::create_dir(&xdg).unwrap();
+    std::fs::set_permissions(&xdg, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    let env = [
+        ("MCPBOX_STATE_DIR", state.to_str().unwrap()),
+        ("XDG_RUNTIME_DIR", xdg.to_str().unwrap()),
+    ];
+    let args: Vec<String> = ["run", "--builtin", "sandbox", "--policy"]
+        .iter()
+        .map(|a| a.to_string())
+        .chain([policy.display().to_string()])
+        .collect();
+    let mut s = Session::start_mcpbox(&args, &env);
+    s.initialize();
+    let approve = |id: &str| {
+        let out = Command::new(mcpbox())
+            .args(["approvals", "approve", id])
+            .envs(env)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let pending = |r: &serde_json::Value| -> String {
+        let d = &r["result"]["_meta"]["mcpbox/decision"];
+        assert_eq!(d["reason"], "approval.pending", "{r}");
+        d["approval"].as_str().unwrap().to_string()
+    };
+    let write = |s: &mut Session, n: usize| {
+        let r = s.call(
+            "write_file",
+            json!({"path": "/workspace/tmp/big.bin", "content": "x".repeat(n)}),
+        );
+        assert_eq!(r["result"]["isError"], false, "{r}");
+    };
+    let export = json!({"path": "/workspace/tmp/big.bin"});
+
+    write(&mut s, 4096);
+    let first = pending(&s.call("export_artifact", export.clone()));
+    approve(&first);
+    // the agent grows the file, then retries the approved call
+    write(&mut s, 1 << 20);
+    let r = s.call("export_artifact", export.clone());
+    let second = pending(&r);
+    assert_ne!(second, first, "a grown file is a new question: {r}");
+    assert!(
+        !ws.output().join("big.bin").exists(),
+        "nothing left the sandbox under the old approval"
+    );
+    // shrunk back to what the human saw: the first approval is used, once
+    write(&mut s, 4096);
+    let r = s.call("export_artifact", export.clone());
+    assert_eq!(r["result"]["structuredContent"]["bytes"], 4096, "{r}");
+    assert_eq!(
+        std::fs::read(ws.output().join("big.bin")).unwrap().len(),
+        4096
+    );
+    drop(s);
+    let listed: Vec<_> = events(&state.join("audit.db"))
+        .into_iter()
+        .filter(|e| e["kind"] == "approval" && e["detail"]["action"] == "requested")
+        .collect();
+    assert_eq!(listed.len(), 2, "two questions were asked: {listed:?}");
+}

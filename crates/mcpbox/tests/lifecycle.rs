@@ -356,9 +356,13 @@ fn paused_sandbox_uses_no_cpu_and_resumes_with_its_counter(version: &str) {
     assert!(events
         .iter()
         .any(|e| e["kind"] == "lifecycle" && e["detail"]["action"] == "paused"));
-    // and by hand: pause, resume
+    // and by hand: pause, resume; the answer says the state reached and
+    // why (issue 26)
     let s = gw.cli_json(&["sandboxes", "pause", &id]);
     assert_eq!(s["state"], "paused");
+    assert_eq!(s["note"], "paused", "{s}");
+    let s = gw.cli_json(&["sandboxes", "pause", &id]);
+    assert_eq!(s["note"], "paused already", "{s}");
     let s = gw.cli_json(&["sandboxes", "resume", &id]);
     assert_eq!(s["state"], "running");
     assert_eq!(call(&mut a, "count", json!({})), "4");
@@ -737,7 +741,37 @@ fn artifact_export_refuses_links_fifos_devices_and_escapes_and_records_digests()
     gw.audit_until("the artifact's digest", |e| {
         e["kind"] == "artifact" && e["detail"]["sha256"] == digest.as_str()
     });
-    // over the limit: a human at the CLI approves it
+    // over the limit: a human at the CLI approves it at the size listed;
+    // the agent grows it meanwhile (issue 26): the grown file is not the
+    // one approved and stays
+    let listed_size = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["path"] == "big.bin")
+        .unwrap()["size"]
+        .as_u64()
+        .unwrap();
+    assert_eq!(listed_size, 2000);
+    call(
+        &mut a,
+        "write",
+        json!({"path": format!("{o}/big.bin"), "text": "x".repeat(1 << 20)}),
+    );
+    let stale = gw.dir.path().join("exported-stale");
+    let out = gw.cli_json(&[
+        "artifacts",
+        "export",
+        &id,
+        "--dest",
+        stale.to_str().unwrap(),
+        "--approve-large",
+        &format!("big.bin={listed_size}"),
+    ]);
+    assert_eq!(out.as_array().unwrap().len(), 1, "{out}");
+    assert_eq!(out[0]["path"], "good.txt", "{out}");
+    assert!(!stale.join("big.bin").exists());
+    // listed again, approved at what it measures now: exported
     let dest2 = gw.dir.path().join("exported2");
     let out = gw.cli_json(&[
         "artifacts",
@@ -746,6 +780,7 @@ fn artifact_export_refuses_links_fifos_devices_and_escapes_and_records_digests()
         "--dest",
         dest2.to_str().unwrap(),
         "--approve-large",
+        &format!("big.bin={}", 1 << 20),
     ]);
     let mut paths: Vec<&str> = out
         .as_array()
@@ -1322,8 +1357,47 @@ fn an_artifact_over_the_limit_keeps_the_workspace_until_a_human_approves() {
     assert_eq!(kept[0]["state"], "stopped");
     // the credential goes with the sandbox, not while it is kept
     assert!(!marker.exists(), "revoked before the teardown went through");
-    // approved: exported, then everything goes
-    let t = gw.cli_json(&["sandboxes", "destroy", &id, "--approve-large"]);
+    // the message names the size the human approves
+    assert!(
+        t["left"]
+            .to_string()
+            .contains("--approve-large big.bin=2000"),
+        "{t}"
+    );
+    // the file grows after the human read that (issue 26): the approval
+    // of 2000 bytes does not take the grown file out, nor revoke, nor
+    // remove the workspace
+    std::fs::write(ws.join("output/big.bin"), "y".repeat(5000)).unwrap();
+    let out = gw.cli(&[
+        "sandboxes",
+        "destroy",
+        &id,
+        "--approve-large",
+        "big.bin=2000",
+        "--json",
+    ]);
+    assert!(
+        !out.status.success(),
+        "a teardown that kept something exits 1"
+    );
+    let t: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(t["exported"], json!([]), "{t}");
+    assert!(
+        t["left"]
+            .to_string()
+            .contains("--approve-large big.bin=5000"),
+        "{t}"
+    );
+    assert!(ws.join("output/big.bin").is_file(), "the artifact was lost");
+    assert!(!marker.exists(), "revoked before the teardown went through");
+    // approved at what it is now: exported, then everything goes
+    let t = gw.cli_json(&[
+        "sandboxes",
+        "destroy",
+        &id,
+        "--approve-large",
+        "big.bin=5000",
+    ]);
     assert_eq!(t["left"], json!([]), "{t}");
     assert_eq!(t["exported"][0]["path"], "big.bin", "{t}");
     let copies = common::serve::files_under(&gw.state().join("artifacts").join(&id));
@@ -1518,4 +1592,242 @@ fn snapshot_with_tmp_leaves_out_the_builtin_servers_own_state() {
     let names = String::from_utf8_lossy(&listing.stdout);
     assert!(names.contains("tmp/work.txt"), "{names}");
     assert!(!names.contains(".mcpbox"), "{names}");
+}
+
+/// A policy whose secret's `revoke` command marks `started` and then
+/// waits until the test creates `release`: a teardown held in the middle
+/// (its artifacts exported, its workspace not yet removed), for as long
+/// as the test needs, ordered by files rather than by time.
+fn slow_revoke_policy(marks: &Path) -> String {
+    format!(
+        "[artifacts]\npatterns = [\"*.txt\"]\n[secrets.API_TOKEN]\nfrom_env = \"LIFE_TOKEN\"\nrevoke = [\"/bin/sh\", \"-c\", \"touch {0}/started; while [ ! -e {0}/release ]; do sleep 0.05; done\"]\n",
+        marks.display()
+    )
+}
+
+/// Waits until `path` exists (15 s at most).
+fn wait_for_file(path: &Path, gw: &Gateway) {
+    let until = Instant::now() + Duration::from_secs(15);
+    while !path.exists() {
+        assert!(
+            Instant::now() < until,
+            "{} never appeared; gateway log:\n{}",
+            path.display(),
+            gw.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// An `initialize` of `token`'s client on `ws`: its HTTP answer.
+fn try_open(gw: &Gateway, token: &str) -> common::http::Response {
+    let mut m = gw.mcp("ws", Some(token));
+    let msg = m.message(
+        "initialize",
+        json!({"protocolVersion": common::serve::VERSION, "capabilities": {},
+               "clientInfo": {"name": "t", "version": "0"}}),
+    );
+    m.post(&msg)
+}
+
+/// The refusal a session gets while its sandbox is torn down: 503, a
+/// `Retry-After`, and the reason code that says why.
+fn assert_refused_as_destroying(r: &common::http::Response, gw: &Gateway) {
+    assert_eq!(r.status, 503, "{} {}\n{}", r.status, r.text(), gw.stderr());
+    assert!(r.header("retry-after").is_some(), "{:?}", r.headers);
+    assert!(r.text().contains("http.sandbox_destroying"), "{}", r.text());
+}
+
+/// Issue 26: while a sandbox is torn down (its secret's revoke is slow),
+/// a new session of the same agent is refused with a retryable reason;
+/// what the first session wrote and was told was written is in the
+/// exported artifacts; once the teardown is over a session gets a new
+/// sandbox.
+#[test]
+fn a_session_arriving_during_a_slow_teardown_is_refused_retryably_and_nothing_acknowledged_is_lost()
+{
+    let marks = tempfile::tempdir().unwrap();
+    let gw = gateway(
+        "",
+        &slow_revoke_policy(marks.path()),
+        &[("LIFE_TOKEN", "tok-slow-revoke")],
+    );
+    let mut a = session(&gw, ALICE);
+    call(
+        &mut a,
+        "write",
+        json!({"path": "/workspace/output/acked.txt", "text": "acknowledged"}),
+    );
+    let id = sandbox_of(&gw, "alice")["id"].as_str().unwrap().to_string();
+    let ws = PathBuf::from(sandbox_of(&gw, "alice")["workspace"].as_str().unwrap());
+    let teardown = std::thread::scope(|s| {
+        let destroy = s.spawn(|| gw.cli_json(&["sandboxes", "destroy", &id]));
+        wait_for_file(&marks.path().join("started"), &gw);
+        // mid-teardown: exported, not yet removed
+        let r = try_open(&gw, ALICE);
+        assert_refused_as_destroying(&r, &gw);
+        // the session it had was closed at the teardown's start: a call
+        // on it is refused (the client opens a new session, refused as
+        // above until the teardown is over), never acknowledged
+        let msg = a.message(
+            "tools/call",
+            json!({"name": "write",
+                   "arguments": {"path": "/workspace/output/late.txt", "text": "late"}}),
+        );
+        let r = a.post(&msg);
+        assert_eq!(r.status, 404, "{}", r.text());
+        assert!(r.text().contains("http.session_unknown"), "{}", r.text());
+        std::fs::write(marks.path().join("release"), "").unwrap();
+        destroy.join().unwrap()
+    });
+    assert_eq!(teardown["left"], json!([]), "{teardown}");
+    assert_eq!(teardown["exported"][0]["path"], "acked.txt", "{teardown}");
+    assert_eq!(
+        teardown["exported"].as_array().unwrap().len(),
+        1,
+        "{teardown}"
+    );
+    assert!(!ws.exists());
+    // over: a new session, a new (empty) sandbox
+    let mut b = session(&gw, ALICE);
+    call_fails(
+        &mut b,
+        "read",
+        json!({"path": "/workspace/output/acked.txt"}),
+    );
+}
+
+/// Issue 26: after a kill -9 and a restart the sandbox is only a record.
+/// While `sandboxes destroy` tears it down (a slow revoke), a new session
+/// of the same agent was accepted, its writes acknowledged, and then the
+/// teardown removed the workspace under it. Now the session is refused
+/// with a retryable reason until the teardown is over.
+#[test]
+fn a_record_only_sandbox_being_destroyed_after_a_restart_accepts_no_session() {
+    let marks = tempfile::tempdir().unwrap();
+    let env = [("LIFE_TOKEN", "tok-slow-revoke")];
+    let gw = gateway("", &slow_revoke_policy(marks.path()), &env);
+    let mut a = session(&gw, ALICE);
+    call(
+        &mut a,
+        "write",
+        json!({"path": "/workspace/output/before.txt", "text": "kept"}),
+    );
+    let id = sandbox_of(&gw, "alice")["id"].as_str().unwrap().to_string();
+    drop(a);
+    let config = std::fs::read_to_string(gw.dir.path().join("serve.toml")).unwrap();
+    let dir = gw.kill9();
+    let gw = Gateway::start_config_env(dir, &config, &env);
+    assert_eq!(sandbox_of(&gw, "alice")["state"], "stopped");
+    let teardown = std::thread::scope(|s| {
+        let destroy = s.spawn(|| gw.cli_json(&["sandboxes", "destroy", &id]));
+        wait_for_file(&marks.path().join("started"), &gw);
+        let r = try_open(&gw, ALICE);
+        assert_refused_as_destroying(&r, &gw);
+        std::fs::write(marks.path().join("release"), "").unwrap();
+        destroy.join().unwrap()
+    });
+    assert_eq!(teardown["left"], json!([]), "{teardown}");
+    assert_eq!(teardown["exported"][0]["path"], "before.txt", "{teardown}");
+    assert!(sandboxes(&gw).is_empty(), "{:?}", sandboxes(&gw));
+    // nothing was acknowledged into the removed workspace: the next
+    // session starts a new sandbox
+    let mut b = session(&gw, ALICE);
+    call(
+        &mut b,
+        "write",
+        json!({"path": "/workspace/output/after.txt", "text": "new"}),
+    );
+    assert_eq!(sandboxes(&gw).len(), 1);
+}
+
+/// Issue 26: `restore` held the lifecycle's lock for the whole
+/// extraction, so every other agent's new session waited for it. The
+/// archive here is a fifo: the restore reads it until the test closes
+/// it, so the restore is provably still running while bob opens a
+/// session and calls; his answer arrives before the restore's.
+#[test]
+fn a_restore_in_progress_does_not_hold_up_another_agents_session() {
+    let gw = gateway("", "", &[]);
+    let mut a = session(&gw, ALICE);
+    call(
+        &mut a,
+        "write",
+        json!({"path": "/workspace/output/a.txt", "text": "one"}),
+    );
+    let id = sandbox_of(&gw, "alice")["id"].as_str().unwrap().to_string();
+    let snap = gw.dir.path().join("alice.tar.gz");
+    gw.cli_json(&[
+        "sandboxes",
+        "snapshot",
+        &id,
+        "--out",
+        snap.to_str().unwrap(),
+    ]);
+    drop(a);
+    let fifo = gw.dir.path().join("archive.fifo");
+    let ok = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+    std::fs::set_permissions(&fifo, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<&str>();
+    let gw = &gw;
+    let fifo = &fifo;
+    std::thread::scope(|s| {
+        let restore_tx = tx.clone();
+        let restore = s.spawn(move || {
+            let r = gw.cli_json(&[
+                "sandboxes",
+                "restore",
+                fifo.to_str().unwrap(),
+                "--agent",
+                "alice",
+                "--server",
+                "ws",
+                "--task",
+                "copy",
+            ]);
+            let _ = restore_tx.send("restore");
+            r
+        });
+        // opens once the gateway opened it to read: the restore runs,
+        // and waits for the archive's bytes
+        let mut writer = std::fs::OpenOptions::new().write(true).open(fifo).unwrap();
+        let bob_tx = tx.clone();
+        s.spawn(move || {
+            let mut b = session(gw, BOB);
+            call(
+                &mut b,
+                "write",
+                json!({"path": "/workspace/output/b.txt", "text": "bob"}),
+            );
+            let _ = bob_tx.send("bob");
+        });
+        let first = rx.recv_timeout(Duration::from_secs(60));
+        // the archive's bytes now, whatever happened: the restore ends
+        std::io::Write::write_all(&mut writer, &std::fs::read(&snap).unwrap()).unwrap();
+        drop(writer);
+        assert_eq!(
+            first,
+            Ok("bob"),
+            "bob's session waited for the restore; gateway log:\n{}",
+            gw.stderr()
+        );
+        let r = restore.join().unwrap();
+        assert_eq!(r["state"], "stopped", "{r}");
+    });
+    assert_eq!(rx.recv().unwrap(), "restore");
+    let restored: Vec<Value> = sandboxes(gw)
+        .into_iter()
+        .filter(|s| s["agent"] == "alice" && s["task"] == "copy")
+        .collect();
+    assert_eq!(restored.len(), 1, "{:?}", sandboxes(gw));
+    let ws = PathBuf::from(restored[0]["workspace"].as_str().unwrap());
+    assert_eq!(
+        std::fs::read_to_string(ws.join("output/a.txt")).unwrap(),
+        "one"
+    );
 }

@@ -256,6 +256,7 @@ reasons! {
     HttpSessionBusy = "http.session_busy", "the session's input queue is full; retry shortly";
     HttpSessionFailed = "http.session_failed", "the server's sandbox or relay could not be started for the session";
     HttpDuplicateId = "http.duplicate_id", "a request reused the id of a request of the same session that is still in flight";
+    HttpSandboxDestroying = "http.sandbox_destroying", "the session's sandbox is being torn down (artifacts exported, secrets revoked, workspace removed): no session joins it; retry, and once it is gone a new one is made";
     HttpSandboxLimit = "http.sandbox_limit", "the client has as many sandboxes as `limits.max_sandboxes_per_client` allows (live or kept); destroy one first";
     HttpTaskInvalid = "http.task_invalid", "the `Mcpbox-Task` header or `_meta` task is not a task name (1 to 64 of `[A-Za-z0-9._-]`, not starting with a dot), or the two differ";
     HttpShuttingDown = "http.shutting_down", "the gateway is stopping and takes no new requests";

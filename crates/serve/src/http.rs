@@ -691,6 +691,13 @@ pub(crate) fn open_refusal(reason: Reason) -> Refusal {
             reason,
             "this client has as many sandboxes as limits.max_sandboxes_per_client allows: destroy one (mcpbox sandboxes destroy) or reuse a task",
         ),
+        Reason::HttpSandboxDestroying => Refusal::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            TRANSPORT_ERROR,
+            reason,
+            "the sandbox of this client and task is being destroyed: retry once it is gone (a new one is made)",
+        )
+        .header("retry-after", "1"),
         _ => Refusal::new(
             StatusCode::SERVICE_UNAVAILABLE,
             TRANSPORT_ERROR,

@@ -138,12 +138,18 @@ pub enum OpenError {
     /// The client has as many sandboxes as it may (429
     /// `http.sandbox_limit`; the text is for the client and the log).
     SandboxLimit(String),
+    /// The session's sandbox is being torn down (503 with `Retry-After`,
+    /// `http.sandbox_destroying`): no session joins a sandbox whose
+    /// workspace is about to go.
+    Destroying(String),
 }
 
 impl std::fmt::Display for OpenError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            OpenError::Failed(s) | OpenError::SandboxLimit(s) => f.write_str(s),
+            OpenError::Failed(s) | OpenError::SandboxLimit(s) | OpenError::Destroying(s) => {
+                f.write_str(s)
+            }
         }
     }
 }
@@ -404,6 +410,10 @@ impl Gateway {
             Err(OpenError::SandboxLimit(e)) => {
                 tracing::warn!(client, server, "session refused: {e}");
                 return Err(Reason::HttpSandboxLimit);
+            }
+            Err(OpenError::Destroying(e)) => {
+                tracing::info!(client, server, "session refused: {e}");
+                return Err(Reason::HttpSandboxDestroying);
             }
             Err(OpenError::Failed(e)) => {
                 tracing::error!(client, server, "cannot open a session: {e}");

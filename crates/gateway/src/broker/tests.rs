@@ -22,7 +22,7 @@ fn ask(id: &str, digest: &str, hold: bool, wait: Duration) -> Ask {
             args_digest: digest.into(),
             policy_version: "p1".into(),
         },
-        subject: Subject::Call,
+        subject: Subject::Call { bytes: None },
         rule: Decision::approve(Reason::ToolRule, "policy:tools.delete"),
         preview: json!({"path": "/workspace/output/x"}),
         expires: SystemTime::now() + wait,
@@ -456,5 +456,112 @@ fn a_form_answered_for_the_session_grants_the_session() {
     assert!(
         matches!(later, Asked::Granted { ref by, .. } if by == "session"),
         "{later:?}"
+    );
+}
+
+fn measured(id: &str, bytes: u64) -> Ask {
+    Ask {
+        subject: Subject::Call { bytes: Some(bytes) },
+        ..ask(id, "d1", false, MIN)
+    }
+}
+
+const C: &str = "ap-00000000000c";
+
+/// Issue 26: a human approved an export of 4096 bytes; the agent grows
+/// the file and retries the very same call. The grant is for what was
+/// measured: the retry is a new question; a retry measuring no more
+/// uses the grant.
+#[test]
+fn a_grant_for_a_measured_call_does_not_cover_a_retry_that_measures_more() {
+    let (b, _sink) = broker();
+    assert_eq!(
+        b.ask(measured(A, 4096), Box::new(|_| {})),
+        Asked::Refused { id: A.into() }
+    );
+    b.answer(A, true, Scope::Once, "cli:uid=0").unwrap();
+    // grown: not granted, and not folded into the approved entry either
+    assert_eq!(
+        b.ask(measured(B, 8192), Box::new(|_| {})),
+        Asked::Refused { id: B.into() }
+    );
+    // the same size as approved: the grant is used
+    assert!(matches!(
+        b.ask(measured(C, 4096), Box::new(|_| {})),
+        Asked::Granted { id, .. } if id == A
+    ));
+}
+
+#[test]
+fn a_pending_question_is_not_reused_for_a_call_that_measures_more() {
+    let (b, _sink) = broker();
+    assert_eq!(
+        b.ask(measured(A, 10), Box::new(|_| {})),
+        Asked::Refused { id: A.into() }
+    );
+    // the human would see 10 bytes under A: a grown retry asks anew
+    assert_eq!(
+        b.ask(measured(B, 11), Box::new(|_| {})),
+        Asked::Refused { id: B.into() }
+    );
+    assert_eq!(
+        b.ask(measured(C, 10), Box::new(|_| {})),
+        Asked::Refused { id: A.into() }
+    );
+}
+
+#[test]
+fn a_session_grant_covers_no_more_than_the_size_it_was_given_for() {
+    let (b, _sink) = broker();
+    b.ask(measured(A, 100), Box::new(|_| {}));
+    b.answer(A, true, Scope::Session, "cli:uid=0").unwrap();
+    assert!(matches!(
+        b.ask(measured(B, 50), Box::new(|_| {})),
+        Asked::Granted { .. }
+    ));
+    assert_eq!(
+        b.ask(measured(C, 101), Box::new(|_| {})),
+        Asked::Refused { id: C.into() }
+    );
+}
+
+#[test]
+fn a_grant_for_a_held_result_does_not_cover_a_larger_or_more_secret_result() {
+    let result = |id: &str, bytes: u64, shapes: &[&str]| Ask {
+        subject: Subject::Result {
+            bytes,
+            over: Some(10),
+            credential_shapes: shapes.iter().map(|s| s.to_string()).collect(),
+        },
+        ..ask(id, "d1", false, MIN)
+    };
+    let (b, _sink) = broker();
+    b.ask(result(A, 100, &["aws"]), Box::new(|_| {}));
+    b.answer(A, true, Scope::Once, "cli:uid=0").unwrap();
+    assert_eq!(
+        b.ask(result(B, 101, &["aws"]), Box::new(|_| {})),
+        Asked::Refused { id: B.into() }
+    );
+    assert_eq!(
+        b.ask(result(C, 100, &["aws", "github"]), Box::new(|_| {})),
+        Asked::Refused { id: C.into() }
+    );
+    assert!(matches!(
+        b.ask(result("ap-00000000000d", 90, &[]), Box::new(|_| {})),
+        Asked::Granted { id, .. } if id == A
+    ));
+}
+
+#[test]
+fn a_yes_in_the_retry_does_not_cover_a_retry_that_measures_more() {
+    let (b, _sink) = broker();
+    b.ask(measured(A, 100), Box::new(|_| {}));
+    let retry = Ask {
+        answered: Some((A.to_string(), Scope::Once)),
+        ..measured(B, 200)
+    };
+    assert_eq!(
+        b.ask(retry, Box::new(|_| {})),
+        Asked::Closed { id: A.into() }
     );
 }

@@ -374,7 +374,7 @@ impl Session {
             &ask.tool,
             &ask.args_digest,
             &approval,
-            &Subject::Call,
+            &Subject::Call { bytes: None },
             &ask.decision,
             &ask.preview,
             wait,
@@ -497,7 +497,7 @@ impl Session {
                 Retry::Approved {
                     line: to_line(&msg.value),
                     approval: state,
-                    scope: elicited_scope(&response, &Subject::Call),
+                    scope: elicited_scope(&response, &Subject::Call { bytes: None }),
                 }
             }
             _ => {
@@ -1107,7 +1107,7 @@ fn approval_form(
         },
         "required": ["approve"]
     });
-    if broker && matches!(subject, Subject::Call) {
+    if broker && matches!(subject, Subject::Call { .. }) {
         // session grants live in the broker: without one, nothing to offer
         schema["properties"]["session"] = json!({
             "type": "boolean",
@@ -1126,7 +1126,7 @@ fn approval_form(
 /// alone.
 fn elicited_scope(v: &Value, subject: &Subject) -> broker::Scope {
     let asked = at(v, &["result", "content", "session"]) == Some(&Value::Bool(true));
-    if asked && matches!(subject, Subject::Call) {
+    if asked && matches!(subject, Subject::Call { .. }) {
         broker::Scope::Session
     } else {
         broker::Scope::Once

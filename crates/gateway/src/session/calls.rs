@@ -39,6 +39,9 @@ pub(crate) struct Held {
     line: Vec<u8>,
     /// How the host can be asked, should the call need a human.
     channel: Channel,
+    /// What the argument rules measured (an export's bytes): a human's
+    /// approval is bound to it.
+    measured: Option<u64>,
 }
 
 /// An allowed call waiting for its start record to be committed.
@@ -215,6 +218,7 @@ impl Session {
             args_digest,
             detail: Value::Null,
             line,
+            measured: None,
         };
         let arguments = msg.params().and_then(|p| p.get("arguments"));
         if held.decision.verdict == Verdict::Deny
@@ -244,6 +248,7 @@ impl Session {
         if let Some(check) = check {
             h.decision = h.decision.stricter(check.decision);
             h.detail = check.detail;
+            h.measured = check.measured;
             let mut rewritten = false;
             if let Some(args) = check.arguments {
                 if let Some(p) = message.get_mut("params").and_then(Value::as_object_mut) {
@@ -302,7 +307,7 @@ impl Session {
                     hold,
                     h.channel,
                     answered,
-                    crate::broker::Subject::Call,
+                    crate::broker::Subject::Call { bytes: h.measured },
                     preview,
                 );
             }

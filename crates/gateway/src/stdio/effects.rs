@@ -133,7 +133,7 @@ impl Driver {
                                     Some(crate::ApprovalAnswer::Unavailable)
                                 }
                                 crate::broker::Asked::Closed { id } => {
-                                    tracing::warn!(approval = %id, %tool, "the host approved in its retry, but a human had denied the approval first (or it lapsed)");
+                                    tracing::warn!(approval = %id, %tool, "the host approved in its retry, but a human had denied the approval first (or it lapsed, or the call now measures more than was approved)");
                                     Some(crate::ApprovalAnswer::Declined)
                                 }
                                 crate::broker::Asked::Refused { id } => {

@@ -246,7 +246,7 @@ async fn sandbox_op(c: &Arc<Console>, id: String, op: &'static str) -> Resp {
         // as `mcpbox sandboxes destroy` without --allow-large: artifacts
         // over the limit keep the workspace
         _ => control
-            .destroy(&id, false)
+            .destroy(&id, &mcpbox_lifecycle::artifacts::Approved::new())
             .map(|t| json!({ "teardown": t })),
     })
     .await;

@@ -72,7 +72,7 @@ fn hold(broker: &Broker, id: &str, preview: Value) -> mpsc::Receiver<Answer> {
                 args_digest: "d".into(),
                 policy_version: "p".into(),
             },
-            subject: Subject::Call,
+            subject: Subject::Call { bytes: None },
             rule: Decision::approve(Reason::ToolRule, "policy:tools.delete"),
             preview,
             expires: SystemTime::now() + Duration::from_secs(60),

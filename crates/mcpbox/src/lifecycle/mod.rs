@@ -31,7 +31,8 @@
 //! [`mcpbox_lifecycle::Control`] operations (`ops.rs`). Locks: the map,
 //! then one sandbox's state, then the registry. A new sandbox's workspace
 //! (its template copied) is made while the map is held, so a large
-//! template delays other new sessions for that long.
+//! template delays other new sessions for that long; a `restore` builds
+//! its workspace without it and holds it only to register the sandbox.
 
 pub mod backend;
 mod ops;
@@ -43,9 +44,10 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context};
+use anyhow::Context;
 use mcpbox_audit::{Event, Kind, Sink};
 use mcpbox_gateway::{Activity, HostFeed};
+use mcpbox_lifecycle::artifacts::Approved;
 use mcpbox_lifecycle::id::Key;
 use mcpbox_lifecycle::registry::{Record, Registry};
 use mcpbox_lifecycle::{SandboxInfo, State};
@@ -91,6 +93,24 @@ impl std::fmt::Display for SandboxLimit {
 
 impl std::error::Error for SandboxLimit {}
 
+/// A session refused because its sandbox is being torn down (live,
+/// stopped, or only a record after a restart): retryable, once the
+/// teardown is over a new session gets a sandbox again.
+#[derive(Debug)]
+pub struct Destroying(pub String);
+
+impl std::fmt::Display for Destroying {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "sandbox {} is being destroyed; retry once it is gone",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for Destroying {}
+
 /// The group name of shared servers.
 pub const SHARED: &str = "shared";
 
@@ -119,6 +139,11 @@ pub struct Lifecycle {
     salt: String,
     servers: HashMap<String, ServerLife>,
     map: Mutex<HashMap<String, Arc<Sandbox>>>,
+    /// Sandboxes being torn down that are not in `map` (records of a
+    /// previous run, stopped): `join` refuses them, so that no session
+    /// writes into a workspace the teardown is about to remove. Locked
+    /// after `map`; an id is added only while `map` is held.
+    tearing: Mutex<std::collections::HashSet<String>>,
     /// The gateway's approval broker, for the control socket's approval
     /// ops (set once, at start).
     pub desk: std::sync::OnceLock<crate::approvals::BrokerDesk>,
@@ -192,6 +217,7 @@ impl Lifecycle {
             salt,
             servers,
             map: Mutex::new(HashMap::new()),
+            tearing: Mutex::new(std::collections::HashSet::new()),
             desk: std::sync::OnceLock::new(),
         });
         life.recover()?;
@@ -263,6 +289,11 @@ impl Lifecycle {
         if let Ok(entries) = std::fs::read_dir(self.sandboxes_dir()) {
             for e in entries.flatten() {
                 let name = e.file_name().to_string_lossy().to_string();
+                if name.starts_with(".restore-") {
+                    // a restore's staging folder, cut short
+                    let _ = std::fs::remove_dir_all(e.path());
+                    continue;
+                }
                 if mcpbox_lifecycle::id::is_id(&name) && !known.contains(&name) {
                     let _ = backend.thaw(&name);
                     backend.stop(&name);
@@ -296,9 +327,15 @@ impl Lifecycle {
         let id = key.id(&self.salt);
         let sb = {
             let mut map = lock(&self.map);
+            // a teardown holds it (live, or a record being destroyed):
+            // refused, retryable, rather than a session whose writes the
+            // teardown then deletes
+            if lock(&self.tearing).contains(&id) {
+                return Err(anyhow::Error::new(Destroying(id)));
+            }
             match map.get(&id) {
                 Some(sb) if lock(&sb.inner).destroying => {
-                    bail!("sandbox {id} is being destroyed; retry in a moment")
+                    return Err(anyhow::Error::new(Destroying(id)));
                 }
                 Some(sb) => sb.clone(),
                 None => {
@@ -311,6 +348,13 @@ impl Lifecycle {
         };
         let slot = {
             let mut g = lock(&sb.inner);
+            // checked again under its own lock: a teardown that began
+            // since the map was looked at has (or will have) stopped the
+            // sessions it saw, and this one would be left in a removed
+            // workspace
+            if g.destroying {
+                return Err(anyhow::Error::new(Destroying(id)));
+            }
             if !g.servers.iter().any(|s| s == server) {
                 g.servers.push(server.to_string());
                 g.artifacts.push(life.artifacts.clone());
@@ -451,7 +495,7 @@ impl Lifecycle {
                 let _ = std::thread::Builder::new()
                     .name("mcpbox-teardown".into())
                     .spawn(move || {
-                        if let Err(e) = life.teardown(&id, "idle.destroy", false) {
+                        if let Err(e) = life.teardown(&id, "idle.destroy", &Approved::new()) {
                             tracing::error!(sandbox = %id, "idle teardown: {e}");
                         }
                     });
@@ -534,6 +578,7 @@ impl Lifecycle {
             cpu_usec: stats.cpu_usec,
             memory_bytes: stats.memory_bytes,
             freezer: None,
+            note: None,
         }
     }
 
@@ -790,13 +835,15 @@ impl Sandbox {
             cpu_usec: stats.cpu_usec,
             memory_bytes: stats.memory_bytes,
             freezer: self.freezer.clone(),
+            note: None,
         }
     }
 
-    fn pause(&self) -> Result<(), String> {
+    /// Freezes it; what it did, for [`pause_note`].
+    fn pause(&self) -> Result<Paused, String> {
         let mut g = lock(&self.inner);
         match g.state {
-            State::Paused => return Ok(()),
+            State::Paused => return Ok(Paused::Already),
             State::Running => {}
             s => {
                 return Err(format!(
@@ -814,7 +861,8 @@ impl Sandbox {
         }
         self.shared.backend.freeze(&self.id)?;
         self.set_state(&mut g, State::Paused, "mcpbox sandboxes pause");
-        Ok(())
+        let in_flight = g.sessions.values().filter(|s| s.busy).count();
+        Ok(Paused::Froze { in_flight })
     }
 
     fn resume(&self) -> Result<(), String> {
@@ -836,6 +884,31 @@ impl Sandbox {
             _ => {}
         }
         Ok(())
+    }
+}
+
+/// What `pause` did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Paused {
+    /// It was paused already.
+    Already,
+    /// Frozen now, with this many sessions in the middle of a request.
+    Froze { in_flight: usize },
+}
+
+/// What `mcpbox sandboxes pause` says: the state the sandbox is in at the
+/// answer (`now`, read after the pause) and why. The lock is let go
+/// between the two, and a host message thaws a paused sandbox before it
+/// reaches the server, so a pause can end with the sandbox running.
+pub(crate) fn pause_note(how: Paused, now: State) -> String {
+    match (how, now) {
+        (Paused::Already, State::Paused) => "paused already".into(),
+        (Paused::Froze { in_flight: 0 }, State::Paused) => "paused".into(),
+        (Paused::Froze { in_flight }, State::Paused) => format!(
+            "paused with {in_flight} session(s) in the middle of a request: it waits until the sandbox is resumed"
+        ),
+        (_, State::Running) => "running: paused, then a call woke it (a client's message thaws the sandbox before it reaches the server); pause it again when it is idle".into(),
+        (_, other) => format!("{}: it changed after it was paused", other.as_str()),
     }
 }
 
@@ -890,5 +963,31 @@ pub struct SessionGuard {
 impl Drop for SessionGuard {
     fn drop(&mut self) {
         self.sb.leave(self.slot);
+    }
+}
+
+#[cfg(test)]
+mod pause_tests {
+    use super::{pause_note, Paused};
+    use mcpbox_lifecycle::State;
+
+    /// `sandboxes pause` once said `running` with no word of why: a call
+    /// had thawed the sandbox between the freeze and the answer.
+    #[test]
+    fn a_pause_that_a_call_undid_says_so() {
+        let n = pause_note(Paused::Froze { in_flight: 0 }, State::Running);
+        assert!(
+            n.starts_with("running: ") && n.contains("a call woke it"),
+            "{n}"
+        );
+        assert_eq!(
+            pause_note(Paused::Froze { in_flight: 0 }, State::Paused),
+            "paused"
+        );
+        assert_eq!(pause_note(Paused::Already, State::Paused), "paused already");
+        let n = pause_note(Paused::Froze { in_flight: 2 }, State::Paused);
+        assert!(n.contains("2 session(s) in the middle of a request"), "{n}");
+        let n = pause_note(Paused::Already, State::Stopped);
+        assert!(n.starts_with("stopped: "), "{n}");
     }
 }

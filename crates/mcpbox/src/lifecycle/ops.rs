@@ -4,6 +4,7 @@
 use std::path::Path;
 
 use anyhow::Context;
+use mcpbox_lifecycle::artifacts::Approved;
 use mcpbox_lifecycle::id::Key;
 use mcpbox_lifecycle::registry::Record;
 use mcpbox_lifecycle::{Artifact, Control, Exported, SandboxInfo, SnapshotInfo, State, Teardown};
@@ -31,8 +32,11 @@ impl Control for Lifecycle {
 
     fn pause(&self, id: &str) -> Result<SandboxInfo, String> {
         let sb = self.get(id)?;
-        sb.pause()?;
-        Ok(sb.info())
+        let how = sb.pause()?;
+        // the state at the answer, and why: a call may have woken it
+        let mut info = sb.info();
+        info.note = Some(super::pause_note(how, info.state));
+        Ok(info)
     }
 
     fn resume(&self, id: &str) -> Result<SandboxInfo, String> {
@@ -107,24 +111,35 @@ impl Control for Lifecycle {
             task: task.map(String::from),
         };
         let id = key.id(&self.salt);
-        let map = lock(&self.map);
-        if map.contains_key(&id) || self.record(&id).is_ok() {
-            return Err(format!(
+        let exists = || {
+            format!(
                 "sandbox {id} of {agent} on {server} exists; destroy it first (`mcpbox sandboxes destroy {id}`)"
-            ));
+            )
+        };
+        // A first look, so that a restore onto an existing sandbox fails
+        // before it reads the archive; the lifecycle's lock is not held
+        // meanwhile (every other sandbox's sessions and ops go on), so it
+        // is looked at again when the sandbox is registered.
+        if lock(&self.map).contains_key(&id) || self.record(&id).is_ok() {
+            return Err(exists());
         }
-        let ws = Workspace::at(self.sandboxes_dir().join(&id));
-        // checked whole, then written beside the workspace, then moved in
-        let staging = self.sandboxes_dir().join(format!(".restore-{id}"));
-        let _ = std::fs::remove_dir_all(&staging);
-        mcpbox_lifecycle::snapshot::restore(archive, &staging).map_err(|e| e.to_string())?;
-        let now = mcpbox_audit::now_ms();
-        let made = (|| -> anyhow::Result<()> {
-            fill(&ws, life)?;
+        // Checked whole and extracted, and the workspace built (template,
+        // modes, owners), all in a staging folder of this restore alone
+        // beside the workspaces, without the lock: a large archive delays
+        // no one else.
+        let staging = tempfile::Builder::new()
+            .prefix(&format!(".restore-{id}-"))
+            .tempdir_in(self.sandboxes_dir())
+            .map_err(|e| format!("a staging folder for the restore: {e}"))?;
+        let extracted = staging.path().join("archive");
+        mcpbox_lifecycle::snapshot::restore(archive, &extracted).map_err(|e| e.to_string())?;
+        let built = Workspace::at(staging.path().join("ws"));
+        let prepared = (|| -> anyhow::Result<()> {
+            fill(&built, life)?;
             for part in ["output", "tmp"] {
-                let from = staging.join(part);
+                let from = extracted.join(part);
                 if from.is_dir() {
-                    let to = ws.root.join(part);
+                    let to = built.root.join(part);
                     std::fs::remove_dir_all(&to).ok();
                     std::fs::rename(&from, &to)
                         .with_context(|| format!("moving the restored {part} in"))?;
@@ -133,7 +148,22 @@ impl Control for Lifecycle {
                     }
                 }
             }
-            ws.ensure()?;
+            built.ensure()
+        })();
+        prepared.map_err(|e| format!("{e:#}"))?;
+        // Registered under the lock: still no such sandbox (a session or
+        // another restore may have made it meanwhile), then the built
+        // workspace moved into place (one rename) and recorded.
+        let ws = Workspace::at(self.sandboxes_dir().join(&id));
+        let map = lock(&self.map);
+        if map.contains_key(&id) || self.record(&id).is_ok() || lock(&self.tearing).contains(&id) {
+            return Err(exists());
+        }
+        let now = mcpbox_audit::now_ms();
+        let made = (|| -> anyhow::Result<()> {
+            std::fs::rename(&built.root, &ws.root).with_context(|| {
+                format!("moving the restored workspace to {}", ws.root.display())
+            })?;
             lock(&self.shared.registry).put(&Record {
                 id: id.clone(),
                 key: key.clone(),
@@ -146,8 +176,8 @@ impl Control for Lifecycle {
             })?;
             Ok(())
         })();
-        std::fs::remove_dir_all(&staging).ok();
         drop(map);
+        drop(staging);
         if let Err(e) = made {
             let _ = ws.remove();
             return Err(format!("{e:#}"));
@@ -162,11 +192,11 @@ impl Control for Lifecycle {
         self.show(&id)
     }
 
-    fn destroy(&self, id: &str, allow_large: bool) -> Result<Teardown, String> {
+    fn destroy(&self, id: &str, approved: &Approved) -> Result<Teardown, String> {
         if !mcpbox_lifecycle::id::is_id(id) {
             return Err(format!("{id:?} is not a sandbox id"));
         }
-        self.teardown(id, "mcpbox sandboxes destroy", allow_large)
+        self.teardown(id, "mcpbox sandboxes destroy", approved)
     }
 
     fn artifacts(&self, id: &str) -> Result<Vec<Artifact>, String> {
@@ -178,11 +208,11 @@ impl Control for Lifecycle {
         mcpbox_lifecycle::artifacts::list(&ws.output(), &patterns, max).map_err(|e| e.to_string())
     }
 
-    fn export(&self, id: &str, dest: &Path, allow_large: bool) -> Result<Vec<Exported>, String> {
+    fn export(&self, id: &str, dest: &Path, approved: &Approved) -> Result<Vec<Exported>, String> {
         let ws = self.workspace_of(id)?;
         let rules = self.artifact_rules(id)?;
         let (key, audit) = self.owner(id)?;
-        export(&ws, &rules, allow_large, dest, &audit, id, &key).map(|e| e.out)
+        export(&ws, &rules, approved, dest, &audit, id, &key).map(|e| e.out)
     }
 }
 

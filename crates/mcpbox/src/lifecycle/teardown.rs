@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mcpbox_audit::{Kind, Sink};
+use mcpbox_lifecycle::artifacts::Approved;
 use mcpbox_lifecycle::id::Key;
 use mcpbox_lifecycle::{Artifact, Exported, State, Teardown};
 use mcpbox_policy::SecretSource;
@@ -25,10 +26,31 @@ impl Lifecycle {
         &self,
         id: &str,
         why: &str,
-        allow_large: bool,
+        approved: &Approved,
     ) -> Result<Teardown, String> {
-        // live, or not: a stopped sandbox of a previous run
-        let sb = self.get(id).ok();
+        if !mcpbox_lifecycle::id::is_id(id) {
+            return Err(format!("{id:?} is not a sandbox id"));
+        }
+        // live, or not: a stopped sandbox of a previous run. Not live, it
+        // is marked as being torn down while the map is held, so that no
+        // session makes it live again under the teardown (`join`); the
+        // mark goes when the teardown returns.
+        let (sb, _mark) = {
+            let map = lock(&self.map);
+            match map.get(id) {
+                Some(sb) => (Some(sb.clone()), None),
+                None => {
+                    if !lock(&self.tearing).insert(id.to_string()) {
+                        return Err(format!("sandbox {id} is already being destroyed"));
+                    }
+                    let mark = TearingMark {
+                        tearing: &self.tearing,
+                        id: id.to_string(),
+                    };
+                    (None, Some(mark))
+                }
+            }
+        };
         let (ws, key, audit, rules, revoke) = match &sb {
             Some(sb) => {
                 let (rules, revoke) = {
@@ -89,7 +111,7 @@ impl Lifecycle {
                 .parent()
                 .map_or(Ok(()), workspace::private_dir)
                 .map_err(|e| format!("{e:#}"));
-            match made.and_then(|()| export(&ws, &rules, allow_large, &dest, &audit, id, &key)) {
+            match made.and_then(|()| export(&ws, &rules, approved, &dest, &audit, id, &key)) {
                 Ok(exports) => {
                     // an artifact a human has not approved yet is not lost
                     // with the workspace: it stays, and the teardown says why
@@ -98,10 +120,15 @@ impl Lifecycle {
                     if !waiting.is_empty() {
                         keep_workspace = true;
                         t.left.push(format!(
-                            "{} artifact(s) over [artifacts] max_size wait for a human ({}): the workspace {} is kept; `mcpbox sandboxes destroy {id} --approve-large` exports them and finishes",
+                            "{} artifact(s) over [artifacts] max_size wait for a human ({}): the workspace {} is kept; `mcpbox sandboxes destroy {id} {}` exports them at those sizes and finishes",
                             waiting.len(),
                             waiting.join(", "),
-                            ws.root.display()
+                            ws.root.display(),
+                            waiting
+                                .iter()
+                                .map(|a| format!("--approve-large {}", shell_word(a)))
+                                .collect::<Vec<_>>()
+                                .join(" ")
                         ));
                     }
                 }
@@ -170,13 +197,26 @@ impl Lifecycle {
     }
 }
 
+/// A record-only sandbox being torn down ([`Lifecycle::teardown`]); the
+/// mark is removed when this is dropped, whichever way the teardown ends.
+struct TearingMark<'a> {
+    tearing: &'a std::sync::Mutex<std::collections::HashSet<String>>,
+    id: String,
+}
+
+impl Drop for TearingMark<'_> {
+    fn drop(&mut self) {
+        lock(self.tearing).remove(&self.id);
+    }
+}
+
 /// Copies out the artifacts of `ws` by `rules` (patterns, size limit of
 /// each server that ran there), each audited with its digest; refused
 /// matches are audited with the reason.
 pub(super) fn export(
     ws: &Workspace,
     rules: &[(Vec<String>, u64)],
-    allow_large: bool,
+    approved: &Approved,
     dest: &Path,
     audit: &Arc<dyn Sink>,
     id: &str,
@@ -189,7 +229,7 @@ pub(super) fn export(
     let listed = mcpbox_lifecycle::artifacts::list(&ws.output(), &patterns, max_size)
         .map_err(|e| e.to_string())?;
     let out =
-        mcpbox_lifecycle::artifacts::export(&ws.output(), &patterns, max_size, allow_large, dest)
+        mcpbox_lifecycle::artifacts::export(&ws.output(), &patterns, max_size, approved, dest)
             .map_err(|e| e.to_string())?;
     for a in &out {
         let mut e = sandbox_event(Kind::Artifact, id, key);
@@ -218,7 +258,8 @@ pub(super) struct Exports {
 
 impl Exports {
     /// The refused artifacts only a human's approval would let out (over
-    /// the size limit).
+    /// the size limit), each as the `PATH=BYTES` that approves it at the
+    /// size it has now.
     fn waiting_for_approval(&self) -> Vec<String> {
         self.refused
             .iter()
@@ -227,8 +268,21 @@ impl Exports {
                     .as_deref()
                     .is_some_and(|r| r.ends_with("needs approval"))
             })
-            .map(|a| a.path.clone())
+            .map(|a| mcpbox_lifecycle::artifacts::approval_arg(&a.path, a.size))
             .collect()
+    }
+}
+
+/// `arg` quoted for a POSIX shell when it needs it (the teardown's
+/// message is a command line a human copies).
+fn shell_word(arg: &str) -> String {
+    if arg
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"=._-/+:,@".contains(&b))
+    {
+        arg.to_string()
+    } else {
+        format!("'{}'", arg.replace('\'', "'\\''"))
     }
 }
 

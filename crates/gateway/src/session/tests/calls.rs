@@ -109,6 +109,7 @@ fn a_call_with_argument_rules_waits_for_the_driver_and_the_stricter_decision_win
         detail: json!({"categories": ["delete"]}),
         meta: Vec::new(),
         arguments: None,
+        measured: None,
     };
     assert_eq!(
         t.on(Event::ArgumentsChecked {
@@ -135,6 +136,7 @@ fn a_call_with_argument_rules_waits_for_the_driver_and_the_stricter_decision_win
         detail: Value::Null,
         meta: vec![("k".into(), json!("ours"))],
         arguments: None,
+        measured: None,
     };
     let out = t.on(Event::ArgumentsChecked {
         key: 1,
