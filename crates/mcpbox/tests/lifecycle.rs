@@ -1831,3 +1831,37 @@ fn a_restore_in_progress_does_not_hold_up_another_agents_session() {
         "one"
     );
 }
+
+/// Issue 32: a session that cannot start told its client only "the server
+/// could not be started". The client now sees the step that failed (here
+/// the egress proxy's directory, which another program took), without the
+/// host's paths; the gateway's log keeps the whole chain.
+#[test]
+fn a_session_that_cannot_start_tells_its_client_which_step_failed() {
+    let run = tempfile::tempdir().unwrap();
+    // the runtime directory's `mcpbox` is a file: no proxy can be placed
+    std::fs::write(run.path().join("mcpbox"), "not a directory").unwrap();
+    let gw = gateway(
+        "",
+        "[network]\nallow = [\"dev.test:18971\"]\n",
+        &[("XDG_RUNTIME_DIR", run.path().to_str().unwrap())],
+    );
+    let mut m = gw.mcp("ws", Some(ALICE));
+    let msg = m.message(
+        "initialize",
+        json!({"protocolVersion": common::serve::VERSION, "capabilities": {},
+               "clientInfo": {"name": "t", "version": "0"}}),
+    );
+    let r = m.post(&msg);
+    let body = r.text();
+    assert_eq!(r.status, 503, "{body}");
+    assert!(
+        body.contains("could not be started (") && body.contains("…/mcpbox"),
+        "{body}\ngateway log:\n{}",
+        gw.stderr()
+    );
+    assert!(
+        !body.contains(&run.path().display().to_string()),
+        "a host path reached the client: {body}"
+    );
+}

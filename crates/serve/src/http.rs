@@ -677,7 +677,8 @@ async fn open_session(ctx: &Ctx, task: Option<&str>) -> Result<Arc<McpSession>, 
 }
 
 /// Why a session could not be opened, for the client.
-pub(crate) fn open_refusal(reason: Reason) -> Refusal {
+pub(crate) fn open_refusal(refused: crate::OpenRefused) -> Refusal {
+    let crate::OpenRefused { reason, step } = refused;
     match reason {
         Reason::HttpSessionLimit => Refusal::new(
             StatusCode::TOO_MANY_REQUESTS,
@@ -702,7 +703,12 @@ pub(crate) fn open_refusal(reason: Reason) -> Refusal {
             StatusCode::SERVICE_UNAVAILABLE,
             TRANSPORT_ERROR,
             reason,
-            "the server could not be started; the gateway's log says why",
+            match step {
+                Some(step) => format!(
+                    "the server could not be started ({step}); the gateway's log says more"
+                ),
+                None => "the server could not be started; the gateway's log says why".into(),
+            },
         ),
     }
 }

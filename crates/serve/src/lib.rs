@@ -160,6 +160,48 @@ impl From<String> for OpenError {
     }
 }
 
+/// Why a session was not opened, for the client: the reason, and for a
+/// server that could not be started the step that failed
+/// ([`client_step`]).
+#[derive(Debug)]
+pub(crate) struct OpenRefused {
+    pub(crate) reason: Reason,
+    pub(crate) step: Option<String>,
+}
+
+impl From<Reason> for OpenRefused {
+    fn from(reason: Reason) -> Self {
+        OpenRefused { reason, step: None }
+    }
+}
+
+/// The step that failed, as a client may see it (issue 32: a client was
+/// told only "the server could not be started"): the outermost line of the
+/// backend's error (its chain, after ": ", stays in the gateway's log), a
+/// host path shown by its last component only (the layout of the
+/// operator's machine is not the client's business), terminal-safe, at
+/// most 200 characters.
+fn client_step(error: &str) -> String {
+    let first = error.split(": ").next().unwrap_or(error);
+    let words: Vec<String> = first
+        .split(' ')
+        .map(|w| match w.strip_prefix('/') {
+            Some(rest) if !rest.is_empty() => {
+                let last = rest.rsplit('/').next().unwrap_or(rest);
+                format!("…/{last}")
+            }
+            _ => w.to_string(),
+        })
+        .collect();
+    let step: String = words
+        .join(" ")
+        .chars()
+        .filter(|c| !c.is_control())
+        .take(200)
+        .collect();
+    step
+}
+
 /// Where sessions get their relays, and gateway-level records go.
 pub trait Backend: Send + Sync + 'static {
     /// A relay for a new session of `open.client` on `open.server`. The
@@ -359,7 +401,7 @@ impl Gateway {
         client: &str,
         server: &str,
         task: Option<&str>,
-    ) -> Result<Arc<McpSession>, Reason> {
+    ) -> Result<Arc<McpSession>, OpenRefused> {
         let key = (
             client.to_string(),
             server.to_string(),
@@ -388,7 +430,7 @@ impl Gateway {
         server: &str,
         task: Option<&str>,
         modern: bool,
-    ) -> Result<Arc<McpSession>, Reason> {
+    ) -> Result<Arc<McpSession>, OpenRefused> {
         let slot = self
             .limits_of(client)
             .session()
@@ -409,15 +451,18 @@ impl Gateway {
             Ok(o) => o,
             Err(OpenError::SandboxLimit(e)) => {
                 tracing::warn!(client, server, "session refused: {e}");
-                return Err(Reason::HttpSandboxLimit);
+                return Err(Reason::HttpSandboxLimit.into());
             }
             Err(OpenError::Destroying(e)) => {
                 tracing::info!(client, server, "session refused: {e}");
-                return Err(Reason::HttpSandboxDestroying);
+                return Err(Reason::HttpSandboxDestroying.into());
             }
             Err(OpenError::Failed(e)) => {
                 tracing::error!(client, server, "cannot open a session: {e}");
-                return Err(Reason::HttpSessionFailed);
+                return Err(OpenRefused {
+                    reason: Reason::HttpSessionFailed,
+                    step: Some(client_step(&e)),
+                });
             }
         };
         let registry = self.sessions.clone();
@@ -471,7 +516,7 @@ impl Gateway {
             Err(e) => {
                 tracing::error!("cannot start a session thread: {e}");
                 self.sessions.remove(&session.id);
-                Err(Reason::HttpSessionFailed)
+                Err(Reason::HttpSessionFailed.into())
             }
         }
     }
@@ -618,4 +663,22 @@ pub async fn serve_with(
     })
     .await;
     Ok(())
+}
+
+#[cfg(test)]
+mod open_refused_tests {
+    use super::client_step;
+
+    #[test]
+    fn a_client_sees_the_failed_step_without_the_hosts_paths_or_the_chain() {
+        let e = "creating /tmp/mcpbox-0/sb-0123456789abcdef.7.0: File exists (os error 17)";
+        assert_eq!(client_step(e), "creating …/sb-0123456789abcdef.7.0");
+        let e = "/run/user/1000/mcpbox is not a directory owned by this user; remove it";
+        assert_eq!(
+            client_step(e),
+            "…/mcpbox is not a directory owned by this user; remove it"
+        );
+        assert_eq!(client_step("bad\u{1b}[31m step"), "bad[31m step");
+        assert_eq!(client_step(&"x".repeat(500)).chars().count(), 200);
+    }
 }
