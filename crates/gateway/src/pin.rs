@@ -352,7 +352,22 @@ fn write_atomic(path: &Path, value: &Value) -> Result<(), PinError> {
     let text = serde_json::to_string_pretty(value).map_err(|_| PinError::Invalid {
         path: path.to_path_buf(),
     })?;
-    std::fs::write(&tmp, text).map_err(io)?;
+    // 0600: a pin file keeps tool definitions, which are nobody else's to
+    // read (docs/threat-model.md, "Local users"); set again on the open
+    // file, so neither the umask nor a stale temporary file loosens it
+    use std::io::Write;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)
+        .map_err(io)?;
+    f.set_permissions(std::fs::Permissions::from_mode(0o600))
+        .map_err(io)?;
+    f.write_all(text.as_bytes()).map_err(io)?;
+    drop(f);
     std::fs::rename(&tmp, path).map_err(io)
 }
 

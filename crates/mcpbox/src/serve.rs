@@ -153,14 +153,23 @@ fn prepare(cfg: &ServeConfig) -> anyhow::Result<(Settings, Arc<dyn Backend>, Arc
     let mut servers = HashMap::new();
     let mut lives = HashMap::new();
     let mut stores: HashMap<PathBuf, Arc<mcpbox_audit::SqliteStore>> = HashMap::new();
+    let mut all = Vec::with_capacity(cfg.servers.len());
     for (i, s) in cfg.servers.iter().enumerate() {
         let at = format!("servers[{i}] ({})", s.name);
-        let loaded = preflight::load(Some(&s.policy))
-            .with_context(|| format!("{at}: policy {}", s.policy.display()))?;
+        all.push(
+            preflight::load(Some(&s.policy))
+                .with_context(|| format!("{at}: policy {}", s.policy.display()))?,
+        );
+    }
+    // mcpbox's own locations, every server's audit database among them: no
+    // server's sandbox may see another's log either
+    let private = state::private_locations(all.iter().map(|l| &l.policy));
+    for ((i, s), loaded) in cfg.servers.iter().enumerate().zip(all) {
+        let at = format!("servers[{i}] ({})", s.name);
         let place = match &s.upstream {
             Upstream::Command(argv) => {
                 let argv = argv.iter().map(OsString::from).collect::<Vec<_>>();
-                check_sandboxed(&at, s, &loaded, &argv)?;
+                check_sandboxed(&at, s, &loaded, &argv, &private)?;
                 Place::Sandbox {
                     argv,
                     builtin: false,
@@ -168,7 +177,7 @@ fn prepare(cfg: &ServeConfig) -> anyhow::Result<(Settings, Arc<dyn Backend>, Arc
             }
             Upstream::Builtin(_) => {
                 let argv = crate::builtin::argv(&loaded.policy).with_context(|| at.clone())?;
-                check_sandboxed(&at, s, &loaded, &argv)?;
+                check_sandboxed(&at, s, &loaded, &argv, &private)?;
                 Place::Sandbox {
                     argv,
                     builtin: true,
@@ -190,7 +199,10 @@ fn prepare(cfg: &ServeConfig) -> anyhow::Result<(Settings, Arc<dyn Backend>, Arc
         };
         settings.servers.push(s.name.clone());
         if matches!(place, Place::Sandbox { .. }) {
-            lives.insert(s.name.clone(), server_life(cfg, s, &loaded, audit.clone())?);
+            lives.insert(
+                s.name.clone(),
+                server_life(cfg, s, &loaded, audit.clone(), &private)?,
+            );
         }
         servers.insert(
             s.name.clone(),
@@ -273,6 +285,7 @@ fn server_life(
     s: &mcpbox_policy::serve::Server,
     loaded: &Loaded,
     audit: Arc<dyn Sink>,
+    private: &[(&'static str, PathBuf)],
 ) -> anyhow::Result<ServerLife> {
     let group = match s.placement {
         mcpbox_policy::serve::Placement::Sandbox => s.name.clone(),
@@ -294,6 +307,9 @@ fn server_life(
                             p.display()
                         );
                     }
+                    // copied whole into every workspace made from it
+                    state::refuse_private_base(p, private)
+                        .with_context(|| format!("templates ({name}): base"))?;
                 }
                 mcpbox_policy::serve::TemplateBase::Snapshot(p) => {
                     let limits = mcpbox_lifecycle::snapshot::Limits::default();
@@ -331,8 +347,9 @@ fn check_sandboxed(
     s: &mcpbox_policy::serve::Server,
     loaded: &Loaded,
     argv: &[OsString],
+    private: &[(&'static str, PathBuf)],
 ) -> anyhow::Result<()> {
-    preflight::spec(loaded, argv.to_vec(), mcpbox_sandbox::Stdio::Piped)
+    preflight::spec_among(loaded, argv.to_vec(), mcpbox_sandbox::Stdio::Piped, private)
         .with_context(|| format!("{at}: policy {}", s.policy.display()))?;
     if let Some(m) = loaded
         .policy
