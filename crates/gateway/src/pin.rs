@@ -261,7 +261,9 @@ pub fn digested_fields(tool: &Value) -> Value {
 
 /// The digest of one tool definition: SHA-256 over the canonical JSON of its
 /// name, title, description, input and output schemas and annotations, as
-/// the server sent them (before screening, so hidden characters count).
+/// the server sent them (before screening, so hidden characters count),
+/// with the session's secrets redacted (the relay redacts a list before it
+/// pins it: a pin file never keeps a secret).
 pub fn tool_digest(tool: &Value) -> String {
     json_digest(&digested_fields(tool))
 }

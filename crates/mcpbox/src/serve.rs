@@ -164,25 +164,40 @@ fn prepare(cfg: &ServeConfig) -> anyhow::Result<(Settings, Arc<dyn Backend>, Arc
     // mcpbox's own locations, every server's audit database among them: no
     // server's sandbox may see another's log either
     let private = state::private_locations(all.iter().map(|l| &l.policy));
+    // every sandboxed server checked before any log is opened or created
+    for ((i, s), loaded) in cfg.servers.iter().enumerate().zip(&all) {
+        let at = format!("servers[{i}] ({})", s.name);
+        let argv = match &s.upstream {
+            Upstream::Command(argv) => argv.iter().map(OsString::from).collect::<Vec<_>>(),
+            Upstream::Builtin(_) => {
+                crate::builtin::argv(&loaded.policy).with_context(|| at.clone())?
+            }
+            Upstream::Url(_) => continue,
+        };
+        check_sandboxed(&at, s, loaded, &argv, &private)?;
+        // a template's base is copied whole into every workspace made from it
+        let base = s
+            .template
+            .as_ref()
+            .and_then(|name| cfg.templates.iter().find(|t| &t.name == name));
+        if let Some(t) = base {
+            if let mcpbox_policy::serve::TemplateBase::Dir(p) = &t.base {
+                state::refuse_private_base(p, &private)
+                    .with_context(|| format!("templates ({}): base", t.name))?;
+            }
+        }
+    }
     for ((i, s), loaded) in cfg.servers.iter().enumerate().zip(all) {
         let at = format!("servers[{i}] ({})", s.name);
         let place = match &s.upstream {
-            Upstream::Command(argv) => {
-                let argv = argv.iter().map(OsString::from).collect::<Vec<_>>();
-                check_sandboxed(&at, s, &loaded, &argv, &private)?;
-                Place::Sandbox {
-                    argv,
-                    builtin: false,
-                }
-            }
-            Upstream::Builtin(_) => {
-                let argv = crate::builtin::argv(&loaded.policy).with_context(|| at.clone())?;
-                check_sandboxed(&at, s, &loaded, &argv, &private)?;
-                Place::Sandbox {
-                    argv,
-                    builtin: true,
-                }
-            }
+            Upstream::Command(argv) => Place::Sandbox {
+                argv: argv.iter().map(OsString::from).collect(),
+                builtin: false,
+            },
+            Upstream::Builtin(_) => Place::Sandbox {
+                argv: crate::builtin::argv(&loaded.policy).with_context(|| at.clone())?,
+                builtin: true,
+            },
             Upstream::Url(url) => Place::Remote(Arc::new(
                 remote(&loaded, url).with_context(|| format!("{at}: url {url}"))?,
             )),
@@ -199,10 +214,7 @@ fn prepare(cfg: &ServeConfig) -> anyhow::Result<(Settings, Arc<dyn Backend>, Arc
         };
         settings.servers.push(s.name.clone());
         if matches!(place, Place::Sandbox { .. }) {
-            lives.insert(
-                s.name.clone(),
-                server_life(cfg, s, &loaded, audit.clone(), &private)?,
-            );
+            lives.insert(s.name.clone(), server_life(cfg, s, &loaded, audit.clone())?);
         }
         servers.insert(
             s.name.clone(),
@@ -285,7 +297,6 @@ fn server_life(
     s: &mcpbox_policy::serve::Server,
     loaded: &Loaded,
     audit: Arc<dyn Sink>,
-    private: &[(&'static str, PathBuf)],
 ) -> anyhow::Result<ServerLife> {
     let group = match s.placement {
         mcpbox_policy::serve::Placement::Sandbox => s.name.clone(),
@@ -307,9 +318,6 @@ fn server_life(
                             p.display()
                         );
                     }
-                    // copied whole into every workspace made from it
-                    state::refuse_private_base(p, private)
-                        .with_context(|| format!("templates ({name}): base"))?;
                 }
                 mcpbox_policy::serve::TemplateBase::Snapshot(p) => {
                     let limits = mcpbox_lifecycle::snapshot::Limits::default();

@@ -170,17 +170,22 @@ pub fn private_dir(dir: &Path) -> std::io::Result<()> {
 pub fn private_locations<'a>(
     policies: impl IntoIterator<Item = &'a Policy>,
 ) -> Vec<(&'static str, PathBuf)> {
-    let mut out = vec![("mcpbox's state directory", resolve(&state_dir()))];
+    let state = resolve(&state_dir());
+    let mut out = vec![("mcpbox's state directory", state.clone())];
     for policy in policies {
         let db = resolve(&audit_path(policy));
+        if db.starts_with(&state) {
+            continue;
+        }
         for suffix in ["", "-wal", "-shm", "-journal"] {
             let mut p = db.clone().into_os_string();
             p.push(suffix);
-            out.push(("mcpbox's audit database", PathBuf::from(p)));
+            let p = ("mcpbox's audit database", PathBuf::from(p));
+            if !out.contains(&p) {
+                out.push(p);
+            }
         }
     }
-    out.sort();
-    out.dedup();
     out
 }
 
