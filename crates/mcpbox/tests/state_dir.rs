@@ -422,10 +422,10 @@ fn another_local_user_reads_nothing_under_the_state_directory() {
     let ws = Workspace::with_server("echo_secrets");
     let (dir, config) = serve_dir();
     let state = dir.path().join("state");
-    let policy = ws.policy(&format!(
-        "[secrets]\nAPI_TOKEN = {{ from_env = \"MCPBOX_TEST_TOKEN\" }}\n\
-         [env]\nset = {{ ECHO_SECRETS_DESCRIBE = \"API_TOKEN\" }}\n"
-    ));
+    let policy = ws.policy(
+        "[secrets]\nAPI_TOKEN = { from_env = \"MCPBOX_TEST_TOKEN\" }\n\
+         [env]\nset = { ECHO_SECRETS_DESCRIBE = \"API_TOKEN\" }\n",
+    );
     // `run`: pins, the audit log and its key
     let mut s = Session::start(
         &policy,
@@ -555,7 +555,7 @@ fn encodings(secret: &str) -> Vec<(String, String)> {
     ];
     for (name, alphabet) in [("base64", B64_STD), ("base64url", B64_URL)] {
         out.push((format!("{name} padded"), b64(v, alphabet, true)));
-        out.push((format!("{name}"), b64(v, alphabet, false)));
+        out.push((name.to_string(), b64(v, alphabet, false)));
         for shift in 0..3usize {
             let mut buf = vec![0u8; shift];
             buf.extend_from_slice(v);
