@@ -409,11 +409,9 @@ fn as_peek(args: &[&str]) -> (bool, String) {
 
 #[test]
 fn another_local_user_reads_nothing_under_the_state_directory() {
+    // as root (CI's first pass) it always runs: `peek_user` fails the
+    // test when the user cannot be made
     if !peek_user() {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true") || !is_root(),
-            "under CI as root this test must run"
-        );
         eprintln!("skipped: needs root to create the user {PEEK}");
         return;
     }
