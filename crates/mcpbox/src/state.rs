@@ -91,9 +91,19 @@ const TIGHTEN_ENTRIES: usize = 100_000;
 
 /// Removes group and other bits from `path` and, for a directory, from
 /// everything below it (see [`ensure_private`] for where it stops).
+///
+/// Another mcpbox may be writing meanwhile (SQLite's `-journal`, a pin
+/// file's `.tmp`, a workspace being removed): what vanishes is skipped.
+/// What belongs to another user was put there by someone else (the folder
+/// was open to them) and is refused with the command that fixes it; the
+/// chmod is of a path (there is no lchmod), which only ever removes bits.
 fn tighten(root: &Path, path: &Path, seen: &mut usize) -> anyhow::Result<()> {
-    let meta =
-        std::fs::symlink_metadata(path).with_context(|| format!("checking {}", path.display()))?;
+    let gone = |e: &std::io::Error| e.kind() == std::io::ErrorKind::NotFound;
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(m) => m,
+        Err(e) if gone(&e) => return Ok(()),
+        Err(e) => return Err(e).with_context(|| format!("checking {}", path.display())),
+    };
     if meta.file_type().is_symlink() && path != root {
         return Ok(());
     }
@@ -103,23 +113,35 @@ fn tighten(root: &Path, path: &Path, seen: &mut usize) -> anyhow::Result<()> {
     } else {
         meta
     };
+    let me = crate::preflight::uid();
+    if meta.uid() != me {
+        bail!(
+            "{} in the state directory belongs to uid {}, not to you (uid {me}): fix it with \
+             `sudo chown -R {me} {root} && chmod -R go-rwx {root}` after checking what it is",
+            path.display(),
+            meta.uid(),
+            root = root.display(),
+        );
+    }
     let mode = meta.permissions().mode() & 0o7777;
     if mode & 0o077 != 0 || (meta.is_dir() && mode & 0o700 != 0o700) {
         // a directory stays usable by its owner; a file keeps its owner
         // bits (an executable in a cache stays executable); set-id bits go
         let tight = if meta.is_dir() { 0o700 } else { mode & 0o700 };
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(tight)).with_context(
-            || {
-                format!(
-                    "{} is readable by other users and cannot be made private (owner uid {}): \
-                     fix it with `sudo chown -R {me} {root} && chmod -R go-rwx {root}`",
-                    path.display(),
-                    meta.uid(),
-                    me = crate::preflight::uid(),
-                    root = root.display(),
-                )
-            },
-        )?;
+        match std::fs::set_permissions(path, std::fs::Permissions::from_mode(tight)) {
+            Ok(()) => {}
+            Err(e) if gone(&e) => return Ok(()),
+            Err(e) => {
+                return Err(e).with_context(|| {
+                    format!(
+                        "{} is readable by other users and cannot be made private: fix it with \
+                         `chmod -R go-rwx {}`",
+                        path.display(),
+                        root.display(),
+                    )
+                })
+            }
+        }
     }
     if !meta.is_dir() {
         return Ok(());
@@ -137,7 +159,11 @@ fn tighten(root: &Path, path: &Path, seen: &mut usize) -> anyhow::Result<()> {
     if sandbox_owned || depth >= TIGHTEN_DEPTH {
         return Ok(());
     }
-    let entries = std::fs::read_dir(path).with_context(|| format!("reading {}", path.display()))?;
+    let entries = match std::fs::read_dir(path) {
+        Ok(e) => e,
+        Err(e) if gone(&e) => return Ok(()),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    };
     for entry in entries {
         let entry = entry.with_context(|| format!("reading {}", path.display()))?;
         *seen += 1;
@@ -413,4 +439,102 @@ pub fn workspace_id(spec: &mcpbox_sandbox::Spec) -> String {
         feed(p.as_os_str().as_bytes());
     }
     format!("{:012x}", h & 0xffff_ffff_ffff)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn mode(p: &Path) -> u32 {
+        std::fs::symlink_metadata(p).unwrap().permissions().mode() & 0o7777
+    }
+
+    fn chmod(p: &Path, m: u32) {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap();
+    }
+
+    #[test]
+    fn a_path_is_resolved_through_symlinks_and_dotdot_as_far_as_it_exists() {
+        let t = tempfile::tempdir().unwrap();
+        let real = std::fs::canonicalize(t.path()).unwrap();
+        std::fs::create_dir(real.join("state")).unwrap();
+        std::os::unix::fs::symlink(real.join("state"), real.join("link")).unwrap();
+        assert_eq!(resolve(&real.join("link")), real.join("state"));
+        assert_eq!(resolve(&real.join("link/../state/x")), real.join("state/x"));
+        // not there yet: the rest is appended, `..` taken lexically
+        assert_eq!(
+            resolve(&real.join("link/new/../audit.db")),
+            real.join("state/audit.db")
+        );
+    }
+
+    #[test]
+    fn a_location_is_touched_by_itself_what_is_inside_and_what_is_above_never_beside() {
+        let locs = vec![("s", PathBuf::from("/a/state"))];
+        for hit in ["/a/state", "/a/state/pins", "/a", "/"] {
+            assert!(touches_private(Path::new(hit), &locs).is_some(), "{hit}");
+        }
+        for miss in ["/a/states", "/a/stat", "/b", "/a/input"] {
+            assert!(touches_private(Path::new(miss), &locs).is_none(), "{miss}");
+        }
+    }
+
+    #[test]
+    fn a_loose_state_directory_is_tightened_but_a_sandboxs_folders_are_left_alone() {
+        let t = tempfile::tempdir().unwrap();
+        let state = t.path().join("state");
+        let pins = state.join("pins/p");
+        let input = state.join("sandboxes/abc/input");
+        let cache = state.join("cache/p/npm/bin");
+        for d in [&pins, &input, &cache] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        std::fs::write(pins.join("x.json"), "{}").unwrap();
+        std::fs::write(input.join("f"), "").unwrap();
+        std::fs::write(cache.join("tool"), "").unwrap();
+        for (p, m) in [
+            (state.clone(), 0o755),
+            (pins.clone(), 0o777),
+            (pins.join("x.json"), 0o644),
+            (input.clone(), 0o755),
+            (input.join("f"), 0o644),
+            (state.join("sandboxes/abc"), 0o755),
+            (cache.join("tool"), 0o755),
+        ] {
+            chmod(&p, m);
+        }
+        make_private(&state).unwrap();
+        assert_eq!(mode(&state), 0o700);
+        assert_eq!(mode(&pins), 0o700);
+        assert_eq!(mode(&pins.join("x.json")), 0o600);
+        assert_eq!(mode(&state.join("sandboxes")), 0o700);
+        assert_eq!(mode(&state.join("sandboxes/abc")), 0o700);
+        // what the sandbox's user needs stays, behind the 0700 folders
+        assert_eq!(mode(&input), 0o755);
+        assert_eq!(mode(&input.join("f")), 0o644);
+        assert_eq!(mode(&cache.join("tool")), 0o755);
+        // a new one is made 0700
+        let fresh = t.path().join("fresh/state");
+        make_private(&fresh).unwrap();
+        assert_eq!(mode(&fresh), 0o700);
+    }
+
+    #[test]
+    fn something_of_another_user_in_the_state_directory_is_refused() {
+        if !crate::preflight::is_root() {
+            return;
+        }
+        let t = tempfile::tempdir().unwrap();
+        let state = t.path().join("state");
+        std::fs::create_dir_all(state.join("pins")).unwrap();
+        std::fs::write(state.join("pins/planted.json"), "{}").unwrap();
+        chmod(&state.join("pins/planted.json"), 0o600);
+        std::os::unix::fs::chown(state.join("pins/planted.json"), Some(65534), None).unwrap();
+        let e = make_private(&state).unwrap_err().to_string();
+        assert!(
+            e.contains("belongs to uid 65534") && e.contains("chown"),
+            "{e}"
+        );
+    }
 }
