@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the third-party MCP servers and clients the interop tests drive,
 # pinned, into .local/peers (gitignored). Idempotent: a second run only checks.
-#   .local/peers/npm/bin/      mcp-server-everything, mcp-server-filesystem
+#   .local/peers/npm/bin/      mcp-server-everything, mcp-server-filesystem, playwright-mcp
 #   .local/peers/venv/bin/     python with the mcp SDK, mcp-server-time, mcp-server-fetch, mcp-server-git,
 #                              uv/uvx and pipx (the package runners)
 #   .local/peers/npm/bin/mcp-inspector                          (@modelcontextprotocol/inspector)
@@ -24,6 +24,10 @@ NPM_PKGS=(
   # (npm's EBADENGINE warning is hidden by --loglevel=error). The standalone
   # inspector-cli@1.0.3 is broken when installed alone.
   "@modelcontextprotocol/inspector@2.12.0"
+  # the playwright preset's browser test (tests/presets.rs): drives Debian's
+  # Chromium (install-test-deps.sh) at /usr/lib/chromium/chromium; its own
+  # browser download is never used
+  "@playwright/mcp@0.0.83"
 )
 # Trees that need a prefix of their own: Node 22 (the official binary as an
 # npm package), and the conformance suite twice, since 0.1.16 (2025-11-25) and

@@ -4,8 +4,9 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # chromium: the web console's browser tests (tests/console_browser.rs), driven
-# by Playwright from the peers' venv (install-peers.sh), which cannot
-# download a browser of its own here.
+# by Playwright from the peers' venv (install-peers.sh), and the playwright
+# preset's test (tests/presets.rs, @playwright/mcp from install-peers.sh),
+# neither of which can download a browser of its own here.
 APT_PKGS=(python3 python3-venv nodejs util-linux passwd iproute2 g++ chromium)
 if [ "${SKIP_APT:-0}" != 1 ] && [ "$(id -u)" -eq 0 ]; then
   missing=()

@@ -43,6 +43,11 @@ use crate::canonical::{chain_hash, record_json, GENESIS};
 use crate::pending::{write_through, Pending};
 use crate::{Durability, Error, Event, HeadKey, Query, Result, Sink};
 
+/// Held while a store creates its file and opens its connection (see
+/// [`SqliteStore::open_with`]): no connection of this process may be
+/// opened on a file between its creation and the close of that descriptor.
+static OPENING: Mutex<()> = Mutex::new(());
+
 /// The schema version this build writes. Stored in the `schema_version`
 /// table; a database from a newer build is refused rather than misread.
 pub const SCHEMA_VERSION: i64 = 3;
@@ -191,14 +196,31 @@ impl SqliteStore {
         }
         // Create the file ourselves so it is private from the start; SQLite
         // gives its -wal and -shm files the same permissions.
-        OpenOptions::new()
+        //
+        // Only a file that does not exist yet is opened here (O_EXCL), and
+        // under OPENING: closing any descriptor of a file drops every POSIX
+        // lock this process holds on it (fcntl(2), "the record locks are
+        // lost"), including the locks of SQLite connections already open on
+        // it, which SQLite cannot know about. A process whose WAL locks were
+        // dropped that way lets another process, closing its connection,
+        // believe it is the last one, checkpoint and delete the WAL under
+        // it: "database disk image is malformed" (sqlite.org/howtocorrupt.html
+        // 2.2; issue 32, a gateway and `run` sessions, or the console's
+        // per-request opens, sharing one log). A new file has no
+        // connection yet, and OPENING keeps another thread's open from
+        // starting between our create and our close.
+        let _opening = OPENING.lock().unwrap_or_else(|e| e.into_inner());
+        match OpenOptions::new()
             .read(true)
             .write(true)
-            .create(true)
-            .truncate(false)
+            .create_new(true)
             .mode(0o600)
             .open(path)
-            .map_err(Error::io("create", path))?;
+        {
+            Ok(created) => drop(created),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(Error::io("create", path)(e)),
+        }
         let mut conn = Connection::open(path).map_err(Error::sqlite("open"))?;
         conn.busy_timeout(DEFAULT_BUSY_TIMEOUT)
             .map_err(Error::sqlite("set busy timeout"))?;

@@ -832,3 +832,74 @@ fn a_heads_signature_cannot_pass_for_a_bases() {
     let r = store.verify_with(Some(&key)).unwrap();
     assert_eq!(r.reason, Some("chain.base_forged"), "{r:?}");
 }
+
+/// When run as the child of the lock test below: another process that
+/// opens the log, reads it and closes it, as a `run` session ending does.
+/// Prints the number of records and the integrity check's answer.
+#[test]
+fn peek_child_reads_and_closes() {
+    let Ok(path) = std::env::var("MCPBOX_AUDIT_PEEK_DB") else {
+        return;
+    };
+    let conn = raw(Path::new(&path));
+    let n: i64 = conn
+        .query_row("SELECT COUNT(*) FROM events", [], |r| r.get(0))
+        .unwrap();
+    let check: String = conn
+        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+        .unwrap();
+    println!("peek {n} {check}");
+    drop(conn);
+}
+
+/// What the peek child saw.
+fn peek(path: &Path) -> String {
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "peek_child_reads_and_closes",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("MCPBOX_AUDIT_PEEK_DB", path)
+        .stderr(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines()
+        .find_map(|l| {
+            l.split_once("... peek ")
+                .map(|(_, v)| v)
+                .or(l.strip_prefix("peek "))
+        })
+        .unwrap_or_else(|| panic!("the peek child said nothing: {text}"))
+        .to_string()
+}
+
+/// Issue 32 ("database disk image is malformed" with a gateway and `run`
+/// sessions on one log): opening a second store on a file closed a
+/// descriptor of it, and close(2) drops every POSIX lock the process holds
+/// on the file, the first store's WAL locks included. Another process that
+/// then closed its connection believed it was the last, checkpointed and
+/// deleted the WAL under the first store: its next records were lost.
+#[test]
+fn opening_a_second_store_keeps_the_first_ones_locks_so_no_record_is_lost() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("shared.db");
+    let first = SqliteStore::open_with(&path, mcpbox_audit::Durability::Process).unwrap();
+    fill(&first, 3);
+    // the console's per-request open, or a second server's store
+    let second = SqliteStore::open_with(&path, mcpbox_audit::Durability::Process).unwrap();
+    assert_eq!(peek(&path), "3 ok");
+    assert!(
+        dir.path().join("shared.db-wal").exists(),
+        "another process's close took the WAL while this one had it open"
+    );
+    first.record(ev(4, "fs", "read_file", Verdict::Allow));
+    second.record(ev(5, "fs", "read_file", Verdict::Allow));
+    assert_eq!(peek(&path), "5 ok");
+    drop((first, second));
+    let store = SqliteStore::open(&path).unwrap();
+    assert_eq!(store.query(&Query::default()).unwrap().len(), 5);
+    assert!(store.verify().unwrap().is_intact());
+}

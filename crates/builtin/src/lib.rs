@@ -39,6 +39,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
 pub use files::Refusal;
+pub use snap::STATE_DIR;
 pub use tools::PATH_TOOLS;
 
 use files::Root;
@@ -835,7 +836,9 @@ fn refused(r: &Refusal) -> Value {
         "isError": true,
     });
     if let Some(reason) = r.reason {
-        v["_meta"] = json!({"io.mcpbox/reason": reason.as_str()});
+        // in the text only: `_meta` names under `io.mcpbox` are the
+        // gateway's, and the relay removes them from any server's answer
+        // (this server's too; crates/gateway/src/reserved.rs)
         v["content"][0]["text"] = json!(format!("{} (reason: {})", r.message, reason.as_str()));
     }
     v

@@ -112,7 +112,12 @@ impl Checkpoints {
             }
             std::fs::remove_file(&archive).map_err(|e| fail("replacing the snapshot", e))?;
         }
-        let parts: [(&str, &Path); 2] = [("output", &self.output), ("tmp", &self.tmp)];
+        // A workspace without an output folder (`run --builtin` with no
+        // `[filesystem] output`) has only tmp to keep.
+        let parts: Vec<(&str, &Path)> = [("output", &*self.output), ("tmp", &*self.tmp)]
+            .into_iter()
+            .filter(|(_, p)| p.is_dir())
+            .collect();
         let exclude = format!("tmp/{STATE_DIR}");
         let info = snapshot::write_excluding(&parts, &archive, &[exclude.as_str()])
             .map_err(|e| fail("snapshot", e))?;
@@ -144,8 +149,28 @@ impl Checkpoints {
         let dest = scratch.path().join("r");
         let restored = snapshot::restore(&archive, &dest).map_err(|e| fail("restore", e))?;
         let keep = [STATE_DIR];
-        for (part, live) in [("output", &self.output), ("tmp", &self.tmp)] {
+        let parts = [("output", &self.output), ("tmp", &self.tmp)];
+        // Checked whole before anything is removed: the server's own state
+        // is never replaced by a checkpoint's (a crafted one named it, the
+        // workspace was emptied, then the move onto it failed half-way:
+        // issue 26), and a part the archive holds must have a place here.
+        if std::fs::symlink_metadata(dest.join("tmp").join(STATE_DIR)).is_ok() {
+            return Err(Refusal::invalid(format!(
+                "snapshot {name} holds /workspace/tmp/{STATE_DIR}, the server's own state; nothing was changed"
+            )));
+        }
+        for (part, live) in parts {
+            if dest.join(part).is_dir() && !live.is_dir() {
+                return Err(Refusal::invalid(format!(
+                    "snapshot {name} holds /workspace/{part}, which this sandbox does not have"
+                )));
+            }
+        }
+        for (part, live) in parts {
             let from = dest.join(part);
+            if !live.is_dir() {
+                continue;
+            }
             clear(live, if part == "tmp" { &keep[..] } else { &[] })?;
             if from.is_dir() {
                 move_into(&from, live)?;

@@ -1,15 +1,20 @@
 //! The environment that points programs inside the sandbox at the proxy.
 
-/// Hosts that never go through the proxy. The sandbox's loopback is its own
-/// (its own network namespace), so local servers inside it stay direct; the
-/// proxy itself is reached on loopback without proxying.
-pub const NO_PROXY: &str = "localhost,127.0.0.1,::1";
-
 /// Environment variables for a sandbox whose bridge listens on
 /// `127.0.0.1:port`: the usual proxy variables in both cases, npm's, pip's,
 /// global-agent's, Node's (`NODE_USE_ENV_PROXY`, honoured by Node 24+), and
 /// git's `http.proxy` through `GIT_CONFIG_COUNT`. A program that ignores all
 /// of them simply has no network.
+///
+/// No `NO_PROXY`: loopback names go to the proxy like any other, so that a
+/// request for a service on the user's machine (`http://localhost:8080`)
+/// reaches the proxy, which connects it when `[network] local` opens the
+/// port and otherwise refuses it with a reason and a record. Sent direct, it
+/// would meet the sandbox's own empty loopback and fail with a bare
+/// "connection refused" that nobody sees. A server that talks to a service
+/// of its own on the sandbox's loopback through a proxy-honouring client
+/// sets `NO_PROXY` in its policy (`[env] set`), which cannot widen anything:
+/// a direct connection from the sandbox reaches only the sandbox.
 ///
 /// The git entries use index 0: a caller that sets its own `GIT_CONFIG_*`
 /// must renumber ([`merge_git_config`]).
@@ -22,14 +27,10 @@ pub fn proxy_env(port: u16) -> Vec<(String, String)> {
     for name in ["http_proxy", "https_proxy", "all_proxy"] {
         env.push((name, url.clone()));
     }
-    env.push(("NO_PROXY", NO_PROXY.into()));
-    env.push(("no_proxy", NO_PROXY.into()));
     env.push(("npm_config_proxy", url.clone()));
     env.push(("npm_config_https_proxy", url.clone()));
-    env.push(("npm_config_noproxy", NO_PROXY.into()));
     env.push(("PIP_PROXY", url.clone()));
     env.push(("GLOBAL_AGENT_HTTP_PROXY", url.clone()));
-    env.push(("GLOBAL_AGENT_NO_PROXY", NO_PROXY.into()));
     env.push(("NODE_USE_ENV_PROXY", "1".into()));
     env.push(("GIT_CONFIG_COUNT", "1".into()));
     env.push(("GIT_CONFIG_KEY_0", "http.proxy".into()));
@@ -76,7 +77,15 @@ mod tests {
         ] {
             assert_eq!(get(k), Some("http://127.0.0.1:3128"), "{k}");
         }
-        assert_eq!(get("NO_PROXY"), Some("localhost,127.0.0.1,::1"));
+        // loopback names go through the proxy too (see proxy_env)
+        for k in [
+            "NO_PROXY",
+            "no_proxy",
+            "npm_config_noproxy",
+            "GLOBAL_AGENT_NO_PROXY",
+        ] {
+            assert_eq!(get(k), None, "{k}");
+        }
         assert_eq!(get("GIT_CONFIG_KEY_0"), Some("http.proxy"));
         assert_eq!(get("NODE_USE_ENV_PROXY"), Some("1"));
     }

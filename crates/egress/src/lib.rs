@@ -39,7 +39,7 @@ mod traits;
 
 pub use addr::{classify, is_metadata_name, AddressClass};
 pub use bridge::bridge;
-pub use env::{merge_git_config, proxy_env, NO_PROXY};
+pub use env::{merge_git_config, proxy_env};
 pub use http::Fault;
 pub use package::{parse_package, registry_for_host, Ecosystem, Package};
 pub use proxy::{CallContext, Ids, Proxy, Shutdown, HEAD_TIMEOUT};

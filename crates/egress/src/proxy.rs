@@ -8,9 +8,11 @@
 //! 2. refuse metadata service names outright;
 //! 3. ask the policy about the name (or IP literal) and port; ask a human
 //!    for `Ask`, remembering `Session` answers;
-//! 4. take the explicit `[network.hosts]` mapping if there is one (it may
-//!    point at loopback or a private address, never at a metadata endpoint);
-//!    otherwise resolve once and refuse if ANY answer is not public unicast;
+//! 4. for a loopback host on a port `network.local` names, the host's own
+//!    loopback address(es), checked to be loopback; else the explicit
+//!    `[network.hosts]` mapping if there is one (it may point at loopback or
+//!    a private address, never at a metadata endpoint); otherwise resolve
+//!    once and refuse if ANY answer is not public unicast;
 //! 5. connect to exactly a checked address (never a fresh lookup);
 //! 6. for a tunnel, check the TLS ClientHello's SNI against the CONNECT host
 //!    before the first client byte goes upstream.
@@ -480,6 +482,17 @@ impl Proxy {
         let decision = self.inner.policy.decide(&name, port);
         match decision.verdict {
             Verdict::Allow => rec.decision = Some(decision),
+            Verdict::Deny if decision.reason == Reason::NetworkLocalUnlisted => {
+                // Said in full: the server sees a bare refusal otherwise,
+                // and the fix is one line of the policy.
+                return Err(Refusal::policy(
+                    decision.reason,
+                    &decision.source,
+                    format!(
+                        "{name}:{port} is the machine mcpbox runs on, and no network.local entry opens port {port}; to let the server reach a service there, add [network] local = [\"localhost:{port}\"] to the policy"
+                    ),
+                ));
+            }
             Verdict::Deny => {
                 return Err(Refusal::policy(
                     decision.reason,
@@ -528,8 +541,27 @@ impl Proxy {
             }
         }
 
-        let candidates: Vec<SocketAddr> = if let Some(ip) = self.inner.policy.mapped_address(&name)
+        let candidates: Vec<SocketAddr> = if let Some(ips) =
+            self.inner.policy.local_addresses(&name, port)
         {
+            // `network.local`: this port of the host's own loopback, and
+            // nothing else; an address that is not loopback is refused
+            // whatever the policy implementation said.
+            rec.extra.insert("local".into(), true.into());
+            if let Some(ip) = ips
+                .iter()
+                .find(|ip| classify(**ip) != Some(crate::addr::AddressClass::Loopback))
+            {
+                return Err(Refusal::policy(
+                    Reason::NetworkReservedAddress,
+                    guard,
+                    format!("network.local named {ip}, which is not a loopback address"),
+                ));
+            }
+            ips.into_iter()
+                .map(|ip| SocketAddr::new(ip, port))
+                .collect()
+        } else if let Some(ip) = self.inner.policy.mapped_address(&name) {
             rec.mapped = true;
             if let Some(class) = classify(ip).filter(|c| !c.allowed_for_mapping()) {
                 return Err(Refusal::policy(
@@ -550,11 +582,16 @@ impl Proxy {
             };
             if let Some((ip, class)) = addrs.iter().find_map(|ip| classify(*ip).map(|c| (*ip, c))) {
                 rec.address = Some(SocketAddr::new(ip, port));
+                let fix = if class == crate::addr::AddressClass::Loopback {
+                    format!("a service on the machine mcpbox runs on is opened with [network] local = [\"localhost:{port}\"]")
+                } else {
+                    "an internal service needs an explicit [network.hosts] mapping".to_string()
+                };
                 return Err(Refusal::policy(
                     class.reason(),
                     guard,
                     format!(
-                        "{name} resolved to {ip}, {}; allowed names may only reach public addresses (an internal service needs an explicit [network.hosts] mapping)",
+                        "{name} resolved to {ip}, {}; allowed names may only reach public addresses ({fix})",
                         class.describe()
                     ),
                 ));
@@ -626,7 +663,13 @@ impl Proxy {
             // response header most servers drop), without the host: a
             // server can write a secret into the name it asks for; the
             // audit record has it.
-            tracing::warn!(reason = %r.reason, source = %r.source, "egress refused a connection (`mcpbox audit --kind network` names the host)");
+            if r.reason == Reason::NetworkLocalUnlisted {
+                // The fix is known and names no host: say it where the
+                // user looks, not only in a 403 body the server may drop.
+                tracing::warn!(reason = %r.reason, source = %r.source, "egress refused a connection to this machine's loopback: add its port to `[network] local` (e.g. local = [\"localhost:PORT\"]); `mcpbox audit --kind network` names the port");
+            } else {
+                tracing::warn!(reason = %r.reason, source = %r.source, "egress refused a connection (`mcpbox audit --kind network` names the host)");
+            }
         } else {
             // The policy allowed it; the failure is recorded beside that.
             rec.error = Some(r.reason);

@@ -20,6 +20,12 @@ pub trait EgressPolicy: Send + Sync {
     /// Explicit `[network.hosts]` mapping: bypasses DNS and the
     /// private-address refusal for that name only.
     fn mapped_address(&self, host: &str) -> Option<IpAddr>;
+    /// The host's own loopback addresses `network.local` opens for
+    /// `host:port` (a loopback spelling on a listed port), tried in order;
+    /// `None` when no entry opens it. Only loopback addresses are used.
+    fn local_addresses(&self, _host: &str, _port: u16) -> Option<Vec<IpAddr>> {
+        None
+    }
 }
 
 /// Resolves a host name to addresses. Called at most once per connection;

@@ -70,6 +70,44 @@ fn allowed_name_reaches_local_server() {
     );
 }
 
+/// `network.local`: a loopback host on an opened port reaches the host's
+/// loopback without DNS and without the loopback refusal, and its record
+/// says so.
+#[test]
+fn a_local_port_reaches_the_hosts_loopback_without_dns() {
+    let port = echo_server();
+    let mut p = allow(&[]);
+    p.local.insert("localhost".into(), vec![loopback()]);
+    let h = start(p, FakeResolver::default());
+    let (mut s, head) = connect(h.addr, &format!("localhost:{port}"));
+    assert_eq!(status(&head), 200, "{head}");
+    s.write_all(b"hi").unwrap();
+    s.shutdown(std::net::Shutdown::Write).unwrap();
+    assert_eq!(read_all(&mut s), b"hi");
+    let e = &h.sink.wait_for(1)[0];
+    assert_eq!(e.decision, Some(Verdict::Allow));
+    assert_eq!(e.reason.as_deref(), Some("network.local"));
+    assert_eq!(detail(e, "local"), true);
+    assert_eq!(detail(e, "address"), &json!(format!("127.0.0.1:{port}")));
+    assert!(h.resolver.calls.lock().unwrap().is_empty());
+}
+
+/// `network.local` opens the host's loopback and nothing else: an address
+/// that is not loopback, whatever the policy implementation answered, is
+/// refused before any connection.
+#[test]
+fn a_local_entry_never_leads_off_the_loopback() {
+    let mut p = allow(&[]);
+    p.local.insert("localhost".into(), vec![ip("10.0.0.5")]);
+    let h = start(p, FakeResolver::default());
+    let (mut s, head) = connect(h.addr, "localhost:8080");
+    assert_eq!(status(&head), 403, "{head}");
+    let _ = read_all(&mut s);
+    assert!(h.connector.attempts.lock().unwrap().is_empty());
+    let e = &h.sink.wait_for(1)[0];
+    assert_eq!(e.decision, Some(Verdict::Deny));
+}
+
 #[test]
 fn unlisted_name_is_refused_with_reason() {
     let h = start(

@@ -599,8 +599,11 @@ impl Redactor {
     }
 
     /// Redacts a whole JSON-RPC message from the server, in place: every
-    /// string value and every object key (as [`Redactor::redact_str`]; a
-    /// key that redacts to one already present replaces it), then matches
+    /// string value, every object key (as [`Redactor::redact_str`]; a
+    /// key that redacts to one already present replaces it) and every
+    /// number, as its decimal text (a number holding a secret becomes the
+    /// redacted text, a JSON string: a PIN or an account number sent as a
+    /// number is still the secret), then matches
     /// spanning the `text` strings of `/result/content` items (as
     /// [`Redactor::redact_across`]). Adds to `counts` (one slot per secret,
     /// [`Redactor::names`] order) and returns whether anything changed;
@@ -622,12 +625,63 @@ impl Redactor {
     /// secret whose count is non-zero. If nothing changed anywhere, send
     /// the original line; otherwise serialise the value once.
     pub fn redact_json(&self, v: &mut Value, counts: &mut [usize]) -> bool {
+        self.redact_json_inexact(v, counts).0
+    }
+
+    /// [`Redactor::redact_json`] on a message parsed from `raw`, whose
+    /// unchanged bytes would be forwarded: [`Redacted::Unchanged`] only
+    /// when they may be. A number the parser could not hold exactly (past
+    /// `u64`/`i64`, serde_json without `arbitrary_precision`: a 20-digit
+    /// secret above 2^64 becomes an `f64` of 17 significant digits) has
+    /// lost its text, so its digits cannot be checked in the value; they
+    /// are still in `raw`. A message whose number literal of that kind
+    /// holds a pattern is [`Redacted::Refused`]: forwarding the bytes
+    /// would leak the secret, and re-serialising the rounded number its
+    /// leading digits. (Turning on `arbitrary_precision` would keep every
+    /// literal's text, but it changes `Number` for the whole workspace,
+    /// the audit log's canonical JSON included; a secret in a number
+    /// that long is rare enough to refuse.)
+    pub fn redact_message(&self, v: &mut Value, raw: &[u8], counts: &mut [usize]) -> Redacted {
         if self.patterns.is_empty() {
+            return Redacted::Unchanged;
+        }
+        let (changed, inexact) = self.redact_json_inexact(v, counts);
+        // only then can a number's digits be missing from the value; the
+        // search over `raw` is the candidates' (SIMD) one, and the scan of
+        // its number literals runs only when it found something
+        if inexact && self.occurs_in(raw) && number_literals(raw).any(|n| self.hidden_in(n)) {
+            return Redacted::Refused;
+        }
+        if changed {
+            Redacted::Changed
+        } else {
+            Redacted::Unchanged
+        }
+    }
+
+    /// Whether the number literal `lit` holds a pattern the value parsed
+    /// from it may not show. An integer that fits 64 bits is read as its
+    /// very digits (the walk saw them); any other literal (a fraction, an
+    /// exponent, an integer past 64 bits) became an `f64`, whose text is
+    /// not the literal's, so a pattern in it is taken as hidden.
+    fn hidden_in(&self, lit: &[u8]) -> bool {
+        if !self.occurs_in(lit) {
             return false;
         }
-        // whether each /result/content text (in order) was rewritten
-        let mut content_changed: Vec<bool> = Vec::new();
-        let mut changed = self.walk_redact(v, Place::Root, &mut content_changed, counts);
+        let exact = std::str::from_utf8(lit)
+            .is_ok_and(|t| t.parse::<u64>().is_ok() || t.parse::<i64>().is_ok());
+        !exact
+    }
+
+    /// `redact_json`, and whether a number of `v` is an `f64` (its wire
+    /// text may have had more digits than the value keeps).
+    fn redact_json_inexact(&self, v: &mut Value, counts: &mut [usize]) -> (bool, bool) {
+        if self.patterns.is_empty() {
+            return (false, false);
+        }
+        let mut walk = Walk::default();
+        let mut changed = self.walk_redact(v, Place::Root, &mut walk, counts);
+        let content_changed = walk.content;
         if content_changed.len() >= 2 {
             if let Some(Value::Array(items)) = v.pointer_mut("/result/content") {
                 let mut texts: Vec<&mut String> = items
@@ -647,19 +701,45 @@ impl Redactor {
                 changed |= self.redact_across_known(&mut texts, &clean, counts);
             }
         }
-        changed
+        (changed, walk.inexact)
     }
 
     /// `walk_strings` of the relay with `redact_str`, tracking where in
     /// the message it is so that the content texts are known.
-    fn walk_redact(
-        &self,
-        v: &mut Value,
-        at: Place,
-        content: &mut Vec<bool>,
-        counts: &mut [usize],
-    ) -> bool {
+    fn walk_redact(&self, v: &mut Value, at: Place, walk: &mut Walk, counts: &mut [usize]) -> bool {
         match v {
+            Value::Number(n) => {
+                // its decimal text, as serde_json writes it (for an
+                // integer, the very digits that came in), written on the
+                // stack: a message of many numbers allocates nothing for
+                // them (at most 20 digits and a sign, or an f64's shortest
+                // form, under 32 bytes)
+                walk.inexact |= n.is_f64();
+                let mut buf = [0u8; 40];
+                let mut cur = std::io::Cursor::new(&mut buf[..]);
+                let written = std::io::Write::write_fmt(&mut cur, format_args!("{n}")).is_ok();
+                let len = usize::try_from(cur.position()).unwrap_or(0);
+                let heap;
+                let text = match std::str::from_utf8(&buf[..len]) {
+                    Ok(t) if written => t,
+                    // never longer than the buffer; if it were, the heap
+                    _ => {
+                        heap = n.to_string();
+                        heap.as_str()
+                    }
+                };
+                let fixed = match self.redact_str(text, counts) {
+                    Cow::Borrowed(_) => None,
+                    Cow::Owned(o) => Some(o),
+                };
+                match fixed {
+                    Some(o) => {
+                        *v = Value::String(o);
+                        true
+                    }
+                    None => false,
+                }
+            }
             Value::String(s) => {
                 let fixed = match self.redact_str(s, counts) {
                     Cow::Borrowed(_) => None,
@@ -670,7 +750,7 @@ impl Redactor {
                     *s = n;
                 }
                 if at == Place::ContentText {
-                    content.push(changed);
+                    walk.content.push(changed);
                 }
                 changed
             }
@@ -682,7 +762,7 @@ impl Redactor {
                 };
                 let mut changed = false;
                 for x in a {
-                    changed |= self.walk_redact(x, inner, content, counts);
+                    changed |= self.walk_redact(x, inner, walk, counts);
                 }
                 changed
             }
@@ -708,7 +788,7 @@ impl Redactor {
                         (Place::ContentItem, "text") => Place::ContentText,
                         _ => Place::Other,
                     };
-                    changed |= self.walk_redact(x, inner, content, counts);
+                    changed |= self.walk_redact(x, inner, walk, counts);
                 }
                 changed
             }
@@ -732,6 +812,62 @@ impl Redactor {
             Some(format!("{fixed}{}", &s[at..]))
         })
     }
+}
+
+/// The number literals of a JSON text, outside its strings, as they came
+/// (a string's escapes skipped, so `"\"1234"` holds none).
+fn number_literals(raw: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let mut i = 0;
+    let mut in_string = false;
+    std::iter::from_fn(move || {
+        while i < raw.len() {
+            let b = raw[i];
+            if in_string {
+                match b {
+                    b'\\' => i += 1,
+                    b'"' => in_string = false,
+                    _ => {}
+                }
+                i += 1;
+            } else if b == b'"' {
+                in_string = true;
+                i += 1;
+            } else if b == b'-' || b.is_ascii_digit() {
+                let start = i;
+                while i < raw.len()
+                    && matches!(raw[i], b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E')
+                {
+                    i += 1;
+                }
+                return Some(&raw[start..i]);
+            } else {
+                i += 1;
+            }
+        }
+        None
+    })
+}
+
+/// What [`Redactor::redact_message`] says of a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Redacted {
+    /// Nothing to redact: the message's bytes may go as they came.
+    Unchanged,
+    /// The value was rewritten: serialise it.
+    Changed,
+    /// The bytes hold a secret in a number literal the value does not keep
+    /// exactly (a fraction, an exponent, an integer past 64 bits): the
+    /// message must not be forwarded in any form.
+    Refused,
+}
+
+/// What [`Redactor::walk_redact`] learns on its way.
+#[derive(Default)]
+struct Walk {
+    /// Whether each `/result/content` text (in order) was rewritten.
+    content: Vec<bool>,
+    /// Whether a number was read as an `f64`.
+    inexact: bool,
 }
 
 /// Where [`Redactor::walk_redact`] is: on the way to `/result/content/*/text`.

@@ -2,8 +2,9 @@
 //! from. Values never appear in errors, logs or audit records: only names.
 
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
 use std::time::Duration;
+
+use crate::host_command::HostCommand;
 
 /// Errors while resolving a secret. They name the secret, never its value.
 #[derive(Debug, thiserror::Error)]
@@ -43,8 +44,9 @@ pub enum SecretError {
         /// Underlying error.
         source: std::io::Error,
     },
-    /// The command failed.
-    #[error("secret {name}: command {program} exited with {status}")]
+    /// The command failed: how it ended (an exit code, a signal, its
+    /// timeout), never what it printed.
+    #[error("secret {name}: command {program} failed: {status}")]
     CommandFailed {
         /// Secret name.
         name: String,
@@ -73,7 +75,19 @@ pub enum SecretError {
 /// one trailing newline trimmed, is the value.
 pub use mcpbox_policy::SecretSource;
 
-/// Resolves a secret. `name` is only used in error messages.
+/// How long a `from_command` may run (a password manager may wait for
+/// its user to unlock it); then its process group is killed.
+pub const FROM_COMMAND_TIMEOUT: Duration = Duration::from_secs(60);
+/// The most a `from_command` may print.
+pub const MAX_COMMAND_OUTPUT: usize = 1 << 20;
+
+fn cmd_program(argv: &[String]) -> String {
+    argv.first().cloned().unwrap_or_default()
+}
+
+/// Resolves a secret. `name` is only used in error messages. A command
+/// runs as a [`HostCommand`]: `PATH`, `HOME` and `LANG` only, in its own
+/// process group, at most [`FROM_COMMAND_TIMEOUT`].
 pub fn load_secret(name: &str, source: &SecretSource) -> Result<String, SecretError> {
     let value = match source {
         SecretSource::Env(var) => std::env::var(var).map_err(|_| SecretError::EnvMissing {
@@ -91,26 +105,32 @@ pub fn load_secret(name: &str, source: &SecretSource) -> Result<String, SecretEr
             })?
         }
         SecretSource::Command(argv) => {
-            let Some((program, args)) = argv.split_first() else {
+            let Some(cmd) = HostCommand::new(argv, FROM_COMMAND_TIMEOUT) else {
                 return Err(SecretError::EmptyCommand {
                     name: name.to_string(),
                 });
             };
-            let out = Command::new(program)
-                .args(args)
-                .stdin(Stdio::null())
-                .stderr(Stdio::null())
-                .output()
-                .map_err(|source| SecretError::CommandStart {
+            // the host command's minimal environment, its own process
+            // group, killed at the timeout (host_command.rs)
+            let out = cmd.capture(MAX_COMMAND_OUTPUT).run().map_err(|source| {
+                SecretError::CommandStart {
                     name: name.to_string(),
-                    program: program.clone(),
+                    program: cmd_program(argv),
                     source,
-                })?;
-            if !out.status.success() {
+                }
+            })?;
+            if !out.ended.success() {
                 return Err(SecretError::CommandFailed {
                     name: name.to_string(),
-                    program: program.clone(),
-                    status: out.status.to_string(),
+                    program: cmd_program(argv),
+                    status: out.ended.describe(),
+                });
+            }
+            if out.stdout_over {
+                return Err(SecretError::CommandFailed {
+                    name: name.to_string(),
+                    program: cmd_program(argv),
+                    status: format!("its output is over {MAX_COMMAND_OUTPUT} bytes"),
                 });
             }
             String::from_utf8(out.stdout).map_err(|_| SecretError::NotUtf8 {

@@ -37,7 +37,8 @@
 //!    directory closes the window between `bind` and `chmod`).
 //! 2. The peer's uid (`SO_PEERCRED`, see unix(7)) is this process's
 //!    effective uid or root; anyone else gets one error line and the
-//!    connection is closed before a byte of theirs is read.
+//!    connection is closed before a byte of theirs is read, by the accept
+//!    loop itself: a refused peer never holds one of the handler threads.
 //! 3. The request line arrives within [`READ_TIMEOUT`] and is at most
 //!    [`MAX_REQUEST`] bytes; a silent or slow client loses its
 //!    connection, and cannot hold more than one of the
@@ -559,6 +560,19 @@ fn accept_loop(listener: &UnixListener, stopping: &AtomicBool, control: Arc<dyn 
             }
         };
         let _ = stream.set_write_timeout(Some(READ_TIMEOUT));
+        // The peer is checked here, before it may take one of the
+        // handler threads: a refused peer gets its error line and is
+        // closed at once, and never counts against MAX_CONNECTIONS. (The
+        // check reads no byte of the peer's and does not block:
+        // SO_PEERCRED and a readlink in /proc.)
+        let by = match check_peer(&stream) {
+            Ok(by) => by,
+            Err(e) => {
+                tracing::warn!(error = %e, "control connection refused");
+                send(stream, &Response::error(format!("refused: {e}")));
+                continue;
+            }
+        };
         if active.fetch_add(1, Ordering::SeqCst) >= MAX_CONNECTIONS {
             active.fetch_sub(1, Ordering::SeqCst);
             tracing::warn!("control socket busy: refusing a connection");
@@ -576,7 +590,7 @@ fn accept_loop(listener: &UnixListener, stopping: &AtomicBool, control: Arc<dyn 
             .name("mcpbox-control-conn".into())
             .spawn(move || {
                 let _guard = guard;
-                connection(stream, &*control);
+                connection(stream, &*control, &by);
             });
         if let Err(e) = spawned {
             // The closure, its guard and the stream were dropped with it.
@@ -594,17 +608,10 @@ impl Drop for Active {
     }
 }
 
-fn connection(mut stream: UnixStream, control: &dyn Control) {
-    let by = match check_peer(&stream) {
-        Ok(by) => by,
-        Err(e) => {
-            tracing::warn!(error = %e, "control connection refused");
-            send(stream, &Response::error(format!("refused: {e}")));
-            return;
-        }
-    };
+/// One connection of a peer that passed [`check_peer`] (`by`).
+fn connection(mut stream: UnixStream, control: &dyn Control, by: &str) {
     let response = match read_line(&mut stream, Instant::now() + READ_TIMEOUT) {
-        Ok(line) => handle_line_from(control, &line, &by),
+        Ok(line) => handle_line_from(control, &line, by),
         Err(e) => {
             tracing::warn!(error = %e, "control request not read");
             Response::error(e)

@@ -67,12 +67,14 @@ use std::cell::Cell;
 use std::collections::HashMap;
 use std::ffi::CString;
 use std::fs::File;
-use std::io::{self, BufReader, BufWriter, Read, Seek};
+use std::io::{self, BufRead, BufReader, BufWriter, Read, Seek};
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
-use flate2::read::GzDecoder;
+// bufread's decoder reads exactly its member from our BufReader, so what
+// follows the member is still there to be refused (`tar_rest`)
+use flate2::bufread::GzDecoder;
 use flate2::write::GzEncoder;
 use rustix::fs::{self as rfs, Mode};
 use serde::{Deserialize, Serialize};
@@ -328,7 +330,18 @@ pub fn write_excluding(
     archive: &Path,
     exclude: &[&str],
 ) -> Result<SnapshotInfo> {
-    let limits = Limits::default();
+    write_with(parts, archive, exclude, &Limits::default())
+}
+
+/// [`write_excluding`] under `limits`: a tree that restore would refuse
+/// under the same limits (too many entries, too many bytes, too large a
+/// manifest) is refused before the archive is written.
+pub fn write_with(
+    parts: &[(&str, &Path)],
+    archive: &Path,
+    exclude: &[&str],
+    limits: &Limits,
+) -> Result<SnapshotInfo> {
     let mut roots: Vec<(String, OwnedFd)> = Vec::new();
     for (name, path) in parts {
         check_part_name(name).map_err(|reason| Error::Part {
@@ -349,6 +362,7 @@ pub fn write_excluding(
     }
 
     // Pass 1: the manifest, with every file's digest.
+    let mut total_bytes = 0u64;
     let mut manifest = Manifest {
         format: FORMAT.into(),
         parts: roots.iter().map(|(n, _)| n.clone()).collect(),
@@ -369,6 +383,7 @@ pub fn write_excluding(
         });
         let entries = &mut manifest.entries;
         let skipped = &mut manifest.skipped;
+        let total = &mut total_bytes;
         walk::walk(fd.as_fd(), name, &mut |v: Visit<'_>| -> Result<bool> {
             if entries.len() + skipped.len() >= limits.max_entries {
                 return Err(Error::TooLarge(format!(
@@ -414,11 +429,23 @@ pub fn write_excluding(
                         if Kind::of(st.st_mode) != Kind::File {
                             return Err(Error::Changed { path: n.rel.into() });
                         }
-                        let (size, sha) = walk::copy_hashing(&mut f, &mut io::sink(), u64::MAX)
-                            .map_err(|source| Error::Read {
-                                path: n.rel.into(),
-                                source,
-                            })?;
+                        // what restore would refuse is refused here, before
+                        // anything is written (issue 26): the sum of the
+                        // files' sizes, read no further than the limit
+                        let room = limits.max_bytes.saturating_sub(*total);
+                        let (size, sha) =
+                            walk::copy_hashing(&mut f, &mut io::sink(), room.saturating_add(1))
+                                .map_err(|source| Error::Read {
+                                    path: n.rel.into(),
+                                    source,
+                                })?;
+                        if size > room {
+                            return Err(Error::TooLarge(format!(
+                                "files of more than {} bytes in all (restore refuses that)",
+                                limits.max_bytes
+                            )));
+                        }
+                        *total += size;
                         entries.push(ManifestEntry {
                             path: n.rel.into(),
                             kind: EntryKind::File,
@@ -997,7 +1024,7 @@ fn tar_rest(tar: tar::Archive<Budget<GzDecoder<BufReader<&File>>>>, archive: &Pa
     let mut buf = [0u8; 4096];
     loop {
         let n = match rest.read(&mut buf) {
-            Ok(0) => return Ok(()),
+            Ok(0) => return gzip_rest(rest, archive),
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) if is_over_budget(&e) => {
@@ -1008,6 +1035,20 @@ fn tar_rest(tar: tar::Archive<Budget<GzDecoder<BufReader<&File>>>>, archive: &Pa
         if buf[..n].iter().any(|b| *b != 0) {
             return Err(Error::Limit("data after the end of the archive".into()));
         }
+    }
+}
+
+/// After the first gzip member: nothing. A second member (which gzip
+/// tools would decompress and append) or any other bytes were never
+/// checked by this pass, so they are refused (issue 26).
+fn gzip_rest(rest: Budget<GzDecoder<BufReader<&File>>>, archive: &Path) -> Result<()> {
+    let mut after = rest.inner.into_inner();
+    match after.fill_buf() {
+        Ok([]) => Ok(()),
+        Ok(_) => Err(Error::Limit(
+            "data after the archive's gzip stream (a second member?)".into(),
+        )),
+        Err(e) => Err(stream_err(archive, e)),
     }
 }
 

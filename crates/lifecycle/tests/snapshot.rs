@@ -606,6 +606,64 @@ fn restore_refuses_a_gzip_bomb() {
     );
 }
 
+/// Issue 26: a second gzip member after a valid archive was never read by
+/// the check, and a gzip tool (or a later reader) would append its bytes.
+/// Refused, whatever it holds, with nothing written; so is plain garbage.
+#[test]
+fn restore_refuses_a_second_gzip_member_or_bytes_after_the_gzip_stream() {
+    for tail in ["member", "garbage"] {
+        let (src, t) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let out = src.path().join("output");
+        fs::create_dir(&out).unwrap();
+        fs::write(out.join("f"), "f").unwrap();
+        let p = t.path().join("a.tgz");
+        snapshot::write(&[("output", &out)], &p).unwrap();
+        let mut bytes = fs::read(&p).unwrap();
+        if tail == "member" {
+            let mut gz = GzEncoder::new(Vec::new(), flate2::Compression::fast());
+            gz.write_all(b"smuggled bytes no check ever read").unwrap();
+            bytes.extend(gz.finish().unwrap());
+        } else {
+            bytes.extend_from_slice(b"trailing garbage");
+        }
+        fs::write(&p, bytes).unwrap();
+        let err = refused(t.path(), &p);
+        assert!(
+            err.to_string().contains("after the archive's gzip stream"),
+            "{tail}: {err}"
+        );
+        assert!(snapshot::verify(&p, &Limits::default()).is_err(), "{tail}");
+    }
+}
+
+/// Issue 26: snapshot writing had no byte limit while restore refuses an
+/// archive over its limits: an archive nobody could restore. Now writing
+/// refuses it first, with the reason, and leaves no file.
+#[test]
+fn snapshot_refuses_what_restore_would_refuse_before_writing() {
+    let (src, t) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let out = src.path().join("output");
+    fs::create_dir(&out).unwrap();
+    fs::write(out.join("a"), vec![b'a'; 600]).unwrap();
+    fs::write(out.join("b"), vec![b'b'; 600]).unwrap();
+    let p = t.path().join("a.tgz");
+    let limits = Limits {
+        max_bytes: 1000,
+        ..Limits::default()
+    };
+    let err = snapshot::write_with(&[("output", &out)], &p, &[], &limits).unwrap_err();
+    assert!(err.to_string().contains("more than 1000 bytes"), "{err}");
+    assert_eq!(
+        fs::read_dir(t.path()).unwrap().count(),
+        0,
+        "something was written"
+    );
+    // within the limit, what is written restores under the same limits
+    fs::remove_file(out.join("b")).unwrap();
+    snapshot::write_with(&[("output", &out)], &p, &[], &limits).unwrap();
+    snapshot::restore_with(&p, &t.path().join("r"), &limits).unwrap();
+}
+
 #[test]
 fn restore_refuses_a_destination_that_is_not_empty() {
     let t = tempfile::tempdir().unwrap();

@@ -234,6 +234,9 @@ pub fn run(args: Args) -> ExitCode {
             }
             if all.is_empty() {
                 println!("no approvals waiting ({} mcpbox running)", sockets.len());
+                for url in console_urls() {
+                    println!("console: {}", escape(&url));
+                }
                 return ExitCode::SUCCESS;
             }
             println!(
@@ -355,19 +358,63 @@ pub fn run(args: Args) -> ExitCode {
 
 /// The web consoles of this user's running mcpbox processes, from their
 /// `console-PID/console.url` files (0600, in the 0700 runtime directory).
+/// Only live ones (issue 32: a console killed with -9 left its file, and
+/// its URL was listed for ever): the directory's pid must be a running
+/// process started with `--console`; a directory whose pid is gone is
+/// removed (it is ours: the runtime directory is private).
 fn console_urls() -> Vec<String> {
     let Ok(entries) = std::fs::read_dir(crate::egress::runtime_base()) else {
         return Vec::new();
     };
-    let mut urls: Vec<String> = entries
-        .filter_map(Result::ok)
-        .filter(|e| e.file_name().to_string_lossy().starts_with("console-"))
-        .filter_map(|e| std::fs::read_to_string(e.path().join("console.url")).ok())
-        .map(|u| u.trim().to_string())
-        .filter(|u| u.starts_with("http://"))
-        .collect();
+    let mut urls = Vec::new();
+    for e in entries.filter_map(Result::ok) {
+        let name = e.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("console-"))
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        match console_process(pid) {
+            Liveness::Gone => {
+                let _ = std::fs::remove_dir_all(e.path());
+                continue;
+            }
+            Liveness::Other => continue,
+            Liveness::Console => {}
+        }
+        let Ok(url) = std::fs::read_to_string(e.path().join("console.url")) else {
+            continue;
+        };
+        let url = url.trim();
+        if url.starts_with("http://") {
+            urls.push(url.to_string());
+        }
+    }
     urls.sort();
     urls
+}
+
+/// What runs under a console directory's pid.
+enum Liveness {
+    /// No such process.
+    Gone,
+    /// A process, but not an mcpbox with a console (the pid was reused).
+    Other,
+    /// A process started with `--console`.
+    Console,
+}
+
+fn console_process(pid: u32) -> Liveness {
+    match std::fs::read(format!("/proc/{pid}/cmdline")) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Liveness::Gone,
+        Err(_) => Liveness::Other,
+        // an exited but unreaped process has an empty command line
+        Ok(c) if c.is_empty() => Liveness::Gone,
+        Ok(c) if c.split(|b| *b == 0).any(|a| a == b"--console") => Liveness::Console,
+        Ok(_) => Liveness::Other,
+    }
 }
 
 /// Longest text passed to a notify command, in chars.
@@ -391,20 +438,35 @@ fn notify_text(s: &str) -> String {
         .collect()
 }
 
+/// The variables of mcpbox's environment a notifier gets on purpose,
+/// besides `PATH`, `HOME` and `LANG` (host_command.rs): what a desktop
+/// notification needs to find the user's session bus and display.
+pub const NOTIFY_ENV: [&str; 4] = [
+    "DBUS_SESSION_BUS_ADDRESS",
+    "XDG_RUNTIME_DIR",
+    "DISPLAY",
+    "WAYLAND_DISPLAY",
+];
+
 /// The broker's notifier for `[approvals] notify`: `commands` maps a
 /// server's name to its policy's command. Each new approval a human must
 /// answer outside the host runs that command (no shell, as this user,
 /// outside any sandbox, stdin and stdout closed: stdout is the MCP stream
-/// under `run`) with a title and a text as two more arguments; a thread
-/// waits for it, at most [`NOTIFY_TIME`], and logs a failure.
+/// under `run`) with a title and a text as two more arguments, as a
+/// [`HostCommand`](mcpbox_gateway::host_command::HostCommand): `PATH`,
+/// `HOME`, `LANG` and [`NOTIFY_ENV`] only, its own process group, killed
+/// whole after [`NOTIFY_TIME`]. A thread waits for it; how it ended is
+/// written to `audit` (an `approval` record, action `notified`).
 pub fn notifier(
     commands: std::collections::HashMap<String, Vec<String>>,
+    audit: Arc<dyn mcpbox_audit::Sink>,
 ) -> mcpbox_gateway::broker::Notifier {
     use mcpbox_gateway::broker::Subject;
+    use mcpbox_gateway::host_command::HostCommand;
     Box::new(move |v: &mcpbox_gateway::broker::View| {
-        let Some((program, args)) = commands
+        let Some(cmd) = commands
             .get(&v.binding.server)
-            .and_then(|argv| argv.split_first())
+            .and_then(|argv| HostCommand::new(argv, NOTIFY_TIME))
         else {
             return;
         };
@@ -420,46 +482,39 @@ pub fn notifier(
             "{what} on server {} (caller {}) waits for you: mcpbox approvals approve {} (or deny)",
             v.binding.server, v.binding.caller, v.id
         ));
-        let spawned = std::process::Command::new(program)
-            .args(args)
-            .arg(title)
-            .arg(text)
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .spawn();
-        let mut child = match spawned {
-            Ok(c) => c,
-            Err(e) => {
-                tracing::warn!("[approvals] notify: cannot run {program}: {e}");
-                return;
-            }
-        };
-        let program = program.clone();
+        let cmd = cmd.arg(title).arg(text).inherit(&NOTIFY_ENV);
+        let audit = audit.clone();
+        let (id, server, caller, tool) = (
+            v.id.clone(),
+            v.binding.server.clone(),
+            v.binding.caller.clone(),
+            v.binding.tool.clone(),
+        );
         let waited = std::thread::Builder::new()
             .name("mcpbox-notify".into())
             .spawn(move || {
-                let end = std::time::Instant::now() + NOTIFY_TIME;
-                loop {
-                    match child.try_wait() {
-                        Ok(Some(status)) if status.success() => return,
-                        Ok(Some(status)) => {
-                            tracing::warn!("[approvals] notify: {program} ended with {status}");
-                            return;
-                        }
-                        Ok(None) if std::time::Instant::now() < end => {
-                            std::thread::sleep(std::time::Duration::from_millis(50));
-                        }
-                        _ => {
-                            tracing::warn!("[approvals] notify: {program} still running after {NOTIFY_TIME:?}; killed");
-                            let _ = child.kill();
-                            let _ = child.wait();
-                            return;
-                        }
-                    }
+                let outcome = match cmd.run() {
+                    Ok(out) => out.ended.describe(),
+                    Err(e) => format!("failed to start {}: {e}", cmd.program()),
+                };
+                if outcome != "ok" {
+                    tracing::warn!("[approvals] notify: {}: {outcome}", cmd.program());
                 }
+                audit.record(mcpbox_audit::Event {
+                    kind: Some(mcpbox_audit::Kind::Approval),
+                    server,
+                    caller,
+                    tool: Some(tool),
+                    detail: serde_json::json!({
+                        "action": "notified",
+                        "approval": id,
+                        "outcome": outcome,
+                    }),
+                    ..mcpbox_audit::Event::default()
+                });
             });
         if let Err(e) = waited {
-            tracing::warn!("[approvals] notify: no thread to wait for it: {e}");
+            tracing::warn!("[approvals] notify: no thread to run it: {e}");
         }
     })
 }

@@ -97,6 +97,11 @@ fn warn_policy(policy: &mcpbox_policy::Policy, prefix: &str) {
     for o in policy.network.overlaps() {
         eprintln!("mcpbox: warning: {prefix}{o}");
     }
+    // What reaches outside the sandbox onto this machine, said whenever it
+    // is asked for: a reviewer sees it without reading the TOML.
+    for l in policy.network.local_summary() {
+        eprintln!("mcpbox: note: {prefix}{l}");
+    }
 }
 
 /// A serve config: the config itself, then each server's policy with the

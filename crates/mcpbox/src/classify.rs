@@ -13,15 +13,15 @@
 //! wall time (the parent kills it then). Whatever goes wrong there makes
 //! the line `unparsed`, which is never allowed silently.
 //!
-//! The child is this binary (`/proc/self/exe`), started with
-//! `std::process::Command`, which uses posix_spawn(3) here (no `pre_exec`,
-//! no working directory): a multi-threaded mcpbox never forks.
+//! The child is this binary (`/proc/self/exe`), started as a host command
+//! (`mcpbox_gateway::host_command`: `std::process::Command`, which uses
+//! posix_spawn(3) here, with no `pre_exec` and no working directory, so
+//! a multi-threaded mcpbox never forks; its own process group; the
+//! minimal environment).
 
 use std::io::{Read, Write};
-use std::os::fd::AsFd;
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use mcpbox_policy::{Classifier, Input, Parsed};
 
@@ -74,76 +74,33 @@ fn is_plain(input: &Input) -> bool {
     }
 }
 
-/// Classifies `input` in `program ARG` (this binary; another in tests).
+/// Classifies `input` in `program ARG` (this binary; another in tests),
+/// run as a host command (host_command.rs: the minimal environment, its
+/// own process group, killed whole at [`WALL`]).
 fn in_child(program: &Path, input: &Input) -> Result<Parsed, String> {
+    use mcpbox_gateway::host_command::{Ended, HostCommand};
     let request = serde_json::to_vec(input).map_err(|e| format!("checker: {e}"))?;
-    let mut child = Command::new(program)
-        .arg(ARG)
-        .env_clear()
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| format!("the command checker did not start: {e}"))?;
-    // the request is at most a 64 KiB line (bigger is unparsed before
-    // this), within a pipe's buffer: written whole before reading
-    let written = child
-        .stdin
-        .take()
-        .map(|mut w| w.write_all(&request))
-        .unwrap_or(Ok(()));
-    let answer = match (written, child.stdout.take()) {
-        (Ok(()), Some(out)) => read_until(out, Instant::now() + WALL),
-        (Err(e), _) => Err(format!("the command checker: {e}")),
-        (_, None) => Err("the command checker has no output".into()),
+    let argv = [program.to_string_lossy().into_owned(), ARG.to_string()];
+    let Some(cmd) = HostCommand::new(&argv, WALL) else {
+        return Err("the command checker has no program".into());
     };
-    // whatever happened, the child is gone before we answer
-    let _ = child.kill();
-    let status = child.wait();
-    let answer = answer?;
-    serde_json::from_slice(&answer).map_err(|_| {
+    let out = cmd
+        .stdin(request)
+        .capture(MAX_ANSWER)
+        .run()
+        .map_err(|e| format!("the command checker did not start: {e}"))?;
+    if let Ended::TimedOut(_) = out.ended {
+        return Err("the command line took too long to check".into());
+    }
+    if out.stdout_over {
+        return Err("the command checker answered too much".into());
+    }
+    serde_json::from_slice(&out.stdout).map_err(|_| {
         format!(
             "the command checker failed on this command line ({})",
-            status.map_or_else(|e| e.to_string(), |s| s.to_string())
+            out.ended.describe()
         )
     })
-}
-
-/// Reads `out` to its end, or until `deadline`.
-fn read_until(mut out: std::process::ChildStdout, deadline: Instant) -> Result<Vec<u8>, String> {
-    rustix::io::ioctl_fionbio(out.as_fd(), true).map_err(|e| format!("checker: {e}"))?;
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 16384];
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err("the command line took too long to check".into());
-        }
-        let ts = rustix::event::Timespec {
-            tv_sec: i64::try_from(left.as_secs()).unwrap_or(i64::MAX),
-            tv_nsec: i64::from(left.subsec_nanos()),
-        };
-        let mut fds = [rustix::event::PollFd::new(
-            &out,
-            rustix::event::PollFlags::IN,
-        )];
-        match rustix::event::poll(&mut fds, Some(&ts)) {
-            Ok(_) | Err(rustix::io::Errno::INTR) => {}
-            Err(e) => return Err(format!("checker: {e}")),
-        }
-        match out.read(&mut chunk) {
-            Ok(0) => return Ok(buf),
-            Ok(n) => {
-                buf.extend_from_slice(&chunk[..n]);
-                if buf.len() > MAX_ANSWER {
-                    return Err("the command checker answered too much".into());
-                }
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(format!("checker: {e}")),
-        }
-    }
 }
 
 /// The child: limits itself, reads one request, writes one answer.

@@ -26,6 +26,8 @@ pub fn run() -> ExitCode {
         println!("       {:<16} {}", "", c.advice);
     }
     println!();
+    print_state();
+    println!();
     if full {
         println!("the full sandbox is available");
         ExitCode::SUCCESS
@@ -33,4 +35,32 @@ pub fn run() -> ExitCode {
         println!("the full sandbox is NOT available: see the FAIL lines above");
         ExitCode::from(1)
     }
+}
+
+/// Where state and audit go, and why a host's mcpbox may not agree with
+/// this shell's: hosts start servers with an environment of their own.
+fn print_state() {
+    let set = |k: &str| std::env::var_os(k).is_some_and(|v| !v.is_empty());
+    let from = if set("MCPBOX_STATE_DIR") {
+        "MCPBOX_STATE_DIR"
+    } else if set("XDG_STATE_HOME") {
+        "$XDG_STATE_HOME/mcpbox"
+    } else if set("HOME") {
+        "the default, $HOME/.local/state/mcpbox"
+    } else {
+        "the default without HOME"
+    };
+    let dir = crate::state::state_dir();
+    println!("state: {} (from {from})", dir.display());
+    println!(
+        "audit: {}, unless a policy's [audit] path names another",
+        dir.join("audit.db").display()
+    );
+    println!(
+        "       a host (Claude Desktop, Claude Code, Cursor, ...) starts mcpbox with an \
+         environment of its own, often only PATH and HOME: MCPBOX_STATE_DIR set in a shell \
+         does not reach it, and its mcpbox keeps state and audit under that HOME's \
+         .local/state/mcpbox; `mcpbox wrap` run with MCPBOX_STATE_DIR set writes it into \
+         each entry it rewrites (docs/wrap.md)"
+    );
 }

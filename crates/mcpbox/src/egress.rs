@@ -28,6 +28,10 @@ impl EgressPolicy for Rules {
     fn mapped_address(&self, host: &str) -> Option<std::net::IpAddr> {
         self.0.mapped_address(host)
     }
+
+    fn local_addresses(&self, host: &str, port: u16) -> Option<Vec<std::net::IpAddr>> {
+        self.0.local_addresses(host, port)
+    }
 }
 
 /// Asks the host about unlisted hosts (`network.unlisted = "approve"`)
@@ -199,6 +203,39 @@ impl mcpbox_egress::CallContext for RelayCalls {
     }
 }
 
+/// Numbers the proxies of this process, for their directories' names.
+static PROXY_SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Removes the proxy directories (`sb-….PID.N`) of processes that are gone
+/// (a kill -9 skips `Running`'s drop). Only names of that shape are touched,
+/// and only where the pid no longer exists.
+fn reclaim_stale_proxy_dirs(base: &std::path::Path) {
+    let Ok(entries) = std::fs::read_dir(base) else {
+        return;
+    };
+    for e in entries.filter_map(Result::ok) {
+        let name = e.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let mut parts = name.split('.');
+        let (Some(id), Some(pid), Some(_), None) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            continue;
+        };
+        // a lifecycle id (`sb-` and 16 hex digits) or `run`'s (12 hex digits)
+        let hex = id.strip_prefix("sb-").unwrap_or(id);
+        if hex.is_empty() || !hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+            continue;
+        }
+        let Ok(pid) = pid.parse::<u32>() else {
+            continue;
+        };
+        if pid != std::process::id() && !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
+}
+
 fn bind_with_approver(
     rules: &NetworkRules,
     sink: Arc<dyn Sink>,
@@ -226,8 +263,27 @@ fn bind_with_approver(
     let mode = if root { 0o711 } else { 0o700 };
     std::fs::set_permissions(&base, std::fs::Permissions::from_mode(mode))
         .with_context(|| format!("securing {}", base.display()))?;
-    let dir = base.join(&ids.sandbox_id);
-    std::fs::create_dir(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    // One directory per proxy, not per sandbox: under `serve` every session
+    // of an agent's sandbox has a proxy of its own (issue 32: a second
+    // session failed with EEXIST). The pid and a counter keep concurrent
+    // proxies apart; what a killed process left behind is reclaimed first.
+    reclaim_stale_proxy_dirs(&base);
+    let dir = base.join(format!(
+        "{}.{}.{}",
+        ids.sandbox_id,
+        std::process::id(),
+        PROXY_SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ));
+    match std::fs::create_dir(&dir) {
+        Ok(()) => {}
+        // the same pid and counter as a dead process's leftover: ours now
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            std::fs::remove_dir_all(&dir)
+                .and_then(|()| std::fs::create_dir(&dir))
+                .with_context(|| format!("creating {}", dir.display()))?;
+        }
+        Err(e) => return Err(e).with_context(|| format!("creating {}", dir.display())),
+    }
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode))
         .with_context(|| format!("securing {}", dir.display()))?;
     let running = Running {

@@ -402,8 +402,10 @@ fn sandboxed(mode: Mode, policy: Option<PathBuf>, command: Vec<OsString>) -> Res
     let mut loaded = preflight::load(policy.as_deref()).map_err(|e| Failure::at("policy", e))?;
     if let Mode::Learn(options) = &mode {
         let learning = learn::prepare(&mut loaded, options).map_err(|e| Failure::at("learn", e))?;
-        let spec =
+        let mut spec =
             preflight::spec(&loaded, command, stdio).map_err(|e| Failure::at("policy", e))?;
+        // the server runs exactly as `run` runs it: its runtime discovered
+        runtime_for(&mut loaded, &mut spec, true)?;
         return learning.run(loaded, spec);
     }
     let command = match mode {
@@ -412,16 +414,8 @@ fn sandboxed(mode: Mode, policy: Option<PathBuf>, command: Vec<OsString>) -> Res
     };
     let mut spec =
         preflight::spec(&loaded, command, stdio).map_err(|e| Failure::at("policy", e))?;
-    // the degraded tier has no mount namespace: the command sees the
-    // host's paths and nothing can be mounted (asked only of a policy that
-    // accepts that tier, before any thread exists)
-    let degraded = loaded.policy.sandbox.dangerously_allow_degraded
-        && !mcpbox_sandbox::doctor::user_namespaces_work();
     if !matches!(mode, Mode::Builtin(_)) {
-        let given = spec.argv.clone();
-        let discover = loaded.policy.runtime.discover && !degraded;
-        loaded.runtime = discover_runtime(&loaded, &mut spec, mode == Mode::Run, discover)?;
-        loaded.argv = (given != spec.argv).then_some(given);
+        runtime_for(&mut loaded, &mut spec, mode == Mode::Run)?;
     }
     match mode {
         Mode::Exec => exec(&loaded, spec),
@@ -433,44 +427,32 @@ fn sandboxed(mode: Mode, policy: Option<PathBuf>, command: Vec<OsString>) -> Res
     }
 }
 
-/// Runtime discovery for `exec` and `run` (docs/runtime.md): a package
-/// runner's registry checked (always: it mounts nothing) and, with
-/// `discover`, its cache given and what the command needs mounted, each
-/// mount reported on stderr; returns the record of the mounts for
-/// `session_start` (null without `discover`). `asks`: an unlisted
-/// registry can be put to the host (`run`).
-fn discover_runtime(
-    loaded: &preflight::Loaded,
+/// Runtime discovery for `exec`, `run` and `learn` (docs/runtime.md,
+/// [`runtime::prepare`]), each line of its report on stderr; the record
+/// of the mounts kept for `session_start`, and the command as given when
+/// it now runs by another path. `asks`: an unlisted registry can be put
+/// to the host.
+fn runtime_for(
+    loaded: &mut preflight::Loaded,
     spec: &mut mcpbox_sandbox::Spec,
     asks: bool,
-    discover: bool,
-) -> Result<serde_json::Value, Failure> {
-    let state = state::state_dir();
-    let runner = runtime::prepare_runner(spec, &loaded.policy, &state, asks, discover)
-        .map_err(|e| Failure::at("runtime", e))?;
-    if !discover {
-        return Ok(serde_json::Value::Null);
-    }
-    if let Some((r, Some(dir))) = &runner {
-        eprintln!(
-            "mcpbox: runtime: mounted {} read-write ({}'s cache for this server)",
-            dir.display(),
-            r.tool
-        );
-    }
+) -> Result<(), Failure> {
+    // the degraded tier has no mount namespace: the command sees the
+    // host's paths and nothing can be mounted (asked only of a policy that
+    // accepts that tier, before any thread exists)
+    let degraded = loaded.policy.sandbox.dangerously_allow_degraded
+        && !mcpbox_sandbox::doctor::user_namespaces_work();
+    let discover = loaded.policy.runtime.discover && !degraded;
+    let given = spec.argv.clone();
     let path = std::env::var_os("PATH").unwrap_or_default();
-    let found = runtime::discover(spec, &path).map_err(|e| Failure::at("runtime", e))?;
-    for note in &found.notes {
-        eprintln!("mcpbox: runtime: {note}");
+    let done = runtime::prepare(&loaded.policy, spec, asks, discover, true, &path)
+        .map_err(|e| Failure::at("runtime", e))?;
+    for line in &done.lines {
+        eprintln!("mcpbox: runtime: {line}");
     }
-    for m in &found.mounts {
-        eprintln!(
-            "mcpbox: runtime: mounted {} read-only ({})",
-            m.path.display(),
-            m.reason
-        );
-    }
-    Ok(found.audit_detail())
+    loaded.runtime = done.audit;
+    loaded.argv = (given != spec.argv).then_some(given);
+    Ok(())
 }
 
 /// `mcpbox serve`: signals blocked before any thread, as for `run`.
@@ -483,6 +465,9 @@ fn serve(config: &std::path::Path) -> Result<i32, Failure> {
 
 /// Prints a failure and turns the code into the process's exit status.
 fn finish(result: Result<i32, Failure>) -> ExitCode {
+    // a host command still running (a notifier, a revoke) ends with us:
+    // its whole process group (host_command.rs)
+    mcpbox_gateway::host_command::kill_running();
     let code = match result {
         Ok(code) => code,
         Err(f) => {

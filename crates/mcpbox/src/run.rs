@@ -391,6 +391,7 @@ pub fn run_with(
         let name = loaded.policy.name().to_string();
         broker.set_notifier(crate::approvals::notifier(
             [(name, argv.clone())].into_iter().collect(),
+            audit.clone(),
         ));
     }
     let relay = relay.broker(broker.clone());

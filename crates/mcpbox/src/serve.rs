@@ -56,9 +56,27 @@ enum Place {
     /// In a sandbox of its own per session: this command; `builtin` when
     /// it is the built-in server (the binary is bound in, and the
     /// gateway checks its tools' arguments).
-    Sandbox { argv: Vec<OsString>, builtin: bool },
+    Sandbox {
+        argv: Vec<OsString>,
+        builtin: bool,
+        /// What runtime discovery made of the command's spec, once at
+        /// start (None for the built-in server, which is bound in).
+        runtime: Option<Runtime>,
+    },
     /// Elsewhere, reached over Streamable HTTP.
     Remote(Arc<Remote>),
+}
+
+/// A server's command as runtime discovery left its spec (docs/runtime.md):
+/// the command (a bare name found on PATH runs by its path), the
+/// environment (PATH, a runner's cache) and the mounts. Discovered once at
+/// start, as `run` does at its start; each session's spec, made by the same
+/// `preflight::spec`, takes these three.
+#[derive(Debug, Clone)]
+struct Runtime {
+    argv: Vec<OsString>,
+    env: Vec<(OsString, OsString)>,
+    mounts: Vec<mcpbox_sandbox::BindMount>,
 }
 
 /// Opens sessions, each in the sandbox of its client, server and task.
@@ -187,16 +205,22 @@ fn prepare(cfg: &ServeConfig) -> anyhow::Result<(Settings, Arc<dyn Backend>, Arc
             }
         }
     }
-    for ((i, s), loaded) in cfg.servers.iter().enumerate().zip(all) {
+    for ((i, s), mut loaded) in cfg.servers.iter().enumerate().zip(all) {
         let at = format!("servers[{i}] ({})", s.name);
         let place = match &s.upstream {
-            Upstream::Command(argv) => Place::Sandbox {
-                argv: argv.iter().map(OsString::from).collect(),
-                builtin: false,
-            },
+            Upstream::Command(argv) => {
+                let argv = argv.iter().map(OsString::from).collect::<Vec<_>>();
+                let runtime = discover_runtime(&at, s, &mut loaded, &argv)?;
+                Place::Sandbox {
+                    argv,
+                    builtin: false,
+                    runtime: Some(runtime),
+                }
+            }
             Upstream::Builtin(_) => Place::Sandbox {
                 argv: crate::builtin::argv(&loaded.policy).with_context(|| at.clone())?,
                 builtin: true,
+                runtime: None,
             },
             Upstream::Url(url) => Place::Remote(Arc::new(
                 remote(&loaded, url).with_context(|| format!("{at}: url {url}"))?,
@@ -277,7 +301,7 @@ fn prepare(cfg: &ServeConfig) -> anyhow::Result<(Settings, Arc<dyn Backend>, Arc
         })
         .collect();
     if !notify.is_empty() {
-        broker.set_notifier(crate::approvals::notifier(notify));
+        broker.set_notifier(crate::approvals::notifier(notify, audit.clone()));
     }
     let _ = life.desk.set(crate::approvals::BrokerDesk(broker.clone()));
     let backend = Sandboxes {
@@ -375,6 +399,35 @@ fn check_sandboxed(
     Ok(())
 }
 
+/// Runtime discovery for a server's command, as `run` makes it
+/// ([`crate::runtime::prepare`]), each line said once on stderr with the
+/// server's name; the mounts recorded in every session's `session_start`.
+fn discover_runtime(
+    at: &str,
+    s: &mcpbox_policy::serve::Server,
+    loaded: &mut Loaded,
+    argv: &[OsString],
+) -> anyhow::Result<Runtime> {
+    let mut spec = preflight::spec(loaded, argv.to_vec(), mcpbox_sandbox::Stdio::Piped)
+        .with_context(|| format!("{at}: policy {}", s.policy.display()))?;
+    let degraded = loaded.policy.sandbox.dangerously_allow_degraded
+        && !mcpbox_sandbox::doctor::user_namespaces_work();
+    let discover = loaded.policy.runtime.discover && !degraded;
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let done = crate::runtime::prepare(&loaded.policy, &mut spec, true, discover, false, &path)
+        .with_context(|| format!("{at}: runtime"))?;
+    for line in &done.lines {
+        eprintln!("mcpbox: {at}: runtime: {line}");
+    }
+    loaded.runtime = done.audit;
+    loaded.argv = (spec.argv != argv).then(|| argv.to_vec());
+    Ok(Runtime {
+        argv: spec.argv,
+        env: spec.env,
+        mounts: spec.mounts,
+    })
+}
+
 /// The roots that verify an https upstream: `SSL_CERT_FILE` when set (as
 /// OpenSSL and most TLS clients read it), else the system bundle.
 fn ca_file() -> PathBuf {
@@ -449,7 +502,11 @@ impl Backend for Sandboxes {
             .get(&open.server)
             .ok_or_else(|| format!("no server {}", open.server))?;
         match &server.place {
-            Place::Sandbox { argv, builtin } => open_sandbox(self, server, argv, *builtin, open),
+            Place::Sandbox {
+                argv,
+                builtin,
+                runtime,
+            } => open_sandbox(self, server, argv, *builtin, runtime.as_ref(), open),
             Place::Remote(remote) => open_remote(server, remote, open, &self.broker),
         }
         .map_err(|e| match e.downcast_ref::<lifecycle::SandboxLimit>() {
@@ -508,10 +565,16 @@ fn open_sandbox(
     server: &Server,
     argv: &[OsString],
     builtin: bool,
+    runtime: Option<&Runtime>,
     open: &Open,
 ) -> anyhow::Result<Opened> {
     let loaded = &server.loaded;
     let mut spec = preflight::spec(loaded, argv.to_vec(), mcpbox_sandbox::Stdio::Piped)?;
+    if let Some(rt) = runtime {
+        spec.argv = rt.argv.clone();
+        spec.env = rt.env.clone();
+        spec.mounts = rt.mounts.clone();
+    }
     if builtin {
         crate::builtin::add_binary(&mut spec)?;
     }
@@ -626,7 +689,10 @@ fn spawn_signal_thread(stop: tokio::sync::oneshot::Sender<()>) -> anyhow::Result
                         let _ = s.send(());
                     }
                     // a second signal: the orderly stop is taking too long
-                    None => std::process::exit(130),
+                    None => {
+                        mcpbox_gateway::host_command::kill_running();
+                        std::process::exit(130)
+                    }
                 }
             }
         })

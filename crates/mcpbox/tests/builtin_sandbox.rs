@@ -343,3 +343,176 @@ fn builtin_unknown_name_is_a_clear_error() {
         "{err}"
     );
 }
+
+/// Issue 32: the README's example (no `[filesystem] output`) printed `no
+/// origin snapshot for reset` at every start, and reset then failed. Now it
+/// starts clean, and snapshot, restore and reset work on tmp alone.
+#[test]
+fn builtin_without_an_output_folder_starts_clean_and_resets() {
+    let ws = Workspace::new();
+    let policy = ws.raw_policy("[server]\nname = \"sandbox\"\n[tools]\ndefault = \"allow\"\n");
+    let state = ws.path().join("state");
+    let mut s = start_builtin(&policy, &state);
+    s.initialize();
+    let write = |s: &mut Session, text: &str| {
+        let r = s.call(
+            "write_file",
+            json!({"path": "/workspace/tmp/notes.txt", "content": text}),
+        );
+        assert!(r["result"]["isError"] != json!(true), "{r}");
+    };
+    let read = |s: &mut Session| {
+        let r = s.call("read_file", json!({"path": "/workspace/tmp/notes.txt"}));
+        r.to_string()
+    };
+    write(&mut s, "first");
+    let r = s.call("snapshot", json!({"name": "one"}));
+    assert!(r["result"]["isError"] != json!(true), "{r}");
+    write(&mut s, "second");
+    let r = s.call("restore", json!({"name": "one"}));
+    assert!(r["result"]["isError"] != json!(true), "{r}");
+    assert!(read(&mut s).contains("first"), "{}", read(&mut s));
+    let r = s.call("reset", json!({}));
+    assert!(r["result"]["isError"] != json!(true), "{r}");
+    assert!(!read(&mut s).contains("first"), "reset kept the file");
+    let err = s.stderr();
+    assert!(!err.contains("mcpbox-sandbox:"), "{err}");
+}
+
+/// Issue 32: concurrent sessions of one agent on the built-in server under
+/// serve, with network egress, a tmp size and a secret in its policy, all
+/// share its one sandbox.
+#[test]
+fn builtin_under_serve_takes_many_sessions_of_one_agent_at_once() {
+    let dir = tempfile::Builder::new()
+        .prefix("mcpbox-serve-")
+        .tempdir()
+        .unwrap();
+    let policy = "[server]\nname = \"sandbox\"\n[filesystem]\ntmp = \"16MiB\"\n\
+                  [network]\nallow = [\"dev.test:18971\"]\n\
+                  [secrets.OWN_TOKEN]\nfrom_env = \"T_OWN\"\n[tools]\ndefault = \"allow\"\n";
+    std::fs::write(dir.path().join("sandbox.toml"), policy).unwrap();
+    let config = format!(
+        "[listen]\naddress = \"127.0.0.1:0\"\n\
+         [[clients]]\nname = \"alice\"\ntoken = {{ from_env = \"T_ALICE\" }}\n\
+         [[servers]]\nname = \"sandbox\"\nbuiltin = \"sandbox\"\npolicy = \"{}\"\n",
+        dir.path().join("sandbox.toml").display(),
+    );
+    let gw = Gateway::start_config_env(dir, &config, &[("T_OWN", "builtin-secret-77a1")]);
+    let mut sessions: Vec<_> = (0..3)
+        .map(|_| {
+            let mut m = gw.mcp("sandbox", Some(ALICE));
+            m.initialize();
+            m
+        })
+        .collect();
+    for (i, m) in sessions.iter_mut().enumerate() {
+        let r = m.call(
+            "write_file",
+            json!({"path": format!("/workspace/tmp/c{i}.txt"), "content": format!("c{i}")}),
+        );
+        assert!(
+            r["result"]["isError"] != json!(true),
+            "{r}\n{}",
+            gw.stderr()
+        );
+    }
+    for m in sessions.iter_mut() {
+        for i in 0..3 {
+            let r = m.call(
+                "read_file",
+                json!({"path": format!("/workspace/tmp/c{i}.txt")}),
+            );
+            assert!(r.to_string().contains(&format!("c{i}")), "{r}");
+        }
+    }
+}
+
+/// A snapshot archive, crafted as an attacker would: well-formed, every
+/// digest right, and holding `tmp/.mcpbox/x`, the server's own state.
+fn crafted_checkpoint() -> Vec<u8> {
+    let script = r#"
+import hashlib, io, json, sys, tarfile
+data = b"planted"
+entries = [
+    {"path": "output", "kind": "dir", "size": 0, "mode": "0755"},
+    {"path": "tmp", "kind": "dir", "size": 0, "mode": "0755"},
+    {"path": "tmp/.mcpbox", "kind": "dir", "size": 0, "mode": "0755"},
+    {"path": "tmp/.mcpbox/x", "kind": "file", "size": len(data), "mode": "0644",
+     "sha256": hashlib.sha256(data).hexdigest()},
+]
+manifest = json.dumps({"format": "mcpbox-snapshot/1", "parts": ["output", "tmp"],
+                       "entries": entries}).encode()
+buf = io.BytesIO()
+with tarfile.open(fileobj=buf, mode="w:gz", format=tarfile.GNU_FORMAT) as t:
+    def add(name, body=None):
+        i = tarfile.TarInfo(name)
+        if body is None:
+            i.type, i.mode = tarfile.DIRTYPE, 0o755
+            t.addfile(i)
+        else:
+            i.size, i.mode = len(body), 0o644
+            t.addfile(i, io.BytesIO(body))
+    add("MANIFEST.json", manifest)
+    for e in entries:
+        add(e["path"], data if e["kind"] == "file" else None)
+sys.stdout.buffer.write(buf.getvalue())
+"#;
+    let out = Command::new("python3")
+        .args(["-c", script])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
+/// Issue 26: a checkpoint that names the server's own state passed the
+/// checks, the workspace was emptied, and the restore failed half-way. Now
+/// it is refused with the workspace exactly as it was.
+#[test]
+fn a_crafted_checkpoint_naming_the_servers_state_is_refused_with_nothing_removed() {
+    use std::io::Write as _;
+    let ws = Workspace::new();
+    let policy = ws.raw_policy("[server]\nname = \"sandbox\"\n[tools]\ndefault = \"allow\"\n");
+    let state = ws.path().join("state");
+    let mut s = start_builtin(&policy, &state);
+    s.initialize();
+    let mut enc = Command::new("base64")
+        .arg("-w0")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    enc.stdin
+        .take()
+        .unwrap()
+        .write_all(&crafted_checkpoint())
+        .unwrap();
+    let b64 = String::from_utf8(enc.wait_with_output().unwrap().stdout).unwrap();
+    let r = s.call(
+        "write_file",
+        json!({"path": "/workspace/tmp/evil.tar.gz", "content_base64": b64}),
+    );
+    assert!(r["result"]["isError"] != json!(true), "{r}");
+    let r = s.call(
+        "exec",
+        json!({"command": "mkdir -p /workspace/tmp/.mcpbox/snapshots && cp /workspace/tmp/evil.tar.gz /workspace/tmp/.mcpbox/snapshots/evil.tar.gz && echo planted"}),
+    );
+    assert!(r.to_string().contains("planted"), "{r}");
+    let r = s.call(
+        "write_file",
+        json!({"path": "/workspace/tmp/work.txt", "content": "acknowledged work"}),
+    );
+    assert!(r["result"]["isError"] != json!(true), "{r}");
+    let r = s.call("restore", json!({"name": "evil"}));
+    assert!(
+        r["result"]["isError"] == json!(true) && r.to_string().contains("own state"),
+        "{r}"
+    );
+    let r = s.call("read_file", json!({"path": "/workspace/tmp/work.txt"}));
+    assert!(r.to_string().contains("acknowledged work"), "{r}");
+}

@@ -375,3 +375,47 @@ fn audit_since_takes_a_relative_time_as_the_help_writes_it() {
     assert!(!err.contains("unexpected argument"), "{err}");
     assert!(err.contains("no audit log at"), "{err}");
 }
+
+/// Issue 32: doctor says where state and audit go, from which variable,
+/// and that a host's mcpbox does not see a shell's MCPBOX_STATE_DIR.
+#[test]
+fn doctor_says_where_state_and_audit_go_and_that_hosts_start_with_their_own_environment() {
+    let ws = Workspace::new();
+    let state = ws.path().join("state");
+    let out = std::process::Command::new(common::mcpbox())
+        .arg("doctor")
+        .env("MCPBOX_STATE_DIR", &state)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&format!(
+            "state: {} (from MCPBOX_STATE_DIR)",
+            state.display()
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("audit: {}", state.join("audit.db").display())),
+        "{text}"
+    );
+    assert!(
+        text.contains("MCPBOX_STATE_DIR set in a shell does not reach it"),
+        "{text}"
+    );
+    let out = std::process::Command::new(common::mcpbox())
+        .arg("doctor")
+        .env_remove("MCPBOX_STATE_DIR")
+        .env_remove("XDG_STATE_HOME")
+        .env("HOME", ws.path())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&format!(
+            "state: {} (from the default, $HOME/.local/state/mcpbox)",
+            ws.path().join(".local/state/mcpbox").display()
+        )),
+        "{text}"
+    );
+}

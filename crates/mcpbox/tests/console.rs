@@ -162,6 +162,52 @@ fn console_url_is_printed_and_kept_in_a_private_file_removed_at_exit() {
     drop(ws);
 }
 
+/// Issue 32: `approvals list` named the consoles of processes killed with
+/// -9 for ever. A console directory whose pid is gone is neither listed nor
+/// kept; one whose pid was reused by another program is not listed.
+#[test]
+fn approvals_list_names_live_consoles_only() {
+    let c = Console::start();
+    let run = c.ws.path().join("run/mcpbox");
+    let mut gone = std::process::Command::new("true").spawn().unwrap();
+    let dead = gone.id();
+    gone.wait().unwrap();
+    let stale = |pid: u32, port: u16| {
+        let d = run.join(format!("console-{pid}"));
+        std::fs::create_dir(&d).unwrap();
+        std::fs::write(
+            d.join("console.url"),
+            format!("http://127.0.0.1:{port}/#token=00\n"),
+        )
+        .unwrap();
+        d
+    };
+    let dead_dir = stale(dead, 1);
+    // this test's own process: alive, but not an mcpbox with a console
+    let reused_dir = stale(std::process::id(), 2);
+    let out = std::process::Command::new(common::mcpbox())
+        .args(["approvals", "list"])
+        .env("XDG_RUNTIME_DIR", c.ws.path().join("run"))
+        .env("MCPBOX_STATE_DIR", c.ws.path().join("state"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains(&format!("console: {}", c.url)), "{text}");
+    assert!(
+        !text.contains("127.0.0.1:1/"),
+        "a dead console is listed: {text}"
+    );
+    assert!(
+        !text.contains("127.0.0.1:2/"),
+        "a reused pid is listed: {text}"
+    );
+    assert!(!dead_dir.exists(), "a dead console's directory is kept");
+    assert!(
+        reused_dir.exists(),
+        "a live process's directory was removed"
+    );
+}
+
 #[test]
 fn console_without_the_token_gets_401_and_no_data() {
     let c = Console::start();
@@ -477,9 +523,202 @@ fn sandboxed_code_cannot_reach_the_console() {
         .collect();
     assert_eq!(answers.len(), 6, "{out}");
     for a in answers {
-        assert!(!a.contains(" 200 ") && !a.contains("401"), "{a}");
-        assert!(a.contains(" 403 ") || a.contains(" 400 "), "{a}");
+        // the status line after the request line (whose port may hold
+        // "401" or " 200 " by chance)
+        let status = a.rsplit_once("' ").map_or(a, |(_, s)| s);
+        assert!(!status.contains(" 200 ") && !status.contains(" 401"), "{a}");
+        assert!(status.contains(" 403 ") || status.contains(" 400 "), "{a}");
     }
     // the console saw none of it: still fine, and nothing answered
     assert_eq!(c.get("/api/approvals").status, 200);
+}
+
+/// Another local user's attack on the console's connections, in Python so
+/// that the same program runs as any user: `N` connections, a quarter
+/// each idle, sending a head one byte at a time (slowloris), sending a
+/// request without the token, and one with a wrong token, each reopened
+/// as soon as the console closes it, until stdin ends. It prints
+/// `holding N` once they are open, and at the end how many answers it got
+/// and how many of them said `Connection: close` and were followed by
+/// the connection's end.
+const HOLD: &str = r#"
+import os, socket, sys, threading, time
+port, n = int(sys.argv[1]), int(sys.argv[2])
+head = f"GET /api/approvals HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+first = [b"", b"G", (head + "\r\n").encode(), (head + "Authorization: Bearer " + "0" * 64 + "\r\n\r\n").encode()]
+stats = {"opened": 0, "answers": 0, "closing_answers": 0, "closed": 0}
+def open_one(kind):
+    s = socket.socket()
+    s.settimeout(5)
+    try:
+        s.connect(("127.0.0.1", port))
+        s.sendall(first[kind])
+    except OSError:
+        s.close()
+        return None
+    s.setblocking(False)
+    stats["opened"] += 1
+    return [kind, s, b""]
+conns = [c for c in (open_one(i % 4) for i in range(n)) if c]
+print("holding", len(conns), os.getuid(), flush=True)
+stop = threading.Event()
+threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
+while not stop.is_set():
+    for c in conns:
+        kind, s, got = c
+        closed = False
+        try:
+            while True:
+                d = s.recv(65536)
+                if not d:
+                    closed = True
+                    break
+                c[2] = got = got + d
+        except BlockingIOError:
+            pass
+        except OSError:
+            closed = True
+        if not closed and kind == 1:
+            try:
+                s.send(b"E")
+            except OSError:
+                closed = True
+        if closed:
+            stats["closed"] += 1
+            if got:
+                stats["answers"] += 1
+                if b"connection: close" in got.lower():
+                    stats["closing_answers"] += 1
+            s.close()
+            fresh = open_one(kind)
+            if fresh:
+                c[:] = fresh
+    time.sleep(0.05)
+print("stats", stats["opened"], stats["answers"], stats["closing_answers"], stats["closed"], flush=True)
+"#;
+
+/// The attacker above, started with `wrap` in front of `python3` (e.g.
+/// `runuser -u USER --`), once it holds its connections.
+struct Attacker {
+    child: std::process::Child,
+    /// The uid it runs as.
+    uid: u32,
+    out: std::io::BufReader<std::process::ChildStdout>,
+}
+
+impl Attacker {
+    fn start(wrap: &[&str], port: u16, n: usize) -> Attacker {
+        use std::io::BufRead;
+        let mut argv: Vec<String> = wrap.iter().map(|s| s.to_string()).collect();
+        argv.extend(["python3", "-c", HOLD].map(String::from));
+        argv.extend([port.to_string(), n.to_string()]);
+        let mut child = std::process::Command::new(&argv[0])
+            .args(&argv[1..])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        let words: Vec<&str> = line
+            .strip_prefix("holding ")
+            .unwrap_or_else(|| panic!("the attacker did not start: {line:?}"))
+            .split_whitespace()
+            .collect();
+        let held: usize = words[0].parse().unwrap();
+        assert_eq!(held, n, "every attacking connection was accepted");
+        let uid = words[1].parse().unwrap();
+        Attacker { child, uid, out }
+    }
+
+    /// Stops it: (opened, answers, answers that said close, closed).
+    fn stop(mut self) -> [u64; 4] {
+        use std::io::BufRead;
+        drop(self.child.stdin.take());
+        let mut line = String::new();
+        self.out.read_line(&mut line).unwrap();
+        let _ = self.child.wait();
+        let v: Vec<u64> = line
+            .strip_prefix("stats ")
+            .unwrap_or_else(|| panic!("no stats: {line:?}"))
+            .split_whitespace()
+            .map(|x| x.parse().unwrap())
+            .collect();
+        [v[0], v[1], v[2], v[3]]
+    }
+}
+
+/// While connections without the token are held (more than the console
+/// has places for), the owner lists the approvals, approves a held call,
+/// and the call completes.
+fn owner_approves_while(attacker: Attacker, c: &mut Console, id: u64) {
+    let approval = c.held_call(id, "approved despite the crowd");
+    let r = request(
+        c.port,
+        "POST",
+        &format!("/api/approvals/{approval}/approve"),
+        &[("Authorization", &c.bearer()), ("Origin", &c.origin())],
+        r#"{"scope":"once"}"#,
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    let answer = c.response(id);
+    assert_eq!(
+        common::mcp::result_text(&answer),
+        "approved despite the crowd",
+        "{answer}"
+    );
+    // the owner can still read the API, again and again
+    for _ in 0..20 {
+        assert_eq!(c.get("/api/approvals").status, 200);
+    }
+    let [opened, answers, closing, closed] = attacker.stop();
+    eprintln!("attacker: {opened} opened, {answers} answered, {closing} of them with close, {closed} closed");
+    // the console closed the attacker's connections, not only answered
+    // them: with the answer when there was one, and that answer said so
+    assert!(closed > 0, "no attacking connection was closed");
+    assert!(opened > 100, "{opened}");
+    assert_eq!(
+        answers, closing,
+        "an answer without the token kept its connection open"
+    );
+}
+
+#[test]
+fn connections_without_the_token_cannot_lock_the_owner_out_of_the_console() {
+    let mut c = Console::start();
+    let attacker = Attacker::start(&[], c.port, 200);
+    owner_approves_while(attacker, &mut c, 11);
+}
+
+/// The local user the console's lockout test runs as (created when
+/// missing; an existing one is used).
+const LOCAL_USER: &str = "mcpbox-lockout";
+
+#[test]
+fn another_local_user_cannot_lock_the_owner_out_of_the_console() {
+    if !common::is_root() {
+        eprintln!("skipped: creating another local user needs root");
+        return;
+    }
+    let made = std::process::Command::new("useradd")
+        .args([
+            "--system",
+            "--no-create-home",
+            "--shell",
+            "/usr/sbin/nologin",
+            LOCAL_USER,
+        ])
+        .output()
+        .unwrap();
+    // 9: the user exists already
+    assert!(
+        made.status.success() || made.status.code() == Some(9),
+        "useradd: {}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let mut c = Console::start();
+    let attacker = Attacker::start(&["runuser", "-u", LOCAL_USER, "--"], c.port, 200);
+    assert_ne!(attacker.uid, 0, "the attacker runs as another user");
+    owner_approves_while(attacker, &mut c, 12);
 }

@@ -191,6 +191,107 @@ fn allowed_name_resolving_to_loopback_is_refused() {
     assert_eq!(body, "HTTP 403 network.loopback_address");
 }
 
+/// Python inside the sandbox fetching `url` with the environment mcpbox
+/// gives it, as a server would (no proxy setting changed); prints the body,
+/// `HTTP <code> <reason header> <body>`, or the error.
+const FETCH_AS_GIVEN: &str = r#"
+import sys, urllib.request, urllib.error
+try:
+    print(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())
+except urllib.error.HTTPError as e:
+    print("HTTP", e.code, e.headers.get("X-Mcpbox-Reason"), e.read().decode())
+except Exception as e:
+    print("ERROR", type(e).__name__, e)
+"#;
+
+/// Issue 32: a service on the user's own machine is opened by naming its
+/// port in `[network] local`; the request goes through the proxy (loopback
+/// names no longer bypass it) and is recorded with the rule that opened it.
+#[test]
+fn network_local_lets_the_server_reach_a_service_on_this_machine_through_the_proxy() {
+    let port = upstream("hello from the developer's machine");
+    let ws = Workspace::new();
+    let p = ws.policy(&format!(
+        "[audit]\npath = \"audit.db\"\n[network]\nlocal = [\"localhost:{port}\"]\n"
+    ));
+    for url in [
+        format!("http://localhost:{port}/"),
+        format!("http://127.0.0.1:{port}/"),
+    ] {
+        let out = exec_python(&p, FETCH_AS_GIVEN, &[&url]);
+        let body = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(
+            body.trim(),
+            "hello from the developer's machine",
+            "{url}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let events = common::audit::events(&ws.path().join("audit.db"));
+    for host in ["localhost", "127.0.0.1"] {
+        let to = common::audit::network_to(&events, host);
+        assert_eq!(to.len(), 1, "{events:#?}");
+        assert_eq!(to[0]["decision"], "allow", "{to:#?}");
+        assert_eq!(to[0]["reason"], "network.local", "{to:#?}");
+        assert_eq!(
+            to[0]["source"],
+            format!("network.local[0] \"localhost:{port}\""),
+            "{to:#?}"
+        );
+    }
+    // `mcpbox check` says what the key opens
+    let out = common::run(&["check", p.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains(&format!("network.local[0] \"localhost:{port}\" lets the sandbox reach port {port} on this machine's loopback")),
+        "{err}"
+    );
+}
+
+/// Issue 32: a fetch of a page on the user's machine used to fail inside the
+/// server with a bare "connection refused" (it went straight to the
+/// sandbox's own empty loopback), with nothing on mcpbox's side and no
+/// record. Now it reaches the proxy, which refuses it with a reason, a
+/// record, and the key to add.
+#[test]
+fn a_loopback_port_the_policy_does_not_open_is_refused_with_a_record_naming_network_local() {
+    let port = upstream("should not be seen");
+    let ws = Workspace::new();
+    // network on (an unrelated host, and unlisted hosts asked for): loopback
+    // is still refused at once, never put to a human
+    let p = ws.policy(&format!(
+        "[audit]\npath = \"audit.db\"\n[network]\nallow = [\"api.example.com\"]\nunlisted = \"approve\"\nlocal = [\"localhost:{}\"]\n",
+        if port == 1 { 2 } else { port - 1 }
+    ));
+    let out = exec_python(
+        &p,
+        FETCH_AS_GIVEN,
+        &[&format!("http://localhost:{port}/page")],
+    );
+    let body = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        body.starts_with("HTTP 403 network.local_unlisted"),
+        "{body}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        body.contains(&format!("[network] local = [\"localhost:{port}\"]")),
+        "the refusal names the key to add: {body}"
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("network.local_unlisted") && err.contains("[network] local"),
+        "mcpbox says it too: {err}"
+    );
+    let events = common::audit::events(&ws.path().join("audit.db"));
+    let to = common::audit::network_to(&events, "localhost");
+    assert_eq!(to.len(), 1, "{events:#?}");
+    assert_eq!(to[0]["decision"], "deny", "{to:#?}");
+    assert_eq!(to[0]["reason"], "network.local_unlisted", "{to:#?}");
+    assert_eq!(to[0]["source"], "network.local", "{to:#?}");
+}
+
 #[test]
 fn ip_literal_is_refused_unless_listed() {
     let port = upstream("should not be seen");

@@ -425,3 +425,47 @@ fn learned_allow_exec_lets_the_program_seen_run_and_refuses_one_never_seen() {
     assert!(!r.to_string().contains("the notes"), "{r}");
     finish_ok(s);
 }
+
+/// Issue 32: `learn` runs the server as `run` does, its runtime discovered
+/// (a global npm command by the path of its `bin` link, no hand-written
+/// mount), and where that runtime lives under the host's /tmp, which the
+/// sandbox also has (its own, writable), the program on the read-only
+/// mount is still proposed for `allow_exec` (as root), and the proposal
+/// runs the same session.
+#[test]
+fn learn_discovers_a_runtime_under_tmp_and_proposes_its_program() {
+    let installs = tempfile::Builder::new()
+        .prefix("mcpbox-installs-")
+        .tempdir_in("/tmp")
+        .unwrap();
+    let shape = common::runtimes::global_npm_server(installs.path());
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(installs.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let ws = Workspace::new();
+    let base = ws.raw_policy(
+        "[filesystem]\ninput = \"input\"\noutput = \"output\"\n[audit]\npath = \"audit.db\"\n",
+    );
+    let server = vec![shape.command.clone()];
+    let proposed = ws.path().join("npm.toml");
+    let mut s = start(&ws, &learn_args(&base, &proposed, &server));
+    s.initialize();
+    let r = s.call("greet", json!({"name": "sandbox"}));
+    assert_eq!(result_text(&r), shape.answer, "{r}\n{}", s.stderr());
+    finish_ok(s);
+    let text = std::fs::read_to_string(&proposed).expect("the proposal was written");
+    check(&proposed);
+    if common::is_root() {
+        assert!(
+            rules(&text).contains(&format!("\"{}\",", shape.command)),
+            "the program under /tmp is proposed: {text}"
+        );
+        assert!(!text.contains("is on a writable mount"), "{text}");
+    }
+    let mut s = start(&ws, &run_args(&proposed, &server));
+    s.initialize();
+    let r = s.call("greet", json!({"name": "sandbox"}));
+    assert_eq!(result_text(&r), shape.answer, "{r}\n{}", s.stderr());
+    finish_ok(s);
+}

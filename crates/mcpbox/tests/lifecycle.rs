@@ -968,6 +968,113 @@ fn check_refuses_a_template_whose_base_is_missing_or_whose_snapshot_is_crafted()
     );
 }
 
+/// Whether process `pid` runs (exists and is no zombie), after a moment
+/// for a SIGKILL already sent to land.
+fn still_runs(pid: &str) -> bool {
+    for _ in 0..300 {
+        let running = std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+            let state = s.rsplit(") ").next().unwrap_or("").chars().next();
+            !matches!(state, Some('Z' | 'X'))
+        });
+        if !running {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    true
+}
+
+#[test]
+fn a_revoke_command_sees_no_client_token_and_dies_whole_at_its_timeout() {
+    let dir = tempfile::Builder::new()
+        .prefix("mcpbox-life-")
+        .tempdir()
+        .unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let (dump, pidfile) = (dir.path().join("env.txt"), dir.path().join("pid"));
+    // dumps its environment, leaves a grandchild, outlives its timeout
+    let policy = format!(
+        "[secrets.API_TOKEN]\nfrom_env = \"LIFE_TOKEN\"\nrevoke = [\"/bin/sh\", \"-c\", \"env > {}; sleep 1000 & echo $! > {}; sleep 1000\"]\n",
+        dump.display(),
+        pidfile.display()
+    );
+    let config = config(
+        dir.path(),
+        "pause = \"off\"\nstop = \"off\"\ndestroy = \"2s\"",
+        &policy,
+        "",
+    );
+    // every client's token variable (T_ALICE, ...) is in serve's
+    // environment, and another secret too
+    let gw = Gateway::start_config_env(
+        dir,
+        &config,
+        &[
+            ("LIFE_TOKEN", "tok-5e1f-value"),
+            ("SECRET_FOO", "foo-81c2e6d0"),
+        ],
+    );
+    let mut a = session(&gw, ALICE);
+    call(
+        &mut a,
+        "write",
+        json!({"path": "/workspace/output/x.txt", "text": "x"}),
+    );
+    // the teardown waits for the revoke command's timeout (10 s)
+    let until = Instant::now() + Duration::from_secs(60);
+    let done = loop {
+        let destroyed = gw
+            .audit()
+            .into_iter()
+            .find(|e| e["kind"] == "lifecycle" && e["detail"]["action"] == "destroyed");
+        if let Some(d) = destroyed {
+            break d;
+        }
+        assert!(Instant::now() < until, "no teardown: {}", gw.stderr());
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let outcome = done["detail"]["revoked"][0]["outcome"].as_str().unwrap();
+    assert!(outcome.starts_with("timed out after 10s"), "{done}");
+    assert!(!done.to_string().contains("tok-5e1f-value"), "{done}");
+    let pid = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .to_string();
+    assert!(
+        !still_runs(&pid),
+        "the revoke command's grandchild {pid} outlived its timeout"
+    );
+    let text = std::fs::read_to_string(&dump).unwrap();
+    for leak in ["T_ALICE", "T_BOB", ALICE, BOB, "SECRET_FOO", "LIFE_TOKEN"] {
+        assert!(
+            !text.contains(leak),
+            "{leak} reached the revoke command:\n{text}"
+        );
+    }
+    for line in text.lines() {
+        let name = line.split('=').next().unwrap();
+        assert!(
+            [
+                "PATH",
+                "HOME",
+                "LANG",
+                "PWD",
+                "SHLVL",
+                "_",
+                "OLDPWD",
+                "MCPBOX_SECRET_NAME",
+                "MCPBOX_SECRET_VALUE"
+            ]
+            .contains(&name),
+            "{name} reached the revoke command:\n{text}"
+        );
+    }
+    assert!(
+        text.contains("MCPBOX_SECRET_VALUE=tok-5e1f-value"),
+        "{text}"
+    );
+}
+
 #[test]
 fn idle_destroy_exports_artifacts_revokes_secrets_and_leaves_nothing() {
     let dir = tempfile::Builder::new()
@@ -1224,4 +1331,191 @@ fn an_artifact_over_the_limit_keeps_the_workspace_until_a_human_approves() {
     assert!(!ws.exists());
     assert!(sandboxes(&gw).is_empty());
     assert_eq!(std::fs::read_to_string(&marker).unwrap(), "once\n");
+}
+
+/// Issue 32: a second session of one agent on a server whose policy opens
+/// the network (its own egress proxy), a tmp size and a secret was refused
+/// with `File exists` while the first was open. Three sessions at once now
+/// share the sandbox, each answers, and a fourth after the first closed too.
+#[test]
+fn many_sessions_of_one_agent_on_a_server_with_egress_tmp_and_secrets_all_start() {
+    let gw = gateway(
+        "",
+        "[filesystem]\ntmp = \"8MiB\"\n[network]\nallow = [\"dev.test:18971\"]\n\
+         [secrets]\nWS_TOKEN = { from_env = \"T_WS_TOKEN\" }\n",
+        &[("T_WS_TOKEN", "ws-secret-0123456789")],
+    );
+    let mut sessions: Vec<Mcp> = (0..3).map(|_| session(&gw, ALICE)).collect();
+    for (i, m) in sessions.iter_mut().enumerate() {
+        let path = format!("/workspace/output/s{i}.txt");
+        call(
+            m,
+            "write",
+            json!({"path": path, "text": format!("from {i}")}),
+        );
+    }
+    // one sandbox, and each session reads what the others wrote
+    let sb = sandbox_of(&gw, "alice");
+    assert_eq!(sb["state"], "running", "{sb}");
+    for m in sessions.iter_mut() {
+        for i in 0..3 {
+            let got = call(
+                m,
+                "read",
+                json!({"path": format!("/workspace/output/s{i}.txt")}),
+            );
+            assert_eq!(got, format!("from {i}"));
+        }
+    }
+    drop(sessions.remove(0));
+    let mut late = session(&gw, ALICE);
+    assert_eq!(
+        call(
+            &mut late,
+            "read",
+            json!({"path": "/workspace/output/s1.txt"})
+        ),
+        "from 1"
+    );
+    assert!(
+        !gw.stderr().contains("File exists"),
+        "gateway log:\n{}",
+        gw.stderr()
+    );
+}
+
+/// Issue 32, with real clients: the Python SDK in its default mode (which
+/// opens a probe session first), twice at once, and once in the stateless
+/// 2026-07-28 mode, on a server with network egress and a secret.
+#[test]
+fn python_sdk_clients_in_both_eras_share_one_sandbox_with_egress() {
+    let gw = gateway(
+        "",
+        "[network]\nallow = [\"dev.test:18971\"]\n\
+         [secrets]\nWS_TOKEN = { from_env = \"T_WS_TOKEN\" }\n",
+        &[("T_WS_TOKEN", "ws-secret-0123456789")],
+    );
+    gw.python_client("many_sessions.py", &[&gw.url("/servers/ws/mcp"), ALICE]);
+    assert_eq!(sandboxes(&gw).len(), 1, "{:?}", sandboxes(&gw));
+}
+
+/// Issue 32: with `placement = "shared"` two servers of one agent share a
+/// sandbox; with network egress in their policy, each session's proxy
+/// needs a place of its own (they all used the sandbox's id).
+#[test]
+fn shared_servers_with_egress_take_many_sessions_at_once() {
+    let dir = tempfile::Builder::new()
+        .prefix("mcpbox-life-")
+        .tempdir()
+        .unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let network = "[network]\nallow = [\"dev.test:18971\"]\n";
+    let mut config = config(dir.path(), "", network, "placement = \"shared\"");
+    let server = dir.path().join("bin/workspace");
+    config.push_str(&format!(
+        "[[servers]]\nname = \"ws2\"\npolicy = \"{}\"\ncommand = [\"{}\"]\nplacement = \"shared\"\n",
+        dir.path().join("ws.toml").display(),
+        server.display(),
+    ));
+    let gw = Gateway::start_config(dir, &config);
+    let mut open: Vec<Mcp> = Vec::new();
+    for server in ["ws", "ws2", "ws", "ws2"] {
+        let mut m = gw.mcp(server, Some(ALICE));
+        m.initialize();
+        open.push(m);
+    }
+    for (i, m) in open.iter_mut().enumerate() {
+        call(
+            m,
+            "write",
+            json!({"path": format!("/workspace/output/s{i}.txt"), "text": format!("{i}")}),
+        );
+    }
+    for m in open.iter_mut() {
+        for i in 0..4 {
+            assert_eq!(
+                call(
+                    m,
+                    "read",
+                    json!({"path": format!("/workspace/output/s{i}.txt")})
+                ),
+                format!("{i}")
+            );
+        }
+    }
+    let alice: Vec<Value> = sandboxes(&gw)
+        .into_iter()
+        .filter(|s| s["agent"] == "alice")
+        .collect();
+    assert_eq!(alice.len(), 1, "{alice:?}");
+    assert_eq!(alice[0]["sessions"], 4);
+}
+
+/// Issue 32: a templated sandbox with egress takes a second session of the
+/// same agent while the first is open; both see the one seeded copy.
+#[test]
+fn a_templated_sandbox_with_egress_takes_a_second_session_at_once() {
+    let dir = tempfile::Builder::new()
+        .prefix("mcpbox-life-")
+        .tempdir()
+        .unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let base = dir.path().join("template");
+    std::fs::create_dir(&base).unwrap();
+    std::fs::write(base.join("seed.txt"), "seed").unwrap();
+    std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let config = template_config(dir.path(), &format!("base = \"{}\"", base.display()));
+    // the policy file the template names gets network egress
+    let ws_toml = std::fs::read_to_string(dir.path().join("ws.toml")).unwrap();
+    std::fs::write(
+        dir.path().join("ws.toml"),
+        format!("{ws_toml}\n[network]\nallow = [\"dev.test:18971\"]\n"),
+    )
+    .unwrap();
+    let gw = Gateway::start_config(dir, &config);
+    let mut a = session(&gw, ALICE);
+    let mut b = session(&gw, ALICE);
+    call(
+        &mut a,
+        "write",
+        json!({"path": "/workspace/output/a.txt", "text": "a"}),
+    );
+    for m in [&mut a, &mut b] {
+        assert_eq!(
+            call(m, "read", json!({"path": "/workspace/input/seed.txt"})),
+            "seed"
+        );
+        assert_eq!(
+            call(m, "read", json!({"path": "/workspace/output/a.txt"})),
+            "a"
+        );
+    }
+    assert_eq!(sandbox_of(&gw, "alice")["sessions"], 2);
+}
+
+/// Issue 26: `sandboxes snapshot --tmp` archived `tmp/.mcpbox`, the
+/// built-in server's own state (its checkpoints and code files). It is
+/// mcpbox's, never part of a sandbox's snapshot.
+#[test]
+fn snapshot_with_tmp_leaves_out_the_builtin_servers_own_state() {
+    let gw = gateway("", "", &[]);
+    let mut a = session(&gw, ALICE);
+    call(&mut a, "mkdir", json!({"path": "/workspace/tmp/.mcpbox"}));
+    for (p, t) in [
+        ("/workspace/tmp/.mcpbox/state.txt", "ours"),
+        ("/workspace/tmp/work.txt", "theirs"),
+    ] {
+        call(&mut a, "write", json!({"path": p, "text": t}));
+    }
+    let id = sandbox_of(&gw, "alice")["id"].as_str().unwrap().to_string();
+    let out = gw.dir.path().join("snap.tar.gz");
+    snapshot(&gw, &id, &out, true);
+    let listing = std::process::Command::new("tar")
+        .arg("-tzf")
+        .arg(&out)
+        .output()
+        .unwrap();
+    let names = String::from_utf8_lossy(&listing.stdout);
+    assert!(names.contains("tmp/work.txt"), "{names}");
+    assert!(!names.contains(".mcpbox"), "{names}");
 }

@@ -130,11 +130,26 @@ fn init_of_every_preset_passes_check_where_its_host_paths_exist() {
             &["init", "--preset", name, "--output", &file],
         );
         assert!(out.status.success(), "{name}: {}", text(&out.stderr));
-        let out = mcpbox_in_state(
-            &project,
-            &state,
-            &["check", &file, &format!("preset:{name}")],
-        );
+        let check = || {
+            mcpbox_in_state(
+                &project,
+                &state,
+                &["check", &file, &format!("preset:{name}")],
+            )
+        };
+        let out = check();
+        if name == "playwright" {
+            // its output folder must exist; said, then made
+            let err = text(&out.stderr);
+            assert!(
+                !out.status.success() && err.contains("playwright-output does not exist"),
+                "{err}"
+            );
+            std::fs::create_dir(project.join("playwright-output")).unwrap();
+            let out = check();
+            assert!(out.status.success(), "{name}: {}", text(&out.stderr));
+            continue;
+        }
         if name == "postgres" && !Path::new("/var/run/postgresql").exists() {
             // the socket directory is the one host path a preset names
             let err = text(&out.stderr);
@@ -488,6 +503,61 @@ fn fetch_preset_asks_for_an_unlisted_host_and_without_an_answer_never_reaches_it
     assert!(to.iter().all(|e| e["decision"] == "deny"), "{to:#?}");
 }
 
+/// Issue 32, as a user met it: the real fetch server, told to fetch a page
+/// of a development server on this machine, failed with a bare connection
+/// error (its request went straight to the sandbox's own loopback) and the
+/// audit had no record. Now the request reaches the proxy: refused with a
+/// record and mcpbox naming the key, and answered once `[network] local`
+/// names the port.
+#[test]
+fn fetch_preset_reaches_a_dev_server_on_this_machine_only_through_network_local() {
+    let dev = Stub::start();
+    dev.route(
+        "/",
+        "text/html",
+        "<html><body><p>local dev page</p></body></html>",
+    );
+    let venv = peer("venv");
+    // the server refuses loopback itself unless told otherwise
+    let server = vec![
+        venv.join("bin/mcp-server-fetch").display().to_string(),
+        "--ignore-robots-txt".into(),
+        "--allow-private-ips".into(),
+    ];
+    let url = format!("http://localhost:{}/", dev.port());
+    for open in [false, true] {
+        let ws = Workspace::new();
+        let local = if open {
+            // merged into the preset's [network], which keeps its other keys
+            format!("[network]\nlocal = [\"localhost:{}\"]\n", dev.port())
+        } else {
+            String::new()
+        };
+        let policy = ws.raw_policy(&format!(
+            "extends = \"preset:fetch\"\n{}{local}[audit]\npath = \"audit.db\"\n",
+            mount_same_path(&venv)
+        ));
+        let mut s = start_in(ws.path(), &policy, &server);
+        let r = s.call("fetch", json!({"url": url}));
+        let (_, stderr) = s.finish();
+        let events = audit::events(&ws.path().join("audit.db"));
+        let to = audit::network_to(&events, "localhost");
+        assert_eq!(to.len(), 1, "{events:#?}");
+        if open {
+            assert!(result_text(&r).contains("local dev page"), "{r}\n{stderr}");
+            assert_eq!(to[0]["reason"], "network.local", "{to:#?}");
+        } else {
+            assert_eq!(r["result"]["isError"], json!(true), "{r}");
+            assert!(!r.to_string().contains("local dev page"), "{r}");
+            assert_eq!(to[0]["decision"], "deny", "{to:#?}");
+            assert_eq!(to[0]["reason"], "network.local_unlisted", "{to:#?}");
+            assert!(stderr.contains("[network] local"), "{stderr}");
+            assert!(dev.requests().is_empty(), "{:?}", dev.requests());
+        }
+    }
+    assert_eq!(dev.requests().len(), 1, "{:?}", dev.requests());
+}
+
 #[test]
 fn github_preset_refuses_to_start_without_its_token_and_passes_only_that_token() {
     let ws = Workspace::new();
@@ -519,4 +589,249 @@ fn github_preset_refuses_to_start_without_its_token_and_passes_only_that_token()
         !inside.contains("host-only-7d1e"),
         "a host variable leaked: {inside}"
     );
+}
+
+/// A stdio MCP server whose three tools all declare `destructiveHint: true`;
+/// each call answers with the tool's name.
+const HINTED_SERVER: &str = r#"
+import json, sys
+TOOLS = [{"name": n, "description": "A tool.", "inputSchema": {"type": "object"},
+          "annotations": {"destructiveHint": True, "readOnlyHint": False}}
+         for n in ("named_tool", "globbed_tool", "other_tool")]
+def send(msg):
+    sys.stdout.write(json.dumps(msg) + "\n")
+    sys.stdout.flush()
+for line in sys.stdin:
+    msg = json.loads(line)
+    mid, method = msg.get("id"), msg.get("method")
+    if mid is None or method is None:
+        continue
+    params = msg.get("params") or {}
+    if method == "initialize":
+        send({"jsonrpc": "2.0", "id": mid, "result": {"protocolVersion": params.get("protocolVersion"),
+              "capabilities": {"tools": {}}, "serverInfo": {"name": "hinted", "version": "0"}}})
+    elif method == "tools/list":
+        send({"jsonrpc": "2.0", "id": mid, "result": {"tools": TOOLS}})
+    elif method == "tools/call":
+        send({"jsonrpc": "2.0", "id": mid, "result": {"content": [{"type": "text", "text": "ran " + params["name"]}]}})
+    else:
+        send({"jsonrpc": "2.0", "id": mid, "error": {"code": -32601, "message": "method not found"}})
+"#;
+
+/// Issue 32: the playwright preset said `browser_navigate = "allow"` and its
+/// `[[tests]]` agreed, but the server's `destructiveHint` made the relay ask
+/// a human for every navigate, click and type. One precedence now holds in
+/// both: a rule naming the tool exactly stands against the hint; a glob or
+/// `default` is raised by it. The examples state the hints the server
+/// declares, `mcpbox check` accepts them, and the relay decides the same.
+#[test]
+fn an_exact_allow_for_a_destructive_hinted_tool_passes_the_relay_as_its_tests_say() {
+    let ws = Workspace::new();
+    std::fs::write(ws.input().join("server.py"), HINTED_SERVER).unwrap();
+    let policy = ws.policy(
+        "[audit]\npath = \"audit.db\"\n\
+         [tools]\ndefault = \"allow\"\ndestructive = \"approve\"\n\
+         named_tool = \"allow\"\n\"globbed_*\" = \"allow\"\n\
+         [[tests]]\ntool = \"named_tool\"\ndestructive = true\nexpect = \"allow\"\n\
+         [[tests]]\ntool = \"globbed_tool\"\ndestructive = true\nexpect = \"approve\"\n\
+         [[tests]]\ntool = \"other_tool\"\ndestructive = true\nexpect = \"approve\"\n",
+    );
+    let check = mcpbox_in(ws.path(), &["check", policy.to_str().unwrap()]);
+    assert_eq!(check.status.code(), Some(0), "{}", text(&check.stderr));
+
+    let server = vec!["python3".to_string(), "/workspace/input/server.py".into()];
+    let mut s = start_in(ws.path(), &policy, &server);
+    // the relay learns the hints from the list, as it does for any host
+    assert_eq!(s.tool_names().len(), 3);
+    let named = s.call("named_tool", json!({}));
+    assert_eq!(
+        result_text(&named),
+        "ran named_tool",
+        "{named}\n{}",
+        s.stderr()
+    );
+    assert_ne!(named["result"]["isError"], json!(true), "{named}");
+    // no elicitation here: what asks a human is refused, and never runs
+    for tool in ["globbed_tool", "other_tool"] {
+        let r = s.call(tool, json!({}));
+        assert_eq!(r["result"]["isError"], json!(true), "{tool}: {r}");
+        assert!(!result_text(&r).contains("ran "), "{tool} ran: {r}");
+    }
+    s.finish();
+    let events = audit::events(&ws.path().join("audit.db"));
+    let call = |tool: &str| {
+        events
+            .iter()
+            .find(|e| e["kind"] == "tool_call" && e["tool"] == tool)
+            .unwrap_or_else(|| panic!("no call of {tool}: {events:#?}"))
+            .clone()
+    };
+    let named = call("named_tool");
+    assert_eq!(
+        (&named["decision"], &named["reason"], &named["source"]),
+        (
+            &json!("allow"),
+            &json!("tool.rule"),
+            &json!("tools.named_tool")
+        ),
+        "{named}"
+    );
+    for tool in ["globbed_tool", "other_tool"] {
+        // held for a human by the hint's floor, not refused by a rule
+        let e = call(tool);
+        assert_eq!(e["source"], "tools.destructive", "{e}");
+    }
+}
+
+/// The page the browser test drives: a button that rewrites the heading.
+const PAGE: &str = "<!doctype html><html><head><title>mcpbox browser test</title></head>\
+<body style=\"background:#2a7\"><h1 id=\"h\">before</h1>\
+<button id=\"press\" onclick=\"document.getElementById('h').textContent='clicked by the agent'\">Press me</button>\
+</body></html>";
+
+/// The playwright preset over the real `@playwright/mcp` (pinned in
+/// scripts/install-peers.sh) and Debian's Chromium, with the test's page
+/// opened by `[network] local` and the server's runtime mounted.
+fn playwright_policy(ws: &Workspace, port: u16, extra: &str) -> std::path::PathBuf {
+    let npm = peer("npm");
+    std::fs::create_dir_all(ws.path().join("playwright-output")).unwrap();
+    // as root the sandbox user is uid 65534: the output must be writable by it
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(
+            ws.path().join("playwright-output"),
+            std::fs::Permissions::from_mode(0o777),
+        )
+        .unwrap();
+    }
+    ws.raw_policy(&format!(
+        "extends = \"preset:playwright\"\n{}[network]\nlocal = [\"localhost:{port}\"]\n\
+         {extra}[audit]\npath = \"audit.db\"\n",
+        mount_same_path(&npm)
+    ))
+}
+
+fn playwright_server() -> Vec<String> {
+    vec![peer("npm/bin/playwright-mcp").display().to_string()]
+}
+
+/// Issue 32: the preset works as shipped with Debian's Chromium. The agent
+/// navigates to a page on this machine, clicks its button and saves a
+/// screenshot into the output folder, without a human being asked for
+/// anything: navigate and click carry destructiveHint, the preset allows
+/// them by name, and Chromium's background requests are refused by the
+/// preset's deny list instead of raising approval prompts mid-call.
+#[test]
+fn playwright_preset_drives_debian_chromium_to_a_local_page_clicks_and_saves_a_screenshot() {
+    let page = Stub::start();
+    page.route("/", "text/html", PAGE);
+    let ws = Workspace::new();
+    // denied tools listed too, to see the server's whole set
+    let policy = playwright_policy(&ws, page.port(), "[tools]\nshow_denied = true\n");
+    let mut s = start_in(ws.path(), &policy, &playwright_server());
+    let tools = s.tool_names();
+    for t in [
+        "browser_navigate",
+        "browser_click",
+        "browser_take_screenshot",
+    ] {
+        assert!(tools.iter().any(|n| n == t), "{t} not in {tools:?}");
+    }
+    // the preset names every tool of the pinned version: none is left to
+    // `default` (a renamed or new tool shows up here, not as a surprise)
+    let preset = include_str!("../../policy/presets/playwright.toml");
+    let unnamed: Vec<&String> = tools
+        .iter()
+        .filter(|t| !preset.contains(&format!("\n\"{t}\"")))
+        .collect();
+    assert!(unnamed.is_empty(), "not named by the preset: {unnamed:?}");
+    assert_eq!(tools.len(), 25, "{tools:?}");
+    let url = format!("http://localhost:{}/", page.port());
+    let r = s.call("browser_navigate", json!({"url": url}));
+    assert_ne!(r["result"]["isError"], json!(true), "{r}\n{}", s.stderr());
+    assert!(result_text(&r).contains("mcpbox browser test"), "{r}");
+    let r = s.call(
+        "browser_click",
+        json!({"element": "Press me button", "target": "#press"}),
+    );
+    assert_ne!(r["result"]["isError"], json!(true), "{r}\n{}", s.stderr());
+    let r = s.call("browser_snapshot", json!({}));
+    assert!(result_text(&r).contains("clicked by the agent"), "{r}");
+    let r = s.call("browser_take_screenshot", json!({}));
+    assert_ne!(r["result"]["isError"], json!(true), "{r}\n{}", s.stderr());
+    s.finish();
+
+    // the screenshot is in the output folder on the host: a PNG of the viewport
+    let shots: Vec<_> = std::fs::read_dir(ws.path().join("playwright-output"))
+        .unwrap()
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "png"))
+        .collect();
+    assert_eq!(shots.len(), 1, "{shots:?}");
+    let png = std::fs::read(&shots[0]).unwrap();
+    assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "not a PNG");
+    assert_eq!(&png[12..16], b"IHDR");
+    let width = u32::from_be_bytes(png[16..20].try_into().unwrap());
+    let height = u32::from_be_bytes(png[20..24].try_into().unwrap());
+    assert!(
+        (320..=4096).contains(&width) && (200..=4096).contains(&height),
+        "{width}x{height}"
+    );
+    assert!(png.len() > 1000, "{} bytes", png.len());
+    assert!(
+        page.requests().iter().any(|r| r.starts_with("GET / ")),
+        "{:?}",
+        page.requests()
+    );
+
+    let events = audit::events(&ws.path().join("audit.db"));
+    // the page came through the proxy, opened by network.local
+    let to_page = audit::network_to(&events, "localhost");
+    assert!(!to_page.is_empty(), "{events:#?}");
+    assert!(
+        to_page.iter().all(|e| e["reason"] == "network.local"),
+        "{to_page:#?}"
+    );
+    // nothing was put to a human: no connection waited for an answer, and
+    // every call was allowed outright
+    for e in events.iter().filter(|e| e["kind"] == "network") {
+        assert_ne!(e["decision"], "approve", "{e}");
+        assert!(
+            e["reason"] == "network.local" || e["reason"] == "network.deny",
+            "{e}"
+        );
+    }
+    for e in events.iter().filter(|e| e["kind"] == "tool_call") {
+        assert_eq!(e["decision"], "allow", "{e}");
+    }
+}
+
+/// Issue 32: why the preset turns Chromium's own sandbox off, shown rather
+/// than claimed: asked to use it, Chromium cannot start inside mcpbox (it
+/// needs a new user namespace, which mcpbox's seccomp filter refuses, or a
+/// setuid helper, which no_new_privs rules out). mcpbox's sandbox around
+/// the whole browser is what replaces it (docs/presets.md).
+#[test]
+fn chromiums_own_sandbox_cannot_start_inside_mcpbox_so_the_preset_turns_it_off() {
+    let page = Stub::start();
+    page.route("/", "text/html", PAGE);
+    let ws = Workspace::new();
+    let policy = playwright_policy(
+        &ws,
+        page.port(),
+        "[env]\nset = { PLAYWRIGHT_MCP_SANDBOX = \"true\" }\n",
+    );
+    let mut s = start_in(ws.path(), &policy, &playwright_server());
+    let url = format!("http://localhost:{}/", page.port());
+    let r = s.call("browser_navigate", json!({"url": url}));
+    assert_eq!(r["result"]["isError"], json!(true), "{r}");
+    let t = result_text(&r);
+    assert!(
+        t.contains("sandboxing failed") || t.contains("No usable sandbox"),
+        "{t}"
+    );
+    s.finish();
+    assert!(page.requests().is_empty(), "{:?}", page.requests());
 }

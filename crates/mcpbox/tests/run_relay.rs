@@ -754,3 +754,136 @@ fn retention_removes_old_records_and_more_deleted_behind_it_is_reported_by_verif
     assert!(!ok && text.contains("chain.base_forged"), "{text}");
     assert!(text.contains(&format!("seq {cut}")), "{text}");
 }
+
+/// A PIN of ten digits (fits 64 bits) and an account number of 25 (does
+/// not: the parser keeps 17 of its digits).
+const PIN: &str = "9071553018";
+const ACCOUNT: &str = "4929123456789012345678901";
+
+/// Every message mcpbox sends until the answer with `id` (included).
+fn until_answer(s: &mut Session, id: u64) -> Vec<Value> {
+    let mut seen = Vec::new();
+    loop {
+        let msg = s.recv();
+        let done = msg.get("id") == Some(&json!(id)) && msg.get("method").is_none();
+        seen.push(msg);
+        if done {
+            return seen;
+        }
+    }
+}
+
+#[test]
+fn a_secret_of_digits_sent_as_a_json_number_never_reaches_the_host() {
+    let ws = server_ws("forger");
+    let p = policy(
+        &ws,
+        "[secrets]\nPIN = { from_env = \"T_PIN\" }\nACCOUNT = { from_env = \"T_ACCOUNT\" }\n",
+    );
+    let mut s = start(&ws, &p, "forger", &[("T_PIN", PIN), ("T_ACCOUNT", ACCOUNT)]);
+    s.initialize();
+    // in a result, its structured content, its _meta and an object key
+    let r = s.call("number", json!({"var": "PIN"}));
+    let text = r.to_string();
+    assert!(!text.contains(PIN), "the PIN reached the host: {text}");
+    assert_eq!(
+        r["result"]["structuredContent"]["pin"], "[REDACTED:PIN]",
+        "{r}"
+    );
+    assert_eq!(
+        r["result"]["structuredContent"]["list"],
+        json!([1, "[REDACTED:PIN]"])
+    );
+    // too long to parse exactly: refused whole, not even its leading digits
+    let r = s.call("number", json!({"var": "ACCOUNT"}));
+    let text = r.to_string();
+    assert!(
+        !text.contains(&ACCOUNT[..12]),
+        "account digits reached the host: {text}"
+    );
+    assert_eq!(r["error"]["data"]["reason"], "redaction.refused", "{r}");
+    // as the id of the server's request: the host is asked under mcpbox's
+    // id, and its answer reaches the server under the server's
+    s.send(&json!({"jsonrpc": "2.0", "id": 90, "method": "tools/call",
+        "params": {"name": "ask_number_id", "arguments": {"var": "PIN"}}}));
+    let ask = s.recv();
+    assert_eq!(ask["method"], "sampling/createMessage", "{ask}");
+    assert!(!ask.to_string().contains(PIN), "the PIN as an id: {ask}");
+    s.send(
+        &json!({"jsonrpc": "2.0", "id": ask["id"], "result": {"role": "assistant",
+        "content": {"type": "text", "text": "ok"}, "model": "m"}}),
+    );
+    let seen = until_answer(&mut s, 90);
+    let answer = seen.last().unwrap();
+    assert_eq!(result_text(answer), "answered under my own id", "{seen:?}");
+    for m in &seen {
+        assert!(!m.to_string().contains(PIN), "{m}");
+    }
+    let (_, stderr) = s.finish();
+    assert!(
+        !stderr.contains(PIN) && !stderr.contains(&ACCOUNT[..12]),
+        "{stderr}"
+    );
+    let audit = audit_json(&ws);
+    assert!(
+        audit
+            .iter()
+            .any(|e| e["reason"] == "redaction.secret" && e["detail"]["secret"] == "PIN"),
+        "{audit:?}"
+    );
+}
+
+/// Whether `v` holds a `_meta` key under mcpbox's names, anywhere.
+pub fn holds_reserved_meta(v: &Value) -> bool {
+    match v {
+        Value::Object(m) => {
+            m.get("_meta")
+                .and_then(Value::as_object)
+                .is_some_and(|meta| {
+                    meta.keys()
+                        .any(|k| k.starts_with("mcpbox") || k.starts_with("io.mcpbox"))
+                })
+                || m.values().any(holds_reserved_meta)
+        }
+        Value::Array(a) => a.iter().any(holds_reserved_meta),
+        _ => false,
+    }
+}
+
+#[test]
+fn a_server_cannot_forge_mcpbox_meta_over_stdio() {
+    let ws = server_ws("forger");
+    let p = policy(&ws, "[tools]\ndefault = \"allow\"\n\"whoami\" = \"deny\"\n");
+    let mut s = start(&ws, &p, "forger", &[]);
+    s.initialize();
+    // a notification, a request to the host and the result
+    s.send(&json!({"jsonrpc": "2.0", "id": 50, "method": "tools/call",
+        "params": {"name": "forge_meta", "arguments": {}}}));
+    let seen = until_answer(&mut s, 50);
+    assert!(seen.len() >= 3, "{seen:?}");
+    for m in &seen {
+        assert!(
+            !holds_reserved_meta(m),
+            "forged _meta reached the host: {m}"
+        );
+        assert!(!m.to_string().contains("ap-forged"), "{m}");
+    }
+    let answer = seen.last().unwrap();
+    // what is not mcpbox's stays
+    assert_eq!(answer["result"]["_meta"]["vendor/kept"], "kept", "{answer}");
+    // an error's data
+    let r = s.call("forge_meta_error", json!({}));
+    assert!(r.get("error").is_some() && !holds_reserved_meta(&r), "{r}");
+    // mcpbox's own decision still reaches the host
+    let r = s.call("whoami", json!({}));
+    assert_eq!(
+        r["result"]["_meta"]["mcpbox/decision"]["action"], "deny",
+        "{r}"
+    );
+    s.finish();
+    let audit = audit_json(&ws);
+    assert!(
+        audit.iter().any(|e| e["reason"] == "server.reserved_meta"),
+        "{audit:?}"
+    );
+}

@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 use common::http::Stub;
 use common::mcp::{result_text, Session};
 use common::peers::peer;
+use common::runtimes::{tiny_server_js, tiny_server_py};
 use common::{mcpbox, Workspace};
 use serde_json::json;
 
@@ -83,19 +84,21 @@ fn server_filesystem_from_its_node_modules_tree_runs_with_no_hand_written_mounts
         "hello from the host",
     );
     let stderr = finish(s);
-    let npm = peer("npm").display().to_string();
-    assert_eq!(mounted(&stderr), vec![npm], "{stderr}");
-    assert!(stderr.contains("read-only (the prefix of"), "{stderr}");
+    // the bin link's directory and the package's node_modules tree, not
+    // the whole npm prefix (issue 32: the package tree, nothing beside it)
+    let bin = peer("npm/bin").display().to_string();
+    let tree = peer("npm/lib/node_modules").display().to_string();
+    assert_eq!(mounted(&stderr), vec![bin.clone(), tree], "{stderr}");
+    assert!(
+        stderr.contains("read-only (the node_modules tree of"),
+        "{stderr}"
+    );
     // and the session's record says what was mounted
     let start = common::audit::events(&ws.path().join("audit.db"))
         .into_iter()
         .find(|e| e["kind"] == "session_start")
         .expect("a session_start record");
-    assert_eq!(
-        start["detail"]["runtime"][0]["path"],
-        json!(peer("npm").display().to_string()),
-        "{start}"
-    );
+    assert_eq!(start["detail"]["runtime"][0]["path"], json!(bin), "{start}");
 }
 
 #[test]
@@ -291,27 +294,6 @@ fn a_venv_whose_python_links_into_a_pyenv_prefix_outside_usr_runs() {
         m.contains(&venv.display().to_string()) && m.contains(&prefix.display().to_string()),
         "{stderr}"
     );
-}
-
-/// A stdio MCP server in JavaScript with no dependency beyond `greeting`,
-/// the expression its one tool answers with.
-fn tiny_server_js(greeting: &str) -> String {
-    format!(
-        r#"#!/usr/bin/env node
-const greeting = {greeting};
-const rl = require('readline').createInterface({{ input: process.stdin }});
-const send = (m) => process.stdout.write(JSON.stringify(m) + '\n');
-rl.on('line', (line) => {{
-  let m; try {{ m = JSON.parse(line); }} catch (e) {{ return; }}
-  if (m.id === undefined) return;
-  if (m.method === 'initialize') send({{ jsonrpc: '2.0', id: m.id, result: {{ protocolVersion: m.params.protocolVersion, capabilities: {{ tools: {{}} }}, serverInfo: {{ name: 'tiny', version: '1.0.0' }} }} }});
-  else if (m.method === 'tools/list') send({{ jsonrpc: '2.0', id: m.id, result: {{ tools: [{{ name: 'greet', description: 'Greets someone.', inputSchema: {{ type: 'object', properties: {{ name: {{ type: 'string' }} }} }} }}] }} }});
-  else if (m.method === 'tools/call') send({{ jsonrpc: '2.0', id: m.id, result: {{ content: [{{ type: 'text', text: greeting + ', ' + (m.params.arguments || {{}}).name }}] }} }});
-  else send({{ jsonrpc: '2.0', id: m.id, error: {{ code: -32601, message: 'no such method' }} }});
-}});
-rl.on('close', () => process.exit(0));
-"#
-    )
 }
 
 #[test]
@@ -598,43 +580,6 @@ fn npx_y_without_the_registry_allowed_fails_at_once_naming_the_fix() {
     }
 }
 
-/// A stdio MCP server in Python (standard library only), as the `main()`
-/// of a package's module; its one tool answers `greeting, NAME`.
-fn tiny_server_py(greeting: &str) -> String {
-    format!(
-        r#"import json, sys
-
-def main():
-    for line in sys.stdin:
-        try:
-            m = json.loads(line)
-        except ValueError:
-            continue
-        if "id" not in m:
-            continue
-        method = m.get("method")
-        if method == "initialize":
-            result = {{"protocolVersion": m["params"]["protocolVersion"],
-                      "capabilities": {{"tools": {{}}}},
-                      "serverInfo": {{"name": "tiny-py", "version": "1.0.0"}}}}
-        elif method == "tools/list":
-            result = {{"tools": [{{"name": "greet", "description": "Greets someone.",
-                                 "inputSchema": {{"type": "object",
-                                                 "properties": {{"name": {{"type": "string"}}}}}}}}]}}
-        elif method == "tools/call":
-            name = (m["params"].get("arguments") or {{}}).get("name", "")
-            result = {{"content": [{{"type": "text", "text": {greeting:?} + ", " + name}}]}}
-        else:
-            sys.stdout.write(json.dumps({{"jsonrpc": "2.0", "id": m["id"],
-                "error": {{"code": -32601, "message": "no such method"}}}}) + "\n")
-            sys.stdout.flush()
-            continue
-        sys.stdout.write(json.dumps({{"jsonrpc": "2.0", "id": m["id"], "result": result}}) + "\n")
-        sys.stdout.flush()
-"#
-    )
-}
-
 const PY_SERVER: &str = "mcpbox-tiny-mcp";
 const PY_SERVER_VERSION: &str = "0.3.2";
 
@@ -648,7 +593,7 @@ fn pypi_stand_in(ws: &Workspace, env_set: &str) -> (Stub, PathBuf, String, Strin
         ws.path(),
         PY_SERVER,
         PY_SERVER_VERSION,
-        &tiny_server_py(&format!("hello from {PY_SERVER}")),
+        &tiny_server_py(&format!("{:?}", format!("hello from {PY_SERVER}"))),
         true,
     );
     let stub = Stub::start();
@@ -791,4 +736,57 @@ fn pipx_run_installs_from_a_local_pypi_stand_in_and_answers_mcp() {
             "pipx --backend {backend} used another cache: {stderr}"
         );
     }
+}
+
+/// Issue 32: `serve` opens each session's sandbox with the runtime
+/// discovered as `run` does (once, at the gateway's start): `node FILE`
+/// (its package tree and node_modules) and a venv of a pyenv Python (the
+/// venv and the prefix its python links to) answer a real call under a
+/// policy that names no mount; before, both were "not found".
+#[test]
+fn serve_starts_node_file_and_a_pyenv_venv_server_with_no_hand_written_mounts() {
+    use common::serve::{Gateway, Server, ALICE};
+    let installs = tempfile::Builder::new()
+        .prefix("mcpbox-installs-")
+        .tempdir()
+        .unwrap();
+    let node = common::runtimes::node_file_server(installs.path(), "");
+    let venv = common::runtimes::venv_server(installs.path());
+    std::fs::set_permissions(installs.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let command = |s: &common::runtimes::Shape| {
+        let mut c = vec![s.command.clone()];
+        c.extend(s.args.iter().cloned());
+        c
+    };
+    let gw = Gateway::start(
+        "",
+        &[
+            Server {
+                name: "nodefile",
+                command: command(&node),
+                policy: "",
+            },
+            Server {
+                name: "venv",
+                command: command(&venv),
+                policy: "",
+            },
+        ],
+    );
+    for (server, answer) in [
+        ("nodefile", "node file key unset, sandbox"),
+        ("venv", venv.answer.as_str()),
+    ] {
+        let mut m = gw.mcp(server, Some(ALICE));
+        let init = m.initialize();
+        assert!(init.get("result").is_some(), "{init}\n{}", gw.stderr());
+        let r = m.call("greet", json!({"name": "sandbox"}));
+        assert_eq!(result_text(&r), answer, "{r}\n{}", gw.stderr());
+    }
+    let stderr = gw.stderr();
+    let tree = installs.path().join("node-project").display().to_string();
+    assert!(
+        stderr.contains(&format!("(nodefile): runtime: mounted {tree} read-only")),
+        "{stderr}"
+    );
 }

@@ -49,6 +49,32 @@ fn request_without_a_token_is_401_with_a_bearer_challenge() {
 }
 
 #[test]
+fn a_client_without_a_token_cannot_keep_its_connection_open() {
+    let gw = gateway("");
+    let m = gw.mcp("plain", None);
+    let body = serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": 1, "method": "ping"})).unwrap();
+    let wrong = format!("Bearer {ALICE}x");
+    for auth in [None, Some(wrong.as_str())] {
+        let head = m.bytes_with(&body, |h| {
+            h.push(("Connection".into(), "keep-alive".into()));
+            if let Some(a) = auth {
+                h.push(("Authorization".into(), a.into()));
+            }
+        });
+        let mut c = Conn::open(gw.port);
+        c.write(&head).unwrap();
+        let r = c.response().unwrap();
+        assert_eq!(r.status, 401, "{auth:?}: {}", r.text());
+        assert_eq!(r.header("connection"), Some("close"), "{auth:?}: {r:?}");
+        assert!(
+            c.closed_within(Duration::from_secs(5)),
+            "{auth:?}: the connection of a refused request stayed open"
+        );
+    }
+    gateway_still_serves(&gw);
+}
+
+#[test]
 fn request_with_a_wrong_token_is_401() {
     let gw = gateway("");
     for bad in [

@@ -497,9 +497,12 @@ fn a_wrapped_claude_code_entry_runs_its_server_with_the_moved_secret() {
     ok(&case.wrap(&[file.to_str().unwrap()]));
     let doc: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
     let entry = &doc["mcpServers"]["leaky"];
-    assert!(
-        entry.get("env").is_none(),
-        "no env left in the entry: {entry}"
+    // the secret left the entry; what wrap adds is where its state is
+    // (MCPBOX_STATE_DIR was set for the wrap, issue 32)
+    assert_eq!(
+        entry["env"],
+        json!({"MCPBOX_STATE_DIR": case.state().display().to_string()}),
+        "{entry}"
     );
     // start it as Claude Code would: the entry's command and args, nothing else
     let mut s = start_entry(&case, entry);
@@ -813,6 +816,155 @@ fn a_wrapped_pypi_server_from_a_venv_runs_under_its_preset() {
     );
 }
 
+/// Starts a rewritten entry exactly as a host does: its command, args and
+/// env from the file, in a minimal environment (PATH=/usr/bin:/bin and
+/// HOME, as Claude Desktop gives), nothing of the test's own.
+fn start_as_host(entry: &Value) -> common::mcp::Session {
+    let mut cmd = Command::new(entry["command"].as_str().unwrap());
+    for a in entry["args"].as_array().unwrap() {
+        cmd.arg(a.as_str().unwrap());
+    }
+    cmd.env_clear().env("PATH", "/usr/bin:/bin").env(
+        "HOME",
+        std::env::var_os("HOME").unwrap_or_else(|| "/root".into()),
+    );
+    if let Some(env) = entry["env"].as_object() {
+        for (k, v) in env {
+            cmd.env(k, v.as_str().unwrap());
+        }
+    }
+    common::mcp::Session::start_command(cmd)
+}
+
+/// Issue 32: the install shapes of real host configs (a pyenv venv, a
+/// global npm command by the absolute path of its link, `node FILE` with
+/// an inline key, `python FILE`, `python -m MODULE`, `uv run` of a uv
+/// project whose venv has a pyenv Python), in a Claude Desktop
+/// config and a Claude Code `.mcp.json`: after the wrap every rewritten
+/// entry, started as the host starts it, answers initialize, tools/list
+/// and a real call, with no mount written by hand; its state is where the
+/// wrap put it, and the inline key reached the server and not the host.
+#[test]
+fn every_install_shape_of_a_host_config_answers_a_call_after_the_wrap() {
+    let case = Case::new();
+    let shapes = common::runtimes::all(&case.dir.path().join("installs"), KEY);
+    for rel in ["Claude/claude_desktop_config.json", "project/.mcp.json"] {
+        let servers: serde_json::Map<String, Value> = shapes
+            .iter()
+            .map(|s| (s.name.to_string(), s.entry()))
+            .collect();
+        let file = case.file(
+            rel,
+            &serde_json::to_string_pretty(&json!({ "mcpServers": servers })).unwrap(),
+        );
+        let out = ok(&case.wrap(&[file.to_str().unwrap()]));
+        assert!(!out.contains("left alone"), "{out}");
+        let text = std::fs::read_to_string(&file).unwrap();
+        assert!(!text.contains(KEY), "the key left the file: {text}");
+        let doc: Value = serde_json::from_str(&text).unwrap();
+        for shape in &shapes {
+            let entry = &doc["mcpServers"][shape.name];
+            assert_eq!(
+                entry["env"]["MCPBOX_STATE_DIR"].as_str(),
+                Some(case.state().to_str().unwrap()),
+                "{entry}"
+            );
+            let mut s = start_as_host(entry);
+            let init = s.initialize();
+            assert!(
+                init.get("result").is_some(),
+                "{}: {init}\n{}",
+                shape.name,
+                s.stderr()
+            );
+            assert_eq!(s.tool_names(), vec!["greet".to_string()], "{}", shape.name);
+            let r = s.call("greet", json!({"name": "sandbox"}));
+            assert_eq!(
+                common::mcp::result_text(&r),
+                shape.answer,
+                "{}: {r}\n{}",
+                shape.name,
+                s.stderr()
+            );
+            assert!(!r.to_string().contains(KEY), "{r}");
+            let (status, stderr) = s.finish();
+            assert!(status.success(), "{}: {stderr}", shape.name);
+        }
+        // the audit went where the entries say (the wrap's state dir)
+        assert!(case.state().join("audit.db").exists());
+        ok(&case.wrap(&["--undo", file.to_str().unwrap()]));
+    }
+}
+
+/// Issue 32: `--undo` deletes the policies the wrap generated, but never
+/// one the user edited since without `--force`; it says which.
+#[test]
+fn undo_keeps_a_generated_policy_edited_since_unless_forced() {
+    let case = Case::new();
+    let text = r#"{"mcpServers": {"a": {"command": "npx", "args": ["-y", "x"]}}}"#;
+    let file = case.file("p/.mcp.json", text);
+    ok(&case.wrap(&[file.to_str().unwrap()]));
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    let policy = PathBuf::from(doc["mcpServers"]["a"]["args"][2].as_str().unwrap());
+    let edited = std::fs::read_to_string(&policy).unwrap() + "\n# mine\n";
+    std::fs::write(&policy, &edited).unwrap();
+    let wrapped = std::fs::read_to_string(&file).unwrap();
+    let err = refused(&case.wrap(&["--undo", file.to_str().unwrap()]));
+    assert!(
+        err.contains(&policy.display().to_string())
+            && err.contains("changed since mcpbox wrap")
+            && err.contains("--force"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read_to_string(&policy).unwrap(), edited);
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), wrapped);
+    let out = case.wrap(&["--undo", "--force", file.to_str().unwrap()]);
+    ok(&out);
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(&format!(
+            "removing {}, changed since the wrap",
+            policy.display()
+        )),
+        "{out:?}"
+    );
+    assert!(!policy.exists());
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), text);
+}
+
+/// The playwright preset writes `./playwright-output` beside its policy;
+/// wrapped, that would be inside the state folder, which mcpbox never
+/// mounts, and the entry failed at its first start. The wrap gives the
+/// entry an output folder of its own beside the host's config, makes it,
+/// and the generated policy passes `check`.
+#[test]
+fn a_wrapped_playwright_entry_gets_an_output_folder_beside_the_config() {
+    let case = Case::new();
+    let file = case.file(
+        "project/.mcp.json",
+        r#"{"mcpServers": {"browser": {"command": "npx", "args": ["-y", "@playwright/mcp@0.0.83"]}}}"#,
+    );
+    let out = ok(&case.wrap(&[file.to_str().unwrap()]));
+    assert!(out.contains("preset playwright"), "{out}");
+    let folder = case.dir.path().join("project/browser-output");
+    assert!(folder.is_dir(), "{out}");
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    let args = doc["mcpServers"]["browser"]["args"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let policy = PathBuf::from(args[2].as_str().unwrap());
+    let text = std::fs::read_to_string(&policy).unwrap();
+    assert!(
+        text.contains(&format!("output = \"{}\"", folder.display())),
+        "{text}"
+    );
+    let check = Command::new(common::mcpbox())
+        .arg("check")
+        .arg(&policy)
+        .env("MCPBOX_STATE_DIR", case.state())
+        .output()
+        .unwrap();
+    ok(&check);
 #[test]
 fn wrap_never_mounts_mcpbox_state_nor_rewrites_a_file_in_it() {
     let case = Case::new();

@@ -182,7 +182,11 @@ reasons! {
     ArtifactRefused = "artifact.refused", "a file of a sandbox's output matched `[artifacts] patterns` but was not exported: not a regular file with one link, inside output, within `max_size` (or not approved)";
     ArtifactLarge = "artifact.large", "a call of the built-in sandbox server's `export_artifact` names a file over `[artifacts] max_size`: it waits for a human's approval, and the server copies no more than the size approved";
     OutputSpecialFile = "output.special_file", "`mcpbox run`: the server left a symlink, hardlink, fifo, socket or device in the output directory (reported, not removed)";
-    RedactionSecret = "redaction.secret", "a secret's value (or an encoding of it) was replaced in the server's output";
+    RedactionSecret = "redaction.secret", "a secret's value (or an encoding of it) was replaced in the server's output: in a string, an object key, or a number's decimal text (the number becomes the redacted string)";
+    RedactionRefused = "redaction.refused", "a server message held a secret in the digits of a number mcpbox cannot keep exactly (an integer past 64 bits, a fraction or an exponent); it cannot be redacted in place, so it was refused: an answer to the host's request becomes an error, anything else is dropped";
+    ServerReservedMeta = "server.reserved_meta", "the server wrote `_meta` entries under mcpbox's own names (`mcpbox/...`, `io.mcpbox/...`); they were removed before the host saw the message";
+    ServerRequestLimit = "server.request_limit", "the server has as many requests waiting for the host's answer as the relay keeps (256): the oldest is forgotten, and the host's late answer to it dropped";
+    AggregateNameTaken = "aggregate.name_taken", "on `/mcp`, a server listed a resource URI or URI template that an earlier server (in the config's order) owns; the later entry is withheld from the list (and named in the list's `_meta[\"mcpbox/withheld\"]`), and reads go to the owner";
     // ---- credential shapes found in results
     CredentialGithubPat = "credential.github_pat", "a GitHub fine-grained personal access token";
     CredentialGithub = "credential.github", "a GitHub token (`ghp_`, `gho_`, `ghu_`, `ghs_`, `ghr_`)";
@@ -209,6 +213,8 @@ reasons! {
     NetworkAllow = "network.allow", "a `network.allow` entry matched the host and port";
     NetworkDeny = "network.deny", "a `network.deny` entry matched the host";
     NetworkUnlisted = "network.unlisted", "no `network.allow` entry matched and `network.unlisted` refuses (or asks)";
+    NetworkLocal = "network.local", "a `network.local` entry opened this port of the host's own loopback";
+    NetworkLocalUnlisted = "network.local_unlisted", "a loopback host (the machine mcpbox runs on) on a port no `network.local` entry names; refused without asking";
     NetworkInvalidHost = "network.invalid_host", "the requested host name is not a valid DNS name or address";
     NetworkApprovedOnce = "network.approved_once", "a human allowed this one connection";
     NetworkApprovedSession = "network.approved_session", "a human allowed this host and port earlier in the session";
@@ -277,6 +283,17 @@ impl Reason {
         for r in Reason::ALL {
             out.push_str(&format!("| `{}` | {} |\n", r.as_str(), r.meaning()));
         }
+        out.push_str(
+            "\n## Reserved metadata\n\n\
+             The `_meta` names `mcpbox` and `io.mcpbox`, and every name that starts with\n\
+             either followed by `/` or `.` (`mcpbox/decision`, `mcpbox/withheld`,\n\
+             `io.mcpbox/task`, `io.mcpbox/max_bytes`), are mcpbox's own. mcpbox removes\n\
+             them from everything a server sends (results, errors and their `data`,\n\
+             notifications, the server's requests, and the `_meta` of anything nested in\n\
+             them) before it writes its own, in both protocol eras, over stdio and both\n\
+             HTTP endpoints (flagged `server.reserved_meta`). What a host reads under\n\
+             these names is mcpbox's word, never a server's.\n",
+        );
         out
     }
 }
@@ -400,8 +417,9 @@ impl NetworkAnswer {
 pub struct ToolHints {
     /// `annotations.readOnlyHint`. Never loosens a decision; recorded only.
     pub read_only: Option<bool>,
-    /// `annotations.destructiveHint`. `Some(true)` raises the decision to
-    /// `tools.destructive`.
+    /// `annotations.destructiveHint`. `Some(true)` raises a decision made
+    /// by a glob or `tools.default` to `tools.destructive`; a rule naming
+    /// the tool exactly stands ([`crate::ToolRules::decide`]).
     pub destructive: Option<bool>,
     /// `annotations.idempotentHint`.
     pub idempotent: Option<bool>,

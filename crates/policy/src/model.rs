@@ -329,7 +329,9 @@ pub(crate) struct SecretTable {
     /// Host file holding the value; relative to the policy file's directory.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     from_file: Option<PathBuf>,
-    /// Command (program and arguments, no shell) whose standard output is the value.
+    /// Command (program and arguments, no shell) whose standard output is the value. It
+    /// runs on the host with PATH, HOME and LANG only, in a process group of its own that
+    /// is killed after 60 s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     from_command: Option<Vec<String>>,
     /// Refresh the value after this long (the server is restarted with the fresh value).
@@ -342,7 +344,9 @@ pub(crate) struct SecretTable {
     ttl: Option<Duration>,
     /// Command (program and arguments, no shell) run on the host when the sandbox is torn
     /// down, to revoke the value: it gets the value in the environment variable
-    /// MCPBOX_SECRET_VALUE and the secret's name in MCPBOX_SECRET_NAME. Default: none.
+    /// MCPBOX_SECRET_VALUE and the secret's name in MCPBOX_SECRET_NAME, besides PATH, HOME
+    /// and LANG (nothing else), in a process group of its own killed after 10 s. Default:
+    /// none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     revoke: Option<Vec<String>>,
 }
@@ -588,7 +592,9 @@ pub struct Approvals {
     /// A command run (outside the sandbox, as you, no shell) for each new approval a human
     /// must answer outside the host, with two more arguments: a title and a text naming
     /// the approval and the command that approves it, e.g. ["notify-send",
-    /// "--app-name=mcpbox"]. Default: none (the log line and the MCP log notification).
+    /// "--app-name=mcpbox"]. It gets PATH, HOME, LANG and the desktop session's variables
+    /// only, in a process group of its own killed after 10 s. Default: none (the log line
+    /// and the MCP log notification).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub notify: Option<Vec<String>>,
     /// Whether the host may answer an approval through MCP elicitation (its own form).

@@ -416,6 +416,40 @@ pub struct NetworkRules {
     /// its private-address refusal. A mapping does not allow the name: list it in `allow` too.
     #[serde(default)]
     pub hosts: BTreeMap<String, IpAddr>,
+    /// Services on the machine mcpbox runs on that the sandbox may reach: each
+    /// `"localhost:PORT"` (or `"127.0.0.1:PORT"`, `"[::1]:PORT"`), a port on the host's
+    /// own loopback. Inside the sandbox, loopback is the sandbox's own; a request
+    /// through the proxy for a loopback host on a listed port is connected to the
+    /// host's loopback on that port, and on any other port refused (reason
+    /// `network.local_unlisted`) without asking anyone.
+    #[serde(default, deserialize_with = "host_rules")]
+    pub local: Vec<HostRule>,
+}
+
+/// Whether `host` is a spelling of the loopback: the name `localhost`, an
+/// IPv4 address in 127.0.0.0/8 or `::1` (also `::ffff:127.x.y.z`).
+fn is_loopback_host(host: &Host) -> bool {
+    match host {
+        Host::Name(n) => n == "localhost",
+        Host::Ip(ip) => ip.is_loopback(),
+    }
+}
+
+/// Whether a `network.local` entry is well formed: a loopback spelling and an
+/// explicit port. Used by validation; says what is wrong.
+pub(crate) fn check_local_rule(rule: &HostRule) -> Result<(), &'static str> {
+    let loopback = match &rule.pattern {
+        HostPattern::Name(n) => n == "localhost",
+        HostPattern::Ip(ip) => ip.is_loopback(),
+        HostPattern::Subdomains(_) | HostPattern::Cidr(..) => false,
+    };
+    if !loopback {
+        return Err("is not a loopback host: network.local opens ports of this machine's loopback only (another host goes in network.allow; an internal address needs a [network.hosts] mapping)");
+    }
+    if rule.port.is_none() {
+        return Err("has no port: name the one port the service listens on");
+    }
+    Ok(())
 }
 
 impl NetworkRules {
@@ -438,6 +472,15 @@ impl NetworkRules {
                 format!("network.deny[{i}] \"{}\"", rule.text.escape_debug()),
             );
         }
+        let loopback = is_loopback_host(&h);
+        if loopback {
+            if let Some((i, rule)) = self.local_rule(&h, port) {
+                return Decision::allow(
+                    Reason::NetworkLocal,
+                    format!("network.local[{i}] \"{}\"", rule.text.escape_debug()),
+                );
+            }
+        }
         if let Some((i, rule)) = self
             .allow
             .iter()
@@ -448,6 +491,13 @@ impl NetworkRules {
                 Reason::NetworkAllow,
                 format!("network.allow[{i}] \"{}\"", rule.text.escape_debug()),
             );
+        }
+        if loopback {
+            // The machine mcpbox runs on: opened by `network.local` alone,
+            // never by asking (the proxy's address guard would refuse it
+            // after any answer). An allow entry above still decides for
+            // mcpbox's own connections (a remote upstream on loopback).
+            return Decision::deny(Reason::NetworkLocalUnlisted, "network.local");
         }
         match self.unlisted {
             Unlisted::Deny => Decision::deny(Reason::NetworkUnlisted, "network.unlisted"),
@@ -483,6 +533,49 @@ impl NetworkRules {
         out
     }
 
+    /// The `network.local` entry that opens `host:port`, if `host` is a
+    /// loopback spelling and an entry names the port.
+    fn local_rule(&self, host: &Host, port: u16) -> Option<(usize, &HostRule)> {
+        if !is_loopback_host(host) {
+            return None;
+        }
+        self.local
+            .iter()
+            .enumerate()
+            .find(|(_, r)| r.port == Some(port))
+    }
+
+    /// The host's loopback addresses a connection to `host:port` goes to
+    /// when `network.local` opens it (the address named, or for `localhost`
+    /// 127.0.0.1 then ::1); `None` when no entry does. The egress proxy
+    /// connects to these without its loopback refusal.
+    pub fn local_addresses(&self, host: &str, port: u16) -> Option<Vec<IpAddr>> {
+        let h = normalize_host(host)?;
+        self.local_rule(&h, port)?;
+        Some(match h {
+            Host::Ip(ip) => vec![ip],
+            Host::Name(_) => vec![
+                IpAddr::V4(Ipv4Addr::LOCALHOST),
+                IpAddr::V6(Ipv6Addr::LOCALHOST),
+            ],
+        })
+    }
+
+    /// What `network.local` opens, one line per entry, for `mcpbox check`.
+    pub fn local_summary(&self) -> Vec<String> {
+        self.local
+            .iter()
+            .enumerate()
+            .filter_map(|(i, r)| {
+                let port = r.port?;
+                Some(format!(
+                    "network.local[{i}] \"{}\" lets the sandbox reach port {port} on this machine's loopback (localhost, 127.0.0.1, [::1]:{port}): whatever listens there answers the server as it would any local program",
+                    r.text.escape_debug()
+                ))
+            })
+            .collect()
+    }
+
     /// The address `[network.hosts]` maps this name to, if any.
     pub fn mapped_address(&self, host: &str) -> Option<IpAddr> {
         let name = normalize_name(host)?;
@@ -494,7 +587,7 @@ impl NetworkRules {
 
     /// True when no egress can ever be allowed (no allow rule and unlisted hosts denied).
     pub fn is_closed(&self) -> bool {
-        self.allow.is_empty() && self.unlisted == Unlisted::Deny
+        self.allow.is_empty() && self.local.is_empty() && self.unlisted == Unlisted::Deny
     }
 }
 

@@ -717,6 +717,11 @@ fn env_variable_the_egress_proxy_sets_is_refused_with_network_on() {
         3,
         "egress proxy",
     );
+    // NO_PROXY is not mcpbox's (loopback names go through the proxy): a
+    // server that talks to its own loopback service may set it
+    ok(&format!(
+        "{net}[env]\nset = {{ NO_PROXY = \"localhost\" }}\n"
+    ));
     // without egress nothing sets them, and git's are merged either way
     ok("[env]\nset = { HTTPS_PROXY = \"http://corp:3128\" }\n");
     ok(&format!(
@@ -1088,6 +1093,98 @@ fn network_entry_both_allowed_and_denied_is_refused() {
     );
     // different ports are different entries
     ok("[network]\nallow = [\"a.com:8080\"]\ndeny = [\"a.com\"]\n");
+}
+
+#[test]
+fn network_local_opens_one_loopback_port_and_nothing_else() {
+    let p = ok("[network]\nlocal = [\"localhost:8080\", \"[::1]:9090\"]\n");
+    assert!(!p.network.is_closed(), "local alone turns egress on");
+    // every loopback spelling of a listed port, nothing else
+    for host in [
+        "localhost",
+        "LOCALHOST.",
+        "127.0.0.1",
+        "127.0.0.2",
+        "::1",
+        "[::1]",
+    ] {
+        let d = p.network.decide(host, 8080);
+        assert_eq!(
+            (d.verdict, d.reason, d.source.as_str()),
+            (
+                Verdict::Allow,
+                Reason::NetworkLocal,
+                "network.local[0] \"localhost:8080\""
+            ),
+            "{host}"
+        );
+    }
+    assert_eq!(p.network.decide("localhost", 9090).verdict, Verdict::Allow);
+    // another port of the loopback: refused without asking, even where
+    // unlisted hosts are asked for
+    let asks = ok("[network]\nlocal = [\"localhost:8080\"]\nunlisted = \"approve\"\n");
+    let d = asks.network.decide("localhost", 8081);
+    assert_eq!(
+        (d.verdict, d.reason, d.source.as_str()),
+        (Verdict::Deny, Reason::NetworkLocalUnlisted, "network.local")
+    );
+    assert_eq!(asks.network.decide("127.0.0.1", 22).verdict, Verdict::Deny);
+    assert_eq!(
+        asks.network.decide("example.com", 443).verdict,
+        Verdict::Approve
+    );
+    // a name that is not a loopback spelling is not opened by local
+    assert_eq!(
+        p.network.decide("localhost.example.com", 8080).verdict,
+        Verdict::Deny
+    );
+    assert_eq!(p.network.local_addresses("example.com", 8080), None);
+    // where the proxy connects: the address named, localhost to both
+    assert_eq!(
+        p.network.local_addresses("localhost", 8080),
+        Some(vec!["127.0.0.1".parse().unwrap(), "::1".parse().unwrap()])
+    );
+    assert_eq!(
+        p.network.local_addresses("127.0.0.1", 8080),
+        Some(vec!["127.0.0.1".parse().unwrap()])
+    );
+    assert_eq!(p.network.local_addresses("localhost", 8081), None);
+    // deny still wins
+    let denied = ok("[network]\nlocal = [\"localhost:8080\"]\ndeny = [\"localhost\"]\n");
+    assert_eq!(
+        denied.network.decide("localhost", 8080).verdict,
+        Verdict::Deny
+    );
+    // an allow entry keeps deciding mcpbox's own connections to loopback (a
+    // remote upstream); the egress proxy's address guard still refuses it
+    let upstream = ok("[network]\nallow = [\"127.0.0.1:9000\"]\n");
+    assert_eq!(
+        upstream.network.decide("127.0.0.1", 9000).reason,
+        Reason::NetworkAllow
+    );
+    assert_eq!(
+        upstream.network.decide("localhost", 9000).reason,
+        Reason::NetworkLocalUnlisted
+    );
+    assert_eq!(p.network.local_summary().len(), 2);
+    refused(
+        "[network]\nlocal = [\"example.com:8080\"]\n",
+        "network.local[0]",
+        2,
+        "not a loopback host",
+    );
+    refused(
+        "[network]\nlocal = [\"localhost\"]\n",
+        "network.local[0]",
+        2,
+        "has no port",
+    );
+    refused(
+        "[network]\nlocal = [\"127.0.0.0/8:80\"]\n",
+        "network.local[0]",
+        2,
+        "not a loopback host",
+    );
 }
 
 #[test]

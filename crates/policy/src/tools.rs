@@ -2,7 +2,12 @@
 //!
 //! The strictest matching rule wins (deny > approve > allow); the default
 //! applies only when no pattern matches. Annotations come from the untrusted
-//! server, so they may only make a decision stricter, never looser.
+//! server, so they may only make a decision stricter, never looser, and only
+//! where the policy has not named the tool: a rule that names a tool exactly
+//! is the policy author's decision about that tool, and the server's
+//! `destructiveHint` does not override it (docs/policy.md, "How a call is
+//! decided"). The relay and `[[tests]]` both decide through
+//! [`ToolRules::decide`], so an example checks the decision a call gets.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -82,7 +87,11 @@ pub fn glob_match(pattern: &str, name: &str) -> bool {
 
 impl ToolRules {
     /// Decides a call to `tool`. The strictest matching pattern wins; with none,
-    /// the default applies; a destructive hint can then only raise the result.
+    /// the default applies. A destructive hint can then only raise the result,
+    /// and only when no rule names the tool exactly: an exact rule is the
+    /// author's decision about this tool, made knowing what it does, while a
+    /// glob (`"browser_*"`, `"*"`) or `default` decides tools the author may
+    /// never have looked at, which the server's own warning may tighten.
     pub fn decide(&self, tool: &str, hints: &ToolHints) -> Decision {
         let strictest = self
             .rules
@@ -99,7 +108,10 @@ impl ToolRules {
             ),
             None => Decision::new(self.default, Reason::ToolDefault, "tools.default"),
         };
-        if hints.destructive == Some(true) && self.destructive > decision.verdict {
+        if hints.destructive == Some(true)
+            && self.destructive > decision.verdict
+            && !self.names(tool)
+        {
             decision = Decision::new(
                 self.destructive,
                 Reason::ToolDestructiveHint,
@@ -107,6 +119,14 @@ impl ToolRules {
             );
         }
         decision
+    }
+
+    /// Whether a rule names `tool` exactly (a pattern without `*` or `?`
+    /// equal to it), which puts its decision beyond the server's hints.
+    pub fn names(&self, tool: &str) -> bool {
+        self.rules
+            .iter()
+            .any(|r| r.pattern == tool && !r.pattern.contains(['*', '?']))
     }
 
     /// Whether `tool` should appear in `tools/list`: denied tools are hidden unless `show_denied`.
@@ -326,7 +346,11 @@ mod tests {
             destructive: Some(true),
             ..ToolHints::default()
         };
-        let d = r.decide("safe", &destructive);
+        r.rules.push(ToolRule {
+            pattern: "sa*".into(),
+            action: Verdict::Allow,
+        });
+        let d = r.decide("sample", &destructive);
         assert_eq!(
             d,
             Decision {
@@ -340,6 +364,51 @@ mod tests {
         // default floor (allow) changes nothing
         let plain = rules(Verdict::Allow, &[]);
         assert_eq!(plain.decide("x", &destructive).reason, Reason::ToolDefault);
+    }
+
+    #[test]
+    fn an_exact_rule_stands_against_a_destructive_hint_a_glob_or_default_does_not() {
+        let mut r = rules(
+            Verdict::Allow,
+            &[
+                ("browser_navigate", Verdict::Allow),
+                ("browser_*", Verdict::Allow),
+                ("danger", Verdict::Deny),
+            ],
+        );
+        r.destructive = Verdict::Approve;
+        let destructive = ToolHints {
+            destructive: Some(true),
+            ..ToolHints::default()
+        };
+        // named exactly: the author's allow stands (the relay and [[tests]] agree)
+        let d = r.decide("browser_navigate", &destructive);
+        assert_eq!(
+            (d.verdict, d.reason, d.source.as_str()),
+            (Verdict::Allow, Reason::ToolRule, "tools.browser_navigate")
+        );
+        // a glob and the default are raised by the hint
+        let d = r.decide("browser_click", &destructive);
+        assert_eq!(
+            (d.verdict, d.reason),
+            (Verdict::Approve, Reason::ToolDestructiveHint)
+        );
+        assert_eq!(r.decide("other", &destructive).verdict, Verdict::Approve);
+        // a hint never lowers an exact deny, nor does an exact allow beat a
+        // stricter glob that also matches
+        assert_eq!(r.decide("danger", &destructive).verdict, Verdict::Deny);
+        r.rules.push(ToolRule {
+            pattern: "browser_nav*".into(),
+            action: Verdict::Deny,
+        });
+        assert_eq!(
+            r.decide("browser_navigate", &destructive).verdict,
+            Verdict::Deny
+        );
+        // `?` is a glob too
+        let mut q = rules(Verdict::Allow, &[("tool?", Verdict::Allow)]);
+        q.destructive = Verdict::Deny;
+        assert_eq!(q.decide("tool1", &destructive).verdict, Verdict::Deny);
     }
 
     #[test]

@@ -127,14 +127,10 @@ pub const PROXY_VARIABLES: &[&str] = &[
     "http_proxy",
     "https_proxy",
     "all_proxy",
-    "NO_PROXY",
-    "no_proxy",
     "npm_config_proxy",
     "npm_config_https_proxy",
-    "npm_config_noproxy",
     "PIP_PROXY",
     "GLOBAL_AGENT_HTTP_PROXY",
-    "GLOBAL_AGENT_NO_PROXY",
     "NODE_USE_ENV_PROXY",
 ];
 
@@ -438,6 +434,15 @@ pub(crate) fn validate_in(
                 &format!("network.deny[{i}]"),
                 format!("\"{d}\" is both allowed and denied"),
                 "remove it from network.allow (deny wins) or from network.deny",
+            ));
+        }
+    }
+    for (i, rule) in net.local.iter().enumerate() {
+        if let Err(m) = crate::network::check_local_rule(rule) {
+            return Err(ctx.err(
+                &format!("network.local[{i}]"),
+                format!("\"{rule}\" {m}"),
+                "write the service's port on this machine, e.g. local = [\"localhost:8080\"]",
             ));
         }
     }

@@ -40,8 +40,8 @@ enum Seen {
     /// Made by the sandbox itself (/proc, a generated file or directory):
     /// nothing to say about it.
     Generated,
-    /// Not there.
-    Missing,
+    /// Not there: the path (inside, links followed so far) that is not.
+    Missing(PathBuf),
 }
 
 /// The explanation of an `ENOENT` from execve over `candidates` (the paths
@@ -55,11 +55,11 @@ pub(crate) fn missing_interpreter(candidates: &[PathBuf], view: &[Step]) -> Opti
         .iter()
         .find_map(|c| regular_file(view, c).map(|h| (c, h)))?;
     let (interp, what) = interpreter_of(&host)?;
-    if !matches!(resolve(view, &interp, MAX_LINKS), Seen::Missing) {
+    let Seen::Missing(missing) = resolve(view, &interp, MAX_LINKS) else {
         // It is there: the ENOENT came from further down (the loader of
         // the interpreter, say); not guessed at.
         return None;
-    }
+    };
     let program = program.display();
     let shown = interp.display();
     if !interp.exists() {
@@ -68,10 +68,20 @@ pub(crate) fn missing_interpreter(candidates: &[PathBuf], view: &[Step]) -> Opti
              in the sandbox or on the host"
         ));
     }
-    let dir = mount_to_suggest(&interp);
+    // The interpreter may be there and a link on its way not (a venv's
+    // `python` the policy mounts, linking to ~/.pyenv/versions/X): the
+    // mount to add is the link's target, never what the policy has.
+    let (via, dir) = if missing != interp && missing.exists() {
+        (
+            format!(", which links to {}, and that", missing.display()),
+            mount_to_suggest(&missing),
+        )
+    } else {
+        (String::new(), mount_to_suggest(&interp))
+    };
     let dir = dir.display();
     Some(format!(
-        "the program {program} exists but its {what} {shown} is not in the sandbox: \
+        "the program {program} exists but its {what} {shown}{via} is not in the sandbox: \
          add a read-only mount of {dir} ([[filesystem.mounts]] host = \"{dir}\", \
          at = \"{dir}\"; see docs/policy.md)"
     ))
@@ -223,7 +233,7 @@ fn elf_interp(file: &File, head: &[u8]) -> Option<PathBuf> {
 /// bound host tree, are followed in the sandbox's view.
 fn resolve(view: &[Step], inside: &Path, links: u32) -> Seen {
     let Some(inside) = normalize(inside) else {
-        return Seen::Missing;
+        return Seen::Missing(inside.to_path_buf());
     };
     let mut best: Option<(&Path, &Step)> = None;
     for step in view {
@@ -246,7 +256,7 @@ fn resolve(view: &[Step], inside: &Path, links: u32) -> Seen {
         }
     }
     let Some((at, step)) = best else {
-        return Seen::Missing;
+        return Seen::Missing(inside);
     };
     let rest = inside.strip_prefix(at).unwrap_or(Path::new(""));
     match step {
@@ -260,20 +270,20 @@ fn resolve(view: &[Step], inside: &Path, links: u32) -> Seen {
         }
         Step::Alias { from, .. } => {
             if links == 0 {
-                return Seen::Missing;
+                return Seen::Missing(inside);
             }
             resolve(view, &from.join(rest), links - 1)
         }
         Step::Symlink { target, .. } => {
             if links == 0 {
-                return Seen::Missing;
+                return Seen::Missing(inside);
             }
             let base = at.parent().unwrap_or(Path::new("/"));
             resolve(view, &base.join(target).join(rest), links - 1)
         }
         // A tmpfs holds, before the command ran, only what the plan made
         // in it (a longer step, which would have matched first).
-        Step::Tmpfs { .. } if !rest.as_os_str().is_empty() => Seen::Missing,
+        Step::Tmpfs { .. } if !rest.as_os_str().is_empty() => Seen::Missing(inside),
         _ => Seen::Generated,
     }
 }
@@ -282,13 +292,13 @@ fn resolve(view: &[Step], inside: &Path, links: u32) -> Seen {
 /// sandbox's view (an absolute target means the sandbox's `/`).
 fn follow_host(view: &[Step], inside: &Path, host: PathBuf, links: u32) -> Seen {
     match std::fs::symlink_metadata(&host) {
-        Err(_) => Seen::Missing,
+        Err(_) => Seen::Missing(inside.to_path_buf()),
         Ok(m) if m.file_type().is_symlink() => {
             let Ok(target) = std::fs::read_link(&host) else {
-                return Seen::Missing;
+                return Seen::Missing(inside.to_path_buf());
             };
             if links == 0 {
-                return Seen::Missing;
+                return Seen::Missing(inside.to_path_buf());
             }
             let base = inside.parent().unwrap_or(Path::new("/"));
             resolve(view, &base.join(target), links - 1)
@@ -379,6 +389,38 @@ mod tests {
         assert_eq!(
             missing_interpreter(&[PathBuf::from("/workspace/input/server.py")], &view),
             None
+        );
+    }
+
+    /// Issue 32: a venv the policy mounts whose `python` links out of it
+    /// (pyenv): the mount to add is the link's target, not the venv the
+    /// policy has already.
+    #[test]
+    fn an_interpreter_that_links_out_of_its_mount_names_the_link_target() {
+        let input = tempfile::tempdir().unwrap();
+        let venv = tempfile::tempdir().unwrap();
+        let pyenv = tempfile::tempdir().unwrap();
+        std::fs::create_dir(pyenv.path().join("bin")).unwrap();
+        let real = script(&pyenv.path().join("bin"), "python3.11", "");
+        std::fs::create_dir(venv.path().join("bin")).unwrap();
+        let python = venv.path().join("bin/python");
+        std::os::unix::fs::symlink(&real, &python).unwrap();
+        script(
+            input.path(),
+            "server.py",
+            &format!("#!{}\n", python.display()),
+        );
+        let view = [
+            bind(input.path(), "/workspace/input"),
+            bind(venv.path(), &venv.path().display().to_string()),
+        ];
+        let text =
+            missing_interpreter(&[PathBuf::from("/workspace/input/server.py")], &view).unwrap();
+        assert!(
+            text.contains(&format!("which links to {}", real.display()))
+                && text.contains(&format!("mount of {} ", pyenv.path().display()))
+                && !text.contains(&format!("mount of {} ", venv.path().display())),
+            "{text}"
         );
     }
 

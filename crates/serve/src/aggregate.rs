@@ -20,9 +20,15 @@
 //! - `tools/call`, `prompts/get` and `completion/complete` (for a prompt)
 //!   go to the member the prefix names, with the prefix taken off;
 //!   `resources/read`, `subscribe`, `unsubscribe` and `completion/complete`
-//!   (for a resource) go to the member that listed the URI (or whose
-//!   template it starts with), since URIs are the servers' own and are not
-//!   renamed;
+//!   (for a resource) go to the member that owns the URI, since URIs are
+//!   the servers' own and are not renamed: every URI belongs to exactly one
+//!   server, the first in the config's order that lists it or has a
+//!   template whose fixed start it begins with ([`Owners`]). A later
+//!   server's resource or template whose every URI an earlier one owns is
+//!   withheld from the lists, named in the list's
+//!   `_meta["mcpbox/withheld"]`, logged and audited
+//!   (`aggregate.name_taken`): a server added later never takes reads
+//!   meant for another, whoever lists first or has the longer prefix;
 //! - `ping` is answered by the gateway, `logging/setLevel` and the client's
 //!   notifications go to every member, `notifications/cancelled` to the
 //!   member working on that request;
@@ -39,7 +45,7 @@
 //! `subscriptions/listen` is not merged (it goes to a server's own
 //! endpoint).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::Bytes;
@@ -81,10 +87,10 @@ struct State {
     asked: HashMap<IdKey, (usize, Value)>,
     /// The client's requests in flight: its id → (member, our id).
     calls: HashMap<IdKey, (usize, Value)>,
-    /// Resource URI → the member that listed it.
-    uris: HashMap<String, usize>,
-    /// URI template's fixed start → the member that listed it.
-    templates: Vec<(String, usize)>,
+    /// Who owns which resource URI.
+    owners: Owners,
+    /// (member, URI or template) pairs already flagged as taken.
+    flagged: HashSet<(usize, String)>,
     stream: Option<mpsc::Sender<Vec<u8>>>,
     backlog: VecDeque<Vec<u8>>,
 }
@@ -132,16 +138,9 @@ impl Aggregate {
 
     fn member_of_uri(&self, uri: &str) -> Option<usize> {
         let st = self.lock();
-        if let Some(i) = st.uris.get(uri) {
-            return Some(*i);
-        }
-        let by_template = st
-            .templates
-            .iter()
-            .filter(|(start, _)| !start.is_empty() && uri.starts_with(start.as_str()))
-            .max_by_key(|(start, _)| start.len())
-            .map(|(_, i)| *i);
-        by_template.or((self.members.len() == 1).then_some(0))
+        st.owners
+            .owner(uri)
+            .or((self.members.len() == 1).then_some(0))
     }
 
     /// A message a member sends the client: a request gets an id of ours
@@ -159,6 +158,30 @@ impl Aggregate {
         v["id"] = ours.clone();
         self.lock().asked.insert(id_key(&ours), (member, theirs));
         to_line(&v)
+    }
+
+    /// Whether `line` is a `notifications/resources/updated` from `member`
+    /// for a URI another member owns: a server must not make the client
+    /// re-read (or believe changed) what another server serves. Dropped and
+    /// logged; a URI nobody is known to own yet passes.
+    fn foreign_update(&self, member: usize, line: &[u8]) -> bool {
+        let Ok(msg) = Message::parse(line) else {
+            return false;
+        };
+        if msg.method() != Some("notifications/resources/updated") {
+            return false;
+        }
+        let Some(uri) = msg.value.pointer("/params/uri").and_then(Value::as_str) else {
+            return false;
+        };
+        let owner = self.lock().owners.owner(uri);
+        match owner {
+            Some(o) if o != member => {
+                tracing::warn!(client = %self.client, server = %self.members[member].server, owner = %self.members[o].server, "a resource update for another server's URI dropped");
+                true
+            }
+            _ => false,
+        }
     }
 
     /// A message for the GET stream (or its backlog).
@@ -187,6 +210,68 @@ impl Aggregate {
         }
         st.backlog.push_back(message);
     }
+}
+
+/// Who owns each resource URI on `/mcp`: what each member (by its index,
+/// the config's order) listed last, resources and templates' fixed starts
+/// (the text before the first `{`). A URI belongs to the first member
+/// that lists it or has a template it begins with, never to the last one
+/// to list it nor to the longest prefix: a server cannot take another's
+/// URIs by listing them later or by a template narrower than the owner's.
+/// (Tools and prompts need none of this: they are renamed
+/// `<server>__<name>`, so each name is one server's by construction.)
+#[derive(Debug, Default)]
+struct Owners {
+    uris: BTreeMap<usize, HashSet<String>>,
+    templates: BTreeMap<usize, Vec<String>>,
+}
+
+impl Owners {
+    /// Whether `member` lists `uri` or has a template it begins with. A
+    /// template with no fixed start (`{+uri}`) routes nothing.
+    fn covers(&self, member: usize, uri: &str) -> bool {
+        self.uris.get(&member).is_some_and(|u| u.contains(uri))
+            || self.templates.get(&member).is_some_and(|ts| {
+                ts.iter()
+                    .any(|t| !t.is_empty() && uri.starts_with(t.as_str()))
+            })
+    }
+
+    /// The member that owns `uri`: the first in order that covers it.
+    fn owner(&self, uri: &str) -> Option<usize> {
+        let members: std::collections::BTreeSet<usize> = self
+            .uris
+            .keys()
+            .chain(self.templates.keys())
+            .copied()
+            .collect();
+        members.into_iter().find(|&m| self.covers(m, uri))
+    }
+
+    /// The earlier member that owns `uri`, which `member` listed too: its
+    /// entry is withheld.
+    fn uri_taken(&self, member: usize, uri: &str) -> Option<usize> {
+        self.owner(uri).filter(|&o| o < member)
+    }
+
+    /// The earlier member whose template covers every URI of `member`'s
+    /// template with fixed start `start`: that template is withheld. (A
+    /// template only partly covered stays listed; the URIs an earlier
+    /// member covers still go to it.)
+    fn template_taken(&self, member: usize, start: &str) -> Option<usize> {
+        self.templates
+            .range(..member)
+            .find(|(_, ts)| {
+                ts.iter()
+                    .any(|t| !t.is_empty() && start.starts_with(t.as_str()))
+            })
+            .map(|(m, _)| *m)
+    }
+}
+
+/// A template's fixed start: the text before its first expression.
+fn template_start(template: &str) -> &str {
+    template.split('{').next().unwrap_or("")
 }
 
 fn refusal(status: StatusCode, code: i64, reason: Reason, message: impl Into<String>) -> Refusal {
@@ -389,7 +474,9 @@ async fn ask(
             }
             Some(Out::Message(m)) => {
                 waiting.took();
-                agg.unsolicited(agg.outgoing(member, &m, &ctx.gw));
+                if !agg.foreign_update(member, &m) {
+                    agg.unsolicited(agg.outgoing(member, &m, &ctx.gw));
+                }
             }
             Some(Out::Final(m)) => {
                 let v: Value = serde_json::from_slice(&m).unwrap_or(Value::Null);
@@ -504,7 +591,9 @@ async fn initialize(ctx: &Ctx, msg: Message, _slot: Slot) -> Result<Response<Bod
         let (agg2, gw) = (agg.clone(), ctx.gw.clone());
         tokio::spawn(async move {
             while let Some(line) = rx.recv().await {
-                agg2.unsolicited(agg2.outgoing(i, &line, &gw));
+                if !agg2.foreign_update(i, &line) {
+                    agg2.unsolicited(agg2.outgoing(i, &line, &gw));
+                }
             }
         });
     }
@@ -629,57 +718,82 @@ enum Uri {
     Template,
 }
 
-async fn list(ctx: &Ctx, agg: &Arc<Aggregate>, msg: &Message, key: &str, uri: Uri) -> Value {
-    let id = msg.id().cloned().unwrap_or(Value::Null);
-    let method = msg.method().unwrap_or("");
-    let meta = msg.value.pointer("/params/_meta").cloned();
-    let mut all = Vec::new();
-    for (i, m) in agg.members.iter().enumerate() {
+/// Every page of `method` from every member: (member, its items), or
+/// `None` for a member that failed or has no such feature.
+async fn fetch(
+    ctx: &Ctx,
+    agg: &Arc<Aggregate>,
+    method: &str,
+    key: &str,
+    meta: Option<&Value>,
+) -> Vec<(usize, Option<Vec<Value>>)> {
+    let mut out = Vec::new();
+    for i in 0..agg.members.len() {
+        let mut items: Option<Vec<Value>> = None;
         let mut cursor: Option<Value> = None;
         for _ in 0..MAX_PAGES {
             let mut params = json!({});
             if let Some(c) = &cursor {
                 params["cursor"] = c.clone();
             }
-            if let Some(meta) = &meta {
+            if let Some(meta) = meta {
                 params["_meta"] = meta.clone();
             }
             let Ok(page) = ask(ctx, agg, i, method, params).await else {
                 // a member without this feature (or that failed) adds nothing
                 break;
             };
-            for mut item in page
-                .get(key)
-                .and_then(Value::as_array)
-                .cloned()
-                .unwrap_or_default()
-            {
-                if let Some(name) = item.get("name").and_then(Value::as_str) {
-                    item["name"] = Value::String(tool_name(&m.server, name));
-                }
-                match uri {
-                    Uri::Plain => {
-                        if let Some(u) = item.get("uri").and_then(Value::as_str) {
-                            agg.lock().uris.insert(u.to_string(), i);
-                        }
-                    }
-                    Uri::Template => {
-                        if let Some(t) = item.get("uriTemplate").and_then(Value::as_str) {
-                            let start = t.split('{').next().unwrap_or("").to_string();
-                            agg.lock().templates.push((start, i));
-                        }
-                    }
-                    Uri::None => {}
-                }
-                all.push(item);
-            }
+            items.get_or_insert_with(Vec::new).extend(
+                page.get(key)
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default(),
+            );
             cursor = page.get("nextCursor").filter(|c| !c.is_null()).cloned();
             if cursor.is_none() {
                 break;
             }
         }
+        out.push((i, items));
+    }
+    out
+}
+
+async fn list(ctx: &Ctx, agg: &Arc<Aggregate>, msg: &Message, key: &str, uri: Uri) -> Value {
+    let id = msg.id().cloned().unwrap_or(Value::Null);
+    let method = msg.method().unwrap_or("");
+    let meta = msg.value.pointer("/params/_meta").cloned();
+    let (lists, withheld) = match uri {
+        Uri::None => (
+            fetch(ctx, agg, method, key, meta.as_ref()).await,
+            Vec::new(),
+        ),
+        Uri::Plain | Uri::Template => {
+            // both kinds, so that who owns what is decided on everything
+            // the members list, whichever list the client asked for
+            let (resources, templates) = learn_uris(ctx, agg, meta.as_ref()).await;
+            let lists = if uri == Uri::Plain {
+                resources
+            } else {
+                templates
+            };
+            owned_only(ctx, agg, lists, uri)
+        }
+    };
+    let mut all = Vec::new();
+    for (i, items) in lists {
+        let server = &agg.members[i].server;
+        for mut item in items.unwrap_or_default() {
+            if let Some(name) = item.get("name").and_then(Value::as_str) {
+                item["name"] = Value::String(tool_name(server, name));
+            }
+            all.push(item);
+        }
     }
     let mut out = json!({ key: all });
+    if !withheld.is_empty() {
+        out["_meta"] = json!({ "mcpbox/withheld": withheld });
+    }
     // a stateless (2026-07-28) list says it is whole, and how to cache it:
     // not at all, and for this client only (it merges the client's servers)
     if meta
@@ -693,18 +807,115 @@ async fn list(ctx: &Ctx, agg: &Arc<Aggregate>, msg: &Message, key: &str, uri: Ur
     result(&id, out)
 }
 
-/// Asks every member for its resources and templates (all pages), so that
-/// a URI can be routed.
-async fn learn_uris(ctx: &Ctx, agg: &Arc<Aggregate>) {
-    for method in ["resources/list", "resources/templates/list"] {
-        let probe = Message {
-            value: json!({"jsonrpc": "2.0", "id": null, "method": method}),
-            shape: Shape::Request,
+/// The members' resources or templates without the entries an earlier
+/// member owns ([`Owners`]), and what was withheld: each flagged once per
+/// aggregate (log and audit).
+#[allow(clippy::type_complexity)]
+fn owned_only(
+    ctx: &Ctx,
+    agg: &Arc<Aggregate>,
+    lists: Vec<(usize, Option<Vec<Value>>)>,
+    uri: Uri,
+) -> (Vec<(usize, Option<Vec<Value>>)>, Vec<Value>) {
+    let field = if uri == Uri::Plain {
+        "uri"
+    } else {
+        "uriTemplate"
+    };
+    let mut withheld = Vec::new();
+    let mut kept = Vec::new();
+    let mut st = agg.lock();
+    for (i, items) in lists {
+        let Some(items) = items else {
+            kept.push((i, None));
+            continue;
         };
-        if let Some((key, uri)) = list_kind(method) {
-            let _ = list(ctx, agg, &probe, key, uri).await;
+        let mut mine = Vec::new();
+        for item in items {
+            let Some(name) = item.get(field).and_then(Value::as_str) else {
+                mine.push(item);
+                continue;
+            };
+            let taken = if uri == Uri::Plain {
+                st.owners.uri_taken(i, name)
+            } else {
+                st.owners.template_taken(i, template_start(name))
+            };
+            let Some(owner) = taken else {
+                mine.push(item);
+                continue;
+            };
+            let (server, owner) = (&agg.members[i].server, &agg.members[owner].server);
+            withheld.push(json!({"server": server, field: name, "owner": owner}));
+            if st.flagged.insert((i, name.to_string())) {
+                tracing::warn!(client = %agg.client, server, owner, field, name, "a server listed a resource another server owns on /mcp; withheld");
+                ctx.gw.backend.audit(mcpbox_audit::Event {
+                    kind: Some(mcpbox_audit::Kind::Flag),
+                    caller: agg.client.clone(),
+                    server: server.clone(),
+                    reason: Some(Reason::AggregateNameTaken.as_str().to_string()),
+                    source: Some("serve:/mcp".to_string()),
+                    detail: json!({ field: name, "owner": owner }),
+                    ..mcpbox_audit::Event::default()
+                });
+            }
+        }
+        kept.push((i, Some(mine)));
+    }
+    (kept, withheld)
+}
+
+/// Asks every member for its resources and templates (all pages) and
+/// records who owns what; returns both lists. A member that failed keeps
+/// what it listed before.
+#[allow(clippy::type_complexity)]
+async fn learn_uris(
+    ctx: &Ctx,
+    agg: &Arc<Aggregate>,
+    meta: Option<&Value>,
+) -> (
+    Vec<(usize, Option<Vec<Value>>)>,
+    Vec<(usize, Option<Vec<Value>>)>,
+) {
+    // a request's own progress token is not the lists'
+    let meta = meta.cloned().map(|mut m| {
+        if let Some(o) = m.as_object_mut() {
+            o.remove("progressToken");
+        }
+        m
+    });
+    let resources = fetch(ctx, agg, "resources/list", "resources", meta.as_ref()).await;
+    let templates = fetch(
+        ctx,
+        agg,
+        "resources/templates/list",
+        "resourceTemplates",
+        meta.as_ref(),
+    )
+    .await;
+    let mut st = agg.lock();
+    for (i, items) in &resources {
+        if let Some(items) = items {
+            let uris = items
+                .iter()
+                .filter_map(|it| it.get("uri").and_then(Value::as_str))
+                .map(str::to_string)
+                .collect();
+            st.owners.uris.insert(*i, uris);
         }
     }
+    for (i, items) in &templates {
+        if let Some(items) = items {
+            let starts = items
+                .iter()
+                .filter_map(|it| it.get("uriTemplate").and_then(Value::as_str))
+                .map(|t| template_start(t).to_string())
+                .collect();
+            st.owners.templates.insert(*i, starts);
+        }
+    }
+    drop(st);
+    (resources, templates)
 }
 
 async fn request(
@@ -777,7 +988,7 @@ async fn request(
         None if value.pointer("/params/uri").is_some()
             || value.pointer("/params/ref/uri").is_some() =>
         {
-            learn_uris(ctx, &agg).await;
+            learn_uris(ctx, &agg, value.pointer("/params/_meta")).await;
             value
                 .pointer("/params/uri")
                 .or_else(|| value.pointer("/params/ref/uri"))
@@ -900,6 +1111,50 @@ pub(crate) fn delete(ctx: &Ctx, req: &Request<Incoming>) -> Result<Response<Body
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn owners(uris: &[(usize, &[&str])], templates: &[(usize, &[&str])]) -> Owners {
+        let mut o = Owners::default();
+        for (i, u) in uris {
+            o.uris.insert(*i, u.iter().map(|s| s.to_string()).collect());
+        }
+        for (i, t) in templates {
+            let starts = t.iter().map(|s| template_start(s).to_string()).collect();
+            o.templates.insert(*i, starts);
+        }
+        o
+    }
+
+    #[test]
+    fn a_later_server_never_owns_a_uri_an_earlier_one_lists() {
+        // 1 lists what 0 lists, and has a narrower template: longest
+        // prefix or last lister would route to 1
+        let o = owners(
+            &[(0, &["shared://doc"]), (1, &["shared://doc", "b://own"])],
+            &[
+                (0, &["shared://files/{path}"]),
+                (1, &["shared://files/secret/{name}", "b://t/{x}"]),
+            ],
+        );
+        assert_eq!(o.owner("shared://doc"), Some(0));
+        assert_eq!(o.owner("shared://files/secret/k"), Some(0));
+        assert_eq!(o.owner("b://own"), Some(1));
+        assert_eq!(o.owner("b://t/1"), Some(1));
+        assert_eq!(o.owner("nobody://x"), None);
+        assert_eq!(o.uri_taken(1, "shared://doc"), Some(0));
+        assert_eq!(o.uri_taken(0, "shared://doc"), None);
+        assert_eq!(o.uri_taken(1, "b://own"), None);
+        assert_eq!(o.template_taken(1, "shared://files/secret/"), Some(0));
+        assert_eq!(o.template_taken(1, "b://t/"), None);
+        // a broader later template stays, but what the earlier one
+        // covers is still the earlier one's
+        let o = owners(&[], &[(0, &["x://a/{n}"]), (1, &["x://{p}"])]);
+        assert_eq!(o.template_taken(1, "x://"), None);
+        assert_eq!(o.owner("x://a/1"), Some(0));
+        assert_eq!(o.owner("x://b/1"), Some(1));
+        // a template with no fixed start routes nothing
+        let o = owners(&[], &[(0, &["{+uri}"])]);
+        assert_eq!(o.owner("file:///etc/passwd"), None);
+    }
 
     #[test]
     fn merged_capabilities_are_the_union_and_the_version_the_oldest() {

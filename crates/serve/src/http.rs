@@ -169,6 +169,11 @@ async fn route(gw: &Arc<Gateway>, req: Request<Incoming>) -> Result<Response<Bod
         ));
     }
     let headers = req.headers();
+    // A request refused before it is known whose it is (Host, Origin, no or
+    // a wrong token) is answered with `Connection: close`, and hyper closes
+    // the connection once the answer is written: a peer without a token
+    // holds no connection open (a new one must send its head within
+    // `limits.header_timeout`).
     // DNS rebinding: a page on another site that resolves its own name to
     // this address sends that name as Host, and its own site as Origin.
     let host = header(headers, HOST).unwrap_or("");
@@ -182,7 +187,8 @@ async fn route(gw: &Arc<Gateway>, req: Request<Incoming>) -> Result<Response<Bod
             TRANSPORT_ERROR,
             Reason::HttpHostRefused,
             "Host header not accepted: the gateway serves only its own address (see listen.allowed_hosts)",
-        ));
+        )
+        .header("connection", "close"));
     }
     if let Some(origin) = headers.get(ORIGIN) {
         let ok = origin.to_str().is_ok_and(|o| gw.settings.origin_allowed(o));
@@ -193,7 +199,8 @@ async fn route(gw: &Arc<Gateway>, req: Request<Incoming>) -> Result<Response<Bod
                 TRANSPORT_ERROR,
                 Reason::HttpOriginRefused,
                 "Origin not accepted (see listen.allowed_origins)",
-            ));
+            )
+            .header("connection", "close"));
         }
     }
     let client = authenticate(gw, headers)?;
@@ -330,6 +337,7 @@ fn unauthorized(reason: Reason, message: &str) -> Refusal {
     };
     Refusal::new(StatusCode::UNAUTHORIZED, TRANSPORT_ERROR, reason, message)
         .header("www-authenticate", challenge)
+        .header("connection", "close")
 }
 
 /// The request's context once it passed the gate (`server` is empty on

@@ -18,11 +18,17 @@ pub struct TestPolicy {
     pub allow: Vec<String>,
     pub mapped: HashMap<String, IpAddr>,
     pub ask_unlisted: bool,
+    /// `network.local` as the proxy sees it: host -> addresses it answers
+    /// (the test may put a non-loopback address here, as a broken policy
+    /// implementation would).
+    pub local: HashMap<String, Vec<IpAddr>>,
 }
 
 impl EgressPolicy for TestPolicy {
     fn decide(&self, host: &str, _port: u16) -> Decision {
-        if let Some(i) = self.allow.iter().position(|h| h == host) {
+        if self.local.contains_key(host) {
+            Decision::allow(Reason::NetworkLocal, "policy:network.local[0]")
+        } else if let Some(i) = self.allow.iter().position(|h| h == host) {
             Decision::allow(Reason::NetworkAllow, format!("policy:network.allow[{i}]"))
         } else if self.ask_unlisted {
             Decision::approve(Reason::NetworkUnlisted, "policy:network.unlisted")
@@ -32,6 +38,9 @@ impl EgressPolicy for TestPolicy {
     }
     fn mapped_address(&self, host: &str) -> Option<IpAddr> {
         self.mapped.get(host).copied()
+    }
+    fn local_addresses(&self, host: &str, _port: u16) -> Option<Vec<IpAddr>> {
+        self.local.get(host).cloned()
     }
 }
 

@@ -314,6 +314,22 @@ fn relay_redact_secrets(r: &reference::Redactor, v: &mut Value, counts: &mut [us
         Cow::Borrowed(_) => None,
         Cow::Owned(o) => Some(o),
     });
+    // numbers, as their decimal text, become the redacted string
+    fn numbers(r: &reference::Redactor, v: &mut Value, counts: &mut [usize]) -> bool {
+        match v {
+            Value::Number(n) => match r.redact_str(&n.to_string(), counts) {
+                Cow::Owned(o) => {
+                    *v = Value::String(o);
+                    true
+                }
+                Cow::Borrowed(_) => false,
+            },
+            Value::Array(a) => a.iter_mut().fold(false, |c, x| numbers(r, x, counts) | c),
+            Value::Object(m) => m.values_mut().fold(false, |c, x| numbers(r, x, counts) | c),
+            _ => false,
+        }
+    }
+    changed |= numbers(r, v, counts);
     if let Some(Value::Array(items)) = v.pointer_mut("/result/content") {
         let mut texts: Vec<&mut String> = items
             .iter_mut()
@@ -556,4 +572,67 @@ fn duplicate_secret_values_count_for_the_first_secret() {
         "x [REDACTED:A] y"
     );
     assert_eq!(counts, vec![1, 0]);
+}
+
+#[test]
+fn a_secret_of_digits_sent_as_a_number_is_redacted_as_its_text() {
+    let r = Redactor::new([("PIN", &b"9071553018"[..])]);
+    let mut counts = [0];
+    let line = br#"{"jsonrpc":"2.0","id":7,"result":{"structuredContent":{"pin":9071553018,"n":-19071553018123,"ok":3}}}"#;
+    let mut v = crate::lines::parse_json(line).unwrap();
+    assert_eq!(
+        r.redact_message(&mut v, line, &mut counts),
+        Redacted::Changed
+    );
+    assert_eq!(v["result"]["structuredContent"]["pin"], "[REDACTED:PIN]");
+    assert_eq!(v["result"]["structuredContent"]["n"], "-1[REDACTED:PIN]123");
+    assert_eq!(v["result"]["structuredContent"]["ok"], 3);
+    assert_eq!(v["id"], 7);
+    assert_eq!(counts, [2]);
+}
+
+#[test]
+fn a_secret_in_a_number_too_long_to_parse_exactly_refuses_the_message() {
+    // 25 digits: past u64, read as an f64 that keeps 17 of them; its bytes
+    // cannot be forwarded, nor its rounded value (the leading digits)
+    let secret = "4929123456789012345678901";
+    let r = Redactor::new([("ACCOUNT", secret.as_bytes())]);
+    let mut counts = [0];
+    let line = format!(r#"{{"jsonrpc":"2.0","id":7,"result":{{"n":{secret},"x":0.5}}}}"#);
+    let mut v = crate::lines::parse_json(line.as_bytes()).unwrap();
+    assert_eq!(
+        r.redact_message(&mut v, line.as_bytes(), &mut counts),
+        Redacted::Refused
+    );
+    // a float elsewhere and the secret only in a string: redacted, not refused
+    let line = format!(r#"{{"jsonrpc":"2.0","id":7,"result":{{"s":"{secret}","x":0.5}}}}"#);
+    let mut v = crate::lines::parse_json(line.as_bytes()).unwrap();
+    assert_eq!(
+        r.redact_message(&mut v, line.as_bytes(), &mut counts),
+        Redacted::Changed
+    );
+    // a secret in an integer that fits 64 bits is redacted in place,
+    // whatever floats the message holds besides
+    let r2 = Redactor::new([("PIN", &b"9071553018"[..])]);
+    let line = br#"{"jsonrpc":"2.0","id":7,"result":{"pin":9071553018,"x":0.5}}"#;
+    let mut v = crate::lines::parse_json(line).unwrap();
+    assert_eq!(
+        r2.redact_message(&mut v, line, &mut counts[..1]),
+        Redacted::Changed
+    );
+    assert_eq!(v["result"]["pin"], "[REDACTED:PIN]");
+    // in a fraction or an exponent, its text is not the literal's: refused
+    let line = br#"{"jsonrpc":"2.0","id":7,"result":{"pin":9071553018e0,"x":0.5}}"#;
+    let mut v = crate::lines::parse_json(line).unwrap();
+    assert_eq!(
+        r2.redact_message(&mut v, line, &mut counts[..1]),
+        Redacted::Refused
+    );
+    // digits inside a string next to an escaped quote are not a number
+    let line = format!(r#"{{"jsonrpc":"2.0","id":7,"result":{{"s":"\"{secret}","x":0.5}}}}"#);
+    let mut v = crate::lines::parse_json(line.as_bytes()).unwrap();
+    assert_eq!(
+        r.redact_message(&mut v, line.as_bytes(), &mut counts),
+        Redacted::Changed
+    );
 }

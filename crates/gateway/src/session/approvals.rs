@@ -655,11 +655,6 @@ impl Session {
         }
     }
 
-    /// Whether `key` is the id of one of our open requests to the host.
-    pub(super) fn is_our_question(&self, key: &str) -> bool {
-        self.approvals.elicits.contains_key(key) || key.contains(&self.nonce)
-    }
-
     /// The answer for the held call or result `key` (from elicitation,
     /// the broker or the timeout).
     pub(super) fn approval_answered(&mut self, key: u64, answer: ApprovalAnswer) {

@@ -14,6 +14,7 @@ use super::{ms, Effect, Record, Session};
 use crate::digest::json_digest;
 use crate::lines::Line;
 use crate::message::{at, id_key, is_plain, sniff_id, to_line, IdKey, Invalid, Message};
+use crate::redact::Redacted;
 use crate::{
     CODE_CALL_TIMEOUT, CODE_INVALID_RESPONSE, CODE_POLICY_DENIED, CODE_RESPONSE_TOO_LARGE,
     META_DECISION,
@@ -500,7 +501,9 @@ impl Session {
                 return self.answer_invalid(&line);
             }
         };
-        let mut changed = false;
+        // mcpbox's own `_meta` names are its word to the host: whatever a
+        // server put under them goes, before anything of ours is added
+        let mut changed = self.strip_reserved_meta(&mut msg.value, &line);
         if original_len.is_some() {
             changed |= self.strip_cut_secrets(&mut msg.value);
         }
@@ -510,6 +513,9 @@ impl Session {
         let mut finished: Option<(Call, Reason, u64, Option<i32>)> = None;
         // the credential shapes found in a result, by kind
         let mut shapes: Vec<String> = Vec::new();
+        // the host's id on an answer to its request: the host chose it, so
+        // it is put back after redaction, whatever the digits
+        let mut host_id: Option<Value> = None;
         if msg.is_answer() {
             let key = msg.id().map(id_key).unwrap_or_default();
             if self.reinit_answered(&key) {
@@ -519,6 +525,7 @@ impl Session {
                 tracing::warn!(server = %self.config.server_name, "server response to no pending request dropped");
                 return;
             };
+            host_id = Some(f.id.clone());
             match f.pending {
                 Pending::ToolsList => changed |= self.screen_tool_list(&mut msg.value),
                 Pending::Handshake => {
@@ -554,30 +561,37 @@ impl Session {
                 }
                 Pending::Other => {}
             }
-        } else if let Some(id) = msg.id() {
-            // A server-to-client request reusing the id of one of our own
-            // questions could collect the host's answer to it: dropped.
-            if self.is_our_question(&id_key(id)) {
-                tracing::warn!(server = %self.config.server_name, "server request reusing an mcpbox request id dropped");
-                return;
+        } else if let Some(theirs) = msg.id().cloned() {
+            // A server-to-client request goes to the host under an id of
+            // ours: the server's id is the server's text (it could carry a
+            // secret's digits, or an id of one of mcpbox's own questions),
+            // and the host's answer must come back to us to be mapped.
+            let (ours, forgot) =
+                self.server_asks
+                    .ask(theirs, msg.method(), self.config.paths.is_some());
+            if forgot {
+                tracing::warn!(server = %self.config.server_name, "too many server requests unanswered by the host; the oldest forgotten");
+                self.flag(None, Reason::ServerRequestLimit, "relay");
             }
-            if msg.method() == Some("roots/list") && self.config.paths.is_some() {
-                // the host's answer is translated (roots_answered), so its
-                // id must be remembered; past the bound, the relay answers
-                if self.roots_asked.len() >= super::ROOTS_ASKED {
-                    tracing::warn!(server = %self.config.server_name, "too many roots/list requests unanswered; refused");
-                    let line = crate::message::error_line(
-                        id,
-                        -32603,
-                        "too many roots/list requests are waiting for the client",
-                        None,
-                    );
-                    return self.send_server(line);
-                }
-                self.roots_asked.push_back(id_key(id));
+            msg.value["id"] = ours;
+            changed = true;
+        } else if msg.method() == Some("notifications/cancelled") {
+            // the server cancels one of its requests: by our id, as the
+            // host knows it
+            let rid = msg.value.pointer("/params/requestId").cloned();
+            if let Some(ours) = rid.and_then(|r| self.server_asks.ours_for(&r)) {
+                msg.value["params"]["requestId"] = ours;
+                changed = true;
             }
         }
-        changed |= self.redact_secrets(&mut msg.value, tool.as_deref());
+        match self.redact_secrets(&mut msg.value, &line, tool.as_deref()) {
+            Redacted::Unchanged => {}
+            Redacted::Changed => changed = true,
+            Redacted::Refused => return self.refuse_unredactable(msg, host_id, finished),
+        }
+        if let Some(id) = host_id {
+            msg.value["id"] = id;
+        }
         let line = if changed { to_line(&msg.value) } else { line };
         // a result a human must see first (output.approve_over,
         // output.approve_credential_shapes) waits, its record with it
@@ -610,6 +624,118 @@ impl Session {
                 e.exit_status = exit;
             });
         }
+    }
+}
+
+impl Session {
+    /// A server message that holds a secret the relay cannot cut out
+    /// ([`Redacted::Refused`]): never forwarded. An answer to the host's
+    /// request becomes an error (its call recorded so); a server request
+    /// is answered with an error, so the server does not wait; anything
+    /// else is dropped.
+    fn refuse_unredactable(
+        &mut self,
+        msg: Message,
+        host_id: Option<Value>,
+        finished: Option<(Call, Reason, u64, Option<i32>)>,
+    ) {
+        tracing::warn!(server = %self.config.server_name, "server message with a secret in a number's digits refused");
+        self.flag(None, Reason::RedactionRefused, "relay");
+        if let Some((call, _, bytes, _)) = finished {
+            self.record_call(call, Reason::RedactionRefused, |e| {
+                e.result_bytes = Some(bytes);
+            });
+        }
+        let data = json!({"reason": Reason::RedactionRefused.as_str()});
+        if let Some(id) = host_id {
+            return self.host_error(
+                &id,
+                CODE_INVALID_RESPONSE,
+                "mcp server answered with a secret in a number mcpbox cannot redact; refused",
+                Some(data),
+            );
+        }
+        if msg.shape == crate::message::Shape::Request {
+            // its id is ours by now: the server's own goes back to it
+            let ours = msg.id().cloned().unwrap_or(Value::Null);
+            if let Some(theirs) = self.server_asks.answered(&id_key(&ours)) {
+                let line = crate::message::error_line(
+                    &theirs.theirs,
+                    -32603,
+                    "mcpbox refused this request: it holds a secret it cannot redact",
+                    Some(data),
+                );
+                self.send_server(line);
+            }
+        }
+    }
+}
+
+/// Most requests of the server waiting for the host's answer; past it the
+/// oldest is forgotten (the host's late answer to it is dropped, never sent
+/// on unmapped), so a host that leaves some unanswered cannot stop the
+/// server's later requests.
+pub(crate) const SERVER_ASKS: usize = 256;
+
+/// A request of the server on its way to the host, under an id of ours.
+pub(crate) struct ServerAsk {
+    /// Our id's key (what the host answers).
+    ours: IdKey,
+    /// Our id.
+    ours_id: Value,
+    /// The server's id (what its answer must carry).
+    pub(crate) theirs: Value,
+    /// A `roots/list` whose answer is translated ([`Config::paths`]).
+    pub(crate) roots: bool,
+}
+
+/// The server's requests the host has yet to answer, oldest first, at most
+/// [`SERVER_ASKS`]; ours are `mcpbox-s` and a counter, distinct from the
+/// ids of mcpbox's own questions (which carry the session's nonce).
+#[derive(Default)]
+pub(crate) struct ServerAsks {
+    open: std::collections::VecDeque<ServerAsk>,
+    next: u64,
+}
+
+impl ServerAsks {
+    /// Our id for the server's request `theirs`, and whether the oldest
+    /// open request was forgotten to make room. `translate_roots`: a
+    /// `roots/list` answer will be translated.
+    fn ask(&mut self, theirs: Value, method: Option<&str>, translate_roots: bool) -> (Value, bool) {
+        let forgot = self.open.len() >= SERVER_ASKS;
+        if forgot {
+            self.open.pop_front();
+        }
+        self.next += 1;
+        let ours_id = Value::String(format!("mcpbox-s{}", self.next));
+        self.open.push_back(ServerAsk {
+            ours: id_key(&ours_id),
+            ours_id: ours_id.clone(),
+            theirs,
+            roots: translate_roots && method == Some("roots/list"),
+        });
+        (ours_id, forgot)
+    }
+
+    /// Forgets every open request (a new server generation asked none of
+    /// them); ids are never reused.
+    pub(crate) fn clear(&mut self) {
+        self.open.clear();
+    }
+
+    /// Our id for the server's id `theirs`, if that request is open.
+    fn ours_for(&self, theirs: &Value) -> Option<Value> {
+        self.open
+            .iter()
+            .find(|a| a.theirs == *theirs)
+            .map(|a| a.ours_id.clone())
+    }
+
+    /// The request the host answered (`ours`: the answer's id key), closed.
+    pub(crate) fn answered(&mut self, ours: &str) -> Option<ServerAsk> {
+        let at = self.open.iter().position(|a| a.ours == ours)?;
+        self.open.remove(at)
     }
 }
 

@@ -12,11 +12,6 @@ use crate::message::{to_line, Message};
 /// The stateless revision of the protocol (no `initialize`).
 pub(super) const STATELESS_REVISION: &str = "2026-07-28";
 
-/// Most `roots/list` requests of the server awaiting the host's answer;
-/// one more is answered with an error by the relay, not sent on (an id
-/// forgotten would let the host's answer through untranslated).
-pub(super) const ROOTS_ASKED: usize = 64;
-
 impl Session {
     /// The host's answer to the server's `roots/list`, with each root made
     /// the sandbox's path (a `file://` URI under a host directory behind

@@ -72,15 +72,20 @@ impl Session {
                 }
                 self.send_server(line);
             }
-            // an answer to a server-to-client request
+            // an answer to a server-to-client request: it went out under
+            // our id, and goes back under the server's
             Shape::Response | Shape::Error | Shape::Other => {
                 let key = msg.id().map(id_key).unwrap_or_default();
-                match self.roots_asked.iter().position(|k| *k == key) {
-                    Some(at) => {
-                        self.roots_asked.remove(at);
-                        self.roots_answered(msg);
-                    }
-                    None => self.send_server(line),
+                let Some(ask) = self.server_asks.answered(&key) else {
+                    tracing::debug!(server = %self.config.server_name, "host answer to no request of the server dropped");
+                    return;
+                };
+                let mut msg = msg;
+                msg.value["id"] = ask.theirs;
+                if ask.roots {
+                    self.roots_answered(msg);
+                } else {
+                    self.send_server(to_line(&msg.value));
                 }
             }
         }

@@ -53,7 +53,7 @@ mod tests;
 
 use approvals::{Approvals, Channel};
 use calls::Calls;
-use host::{ROOTS_ASKED, STATELESS_REVISION};
+use host::STATELESS_REVISION;
 use supervise::Supervisor;
 use tools::ToolScreen;
 
@@ -430,10 +430,9 @@ pub struct Session {
     /// message.
     checking: std::collections::HashMap<u64, (calls::Held, Value)>,
     next_check: u64,
-    /// Ids of the server's `roots/list` requests the host has yet to
-    /// answer (with [`Config::paths`]), oldest first, at most
-    /// [`host::ROOTS_ASKED`].
-    roots_asked: std::collections::VecDeque<String>,
+    /// The server's requests the host has yet to answer, under ids of
+    /// ours ([`calls::ServerAsks`]).
+    server_asks: calls::ServerAsks,
     approvals: Approvals,
     tools: ToolScreen,
     server: Supervisor,
@@ -485,7 +484,7 @@ impl Session {
             calls: Calls::default(),
             checking: std::collections::HashMap::new(),
             next_check: 0,
-            roots_asked: std::collections::VecDeque::new(),
+            server_asks: calls::ServerAsks::default(),
             approvals: Approvals::default(),
             tools,
             server: Supervisor::new(now.mono),

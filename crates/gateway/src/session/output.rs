@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 
 use super::Session;
 use crate::message::at_mut;
-use crate::redact::{find_credentials, redact_credentials, walk_strings};
+use crate::redact::{find_credentials, redact_credentials, walk_strings, Redacted};
 use crate::screen::sanitize;
 
 impl Session {
@@ -25,21 +25,67 @@ impl Session {
         redactor.strip_cut_json(v, &mut counts)
     }
 
-    /// Replaces secret values anywhere in the message; one audit record per
-    /// secret found.
-    pub(super) fn redact_secrets(&mut self, v: &mut Value, tool: Option<&str>) -> bool {
+    /// Replaces secret values anywhere in the message (`raw`: the line it
+    /// was parsed from); one audit record per secret found.
+    pub(super) fn redact_secrets(
+        &mut self,
+        v: &mut Value,
+        raw: &[u8],
+        tool: Option<&str>,
+    ) -> Redacted {
+        let redactor = self.redaction.redactor.clone();
+        if redactor.is_empty() {
+            return Redacted::Unchanged;
+        }
+        let mut counts = vec![0usize; redactor.names().len()];
+        // One pass over every string, key and number, then the content
+        // texts' boundaries (a secret split over two text items is still
+        // the secret). Not skipped for a plain line without a pattern in
+        // it: the halves of a split secret are not a pattern of the line.
+        let outcome = redactor.redact_message(v, raw, &mut counts);
+        if outcome == Redacted::Refused {
+            // the secret is in a number's digits the parser could not keep:
+            // counted once for each secret in the line's bytes
+            counts.iter_mut().for_each(|c| *c = 0);
+            for (_, _, secret) in redactor.find(raw) {
+                if let Some(c) = counts.get_mut(secret) {
+                    *c += 1;
+                }
+            }
+        }
+        self.audit_redactions(redactor.names(), &counts, tool, "stdout");
+        outcome
+    }
+
+    /// Replaces secret values in a part of a message that is kept (a tool
+    /// list, the instructions: pinned), before it is kept; one audit record
+    /// per secret found. The whole message still passes
+    /// [`Session::redact_secrets`] on its way to the host.
+    pub(super) fn redact_kept(&mut self, v: &mut Value) -> bool {
         let redactor = self.redaction.redactor.clone();
         if redactor.is_empty() {
             return false;
         }
         let mut counts = vec![0usize; redactor.names().len()];
-        // One pass over every string and key, then the content texts'
-        // boundaries (a secret split over two text items is still the
-        // secret). Not skipped for a plain line without a pattern in it: the
-        // halves of a split secret are not a pattern of the line.
         let changed = redactor.redact_json(v, &mut counts);
-        self.audit_redactions(redactor.names(), &counts, tool, "stdout");
+        self.audit_redactions(redactor.names(), &counts, None, "stdout");
         changed
+    }
+
+    /// Removes every `_meta` entry under mcpbox's own names from a message
+    /// of the server (see [`crate::reserved`]): what the host reads there
+    /// is mcpbox's word only. Flagged once per session.
+    pub(super) fn strip_reserved_meta(&mut self, v: &mut Value, raw: &[u8]) -> bool {
+        if !crate::reserved::may_hold(raw) {
+            return false;
+        }
+        let removed = crate::reserved::strip(v);
+        if removed == 0 {
+            return false;
+        }
+        tracing::warn!(server = %self.config.server_name, removed, "the server wrote mcpbox's own _meta keys; removed");
+        self.flag(None, Reason::ServerReservedMeta, "relay");
+        true
     }
 
     /// One audit record (and a warning) per secret with a non-zero count

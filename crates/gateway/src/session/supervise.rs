@@ -236,6 +236,9 @@ impl Session {
         }
         let now = self.now.mono;
         self.redaction.update(secrets);
+        // the requests of the server before this one will never be answered
+        // to it: a late answer to one is dropped, not sent to this server
+        self.server_asks.clear();
         let s = &mut self.server;
         s.launches += 1;
         s.phase = Phase::Up;

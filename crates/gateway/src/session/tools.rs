@@ -67,7 +67,7 @@ impl Session {
         // pin file and shown by `mcpbox pin` and the console is what the
         // host sees, never a secret the server put in its instructions
         let redacted = match v.pointer_mut("/result/instructions") {
-            Some(slot @ Value::String(_)) => self.redact_secrets(slot, None),
+            Some(slot @ Value::String(_)) => self.redact_kept(slot),
             _ => return false,
         };
         let Some(Value::String(text)) = v.pointer("/result/instructions").cloned() else {
@@ -113,7 +113,7 @@ impl Session {
         // and the console. The digest is of what the host sees; a secret's
         // placeholder names the secret, so a rotated value pins the same.
         let redacted = match v.pointer_mut("/result/tools") {
-            Some(tools @ Value::Array(_)) => self.redact_secrets(tools, None),
+            Some(tools @ Value::Array(_)) => self.redact_kept(tools),
             _ => false,
         };
         let Some(Value::Array(tools)) = v.pointer_mut("/result/tools").map(std::mem::take) else {

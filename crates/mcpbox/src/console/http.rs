@@ -19,6 +19,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use mcpbox_serve::settings::{constant_time_eq, digest};
 use serde_json::{json, Value};
 
+use super::admission::{Admission, Id, Promote};
 use super::Parts;
 
 /// At most this many long polls wait in the broker at once (each holds a
@@ -51,6 +52,15 @@ pub struct Console {
     /// (cookies are not kept apart by port) do not overwrite each other's.
     cookie: String,
     pub polls: tokio::sync::Semaphore,
+    /// Which connections hold which place (see `admission.rs`), and how to
+    /// wake each pending one when it is pushed out.
+    gate: std::sync::Mutex<Gate>,
+}
+
+/// The admission core and the driver's wake-ups for it.
+struct Gate {
+    core: Admission,
+    wake: HashMap<Id, Arc<tokio::sync::Notify>>,
 }
 
 impl Console {
@@ -67,17 +77,81 @@ impl Console {
             ],
             cookie: format!("mcpbox_console_{port}"),
             polls: tokio::sync::Semaphore::new(MAX_POLLS),
+            gate: std::sync::Mutex::new(Gate {
+                core: Admission::new(super::MAX_PENDING, super::MAX_CONNECTIONS),
+                wake: HashMap::new(),
+            }),
         }
+    }
+
+    fn gate(&self) -> std::sync::MutexGuard<'_, Gate> {
+        self.gate.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A new connection: its id and what wakes it when it is pushed out;
+    /// the connection it pushes out (the oldest pending) is woken to close.
+    fn admit(&self) -> (Id, Arc<tokio::sync::Notify>) {
+        let mut g = self.gate();
+        let (id, out) = g.core.accept();
+        if let Some(w) = out.and_then(|o| g.wake.remove(&o)) {
+            w.notify_one();
+        }
+        let wake = Arc::new(tokio::sync::Notify::new());
+        g.wake.insert(id, wake.clone());
+        (id, wake)
+    }
+
+    /// Connection `id` presented the token: it takes an owner place, or
+    /// its request is answered 503 (and the connection closed).
+    fn promote(&self, id: Id) -> Result<(), Response<Full<Bytes>>> {
+        match self.gate().core.promote(id) {
+            Promote::Owner => Ok(()),
+            Promote::Full => Err(error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!(
+                    "the console has {} connections with the token already; close some",
+                    super::MAX_CONNECTIONS
+                ),
+            )),
+            Promote::Gone => Err(error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "this connection was closed to make room for newer ones; connect again",
+            )),
+        }
+    }
+
+    fn is_owner(&self, id: Id) -> bool {
+        self.gate().core.is_owner(id)
+    }
+
+    /// A pending connection's time is up: whether it must close.
+    fn expire(&self, id: Id) -> bool {
+        let mut g = self.gate();
+        g.wake.remove(&id);
+        g.core.expire(id)
+    }
+
+    fn close(&self, id: Id) {
+        let mut g = self.gate();
+        g.wake.remove(&id);
+        g.core.close(id);
     }
 }
 
 /// Serves until `stop` fires.
+///
+/// Every connection is admitted (`admission.rs`): it starts pending, and
+/// only a request with the token makes it an owner connection, kept alive.
+/// A pending connection is closed after its first answer, after
+/// [`PENDING_TIME`](super::PENDING_TIME) whatever it is doing (idle, a head
+/// or a body one byte at a time), or at once when a newer connection
+/// pushes it out. So connections without the token, however many and
+/// however slow, never hold a place the owner needs.
 pub async fn serve(
     console: Arc<Console>,
     listener: tokio::net::TcpListener,
     mut stop: tokio::sync::oneshot::Receiver<()>,
 ) {
-    let connections = Arc::new(tokio::sync::Semaphore::new(super::MAX_CONNECTIONS));
     loop {
         tokio::select! {
             accepted = listener.accept() => {
@@ -89,30 +163,62 @@ pub async fn serve(
                         continue;
                     }
                 };
-                // over the limit: closed at once
-                let Ok(permit) = connections.clone().try_acquire_owned() else {
-                    drop(stream);
-                    continue;
-                };
+                let (id, pushed_out) = console.admit();
                 let c = console.clone();
                 let svc = hyper::service::service_fn(move |req| {
                     let c = c.clone();
-                    async move { Ok::<_, Infallible>(handle(c, req).await) }
+                    async move { Ok::<_, Infallible>(answer(c, id, req).await) }
                 });
+                let c = console.clone();
                 tokio::spawn(async move {
                     let conn = hyper::server::conn::http1::Builder::new()
                         .timer(TokioTimer::new())
                         .header_read_timeout(super::HEADER_TIMEOUT)
                         .serve_connection(TokioIo::new(stream), svc);
-                    if let Err(e) = conn.await {
+                    tokio::pin!(conn);
+                    let deadline = async {
+                        tokio::select! {
+                            () = pushed_out.notified() => {}
+                            () = tokio::time::sleep(super::PENDING_TIME) => {}
+                        }
+                    };
+                    let ended = tokio::select! {
+                        r = conn.as_mut() => Some(r),
+                        () = deadline => None,
+                    };
+                    let result = match ended {
+                        Some(r) => r,
+                        // still pending: dropping the connection closes it
+                        None if c.expire(id) => return c.close(id),
+                        // an owner connection: no deadline but hyper's
+                        None => conn.await,
+                    };
+                    if let Err(e) = result {
                         tracing::debug!("console: connection ended: {e}");
                     }
-                    drop(permit);
+                    c.close(id);
                 });
+                // Let the new connection read its head before the next
+                // accept: on this one-thread runtime a burst of accepts
+                // could otherwise push the owner's fresh connection out
+                // before its request, already sent, is read.
+                tokio::task::yield_now().await;
             }
             _ = &mut stop => break,
         }
     }
+}
+
+/// One request on connection `id`; the answer to any connection that does
+/// not hold an owner place says `Connection: close`, and hyper closes it
+/// once the answer is written.
+async fn answer(c: Arc<Console>, id: Id, req: Request<Incoming>) -> Response<Full<Bytes>> {
+    let mut r = handle(c.clone(), id, req).await;
+    if !c.is_owner(id) {
+        r.headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    r
 }
 
 /// A response with the console's headers.
@@ -278,7 +384,7 @@ async fn body_json(req: Request<Incoming>) -> Result<Value, Response<Full<Bytes>
 }
 
 /// One request, checked in order.
-pub async fn handle(c: Arc<Console>, req: Request<Incoming>) -> Response<Full<Bytes>> {
+pub async fn handle(c: Arc<Console>, id: Id, req: Request<Incoming>) -> Response<Full<Bytes>> {
     let Some(host) = c.host(req.headers()) else {
         // DNS rebinding: a name of the attacker's that resolves to us
         return error(
@@ -308,6 +414,13 @@ pub async fn handle(c: Arc<Console>, req: Request<Incoming>) -> Response<Full<By
     } else {
         return error(StatusCode::METHOD_NOT_ALLOWED, "GET or POST only");
     }
+    // the token, wherever the request is going, makes this connection the
+    // owner's (kept alive); past the checks above only
+    if c.authorized(req.headers()) {
+        if let Err(r) = c.promote(id) {
+            return r;
+        }
+    }
     // the page itself holds no data: served without the token, which it
     // then sends to /login from the URL's fragment
     if method != Method::POST {
@@ -330,6 +443,9 @@ pub async fn handle(c: Arc<Console>, req: Request<Incoming>) -> Response<Full<By
         let given = body.get("token").and_then(Value::as_str).unwrap_or("");
         if !c.is_token(given) {
             return error(StatusCode::UNAUTHORIZED, "wrong token");
+        }
+        if let Err(r) = c.promote(id) {
+            return r;
         }
         let mut r = json_response(StatusCode::OK, &json!({"ok": true}));
         if let Ok(v) = HeaderValue::from_str(&c.set_cookie(&c.token, None)) {

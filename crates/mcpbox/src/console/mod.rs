@@ -34,13 +34,20 @@
 //!   `no-store`, no framing;
 //! - whatever a server or agent chose is put in the page as text
 //!   (`textContent`), never parsed as HTML;
-//! - bodies are at most 64 KiB, at most 32 connections, 10 s to send a
-//!   request's head, at most 8 long polls waiting at once.
+//! - bodies are at most 64 KiB, at most 8 long polls waiting at once;
+//! - connections are admitted in two pools (`admission.rs`): at most 64
+//!   that have not shown the token, each closed after its first answer,
+//!   5 s after its accept, or when a newer one needs its place (the
+//!   oldest goes), and at most 32 that have, kept alive (10 s to send each
+//!   next head). Connections without the token, idle or slow, however
+//!   many, never hold a place the owner needs (another local user can
+//!   connect to loopback).
 //!
 //! Why no new crates: hyper, hyper-util, http-body-util and bytes are the
 //! versions `crates/serve` already builds; the token comes from
 //! `/dev/urandom` as the rest of mcpbox's ids do.
 
+mod admission;
 mod api;
 mod http;
 pub mod pins;
@@ -54,9 +61,17 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use mcpbox_gateway::broker::Broker;
 
-/// At most this many connections at once; more are closed at once.
+/// At most this many connections with the token (owner connections, kept
+/// alive) at once; a request with the token past them is answered 503.
 const MAX_CONNECTIONS: usize = 32;
-/// Time to send a request's head.
+/// At most this many connections that have not shown the token yet; a new
+/// one closes the oldest of them (`admission.rs`).
+const MAX_PENDING: usize = 64;
+/// How long a connection may take, from its accept, to show the token in
+/// a request (head and body); after that it is closed. The owner's browser
+/// and the CLI send theirs at once.
+const PENDING_TIME: Duration = Duration::from_secs(5);
+/// Time to send a request's head (an owner connection's next request).
 const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What the console shows and acts on.

@@ -420,22 +420,50 @@ fn console_get_never_changes_anything() {
 }
 
 #[test]
-fn console_connections_past_the_limit_are_closed_at_once() {
+fn console_connections_without_the_token_never_lock_the_owner_out() {
     let f = fixture();
-    // idle connections that never send a request hold their slots
-    let held: Vec<TcpStream> = (0..super::MAX_CONNECTIONS)
+    // idle connections, more than both pools hold
+    let mut held: Vec<TcpStream> = (0..super::MAX_PENDING + super::MAX_CONNECTIONS)
         .map(|_| TcpStream::connect(("127.0.0.1", f.port)).unwrap())
         .collect();
-    std::thread::sleep(Duration::from_millis(300));
-    let mut extra = TcpStream::connect(("127.0.0.1", f.port)).unwrap();
-    extra
+    // the owner is served meanwhile
+    assert_eq!(f.get("/api/approvals").status, 200);
+    // the oldest idle ones were closed to make room
+    let first = &mut held[0];
+    first
         .set_read_timeout(Some(Duration::from_secs(5)))
         .unwrap();
     let mut buf = [0u8; 16];
-    let n = extra.read(&mut buf).unwrap_or(0);
-    assert_eq!(n, 0, "the connection over the limit was served");
-    drop(held);
-    std::thread::sleep(Duration::from_millis(300));
-    // once they are gone, the console answers again
-    assert_eq!(f.get("/api/approvals").status, 200);
+    assert_eq!(first.read(&mut buf).unwrap_or(0), 0, "still open");
+}
+
+#[test]
+fn console_answers_a_request_without_the_token_and_closes_its_connection() {
+    let f = fixture();
+    for path in ["/api/approvals", "/"] {
+        let mut s = TcpStream::connect(("127.0.0.1", f.port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        // keep-alive asked for; the answer closes anyway
+        let req = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\n\r\n", f.port);
+        s.write_all(req.as_bytes()).unwrap();
+        let mut out = Vec::new();
+        let _ = s.read_to_end(&mut out);
+        let text = String::from_utf8_lossy(&out).to_ascii_lowercase();
+        assert!(text.contains("connection: close"), "{path}: {text}");
+    }
+    // with the token, the connection stays open for the next request
+    let mut s = TcpStream::connect(("127.0.0.1", f.port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let req = format!(
+        "GET /api/info HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nAuthorization: Bearer {}\r\n\r\n",
+        f.port, f.token
+    );
+    for _ in 0..2 {
+        s.write_all(req.as_bytes()).unwrap();
+        let mut buf = [0u8; 4096];
+        let n = s.read(&mut buf).unwrap();
+        let text = String::from_utf8_lossy(&buf[..n]).to_ascii_lowercase();
+        assert!(text.starts_with("http/1.1 200"), "{text}");
+        assert!(!text.contains("connection: close"), "{text}");
+    }
 }

@@ -118,13 +118,24 @@ impl Learning {
     /// Runs the session as `run` does, then writes the proposal. A session
     /// that could not start writes nothing.
     pub fn run(self, loaded: Loaded, spec: mcpbox_sandbox::Spec) -> Result<i32, Failure> {
-        let command: Vec<String> = spec
-            .argv
+        // the command as given (runtime discovery may run a bare name by
+        // the path it found): the proposal's command line and the pins'
+        // identity are the ones `run` will use
+        let given = loaded.argv.clone().unwrap_or_else(|| spec.argv.clone());
+        let command: Vec<String> = given
             .iter()
             .map(|a| a.to_string_lossy().into_owned())
             .collect();
-        let pin_file = run::pin_file(&loaded, &run::command_identity(&spec.argv));
+        let pin_file = run::pin_file(&loaded, &run::command_identity(&given));
         let own = execs::own_programs(&spec);
+        // sandbox paths, as the programs seen are: the targets of the
+        // read-only mounts (the runtime's and the policy's)
+        let read_only: Vec<String> = spec
+            .mounts
+            .iter()
+            .filter(|m| !m.writable)
+            .map(|m| m.at.to_string_lossy().into_owned())
+            .collect();
         let log = execs::enable();
         let code = run::run_with(
             loaded,
@@ -141,6 +152,7 @@ impl Learning {
             cut: ran.cut,
             own,
             dirs: ran.dirs,
+            read_only,
         };
         self.write(&command, &pin_file, programs)
             .map_err(|e| Failure::at("learn", e))?;

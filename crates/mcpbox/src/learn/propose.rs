@@ -94,6 +94,11 @@ pub struct Programs {
     pub own: Vec<String>,
     /// The directories a rootless watch marks.
     pub dirs: Vec<String>,
+    /// The sandbox's read-only mounts below the tree's writable places
+    /// (a runtime under the host's `/tmp`, shown at the same path inside
+    /// the sandbox's writable `/tmp`): a program there is on the read-only
+    /// mount, which the innermost mount decides, not the path's prefix.
+    pub read_only: Vec<String>,
 }
 
 /// One `tools/call` record.
@@ -629,7 +634,9 @@ fn allow_exec(base: &Policy, seen: &Observed) -> (Option<Vec<(String, String)>>,
         }
         if !path.starts_with('/') || suspicious(path) || path.contains(['\n', '\r']) {
             refused.insert(format!("{} (not a plain absolute path)", shown(path)));
-        } else if under(path, &writable).is_some() {
+        } else if under(path, &writable)
+            .is_some_and(|w| under(path, &p.read_only).is_none_or(|r| r.len() < w.len()))
+        {
             refused.insert(format!(
                 "{} (on a writable mount: allow_exec makes every writable mount noexec; put the \
                  program on a read-only mount)",

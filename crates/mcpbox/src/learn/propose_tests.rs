@@ -2,7 +2,7 @@
 //! text always passes the policy parser (what `mcpbox check` runs).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use super::*;
 
@@ -394,6 +394,7 @@ fn programs(seen: &[(&str, i64)]) -> Programs {
         cut: false,
         own: vec!["/usr/bin/node".into(), "/srv/app/server.js".into()],
         dirs: vec![],
+        read_only: vec![],
     }
 }
 
@@ -537,4 +538,33 @@ fn a_server_whose_own_program_is_on_a_writable_mount_keeps_the_base_list() {
     assert_eq!(policy.process.allow_exec, None, "{text}");
     assert!(text.contains("so no list could let it start"), "{text}");
     assert!(!rules(&text).contains("/workspace/output/server"), "{text}");
+}
+
+/// Issue 32: a runtime under the host's /tmp is mounted read-only at the
+/// same path, inside the sandbox's writable /tmp. The innermost mount
+/// decides: the program on it is proposed; one beside it, in the
+/// sandbox's own /tmp, is not.
+#[test]
+fn a_program_on_a_read_only_mount_inside_the_sandboxs_tmp_is_proposed() {
+    let b = base(WORKSPACE);
+    let mut seen = kernel();
+    let mut p = programs(&[("/tmp/clone/peers/bin/tool", 5), ("/tmp/dropped", 6)]);
+    p.own = vec![
+        "/usr/bin/node".into(),
+        "/tmp/clone/peers/npm/bin/server".into(),
+    ];
+    p.read_only = vec!["/tmp/clone/peers".into()];
+    seen.programs = Some(p);
+    let (text, policy) = proposed(&b, &seen);
+    let list = policy.process.allow_exec.unwrap_or_default();
+    assert!(
+        list.contains(&PathBuf::from("/tmp/clone/peers/npm/bin/server"))
+            && list.contains(&PathBuf::from("/tmp/clone/peers/bin/tool")),
+        "{text}"
+    );
+    assert!(!rules(&text).contains("/tmp/dropped"), "{text}");
+    assert!(
+        text.contains("# not proposed: /tmp/dropped (on a writable mount"),
+        "{text}"
+    );
 }

@@ -68,7 +68,11 @@ impl Control for Lifecycle {
         if include_tmp {
             parts.push(("tmp", tmp.as_path()));
         }
-        let result = mcpbox_lifecycle::snapshot::write(&parts, archive).map_err(|e| e.to_string());
+        // the built-in server's own state (its checkpoints, its code files)
+        // is never part of a sandbox's snapshot (issue 26): it is mcpbox's
+        let own = format!("tmp/{}", mcpbox_builtin::STATE_DIR);
+        let result = mcpbox_lifecycle::snapshot::write_excluding(&parts, archive, &[own.as_str()])
+            .map_err(|e| e.to_string());
         if let (true, Some(sb)) = (froze, &live) {
             let mut g = lock(&sb.inner);
             let _ = self.shared.backend.thaw(id);

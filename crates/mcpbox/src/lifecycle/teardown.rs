@@ -5,7 +5,7 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use mcpbox_audit::{Kind, Sink};
 use mcpbox_lifecycle::id::Key;
@@ -247,48 +247,26 @@ pub(super) fn merge_rules(rules: &[(Vec<String>, u64)]) -> (Vec<String>, u64) {
     (patterns, if max == u64::MAX { 0 } else { max })
 }
 
-/// Runs a secret's `revoke` command on the host with the value in
-/// `MCPBOX_SECRET_VALUE` (and the name in `MCPBOX_SECRET_NAME`), no
-/// stdin, output discarded, bounded by [`REVOKE_TIMEOUT`]. The value is
-/// loaded again from its source. Returns how it ended, for the record
-/// (never the value).
+/// Runs a secret's `revoke` command on the host
+/// ([`HostCommand`](mcpbox_gateway::host_command::HostCommand): `PATH`,
+/// `HOME` and `LANG` of mcpbox's environment and, on purpose, the value in
+/// `MCPBOX_SECRET_VALUE` and the name in `MCPBOX_SECRET_NAME`; its own
+/// process group, killed whole at [`REVOKE_TIMEOUT`] and when it ends; no
+/// stdin, output discarded). The value is loaded again from its source.
+/// Returns how it ended, for the record (never the value).
 fn revoke_secret(name: &str, source: &SecretSource, argv: &[String]) -> String {
     let value = match mcpbox_gateway::load_secret(name, source) {
         Ok(v) => v,
         Err(e) => return format!("not run: {e}"),
     };
-    let Some((prog, args)) = argv.split_first() else {
+    let Some(cmd) = mcpbox_gateway::host_command::HostCommand::new(argv, REVOKE_TIMEOUT) else {
         return "not run: empty command".into();
     };
-    let child = std::process::Command::new(prog)
-        .args(args)
+    let cmd = cmd
         .env("MCPBOX_SECRET_NAME", name)
-        .env("MCPBOX_SECRET_VALUE", &value)
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn();
-    let mut child = match child {
-        Ok(c) => c,
-        Err(e) => return format!("failed to start {prog}: {e}"),
-    };
-    let deadline = Instant::now() + REVOKE_TIMEOUT;
-    loop {
-        match child.try_wait() {
-            Ok(Some(status)) => {
-                return match status.code() {
-                    Some(0) => "ok".into(),
-                    Some(c) => format!("exit {c}"),
-                    None => "killed by a signal".into(),
-                }
-            }
-            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
-            Ok(None) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return format!("timed out after {}s", REVOKE_TIMEOUT.as_secs());
-            }
-            Err(e) => return format!("failed: {e}"),
-        }
+        .env("MCPBOX_SECRET_VALUE", value);
+    match cmd.run() {
+        Ok(out) => out.ended.describe(),
+        Err(e) => format!("failed to start {}: {e}", cmd.program()),
     }
 }

@@ -28,6 +28,7 @@
 //! `pipx run`.
 
 mod runners;
+mod script;
 
 use std::collections::BTreeMap;
 use std::ffi::{OsStr, OsString};
@@ -38,6 +39,7 @@ use std::path::{Component, Path, PathBuf};
 use mcpbox_sandbox::{BindMount, Interpreter, Spec};
 
 pub use runners::prepare as prepare_runner;
+pub use script::{ran, Ran};
 
 /// One directory or file mounted for the command, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -97,6 +99,19 @@ const MAX_FILES: usize = 64;
 
 /// Links followed per file (path_resolution(7) allows 40).
 const MAX_LINKS: usize = 40;
+
+/// The files that mark a package's directory: what a script's imports
+/// are resolved against (node's `package.json`, Python's project files,
+/// deno's and bun's configuration).
+const PACKAGE_FILES: &[&str] = &[
+    "package.json",
+    "pyproject.toml",
+    "setup.py",
+    "setup.cfg",
+    "deno.json",
+    "deno.jsonc",
+    "bunfig.toml",
+];
 
 /// Where and how to look: the caller's view and the sandbox's.
 struct Look<'a> {
@@ -159,7 +174,7 @@ pub fn discover(spec: &mut Spec, caller_path: &OsStr) -> Result<Found, Refused> 
         } else {
             Path::new(mcpbox_sandbox::WORKSPACE).join(name)
         };
-        look.follow(&inside, "the command")?;
+        look.follow(&inside, "the command", true)?;
     } else if let Some(found) = look.on_host_path(&argv0) {
         if !look.sandbox_finds(&argv0, &found) {
             look.found.notes.push(format!(
@@ -171,7 +186,44 @@ pub fn discover(spec: &mut Spec, caller_path: &OsStr) -> Result<Found, Refused> 
                 *first = found.clone().into_os_string();
             }
         }
-        look.follow(&found, "the command")?;
+        look.follow(&found, "the command", true)?;
+    }
+    // what an interpreter on the command line runs (`node FILE`, `python
+    // -m MOD`, `uv run --directory DIR ...`): its tree, without its `#!`
+    // line (the interpreter named on the command line runs it)
+    for ran in script::ran(&spec.argv) {
+        let word = PathBuf::from(&spec.argv[ran.index()]);
+        match ran {
+            Ran::File(_) if word.is_absolute() => look.follow(&word, "the script", false)?,
+            Ran::Project(_) if word.is_absolute() => {
+                look.need_dir(&word, "the project directory on the command line")?;
+                // the project's environment (`uv sync` made it), whose
+                // python links to the interpreter it was made with
+                let python = word.join(".venv/bin/python");
+                if python.exists() {
+                    look.follow(&python, "the project's virtual environment", true)?;
+                }
+            }
+            Ran::File(_) | Ran::Project(_) => look.found.notes.push(format!(
+                "{} is a relative path: the sandbox reads it from its working directory {} \
+                 (name it by its absolute path to have its tree mounted)",
+                word.display(),
+                mcpbox_sandbox::WORKSPACE
+            )),
+            // found on sys.path: the venv (followed with the interpreter)
+            // or PYTHONPATH (below)
+            Ran::Module(_) => {}
+        }
+    }
+    // the module search paths the policy sets: where `python -m MOD` and
+    // node's bare `require` look besides the interpreter's own
+    for var in ["PYTHONPATH", "NODE_PATH"] {
+        let dirs = env_of(&spec.env, var).unwrap_or_default();
+        for dir in split_path(&dirs) {
+            if dir.is_dir() {
+                look.need_dir(&dir, &format!("a directory of {var}"))?;
+            }
+        }
     }
     let Look {
         wanted,
@@ -213,6 +265,66 @@ pub fn discover(spec: &mut Spec, caller_path: &OsStr) -> Result<Found, Refused> 
         spec.env.push(("PATH".into(), joined));
     }
     Ok(found)
+}
+
+/// What [`prepare`] did to a spec, for its caller to report.
+#[derive(Debug)]
+pub struct Prepared {
+    /// One line each for the user (`mcpbox: runtime: LINE` on stderr):
+    /// the runner's cache, the notes, each mount and why.
+    pub lines: Vec<String>,
+    /// The `session_start` record's `detail.runtime`; null when discovery
+    /// is off.
+    pub audit: serde_json::Value,
+}
+
+/// The one runtime preparation of every command that starts a server from
+/// its command line: `exec`, `run` and `learn` (main.rs), `serve` (once per
+/// server, serve.rs), and `wrap`'s report of what a wrapped entry will get
+/// (policygen.rs). A package runner's registry is checked (always: it
+/// mounts nothing); with `discover`, the runner gets its cache and the
+/// command what it needs, mounted read-only. `asks`: an unlisted registry
+/// can be put to a human (`run`, `learn`, `serve`). `cache`: a runner may
+/// get its writable cache (not under `serve`, where one cache would be
+/// written by every client's sandbox). `caller_path` is the PATH the
+/// command would be looked up on by the host (mcpbox's own).
+pub fn prepare(
+    policy: &mcpbox_policy::Policy,
+    spec: &mut Spec,
+    asks: bool,
+    discover: bool,
+    cache: bool,
+    caller_path: &OsStr,
+) -> anyhow::Result<Prepared> {
+    let state = crate::state::state_dir();
+    let runner = prepare_runner(spec, policy, &state, asks, discover && cache)?;
+    let mut lines = Vec::new();
+    if !discover {
+        return Ok(Prepared {
+            lines,
+            audit: serde_json::Value::Null,
+        });
+    }
+    if let Some((r, Some(dir))) = &runner {
+        lines.push(format!(
+            "mounted {} read-write ({}'s cache for this server)",
+            dir.display(),
+            r.tool
+        ));
+    }
+    let found = self::discover(spec, caller_path)?;
+    lines.extend(found.notes.iter().cloned());
+    for m in &found.mounts {
+        lines.push(format!(
+            "mounted {} read-only ({})",
+            m.path.display(),
+            m.reason
+        ));
+    }
+    Ok(Prepared {
+        lines,
+        audit: found.audit_detail(),
+    })
 }
 
 fn env_of(env: &[(OsString, OsString)], key: &str) -> Option<OsString> {
@@ -312,37 +424,51 @@ impl Look<'_> {
     }
 
     /// Follows the program file `file` (a path the sandbox will use): its
-    /// links, its directory, its interpreter.
-    fn follow(&mut self, file: &Path, what: &str) -> Result<(), Refused> {
+    /// links, its directory and, with `interpreter`, what runs it. A hop
+    /// under a policy mount (or the workspace) is shown already: its link
+    /// is read through the mount's host path but resolved in the sandbox's
+    /// tree, where the kernel will resolve it, so a venv the policy mounts
+    /// whose `python` links out of it still gets its interpreter mounted.
+    fn follow(&mut self, file: &Path, what: &str, interpreter: bool) -> Result<(), Refused> {
         let file = normalize(file);
         if self.seen.contains(&file) || self.seen.len() >= MAX_FILES {
             return Ok(());
         }
         self.seen.push(file.clone());
-        if file.starts_with(mcpbox_sandbox::WORKSPACE) || self.through_view(&file).is_some() {
-            // the policy shows it: only its interpreter may be missing
-            if let Some(host) = self.through_view(&file) {
-                self.interpreter_of(&host, &file)?;
-            }
-            return Ok(());
-        }
-        if std::fs::symlink_metadata(&file).is_err() {
-            return Ok(());
-        }
         let mut hop = file.clone();
         for _ in 0..MAX_LINKS {
-            self.need(&hop, what)?;
-            let Ok(target) = std::fs::read_link(&hop) else {
+            let shown = self.through_view(&hop);
+            let host = match &shown {
+                Some(h) => h.clone(),
+                // the sandbox's own tmp: nothing of the host
+                None if hop.starts_with(mcpbox_sandbox::WORKSPACE) => return Ok(()),
+                None => hop.clone(),
+            };
+            if std::fs::symlink_metadata(&host).is_err() {
+                return Ok(());
+            }
+            let target = std::fs::read_link(&host).ok();
+            if shown.is_none() {
+                self.need(&hop, what, target.is_some())?;
+            }
+            let Some(target) = target else {
                 break;
             };
-            // relative to the link's directory as the kernel sees it
-            let base = hop
-                .parent()
-                .map(|p| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf()))
-                .unwrap_or_else(|| PathBuf::from("/"));
+            // relative to the link's directory as the kernel sees it: the
+            // host's own path resolved, a view's path as the sandbox has it
+            let parent = hop.parent().unwrap_or(Path::new("/")).to_path_buf();
+            let base = if shown.is_none() {
+                std::fs::canonicalize(&parent).unwrap_or(parent)
+            } else {
+                parent
+            };
             hop = normalize(&base.join(target));
         }
-        let real = std::fs::canonicalize(&file).unwrap_or(file.clone());
+        if !interpreter {
+            return Ok(());
+        }
+        let host = self.through_view(&hop).unwrap_or_else(|| hop.clone());
+        let real = std::fs::canonicalize(&host).unwrap_or(host);
         self.interpreter_of(&real, &file)
     }
 
@@ -373,14 +499,14 @@ impl Look<'_> {
                     }
                 }
                 self.check_exec(&found);
-                self.follow(&found, &format!("the interpreter of {shown}"))
+                self.follow(&found, &format!("the interpreter of {shown}"), true)
             }
             Some(Interpreter::Script { path, .. }) => {
                 self.check_exec(&path);
-                self.follow(&path, &format!("the interpreter of {shown}"))
+                self.follow(&path, &format!("the interpreter of {shown}"), true)
             }
             Some(Interpreter::Loader(path)) => {
-                self.follow(&path, &format!("the ELF loader of {shown}"))
+                self.follow(&path, &format!("the ELF loader of {shown}"), true)
             }
             None => Ok(()),
         }
@@ -401,7 +527,7 @@ impl Look<'_> {
 
     /// Makes `file` (a path the sandbox will use) visible: chooses the
     /// directory to mount for it, and follows a venv's base interpreter.
-    fn need(&mut self, file: &Path, what: &str) -> Result<(), Refused> {
+    fn need(&mut self, file: &Path, what: &str, link: bool) -> Result<(), Refused> {
         if self.visible(file) || file.starts_with(mcpbox_sandbox::WORKSPACE) {
             return Ok(());
         }
@@ -430,10 +556,32 @@ impl Look<'_> {
                 )
                 .is_none()
         };
-        let (dir, reason) = match self.root_for(file, &ok) {
-            Some(r) => r,
-            None => (file.to_path_buf(), format!("{what} {name}")),
-        };
+        // the broadest sensible candidate that is acceptable; one passed
+        // over for being a home, the top of the tree or a credential
+        // location is said, with what was mounted instead
+        let mut passed: Vec<(PathBuf, String)> = Vec::new();
+        let mut chosen = None;
+        for (d, r) in self.candidates(file, link) {
+            if ok(&d) {
+                chosen = Some((d, r));
+                break;
+            }
+            passed.push((d, r));
+        }
+        let (dir, reason) =
+            chosen.unwrap_or_else(|| (file.to_path_buf(), format!("{what} {name}")));
+        for (d, r) in passed {
+            let note = format!(
+                "{} ({r}) is not mounted whole: it is, holds or is above a home directory, \
+                 is at the top of the tree, or is or holds a credential location; {} is \
+                 mounted instead",
+                d.display(),
+                dir.display()
+            );
+            if !self.found.notes.contains(&note) {
+                self.found.notes.push(note);
+            }
+        }
         if dir.is_dir() && dir.join("pyvenv.cfg").is_file() && !self.wanted.contains_key(&dir) {
             self.wanted.insert(dir.clone(), reason);
             self.venv(&dir)?;
@@ -443,10 +591,15 @@ impl Look<'_> {
         Ok(())
     }
 
-    /// The directory to mount for `file`, from broadest to narrowest
-    /// sensible: its venv, its outermost node_modules, its package
-    /// directory, its interpreter prefix, its directory; the first `ok`.
-    fn root_for(&self, file: &Path, ok: &dyn Fn(&Path) -> bool) -> Option<(PathBuf, String)> {
+    /// The directories that could be mounted for `file`, from broadest to
+    /// narrowest sensible: its venv, its outermost node_modules, its
+    /// package directory (`package.json`, `pyproject.toml`, ...), its
+    /// interpreter prefix, its directory. A `link` (a hop on the way, such
+    /// as `~/.local/bin/tool` or an npm prefix's `bin/pkg`) is no
+    /// interpreter: its prefix is not offered (it would show every other
+    /// install beside it); its directory is, since a link cannot be
+    /// mounted as a link alone.
+    fn candidates(&self, file: &Path, link: bool) -> Vec<(PathBuf, String)> {
         let name = file.display();
         let ancestors: Vec<&Path> = file.ancestors().skip(1).collect();
         let mut cands: Vec<(PathBuf, String)> = Vec::new();
@@ -466,21 +619,25 @@ impl Look<'_> {
         if let Some(p) = ancestors
             .iter()
             .take(6)
-            .find(|a| a.join("package.json").is_file())
+            .find(|a| PACKAGE_FILES.iter().any(|f| a.join(f).is_file()))
         {
             cands.push((p.to_path_buf(), format!("the package directory of {name}")));
         }
-        let dir = file.parent()?;
-        if matches!(
-            dir.file_name().and_then(OsStr::to_str),
-            Some("bin" | "sbin")
-        ) {
+        let Some(dir) = file.parent() else {
+            return cands;
+        };
+        if !link
+            && matches!(
+                dir.file_name().and_then(OsStr::to_str),
+                Some("bin" | "sbin")
+            )
+        {
             if let Some(prefix) = dir.parent().filter(|p| p.join("lib").is_dir()) {
                 cands.push((prefix.to_path_buf(), format!("the prefix of {name}")));
             }
         }
         cands.push((dir.to_path_buf(), format!("the directory of {name}")));
-        cands.into_iter().find(|(d, _)| ok(d))
+        cands
     }
 
     /// A virtual environment: its base interpreter (`pyvenv.cfg`'s `home`
@@ -504,12 +661,15 @@ impl Look<'_> {
                             self.follow(
                                 &value.join(exe),
                                 &format!("the base interpreter of {shown}"),
+                                true,
                             )?;
                             break;
                         }
                     }
                 }
-                "executable" => self.follow(value, &format!("the base interpreter of {shown}"))?,
+                "executable" => {
+                    self.follow(value, &format!("the base interpreter of {shown}"), true)?
+                }
                 _ => {}
             }
         }

@@ -134,3 +134,107 @@ fn system_and_workspace_commands_need_nothing() {
         );
     }
 }
+
+fn argv_spec(words: &[&str]) -> Spec {
+    let mut s = spec(words[0]);
+    s.argv = words.iter().map(OsString::from).collect();
+    s
+}
+
+fn mounted(found: &Found) -> Vec<PathBuf> {
+    found.mounts.iter().map(|m| m.path.clone()).collect()
+}
+
+#[test]
+fn node_file_mounts_the_scripts_package_tree_not_only_its_directory() {
+    let t = tempfile::tempdir().unwrap();
+    let pkg = t.path().join("proj");
+    std::fs::create_dir_all(pkg.join("build")).unwrap();
+    std::fs::create_dir_all(pkg.join("node_modules/dep")).unwrap();
+    std::fs::write(pkg.join("package.json"), "{}").unwrap();
+    std::fs::write(pkg.join("build/index.js"), "").unwrap();
+    let script = pkg.join("build/index.js");
+    let mut s = argv_spec(&["/usr/bin/node", "--no-warnings", script.to_str().unwrap()]);
+    let found = discover(&mut s, OsStr::new("/usr/bin:/bin")).unwrap();
+    assert_eq!(mounted(&found), vec![pkg.clone()], "{found:?}");
+    assert!(found.mounts[0].reason.contains("package directory"));
+    let mut s = argv_spec(&["python3", "-m", "srv"]);
+    s.env.push(("PYTHONPATH".into(), pkg.join("build").into()));
+    let found = discover(&mut s, OsStr::new("/usr/bin:/bin")).unwrap();
+    assert_eq!(mounted(&found), vec![pkg.join("build")], "{found:?}");
+}
+
+#[test]
+fn a_global_npm_command_is_followed_through_its_link_into_the_package() {
+    let t = tempfile::tempdir().unwrap();
+    let prefix = t.path().join("npm-global");
+    let pkg = prefix.join("lib/node_modules/pkg");
+    std::fs::create_dir_all(&pkg).unwrap();
+    std::fs::write(pkg.join("package.json"), "{}").unwrap();
+    write_exec(&pkg.join("server.js"), "#!/usr/bin/env node\n");
+    std::fs::create_dir_all(prefix.join("bin")).unwrap();
+    std::os::unix::fs::symlink("../lib/node_modules/pkg/server.js", prefix.join("bin/pkg"))
+        .unwrap();
+    let mut s = spec(prefix.join("bin/pkg").to_str().unwrap());
+    let found = discover(&mut s, OsStr::new("/usr/bin:/bin")).unwrap();
+    // the link's directory (a link cannot be mounted alone) and the
+    // package's node_modules tree; not the whole prefix beside them
+    assert_eq!(
+        mounted(&found),
+        vec![prefix.join("bin"), prefix.join("lib/node_modules")],
+        "{found:?}"
+    );
+}
+
+#[test]
+fn a_venv_the_policy_mounts_still_gets_the_interpreter_its_python_links_to() {
+    let t = tempfile::tempdir().unwrap();
+    let base = t.path().join("pyenv/versions/3.99.0");
+    std::fs::create_dir_all(base.join("lib/python3.99")).unwrap();
+    std::fs::create_dir_all(base.join("bin")).unwrap();
+    std::fs::copy("/usr/bin/true", base.join("bin/python3.99")).unwrap();
+    let venv = t.path().join("proj/.venv");
+    std::fs::create_dir_all(venv.join("bin")).unwrap();
+    std::os::unix::fs::symlink(base.join("bin/python3.99"), venv.join("bin/python")).unwrap();
+    std::fs::write(venv.join("pyvenv.cfg"), "home = /nonexistent\n").unwrap();
+    let mut s = argv_spec(&[venv.join("bin/python").to_str().unwrap(), "-m", "srv"]);
+    // the policy shows the venv (as `wrap`'s policies did)
+    s.mounts.push(BindMount {
+        host: venv.clone(),
+        at: venv.clone(),
+        writable: false,
+    });
+    let found = discover(&mut s, OsStr::new("/usr/bin:/bin")).unwrap();
+    assert_eq!(mounted(&found), vec![base.clone()], "{found:?}");
+}
+
+#[test]
+fn a_script_kept_directly_in_a_home_mounts_the_file_alone_and_says_so() {
+    let t = tempfile::tempdir().unwrap();
+    // /home/NAME is a home whatever $HOME says
+    let home = Path::new("/home").join(format!("mcpbox-test-{}", std::process::id()));
+    if std::fs::create_dir_all(&home).is_err() {
+        // only root may make one; the rule itself is too_broad's, above
+        assert!(
+            !mcpbox_sandbox::is_host_root(),
+            "root cannot make {}",
+            home.display()
+        );
+        return;
+    }
+    let script = home.join("server.py");
+    std::fs::write(&script, "").unwrap();
+    std::fs::write(home.join("pyproject.toml"), "").unwrap();
+    let mut s = argv_spec(&["python3", script.to_str().unwrap()]);
+    let found = discover(&mut s, OsStr::new("/usr/bin:/bin"));
+    let _ = std::fs::remove_dir_all(&home);
+    drop(t);
+    let found = found.unwrap();
+    assert_eq!(mounted(&found), vec![script.clone()], "{found:?}");
+    assert!(
+        found.notes.iter().any(|n| n
+            .contains(&format!("{} (the package directory", home.display()))
+            && n.contains("not mounted whole")),
+        "{found:?}"
+    );
+}

@@ -360,6 +360,12 @@ fn json_object(text: &str, node: &Node, change: &Change) -> String {
             }
         }
     }
+    // an env the entry did not have (MCPBOX_STATE_DIR, written by wrap)
+    if node.get("env").is_none() {
+        if let Some(Some(env)) = replaced("env") {
+            out.push(format!("\"env\": {env}"));
+        }
+    }
     // the layout: the whitespace before the first key and before `}`
     let inner = &text[node.start + 1..node.end - 1];
     let first = members
@@ -401,7 +407,7 @@ fn toml_rewrite(text: &str, changes: &[Change]) -> Result<String, String> {
                 name,
                 command,
                 args,
-                ..
+                env,
             } => {
                 let t = servers
                     .get_mut(name)
@@ -410,8 +416,16 @@ fn toml_rewrite(text: &str, changes: &[Change]) -> Result<String, String> {
                 set(t, "command", command.as_str().into());
                 let arr: toml_edit::Array = args.iter().map(String::as_str).collect();
                 set(t, "args", arr.into());
-                // every literal value moved to the policy or the store
+                // every literal value moved to the policy or the store;
+                // what wrap adds (MCPBOX_STATE_DIR) is the new env
                 t.remove("env");
+                if !env.is_empty() {
+                    let table: toml_edit::InlineTable = env
+                        .iter()
+                        .map(|(k, v)| (k.as_str(), toml_edit::Value::from(v.as_str())))
+                        .collect();
+                    t.insert("env", toml_edit::Item::Value(table.into()));
+                }
             }
             Change::Url { name, url } => {
                 let t = servers

@@ -25,8 +25,8 @@ pub struct Args {
     /// Restore the file as it was before `mcpbox wrap`, byte for byte.
     #[arg(long, conflicts_with_all = ["dry_run", "host", "mcpbox", "serve"])]
     undo: bool,
-    /// With --undo: restore even though the file changed since the wrap
-    /// (those later changes are lost).
+    /// With --undo: restore even though the file, or a generated policy,
+    /// changed since the wrap (those later changes are lost).
     #[arg(long, requires = "undo")]
     force: bool,
     /// Print the diff of what would change; write nothing.
@@ -44,6 +44,9 @@ pub struct Args {
     #[arg(long, value_name = "URL")]
     serve: Option<String>,
 }
+
+/// The variable that moves mcpbox's state directory (crate::state).
+const STATE_VAR: &str = "MCPBOX_STATE_DIR";
 
 pub fn run(args: Args) -> ExitCode {
     let result = if args.undo {
@@ -131,6 +134,20 @@ fn wrap(args: &Args) -> anyhow::Result<()> {
         );
     }
 
+    // Hosts start servers with an environment of their own (a minimal
+    // one: Claude Desktop's is not the shell's), so a MCPBOX_STATE_DIR the
+    // user set reaches the wrapped server only if the entry says it: then
+    // the policies, secrets and audit this wrap points at are the ones
+    // `run` uses. Unset, `run` takes its default, as this wrap did.
+    let state_env = std::env::var_os(STATE_VAR)
+        .filter(|v| !v.is_empty())
+        .map(|v| {
+            let dir = PathBuf::from(v);
+            std::path::absolute(&dir)
+                .unwrap_or(dir)
+                .to_string_lossy()
+                .into_owned()
+        });
     let mut plan = store::Plan::default();
     let mut changes = Vec::new();
     let mut lines = Vec::new();
@@ -145,6 +162,10 @@ fn wrap(args: &Args) -> anyhow::Result<()> {
                 let g = policygen::generate(&file_name, &path, host.label(), s, &|var| {
                     st.secret_path(&file_name, var)
                 });
+                if let Some(why) = &g.refused {
+                    lines.push(format!("  {name}: left alone: {why}"));
+                    continue;
+                }
                 if let Err(e) = mcpbox_policy::parse(&g.text, &policy) {
                     lines.push(format!(
                         "  {name}: left alone: its generated policy is refused: {}",
@@ -160,16 +181,22 @@ fn wrap(args: &Args) -> anyhow::Result<()> {
                     s.command.clone(),
                 ];
                 argv.extend(s.args.iter().cloned());
+                let mut env = g.kept_env.clone();
+                if let Some(dir) = &state_env {
+                    env.retain(|(k, _)| k != STATE_VAR);
+                    env.push((STATE_VAR.to_string(), dir.clone()));
+                }
                 changes.push(Change::Stdio {
                     name: name.clone(),
                     command: ours.clone(),
                     args: argv,
-                    env: g.kept_env.clone(),
+                    env,
                 });
                 lines.push(summary(name, &policy, &g));
                 for (_, value, file) in &g.secrets {
                     plan.secrets.push((file.clone(), value.clone()));
                 }
+                plan.output_dirs.extend(g.output_dir.clone());
                 plan.policies.push((policy, g.text));
             }
             EntryKind::Remote { url, headers } => match &args.serve {
@@ -285,6 +312,11 @@ fn summary(name: &str, policy: &Path, g: &policygen::Generated) -> String {
     if !g.secrets.is_empty() {
         let n: Vec<&str> = g.secrets.iter().map(|(v, _, _)| v.as_str()).collect();
         s.push_str(&format!("; secrets moved: {}", n.join(", ")));
+    }
+    for r in &g.runtime {
+        s.push_str(&format!(
+            "\n    runtime (mcpbox run mounts it at each start): {r}"
+        ));
     }
     for note in &g.notes {
         s.push_str(&format!("\n    note: {note}"));

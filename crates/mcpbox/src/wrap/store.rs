@@ -19,6 +19,9 @@ pub struct Plan {
     pub policies: Vec<(PathBuf, String)>,
     /// (file, secret value)
     pub secrets: Vec<(PathBuf, String)>,
+    /// Folders the wrapped servers write (a preset's output), made if
+    /// missing and never removed (they hold the user's files).
+    pub output_dirs: Vec<PathBuf>,
 }
 
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
@@ -33,6 +36,12 @@ struct Manifest {
     wrapped_sha256: String,
     /// Policies and secrets written, removed again by `--undo`.
     files: Vec<PathBuf>,
+    /// SHA-256 of each generated policy as `wrap` wrote it: `--undo`
+    /// deletes only a policy that is exactly that, unless forced (a policy
+    /// the user edited is their work). Absent in a manifest of an older
+    /// mcpbox: then nothing is compared.
+    #[serde(default)]
+    policies: Vec<(PathBuf, String)>,
 }
 
 #[derive(Debug)]
@@ -136,9 +145,15 @@ impl Store {
             written.push(path.clone());
             files.push(path.clone());
         }
+        for dir in &plan.output_dirs {
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("cannot create the output folder {}", dir.display()))?;
+        }
+        let mut policies = Vec::new();
         for (path, text) in &plan.policies {
             write_new(path, text.as_bytes(), 0o600, written)?;
             files.push(path.clone());
+            policies.push((path.clone(), sha256_hex(text.as_bytes())));
         }
         let manifest = Manifest {
             config: config.to_path_buf(),
@@ -146,6 +161,7 @@ impl Store {
             mode,
             wrapped_sha256: sha256_hex(new.as_bytes()),
             files,
+            policies,
         };
         let json = serde_json::to_vec_pretty(&manifest)?;
         write_new(&self.manifest_path(), &json, 0o600, written)?;
@@ -175,6 +191,37 @@ impl Store {
                  those changes: the file was left as it is; undo them by hand, or pass --force \
                  to restore the original anyway",
                 config.display()
+            );
+        }
+        // a generated policy changed since (edited by hand, or replaced):
+        // deleting it would lose that work, so nothing is done unless forced
+        let edited: Vec<&PathBuf> = manifest
+            .policies
+            .iter()
+            .filter(|(p, digest)| std::fs::read(p).is_ok_and(|b| sha256_hex(&b) != *digest))
+            .map(|(p, _)| p)
+            .collect();
+        if !edited.is_empty() && !force {
+            let names: Vec<String> = edited.iter().map(|p| p.display().to_string()).collect();
+            bail!(
+                "the generated {} {} changed since mcpbox wrap wrote {}, and undo would \
+                 delete {}: nothing was restored or removed; copy what you want to keep, \
+                 then run mcpbox wrap --undo --force {}",
+                if names.len() == 1 {
+                    "policy"
+                } else {
+                    "policies"
+                },
+                names.join(", "),
+                if names.len() == 1 { "it" } else { "them" },
+                if names.len() == 1 { "it" } else { "them" },
+                config.display()
+            );
+        }
+        for p in &edited {
+            eprintln!(
+                "mcpbox: removing {}, changed since the wrap (--force)",
+                p.display()
             );
         }
         let original = std::fs::read(self.backup_path())

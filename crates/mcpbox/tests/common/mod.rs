@@ -8,6 +8,7 @@ pub mod http;
 pub mod mcp;
 pub mod peers;
 pub mod pypi;
+pub mod runtimes;
 pub mod serve;
 
 use std::os::unix::fs::PermissionsExt;

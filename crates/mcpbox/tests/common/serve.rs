@@ -68,6 +68,12 @@ impl Gateway {
     /// A gateway with the standard clients, `[limits]` set to `limits`
     /// (TOML lines), and `servers`.
     pub fn start(limits: &str, servers: &[Server]) -> Gateway {
+        Gateway::start_env(limits, servers, &[])
+    }
+
+    /// [`Gateway::start`] with `env` added to the gateway's environment
+    /// (for the policies' `[secrets]`).
+    pub fn start_env(limits: &str, servers: &[Server], env: &[(&str, &str)]) -> Gateway {
         let dir = tempfile::Builder::new()
             .prefix("mcpbox-serve-")
             .tempdir()
@@ -118,7 +124,7 @@ impl Gateway {
                 serde_json::to_string(&command).unwrap()
             ));
         }
-        Gateway::start_config(dir, &config)
+        Gateway::start_config_env(dir, &config, env)
     }
 
     /// A gateway on `config` (written to `dir/serve.toml`).
