@@ -965,6 +965,8 @@ fn a_wrapped_playwright_entry_gets_an_output_folder_beside_the_config() {
         .output()
         .unwrap();
     ok(&check);
+}
+
 #[test]
 fn wrap_never_mounts_mcpbox_state_nor_rewrites_a_file_in_it() {
     let case = Case::new();
