@@ -78,7 +78,7 @@ fn preset_for(argv: &[String]) -> Option<PresetUse> {
     let parsed = p.parse(Path::new("/")).ok();
     let reads_cwd = parsed
         .as_ref()
-        .map_or(true, |policy| policy.filesystem.input.is_some());
+        .is_none_or(|policy| policy.filesystem.input.is_some());
     // parsed against "/": a relative output resolves to "/<folder>"
     let writes_relative = parsed
         .as_ref()
