@@ -13,7 +13,7 @@
 //! elsewhere, or a JSON Lines copy, for that.
 
 use std::io::{Read, Write};
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::Path;
 
 use ring::hmac;
@@ -77,7 +77,11 @@ impl HeadKey {
             },
         )?;
         let dir = path.parent().unwrap_or(Path::new("."));
-        std::fs::create_dir_all(dir).map_err(Error::io("create dir", dir))?;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(Error::io("create dir", dir))?;
         let aside = dir.join(format!(
             ".audit.key.{}.{}",
             std::process::id(),

@@ -31,7 +31,7 @@
 //! inside the same `BEGIN IMMEDIATE` transaction that inserts the row.
 
 use std::fs::OpenOptions;
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
@@ -188,7 +188,11 @@ impl SqliteStore {
     /// Opens (creating) the store with the given durability.
     pub fn open_with(path: &Path, durability: Durability) -> Result<SqliteStore> {
         if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-            std::fs::create_dir_all(parent).map_err(Error::io("create dir", parent))?;
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(parent)
+                .map_err(Error::io("create dir", parent))?;
         }
         // Create the file ourselves so it is private from the start; SQLite
         // gives its -wal and -shm files the same permissions.

@@ -261,7 +261,9 @@ pub fn digested_fields(tool: &Value) -> Value {
 
 /// The digest of one tool definition: SHA-256 over the canonical JSON of its
 /// name, title, description, input and output schemas and annotations, as
-/// the server sent them (before screening, so hidden characters count).
+/// the server sent them (before screening, so hidden characters count),
+/// with the session's secrets redacted (the relay redacts a list before it
+/// pins it: a pin file never keeps a secret).
 pub fn tool_digest(tool: &Value) -> String {
     json_digest(&digested_fields(tool))
 }
@@ -346,14 +348,37 @@ fn write_atomic(path: &Path, value: &Value) -> Result<(), PinError> {
         path: path.to_path_buf(),
         source,
     };
+    // a temporary name of this write alone: sessions of one server under
+    // `serve` write the same pin file at once, and a shared `.tmp` was
+    // renamed away under the other writer
+    static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
+    tmp.push(format!(".tmp.{}.{n}", std::process::id()));
     let tmp = PathBuf::from(tmp);
     let text = serde_json::to_string_pretty(value).map_err(|_| PinError::Invalid {
         path: path.to_path_buf(),
     })?;
-    std::fs::write(&tmp, text).map_err(io)?;
-    std::fs::rename(&tmp, path).map_err(io)
+    // 0600: a pin file keeps tool definitions, which are nobody else's to
+    // read (docs/threat-model.md, "Local users"); set again on the open
+    // file, so the umask cannot loosen it
+    use std::io::Write;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)
+        .map_err(io)?;
+    f.set_permissions(std::fs::Permissions::from_mode(0o600))
+        .map_err(io)?;
+    let written = f.write_all(text.as_bytes());
+    drop(f);
+    if let Err(e) = written.and_then(|()| std::fs::rename(&tmp, path)) {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(io(e));
+    }
+    Ok(())
 }
 
 /// Reads a pin file (or its pending twin); `None` when there is none.

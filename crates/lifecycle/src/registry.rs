@@ -35,6 +35,12 @@ pub enum Error {
         #[source]
         source: rusqlite::Error,
     },
+    #[error("sandbox registry {path}: creating it (0600): {source}")]
+    Create {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("sandbox registry {path}: reading /dev/urandom for the id salt: {source}")]
     Random {
         path: PathBuf,
@@ -84,11 +90,27 @@ impl Registry {
             path: path.to_path_buf(),
             source,
         };
-        let conn = Connection::open(path).map_err(err)?;
+        // made 0600 before SQLite opens it: SQLite gives its -wal and -shm
+        // files the database's mode, and the registry names every
+        // sandbox's command and owner, nobody else's to read
         {
-            use std::os::unix::fs::PermissionsExt;
-            let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600));
+            use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+            let made = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .mode(0o600)
+                .open(path)
+                .and_then(|f| f.set_permissions(std::fs::Permissions::from_mode(0o600)));
+            if let Err(source) = made {
+                return Err(Error::Create {
+                    path: path.to_path_buf(),
+                    source,
+                });
+            }
         }
+        let conn = Connection::open(path).map_err(err)?;
         // a second reader (a CLI, a test) waits briefly instead of failing
         conn.busy_timeout(std::time::Duration::from_secs(5))
             .map_err(err)?;

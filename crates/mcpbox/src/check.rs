@@ -121,6 +121,14 @@ fn check_serve(file: &Path) -> ExitCode {
         }
     };
     let mut failed = false;
+    // every server's audit database counts for every server, as `serve`
+    // checks them (a policy that does not load is reported below)
+    let policies: Vec<mcpbox_policy::Policy> = config
+        .servers
+        .iter()
+        .filter_map(|s| preflight::load(Some(&s.policy)).ok().map(|l| l.policy))
+        .collect();
+    let private = crate::state::private_locations(&policies);
     for (i, server) in config.servers.iter().enumerate() {
         let entry = format!("servers[{i}] ({})", server.name);
         let loaded = match preflight::load(Some(&server.policy)) {
@@ -140,9 +148,12 @@ fn check_serve(file: &Path) -> ExitCode {
         // (filesystem, process limits) does not apply, so it is not checked
         // against this host.
         if let Upstream::Command(_) | Upstream::Builtin(_) = server.upstream {
-            if let Err(e) =
-                preflight::spec(&loaded, vec!["true".into()], mcpbox_sandbox::Stdio::Piped)
-            {
+            if let Err(e) = preflight::spec_among(
+                &loaded,
+                vec!["true".into()],
+                mcpbox_sandbox::Stdio::Piped,
+                &private,
+            ) {
                 eprintln!("mcpbox: {entry}: policy {e}");
                 failed = true;
             }
@@ -163,7 +174,12 @@ fn check_serve(file: &Path) -> ExitCode {
                 path.display()
             );
             failed = true;
-        } else if !want_dir {
+        } else if want_dir {
+            if let Err(e) = crate::state::refuse_private_base(path, &private) {
+                eprintln!("mcpbox: templates[{i}] ({}): base: {e:#}", t.name);
+                failed = true;
+            }
+        } else {
             // a snapshot template is checked whole, as restore would
             let limits = mcpbox_lifecycle::snapshot::Limits::default();
             if let Err(e) = mcpbox_lifecycle::snapshot::verify(path, &limits) {

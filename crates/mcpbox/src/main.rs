@@ -317,6 +317,9 @@ fn main() -> ExitCode {
         Command::Serve { config, .. } => finish(serve(&config)),
         Command::Check { files, schema } => check::run(&files, schema),
         Command::Init(args) => init::run(&args),
+        Command::Pin { .. } | Command::Audit(_) | Command::Wrap(_) if private_state().is_err() => {
+            ExitCode::from(1)
+        }
         Command::Pin { action } => match action {
             PinAction::List { policy } => pins::run(pins::Op::List, &policy),
             PinAction::Diff { policy } => pins::run(pins::Op::Diff, &policy),
@@ -345,6 +348,14 @@ fn main() -> ExitCode {
         Command::Wrap(args) => wrap::run(args),
         Command::Approvals(args) => approvals::run(args),
     }
+}
+
+/// [`state::ensure_private`] for the commands that read or write the
+/// state directory without starting a sandbox, the failure printed.
+fn private_state() -> Result<(), ()> {
+    state::ensure_private().map(drop).map_err(|e| {
+        eprintln!("mcpbox: {e:#}");
+    })
 }
 
 /// `--preset NAME` is the policy `preset:NAME` (clap keeps it apart from
@@ -386,6 +397,8 @@ fn sandboxed(mode: Mode, policy: Option<PathBuf>, command: Vec<OsString>) -> Res
     if let Mode::Builtin(name) = &mode {
         builtin::check_name(name).map_err(|e| Failure::at("builtin", e))?;
     }
+    // before anything is written in it (the audit log, pins, caches)
+    state::ensure_private().map_err(|e| Failure::at("state", e))?;
     let mut loaded = preflight::load(policy.as_deref()).map_err(|e| Failure::at("policy", e))?;
     if let Mode::Learn(options) = &mode {
         let learning = learn::prepare(&mut loaded, options).map_err(|e| Failure::at("learn", e))?;
@@ -446,6 +459,7 @@ fn runtime_for(
 fn serve(config: &std::path::Path) -> Result<i32, Failure> {
     mcpbox_sandbox::block_forwarded_signals()?;
     init_logging();
+    state::ensure_private().map_err(|e| Failure::at("state", e))?;
     serve::run(config).map_err(Failure::from_run)
 }
 

@@ -140,13 +140,15 @@ impl Loaded {
 
     /// Canonical host path for a directory or file the policy names: it must
     /// exist, and neither it nor anything below it may be a credential
-    /// location unless `allow_credentials`.
+    /// location unless `allow_credentials`; nor may it be, be inside or
+    /// hold one of mcpbox's own locations (`private`), whatever the flag.
     fn host_path(
         &self,
         key: &str,
         path: &Path,
         want_dir: bool,
         allow_credentials: bool,
+        private: &[(&'static str, PathBuf)],
     ) -> Result<PathBuf, Error> {
         let real = std::fs::canonicalize(path).map_err(|e| {
             self.diag(
@@ -160,6 +162,29 @@ impl Loaded {
                 key,
                 format!("{} is not a directory", real.display()),
                 "point it at a directory",
+            ));
+        }
+        // mcpbox's own state (pins, audit key and log, secrets, sandbox
+        // registry): a sandbox that sees it can read the audit key and
+        // forge the log's head, read other sandboxes' workspaces, or
+        // rewrite its own pins. Compared canonical to canonical, so a
+        // symlink or `..` in either path changes nothing. Not overridable:
+        // `dangerously_allow_credentials` is for the user's credentials.
+        if let Some((kind, at)) = crate::state::touches_private(&real, private) {
+            let shown = if real == path {
+                real.display().to_string()
+            } else {
+                format!("{} (resolves to {})", path.display(), real.display())
+            };
+            return Err(self.diag(
+                key,
+                format!(
+                    "{shown} is, is inside, or holds {kind} ({}); refusing to give it to a sandbox",
+                    at.display()
+                ),
+                "mount a directory that neither holds nor is inside mcpbox's state (move the \
+                 state with MCPBOX_STATE_DIR, or the audit log with [audit] path, if they are \
+                 under the directory you need)",
             ));
         }
         let found = credential_kind(&real)
@@ -294,11 +319,23 @@ pub fn environment(policy: &Policy) -> Vec<(OsString, OsString)> {
 
 /// Checks the policy against the host and builds the sandbox spec.
 pub fn spec(loaded: &Loaded, argv: Vec<OsString>, stdio: Stdio) -> Result<Spec, Error> {
+    let private = crate::state::private_locations([&loaded.policy]);
+    spec_among(loaded, argv, stdio, &private)
+}
+
+/// [`spec`], refusing every one of `private` (mcpbox's own locations, of
+/// this policy and of any other the same process serves) as a mount.
+pub fn spec_among(
+    loaded: &Loaded,
+    argv: Vec<OsString>,
+    stdio: Stdio,
+    private: &[(&'static str, PathBuf)],
+) -> Result<Spec, Error> {
     let p = &loaded.policy;
     let fs = &p.filesystem;
     let input = match &fs.input {
         Some(dir) => {
-            let real = loaded.host_path("filesystem.input", dir, true, false)?;
+            let real = loaded.host_path("filesystem.input", dir, true, false, private)?;
             loaded.check_root_access("filesystem.input", &real, false)?;
             Some(real)
         }
@@ -306,7 +343,7 @@ pub fn spec(loaded: &Loaded, argv: Vec<OsString>, stdio: Stdio) -> Result<Spec, 
     };
     let output = match &fs.output {
         Some(dir) => {
-            let real = loaded.host_path("filesystem.output", dir, true, false)?;
+            let real = loaded.host_path("filesystem.output", dir, true, false, private)?;
             loaded.check_root_access("filesystem.output", &real, true)?;
             Some(real)
         }
@@ -315,7 +352,13 @@ pub fn spec(loaded: &Loaded, argv: Vec<OsString>, stdio: Stdio) -> Result<Spec, 
     let mut mounts = Vec::new();
     for (i, m) in fs.mounts.iter().enumerate() {
         let key = format!("filesystem.mounts[{i}].host");
-        let real = loaded.host_path(&key, &m.host, false, m.dangerously_allow_credentials)?;
+        let real = loaded.host_path(
+            &key,
+            &m.host,
+            false,
+            m.dangerously_allow_credentials,
+            private,
+        )?;
         let writable = m.mode == mcpbox_policy::MountMode::Rw;
         if real.is_dir() {
             loaded.check_root_access(&key, &real, writable)?;

@@ -120,9 +120,14 @@ pub fn pin_file(loaded: &Loaded, identity: &str) -> PathBuf {
         .join(format!("{}.json", loaded.policy.name()));
     if !file.exists() && legacy.is_file() {
         if let Some(dir) = file.parent() {
-            let _ = std::fs::create_dir_all(dir);
+            let _ = state::private_dir(dir);
         }
-        if let Err(e) = std::fs::copy(&legacy, &file) {
+        // a copy keeps the old file's mode (0644 before pins were private)
+        let copied = std::fs::copy(&legacy, &file).and_then(|_| {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600))
+        });
+        if let Err(e) = copied {
             tracing::warn!(
                 "pins: copying {} to {}: {e}",
                 legacy.display(),
@@ -177,7 +182,7 @@ pub fn relay_config(
     let p = &loaded.policy;
     let pins = pin_file(loaded, identity);
     if let Some(dir) = pins.parent() {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        state::private_dir(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
     // which server the file pins, for `mcpbox pin` and the console's list
     // (the credential-free form the session_start record shows)

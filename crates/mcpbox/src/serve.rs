@@ -171,14 +171,45 @@ fn prepare(cfg: &ServeConfig) -> anyhow::Result<(Settings, Arc<dyn Backend>, Arc
     let mut servers = HashMap::new();
     let mut lives = HashMap::new();
     let mut stores: HashMap<PathBuf, Arc<mcpbox_audit::SqliteStore>> = HashMap::new();
+    let mut all = Vec::with_capacity(cfg.servers.len());
     for (i, s) in cfg.servers.iter().enumerate() {
         let at = format!("servers[{i}] ({})", s.name);
-        let mut loaded = preflight::load(Some(&s.policy))
-            .with_context(|| format!("{at}: policy {}", s.policy.display()))?;
+        all.push(
+            preflight::load(Some(&s.policy))
+                .with_context(|| format!("{at}: policy {}", s.policy.display()))?,
+        );
+    }
+    // mcpbox's own locations, every server's audit database among them: no
+    // server's sandbox may see another's log either
+    let private = state::private_locations(all.iter().map(|l| &l.policy));
+    // every sandboxed server checked before any log is opened or created
+    for ((i, s), loaded) in cfg.servers.iter().enumerate().zip(&all) {
+        let at = format!("servers[{i}] ({})", s.name);
+        let argv = match &s.upstream {
+            Upstream::Command(argv) => argv.iter().map(OsString::from).collect::<Vec<_>>(),
+            Upstream::Builtin(_) => {
+                crate::builtin::argv(&loaded.policy).with_context(|| at.clone())?
+            }
+            Upstream::Url(_) => continue,
+        };
+        check_sandboxed(&at, s, loaded, &argv, &private)?;
+        // a template's base is copied whole into every workspace made from it
+        let base = s
+            .template
+            .as_ref()
+            .and_then(|name| cfg.templates.iter().find(|t| &t.name == name));
+        if let Some(t) = base {
+            if let mcpbox_policy::serve::TemplateBase::Dir(p) = &t.base {
+                state::refuse_private_base(p, &private)
+                    .with_context(|| format!("templates ({}): base", t.name))?;
+            }
+        }
+    }
+    for ((i, s), mut loaded) in cfg.servers.iter().enumerate().zip(all) {
+        let at = format!("servers[{i}] ({})", s.name);
         let place = match &s.upstream {
             Upstream::Command(argv) => {
                 let argv = argv.iter().map(OsString::from).collect::<Vec<_>>();
-                check_sandboxed(&at, s, &loaded, &argv)?;
                 let runtime = discover_runtime(&at, s, &mut loaded, &argv)?;
                 Place::Sandbox {
                     argv,
@@ -186,15 +217,11 @@ fn prepare(cfg: &ServeConfig) -> anyhow::Result<(Settings, Arc<dyn Backend>, Arc
                     runtime: Some(runtime),
                 }
             }
-            Upstream::Builtin(_) => {
-                let argv = crate::builtin::argv(&loaded.policy).with_context(|| at.clone())?;
-                check_sandboxed(&at, s, &loaded, &argv)?;
-                Place::Sandbox {
-                    argv,
-                    builtin: true,
-                    runtime: None,
-                }
-            }
+            Upstream::Builtin(_) => Place::Sandbox {
+                argv: crate::builtin::argv(&loaded.policy).with_context(|| at.clone())?,
+                builtin: true,
+                runtime: None,
+            },
             Upstream::Url(url) => Place::Remote(Arc::new(
                 remote(&loaded, url).with_context(|| format!("{at}: url {url}"))?,
             )),
@@ -352,8 +379,9 @@ fn check_sandboxed(
     s: &mcpbox_policy::serve::Server,
     loaded: &Loaded,
     argv: &[OsString],
+    private: &[(&'static str, PathBuf)],
 ) -> anyhow::Result<()> {
-    preflight::spec(loaded, argv.to_vec(), mcpbox_sandbox::Stdio::Piped)
+    preflight::spec_among(loaded, argv.to_vec(), mcpbox_sandbox::Stdio::Piped, private)
         .with_context(|| format!("{at}: policy {}", s.policy.display()))?;
     if let Some(m) = loaded
         .policy

@@ -1,10 +1,13 @@
-//! Where mcpbox keeps its state (audit log, tool pins), and ids.
+//! Where mcpbox keeps its state (audit log, tool pins), and ids; the
+//! state directory kept private (0700, nothing in it readable by another
+//! user); mcpbox's own locations, which no sandbox may mount.
 
 use std::io::Read;
-use std::path::PathBuf;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use anyhow::Context;
+use anyhow::{bail, Context};
 use mcpbox_audit::SqliteStore;
 use mcpbox_policy::Policy;
 
@@ -26,6 +29,242 @@ pub fn state_dir() -> PathBuf {
         return h.join(".local/state/mcpbox");
     }
     PathBuf::from("/var/lib/mcpbox")
+}
+
+/// Makes the state directory private before anything is written in it
+/// (docs/threat-model.md, "Local users"): created 0700 when missing; when
+/// it exists it must be this user's, and it is tightened: the directory
+/// and everything in it lose every group and other permission bit (a
+/// 0755 directory becomes 0700, a 0644 pin file 0600). Symlinks are not
+/// followed. Below a sandbox's workspace (`sandboxes/<id>/`) and a
+/// runner's cache (`cache/<policy>/<runner>/`) only that folder itself is
+/// tightened: what is in it is the sandbox's, with the modes its user
+/// needs, and the 0700 folders above keep every other user out.
+/// Returns the directory.
+pub fn ensure_private() -> anyhow::Result<PathBuf> {
+    let dir = state_dir();
+    make_private(&dir)?;
+    Ok(dir)
+}
+
+/// [`ensure_private`] for the state directory `dir`.
+pub fn make_private(dir: &Path) -> anyhow::Result<()> {
+    // the parents (`~/.local/state`) are the user's, made as usual
+    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent)
+            .with_context(|| format!("creating {}", parent.display()))?;
+    }
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e).with_context(|| format!("creating {}", dir.display())),
+    }
+    // a state directory given as a symlink is the directory it names
+    let meta = std::fs::metadata(dir)
+        .with_context(|| format!("checking the state directory {}", dir.display()))?;
+    if !meta.is_dir() {
+        bail!(
+            "the state directory {} is not a directory: move it aside, or set MCPBOX_STATE_DIR",
+            dir.display()
+        );
+    }
+    let me = crate::preflight::uid();
+    if meta.uid() != me {
+        bail!(
+            "the state directory {dir} belongs to uid {owner}, not to you (uid {me}): whoever owns \
+             it can read and change mcpbox's pins, audit log and keys. Fix it with \
+             `sudo chown -R {me} {dir} && chmod -R go-rwx {dir}`, or set MCPBOX_STATE_DIR to a \
+             directory of your own",
+            dir = dir.display(),
+            owner = meta.uid(),
+        );
+    }
+    let mut seen = 0usize;
+    tighten(dir, dir, &mut seen)
+}
+
+/// How deep and how wide [`tighten`] walks: the state directory's own
+/// files are a few levels deep (`pins/<policy>/<server>.json`,
+/// `wrap/<id>/…`); a tree past these bounds is not mcpbox's.
+const TIGHTEN_DEPTH: usize = 6;
+const TIGHTEN_ENTRIES: usize = 100_000;
+
+/// Removes group and other bits from `path` and, for a directory, from
+/// everything below it (see [`ensure_private`] for where it stops).
+///
+/// Another mcpbox may be writing meanwhile (SQLite's `-journal`, a pin
+/// file's `.tmp`, a workspace being removed): what vanishes is skipped.
+/// What belongs to another user was put there by someone else (the folder
+/// was open to them) and is refused with the command that fixes it; the
+/// chmod is of a path (there is no lchmod), which only ever removes bits.
+fn tighten(root: &Path, path: &Path, seen: &mut usize) -> anyhow::Result<()> {
+    let gone = |e: &std::io::Error| e.kind() == std::io::ErrorKind::NotFound;
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(m) => m,
+        Err(e) if gone(&e) => return Ok(()),
+        Err(e) => return Err(e).with_context(|| format!("checking {}", path.display())),
+    };
+    if meta.file_type().is_symlink() && path != root {
+        return Ok(());
+    }
+    // the root may be a symlink to the directory: chmod follows it
+    let meta = if path == root {
+        std::fs::metadata(path).with_context(|| format!("checking {}", path.display()))?
+    } else {
+        meta
+    };
+    let me = crate::preflight::uid();
+    if meta.uid() != me {
+        bail!(
+            "{} in the state directory belongs to uid {}, not to you (uid {me}): fix it with \
+             `sudo chown -R {me} {root} && chmod -R go-rwx {root}` after checking what it is",
+            path.display(),
+            meta.uid(),
+            root = root.display(),
+        );
+    }
+    let mode = meta.permissions().mode() & 0o7777;
+    if mode & 0o077 != 0 || (meta.is_dir() && mode & 0o700 != 0o700) {
+        // a directory stays usable by its owner; a file keeps its owner
+        // bits (an executable in a cache stays executable); set-id bits go
+        let tight = if meta.is_dir() { 0o700 } else { mode & 0o700 };
+        match std::fs::set_permissions(path, std::fs::Permissions::from_mode(tight)) {
+            Ok(()) => {}
+            Err(e) if gone(&e) => return Ok(()),
+            Err(e) => {
+                return Err(e).with_context(|| {
+                    format!(
+                        "{} is readable by other users and cannot be made private: fix it with \
+                         `chmod -R go-rwx {}`",
+                        path.display(),
+                        root.display(),
+                    )
+                })
+            }
+        }
+    }
+    if !meta.is_dir() {
+        return Ok(());
+    }
+    let rel = path.strip_prefix(root).unwrap_or(Path::new(""));
+    let depth = rel.components().count();
+    let first = rel.components().next().map(|c| c.as_os_str());
+    // a workspace (`sandboxes/<id>`) or a runner's cache
+    // (`cache/<policy>/<runner>`): the folder, not what the sandbox put in it
+    let sandbox_owned = match first.and_then(|f| f.to_str()) {
+        Some("sandboxes") => depth >= 2,
+        Some("cache") => depth >= 3,
+        _ => false,
+    };
+    if sandbox_owned || depth >= TIGHTEN_DEPTH {
+        return Ok(());
+    }
+    let entries = match std::fs::read_dir(path) {
+        Ok(e) => e,
+        Err(e) if gone(&e) => return Ok(()),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    };
+    for entry in entries {
+        let entry = entry.with_context(|| format!("reading {}", path.display()))?;
+        *seen += 1;
+        if *seen > TIGHTEN_ENTRIES {
+            return Ok(());
+        }
+        tighten(root, &entry.path(), seen)?;
+    }
+    Ok(())
+}
+
+/// Creates `dir` and its missing parents 0700 (the umask cannot loosen
+/// it: the mode is set again), for folders under the state directory.
+pub fn private_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+}
+
+/// mcpbox's own locations, as credential locations: what no sandbox may
+/// mount, be given as input or output, start from as a template, or
+/// have generated for it by `wrap` (as, inside, or above any of them).
+/// The state directory holds the pins, the secrets store, the audit key,
+/// the sandbox registry, the workspaces and the caches; the audit
+/// database of each policy given may be anywhere (`[audit] path`), with
+/// SQLite's files beside it. Each path is resolved as far as it exists
+/// (symlinks, `..`), so a comparison with a canonical path holds.
+pub fn private_locations<'a>(
+    policies: impl IntoIterator<Item = &'a Policy>,
+) -> Vec<(&'static str, PathBuf)> {
+    let state = resolve(&state_dir());
+    let mut out = vec![("mcpbox's state directory", state.clone())];
+    for policy in policies {
+        let db = resolve(&audit_path(policy));
+        if db.starts_with(&state) {
+            continue;
+        }
+        for suffix in ["", "-wal", "-shm", "-journal"] {
+            let mut p = db.clone().into_os_string();
+            p.push(suffix);
+            let p = ("mcpbox's audit database", PathBuf::from(p));
+            if !out.contains(&p) {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
+/// The first of `locations` that `real` (a canonical path) is, is inside
+/// of, or holds.
+pub fn touches_private<'a>(
+    real: &Path,
+    locations: &'a [(&'static str, PathBuf)],
+) -> Option<&'a (&'static str, PathBuf)> {
+    locations
+        .iter()
+        .find(|(_, at)| real.starts_with(at) || at.starts_with(real))
+}
+
+/// Refuses a template base directory that is, is inside, or holds one of
+/// mcpbox's own locations: it is copied whole into every workspace.
+pub fn refuse_private_base(base: &Path, private: &[(&'static str, PathBuf)]) -> anyhow::Result<()> {
+    let real = resolve(base);
+    if let Some((kind, at)) = touches_private(&real, private) {
+        bail!(
+            "{} is, is inside, or holds {kind} ({}); refusing to copy it into sandboxes: \
+             use a directory that neither holds nor is inside mcpbox's state",
+            base.display(),
+            at.display()
+        );
+    }
+    Ok(())
+}
+
+/// `path` made absolute with its longest existing prefix canonicalized
+/// and the rest (which does not exist yet) appended: where it is or will
+/// be, whatever symlinks or `..` it was written with.
+pub fn resolve(path: &Path) -> PathBuf {
+    let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    let parts: Vec<std::path::Component<'_>> = abs.components().collect();
+    // the longest prefix that exists, canonicalized; then the rest
+    for split in (1..=parts.len()).rev() {
+        let prefix: PathBuf = parts[..split].iter().collect();
+        let Ok(mut out) = std::fs::canonicalize(&prefix) else {
+            continue;
+        };
+        for part in &parts[split..] {
+            match part {
+                std::path::Component::ParentDir => {
+                    out.pop();
+                }
+                std::path::Component::Normal(n) => out.push(n),
+                _ => {}
+            }
+        }
+        return out;
+    }
+    abs
 }
 
 /// The audit database for `policy`: its `[audit] path`, else the state dir's.
@@ -200,4 +439,102 @@ pub fn workspace_id(spec: &mcpbox_sandbox::Spec) -> String {
         feed(p.as_os_str().as_bytes());
     }
     format!("{:012x}", h & 0xffff_ffff_ffff)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn mode(p: &Path) -> u32 {
+        std::fs::symlink_metadata(p).unwrap().permissions().mode() & 0o7777
+    }
+
+    fn chmod(p: &Path, m: u32) {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap();
+    }
+
+    #[test]
+    fn a_path_is_resolved_through_symlinks_and_dotdot_as_far_as_it_exists() {
+        let t = tempfile::tempdir().unwrap();
+        let real = std::fs::canonicalize(t.path()).unwrap();
+        std::fs::create_dir(real.join("state")).unwrap();
+        std::os::unix::fs::symlink(real.join("state"), real.join("link")).unwrap();
+        assert_eq!(resolve(&real.join("link")), real.join("state"));
+        assert_eq!(resolve(&real.join("link/../state/x")), real.join("state/x"));
+        // not there yet: the rest is appended, `..` taken lexically
+        assert_eq!(
+            resolve(&real.join("link/new/../audit.db")),
+            real.join("state/audit.db")
+        );
+    }
+
+    #[test]
+    fn a_location_is_touched_by_itself_what_is_inside_and_what_is_above_never_beside() {
+        let locs = vec![("s", PathBuf::from("/a/state"))];
+        for hit in ["/a/state", "/a/state/pins", "/a", "/"] {
+            assert!(touches_private(Path::new(hit), &locs).is_some(), "{hit}");
+        }
+        for miss in ["/a/states", "/a/stat", "/b", "/a/input"] {
+            assert!(touches_private(Path::new(miss), &locs).is_none(), "{miss}");
+        }
+    }
+
+    #[test]
+    fn a_loose_state_directory_is_tightened_but_a_sandboxs_folders_are_left_alone() {
+        let t = tempfile::tempdir().unwrap();
+        let state = t.path().join("state");
+        let pins = state.join("pins/p");
+        let input = state.join("sandboxes/abc/input");
+        let cache = state.join("cache/p/npm/bin");
+        for d in [&pins, &input, &cache] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        std::fs::write(pins.join("x.json"), "{}").unwrap();
+        std::fs::write(input.join("f"), "").unwrap();
+        std::fs::write(cache.join("tool"), "").unwrap();
+        for (p, m) in [
+            (state.clone(), 0o755),
+            (pins.clone(), 0o777),
+            (pins.join("x.json"), 0o644),
+            (input.clone(), 0o755),
+            (input.join("f"), 0o644),
+            (state.join("sandboxes/abc"), 0o755),
+            (cache.join("tool"), 0o755),
+        ] {
+            chmod(&p, m);
+        }
+        make_private(&state).unwrap();
+        assert_eq!(mode(&state), 0o700);
+        assert_eq!(mode(&pins), 0o700);
+        assert_eq!(mode(&pins.join("x.json")), 0o600);
+        assert_eq!(mode(&state.join("sandboxes")), 0o700);
+        assert_eq!(mode(&state.join("sandboxes/abc")), 0o700);
+        // what the sandbox's user needs stays, behind the 0700 folders
+        assert_eq!(mode(&input), 0o755);
+        assert_eq!(mode(&input.join("f")), 0o644);
+        assert_eq!(mode(&cache.join("tool")), 0o755);
+        // a new one is made 0700
+        let fresh = t.path().join("fresh/state");
+        make_private(&fresh).unwrap();
+        assert_eq!(mode(&fresh), 0o700);
+    }
+
+    #[test]
+    fn something_of_another_user_in_the_state_directory_is_refused() {
+        if !crate::preflight::is_root() {
+            return;
+        }
+        let t = tempfile::tempdir().unwrap();
+        let state = t.path().join("state");
+        std::fs::create_dir_all(state.join("pins")).unwrap();
+        std::fs::write(state.join("pins/planted.json"), "{}").unwrap();
+        chmod(&state.join("pins/planted.json"), 0o600);
+        std::os::unix::fs::chown(state.join("pins/planted.json"), Some(65534), None).unwrap();
+        let e = make_private(&state).unwrap_err().to_string();
+        assert!(
+            e.contains("belongs to uid 65534") && e.contains("chown"),
+            "{e}"
+        );
+    }
 }

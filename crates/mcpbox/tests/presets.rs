@@ -17,12 +17,19 @@ use common::peers::{mount_same_path, peer};
 use common::{audit, mcpbox, Workspace};
 use serde_json::{json, Value};
 
-/// `mcpbox ARGS` run in `dir`.
+/// `mcpbox ARGS` run in `dir`, its state directory in it.
 fn mcpbox_in(dir: &Path, args: &[&str]) -> Output {
+    mcpbox_in_state(dir, &dir.join("state"), args)
+}
+
+/// `mcpbox ARGS` run in `dir` with the state directory `state`: outside
+/// `dir` for a preset that mounts the current directory (mcpbox refuses to
+/// give a sandbox a directory that holds its state).
+fn mcpbox_in_state(dir: &Path, state: &Path, args: &[&str]) -> Output {
     Command::new(mcpbox())
         .args(args)
         .current_dir(dir)
-        .env("MCPBOX_STATE_DIR", dir.join("state"))
+        .env("MCPBOX_STATE_DIR", state)
         .stdin(Stdio::null())
         .output()
         .expect("run mcpbox")
@@ -111,11 +118,26 @@ fn init_of_every_preset_passes_check_where_its_host_paths_exist() {
         .map(|l| l.split_whitespace().next().unwrap().to_string())
         .collect();
     assert!(names.len() >= 10, "{names:?}");
+    // the presets that mount the current directory: the state beside it
+    let project = ws.path().join("project");
+    std::fs::create_dir(&project).unwrap();
+    let state = ws.path().join("state");
     for name in &names {
         let file = format!("{name}.toml");
-        let out = mcpbox_in(ws.path(), &["init", "--preset", name, "--output", &file]);
+        let out = mcpbox_in_state(
+            &project,
+            &state,
+            &["init", "--preset", name, "--output", &file],
+        );
         assert!(out.status.success(), "{name}: {}", text(&out.stderr));
-        let out = mcpbox_in(ws.path(), &["check", &file, &format!("preset:{name}")]);
+        let check = || {
+            mcpbox_in_state(
+                &project,
+                &state,
+                &["check", &file, &format!("preset:{name}")],
+            )
+        };
+        let out = check();
         if name == "playwright" {
             // its output folder must exist; said, then made
             let err = text(&out.stderr);
@@ -123,8 +145,8 @@ fn init_of_every_preset_passes_check_where_its_host_paths_exist() {
                 !out.status.success() && err.contains("playwright-output does not exist"),
                 "{err}"
             );
-            std::fs::create_dir(ws.path().join("playwright-output")).unwrap();
-            let out = mcpbox_in(ws.path(), &["check", &file, &format!("preset:{name}")]);
+            std::fs::create_dir(project.join("playwright-output")).unwrap();
+            let out = check();
             assert!(out.status.success(), "{name}: {}", text(&out.stderr));
             continue;
         }
@@ -224,12 +246,15 @@ fn check_of_several_files_reports_every_failure_and_fails() {
 #[test]
 fn check_of_an_extending_policy_prints_the_merged_policy_and_points_at_its_own_errors() {
     let ws = Workspace::new();
+    // the git preset mounts the current directory: the state beside it
+    let repo = ws.path().join("repo");
+    std::fs::create_dir(&repo).unwrap();
     std::fs::write(
-        ws.path().join("repo.toml"),
+        repo.join("repo.toml"),
         "extends = \"preset:git\"\n[tools]\ngit_commit = \"approve\"\n",
     )
     .unwrap();
-    let out = mcpbox_in(ws.path(), &["check", "repo.toml"]);
+    let out = mcpbox_in_state(&repo, &ws.path().join("state"), &["check", "repo.toml"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let stdout = text(&out.stdout);
     assert!(stdout.contains("extends preset:git"), "{stdout}");
@@ -247,7 +272,7 @@ fn check_of_an_extending_policy_prints_the_merged_policy_and_points_at_its_own_e
     let home = ws.path().join("home");
     std::fs::create_dir_all(home.join(".ssh")).unwrap();
     std::fs::write(home.join("fs.toml"), "extends = \"preset:filesystem\"\n").unwrap();
-    let out = mcpbox_in(&home, &["check", "fs.toml"]);
+    let out = mcpbox_in_state(&home, &ws.path().join("state"), &["check", "fs.toml"]);
     assert_fails(
         &out,
         1,
@@ -293,8 +318,9 @@ fn exec_with_the_filesystem_preset_reads_the_current_directory_and_cannot_change
     let ws = Workspace::new();
     let dir = ws.input();
     let exec = |script: &str| {
-        mcpbox_in(
+        mcpbox_in_state(
             &dir,
+            &ws.path().join("state"),
             &["exec", "--preset", "filesystem", "--", "sh", "-c", script],
         )
     };

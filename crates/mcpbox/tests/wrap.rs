@@ -966,3 +966,39 @@ fn a_wrapped_playwright_entry_gets_an_output_folder_beside_the_config() {
         .unwrap();
     ok(&check);
 }
+
+#[test]
+fn wrap_never_mounts_mcpbox_state_nor_rewrites_a_file_in_it() {
+    let case = Case::new();
+    std::fs::create_dir_all(case.state().join("pins")).unwrap();
+    // an argument naming the state directory (through a symlink): the
+    // generated policy does not mount it
+    let link = case.dir.path().join("data");
+    std::os::unix::fs::symlink(case.state(), &link).unwrap();
+    let text = format!(
+        r#"{{"mcpServers": {{"peek": {{"command": "npx", "args": ["-y", "some-server", "{}"]}}}}}}"#,
+        link.display()
+    );
+    let file = case.file("p/.mcp.json", &text);
+    let out = ok(&case.wrap(&[file.to_str().unwrap()]));
+    assert!(
+        out.contains(&format!(
+            "note: {} is, is inside, or holds mcpbox's state directory: not mounted",
+            link.display()
+        )),
+        "{out}"
+    );
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    let args = doc["mcpServers"]["peek"]["args"].as_array().unwrap();
+    let policy = std::fs::read_to_string(args[2].as_str().unwrap()).unwrap();
+    assert!(!policy.contains("[[filesystem.mounts]]"), "{policy}");
+    // a "host config" inside the state directory is not wrapped
+    let inside = case.state().join("pins/.mcp.json");
+    std::fs::write(&inside, r#"{"mcpServers": {"a": {"command": "npx"}}}"#).unwrap();
+    let err = refused(&case.wrap(&[inside.to_str().unwrap()]));
+    assert!(err.contains("mcpbox's state directory"), "{err}");
+    assert_eq!(
+        std::fs::read_to_string(&inside).unwrap(),
+        r#"{"mcpServers": {"a": {"command": "npx"}}}"#
+    );
+}

@@ -57,6 +57,21 @@ impl Session {
         outcome
     }
 
+    /// Replaces secret values in a part of a message that is kept (a tool
+    /// list, the instructions: pinned), before it is kept; one audit record
+    /// per secret found. The whole message still passes
+    /// [`Session::redact_secrets`] on its way to the host.
+    pub(super) fn redact_kept(&mut self, v: &mut Value) -> bool {
+        let redactor = self.redaction.redactor.clone();
+        if redactor.is_empty() {
+            return false;
+        }
+        let mut counts = vec![0usize; redactor.names().len()];
+        let changed = redactor.redact_json(v, &mut counts);
+        self.audit_redactions(redactor.names(), &counts, None, "stdout");
+        changed
+    }
+
     /// Removes every `_meta` entry under mcpbox's own names from a message
     /// of the server (see [`crate::reserved`]): what the host reads there
     /// is mcpbox's word only. Flagged once per session.

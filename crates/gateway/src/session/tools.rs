@@ -63,8 +63,15 @@ impl Session {
     /// Screens the server's `instructions` in an `initialize` (or
     /// `server/discover`) result.
     pub(super) fn screen_instructions(&mut self, v: &mut Value) -> bool {
+        // the session's secrets redacted first: what is pinned, kept in the
+        // pin file and shown by `mcpbox pin` and the console is what the
+        // host sees, never a secret the server put in its instructions
+        let redacted = match v.pointer_mut("/result/instructions") {
+            Some(slot @ Value::String(_)) => self.redact_kept(slot),
+            _ => return false,
+        };
         let Some(Value::String(text)) = v.pointer("/result/instructions").cloned() else {
-            return false;
+            return redacted;
         };
         let accept = self.config.accept_pin_changes;
         let establishing = self.tools.establishing;
@@ -94,14 +101,23 @@ impl Session {
             v["result"]["instructions"] = Value::String(c);
             return true;
         }
-        false
+        redacted
     }
 
     /// Screens one page of a `tools/list` result.
     pub(super) fn screen_tool_list(&mut self, v: &mut Value) -> bool {
         let last_page = v.pointer("/result/nextCursor").is_none_or(Value::is_null);
+        // the session's secrets redacted before pinning: a pin file keeps
+        // the definitions it digests, and a secret the server put in a
+        // description must not be written to disk or shown by `mcpbox pin`
+        // and the console. The digest is of what the host sees; a secret's
+        // placeholder names the secret, so a rotated value pins the same.
+        let redacted = match v.pointer_mut("/result/tools") {
+            Some(tools @ Value::Array(_)) => self.redact_kept(tools),
+            _ => false,
+        };
         let Some(Value::Array(tools)) = v.pointer_mut("/result/tools").map(std::mem::take) else {
-            return false;
+            return redacted;
         };
         let accepted = self.config.accept_pin_changes;
         let establishing = self.tools.establishing;
@@ -117,7 +133,7 @@ impl Session {
             self.tools.establishing = false;
         }
         let mut kept = Vec::with_capacity(tools.len());
-        let mut changed = false;
+        let mut changed = redacted;
         for (i, mut tool) in tools.into_iter().enumerate() {
             let Some(name) = tool.get("name").and_then(Value::as_str).map(str::to_string) else {
                 changed = true;

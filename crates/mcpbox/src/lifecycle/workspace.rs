@@ -63,11 +63,9 @@ impl Workspace {
     }
 }
 
-/// Creates `dir` (and its parents) and makes it 0700.
+/// Creates `dir` (and its parents: `<state>/sandboxes` too) 0700.
 pub fn private_dir(dir: &Path) -> anyhow::Result<()> {
-    fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
-        .with_context(|| format!("chmod {}", dir.display()))
+    crate::state::private_dir(dir).with_context(|| format!("creating {}", dir.display()))
 }
 
 /// Copies the template directory `from` into `to` (which exists and is

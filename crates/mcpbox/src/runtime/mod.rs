@@ -353,7 +353,8 @@ fn normalize(path: &Path) -> PathBuf {
 
 /// Directories never mounted by discovery, whatever they hold: the root
 /// and the top of the tree (`/opt`, `/tmp`), home directories and what
-/// holds them, and the caller's `$HOME` and its ancestors.
+/// holds them, the caller's `$HOME` and its ancestors, and mcpbox's own
+/// state (`state::private_locations`).
 fn too_broad(dir: &Path, home: Option<&Path>) -> bool {
     let depth = dir
         .components()
@@ -366,6 +367,13 @@ fn too_broad(dir: &Path, home: Option<&Path>) -> bool {
             Some(Component::Normal(n)) if n == "home" || n == "Users"
         ) && depth < 3
         || mcpbox_policy::credential_kind(dir).is_some()
+        // mcpbox's own state is never a sandbox's, found or not (a
+        // runner's cache in it is mounted by `runners.rs`, not found here)
+        || crate::state::touches_private(
+            &crate::state::resolve(dir),
+            &crate::state::private_locations(std::iter::empty()),
+        )
+        .is_some()
 }
 
 impl Look<'_> {

@@ -334,7 +334,7 @@ pub fn prepare(
         return Ok(Some((runner, None)));
     }
     let dir = state.join("cache").join(policy.name()).join(runner.cache);
-    std::fs::create_dir_all(&dir)
+    crate::state::private_dir(&dir)
         .map_err(|e| anyhow::anyhow!("creating the cache {}: {e}", dir.display()))?;
     for d in [dir.as_path(), dir.parent().unwrap_or(&dir)] {
         std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o700))

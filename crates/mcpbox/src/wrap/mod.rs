@@ -65,8 +65,20 @@ pub fn run(args: Args) -> ExitCode {
 
 /// The file itself (a symlinked config is rewritten where it lives, and
 /// its state is found whichever name it is given by).
+/// Never a file of mcpbox's own state (a pin file, the secrets store, a
+/// backup of another wrap): wrap would rewrite it in place.
 fn real_path(config: &Path) -> anyhow::Result<PathBuf> {
-    std::fs::canonicalize(config).with_context(|| format!("cannot read {}", config.display()))
+    let real = std::fs::canonicalize(config)
+        .with_context(|| format!("cannot read {}", config.display()))?;
+    let private = crate::state::private_locations(std::iter::empty());
+    if let Some((kind, at)) = crate::state::touches_private(&real, &private) {
+        anyhow::bail!(
+            "{} is inside {kind} ({}): mcpbox wraps a host's config, never its own state",
+            config.display(),
+            at.display()
+        );
+    }
+    Ok(real)
 }
 
 fn wrap(args: &Args) -> anyhow::Result<()> {

@@ -423,6 +423,15 @@ fn mounts(
             ));
             continue;
         }
+        // mcpbox's own state, which `run` would refuse to mount
+        let private = crate::state::private_locations(std::iter::empty());
+        if let Some((kind, _)) = crate::state::touches_private(&host, &private) {
+            notes.push(format!(
+                "{} is, is inside, or holds {kind}: not mounted",
+                p.display()
+            ));
+            continue;
+        }
         let _ = write!(
             t,
             "\n# {why}\n[[filesystem.mounts]]\nhost = {}\nat = {}\nmode = \"{mode}\"\n",

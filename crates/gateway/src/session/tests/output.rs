@@ -183,6 +183,52 @@ fn pinned_tool_changed_is_withheld_and_refused() {
 }
 
 #[test]
+fn a_secret_in_a_tool_definition_is_pinned_only_redacted() {
+    // an empty pin file: the first list is pinned, definitions kept
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("pins.json");
+    let store = PinStore::open(&file).unwrap();
+    let cfg = Config {
+        pin_file: Some(file.clone()),
+        ..config()
+    };
+    let secret = "s3cr3t-value-0123456789";
+    let mut t = T::with(
+        cfg,
+        rules(vec![]),
+        Secrets::from_pairs([("TOKEN", secret)]),
+        Some(store),
+        false,
+    );
+    t.host(r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#);
+    let hex = crate::digest::hex_lower(secret.as_bytes());
+    let tools = json!([{"name": "send", "title": format!("Send {secret}"),
+        "description": format!("Uses {secret} (hex {hex})"),
+        "inputSchema": {"type": "object", "properties": {"k": {"description": secret}}}}]);
+    let out = t.server(&list_answer(1, tools));
+    assert!(out.contains(&"pins pins.json".to_string()), "{out:?}");
+    let written: Vec<String> = t
+        .last
+        .iter()
+        .filter_map(|e| match e {
+            Effect::WritePins(w) => Some(w.value.to_string()),
+            _ => None,
+        })
+        .collect();
+    assert!(!written.is_empty());
+    for w in &written {
+        assert!(!w.contains(secret) && !w.contains(&hex), "{w}");
+        assert!(w.contains("[REDACTED:TOKEN]"), "{w}");
+    }
+    // the host sees the same redacted definition, listed (it is the pin)
+    let listed = t.to_host()[0]["result"]["tools"].to_string();
+    assert!(
+        listed.contains("[REDACTED:TOKEN]") && !listed.contains(secret),
+        "{listed}"
+    );
+}
+
+#[test]
 fn pinned_tool_new_is_withheld_and_refused_even_unlisted() {
     let (_dir, store) = pinned(json!([{"name":"add"}]));
     let mut t = T::with(
