@@ -95,14 +95,23 @@ impl Registry {
         // sandbox's command and owner, nobody else's to read
         {
             use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-            let made = std::fs::OpenOptions::new()
+            // Only a file that does not exist yet is opened (O_EXCL): closing
+            // a descriptor of a file drops every POSIX lock this process holds
+            // on it, SQLite's included (fcntl(2); sqlite.org/howtocorrupt.html
+            // 2.2), so an existing registry is made private by its path.
+            let made = match std::fs::OpenOptions::new()
                 .read(true)
                 .write(true)
-                .create(true)
-                .truncate(false)
+                .create_new(true)
                 .mode(0o600)
                 .open(path)
-                .and_then(|f| f.set_permissions(std::fs::Permissions::from_mode(0o600)));
+            {
+                Ok(created) => created.set_permissions(std::fs::Permissions::from_mode(0o600)),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+                }
+                Err(e) => Err(e),
+            };
             if let Err(source) = made {
                 return Err(Error::Create {
                     path: path.to_path_buf(),
