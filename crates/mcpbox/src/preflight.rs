@@ -170,12 +170,13 @@ impl Loaded {
         // rewrite its own pins. Compared canonical to canonical, so a
         // symlink or `..` in either path changes nothing. Not overridable:
         // `dangerously_allow_credentials` is for the user's credentials.
+        // the path as given, and what it resolves to when that differs
+        let shown = if real == path {
+            real.display().to_string()
+        } else {
+            format!("{} (resolves to {})", path.display(), real.display())
+        };
         if let Some((kind, at)) = crate::state::touches_private(&real, private) {
-            let shown = if real == path {
-                real.display().to_string()
-            } else {
-                format!("{} (resolves to {})", path.display(), real.display())
-            };
             return Err(self.diag(
                 key,
                 format!(
@@ -192,11 +193,6 @@ impl Loaded {
             .or_else(|| find_credentials_below(&real));
         if let Some((kind, at)) = found {
             if !allow_credentials {
-                let shown = if real == path {
-                    real.display().to_string()
-                } else {
-                    format!("{} (resolves to {})", path.display(), real.display())
-                };
                 return Err(self.diag(
                     key,
                     format!("{shown} is or contains the credential location {kind} ({}); refusing to mount it", at.display()),
