@@ -916,3 +916,95 @@ fn a_host_closing_its_input_after_a_request_still_gets_the_answer() {
     let (status, err) = s.finish();
     assert!(status.success(), "{status}: {err}");
 }
+
+/// Issue 25 (every buffer has a budget in bytes): a server that answers
+/// `initialize` and then never reads its input made mcpbox hold whatever
+/// the host sent it, without end. Past 16 MiB unread the server is taken
+/// for hung and stopped (and `run` ends, as for a server that exited),
+/// and mcpbox never held much more than that, however much the host sent.
+#[test]
+fn a_server_that_stops_reading_its_input_cannot_make_mcpbox_hold_without_end() {
+    use std::io::{BufRead, BufReader, Write};
+    let ws = Workspace::new();
+    std::fs::write(
+        ws.input().join("deaf.py"),
+        "import json, sys, time\n\
+         line = sys.stdin.readline()\n\
+         req = json.loads(line)\n\
+         print(json.dumps({'jsonrpc': '2.0', 'id': req['id'], 'result': {\n\
+             'protocolVersion': '2025-11-25', 'capabilities': {'tools': {}},\n\
+             'serverInfo': {'name': 'deaf', 'version': '0'}}}), flush=True)\n\
+         time.sleep(600)\n",
+    )
+    .unwrap();
+    let p = policy(&ws, "[tools]\ndefault = \"allow\"\n");
+    let mut child = std::process::Command::new(common::mcpbox())
+        .args(["run", "--policy"])
+        .arg(&p)
+        .args(["--", "/usr/bin/python3", "/workspace/input/deaf.py"])
+        .env("MCPBOX_STATE_DIR", ws.path().join("state"))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    // the highest resident set seen while it runs
+    let peak = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let watch = {
+        let peak = peak.clone();
+        std::thread::spawn(move || loop {
+            let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+                return;
+            };
+            let kib: u64 = status
+                .lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.split_whitespace().next()?.parse().ok())
+                .unwrap_or(0);
+            if kib == 0 {
+                return;
+            }
+            peak.fetch_max(kib, std::sync::atomic::Ordering::Relaxed);
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        })
+    };
+    let mut stdin = child.stdin.take().unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    writeln!(
+        stdin,
+        "{}",
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                   "clientInfo": {"name": "t", "version": "0"}}})
+    )
+    .unwrap();
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert!(line.contains("deaf"), "{line}");
+    writeln!(
+        stdin,
+        "{}",
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"})
+    )
+    .unwrap();
+    // up to 64 MiB in calls the server never reads; mcpbox may end first
+    let big = "x".repeat(512 << 10);
+    for id in 0..128u64 {
+        let msg = json!({"jsonrpc": "2.0", "id": 1000 + id, "method": "tools/call",
+            "params": {"name": "echo", "arguments": {"text": big}}});
+        if writeln!(stdin, "{msg}").is_err() {
+            break;
+        }
+    }
+    drop(stdin);
+    let mut rest = String::new();
+    let _ = std::io::Read::read_to_string(&mut out, &mut rest);
+    let output = child.wait_with_output().unwrap();
+    watch.join().unwrap();
+    let err = String::from_utf8_lossy(&output.stderr);
+    assert!(err.contains("stopped as hung"), "{err}");
+    let peak = peak.load(std::sync::atomic::Ordering::Relaxed);
+    // the budget (16 MiB) plus a fixed margin for the process itself
+    assert!(peak < 80 << 10, "mcpbox held {peak} KiB at its peak");
+}

@@ -13,10 +13,23 @@ impl Driver {
                 Effect::WriteServer { gen, mut line } => {
                     if let (true, Some(stdin)) = (gen == self.server.gen, &mut self.server.stdin) {
                         line.push(b'\n');
-                        // a stdin that is gone stays gone; the session
-                        // learns of it from stdout's end and the exit
-                        if !stdin.send(line) {
-                            self.server.stdin = None;
+                        match stdin.send(line) {
+                            server_in::Sent::Ok => {}
+                            // a stdin that is gone stays gone; the session
+                            // learns of it from stdout's end and the exit
+                            server_in::Sent::Gone => self.server.stdin = None,
+                            // hung: stopped, and the session answers what
+                            // it owed when the exit is seen
+                            server_in::Sent::OverBudget => {
+                                tracing::warn!(
+                                    "the server left {} MiB of its input unread: stopped as hung",
+                                    server_in::SERVER_IN_BUDGET >> 20
+                                );
+                                self.server.stdin = None;
+                                if let Some(c) = self.control(gen) {
+                                    let _ = c.terminate();
+                                }
+                            }
                         }
                     }
                 }

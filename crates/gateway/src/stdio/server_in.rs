@@ -24,6 +24,26 @@ pub(super) struct ServerIn {
     /// zero read with `Acquire` means every queued byte is in the pipe and
     /// a direct write lands after them.
     queued: Arc<AtomicUsize>,
+    /// The bytes of those lines: what a server that stopped reading makes
+    /// mcpbox hold for it, at most [`SERVER_IN_BUDGET`].
+    queued_bytes: Arc<AtomicUsize>,
+}
+
+/// The most bytes held for a server that does not read its input (issue
+/// 25: every buffer has a budget in bytes). Past it the server is taken for
+/// hung: its input is closed and it is stopped, and the session answers
+/// what it owed as for a server that exited.
+pub(super) const SERVER_IN_BUDGET: usize = 16 << 20;
+
+/// What became of a line for the server.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Sent {
+    /// Written, or queued behind what is being written.
+    Ok,
+    /// The server's stdin is gone.
+    Gone,
+    /// The server has left [`SERVER_IN_BUDGET`] bytes unread: not queued.
+    OverBudget,
 }
 
 impl ServerIn {
@@ -35,11 +55,13 @@ impl ServerIn {
         let fd: Arc<dyn ServerStdin> = Arc::from(stdin);
         let direct = set_nonblocking(&*fd);
         let queued = Arc::new(AtomicUsize::new(0));
+        let queued_bytes = Arc::new(AtomicUsize::new(0));
         let (queue, rx) = mpsc::channel::<Vec<u8>>();
-        let (wfd, wqueued) = (fd.clone(), queued.clone());
+        let (wfd, wqueued, wbytes) = (fd.clone(), queued.clone(), queued_bytes.clone());
         spawn_named("mcpbox-server-in", move || {
             for msg in rx {
                 let ok = write_waiting(&*wfd, &msg);
+                wbytes.fetch_sub(msg.len(), Ordering::Relaxed);
                 wqueued.fetch_sub(1, Ordering::Release);
                 if !ok {
                     return;
@@ -51,24 +73,33 @@ impl ServerIn {
             direct,
             queue,
             queued,
+            queued_bytes,
         })
     }
 
     /// Writes `line` without ever blocking: directly while nothing is
-    /// queued, the rest through the writer. False when the server's stdin
-    /// is gone (the writer stopped on an error, or ours failed).
-    pub(super) fn send(&mut self, mut line: Vec<u8>) -> bool {
+    /// queued, the rest through the writer, within [`SERVER_IN_BUDGET`].
+    pub(super) fn send(&mut self, mut line: Vec<u8>) -> Sent {
         if self.direct && self.queued.load(Ordering::Acquire) == 0 {
             match write_ready(&*self.fd, &line) {
-                Ok(n) if n == line.len() => return true,
+                Ok(n) if n == line.len() => return Sent::Ok,
                 Ok(n) => {
                     line.drain(..n);
                 }
-                Err(_) => return false,
+                Err(_) => return Sent::Gone,
             }
         }
+        let held = self.queued_bytes.load(Ordering::Relaxed);
+        if held.saturating_add(line.len()) > SERVER_IN_BUDGET {
+            return Sent::OverBudget;
+        }
+        self.queued_bytes.fetch_add(line.len(), Ordering::Relaxed);
         self.queued.fetch_add(1, Ordering::Relaxed);
-        self.queue.send(line).is_ok()
+        if self.queue.send(line).is_ok() {
+            Sent::Ok
+        } else {
+            Sent::Gone
+        }
     }
 }
 
@@ -122,4 +153,33 @@ fn write_waiting(fd: &dyn ServerStdin, mut buf: &[u8]) -> bool {
         }
     }
     true
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    /// A server that never reads its input: what mcpbox holds for it stops
+    /// at the budget (plus what the pipe itself took), and the line that
+    /// would pass it is refused, not queued.
+    #[test]
+    fn a_server_that_never_reads_its_input_is_held_no_more_than_the_budget() {
+        let (_read_end, write_end) = std::io::pipe().unwrap();
+        let mut input = ServerIn::start(Box::new(write_end)).unwrap();
+        let line = vec![b'x'; 1 << 20];
+        let mut sent = 0usize;
+        let outcome = loop {
+            match input.send(line.clone()) {
+                Sent::Ok => sent += line.len(),
+                other => break other,
+            }
+            assert!(
+                sent <= 2 * SERVER_IN_BUDGET,
+                "no budget: {sent} bytes taken"
+            );
+        };
+        assert_eq!(outcome, Sent::OverBudget);
+        assert!(input.queued_bytes.load(Ordering::Relaxed) <= SERVER_IN_BUDGET);
+    }
 }
