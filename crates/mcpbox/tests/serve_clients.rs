@@ -200,3 +200,48 @@ mod rmcp_http {
         lists_and_calls("", "plain__echo").await;
     }
 }
+
+/// Issue 32: with network egress in the server's policy, a second session
+/// of an agent (a second window, the inspector beside a client that keeps
+/// its session) failed with "File exists". The Python SDK's default-mode
+/// client (which probes with a session of its own first) and the inspector
+/// CLI, twice, all work while an HTTP session of the same agent stays open.
+#[test]
+fn inspector_and_python_sdk_beside_an_open_session_on_a_server_with_egress() {
+    let bin = peer("npm/bin/mcp-inspector");
+    let gw = Gateway::start(
+        "",
+        &[Server::test(
+            "plain",
+            "plain",
+            "[tools]\n\"add\" = \"deny\"\n[network]\nallow = [\"dev.test:18971\"]\n",
+        )],
+    );
+    let mut open = gw.mcp("plain", Some(ALICE));
+    open.initialize();
+    for _ in 0..2 {
+        let call = inspector(
+            &gw,
+            &bin,
+            "plain",
+            ALICE,
+            &[
+                "--method",
+                "tools/call",
+                "--tool-name",
+                "echo",
+                "--tool-arg",
+                "text=beside",
+            ],
+        );
+        assert_eq!(
+            call["content"][0]["text"],
+            "beside",
+            "{call}\n{}",
+            gw.stderr()
+        );
+    }
+    python(&gw, "plain", "plain");
+    let r = open.call("echo", serde_json::json!({"text": "still here"}));
+    assert_eq!(r["result"]["content"][0]["text"], "still here", "{r}");
+}
