@@ -11,6 +11,7 @@ scenario server sees is what mcpbox sent on the agent's behalf.
 """
 import asyncio
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -42,7 +43,7 @@ def start_gateway(url):
     for line in p.stderr:
         sys.stderr.write(line)
         if line.startswith("mcpbox: serving on "):
-            return p, line.split("serving on ", 1)[1].strip()
+            return p, line.split("serving on ", 1)[1].strip(), d
     raise SystemExit(f"mcpbox serve did not start (exit {p.wait()})")
 
 
@@ -73,7 +74,7 @@ async def drive(base, scenario):
 def main():
     url = sys.argv[-1]
     scenario = os.environ.get("MCP_CONFORMANCE_SCENARIO", "initialize")
-    gw, base = start_gateway(url)
+    gw, base, d = start_gateway(url)
     try:
         asyncio.run(drive(base, scenario))
     finally:
@@ -82,6 +83,9 @@ def main():
             gw.wait(timeout=20)
         except subprocess.TimeoutExpired:
             gw.kill()
+            gw.wait()
+        # the gateway's directory (config, state, audit) is this run's alone
+        shutil.rmtree(d, ignore_errors=True)
 
 
 main()
