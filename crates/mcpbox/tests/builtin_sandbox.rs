@@ -479,24 +479,15 @@ sys.stdout.buffer.write(buf.getvalue())
 /// it is refused with the workspace exactly as it was.
 #[test]
 fn a_crafted_checkpoint_naming_the_servers_state_is_refused_with_nothing_removed() {
-    use std::io::Write as _;
     let ws = Workspace::new();
     let policy = ws.raw_policy("[server]\nname = \"sandbox\"\n[tools]\ndefault = \"allow\"\n");
     let state = ws.path().join("state");
     let mut s = start_builtin(&policy, &state);
     s.initialize();
-    let mut enc = Command::new("base64")
-        .arg("-w0")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    enc.stdin
-        .take()
-        .unwrap()
-        .write_all(&crafted_checkpoint())
-        .unwrap();
-    let b64 = String::from_utf8(enc.wait_with_output().unwrap().stdout).unwrap();
+    let b64 = {
+        use base64::Engine;
+        base64::engine::general_purpose::STANDARD.encode(crafted_checkpoint())
+    };
     let r = s.call(
         "write_file",
         json!({"path": "/workspace/tmp/evil.tar.gz", "content_base64": b64}),

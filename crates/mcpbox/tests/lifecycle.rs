@@ -1757,13 +1757,7 @@ fn a_restore_in_progress_does_not_hold_up_another_agents_session() {
     );
     let id = sandbox_of(&gw, "alice")["id"].as_str().unwrap().to_string();
     let snap = gw.dir.path().join("alice.tar.gz");
-    gw.cli_json(&[
-        "sandboxes",
-        "snapshot",
-        &id,
-        "--out",
-        snap.to_str().unwrap(),
-    ]);
+    snapshot(&gw, &id, &snap, false);
     drop(a);
     let fifo = gw.dir.path().join("archive.fifo");
     let ok = std::process::Command::new("mkfifo")

@@ -7,7 +7,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::mcp::{result_text, testserver, Session};
+use common::mcp::{holds_reserved_meta, result_text, testserver, Session};
 use common::{mcpbox, Workspace};
 use serde_json::{json, Value};
 
@@ -831,23 +831,6 @@ fn a_secret_of_digits_sent_as_a_json_number_never_reaches_the_host() {
             .any(|e| e["reason"] == "redaction.secret" && e["detail"]["secret"] == "PIN"),
         "{audit:?}"
     );
-}
-
-/// Whether `v` holds a `_meta` key under mcpbox's names, anywhere.
-pub fn holds_reserved_meta(v: &Value) -> bool {
-    match v {
-        Value::Object(m) => {
-            m.get("_meta")
-                .and_then(Value::as_object)
-                .is_some_and(|meta| {
-                    meta.keys()
-                        .any(|k| k.starts_with("mcpbox") || k.starts_with("io.mcpbox"))
-                })
-                || m.values().any(holds_reserved_meta)
-        }
-        Value::Array(a) => a.iter().any(holds_reserved_meta),
-        _ => false,
-    }
 }
 
 #[test]

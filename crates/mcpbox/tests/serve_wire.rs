@@ -7,6 +7,7 @@
 mod common;
 
 use common::http::Conn;
+use common::mcp::holds_reserved_meta;
 use common::serve::{text_of, Gateway, Mcp, Server, ALICE};
 use serde_json::{json, Value};
 
@@ -68,22 +69,6 @@ fn legacy(m: &mut Mcp, method: &str, params: Value) -> Vec<Value> {
     let r = m.post(&msg);
     assert_eq!(r.status, 200, "{method}: {}", r.text());
     r.messages()
-}
-
-fn holds_reserved_meta(v: &Value) -> bool {
-    match v {
-        Value::Object(m) => {
-            m.get("_meta")
-                .and_then(Value::as_object)
-                .is_some_and(|meta| {
-                    meta.keys()
-                        .any(|k| k.starts_with("mcpbox") || k.starts_with("io.mcpbox"))
-                })
-                || m.values().any(holds_reserved_meta)
-        }
-        Value::Array(a) => a.iter().any(holds_reserved_meta),
-        _ => false,
-    }
 }
 
 #[test]

@@ -96,6 +96,12 @@ pub trait Server {
     }
 }
 
+/// A tool call's string argument `key`, or "" when it is missing or not a
+/// string.
+pub fn str_arg<'a>(args: &'a Value, key: &str) -> &'a str {
+    args.get(key).and_then(Value::as_str).unwrap_or("")
+}
+
 /// A text tool result.
 pub fn text(s: impl Into<String>) -> Value {
     json!({"content": [{"type": "text", "text": s.into()}]})

@@ -187,3 +187,20 @@ pub fn result_text(resp: &Value) -> String {
         })
         .unwrap_or_default()
 }
+
+/// Whether `v` holds a `_meta` key under mcpbox's names, anywhere.
+pub fn holds_reserved_meta(v: &Value) -> bool {
+    match v {
+        Value::Object(m) => {
+            m.get("_meta")
+                .and_then(Value::as_object)
+                .is_some_and(|meta| {
+                    meta.keys()
+                        .any(|k| k.starts_with("mcpbox") || k.starts_with("io.mcpbox"))
+                })
+                || m.values().any(holds_reserved_meta)
+        }
+        Value::Array(a) => a.iter().any(holds_reserved_meta),
+        _ => false,
+    }
+}

@@ -6,14 +6,10 @@
 
 use std::time::Duration;
 
-use mcpbox_testservers::{main_for, text, tool, CallResult, Io, Server};
+use mcpbox_testservers::{main_for, str_arg, text, tool, CallResult, Io, Server};
 use serde_json::{json, Value};
 
 struct Demo;
-
-fn arg<'a>(args: &'a Value, key: &str) -> &'a str {
-    args.get(key).and_then(Value::as_str).unwrap_or("")
-}
 
 impl Server for Demo {
     fn name(&self) -> &str {
@@ -48,16 +44,16 @@ impl Server for Demo {
 
     fn call(&mut self, _io: &mut Io, name: &str, args: &Value) -> CallResult {
         match name {
-            "echo" => Ok(text(arg(args, "text"))),
+            "echo" => Ok(text(str_arg(args, "text"))),
             "read_file" => {
-                let path = arg(args, "path");
+                let path = str_arg(args, "path");
                 match std::fs::read_to_string(path) {
                     Ok(s) => Ok(text(s.lines().next().unwrap_or(""))),
                     Err(e) => Err((-32000, format!("cannot read {path}: {e}"))),
                 }
             }
             "connect" => {
-                let address = arg(args, "address");
+                let address = str_arg(args, "address");
                 let addr = address
                     .parse::<std::net::SocketAddr>()
                     .map_err(|e| (-32602, format!("{address}: {e}")))?;
@@ -67,7 +63,7 @@ impl Server for Demo {
                 }
             }
             "show_env" => {
-                let key = arg(args, "name");
+                let key = str_arg(args, "name");
                 match std::env::var(key) {
                     Ok(v) => Ok(text(format!("{key}={v}"))),
                     Err(_) => Err((-32000, format!("{key} is not set"))),

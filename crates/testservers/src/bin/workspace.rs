@@ -7,16 +7,12 @@
 //! of files in one call, and a call that takes its time.
 #![forbid(unsafe_code)]
 
-use mcpbox_testservers::{main_for, text, tool, CallResult, Io, Server};
+use mcpbox_testservers::{main_for, str_arg, text, tool, CallResult, Io, Server};
 use serde_json::{json, Value};
 
 #[derive(Default)]
 struct Workspace {
     count: u64,
-}
-
-fn arg<'a>(args: &'a Value, key: &str) -> &'a str {
-    args.get(key).and_then(Value::as_str).unwrap_or("")
 }
 
 fn io_err(what: &str, e: std::io::Error) -> (i64, String) {
@@ -99,13 +95,13 @@ impl Server for Workspace {
     }
 
     fn call(&mut self, _io: &mut Io, name: &str, args: &Value) -> CallResult {
-        let path = arg(args, "path");
+        let path = str_arg(args, "path");
         match name {
             "count" => {
                 self.count += 1;
                 Ok(text(self.count.to_string()))
             }
-            "write" => std::fs::write(path, arg(args, "text"))
+            "write" => std::fs::write(path, str_arg(args, "text"))
                 .map(|()| text(format!("wrote {path}")))
                 .map_err(|e| io_err(path, e)),
             "read" => std::fs::read_to_string(path)
@@ -134,10 +130,10 @@ impl Server for Workspace {
                         .join(" "),
                 ))
             }
-            "symlink" => std::os::unix::fs::symlink(arg(args, "target"), path)
+            "symlink" => std::os::unix::fs::symlink(str_arg(args, "target"), path)
                 .map(|()| text("ok"))
                 .map_err(|e| io_err(path, e)),
-            "hardlink" => std::fs::hard_link(arg(args, "target"), path)
+            "hardlink" => std::fs::hard_link(str_arg(args, "target"), path)
                 .map(|()| text("ok"))
                 .map_err(|e| io_err(path, e)),
             "mkfifo" => {
@@ -174,7 +170,7 @@ impl Server for Workspace {
                 }
                 Ok(text(format!("wrote {count}")))
             }
-            "rename" => std::fs::rename(path, arg(args, "target"))
+            "rename" => std::fs::rename(path, str_arg(args, "target"))
                 .map(|()| text("ok"))
                 .map_err(|e| io_err(path, e)),
             "remove" => match std::fs::symlink_metadata(path) {
@@ -184,7 +180,7 @@ impl Server for Workspace {
             .map(|()| text("ok"))
             .map_err(|e| io_err(path, e)),
             "hide" => {
-                let target = arg(args, "target");
+                let target = str_arg(args, "target");
                 std::fs::create_dir(path)
                     .and_then(|()| std::fs::write(format!("{path}/loot.txt"), "loot"))
                     .and_then(|()| std::fs::rename(path, target))
