@@ -19,31 +19,67 @@
 //!   whatever it started in the background, possibly with a secret's value
 //!   in its environment, does not outlive it. The group is killed while
 //!   the leader is still a zombie (waitid(2) with `WNOWAIT`), so its id
-//!   cannot have been reused by then. A process that leaves the group
-//!   on purpose (setsid(2), a double fork into a new session) escapes
-//!   this; a cgroup would not let it, and is a possible next step.
+//!   cannot have been reused by then.
+//! - **Supervisor**: a process group does not hold a process that leaves
+//!   it on purpose (setsid(2), a double fork into a new session). So the
+//!   binary registers itself ([`set_supervisor`]) and each command then
+//!   runs under `mcpbox __host-command` ([`supervisor_main`]), a small
+//!   process that makes itself the child subreaper of everything the
+//!   command starts (prctl(2) `PR_SET_CHILD_SUBREAPER`): an orphan,
+//!   whatever its session or group, is re-parented to it, not to init.
+//!   When the command ends, or when mcpbox lets go of it (mcpbox closes
+//!   the read end of a pipe the supervisor holds as its stderr: at the
+//!   command's timeout, at its output limit, and when mcpbox exits for
+//!   any reason, `kill -9` included, since the kernel closes the pipe
+//!   then), the supervisor kills the command's group and then, round
+//!   after round, every process re-parented to it, until it has no child
+//!   left. No signal handler is needed: the supervisor only polls its
+//!   pipe and waits for its children. mcpbox's own group kill stays as
+//!   the backstop, after [`GRACE`].
 //! - **stdio**: stdin is `/dev/null` unless the caller gives bytes; stdout
 //!   is captured (up to a limit) or discarded; stderr is discarded.
 //!
 //! The caller gets an [`Outcome`]: how the command ended, which is what
 //! the audit records (never a value, never the output).
 
+use std::ffi::OsString;
 use std::io::{self, Read, Write};
 use std::os::fd::AsFd;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use rustix::process::{Pid, Signal, WaitId, WaitIdOptions};
+use rustix::process::{Pid, Signal, WaitId, WaitIdOptions, WaitOptions};
 
 /// The variables a host command gets from mcpbox's environment, when set:
 /// where to find programs, whose home (the config of `gh`, `op`, ...),
 /// and the language of its messages.
 pub const INHERITED: [&str; 3] = ["PATH", "HOME", "LANG"];
 
-/// How often a command without captured output is checked on.
+/// How often a command without captured output is checked on (and how
+/// often the supervisor looks at its pipe).
 const TICK: Duration = Duration::from_millis(20);
+
+/// How long mcpbox waits for a supervisor it let go of to finish killing
+/// what the command started, before it kills the supervisor's group.
+pub const GRACE: Duration = Duration::from_secs(5);
+
+/// The first argument that makes the binary a supervisor
+/// ([`supervisor_main`]).
+pub const SUPERVISOR_ARG: &str = "__host-command";
+
+/// The program that supervises host commands, once registered.
+static SUPERVISOR: OnceLock<PathBuf> = OnceLock::new();
+
+/// Registers `program` (the mcpbox binary, which dispatches
+/// [`SUPERVISOR_ARG`] to [`supervisor_main`]) as the supervisor of every
+/// host command run after this. Without it (a library's own tests),
+/// commands run without one, held by their process group only.
+pub fn set_supervisor(program: PathBuf) {
+    let _ = SUPERVISOR.set(program);
+}
 
 /// A command to run on the host.
 #[derive(Debug, Clone)]
@@ -53,6 +89,7 @@ pub struct HostCommand {
     stdin: Option<Vec<u8>>,
     capture: Option<usize>,
     timeout: Duration,
+    supervised: bool,
 }
 
 /// How a host command ended.
@@ -117,7 +154,16 @@ impl HostCommand {
             stdin: None,
             capture: None,
             timeout,
+            supervised: true,
         })
+    }
+
+    /// Runs it without a supervisor: only for mcpbox's own children that
+    /// start nothing (the command-line checker), where the supervisor
+    /// would be one more process start per check for nothing.
+    pub fn unsupervised(mut self) -> HostCommand {
+        self.supervised = false;
+        self
     }
 
     /// The program (`argv[0]`), for messages.
@@ -162,8 +208,19 @@ impl HostCommand {
     /// The `Command` this runs: environment cleared and allowlisted, a
     /// process group of its own, stdio as asked.
     fn command(&self) -> Command {
-        let mut cmd = Command::new(&self.argv[0]);
-        cmd.args(&self.argv[1..]);
+        let supervisor = self.supervisor();
+        let mut cmd = match supervisor {
+            Some(program) => {
+                let mut cmd = Command::new(program);
+                cmd.arg(SUPERVISOR_ARG).arg("--").args(&self.argv);
+                cmd
+            }
+            None => {
+                let mut cmd = Command::new(&self.argv[0]);
+                cmd.args(&self.argv[1..]);
+                cmd
+            }
+        };
         cmd.env_clear();
         for name in INHERITED {
             if let Some(v) = std::env::var_os(name) {
@@ -182,8 +239,23 @@ impl HostCommand {
         } else {
             Stdio::null()
         });
-        cmd.stderr(Stdio::null());
+        // the supervisor's stderr is its leash (see the module's doc);
+        // the command's own stderr is discarded by the supervisor
+        cmd.stderr(if supervisor.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        });
         cmd
+    }
+
+    /// The supervisor this command runs under, if any.
+    fn supervisor(&self) -> Option<&'static PathBuf> {
+        if self.supervised {
+            SUPERVISOR.get()
+        } else {
+            None
+        }
     }
 
     /// Runs it to its end or its timeout; its process group is gone when
@@ -191,8 +263,24 @@ impl HostCommand {
     pub fn run(&self) -> io::Result<Outcome> {
         let mut child = self.command().spawn()?;
         let pid = Pid::from_child(&child);
-        RUNNING.lock().unwrap_or_else(|p| p.into_inner()).push(pid);
+        RUNNING
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((pid, self.supervisor().is_some()));
         let result = self.watch(&mut child, pid);
+        // A supervisor ends on its own once the command did, after killing
+        // what it left; otherwise it is let go of here (its pipe closed)
+        // and given GRACE to kill everything the command started.
+        let leash = child.stderr.take();
+        let mut not_started = None;
+        if let Some(mut leash) = leash {
+            if matches!(result, Ok((Stop::Exited, _))) {
+                not_started = start_failure(&mut leash);
+            } else {
+                drop(leash);
+                let _ = wait_exit(pid, GRACE);
+            }
+        }
         // Killed while the leader is unreaped (a zombie at worst), so the
         // group id is still ours: leftovers of a finished command, or all
         // of one that timed out (or whose watch failed), die here.
@@ -200,8 +288,11 @@ impl HostCommand {
         RUNNING
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .retain(|p| *p != pid);
+            .retain(|(p, _)| *p != pid);
         let status = child.wait();
+        if let Some(e) = not_started {
+            return Err(e);
+        }
         let (stop, mut out) = result?;
         if let Some(r) = child.stdout.as_mut() {
             // what it wrote before it ended; a leftover that escaped the
@@ -322,6 +413,215 @@ fn ended(status: ExitStatus) -> Ended {
     }
 }
 
+/// What a supervisor that has exited wrote on its leash: `E<errno>` when
+/// it could not start the command (then the error), nothing otherwise.
+fn start_failure(leash: &mut impl Read) -> Option<io::Error> {
+    let mut text = Vec::new();
+    let _ = leash.take(64).read_to_end(&mut text);
+    let text = String::from_utf8_lossy(&text);
+    let errno = text.strip_prefix('E')?.trim().parse::<i32>().ok()?;
+    Some(io::Error::from_raw_os_error(errno))
+}
+
+/// Waits up to `limit` for child `pid` to exit (left unreaped); whether
+/// it did.
+fn wait_exit(pid: Pid, limit: Duration) -> bool {
+    let until = Instant::now() + limit;
+    loop {
+        match rustix::process::waitid(
+            WaitId::Pid(pid),
+            WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT,
+        ) {
+            Ok(Some(_)) => return true,
+            Ok(None) => {}
+            Err(_) => return false,
+        }
+        if Instant::now() >= until {
+            return false;
+        }
+        std::thread::sleep(TICK);
+    }
+}
+
+/// The supervisor (`mcpbox __host-command -- ARGV...`, started by
+/// [`HostCommand::run`] when a supervisor is registered): starts ARGV with
+/// the environment and stdin/stdout it was given, adopts every orphan of
+/// the command's tree, and when the command ends or its stderr pipe (the
+/// leash) loses its reader, kills the command's group and every process
+/// re-parented to it. Exits as the command did: its code, or the signal
+/// that killed it.
+pub fn supervisor_main(args: &[OsString]) -> u8 {
+    let Some((dash, argv)) = args.split_first() else {
+        return 125;
+    };
+    if dash != "--" || argv.is_empty() {
+        return 125;
+    }
+    let me = rustix::process::getpid();
+    // prctl(2) PR_SET_CHILD_SUBREAPER: orphans of any depth, in any session
+    // or group, become this process's children, not init's
+    if rustix::process::set_child_subreaper(Some(me)).is_err() {
+        return 125;
+    }
+    let leash = io::stderr();
+    let child = Command::new(&argv[0])
+        .args(&argv[1..])
+        .process_group(0)
+        .stderr(Stdio::null())
+        .spawn();
+    let child = match child {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = write!(leash.lock(), "E{}", e.raw_os_error().unwrap_or(0));
+            return 127;
+        }
+    };
+    let cpid = Pid::from_child(&child);
+    let status = loop {
+        if let Some(status) = reap_until(cpid) {
+            break Some(status);
+        }
+        if leash_dropped(&leash) {
+            break None;
+        }
+    };
+    // what the command left running (its group, then every orphan)
+    let _ = rustix::process::kill_process_group(cpid, Signal::KILL);
+    sweep();
+    let Some(status) = status else {
+        // let go of by mcpbox: it decided how the command ended
+        return 125;
+    };
+    if let Some(code) = status.exit_status() {
+        return u8::try_from(code & 0xff).unwrap_or(1);
+    }
+    if let Some(sig) = status.terminating_signal() {
+        // ended the same way, so that mcpbox sees the signal (a core
+        // dump of the supervisor would be noise)
+        let _ = rustix::process::setrlimit(
+            rustix::process::Resource::Core,
+            rustix::process::Rlimit {
+                current: Some(0),
+                maximum: Some(0),
+            },
+        );
+        if let Some(s) = FATAL.iter().find(|s| s.as_raw() == sig) {
+            let _ = rustix::process::kill_process(me, *s);
+        }
+        return u8::try_from((128 + sig) & 0xff).unwrap_or(1);
+    }
+    1
+}
+
+/// The signals whose default action ends a process, to re-raise.
+const FATAL: [Signal; 18] = [
+    Signal::HUP,
+    Signal::INT,
+    Signal::QUIT,
+    Signal::ILL,
+    Signal::TRAP,
+    Signal::ABORT,
+    Signal::BUS,
+    Signal::FPE,
+    Signal::KILL,
+    Signal::USR1,
+    Signal::SEGV,
+    Signal::USR2,
+    Signal::PIPE,
+    Signal::ALARM,
+    Signal::TERM,
+    Signal::XCPU,
+    Signal::XFSZ,
+    Signal::SYS,
+];
+
+/// Reaps whatever has ended among this process's children (adopted
+/// orphans included); the command's status once it is among them.
+fn reap_until(cpid: Pid) -> Option<rustix::process::WaitStatus> {
+    loop {
+        match rustix::process::wait(WaitOptions::NOHANG) {
+            Ok(Some((pid, status))) if pid == cpid => return Some(status),
+            Ok(Some(_)) => continue,
+            Ok(None) | Err(_) => return None,
+        }
+    }
+}
+
+/// Waits up to [`TICK`] for the leash (stderr, a pipe's write end) to
+/// lose its reader: poll(2) reports `POLLERR` on such a pipe, whatever
+/// the events asked for. Whether it did (or stderr is not usable).
+fn leash_dropped(leash: &io::Stderr) -> bool {
+    let ts = rustix::event::Timespec {
+        tv_sec: 0,
+        tv_nsec: i64::from(TICK.subsec_nanos()),
+    };
+    let mut fds = [rustix::event::PollFd::new(
+        leash,
+        rustix::event::PollFlags::empty(),
+    )];
+    match rustix::event::poll(&mut fds, Some(&ts)) {
+        Ok(0) | Err(rustix::io::Errno::INTR) => false,
+        Ok(_) => !fds[0].revents().is_empty(),
+        Err(_) => true,
+    }
+}
+
+/// Kills every child of this process (adopted orphans: the subreaper's)
+/// and reaps them, round after round, until none is left: a killed
+/// process's own children are re-parented here for the next round.
+fn sweep() {
+    let me = rustix::process::getpid();
+    // bounded: a tree re-parents one level per round
+    for _ in 0..10_000 {
+        for pid in children_of(me) {
+            let _ = rustix::process::kill_process(pid, Signal::KILL);
+        }
+        loop {
+            match rustix::process::wait(WaitOptions::NOHANG) {
+                Ok(Some(_)) => continue,
+                Ok(None) => break,
+                // ECHILD: nothing left
+                Err(_) => return,
+            }
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// The processes whose parent is `me`, from `/proc/<pid>/stat` (the field
+/// after the command name, which is in parentheses and may hold anything:
+/// read from the last `)`; proc(5)).
+fn children_of(me: Pid) -> Vec<Pid> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for entry in dir.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+            .and_then(Pid::from_raw)
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let ppid = rest
+            .split_whitespace()
+            .nth(1)
+            .and_then(|p| p.parse::<i32>().ok());
+        if ppid == Some(me.as_raw_nonzero().get()) {
+            out.push(pid);
+        }
+    }
+    out
+}
+
 /// SIGKILL to the whole group `pid` leads (gone already: fine).
 fn kill_group(pid: Pid) {
     match rustix::process::kill_process_group(pid, Signal::KILL) {
@@ -330,16 +630,22 @@ fn kill_group(pid: Pid) {
     }
 }
 
-/// The process groups of the host commands running now: each is in this
-/// list from its spawn until it was killed, before its leader is reaped.
-static RUNNING: Mutex<Vec<Pid>> = Mutex::new(Vec::new());
+/// The process groups of the host commands running now, and whether a
+/// supervisor leads each: in this list from its spawn until it was
+/// killed, before its leader is reaped.
+static RUNNING: Mutex<Vec<(Pid, bool)>> = Mutex::new(Vec::new());
 
-/// Kills the process group of every host command still running: called
-/// when mcpbox exits (its threads waiting for them are not waited for).
+/// Kills the process group of every host command still running without a
+/// supervisor: called when mcpbox exits (its threads waiting for them are
+/// not waited for). A supervised one is not killed here: a SIGKILL would
+/// end its supervisor before its sweep; mcpbox's exit closes its leash,
+/// and the supervisor then kills all the command started.
 pub fn kill_running() {
     let running = RUNNING.lock().unwrap_or_else(|p| p.into_inner());
-    for pid in running.iter() {
-        kill_group(*pid);
+    for (pid, supervised) in running.iter() {
+        if !supervised {
+            kill_group(*pid);
+        }
     }
 }
 

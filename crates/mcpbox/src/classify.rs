@@ -84,7 +84,9 @@ fn in_child(program: &Path, input: &Input) -> Result<Parsed, String> {
     let Some(cmd) = HostCommand::new(&argv, WALL) else {
         return Err("the command checker has no program".into());
     };
+    // mcpbox's own child, which starts nothing: no supervisor
     let out = cmd
+        .unsupervised()
         .stdin(request)
         .capture(MAX_ANSWER)
         .run()

@@ -255,6 +255,16 @@ fn main() -> ExitCode {
     mcpbox_sandbox::helper::enter_if_requested(mcpbox_egress::bridge);
     // Inside a sandbox, as the built-in server (`builtin.rs` starts it so).
     let args: Vec<OsString> = std::env::args_os().collect();
+    // The supervisor of a command run on the host (host_command.rs in
+    // the gateway starts it so): it never returns either.
+    if args.len() > 1 && args[1] == mcpbox_gateway::host_command::SUPERVISOR_ARG {
+        return ExitCode::from(mcpbox_gateway::host_command::supervisor_main(&args[2..]));
+    }
+    // Every host command from here on runs under this binary as its
+    // supervisor (kept alive however the command detaches: setsid, double
+    // fork). /proc/self/exe: this very image, even if the file on disk
+    // is replaced while mcpbox runs.
+    mcpbox_gateway::host_command::set_supervisor("/proc/self/exe".into());
     // A child classifying one command line (classify.rs starts it so).
     if args.len() == 2 && args[1] == classify::ARG {
         return ExitCode::from(classify::child_main());

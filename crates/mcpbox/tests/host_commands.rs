@@ -195,3 +195,92 @@ fn a_notify_command_past_its_timeout_is_killed_with_what_it_started() {
     let (status, err) = s.finish();
     assert!(status.success(), "{err}");
 }
+
+/// A notifier whose background child leaves its process group and
+/// session (setsid(1): a new session, as a daemon would), its pid written
+/// down, then sleeps past its timeout.
+fn detaching_notify_policy(pid: &Path) -> String {
+    format!(
+        "[audit]\npath = \"audit.db\"\n[approvals]\nfallback = \"hold\"\n\
+         notify = [\"/bin/sh\", \"-c\", \"setsid sleep 1000 & echo $! > {}; sleep 1000\", \"sh\"]\n\
+         [tools]\n\"echo\" = \"approve\"\n",
+        pid.display()
+    )
+}
+
+/// The session of process `pid` (field 6 of /proc/PID/stat).
+fn session_of(pid: &str) -> String {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    rest.split_whitespace().nth(3).unwrap_or("").to_string()
+}
+
+#[test]
+fn a_notify_command_that_escapes_into_a_new_session_dies_when_mcpbox_is_killed() {
+    let ws = Workspace::with_server("plain");
+    let pidfile = ws.path().join("pid");
+    let mut s = run(&ws, &detaching_notify_policy(&pidfile));
+    held_call(&mut s);
+    let pid = pid_in(&pidfile, &s);
+    assert!(running(&pid), "the detached child {pid} is not running");
+    // it really left: a session of its own, out of reach of a group kill
+    assert_eq!(session_of(&pid), pid, "setsid did not detach {pid}");
+    // mcpbox dies without a chance to clean up
+    s.child.kill().unwrap();
+    s.child.wait().unwrap();
+    assert!(
+        ends(&pid),
+        "the notifier's detached child {pid} outlived a kill -9 of mcpbox"
+    );
+}
+
+#[test]
+fn a_notify_command_that_escapes_into_a_new_session_dies_at_its_timeout() {
+    let ws = Workspace::with_server("plain");
+    let pidfile = ws.path().join("pid");
+    let mut s = run(&ws, &detaching_notify_policy(&pidfile));
+    held_call(&mut s);
+    let pid = pid_in(&pidfile, &s);
+    assert_eq!(session_of(&pid), pid, "setsid did not detach {pid}");
+    let db = ws.path().join("audit.db");
+    let until = Instant::now() + Duration::from_secs(60);
+    loop {
+        let events = common::audit::events(&db);
+        if events
+            .iter()
+            .any(|e| e["kind"] == "approval" && e["detail"]["action"] == "notified")
+        {
+            break;
+        }
+        assert!(Instant::now() < until, "no notified record: {}", s.stderr());
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    // mcpbox is still running: the notifier's end killed it, not an exit
+    assert!(running(&s.child.id().to_string()));
+    assert!(
+        ends(&pid),
+        "the notifier's detached child {pid} outlived its timeout"
+    );
+    let (status, err) = s.finish();
+    assert!(status.success(), "{err}");
+}
+
+#[test]
+fn a_secret_source_that_leaves_a_daemon_behind_has_it_killed_when_it_ends() {
+    let ws = Workspace::with_server("plain");
+    let pidfile = ws.path().join("pid");
+    let policy = format!(
+        "[secrets.API_KEY]\nfrom_command = [\"/bin/sh\", \"-c\", \
+         \"setsid sleep 1000 & echo $! > {}; echo value-from-command-77e1\"]\n",
+        pidfile.display()
+    );
+    let mut s = run(&ws, &policy);
+    s.initialize();
+    let pid = pid_in(&pidfile, &s);
+    assert!(
+        ends(&pid),
+        "the secret source's detached child {pid} outlived it"
+    );
+    let (status, err) = s.finish();
+    assert!(status.success(), "{err}");
+}
