@@ -2,8 +2,8 @@
 //! [`Event`] (a session joins or leaves, a host message, a relay's status,
 //! the timer's tick, an operator's command, the answer of a freeze or thaw
 //! it asked for) at a time `now`, and returns the [`Effect`]s its driver
-//! carries out (freeze, thaw, park, wake, close the sessions, tear down,
-//! write the registry, audit). It reads no clock, touches no process,
+//! carries out (freeze, thaw, park, wake, tear down, write the registry,
+//! audit). It reads no clock, touches no process,
 //! cgroup, file or lock: the driver (`crates/mcpbox/src/lifecycle/`: the
 //! timer thread, the local cgroup backend, the control socket's
 //! operations, the workspace) holds one `Machine` per sandbox under the
@@ -13,19 +13,23 @@
 //! docs/serve.md and [`crate::State`] point here.
 //!
 //! ```text
-//!                 join (first session)                  idle.pause, `pause`
-//!      (none) ─────────────────────▶ running ─────────────────────────────▶ paused
-//!     created ─── join, a call ────▶   ▲ ▲   ◀─── a host message, `resume` ──┘ │
-//!                                      │ │                                      │ idle.stop
-//!        a host message, `resume`      │ └── stopped ◀── idle.stop: thawed, ────┘
-//!        (the relay restarts its       │      ▲  ▲        then every session parks
-//!         server, initialize replayed) └──────┘  │        its server (running, too)
-//!                                          last session left, serve stopped
+//!                  a join                     idle.pause, `pause` (with a freezer)
+//!   created ──────────────────────▶ running ─────────────────────────────────▶ paused
+//!   (a new sandbox: recorded,      ▲  │    ◀─────────────────────────────────  │
+//!    its workspace made)           │  │     a host message, `resume`, a join   │
+//!                                  │  │     (thawed)                           │
+//!     a join; a host message or    │  │ idle.stop (every session parks its     │ idle.stop
+//!     `resume` (a relay starts its │  │ server: stopped once all are parked);  │ (thawed,
+//!     server again, initialize     │  │ the last session left; serve stopped   │  then as
+//!     replayed)                    │  ▼                                        │  running)
+//!                                 stopped ◀────────────────────────────────────┘
+//!                                  ▲
+//!     a restart re-adopts every recorded sandbox as stopped (its processes killed)
 //!
-//!      any state ── idle.destroy, `destroy` ──▶ destroyed: sessions closed, artifacts
-//!        exported, secrets revoked, processes killed, cgroups and workspace removed,
-//!        then checked from the host and audited (the driver's teardown); an
-//!        artifact not exported keeps the workspace and the record (stopped)
+//!   any state ── idle.destroy, `destroy` ──▶ destroyed: sessions closed, artifacts
+//!     exported, secrets revoked, processes killed, cgroups and workspace removed,
+//!     then checked from the host and audited (the driver's teardown); an
+//!     artifact not exported keeps the workspace and the record (stopped)
 //! ```
 //!
 //! Rules the tables in the tests hold it to:
