@@ -263,7 +263,7 @@ impl Backend for Local {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::io::Read;
     use std::sync::Mutex;
 
@@ -272,16 +272,24 @@ mod tests {
     use super::*;
 
     /// A second backend: no cgroup, no namespace, each server a plain
-    /// child process; it records what it was asked.
+    /// child process; it records what it was asked (and says it has a
+    /// freezer when `freezer`, whose freezes and thaws then succeed).
     #[derive(Default)]
-    struct Plain {
-        calls: Mutex<Vec<String>>,
+    pub(crate) struct Plain {
+        pub(crate) calls: Mutex<Vec<String>>,
+        pub(crate) freezer: bool,
+    }
+
+    impl Plain {
+        fn note(&self, call: String) {
+            self.calls.lock().unwrap().push(call);
+        }
     }
 
     impl Backend for Plain {
         fn create(&self, id: &str) -> Result<Option<String>, String> {
-            self.calls.lock().unwrap().push(format!("create {id}"));
-            Ok(None)
+            self.note(format!("create {id}"));
+            Ok(self.freezer.then(|| "plain".to_string()))
         }
         fn start(&self, id: &str, spec: &Spec) -> std::io::Result<ServerProcess> {
             let env: Vec<(String, String)> = spec
@@ -294,7 +302,7 @@ mod tests {
                     )
                 })
                 .collect();
-            self.calls.lock().unwrap().push(format!("start {id}"));
+            self.note(format!("start {id}"));
             let argv: Vec<String> = spec
                 .argv
                 .iter()
@@ -302,14 +310,23 @@ mod tests {
                 .collect();
             CommandLauncher::new(&argv[0], &argv[1..]).launch(&env)
         }
-        fn freeze(&self, _: &str) -> Result<(), String> {
-            Err("no freezer".into())
+        fn freeze(&self, id: &str) -> Result<(), String> {
+            self.note(format!("freeze {id}"));
+            if self.freezer {
+                Ok(())
+            } else {
+                Err("no freezer".into())
+            }
         }
-        fn thaw(&self, _: &str) -> Result<(), String> {
+        fn thaw(&self, id: &str) -> Result<(), String> {
+            self.note(format!("thaw {id}"));
             Ok(())
         }
-        fn stop(&self, _: &str) {}
-        fn destroy(&self, _: &str) -> Result<(), String> {
+        fn stop(&self, id: &str) {
+            self.note(format!("stop {id}"));
+        }
+        fn destroy(&self, id: &str) -> Result<(), String> {
+            self.note(format!("destroy {id}"));
             Ok(())
         }
         fn stats(&self, _: &str) -> Stats {

@@ -896,3 +896,117 @@ mod pause_tests {
         assert!(n.starts_with("stopped: "), "{n}");
     }
 }
+
+/// The driver carries out the core's effects: freezes and thaws through
+/// the backend, the registry's state, the audit records, the teardown.
+/// No idle limit is set, so the timer thread decides nothing here.
+#[cfg(test)]
+mod driver_tests {
+    use std::collections::HashMap;
+    use std::sync::Arc;
+
+    use mcpbox_audit::{MemorySink, Sink};
+    use mcpbox_lifecycle::artifacts::Approved;
+    use mcpbox_lifecycle::registry::Registry;
+    use mcpbox_lifecycle::{Control, State};
+    use mcpbox_policy::serve::Idle;
+
+    use super::backend::tests::Plain;
+    use super::{Lifecycle, ServerLife, SessionGuard};
+
+    fn actions(audit: &MemorySink) -> Vec<String> {
+        audit
+            .events()
+            .iter()
+            .map(|e| {
+                let why = e.detail["why"].as_str().unwrap_or("");
+                format!("{} {why}", e.detail["action"].as_str().unwrap_or("?"))
+                    .trim_end()
+                    .to_string()
+            })
+            .collect()
+    }
+
+    fn recorded(state: &std::path::Path, id: &str) -> Option<State> {
+        let r = Registry::open(&state.join("sandboxes.db")).unwrap();
+        r.get(id).unwrap().map(|r| r.state)
+    }
+
+    #[test]
+    fn a_sandbox_driven_through_its_life_acts_on_the_backend_registry_and_audit() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path();
+        let plain = Arc::new(Plain {
+            freezer: true,
+            ..Plain::default()
+        });
+        let audit = Arc::new(MemorySink::new());
+        let sink: Arc<dyn Sink> = audit.clone();
+        let never = Idle {
+            pause: None,
+            stop: None,
+            destroy: None,
+        };
+        let servers = HashMap::from([(
+            "s".to_string(),
+            ServerLife {
+                group: "s".into(),
+                idle: never,
+                template: None,
+                artifacts: (Vec::new(), 0),
+                revoke: Vec::new(),
+                audit: sink.clone(),
+            },
+        )]);
+        let life = Lifecycle::start(state, plain.clone(), servers, sink, 4).unwrap();
+        let (sb, slot) = life.join("agent", "s", None).unwrap();
+        let id = sb.id.clone();
+        let guard = SessionGuard {
+            sb: sb.clone(),
+            slot,
+        };
+        assert_eq!(recorded(state, &id), Some(State::Running));
+        // the session is still opening: a pause says it is in flight
+        let info = life.pause(&id).unwrap();
+        assert_eq!(info.state, State::Paused);
+        assert!(info.note.unwrap().contains("1 session(s)"));
+        assert_eq!(recorded(state, &id), Some(State::Paused));
+        // a host message thaws it before it goes on
+        sb.activity(slot).host_message();
+        assert_eq!(life.show(&id).unwrap().state, State::Running);
+        drop(guard);
+        assert_eq!(recorded(state, &id), Some(State::Stopped));
+        assert_eq!(life.show(&id).unwrap().sessions, 0);
+        let t = life.destroy(&id, &Approved::new()).unwrap();
+        assert!(t.clean(), "{:?}", t.left);
+        assert_eq!(recorded(state, &id), None);
+        assert!(!sb.workspace.root.exists());
+        assert_eq!(
+            actions(&audit),
+            [
+                "created",
+                "running session",
+                "paused mcpbox sandboxes pause",
+                "running call",
+                "stopped last session ended",
+                "destroyed mcpbox sandboxes destroy",
+            ]
+        );
+        assert_eq!(
+            *plain.calls.lock().unwrap(),
+            [
+                format!("create {id}"),
+                format!("freeze {id}"),
+                format!("thaw {id}"),
+                // the teardown: thawed, what is left stopped, removed
+                format!("thaw {id}"),
+                format!("thaw {id}"),
+                format!("stop {id}"),
+                format!("destroy {id}"),
+            ]
+        );
+        // a torn-down sandbox is gone from the live map: a new session of
+        // the same key gets a new one
+        assert!(life.show(&id).is_err());
+    }
+}
