@@ -177,6 +177,25 @@ pub enum Paused {
     Froze { in_flight: usize },
 }
 
+impl Paused {
+    /// What `mcpbox sandboxes pause` says: the state the sandbox is in at
+    /// the answer (`now`, read after the pause) and why. The driver lets
+    /// the sandbox's lock go between the two, and a host message thaws a
+    /// paused sandbox before it reaches the server, so a pause can end with
+    /// the sandbox running.
+    pub fn note(self, now: State) -> String {
+        match (self, now) {
+            (Paused::Already, State::Paused) => "paused already".into(),
+            (Paused::Froze { in_flight: 0 }, State::Paused) => "paused".into(),
+            (Paused::Froze { in_flight }, State::Paused) => format!(
+                "paused with {in_flight} session(s) in the middle of a request: it waits until the sandbox is resumed"
+            ),
+            (_, State::Running) => "running: paused, then a call woke it (a client's message thaws the sandbox before it reaches the server); pause it again when it is idle".into(),
+            (_, other) => format!("{}: it changed after it was paused", other.as_str()),
+        }
+    }
+}
+
 /// Why an event was refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Refusal {

@@ -526,3 +526,20 @@ fn a_status_of_a_session_that_left_changes_nothing() {
         (1, status(0, false, false), NOTHING),
     ]);
 }
+
+/// `sandboxes pause` once said `running` with no word of why: a call
+/// had thawed the sandbox between the freeze and the answer.
+#[test]
+fn a_pause_that_a_call_undid_says_so() {
+    let n = Paused::Froze { in_flight: 0 }.note(State::Running);
+    assert!(
+        n.starts_with("running: ") && n.contains("a call woke it"),
+        "{n}"
+    );
+    assert_eq!(Paused::Froze { in_flight: 0 }.note(State::Paused), "paused");
+    assert_eq!(Paused::Already.note(State::Paused), "paused already");
+    let n = Paused::Froze { in_flight: 2 }.note(State::Paused);
+    assert!(n.contains("2 session(s) in the middle of a request"), "{n}");
+    let n = Paused::Already.note(State::Stopped);
+    assert!(n.starts_with("stopped: "), "{n}");
+}

@@ -797,7 +797,7 @@ impl Sandbox {
         }
     }
 
-    /// Freezes it; what it did, for [`pause_note`].
+    /// Freezes it; what it did, for [`Paused::note`].
     fn pause(&self) -> Result<Paused, String> {
         let mut g = lock(&self.inner);
         let out = self.on(&mut g, LifeEvent::Pause, Instant::now());
@@ -814,22 +814,6 @@ impl Sandbox {
             Some(r) => Err(self.refusal(r)),
             None => Ok(()),
         }
-    }
-}
-
-/// What `mcpbox sandboxes pause` says: the state the sandbox is in at the
-/// answer (`now`, read after the pause) and why. The lock is let go
-/// between the two, and a host message thaws a paused sandbox before it
-/// reaches the server, so a pause can end with the sandbox running.
-pub(crate) fn pause_note(how: Paused, now: State) -> String {
-    match (how, now) {
-        (Paused::Already, State::Paused) => "paused already".into(),
-        (Paused::Froze { in_flight: 0 }, State::Paused) => "paused".into(),
-        (Paused::Froze { in_flight }, State::Paused) => format!(
-            "paused with {in_flight} session(s) in the middle of a request: it waits until the sandbox is resumed"
-        ),
-        (_, State::Running) => "running: paused, then a call woke it (a client's message thaws the sandbox before it reaches the server); pause it again when it is idle".into(),
-        (_, other) => format!("{}: it changed after it was paused", other.as_str()),
     }
 }
 
@@ -867,33 +851,6 @@ pub struct SessionGuard {
 impl Drop for SessionGuard {
     fn drop(&mut self) {
         self.sb.leave(self.slot);
-    }
-}
-
-#[cfg(test)]
-mod pause_tests {
-    use super::{pause_note, Paused};
-
-    use mcpbox_lifecycle::State;
-
-    /// `sandboxes pause` once said `running` with no word of why: a call
-    /// had thawed the sandbox between the freeze and the answer.
-    #[test]
-    fn a_pause_that_a_call_undid_says_so() {
-        let n = pause_note(Paused::Froze { in_flight: 0 }, State::Running);
-        assert!(
-            n.starts_with("running: ") && n.contains("a call woke it"),
-            "{n}"
-        );
-        assert_eq!(
-            pause_note(Paused::Froze { in_flight: 0 }, State::Paused),
-            "paused"
-        );
-        assert_eq!(pause_note(Paused::Already, State::Paused), "paused already");
-        let n = pause_note(Paused::Froze { in_flight: 2 }, State::Paused);
-        assert!(n.contains("2 session(s) in the middle of a request"), "{n}");
-        let n = pause_note(Paused::Already, State::Stopped);
-        assert!(n.starts_with("stopped: "), "{n}");
     }
 }
 

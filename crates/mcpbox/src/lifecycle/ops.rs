@@ -37,7 +37,7 @@ impl Control for Lifecycle {
         let how = sb.pause()?;
         // the state at the answer, and why: a call may have woken it
         let mut info = sb.info();
-        info.note = Some(super::pause_note(how, info.state));
+        info.note = Some(how.note(info.state));
         Ok(info)
     }
 
