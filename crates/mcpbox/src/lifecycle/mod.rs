@@ -8,15 +8,16 @@
 //! [`Machine`] under its lock, hands it every event (a session joins or
 //! leaves, a host message, a relay's status, the timer's tick, a control
 //! operation) and carries out its effects: the freeze and thaw through the
-//! [`Backend`], the park, wake and close through the sessions' feeds, the
-//! registry's state, the audit record, the teardown.
+//! [`Backend`], the park and wake through the sessions' feeds, the
+//! registry's state, the audit record, the teardown (`teardown.rs`, which
+//! also closes the sessions).
 //!
 //! A sandbox is keyed by (agent, server or shared group, task)
 //! ([`mcpbox_lifecycle::id::Key`]); its id is stable, so a restarted
 //! `serve` finds it again in the registry (`<state>/sandboxes.db`). Each
-//! session of the sandbox is a relay with its own server process; all of
-//! them starts through the [`Backend`] (under the sandbox's cgroup parent,
-//! here), so one freeze stops the whole tree.
+//! session of the sandbox is a relay with its own server process; every
+//! one of them starts through the [`Backend`] (here: under the sandbox's
+//! cgroup parent), so one freeze stops the whole tree.
 //!
 //! Who does what: the relays report activity ([`mcpbox_gateway::Activity`]:
 //! a host message thaws a paused sandbox before the message can reach the
