@@ -4,11 +4,15 @@
 //! ([`id::Key`]: agent, server or shared group, optional task), a
 //! workspace folder under the state directory (`input`, `output`, `tmp`),
 //! a cgroup parent that every server process of it runs under, and a
-//! state ([`State`]). The binary (`crates/mcpbox/src/lifecycle/`) runs
-//! the state machine and talks to the processes through its `Backend`
+//! state ([`State`]). The binary (`crates/mcpbox/src/lifecycle/`) drives
+//! the state machine (its timer, its control operations, its workspaces)
+//! and talks to the processes through its `Backend`
 //! (`lifecycle/backend.rs`); this crate holds the parts that need no
 //! process:
 //!
+//! - [`machine`]: the state machine of one sandbox, I/O-free
+//!   (`Machine::on(Event, now) -> Vec<Effect>`), and the one drawing of
+//!   its states;
 //! - [`id`]: the sandbox id of an identity, and the task name check;
 //! - [`registry`]: the sandboxes recorded in SQLite, so a restarted
 //!   `serve` re-adopts or cleans up what the last run left;
@@ -27,23 +31,15 @@ pub mod artifacts;
 pub mod control;
 pub mod glob;
 pub mod id;
+pub mod machine;
 #[cfg(feature = "registry")]
 pub mod registry;
 pub mod render;
 pub mod snapshot;
 mod walk;
 
-/// Where a sandbox is in its life.
-///
-/// ```text
-/// created ──start──▶ running ──idle.pause / pause──▶ paused
-///                      ▲  ▲                             │
-///                      │  └────── next call / resume ───┘
-///                      │
-///                      └── next call ── stopped ◀── idle.stop / stop
-///                                          │
-///          idle.destroy / destroy (any state) ──▶ destroyed
-/// ```
+/// Where a sandbox is in its life; the transitions are [`machine`]'s
+/// (its module doc draws them).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum State {

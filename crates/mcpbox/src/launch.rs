@@ -1,10 +1,14 @@
-//! How `mcpbox run`'s relay starts the server: [`SandboxLauncher`] (the
-//! gateway's `Launcher`) and [`Control`] (its `ProcessControl`).
+//! How a relay's server starts in a sandbox of this machine: [`spawn`]
+//! (the sandbox, its pipes, its file watch), [`Control`] (the gateway's
+//! `ProcessControl` over it), and for `mcpbox run` [`SandboxLauncher`]
+//! (the gateway's `Launcher`). `serve` starts its servers through the
+//! lifecycle's `Backend` (`lifecycle::backend::Launch`), whose local
+//! backend calls [`spawn`].
 //!
-//! `run` is multi-threaded, so every sandbox, the first and each restart
-//! after a secret's TTL, starts through the single-threaded sandbox helper
-//! (`mcpbox_sandbox::helper`); no thread of ours ever forks a sandbox
-//! process.
+//! `run` and `serve` are multi-threaded, so every sandbox, the first and
+//! each restart after a secret's TTL, starts through the single-threaded
+//! sandbox helper (`mcpbox_sandbox::helper`); no thread of ours ever forks
+//! a sandbox process.
 
 use std::ffi::OsString;
 use std::sync::atomic::{AtomicI32, Ordering};
@@ -22,38 +26,53 @@ pub struct SandboxLauncher {
 
 impl Launcher for SandboxLauncher {
     fn launch(&mut self, env: &[(String, String)]) -> std::io::Result<ServerProcess> {
-        let mut spec = self.spec.clone();
-        for (k, v) in env {
-            let key = OsString::from(k);
-            spec.env.retain(|(name, _)| *name != key);
-            spec.env.push((key, v.into()));
-        }
-        // The sandbox error stays inside the io::Error, so its step and
-        // exit code reach main (crate::Failure).
-        let mut sb = mcpbox_sandbox::helper::spawn(&spec).map_err(std::io::Error::other)?;
-        grow_host_stdout();
-        for note in &sb.notes {
-            tracing::warn!("{note}");
-        }
-        self.current.store(sb.init_pid(), Ordering::SeqCst);
-        let (Some(stdin), Some(stdout), Some(stderr)) =
-            (sb.stdin.take(), sb.stdout.take(), sb.stderr.take())
-        else {
-            return Err(std::io::Error::other("sandbox started without pipes"));
-        };
-        let files = watch_files(&spec, sb.init_pid());
-        // the programs it executes, for `learn` only (a no-op otherwise)
-        crate::learn::execs::watch(&spec, sb.init_pid());
-        let tier = Some(sb.tier());
-        Ok(ServerProcess {
-            stdin: Box::new(stdin),
-            stdout: Box::new(stdout),
-            stderr: Box::new(stderr),
-            control: Box::new(Control(sb)),
-            files,
-            tier,
-        })
+        let (server, init) = spawn(&with_env(&self.spec, env))?;
+        self.current.store(init, Ordering::SeqCst);
+        Ok(server)
     }
+}
+
+/// `spec` with `env` (a launch's secrets) added, each replacing a
+/// variable of the same name.
+pub fn with_env(spec: &Spec, env: &[(String, String)]) -> Spec {
+    let mut spec = spec.clone();
+    for (k, v) in env {
+        let key = OsString::from(k);
+        spec.env.retain(|(name, _)| *name != key);
+        spec.env.push((key, v.into()));
+    }
+    spec
+}
+
+/// Starts `spec`'s server in a fresh sandbox of this machine: its stdio,
+/// its control, its file watch, and its init's pid (for a signal thread).
+pub fn spawn(spec: &Spec) -> std::io::Result<(ServerProcess, libc::pid_t)> {
+    // The sandbox error stays inside the io::Error, so its step and
+    // exit code reach main (crate::Failure).
+    let mut sb = mcpbox_sandbox::helper::spawn(spec).map_err(std::io::Error::other)?;
+    grow_host_stdout();
+    for note in &sb.notes {
+        tracing::warn!("{note}");
+    }
+    let init = sb.init_pid();
+    let (Some(stdin), Some(stdout), Some(stderr)) =
+        (sb.stdin.take(), sb.stdout.take(), sb.stderr.take())
+    else {
+        return Err(std::io::Error::other("sandbox started without pipes"));
+    };
+    let files = watch_files(spec, init);
+    // the programs it executes, for `learn` only (a no-op otherwise)
+    crate::learn::execs::watch(spec, init);
+    let tier = Some(sb.tier());
+    let server = ServerProcess {
+        stdin: Box::new(stdin),
+        stdout: Box::new(stdout),
+        stderr: Box::new(stderr),
+        control: Box::new(Control(sb)),
+        files,
+        tier,
+    };
+    Ok((server, init))
 }
 
 /// The kernel's watch on the files the server reads and writes

@@ -22,7 +22,6 @@
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicI32;
 use std::sync::Arc;
 
 use anyhow::{bail, Context};
@@ -33,7 +32,6 @@ use mcpbox_policy::serve::{ServeConfig, Upstream};
 use mcpbox_serve::upstream::{AddressGuard, Remote, RemoteLauncher};
 use mcpbox_serve::{Backend, ClientSettings, Gateway, Open, Opened, Settings};
 
-use crate::launch::SandboxLauncher;
 use crate::lifecycle::{self, Lifecycle, ServerLife, SessionGuard};
 use crate::preflight::{self, Loaded};
 use crate::state;
@@ -603,7 +601,6 @@ fn open_sandbox(
         spec.input = Some(ws.input());
     }
     let checks = builtin.then(|| crate::builtin::Checks::for_spec(&spec, &loaded.policy));
-    backend.backend.prepare(&sb.id, &mut spec);
     let sandbox_id = sb.id.clone();
     let workspace_id = state::workspace_id(&spec);
     let audit: Arc<dyn Sink> = open.metrics.sink(server.audit.clone());
@@ -643,10 +640,7 @@ fn open_sandbox(
     config.drain_grace = config.shutdown_grace;
     let view = crate::arguments::SandboxView::for_spec(&spec);
     config.paths = Some(view.map().clone());
-    let launcher = SandboxLauncher {
-        spec,
-        current: Arc::new(AtomicI32::new(0)),
-    };
+    let launcher = lifecycle::backend::Launch::new(backend.backend.clone(), &sb.id, spec);
     let relay = Relay::new(config, Box::new(launcher))
         .activity(sb.activity(slot))
         .calls_in_flight(calls)

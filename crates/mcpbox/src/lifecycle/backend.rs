@@ -1,18 +1,27 @@
 //! The seam between the lifecycle and whatever runs sandboxes.
 //!
-//! The lifecycle ([`super::Lifecycle`]) decides *when* a sandbox is
-//! created, frozen, thawed, stopped and destroyed; a [`Backend`] does it.
+//! The lifecycle ([`super::Lifecycle`], driving
+//! [`mcpbox_lifecycle::machine`]) decides *when* a sandbox is created,
+//! frozen, thawed, stopped and destroyed; a [`Backend`] does it, and starts
+//! every server process of the sandbox: a relay of `serve` starts its
+//! server through [`Launch`], the gateway's `Launcher` over
+//! [`Backend::start`], and sees only the stdio and the process control it
+//! hands back. So a second backend (a gVisor runtime, a container engine,
+//! a Pod per sandbox: docs/scale-out.md) implements this trait and nothing
+//! in the relay changes.
+//!
 //! [`Local`] is the namespaces backend of this machine: a cgroup parent
-//! per sandbox (`mcpbox-sb-<id>` in the freezer and CPU accounting
+//! per sandbox (`mcpbox-<id>` in the freezer and CPU accounting
 //! hierarchies) that every server process of the sandbox runs under
 //! (`Spec::cgroup_parent`), so one write freezes the whole tree and one
-//! counter shows its CPU time. A Kubernetes backend maps the same calls
-//! onto a Pod per sandbox (docs/scale-out.md).
-//!
-//! Starting a server is not here: the relay starts it through its
-//! launcher, with the spec [`Backend::prepare`] adjusted.
+//! counter shows its CPU time; its servers start through
+//! [`crate::launch::spawn`], as `mcpbox run`'s do.
 
+use std::sync::Arc;
+
+use mcpbox_gateway::{Launcher, ServerProcess};
 use mcpbox_sandbox::cgroup::{Parent, Version};
+use mcpbox_sandbox::Spec;
 
 /// What a backend reports of one sandbox.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -27,15 +36,22 @@ pub struct Stats {
     pub frozen: bool,
 }
 
-/// Runs sandboxes for the lifecycle.
+/// Runs sandboxes for the lifecycle. Object-safe: the lifecycle and
+/// `serve` hold an `Arc<dyn Backend>`. Every call names the sandbox by
+/// its id; a call on an id the backend does not know does nothing (or
+/// says so), so a teardown or a restart's cleanup may call it blindly.
 pub trait Backend: Send + Sync {
     /// Makes what sandbox `id` needs before its first process (its cgroup
     /// parent); also for a sandbox re-adopted after a restart. Returns
     /// the freezer's interface (`v1`, `v2`), or `None` where there is no
     /// freezer (then the sandbox is never paused, only stopped).
     fn create(&self, id: &str) -> Result<Option<String>, String>;
-    /// Adjusts the spec every server process of `id` starts with.
-    fn prepare(&self, id: &str, spec: &mut mcpbox_sandbox::Spec);
+    /// Starts one server process in sandbox `id` as `spec` says (its
+    /// command, environment, mounts, workspace folders, limits), inside
+    /// what [`Backend::create`] made, and hands back its stdio and its
+    /// control. Called for each session's server and each restart of it
+    /// (a secret's TTL, a parked server woken).
+    fn start(&self, id: &str, spec: &Spec) -> std::io::Result<ServerProcess>;
     /// Freezes every process of `id`.
     fn freeze(&self, id: &str) -> Result<(), String>;
     /// Thaws them.
@@ -49,6 +65,32 @@ pub trait Backend: Send + Sync {
     /// What of `id` still exists on this machine (cgroup directories,
     /// processes), for the teardown's check; empty when nothing.
     fn leftovers(&self, id: &str) -> Vec<String>;
+}
+
+/// The gateway's `Launcher` of one session's server in sandbox `id`: each
+/// launch (the first, and each restart) goes to [`Backend::start`] with
+/// the launch's secrets added to the spec.
+pub struct Launch {
+    backend: Arc<dyn Backend>,
+    id: String,
+    spec: Spec,
+}
+
+impl Launch {
+    pub fn new(backend: Arc<dyn Backend>, id: &str, spec: Spec) -> Launch {
+        Launch {
+            backend,
+            id: id.to_string(),
+            spec,
+        }
+    }
+}
+
+impl Launcher for Launch {
+    fn launch(&mut self, env: &[(String, String)]) -> std::io::Result<ServerProcess> {
+        let spec = crate::launch::with_env(&self.spec, env);
+        self.backend.start(&self.id, &spec)
+    }
 }
 
 /// The cgroup name of sandbox `id`.
@@ -139,10 +181,12 @@ impl Backend for Local {
         Ok(Some(version))
     }
 
-    fn prepare(&self, id: &str, spec: &mut mcpbox_sandbox::Spec) {
+    fn start(&self, id: &str, spec: &Spec) -> std::io::Result<ServerProcess> {
+        let mut spec = spec.clone();
         if self.usable.is_ok() {
             spec.cgroup_parent = Some(group_name(id));
         }
+        crate::launch::spawn(&spec).map(|(server, _init)| server)
     }
 
     fn freeze(&self, id: &str) -> Result<(), String> {
@@ -215,5 +259,118 @@ impl Backend for Local {
                 .map(|d| format!("cgroup {}", d.display())),
         );
         left
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use std::io::Read;
+    use std::sync::Mutex;
+
+    use mcpbox_gateway::CommandLauncher;
+
+    use super::*;
+
+    /// A second backend: no cgroup, no namespace, each server a plain
+    /// child process; it records what it was asked (and says it has a
+    /// freezer when `freezer`, whose freezes and thaws then succeed).
+    #[derive(Default)]
+    pub(crate) struct Plain {
+        pub(crate) calls: Mutex<Vec<String>>,
+        pub(crate) freezer: bool,
+    }
+
+    impl Plain {
+        fn note(&self, call: String) {
+            self.calls.lock().unwrap().push(call);
+        }
+    }
+
+    impl Backend for Plain {
+        fn create(&self, id: &str) -> Result<Option<String>, String> {
+            self.note(format!("create {id}"));
+            Ok(self.freezer.then(|| "plain".to_string()))
+        }
+        fn start(&self, id: &str, spec: &Spec) -> std::io::Result<ServerProcess> {
+            let env: Vec<(String, String)> = spec
+                .env
+                .iter()
+                .map(|(k, v)| {
+                    (
+                        k.to_string_lossy().into_owned(),
+                        v.to_string_lossy().into_owned(),
+                    )
+                })
+                .collect();
+            self.note(format!("start {id}"));
+            let argv: Vec<String> = spec
+                .argv
+                .iter()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect();
+            CommandLauncher::new(&argv[0], &argv[1..]).launch(&env)
+        }
+        fn freeze(&self, id: &str) -> Result<(), String> {
+            self.note(format!("freeze {id}"));
+            if self.freezer {
+                Ok(())
+            } else {
+                Err("no freezer".into())
+            }
+        }
+        fn thaw(&self, id: &str) -> Result<(), String> {
+            self.note(format!("thaw {id}"));
+            Ok(())
+        }
+        fn stop(&self, id: &str) {
+            self.note(format!("stop {id}"));
+        }
+        fn destroy(&self, id: &str) -> Result<(), String> {
+            self.note(format!("destroy {id}"));
+            Ok(())
+        }
+        fn stats(&self, _: &str) -> Stats {
+            Stats::default()
+        }
+        fn leftovers(&self, _: &str) -> Vec<String> {
+            Vec::new()
+        }
+    }
+
+    /// The relay's launcher of a `serve` session hands every launch to
+    /// whatever backend it was given, the launch's secrets added to the
+    /// spec (replacing a variable of the same name): another backend
+    /// plugs in behind `dyn Backend` and the relay sees only stdio.
+    #[test]
+    fn a_second_backend_starts_the_session_server_with_the_launch_secrets() {
+        let plain = Arc::new(Plain::default());
+        let backend: Arc<dyn Backend> = plain.clone();
+        backend.create("sb-1").unwrap();
+        let spec = Spec {
+            argv: vec!["/bin/sh".into(), "-c".into(), "printf %s \"$TOKEN\"".into()],
+            env: vec![("TOKEN".into(), "stale".into())],
+            input: None,
+            output: None,
+            tmp_size: 1 << 20,
+            tmp_dir: None,
+            mounts: Vec::new(),
+            limits: Default::default(),
+            allow_exec: None,
+            allow_degraded: false,
+            stdio: mcpbox_sandbox::Stdio::Piped,
+            egress: None,
+            cgroup_parent: None,
+        };
+        let mut launch = Launch::new(backend, "sb-1", spec);
+        let mut server = launch
+            .launch(&[("TOKEN".into(), "fresh".into())])
+            .expect("started");
+        let mut out = String::new();
+        std::fs::File::from(server.stdout.as_fd().try_clone_to_owned().unwrap())
+            .read_to_string(&mut out)
+            .unwrap();
+        assert_eq!(out, "fresh");
+        assert_eq!(server.control.wait().unwrap().code, Some(0));
+        assert_eq!(*plain.calls.lock().unwrap(), ["create sb-1", "start sb-1"]);
     }
 }

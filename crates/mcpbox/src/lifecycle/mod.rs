@@ -2,32 +2,28 @@
 //! session, with idle pause, stop and destroy, snapshots, artifacts and a
 //! verified teardown.
 //!
-//! ```text
-//!            open (first session)                  idle.pause, `pause`
-//!  (none) ─────────────────────▶ running ─────────────────────────▶ paused
-//!                                 ▲   ▲  ◀── a host message, `resume` ──┘
-//!                                 │   │                     │ idle.stop
-//!       a host message, `resume` │   └──── stopped ◀──────┘ (thawed, then
-//!      (the relay restarts its    └──────── ▲               each relay parks
-//!       server, initialize replayed)        │               its server)
-//!                                          last session ended
-//!  any state ── idle.destroy, `destroy` ──▶ destroyed (artifacts exported,
-//!                   secrets revoked, processes, cgroups, workspace removed,
-//!                   checked from the host, audited)
-//! ```
+//! The states and what moves a sandbox between them are
+//! [`mcpbox_lifecycle::machine`]'s, an I/O-free core (its module doc
+//! draws them, once): this module is its driver. Each [`Sandbox`] holds a
+//! [`Machine`] under its lock, hands it every event (a session joins or
+//! leaves, a host message, a relay's status, the timer's tick, a control
+//! operation) and carries out its effects: the freeze and thaw through the
+//! [`Backend`], the park and wake through the sessions' feeds, the
+//! registry's state, the audit record, the teardown (`teardown.rs`, which
+//! also closes the sessions).
 //!
 //! A sandbox is keyed by (agent, server or shared group, task)
 //! ([`mcpbox_lifecycle::id::Key`]); its id is stable, so a restarted
 //! `serve` finds it again in the registry (`<state>/sandboxes.db`). Each
-//! session of the sandbox is a relay with its own server process; all of
-//! them run under the sandbox's cgroup parent (the [`Backend`]), so one
-//! freeze stops the whole tree.
+//! session of the sandbox is a relay with its own server process; every
+//! one of them starts through the [`Backend`] (here: under the sandbox's
+//! cgroup parent), so one freeze stops the whole tree.
 //!
 //! Who does what: the relays report activity ([`mcpbox_gateway::Activity`]:
 //! a host message thaws a paused sandbox before the message can reach the
 //! server; after each event, busy or not, parked or not); a timer thread
-//! ticks every [`TICK`] and applies `idle.pause`, `idle.stop` and
-//! `idle.destroy`; the control socket (`mcpbox sandboxes ...`) calls the
+//! ticks every [`TICK`] (the core applies `idle.pause`, `idle.stop` and
+//! `idle.destroy`); the control socket (`mcpbox sandboxes ...`) calls the
 //! [`mcpbox_lifecycle::Control`] operations (`ops.rs`). Locks: the map,
 //! then one sandbox's state, then the registry. A new sandbox's workspace
 //! (its template copied) is made while the map is held, so a large
@@ -49,6 +45,7 @@ use mcpbox_audit::{Event, Kind, Sink};
 use mcpbox_gateway::{Activity, HostFeed};
 use mcpbox_lifecycle::artifacts::Approved;
 use mcpbox_lifecycle::id::Key;
+use mcpbox_lifecycle::machine::{Effect, Event as LifeEvent, Machine, Paused, Refusal};
 use mcpbox_lifecycle::registry::{Record, Registry};
 use mcpbox_lifecycle::{SandboxInfo, State};
 use mcpbox_policy::serve::{Idle, TemplateBase};
@@ -149,26 +146,25 @@ pub struct Lifecycle {
     pub desk: std::sync::OnceLock<crate::approvals::BrokerDesk>,
 }
 
-/// One session's place in its sandbox.
-struct Slot {
-    feed: Option<HostFeed>,
-    busy: bool,
-    parked: bool,
-}
-
+/// One sandbox's state machine and what its driver keeps beside it.
 struct Inner {
-    state: State,
-    sessions: HashMap<u64, Slot>,
+    machine: Machine,
+    /// The feeds of its sessions, by slot (the lifecycle parks, wakes
+    /// and closes them).
+    feeds: HashMap<u64, HostFeed>,
     next_slot: u64,
-    last_active: Instant,
-    /// `idle.stop` asked the sessions to park; cleared by activity.
-    parking: bool,
-    destroying: bool,
-    /// A snapshot froze it and reads it: the idle clock leaves it alone.
-    snapshotting: bool,
     servers: Vec<String>,
     artifacts: Vec<(Vec<String>, u64)>,
     revoke: Vec<(String, SecretSource, Vec<String>)>,
+}
+
+/// What the driver gathered from one event's effects.
+#[derive(Default)]
+struct Outcome {
+    refused: Option<Refusal>,
+    paused: Option<Paused>,
+    /// `idle.destroy`: the caller tears it down, off the lock.
+    destroy: bool,
 }
 
 /// One sandbox.
@@ -179,7 +175,6 @@ pub struct Sandbox {
     pub workspace: Workspace,
     created_ms: i64,
     freezer: Option<String>,
-    idle: Idle,
     audit: Arc<dyn Sink>,
     shared: Arc<Shared>,
     inner: Mutex<Inner>,
@@ -334,7 +329,7 @@ impl Lifecycle {
                 return Err(anyhow::Error::new(Destroying(id)));
             }
             match map.get(&id) {
-                Some(sb) if lock(&sb.inner).destroying => {
+                Some(sb) if lock(&sb.inner).machine.destroying() => {
                     return Err(anyhow::Error::new(Destroying(id)));
                 }
                 Some(sb) => sb.clone(),
@@ -348,34 +343,19 @@ impl Lifecycle {
         };
         let slot = {
             let mut g = lock(&sb.inner);
-            // checked again under its own lock: a teardown that began
-            // since the map was looked at has (or will have) stopped the
-            // sessions it saw, and this one would be left in a removed
-            // workspace
-            if g.destroying {
+            // the core checks again under the sandbox's own lock (a
+            // teardown may have begun since the map was looked at)
+            let slot = g.next_slot;
+            let joined = sb.on(&mut g, LifeEvent::Join { slot }, Instant::now());
+            if joined.refused.is_some() {
                 return Err(anyhow::Error::new(Destroying(id)));
             }
+            g.next_slot += 1;
             if !g.servers.iter().any(|s| s == server) {
                 g.servers.push(server.to_string());
                 g.artifacts.push(life.artifacts.clone());
                 g.revoke.extend(life.revoke.iter().cloned());
             }
-            let slot = g.next_slot;
-            g.next_slot += 1;
-            g.sessions.insert(
-                slot,
-                Slot {
-                    feed: None,
-                    busy: true,
-                    parked: false,
-                },
-            );
-            g.last_active = Instant::now();
-            g.parking = false;
-            if let Err(e) = sb.thaw_locked(&mut g, "session") {
-                tracing::error!(sandbox = %sb.id, "thaw for a new session: {e}");
-            }
-            sb.set_state(&mut g, State::Running, "session");
             slot
         };
         Ok((sb, slot))
@@ -459,6 +439,7 @@ impl Lifecycle {
         let freezer = backend
             .create(id)
             .map_err(|e| anyhow::anyhow!("sandbox {id}: {e}"))?;
+        let can_freeze = freezer.is_some();
         Ok(Sandbox {
             id: id.to_string(),
             key,
@@ -466,17 +447,12 @@ impl Lifecycle {
             workspace: ws,
             created_ms,
             freezer,
-            idle: life.idle,
             audit: life.audit.clone(),
             shared: self.shared.clone(),
             inner: Mutex::new(Inner {
-                state,
-                sessions: HashMap::new(),
+                machine: Machine::new(state, life.idle, can_freeze, Instant::now()),
+                feeds: HashMap::new(),
                 next_slot: 0,
-                last_active: Instant::now(),
-                parking: false,
-                destroying: false,
-                snapshotting: false,
                 servers: Vec::new(),
                 artifacts: Vec::new(),
                 revoke: Vec::new(),
@@ -610,9 +586,7 @@ impl Lifecycle {
                 tracing::error!(sandbox = %sb.id, "removing its cgroups at stop: {e}");
             }
             let mut g = lock(&sb.inner);
-            if g.state != State::Destroyed {
-                sb.set_state(&mut g, State::Stopped, "serve stopped");
-            }
+            sb.on(&mut g, LifeEvent::Shutdown, Instant::now());
         }
     }
 }
@@ -677,37 +651,69 @@ fn audit_lifecycle(
 }
 
 impl Sandbox {
-    /// Sets the state, in memory and in the registry, and audits it.
-    fn set_state(&self, g: &mut Inner, state: State, why: &str) {
-        if g.state == state {
-            return;
-        }
-        g.state = state;
-        self.shared.record_state(&self.id, state);
-        let action = match state {
-            State::Running => "running",
-            State::Paused => "paused",
-            State::Stopped => "stopped",
-            State::Created => "created",
-            State::Destroyed => "destroyed",
-        };
-        audit_lifecycle(
-            &self.audit,
-            &self.id,
-            &self.key,
-            action,
-            json!({"why": why}),
-        );
+    /// Hands `event` to the sandbox's core and carries out its effects in
+    /// order (the caller holds the sandbox's lock, `g`): a freeze or thaw
+    /// through the backend, its outcome handed back at once; the feeds
+    /// parked or woken; the registry written; the change audited.
+    fn on(&self, g: &mut Inner, event: LifeEvent, now: Instant) -> Outcome {
+        let mut out = Outcome::default();
+        let Inner { machine, feeds, .. } = g;
+        let backend = &self.shared.backend;
+        machine.drive(event, now, &mut |effect| {
+            match effect {
+                Effect::Freeze(why) => {
+                    let result = backend.freeze(&self.id);
+                    return Some(LifeEvent::Froze { why, result });
+                }
+                Effect::Thaw(why) => {
+                    let result = backend.thaw(&self.id);
+                    return Some(LifeEvent::Thawed { why, result });
+                }
+                Effect::Park => {
+                    for f in feeds.values() {
+                        let _ = f.park();
+                    }
+                }
+                Effect::Wake => {
+                    for f in feeds.values() {
+                        let _ = f.wake();
+                    }
+                }
+                Effect::Destroy => out.destroy = true,
+                Effect::Registry(state) => self.shared.record_state(&self.id, state),
+                Effect::Audit { action, why } => audit_lifecycle(
+                    &self.audit,
+                    &self.id,
+                    &self.key,
+                    action,
+                    json!({"why": why.as_str()}),
+                ),
+                Effect::Paused(p) => out.paused = Some(p),
+                Effect::Refuse(r) => out.refused = Some(r),
+                Effect::Error(why, e) => {
+                    tracing::error!(sandbox = %self.id, why = why.as_str(), "freeze or thaw: {e}")
+                }
+            }
+            None
+        });
+        out
     }
 
-    /// Thaws it if it is paused, and marks it running (`why` for the
-    /// record).
-    fn thaw_locked(&self, g: &mut Inner, why: &str) -> Result<(), String> {
-        if g.state == State::Paused {
-            self.shared.backend.thaw(&self.id)?;
-            self.set_state(g, State::Running, why);
+    /// What a refusal of the core says to the operator.
+    fn refusal(&self, r: Refusal) -> String {
+        match r {
+            Refusal::Destroying => format!("sandbox {} is already being destroyed", self.id),
+            Refusal::NothingRuns(s) => format!(
+                "sandbox {} is {}: nothing runs to pause",
+                self.id,
+                s.as_str()
+            ),
+            Refusal::NoFreezer => format!(
+                "sandbox {} cannot be paused here: mcpbox has no freezer cgroup on this host (see `mcpbox doctor`)",
+                self.id
+            ),
+            Refusal::Failed(e) => e,
         }
-        Ok(())
     }
 
     /// Whether its workspace's input is its own copy of a template.
@@ -725,18 +731,17 @@ impl Sandbox {
 
     /// Gives session `slot` its feed (the lifecycle parks and closes it).
     pub fn attach(&self, slot: u64, feed: &HostFeed) {
-        if let Some(s) = lock(&self.inner).sessions.get_mut(&slot) {
-            s.feed = Some(feed.clone());
+        let mut g = lock(&self.inner);
+        if g.machine.has_session(slot) {
+            g.feeds.insert(slot, feed.clone());
         }
     }
 
     /// Session `slot` has ended (its relay returned).
     pub fn leave(&self, slot: u64) {
         let mut g = lock(&self.inner);
-        g.sessions.remove(&slot);
-        if g.sessions.is_empty() && g.state != State::Destroyed && !g.destroying {
-            self.set_state(&mut g, State::Stopped, "last session ended");
-        }
+        g.feeds.remove(&slot);
+        self.on(&mut g, LifeEvent::Leave { slot }, Instant::now());
         drop(g);
         self.left.notify_all();
     }
@@ -744,62 +749,20 @@ impl Sandbox {
     /// Whether this tick must destroy it (the caller does, off the lock).
     fn tick(&self, now: Instant) -> bool {
         let mut g = lock(&self.inner);
-        if g.destroying || g.snapshotting || g.state == State::Destroyed {
-            return false;
-        }
-        if g.sessions.values().any(|s| s.busy) {
-            g.last_active = now;
-            return false;
-        }
-        let idle = now.saturating_duration_since(g.last_active);
-        if self.idle.destroy.is_some_and(|d| idle >= d) {
-            return true;
-        }
-        let live = !g.sessions.is_empty() && g.sessions.values().any(|s| !s.parked);
-        if !live {
-            return false;
-        }
-        if self.idle.stop.is_some_and(|d| idle >= d) {
-            if !g.parking {
-                if let Err(e) = self.thaw_locked(&mut g, "idle.stop") {
-                    tracing::error!(sandbox = %self.id, "thaw before stop: {e}");
-                }
-                g.parking = true;
-                for s in g.sessions.values() {
-                    if let Some(f) = &s.feed {
-                        let _ = f.park();
-                    }
-                }
-            }
-            return false;
-        }
-        if g.state == State::Running
-            && self.freezer.is_some()
-            && self.idle.pause.is_some_and(|d| idle >= d)
-        {
-            match self.shared.backend.freeze(&self.id) {
-                Ok(()) => self.set_state(&mut g, State::Paused, "idle.pause"),
-                Err(e) => tracing::error!(sandbox = %self.id, "idle pause: {e}"),
-            }
-        }
-        false
+        self.on(&mut g, LifeEvent::Tick, now).destroy
     }
 
     /// Thaws and asks every session to end; waits (bounded) until they
     /// have.
     fn stop_sessions(&self) {
         let _ = self.shared.backend.thaw(&self.id);
-        let feeds: Vec<HostFeed> = lock(&self.inner)
-            .sessions
-            .values()
-            .filter_map(|s| s.feed.clone())
-            .collect();
+        let feeds: Vec<HostFeed> = lock(&self.inner).feeds.values().cloned().collect();
         for f in feeds {
             f.close();
         }
         let deadline = Instant::now() + SESSIONS_WAIT;
         let mut g = lock(&self.inner);
-        while !g.sessions.is_empty() {
+        while g.machine.sessions() > 0 {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 tracing::warn!(sandbox = %self.id, "sessions did not end in time; killing what is left");
@@ -822,15 +785,11 @@ impl Sandbox {
             server: self.key.server.clone(),
             task: self.key.task.clone(),
             template: self.template.clone(),
-            state: g.state,
+            state: g.machine.state(),
             workspace: self.workspace.root.clone(),
-            idle_seconds: if g.sessions.values().any(|s| s.busy) {
-                0
-            } else {
-                g.last_active.elapsed().as_secs()
-            },
+            idle_seconds: g.machine.idle_for(Instant::now()).as_secs(),
             created: mcpbox_audit::format_time(self.created_ms),
-            sessions: g.sessions.len(),
+            sessions: g.machine.sessions(),
             processes: stats.processes,
             cpu_usec: stats.cpu_usec,
             memory_bytes: stats.memory_bytes,
@@ -839,76 +798,23 @@ impl Sandbox {
         }
     }
 
-    /// Freezes it; what it did, for [`pause_note`].
+    /// Freezes it; what it did, for [`Paused::note`].
     fn pause(&self) -> Result<Paused, String> {
         let mut g = lock(&self.inner);
-        match g.state {
-            State::Paused => return Ok(Paused::Already),
-            State::Running => {}
-            s => {
-                return Err(format!(
-                    "sandbox {} is {}: nothing runs to pause",
-                    self.id,
-                    s.as_str()
-                ))
-            }
+        let out = self.on(&mut g, LifeEvent::Pause, Instant::now());
+        match (out.refused, out.paused) {
+            (Some(r), _) => Err(self.refusal(r)),
+            (None, Some(p)) => Ok(p),
+            (None, None) => Err(format!("sandbox {} was not paused", self.id)),
         }
-        if self.freezer.is_none() {
-            return Err(format!(
-                "sandbox {} cannot be paused here: mcpbox has no freezer cgroup on this host (see `mcpbox doctor`)",
-                self.id
-            ));
-        }
-        self.shared.backend.freeze(&self.id)?;
-        self.set_state(&mut g, State::Paused, "mcpbox sandboxes pause");
-        let in_flight = g.sessions.values().filter(|s| s.busy).count();
-        Ok(Paused::Froze { in_flight })
     }
 
     fn resume(&self) -> Result<(), String> {
         let mut g = lock(&self.inner);
-        match g.state {
-            State::Paused => {
-                self.thaw_locked(&mut g, "mcpbox sandboxes resume")?;
-                g.last_active = Instant::now();
-            }
-            State::Stopped => {
-                g.last_active = Instant::now();
-                g.parking = false;
-                for s in g.sessions.values() {
-                    if let Some(f) = &s.feed {
-                        let _ = f.wake();
-                    }
-                }
-            }
-            _ => {}
+        match self.on(&mut g, LifeEvent::Resume, Instant::now()).refused {
+            Some(r) => Err(self.refusal(r)),
+            None => Ok(()),
         }
-        Ok(())
-    }
-}
-
-/// What `pause` did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Paused {
-    /// It was paused already.
-    Already,
-    /// Frozen now, with this many sessions in the middle of a request.
-    Froze { in_flight: usize },
-}
-
-/// What `mcpbox sandboxes pause` says: the state the sandbox is in at the
-/// answer (`now`, read after the pause) and why. The lock is let go
-/// between the two, and a host message thaws a paused sandbox before it
-/// reaches the server, so a pause can end with the sandbox running.
-pub(crate) fn pause_note(how: Paused, now: State) -> String {
-    match (how, now) {
-        (Paused::Already, State::Paused) => "paused already".into(),
-        (Paused::Froze { in_flight: 0 }, State::Paused) => "paused".into(),
-        (Paused::Froze { in_flight }, State::Paused) => format!(
-            "paused with {in_flight} session(s) in the middle of a request: it waits until the sandbox is resumed"
-        ),
-        (_, State::Running) => "running: paused, then a call woke it (a client's message thaws the sandbox before it reaches the server); pause it again when it is idle".into(),
-        (_, other) => format!("{}: it changed after it was paused", other.as_str()),
     }
 }
 
@@ -922,35 +828,18 @@ impl Activity for SessionActivity {
     fn host_message(&self) {
         let sb = &self.sb;
         let mut g = lock(&sb.inner);
-        g.last_active = Instant::now();
-        g.parking = false;
-        if let Err(e) = sb.thaw_locked(&mut g, "call") {
-            tracing::error!(sandbox = %sb.id, "thaw on a call: {e}");
-        }
+        sb.on(&mut g, LifeEvent::HostMessage, Instant::now());
     }
 
     fn status(&self, busy: bool, parked: bool) {
         let sb = &self.sb;
         let mut g = lock(&sb.inner);
-        let Some(s) = g.sessions.get_mut(&self.slot) else {
-            return;
+        let event = LifeEvent::Status {
+            slot: self.slot,
+            busy,
+            parked,
         };
-        if s.busy == busy && s.parked == parked {
-            return;
-        }
-        s.busy = busy;
-        s.parked = parked;
-        if busy {
-            g.last_active = Instant::now();
-        }
-        let all_parked = g.sessions.values().all(|s| s.parked);
-        match g.state {
-            State::Running if all_parked => sb.set_state(&mut g, State::Stopped, "idle.stop"),
-            State::Stopped | State::Created if !all_parked => {
-                sb.set_state(&mut g, State::Running, "call")
-            }
-            _ => {}
-        }
+        sb.on(&mut g, event, Instant::now());
     }
 }
 
@@ -966,28 +855,116 @@ impl Drop for SessionGuard {
     }
 }
 
+/// The driver carries out the core's effects: freezes and thaws through
+/// the backend, the registry's state, the audit records, the teardown.
+/// No idle limit is set, so the timer thread decides nothing here.
 #[cfg(test)]
-mod pause_tests {
-    use super::{pause_note, Paused};
-    use mcpbox_lifecycle::State;
+mod driver_tests {
+    use std::collections::HashMap;
+    use std::sync::Arc;
 
-    /// `sandboxes pause` once said `running` with no word of why: a call
-    /// had thawed the sandbox between the freeze and the answer.
+    use mcpbox_audit::{MemorySink, Sink};
+    use mcpbox_lifecycle::artifacts::Approved;
+    use mcpbox_lifecycle::registry::Registry;
+    use mcpbox_lifecycle::{Control, State};
+    use mcpbox_policy::serve::Idle;
+
+    use super::backend::tests::Plain;
+    use super::{Lifecycle, ServerLife, SessionGuard};
+
+    fn actions(audit: &MemorySink) -> Vec<String> {
+        audit
+            .events()
+            .iter()
+            .map(|e| {
+                let why = e.detail["why"].as_str().unwrap_or("");
+                format!("{} {why}", e.detail["action"].as_str().unwrap_or("?"))
+                    .trim_end()
+                    .to_string()
+            })
+            .collect()
+    }
+
+    fn recorded(state: &std::path::Path, id: &str) -> Option<State> {
+        let r = Registry::open(&state.join("sandboxes.db")).unwrap();
+        r.get(id).unwrap().map(|r| r.state)
+    }
+
     #[test]
-    fn a_pause_that_a_call_undid_says_so() {
-        let n = pause_note(Paused::Froze { in_flight: 0 }, State::Running);
-        assert!(
-            n.starts_with("running: ") && n.contains("a call woke it"),
-            "{n}"
+    fn a_sandbox_driven_through_its_life_acts_on_the_backend_registry_and_audit() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path();
+        let plain = Arc::new(Plain {
+            freezer: true,
+            ..Plain::default()
+        });
+        let audit = Arc::new(MemorySink::new());
+        let sink: Arc<dyn Sink> = audit.clone();
+        let never = Idle {
+            pause: None,
+            stop: None,
+            destroy: None,
+        };
+        let servers = HashMap::from([(
+            "s".to_string(),
+            ServerLife {
+                group: "s".into(),
+                idle: never,
+                template: None,
+                artifacts: (Vec::new(), 0),
+                revoke: Vec::new(),
+                audit: sink.clone(),
+            },
+        )]);
+        let life = Lifecycle::start(state, plain.clone(), servers, sink, 4).unwrap();
+        let (sb, slot) = life.join("agent", "s", None).unwrap();
+        let id = sb.id.clone();
+        let guard = SessionGuard {
+            sb: sb.clone(),
+            slot,
+        };
+        assert_eq!(recorded(state, &id), Some(State::Running));
+        // the session is still opening: a pause says it is in flight
+        let info = life.pause(&id).unwrap();
+        assert_eq!(info.state, State::Paused);
+        assert!(info.note.unwrap().contains("1 session(s)"));
+        assert_eq!(recorded(state, &id), Some(State::Paused));
+        // a host message thaws it before it goes on
+        sb.activity(slot).host_message();
+        assert_eq!(life.show(&id).unwrap().state, State::Running);
+        drop(guard);
+        assert_eq!(recorded(state, &id), Some(State::Stopped));
+        assert_eq!(life.show(&id).unwrap().sessions, 0);
+        let t = life.destroy(&id, &Approved::new()).unwrap();
+        assert!(t.clean(), "{:?}", t.left);
+        assert_eq!(recorded(state, &id), None);
+        assert!(!sb.workspace.root.exists());
+        assert_eq!(
+            actions(&audit),
+            [
+                "created",
+                "running session",
+                "paused mcpbox sandboxes pause",
+                "running call",
+                "stopped last session ended",
+                "destroyed mcpbox sandboxes destroy",
+            ]
         );
         assert_eq!(
-            pause_note(Paused::Froze { in_flight: 0 }, State::Paused),
-            "paused"
+            *plain.calls.lock().unwrap(),
+            [
+                format!("create {id}"),
+                format!("freeze {id}"),
+                format!("thaw {id}"),
+                // the teardown: thawed, what is left stopped, removed
+                format!("thaw {id}"),
+                format!("thaw {id}"),
+                format!("stop {id}"),
+                format!("destroy {id}"),
+            ]
         );
-        assert_eq!(pause_note(Paused::Already, State::Paused), "paused already");
-        let n = pause_note(Paused::Froze { in_flight: 2 }, State::Paused);
-        assert!(n.contains("2 session(s) in the middle of a request"), "{n}");
-        let n = pause_note(Paused::Already, State::Stopped);
-        assert!(n.starts_with("stopped: "), "{n}");
+        // a torn-down sandbox is gone from the live map: a new session of
+        // the same key gets a new one
+        assert!(life.show(&id).is_err());
     }
 }

@@ -2,10 +2,12 @@
 //! artifacts`) on the lifecycle.
 
 use std::path::Path;
+use std::time::Instant;
 
 use anyhow::Context;
 use mcpbox_lifecycle::artifacts::Approved;
 use mcpbox_lifecycle::id::Key;
+use mcpbox_lifecycle::machine::Event as LifeEvent;
 use mcpbox_lifecycle::registry::Record;
 use mcpbox_lifecycle::{Artifact, Control, Exported, SandboxInfo, SnapshotInfo, State, Teardown};
 use serde_json::json;
@@ -35,7 +37,7 @@ impl Control for Lifecycle {
         let how = sb.pause()?;
         // the state at the answer, and why: a call may have woken it
         let mut info = sb.info();
-        info.note = Some(super::pause_note(how, info.state));
+        info.note = Some(how.note(info.state));
         Ok(info)
     }
 
@@ -53,19 +55,13 @@ impl Control for Lifecycle {
     ) -> Result<SnapshotInfo, String> {
         let ws = self.workspace_of(id)?;
         // frozen while it is read, so the archive is one moment's state
+        // (and the idle clock leaves it alone meanwhile: it must not pause,
+        // and this then thaw, it)
         let live = self.get(id).ok();
-        let froze = match &live {
-            Some(sb) => {
-                let mut g = lock(&sb.inner);
-                let froze = g.state == State::Running
-                    && sb.freezer.is_some()
-                    && self.shared.backend.freeze(id).is_ok();
-                // the idle clock must not pause (and this then thaw) it meanwhile
-                g.snapshotting = froze;
-                froze
-            }
-            None => false,
-        };
+        if let Some(sb) = &live {
+            let mut g = lock(&sb.inner);
+            sb.on(&mut g, LifeEvent::SnapshotBegin, Instant::now());
+        }
         let output = ws.output();
         let tmp = ws.tmp();
         let mut parts: Vec<(&str, &Path)> = vec![("output", output.as_path())];
@@ -77,10 +73,9 @@ impl Control for Lifecycle {
         let own = format!("tmp/{}", mcpbox_builtin::STATE_DIR);
         let result = mcpbox_lifecycle::snapshot::write_excluding(&parts, archive, &[own.as_str()])
             .map_err(|e| e.to_string());
-        if let (true, Some(sb)) = (froze, &live) {
+        if let Some(sb) = &live {
             let mut g = lock(&sb.inner);
-            let _ = self.shared.backend.thaw(id);
-            g.snapshotting = false;
+            sb.on(&mut g, LifeEvent::SnapshotEnd, Instant::now());
         }
         let info = result?;
         let (key, audit) = self.owner(id)?;

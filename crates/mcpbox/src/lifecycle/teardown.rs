@@ -10,6 +10,7 @@ use std::time::Duration;
 use mcpbox_audit::{Kind, Sink};
 use mcpbox_lifecycle::artifacts::Approved;
 use mcpbox_lifecycle::id::Key;
+use mcpbox_lifecycle::machine::Event as LifeEvent;
 use mcpbox_lifecycle::{Artifact, Exported, State, Teardown};
 use mcpbox_policy::SecretSource;
 use serde_json::json;
@@ -55,10 +56,10 @@ impl Lifecycle {
             Some(sb) => {
                 let (rules, revoke) = {
                     let mut g = lock(&sb.inner);
-                    if g.destroying {
-                        return Err(format!("sandbox {id} is already being destroyed"));
+                    let now = std::time::Instant::now();
+                    if let Some(r) = sb.on(&mut g, LifeEvent::DestroyBegin, now).refused {
+                        return Err(sb.refusal(r));
                     }
-                    g.destroying = true;
                     (g.artifacts.clone(), g.revoke.clone())
                 };
                 sb.stop_sessions();
@@ -175,7 +176,8 @@ impl Lifecycle {
         }
         lock(&self.map).remove(id);
         if let Some(sb) = &sb {
-            lock(&sb.inner).state = State::Destroyed;
+            let mut g = lock(&sb.inner);
+            sb.on(&mut g, LifeEvent::Destroyed, std::time::Instant::now());
         }
         audit_lifecycle(
             &audit,
