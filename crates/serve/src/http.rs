@@ -631,3 +631,294 @@ impl Gateway {
         });
     }
 }
+
+/// The service called directly, without a socket (as axum's tests call a
+/// router with tower's `oneshot`): each check of the gate, in order.
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use http_body_util::Full;
+
+    use super::*;
+    use crate::settings::Settings;
+    use crate::{Backend, Open, OpenError, Opened};
+
+    /// A backend whose servers never start, and which keeps its records.
+    #[derive(Default)]
+    struct Failing {
+        audits: Mutex<Vec<AuditEvent>>,
+    }
+
+    impl Backend for Failing {
+        fn open(&self, _open: &Open) -> Result<Opened, OpenError> {
+            Err(OpenError::Failed(
+                "creating /tmp/mcpbox-0/sb-1: File exists (os error 17)".into(),
+            ))
+        }
+
+        fn audit(&self, event: AuditEvent) {
+            self.audits.lock().unwrap().push(event);
+        }
+    }
+
+    const HOST: &str = "127.0.0.1:8787";
+    const TOKEN: &str = "t0ken";
+
+    fn gateway() -> (Arc<Gateway>, Arc<Failing>) {
+        let mut s = Settings::new(HOST.parse().unwrap(), false, &[], &[]);
+        s.servers = vec!["a".into(), "b".into()];
+        s.clients = vec![ClientSettings::with_token("alice", TOKEN, vec!["a".into()])];
+        let backend = Arc::new(Failing::default());
+        (Gateway::new(s, backend.clone()), backend)
+    }
+
+    /// A request with the headers a well-behaved client sends, then
+    /// `extra` (a header given an empty value is left out).
+    fn request(
+        method: &str,
+        path: &str,
+        extra: &[(&str, &str)],
+        body: &str,
+    ) -> Request<Full<Bytes>> {
+        let mut headers = vec![
+            ("host", HOST.to_string()),
+            ("authorization", format!("Bearer {TOKEN}")),
+            ("content-type", "application/json".into()),
+            ("accept", "application/json, text/event-stream".into()),
+        ];
+        for (k, v) in extra {
+            headers.retain(|(h, _)| h != k);
+            if !v.is_empty() {
+                headers.push((k, v.to_string()));
+            }
+        }
+        let mut b = Request::builder().method(method).uri(path);
+        for (k, v) in headers {
+            b = b.header(k, v);
+        }
+        b.body(Full::new(Bytes::from(body.to_string()))).unwrap()
+    }
+
+    async fn call(gw: &Arc<Gateway>, req: Request<Full<Bytes>>) -> (StatusCode, HeaderMap, Value) {
+        let resp = handle(gw.clone(), req).await.unwrap();
+        let (parts, body) = resp.into_parts();
+        let bytes = body.collect().await.unwrap().to_bytes();
+        let v = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        (parts.status, parts.headers, v)
+    }
+
+    const LIST: &str = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;
+
+    #[tokio::test]
+    async fn each_check_of_the_gate_refuses_with_its_status_and_reason() {
+        let (gw, _) = gateway();
+        let s = "/servers/a/mcp";
+        // (method, path, headers changed, body, status, reason)
+        let cases: &[(&str, &str, &[(&str, &str)], &str, u16, &str)] = &[
+            (
+                "POST",
+                s,
+                &[("host", "evil.example:8787")],
+                LIST,
+                403,
+                "http.host_refused",
+            ),
+            (
+                "POST",
+                s,
+                &[("origin", "http://evil.example")],
+                LIST,
+                403,
+                "http.origin_refused",
+            ),
+            (
+                "POST",
+                s,
+                &[("authorization", "")],
+                LIST,
+                401,
+                "http.token_missing",
+            ),
+            (
+                "POST",
+                s,
+                &[("authorization", "Bearer nope")],
+                LIST,
+                401,
+                "http.token_invalid",
+            ),
+            (
+                "POST",
+                s,
+                &[("authorization", "Basic x")],
+                LIST,
+                401,
+                "http.token_invalid",
+            ),
+            (
+                "POST",
+                "/servers/zz/mcp",
+                &[],
+                LIST,
+                404,
+                "http.server_unknown",
+            ),
+            (
+                "POST",
+                "/servers/b/mcp",
+                &[],
+                LIST,
+                403,
+                "http.server_forbidden",
+            ),
+            (
+                "POST",
+                s,
+                &[("content-type", "text/plain")],
+                LIST,
+                415,
+                "http.content_type",
+            ),
+            (
+                "POST",
+                s,
+                &[("accept", "application/json")],
+                LIST,
+                406,
+                "http.accept",
+            ),
+            (
+                "POST",
+                s,
+                &[("mcp-protocol-version", "1999-01-01")],
+                LIST,
+                400,
+                "http.protocol_version",
+            ),
+            ("POST", s, &[], "[1]", 400, "batch.refused"),
+            ("POST", s, &[], "{", 400, "request.invalid"),
+            ("POST", s, &[], LIST, 400, "http.session_required"),
+            (
+                "POST",
+                s,
+                &[("mcp-session-id", "00ff")],
+                LIST,
+                404,
+                "http.session_unknown",
+            ),
+            (
+                "POST",
+                "/mcp",
+                &[("mcp-session-id", "00ff")],
+                LIST,
+                404,
+                "http.session_unknown",
+            ),
+            (
+                "GET",
+                s,
+                &[("accept", "application/json")],
+                "",
+                406,
+                "http.accept",
+            ),
+            (
+                "GET",
+                s,
+                &[("accept", "text/event-stream")],
+                "",
+                400,
+                "http.session_required",
+            ),
+            (
+                "GET",
+                "/mcp",
+                &[("accept", "text/event-stream"), ("mcp-session-id", "00ff")],
+                "",
+                404,
+                "http.session_unknown",
+            ),
+            ("DELETE", s, &[], "", 400, "http.session_required"),
+            (
+                "DELETE",
+                "/mcp",
+                &[("mcp-session-id", "00ff")],
+                "",
+                404,
+                "http.session_unknown",
+            ),
+            (
+                "POST",
+                s,
+                &[("mcpbox-task", "../x")],
+                LIST,
+                400,
+                "http.task_invalid",
+            ),
+        ];
+        for (method, path, extra, body, status, reason) in cases {
+            let (got, _, v) = call(&gw, request(method, path, extra, body)).await;
+            assert_eq!(got.as_u16(), *status, "{method} {path} {extra:?}: {v}");
+            assert_eq!(
+                v["error"]["data"]["reason"], *reason,
+                "{method} {path} {extra:?}"
+            );
+            assert_eq!(v["error"]["data"]["source"], "mcpbox");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_refusal_before_the_client_is_known_closes_the_connection() {
+        let (gw, _) = gateway();
+        let (status, headers, _) = call(
+            &gw,
+            request("POST", "/servers/a/mcp", &[("authorization", "")], LIST),
+        )
+        .await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED);
+        assert_eq!(header(&headers, "connection"), Some("close"));
+        assert_eq!(
+            header(&headers, "www-authenticate"),
+            Some(r#"Bearer realm="mcpbox""#)
+        );
+        let (status, headers, _) = call(&gw, request("GET", "/healthz", &[("host", "")], "")).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(header(&headers, "connection"), None);
+        let (status, headers, _) = call(&gw, request("PUT", "/mcp", &[], "")).await;
+        assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
+        assert_eq!(header(&headers, "allow"), Some("GET, POST, DELETE"));
+    }
+
+    #[tokio::test]
+    async fn a_foreign_server_is_audited_and_a_failed_start_names_only_its_step() {
+        let (gw, backend) = gateway();
+        call(&gw, request("POST", "/servers/b/mcp", &[], LIST)).await;
+        {
+            let audits = backend.audits.lock().unwrap();
+            assert_eq!(audits.len(), 1);
+            assert_eq!(audits[0].caller, "alice");
+            assert_eq!(audits[0].server, "b");
+            assert_eq!(audits[0].reason.as_deref(), Some("http.server_forbidden"));
+        }
+        let init = r#"{"jsonrpc":"2.0","id":7,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}"#;
+        for path in ["/servers/a/mcp", "/mcp"] {
+            let (status, headers, v) = call(&gw, request("POST", path, &[], init)).await;
+            assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{path}: {v}");
+            assert_eq!(v["error"]["data"]["reason"], "http.session_failed", "{path}");
+            let text = v["error"]["message"].as_str().unwrap();
+            assert!(text.contains("creating …/sb-1"), "{text}");
+            assert!(!text.contains("/tmp"), "{text}");
+            assert_eq!(header(&headers, SESSION_HEADER), None);
+        }
+        assert!(gw.sessions.is_empty());
+        // initialize with a session id is refused before anything opens
+        let (status, _, v) = call(
+            &gw,
+            request("POST", "/mcp", &[("mcp-session-id", "00ff")], init),
+        )
+        .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        assert_eq!(v["id"], 7);
+    }
+}
