@@ -708,6 +708,16 @@ mod tests {
         (parts.status, parts.headers, v)
     }
 
+    /// (method, path, headers changed, body, status, reason)
+    type Case<'a> = (
+        &'a str,
+        &'a str,
+        &'a [(&'a str, &'a str)],
+        &'a str,
+        u16,
+        &'a str,
+    );
+
     const LIST: &str = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;
 
     #[tokio::test]
@@ -715,7 +725,7 @@ mod tests {
         let (gw, _) = gateway();
         let s = "/servers/a/mcp";
         // (method, path, headers changed, body, status, reason)
-        let cases: &[(&str, &str, &[(&str, &str)], &str, u16, &str)] = &[
+        let cases: &[Case] = &[
             (
                 "POST",
                 s,
@@ -905,7 +915,10 @@ mod tests {
         for path in ["/servers/a/mcp", "/mcp"] {
             let (status, headers, v) = call(&gw, request("POST", path, &[], init)).await;
             assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{path}: {v}");
-            assert_eq!(v["error"]["data"]["reason"], "http.session_failed", "{path}");
+            assert_eq!(
+                v["error"]["data"]["reason"], "http.session_failed",
+                "{path}"
+            );
             let text = v["error"]["message"].as_str().unwrap();
             assert!(text.contains("creating …/sb-1"), "{text}");
             assert!(!text.contains("/tmp"), "{text}");
