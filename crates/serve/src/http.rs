@@ -24,7 +24,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use http_body_util::BodyExt;
-use hyper::header::{HeaderMap, HeaderValue, CONTENT_TYPE, HOST, ORIGIN};
+use hyper::header::{HeaderMap, HeaderValue, CONTENT_TYPE, HOST};
 use hyper::{Method, Request, Response, StatusCode};
 use mcpbox_audit::{Event as AuditEvent, Kind, Verdict};
 use mcpbox_gateway::message::{Invalid, Message, Shape};
@@ -100,8 +100,8 @@ async fn route<B: RequestBody>(
     // `limits.header_timeout`).
     // DNS rebinding: a page on another site that resolves its own name to
     // this address sends that name as Host, and its own site as Origin.
-    let host = header(headers, HOST).unwrap_or("");
-    if !gw.settings.host_allowed(host) {
+    if crate::gate::host(headers, &gw.settings.allowed_hosts).is_none() {
+        let host = header(headers, HOST).unwrap_or("");
         tracing::warn!(
             host,
             "request for a host the gateway does not serve refused"
@@ -114,18 +114,15 @@ async fn route<B: RequestBody>(
         )
         .header("connection", "close"));
     }
-    if let Some(origin) = headers.get(ORIGIN) {
-        let ok = origin.to_str().is_ok_and(|o| gw.settings.origin_allowed(o));
-        if !ok {
-            tracing::warn!(origin = ?origin, "request from a foreign origin refused");
-            return Err(Refusal::new(
-                StatusCode::FORBIDDEN,
-                TRANSPORT_ERROR,
-                Reason::HttpOriginRefused,
-                "Origin not accepted (see listen.allowed_origins)",
-            )
-            .header("connection", "close"));
-        }
+    if let Err(origin) = crate::gate::origin(headers, &gw.settings.allowed_origins) {
+        tracing::warn!(origin = ?origin, "request from a foreign origin refused");
+        return Err(Refusal::new(
+            StatusCode::FORBIDDEN,
+            TRANSPORT_ERROR,
+            Reason::HttpOriginRefused,
+            "Origin not accepted (see listen.allowed_origins)",
+        )
+        .header("connection", "close"));
     }
     let client = authenticate(gw, headers)?;
     if path == "/metrics" && req.method() == Method::GET {
@@ -219,27 +216,13 @@ async fn route<B: RequestBody>(
 /// compared in constant time), or the anonymous client for a request
 /// without one.
 fn authenticate(gw: &Gateway, headers: &HeaderMap) -> Result<ClientSettings, Refusal> {
-    let auth = headers.get(hyper::header::AUTHORIZATION);
-    let presented = match auth {
-        None => None,
-        Some(v) => {
-            let token = v
-                .to_str()
-                .ok()
-                .and_then(|s| {
-                    s.strip_prefix("Bearer ")
-                        .or_else(|| s.strip_prefix("bearer "))
-                })
-                .map(str::trim);
-            match token {
-                Some(t) if !t.is_empty() => Some(digest(t.as_bytes())),
-                _ => {
-                    return Err(unauthorized(
-                        Reason::HttpTokenInvalid,
-                        "Authorization must be `Bearer <token>`",
-                    ))
-                }
-            }
+    let presented = match crate::gate::bearer(headers) {
+        Ok(token) => token.map(|t| digest(t.as_bytes())),
+        Err(crate::gate::Malformed) => {
+            return Err(unauthorized(
+                Reason::HttpTokenInvalid,
+                "Authorization must be `Bearer <token>`",
+            ))
         }
     };
     match gw.settings.client_for(presented.as_ref()) {

@@ -52,6 +52,8 @@
 pub mod aggregate;
 pub mod body;
 pub mod budget;
+pub mod console;
+pub mod gate;
 pub mod http;
 pub mod limits;
 pub(crate) mod members;
