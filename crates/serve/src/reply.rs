@@ -528,6 +528,13 @@ mod tests {
     }
 
     #[test]
+    fn the_docs_list_the_revisions_the_gateway_accepts() {
+        let docs = include_str!("../../../docs/serve.md").replace("\n  ", " ");
+        let listed = format!("({})", mcp::REVISIONS.join(", "));
+        assert!(docs.contains(&listed), "docs/serve.md should list {listed}");
+    }
+
+    #[test]
     fn an_older_servers_result_gets_the_result_type_this_revision_requires() {
         let v = back(
             br#"{"jsonrpc":"2.0","id":"mcpbox-7","result":{"content":[]}}"#,
