@@ -23,7 +23,7 @@
 //!   (for a resource) go to the member that owns the URI, since URIs are
 //!   the servers' own and are not renamed: every URI belongs to exactly one
 //!   server, the first in the config's order that lists it or has a
-//!   template whose fixed start it begins with ([`Owners`]). A later
+//!   template whose fixed start it begins with (`members::Owners`). A later
 //!   server's resource or template whose every URI an earlier one owns is
 //!   withheld from the lists, named in the list's
 //!   `_meta["mcpbox/withheld"]`, logged and audited

@@ -14,8 +14,8 @@
 //!
 //! This module is the top of the HTTP face: it depends on the endpoints
 //! ([`crate::modern`], [`crate::aggregate`]) and on what they share
-//! ([`crate::reply`]); none of them depends on it. One lookup of a
-//! session id ([`find`]) and one GET and one DELETE serve both a server's
+//! (`reply.rs`); none of them depends on it. One lookup of a
+//! session id (`find`) and one GET and one DELETE serve both a server's
 //! endpoint and `/mcp`.
 
 use std::convert::Infallible;

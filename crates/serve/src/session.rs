@@ -9,7 +9,7 @@
 //! on the relay's thread, never blocking) sends each message where the
 //! pure routing core ([`crate::route`]) says it belongs: to the POST
 //! waiting for it (dropped if that client went away), or to the GET
-//! stream ([`Outbox`]), which, while none is open, keeps it in a bounded
+//! stream (`Outbox`), which, while none is open, keeps it in a bounded
 //! backlog (the oldest is dropped past [`BACKLOG`]).
 //!
 //! Every message held for the client is charged to the session's byte
