@@ -77,8 +77,9 @@ fn default_root() -> String {
     "/workspace".into()
 }
 
-/// The protocol versions this server speaks, newest first.
-const VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
+/// The protocol versions this server speaks, newest first: the ones with
+/// an `initialize` handshake.
+const VERSIONS: &[&str] = &mcpbox_policy::mcp::SESSION_REVISIONS;
 /// The longest request line read from stdin (a `write_file` of a large file).
 const MAX_LINE: usize = 64 << 20;
 /// How often memory is sampled while a job has a limit.

@@ -328,3 +328,53 @@ fn a_server_cannot_announce_changes_to_another_servers_resource_on_the_aggregate
         "b announced a's resource: {first}"
     );
 }
+
+#[test]
+fn a_server_cannot_show_a_client_the_gateways_own_ids_through_either_endpoint_in_either_era() {
+    // The gateway forwards a client's request under an id of its own on
+    // /mcp and in the stateless revision. A server that names that id back
+    // (as a listen stream's subscription id) must not make the client see
+    // the gateway's id: the client gets its own back, on every endpoint.
+    let gw = gateway();
+    let mut m = gw.mcp("a", Some(ALICE));
+    m.initialize();
+    let mut agg = aggregate(&gw);
+    agg.initialize();
+    let s = gw.mcp("a", Some(ALICE));
+    let a = aggregate(&gw);
+    let call = |n: &str| json!({"name": n, "arguments": {}});
+    let answers = vec![
+        (
+            "legacy /servers",
+            legacy(&mut m, "tools/call", call("name_my_call")),
+        ),
+        (
+            "legacy /mcp",
+            legacy(&mut agg, "tools/call", call("a__name_my_call")),
+        ),
+        (
+            "stateless /servers",
+            modern(&s, "tools/call", call("name_my_call")),
+        ),
+        (
+            "stateless /mcp",
+            modern(&a, "tools/call", call("a__name_my_call")),
+        ),
+    ];
+    for (how, messages) in &answers {
+        let last = messages.last().unwrap();
+        assert_eq!(text_of(last), "named", "{how}: {messages:?}");
+        let id = &last["id"];
+        let named: Vec<&Value> = messages
+            .iter()
+            .filter_map(|msg| msg.pointer("/params/_meta/io.modelcontextprotocol~1subscriptionId"))
+            .collect();
+        assert_eq!(named, [id], "{how}: {messages:?}");
+        for msg in messages {
+            assert!(
+                !msg.to_string().contains("mcpbox-"),
+                "{how}: the gateway's id reached the client: {msg}"
+            );
+        }
+    }
+}

@@ -22,6 +22,7 @@ mod diagnostic;
 mod examples;
 pub mod extends;
 mod locate;
+pub mod mcp;
 mod model;
 mod network;
 mod paths;

@@ -11,138 +11,59 @@
 //! another client gets the same 404 as an unknown one (and is audited),
 //! so ids cannot be probed.
 
+//!
+//! This module is the top of the HTTP face: it depends on the endpoints
+//! ([`crate::modern`], [`crate::aggregate`]) and on what they share
+//! (`reply.rs`); none of them depends on it. One lookup of a
+//! session id (`find`) and one GET and one DELETE serve both a server's
+//! endpoint and `/mcp`.
+
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use bytes::Bytes;
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
-use hyper::header::{HeaderMap, HeaderValue, ACCEPT, CONTENT_TYPE, HOST, ORIGIN};
+use hyper::header::{HeaderMap, HeaderValue, CONTENT_TYPE, HOST};
 use hyper::{Method, Request, Response, StatusCode};
 use mcpbox_audit::{Event as AuditEvent, Kind, Verdict};
 use mcpbox_gateway::message::{Invalid, Message, Shape};
+use mcpbox_policy::mcp::code::{INVALID_REQUEST, PARSE_ERROR, TRANSPORT_ERROR};
 use mcpbox_policy::Reason;
 use serde_json::{json, Value};
 
-use crate::body::{sse_event, Body, Chunk, KEEPALIVE};
-use crate::budget::Held;
-use crate::session::{McpSession, Out, SendError, StreamError, Waiting};
+use crate::aggregate::Aggregate;
+use crate::body::Body;
+use crate::reply::{
+    accepted, accepts, bad_task, check_version, event_stream, header, initialize_task, one_line,
+    open_refusal, plain, request_stream, send_refusal, session_not_found, Ctx, Refusal,
+};
+use crate::session::{McpSession, SendError, StreamError, Waiting};
 use crate::settings::{digest, ClientSettings};
 use crate::Gateway;
 
-/// The header that carries the session id.
-pub const SESSION_HEADER: &str = "mcp-session-id";
-/// The header that carries the protocol revision.
-pub const VERSION_HEADER: &str = "mcp-protocol-version";
-/// Protocol revisions the HTTP face accepts in `MCP-Protocol-Version`.
-pub const SUPPORTED_VERSIONS: [&str; 5] = [
-    "2024-11-05",
-    "2025-03-26",
-    "2025-06-18",
-    "2025-11-25",
-    "2026-07-28",
-];
-/// Events between a stream's task and hyper (each charged to its
-/// session's budget until hyper takes it).
-const SSE_CHUNKS: usize = 64;
-/// An SSE comment goes out when a stream was quiet this long.
-pub(crate) const KEEPALIVE_EVERY: Duration = Duration::from_secs(15);
+pub use crate::reply::{SESSION_HEADER, VERSION_HEADER};
 
-/// JSON-RPC: invalid JSON.
-pub(crate) const PARSE_ERROR: i64 = -32700;
-/// JSON-RPC: not a valid request object.
-pub(crate) const INVALID_REQUEST: i64 = -32600;
-/// Implementation-defined server error: the transport refused the request.
-pub(crate) const TRANSPORT_ERROR: i64 = -32000;
-/// The session id names no live session (what the SDKs answer).
-pub(crate) const SESSION_NOT_FOUND: i64 = -32001;
-
-/// A refusal: an HTTP status with a JSON-RPC error body (boxed: it is the
-/// error side of most results here, and the common side stays small).
-pub(crate) struct Refusal(Box<Refused>);
-
-struct Refused {
-    status: StatusCode,
-    code: i64,
-    reason: Reason,
-    message: String,
-    headers: Vec<(&'static str, String)>,
-    id: Value,
-    data: Option<Value>,
+/// What a request body must be to be served: hyper's, or in tests a
+/// whole body ([`http_body_util::Full`]), so the service is called
+/// without a socket.
+pub trait RequestBody: hyper::body::Body<Data = Bytes, Error = Self::Err> + Send + 'static {
+    /// The body's error.
+    type Err: Into<Box<dyn std::error::Error + Send + Sync>>;
 }
 
-impl Refusal {
-    pub(crate) fn new(
-        status: StatusCode,
-        code: i64,
-        reason: Reason,
-        message: impl Into<String>,
-    ) -> Refusal {
-        Refusal(Box::new(Refused {
-            status,
-            code,
-            reason,
-            message: message.into(),
-            headers: Vec::new(),
-            id: Value::Null,
-            data: None,
-        }))
-    }
-
-    /// More detail in `error.data`, beside the reason and source.
-    pub(crate) fn data(mut self, extra: Value) -> Refusal {
-        self.0.data = Some(extra);
-        self
-    }
-
-    pub(crate) fn header(mut self, name: &'static str, value: impl Into<String>) -> Refusal {
-        self.0.headers.push((name, value.into()));
-        self
-    }
-
-    pub(crate) fn id(mut self, id: Value) -> Refusal {
-        self.0.id = id;
-        self
-    }
-
-    fn into_response(self, gw: &Gateway) -> Response<Body> {
-        let this = *self.0;
-        gw.metrics.refused(this.reason.as_str());
-        let mut data = json!({"reason": this.reason.as_str(), "source": "mcpbox"});
-        if let (Some(Value::Object(extra)), Some(d)) = (this.data, data.as_object_mut()) {
-            d.extend(extra);
-        }
-        let body = json!({
-            "jsonrpc": "2.0",
-            "id": this.id,
-            "error": {
-                "code": this.code,
-                "message": this.message,
-                "data": data,
-            },
-        });
-        let mut r = Response::builder()
-            .status(this.status)
-            .header(CONTENT_TYPE, "application/json");
-        for (k, v) in this.headers {
-            r = r.header(k, v);
-        }
-        r.body(Body::full(serde_json::to_vec(&body).unwrap_or_default()))
-            .unwrap_or_else(|_| plain(StatusCode::INTERNAL_SERVER_ERROR, ""))
-    }
-}
-
-pub(crate) fn plain(status: StatusCode, text: &'static str) -> Response<Body> {
-    let mut r = Response::new(Body::full(text));
-    *r.status_mut() = status;
-    r
+impl<B> RequestBody for B
+where
+    B: hyper::body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    type Err = B::Error;
 }
 
 /// Answers one request and counts it.
-pub async fn handle(
+pub async fn handle<B: RequestBody>(
     gw: Arc<Gateway>,
-    req: Request<Incoming>,
+    req: Request<B>,
 ) -> Result<Response<Body>, Infallible> {
     let started = Instant::now();
     let method = req.method().clone();
@@ -155,11 +76,10 @@ pub async fn handle(
     Ok(resp)
 }
 
-pub(crate) fn header(headers: &HeaderMap, name: impl hyper::header::AsHeaderName) -> Option<&str> {
-    headers.get(name).and_then(|v| v.to_str().ok())
-}
-
-async fn route(gw: &Arc<Gateway>, req: Request<Incoming>) -> Result<Response<Body>, Refusal> {
+async fn route<B: RequestBody>(
+    gw: &Arc<Gateway>,
+    req: Request<B>,
+) -> Result<Response<Body>, Refusal> {
     let path = req.uri().path().to_string();
     if path == "/healthz" && req.method() == Method::GET {
         return Ok(plain(StatusCode::OK, "ok\n"));
@@ -180,8 +100,8 @@ async fn route(gw: &Arc<Gateway>, req: Request<Incoming>) -> Result<Response<Bod
     // `limits.header_timeout`).
     // DNS rebinding: a page on another site that resolves its own name to
     // this address sends that name as Host, and its own site as Origin.
-    let host = header(headers, HOST).unwrap_or("");
-    if !gw.settings.host_allowed(host) {
+    if crate::gate::host(headers, &gw.settings.allowed_hosts).is_none() {
+        let host = header(headers, HOST).unwrap_or("");
         tracing::warn!(
             host,
             "request for a host the gateway does not serve refused"
@@ -194,18 +114,15 @@ async fn route(gw: &Arc<Gateway>, req: Request<Incoming>) -> Result<Response<Bod
         )
         .header("connection", "close"));
     }
-    if let Some(origin) = headers.get(ORIGIN) {
-        let ok = origin.to_str().is_ok_and(|o| gw.settings.origin_allowed(o));
-        if !ok {
-            tracing::warn!(origin = ?origin, "request from a foreign origin refused");
-            return Err(Refusal::new(
-                StatusCode::FORBIDDEN,
-                TRANSPORT_ERROR,
-                Reason::HttpOriginRefused,
-                "Origin not accepted (see listen.allowed_origins)",
-            )
-            .header("connection", "close"));
-        }
+    if let Err(origin) = crate::gate::origin(headers, &gw.settings.allowed_origins) {
+        tracing::warn!(origin = ?origin, "request from a foreign origin refused");
+        return Err(Refusal::new(
+            StatusCode::FORBIDDEN,
+            TRANSPORT_ERROR,
+            Reason::HttpOriginRefused,
+            "Origin not accepted (see listen.allowed_origins)",
+        )
+        .header("connection", "close"));
     }
     let client = authenticate(gw, headers)?;
     if path == "/metrics" && req.method() == Method::GET {
@@ -285,10 +202,8 @@ async fn route(gw: &Arc<Gateway>, req: Request<Incoming>) -> Result<Response<Bod
             };
             Ok(resp.map(|b| b.held(Box::new(busy))))
         }
-        Method::GET if ctx.server.is_empty() => crate::aggregate::get(&ctx, &req),
-        Method::DELETE if ctx.server.is_empty() => crate::aggregate::delete(&ctx, &req),
-        Method::GET => get(&ctx, &req),
-        Method::DELETE => delete(&ctx, &req).await,
+        Method::GET => get(&ctx, req.headers()),
+        Method::DELETE => delete(&ctx, req.headers()),
         _ => Ok(Response::builder()
             .status(StatusCode::METHOD_NOT_ALLOWED)
             .header("allow", "GET, POST, DELETE")
@@ -301,27 +216,13 @@ async fn route(gw: &Arc<Gateway>, req: Request<Incoming>) -> Result<Response<Bod
 /// compared in constant time), or the anonymous client for a request
 /// without one.
 fn authenticate(gw: &Gateway, headers: &HeaderMap) -> Result<ClientSettings, Refusal> {
-    let auth = headers.get(hyper::header::AUTHORIZATION);
-    let presented = match auth {
-        None => None,
-        Some(v) => {
-            let token = v
-                .to_str()
-                .ok()
-                .and_then(|s| {
-                    s.strip_prefix("Bearer ")
-                        .or_else(|| s.strip_prefix("bearer "))
-                })
-                .map(str::trim);
-            match token {
-                Some(t) if !t.is_empty() => Some(digest(t.as_bytes())),
-                _ => {
-                    return Err(unauthorized(
-                        Reason::HttpTokenInvalid,
-                        "Authorization must be `Bearer <token>`",
-                    ))
-                }
-            }
+    let presented = match crate::gate::bearer(headers) {
+        Ok(token) => token.map(|t| digest(t.as_bytes())),
+        Err(crate::gate::Malformed) => {
+            return Err(unauthorized(
+                Reason::HttpTokenInvalid,
+                "Authorization must be `Bearer <token>`",
+            ))
         }
     };
     match gw.settings.client_for(presented.as_ref()) {
@@ -351,18 +252,6 @@ fn unauthorized(reason: Reason, message: &str) -> Refusal {
         .header("connection", "close")
 }
 
-/// The request's context once it passed the gate (`server` is empty on
-/// the aggregated endpoint).
-#[derive(Clone)]
-pub(crate) struct Ctx {
-    pub(crate) gw: Arc<Gateway>,
-    pub(crate) client: ClientSettings,
-    pub(crate) server: String,
-    /// The task the client named (`Mcpbox-Task`), for a sandbox of its
-    /// own per task.
-    pub(crate) task: Option<String>,
-}
-
 /// The task named by the `Mcpbox-Task` header, checked: a name that could
 /// reach a path or a terminal is refused, not cleaned up.
 fn task_header(headers: &HeaderMap) -> Result<Option<String>, Refusal> {
@@ -374,75 +263,34 @@ fn task_header(headers: &HeaderMap) -> Result<Option<String>, Refusal> {
     Ok(Some(task.to_string()))
 }
 
-fn bad_task(why: String) -> Refusal {
-    Refusal::new(
-        StatusCode::BAD_REQUEST,
-        INVALID_REQUEST,
-        Reason::HttpTaskInvalid,
-        format!("Mcpbox-Task: {why}"),
-    )
+/// What a session id names on the request's endpoint: a session of a
+/// server, or an aggregate on `/mcp`.
+enum Endpoint {
+    Session(Arc<McpSession>),
+    Aggregate(Arc<Aggregate>),
 }
 
-/// The task of an `initialize`: the header's, or else
-/// `params._meta["io.mcpbox/task"]`; both, differing, is refused.
-pub(crate) fn initialize_task(ctx: &Ctx, msg: &Message) -> Result<Option<String>, Refusal> {
-    let meta = msg
-        .value
-        .pointer("/params/_meta")
-        .and_then(|m| m.get(mcpbox_lifecycle::id::TASK_META));
-    let meta = match meta {
-        None => None,
-        Some(Value::String(t)) => {
-            mcpbox_lifecycle::id::check_task(t).map_err(bad_task)?;
-            Some(t.clone())
+impl Endpoint {
+    /// Whose it is: (client, server; empty for `/mcp`).
+    fn owner(&self) -> (&str, &str) {
+        match self {
+            Endpoint::Session(s) => (&s.client, &s.server),
+            Endpoint::Aggregate(a) => (&a.client, ""),
         }
-        Some(_) => return Err(bad_task("the _meta task is not a string".into())),
-    };
-    match (&ctx.task, meta) {
-        (Some(h), Some(m)) if *h != m => Err(bad_task(
-            "the header and params._meta name different tasks".into(),
-        )),
-        (Some(h), _) => Ok(Some(h.clone())),
-        (None, m) => Ok(m),
     }
-}
 
-/// `Accept` lists `want` (or a wildcard that covers it).
-pub(crate) fn accepts(headers: &HeaderMap, want: &str) -> bool {
-    let Some(accept) = header(headers, ACCEPT) else {
-        return false;
-    };
-    let (kind, _) = want.split_once('/').unwrap_or((want, ""));
-    accept.split(',').any(|part| {
-        let media = part
-            .split(';')
-            .next()
-            .unwrap_or("")
-            .trim()
-            .to_ascii_lowercase();
-        media == want || media == "*/*" || media == format!("{kind}/*")
-    })
-}
-
-pub(crate) fn check_version(headers: &HeaderMap) -> Result<Option<String>, Refusal> {
-    match header(headers, VERSION_HEADER) {
-        None => Ok(None),
-        Some(v) if SUPPORTED_VERSIONS.contains(&v.trim()) => Ok(Some(v.trim().to_string())),
-        Some(v) => Err(Refusal::new(
-            StatusCode::BAD_REQUEST,
-            TRANSPORT_ERROR,
-            Reason::HttpProtocolVersion,
-            format!(
-                "unsupported MCP-Protocol-Version {v:?}; supported: {}",
-                SUPPORTED_VERSIONS.join(", ")
-            ),
-        )),
+    fn ended(&self) -> bool {
+        match self {
+            Endpoint::Session(s) => s.ended(),
+            Endpoint::Aggregate(a) => a.ended(),
+        }
     }
 }
 
 /// The live session the request names, if it is this client's on this
-/// server; anything else is the same 404 (and audited when the id exists).
-fn find_session(ctx: &Ctx, headers: &HeaderMap) -> Result<Arc<McpSession>, Refusal> {
+/// endpoint (`/servers/<name>/mcp` or `/mcp`); anything else is the same
+/// 404 (and audited when the id is another's), so ids cannot be probed.
+fn find(ctx: &Ctx, headers: &HeaderMap) -> Result<Endpoint, Refusal> {
     let Some(sid) = header(headers, SESSION_HEADER) else {
         return Err(Refusal::new(
             StatusCode::BAD_REQUEST,
@@ -451,31 +299,41 @@ fn find_session(ctx: &Ctx, headers: &HeaderMap) -> Result<Arc<McpSession>, Refus
             "Bad Request: Mcp-Session-Id header is required (send initialize first)",
         ));
     };
-    let found = ctx.gw.sessions.get(sid);
-    match found {
-        Some(s) if s.client == ctx.client.name && s.server == ctx.server && !s.ended() => Ok(s),
-        other => {
-            if let Some(s) = other {
-                if s.client != ctx.client.name || s.server != ctx.server {
-                    ctx.gw.audit_access(
-                        &ctx.client.name,
-                        &ctx.server,
-                        Reason::HttpSessionUnknown,
-                        json!({"session_of_other_client": s.client != ctx.client.name}),
-                    );
-                }
-            }
-            Err(Refusal::new(
-                StatusCode::NOT_FOUND,
-                SESSION_NOT_FOUND,
-                Reason::HttpSessionUnknown,
-                "Session not found",
-            ))
+    let aggregated = ctx.server.is_empty();
+    let found = if aggregated {
+        ctx.gw.aggregate(sid).map(Endpoint::Aggregate)
+    } else {
+        ctx.gw.sessions.get(sid).map(Endpoint::Session)
+    };
+    let Some(found) = found else {
+        return Err(session_not_found());
+    };
+    let (client, server) = found.owner();
+    let theirs = client == ctx.client.name && server == ctx.server;
+    if theirs && !found.ended() {
+        return Ok(found);
+    }
+    if !theirs {
+        let mut detail = json!({"session_of_other_client": client != ctx.client.name});
+        if aggregated {
+            detail["endpoint"] = json!("/mcp");
+        }
+        ctx.gw.audit_access(
+            &ctx.client.name,
+            &ctx.server,
+            Reason::HttpSessionUnknown,
+            detail,
+        );
+    }
+    if let Endpoint::Aggregate(a) = &found {
+        if a.ended() {
+            ctx.gw.forget_aggregate(&a.id);
         }
     }
+    Err(session_not_found())
 }
 
-async fn read_body(ctx: &Ctx, req: Request<Incoming>) -> Result<Bytes, Refusal> {
+async fn read_body<B: RequestBody>(ctx: &Ctx, req: Request<B>) -> Result<Bytes, Refusal> {
     let limit = ctx.gw.settings.limits.max_body;
     let too_large = || {
         Refusal::new(
@@ -516,9 +374,9 @@ async fn read_body(ctx: &Ctx, req: Request<Incoming>) -> Result<Bytes, Refusal> 
 
 /// A POST's checks (content type, accept, body size and time) and its one
 /// JSON-RPC message, with the body's bytes.
-pub(crate) async fn read_message(
+async fn read_message<B: RequestBody>(
     ctx: &Ctx,
-    req: Request<Incoming>,
+    req: Request<B>,
 ) -> Result<(HeaderMap, Message, Bytes), Refusal> {
     let headers = req.headers().clone();
     let json_type = header(&headers, CONTENT_TYPE).is_some_and(|c| {
@@ -573,51 +431,53 @@ pub(crate) async fn read_message(
     Ok((headers, msg, bytes))
 }
 
-/// The relay frames messages by line: a body spread over several lines is
-/// written out again on one.
-pub(crate) fn one_line(bytes: &[u8], msg: &Message) -> Vec<u8> {
-    if bytes.iter().any(|&b| b == b'\n' || b == b'\r') {
-        mcpbox_gateway::message::to_line(&msg.value)
-    } else {
-        bytes.to_vec()
-    }
-}
-
-async fn post(
+/// A POST, on either endpoint: the stateless revision's requests, the
+/// `initialize` that opens a session, or a message of a session.
+async fn post<B: RequestBody>(
     ctx: &Ctx,
-    req: Request<Incoming>,
+    req: Request<B>,
     slot: crate::limits::Slot,
 ) -> Result<Response<Body>, Refusal> {
     let (headers, msg, bytes) = read_message(ctx, req).await?;
-    if ctx.server.is_empty() {
-        return crate::aggregate::post(ctx, &headers, msg, &bytes, slot).await;
-    }
+    let aggregated = ctx.server.is_empty();
     if crate::modern::is_modern(&msg, &headers)? {
         // an unknown revision in a 2026-07-28 envelope is the server's to
         // refuse, with the versions it speaks (-32022)
-        return crate::modern::post(ctx, msg, &headers, slot).await;
+        return if aggregated {
+            crate::aggregate::stateless(ctx, msg, &bytes, slot).await
+        } else {
+            crate::modern::post(ctx, msg, slot).await
+        };
     }
-    check_version(&headers).map_err(|r| r.id(msg.id().cloned().unwrap_or(Value::Null)))?;
-    let bytes = one_line(&bytes, &msg);
+    let msg_id = msg.id().cloned().unwrap_or(Value::Null);
+    check_version(&headers).map_err(|r| r.id(msg_id.clone()))?;
     let is_init = msg.shape == Shape::Request && msg.method() == Some("initialize");
+    if is_init && header(&headers, SESSION_HEADER).is_some() {
+        return Err(Refusal::new(
+            StatusCode::BAD_REQUEST,
+            INVALID_REQUEST,
+            Reason::RequestInvalid,
+            "initialize opens a new session: send it without Mcp-Session-Id",
+        )
+        .id(msg_id));
+    }
+    if is_init && aggregated {
+        return crate::aggregate::initialize(ctx, msg).await;
+    }
     let (session, opened) = if is_init {
-        if header(&headers, SESSION_HEADER).is_some() {
-            return Err(Refusal::new(
-                StatusCode::BAD_REQUEST,
-                INVALID_REQUEST,
-                Reason::RequestInvalid,
-                "initialize opens a new session: send it without Mcp-Session-Id",
-            )
-            .id(msg.id().cloned().unwrap_or(Value::Null)));
-        }
-        let task = initialize_task(ctx, &msg)
-            .map_err(|r| r.id(msg.id().cloned().unwrap_or(Value::Null)))?;
+        let task = initialize_task(ctx, &msg).map_err(|r| r.id(msg_id.clone()))?;
         (open_session(ctx, task.as_deref()).await?, true)
     } else {
         // any revision the gateway speaks is taken in the header (clients
         // and the conformance suite send older ones on a newer session)
-        (find_session(ctx, &headers)?, false)
+        match find(ctx, &headers)? {
+            Endpoint::Aggregate(agg) => {
+                return crate::aggregate::post(ctx, agg, msg, &bytes, slot).await
+            }
+            Endpoint::Session(s) => (s, false),
+        }
     };
+    let bytes = one_line(&bytes, &msg);
     let id = msg.id().cloned().unwrap_or(Value::Null);
     let sent = if msg.shape == Shape::Request {
         let progress = msg.value.pointer("/params/_meta/progressToken");
@@ -627,12 +487,7 @@ async fn post(
     };
     let waiting = match sent {
         Ok(Some(w)) => w,
-        Ok(None) => {
-            return Ok(Response::builder()
-                .status(StatusCode::ACCEPTED)
-                .body(Body::empty())
-                .unwrap_or_else(|_| plain(StatusCode::ACCEPTED, "")))
-        }
+        Ok(None) => return Ok(accepted()),
         Err(e) => {
             if opened {
                 ctx.gw.close_session(&session);
@@ -643,30 +498,6 @@ async fn post(
     answer(ctx, session, waiting, id, opened, slot).await
 }
 
-pub(crate) fn send_refusal(e: SendError) -> Refusal {
-    match e {
-        SendError::DuplicateId => Refusal::new(
-            StatusCode::BAD_REQUEST,
-            INVALID_REQUEST,
-            Reason::HttpDuplicateId,
-            "a request with this id is in flight already",
-        ),
-        SendError::Busy => Refusal::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            TRANSPORT_ERROR,
-            Reason::HttpSessionBusy,
-            "the session is busy: retry shortly",
-        )
-        .header("retry-after", "1"),
-        SendError::Ended => Refusal::new(
-            StatusCode::NOT_FOUND,
-            SESSION_NOT_FOUND,
-            Reason::HttpSessionUnknown,
-            "Session not found",
-        ),
-    }
-}
-
 /// Opens a session for the client on the server: a relay and a sandbox of
 /// their own.
 async fn open_session(ctx: &Ctx, task: Option<&str>) -> Result<Arc<McpSession>, Refusal> {
@@ -674,43 +505,6 @@ async fn open_session(ctx: &Ctx, task: Option<&str>) -> Result<Arc<McpSession>, 
         .open_session(&ctx.client.name, &ctx.server, task, false)
         .await
         .map_err(open_refusal)
-}
-
-/// Why a session could not be opened, for the client.
-pub(crate) fn open_refusal(refused: crate::OpenRefused) -> Refusal {
-    let crate::OpenRefused { reason, step } = refused;
-    match reason {
-        Reason::HttpSessionLimit => Refusal::new(
-            StatusCode::TOO_MANY_REQUESTS,
-            TRANSPORT_ERROR,
-            reason,
-            "this client has too many open sessions: end one (DELETE) first",
-        ),
-        Reason::HttpSandboxLimit => Refusal::new(
-            StatusCode::TOO_MANY_REQUESTS,
-            TRANSPORT_ERROR,
-            reason,
-            "this client has as many sandboxes as limits.max_sandboxes_per_client allows: destroy one (mcpbox sandboxes destroy) or reuse a task",
-        ),
-        Reason::HttpSandboxDestroying => Refusal::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            TRANSPORT_ERROR,
-            reason,
-            "the sandbox of this client and task is being destroyed: retry once it is gone (a new one is made)",
-        )
-        .header("retry-after", "1"),
-        _ => Refusal::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            TRANSPORT_ERROR,
-            reason,
-            match step {
-                Some(step) => format!(
-                    "the server could not be started ({step}); the gateway's log says more"
-                ),
-                None => "the server could not be started; the gateway's log says why".into(),
-            },
-        ),
-    }
 }
 
 /// Streams the request's messages as server-sent events, ending with its
@@ -740,102 +534,6 @@ async fn answer(
     Ok(r)
 }
 
-/// A request's event stream: `first` (a message already taken) and every
-/// message before the answer, each through `message`, then the answer
-/// through `answer`; an SSE comment when it was quiet for
-/// [`KEEPALIVE_EVERY`]. `gone` runs when the client left before the
-/// answer (dropping `waiting` then forgets the request).
-pub(crate) fn request_stream(
-    mut waiting: Waiting,
-    slot: crate::limits::Slot,
-    id: Value,
-    first: Option<Held>,
-    mut message: impl FnMut(Vec<u8>) -> Vec<u8> + Send + 'static,
-    mut answer: impl FnMut(Vec<u8>) -> Vec<u8> + Send + 'static,
-    gone: impl FnOnce() + Send + 'static,
-) -> Response<Body> {
-    let (tx, rx) = tokio::sync::mpsc::channel::<Chunk>(SSE_CHUNKS);
-    tokio::spawn(async move {
-        let _slot = slot;
-        if let Some(m) = first {
-            let (m, charge) = m.into_parts();
-            if tx
-                .send(Chunk::new(sse_event(&message(m)), charge))
-                .await
-                .is_err()
-            {
-                gone();
-                return;
-            }
-        }
-        loop {
-            // a client that left is noticed at once, not at the next event
-            let next = tokio::select! {
-                () = tx.closed() => {
-                    gone();
-                    return;
-                }
-                next = tokio::time::timeout(KEEPALIVE_EVERY, waiting.rx.recv()) => next,
-            };
-            let (event, last) = match next {
-                Err(_) => (Chunk::own(Bytes::from_static(KEEPALIVE)), false),
-                // the session ended without answering
-                Ok(None) => (Chunk::own(sse_event(&ended_error(&id))), true),
-                Ok(Some(Out::Message(m))) => {
-                    waiting.took();
-                    let (m, charge) = m.into_parts();
-                    (Chunk::new(sse_event(&message(m)), charge), false)
-                }
-                Ok(Some(Out::Final(m))) => {
-                    let (m, charge) = m.into_parts();
-                    (Chunk::new(sse_event(&answer(m)), charge), true)
-                }
-            };
-            if tx.send(event).await.is_err() {
-                if !last {
-                    gone();
-                }
-                return;
-            }
-            if last {
-                return;
-            }
-        }
-    });
-    sse_response(rx)
-}
-
-/// A stream of whole messages nobody asked for (a GET stream), as
-/// server-sent events, with an SSE comment when it was quiet for
-/// [`KEEPALIVE_EVERY`]; it ends when `events` does.
-pub(crate) fn event_stream(
-    mut events: tokio::sync::mpsc::Receiver<Held>,
-    slot: crate::limits::Slot,
-) -> Response<Body> {
-    let (tx, rx) = tokio::sync::mpsc::channel::<Chunk>(SSE_CHUNKS);
-    tokio::spawn(async move {
-        let _slot = slot;
-        loop {
-            let next = tokio::select! {
-                () = tx.closed() => return,
-                next = tokio::time::timeout(KEEPALIVE_EVERY, events.recv()) => next,
-            };
-            let event = match next {
-                Err(_) => Chunk::own(Bytes::from_static(KEEPALIVE)),
-                Ok(None) => return,
-                Ok(Some(m)) => {
-                    let (m, charge) = m.into_parts();
-                    Chunk::new(sse_event(&m), charge)
-                }
-            };
-            if tx.send(event).await.is_err() {
-                return;
-            }
-        }
-    });
-    sse_response(rx)
-}
-
 /// For `initialize`: whether the answer opened the session (a result with
 /// a protocol version, which is then recorded).
 fn initialized(session: &McpSession, answer: &[u8]) -> bool {
@@ -849,30 +547,10 @@ fn initialized(session: &McpSession, answer: &[u8]) -> bool {
     }
 }
 
-pub(crate) fn ended_error(id: &Value) -> Vec<u8> {
-    let e = json!({
-        "jsonrpc": "2.0",
-        "id": id,
-        "error": {
-            "code": mcpbox_gateway::CODE_SERVER_EXITED,
-            "message": "the session ended before the server answered",
-            "data": {"reason": Reason::ServerExited.as_str(), "source": "mcpbox"},
-        },
-    });
-    serde_json::to_vec(&e).unwrap_or_default()
-}
-
-pub(crate) fn sse_response(rx: tokio::sync::mpsc::Receiver<Chunk>) -> Response<Body> {
-    let mut r = Response::new(Body::stream(rx));
-    let h = r.headers_mut();
-    h.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
-    h.insert("cache-control", HeaderValue::from_static("no-cache"));
-    r
-}
-
-/// GET: the session's stream of messages nobody asked for.
-fn get(ctx: &Ctx, req: &Request<Incoming>) -> Result<Response<Body>, Refusal> {
-    let headers = req.headers();
+/// GET, on either endpoint: the session's stream of messages nobody
+/// asked for (a session may have several, each message goes to the
+/// newest; an aggregate one, 409 for a second).
+fn get(ctx: &Ctx, headers: &HeaderMap) -> Result<Response<Body>, Refusal> {
     if !accepts(headers, "text/event-stream") {
         return Err(Refusal::new(
             StatusCode::NOT_ACCEPTABLE,
@@ -882,7 +560,7 @@ fn get(ctx: &Ctx, req: &Request<Incoming>) -> Result<Response<Body>, Refusal> {
         ));
     }
     check_version(headers)?;
-    let session = find_session(ctx, headers)?;
+    let found = find(ctx, headers)?;
     let Some(slot) = ctx.gw.limits_of(&ctx.client.name).stream() else {
         return Err(Refusal::new(
             StatusCode::TOO_MANY_REQUESTS,
@@ -891,17 +569,32 @@ fn get(ctx: &Ctx, req: &Request<Incoming>) -> Result<Response<Body>, Refusal> {
             "this client has too many open streams",
         ));
     };
-    let events = match session.open_stream() {
-        Ok(rx) => rx,
-        Err(StreamError::Ended) => return Err(send_refusal(SendError::Ended)),
+    let opened = match &found {
+        Endpoint::Session(s) => s.open_stream(),
+        Endpoint::Aggregate(a) => a.open_stream(),
     };
-    Ok(event_stream(events, slot))
+    match opened {
+        Ok(events) => Ok(event_stream(events, slot)),
+        Err(StreamError::Ended) => Err(send_refusal(SendError::Ended)),
+        Err(StreamError::Taken) => Err(Refusal::new(
+            StatusCode::CONFLICT,
+            TRANSPORT_ERROR,
+            Reason::HttpStreamLimit,
+            "Conflict: this session has an open stream already",
+        )),
+    }
 }
 
-/// DELETE: the client ends its session; the sandbox is torn down.
-async fn delete(ctx: &Ctx, req: &Request<Incoming>) -> Result<Response<Body>, Refusal> {
-    let session = find_session(ctx, req.headers())?;
-    ctx.gw.close_session(&session);
+/// DELETE, on either endpoint: the client ends its session; the sandbox
+/// (every member's, on `/mcp`) is torn down.
+fn delete(ctx: &Ctx, headers: &HeaderMap) -> Result<Response<Body>, Refusal> {
+    match find(ctx, headers)? {
+        Endpoint::Session(s) => ctx.gw.close_session(&s),
+        Endpoint::Aggregate(a) => {
+            ctx.gw.forget_aggregate(&a.id);
+            a.close(&ctx.gw);
+        }
+    }
     Ok(plain(StatusCode::OK, ""))
 }
 
@@ -919,5 +612,309 @@ impl Gateway {
             detail,
             ..AuditEvent::default()
         });
+    }
+}
+
+/// The service called directly, without a socket (as axum's tests call a
+/// router with tower's `oneshot`): each check of the gate, in order.
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use http_body_util::Full;
+
+    use super::*;
+    use crate::settings::Settings;
+    use crate::{Backend, Open, OpenError, Opened};
+
+    /// A backend whose servers never start, and which keeps its records.
+    #[derive(Default)]
+    struct Failing {
+        audits: Mutex<Vec<AuditEvent>>,
+    }
+
+    impl Backend for Failing {
+        fn open(&self, _open: &Open) -> Result<Opened, OpenError> {
+            Err(OpenError::Failed(
+                "creating /tmp/mcpbox-0/sb-1: File exists (os error 17)".into(),
+            ))
+        }
+
+        fn audit(&self, event: AuditEvent) {
+            self.audits.lock().unwrap().push(event);
+        }
+    }
+
+    const HOST: &str = "127.0.0.1:8787";
+    const TOKEN: &str = "t0ken";
+
+    fn gateway() -> (Arc<Gateway>, Arc<Failing>) {
+        let mut s = Settings::new(HOST.parse().unwrap(), false, &[], &[]);
+        s.servers = vec!["a".into(), "b".into()];
+        s.clients = vec![ClientSettings::with_token("alice", TOKEN, vec!["a".into()])];
+        let backend = Arc::new(Failing::default());
+        (Gateway::new(s, backend.clone()), backend)
+    }
+
+    /// A request with the headers a well-behaved client sends, then
+    /// `extra` (a header given an empty value is left out).
+    fn request(
+        method: &str,
+        path: &str,
+        extra: &[(&str, &str)],
+        body: &str,
+    ) -> Request<Full<Bytes>> {
+        let mut headers = vec![
+            ("host", HOST.to_string()),
+            ("authorization", format!("Bearer {TOKEN}")),
+            ("content-type", "application/json".into()),
+            ("accept", "application/json, text/event-stream".into()),
+        ];
+        for (k, v) in extra {
+            headers.retain(|(h, _)| h != k);
+            if !v.is_empty() {
+                headers.push((k, v.to_string()));
+            }
+        }
+        let mut b = Request::builder().method(method).uri(path);
+        for (k, v) in headers {
+            b = b.header(k, v);
+        }
+        b.body(Full::new(Bytes::from(body.to_string()))).unwrap()
+    }
+
+    async fn call(gw: &Arc<Gateway>, req: Request<Full<Bytes>>) -> (StatusCode, HeaderMap, Value) {
+        let resp = handle(gw.clone(), req).await.unwrap();
+        let (parts, body) = resp.into_parts();
+        let bytes = body.collect().await.unwrap().to_bytes();
+        let v = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        (parts.status, parts.headers, v)
+    }
+
+    /// (method, path, headers changed, body, status, reason)
+    type Case<'a> = (
+        &'a str,
+        &'a str,
+        &'a [(&'a str, &'a str)],
+        &'a str,
+        u16,
+        &'a str,
+    );
+
+    const LIST: &str = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;
+
+    #[tokio::test]
+    async fn each_check_of_the_gate_refuses_with_its_status_and_reason() {
+        let (gw, _) = gateway();
+        let s = "/servers/a/mcp";
+        // (method, path, headers changed, body, status, reason)
+        let cases: &[Case] = &[
+            (
+                "POST",
+                s,
+                &[("host", "evil.example:8787")],
+                LIST,
+                403,
+                "http.host_refused",
+            ),
+            (
+                "POST",
+                s,
+                &[("origin", "http://evil.example")],
+                LIST,
+                403,
+                "http.origin_refused",
+            ),
+            (
+                "POST",
+                s,
+                &[("authorization", "")],
+                LIST,
+                401,
+                "http.token_missing",
+            ),
+            (
+                "POST",
+                s,
+                &[("authorization", "Bearer nope")],
+                LIST,
+                401,
+                "http.token_invalid",
+            ),
+            (
+                "POST",
+                s,
+                &[("authorization", "Basic x")],
+                LIST,
+                401,
+                "http.token_invalid",
+            ),
+            (
+                "POST",
+                "/servers/zz/mcp",
+                &[],
+                LIST,
+                404,
+                "http.server_unknown",
+            ),
+            (
+                "POST",
+                "/servers/b/mcp",
+                &[],
+                LIST,
+                403,
+                "http.server_forbidden",
+            ),
+            (
+                "POST",
+                s,
+                &[("content-type", "text/plain")],
+                LIST,
+                415,
+                "http.content_type",
+            ),
+            (
+                "POST",
+                s,
+                &[("accept", "application/json")],
+                LIST,
+                406,
+                "http.accept",
+            ),
+            (
+                "POST",
+                s,
+                &[("mcp-protocol-version", "1999-01-01")],
+                LIST,
+                400,
+                "http.protocol_version",
+            ),
+            ("POST", s, &[], "[1]", 400, "batch.refused"),
+            ("POST", s, &[], "{", 400, "request.invalid"),
+            ("POST", s, &[], LIST, 400, "http.session_required"),
+            (
+                "POST",
+                s,
+                &[("mcp-session-id", "00ff")],
+                LIST,
+                404,
+                "http.session_unknown",
+            ),
+            (
+                "POST",
+                "/mcp",
+                &[("mcp-session-id", "00ff")],
+                LIST,
+                404,
+                "http.session_unknown",
+            ),
+            (
+                "GET",
+                s,
+                &[("accept", "application/json")],
+                "",
+                406,
+                "http.accept",
+            ),
+            (
+                "GET",
+                s,
+                &[("accept", "text/event-stream")],
+                "",
+                400,
+                "http.session_required",
+            ),
+            (
+                "GET",
+                "/mcp",
+                &[("accept", "text/event-stream"), ("mcp-session-id", "00ff")],
+                "",
+                404,
+                "http.session_unknown",
+            ),
+            ("DELETE", s, &[], "", 400, "http.session_required"),
+            (
+                "DELETE",
+                "/mcp",
+                &[("mcp-session-id", "00ff")],
+                "",
+                404,
+                "http.session_unknown",
+            ),
+            (
+                "POST",
+                s,
+                &[("mcpbox-task", "../x")],
+                LIST,
+                400,
+                "http.task_invalid",
+            ),
+        ];
+        for (method, path, extra, body, status, reason) in cases {
+            let (got, _, v) = call(&gw, request(method, path, extra, body)).await;
+            assert_eq!(got.as_u16(), *status, "{method} {path} {extra:?}: {v}");
+            assert_eq!(
+                v["error"]["data"]["reason"], *reason,
+                "{method} {path} {extra:?}"
+            );
+            assert_eq!(v["error"]["data"]["source"], "mcpbox");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_refusal_before_the_client_is_known_closes_the_connection() {
+        let (gw, _) = gateway();
+        let (status, headers, _) = call(
+            &gw,
+            request("POST", "/servers/a/mcp", &[("authorization", "")], LIST),
+        )
+        .await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED);
+        assert_eq!(header(&headers, "connection"), Some("close"));
+        assert_eq!(
+            header(&headers, "www-authenticate"),
+            Some(r#"Bearer realm="mcpbox""#)
+        );
+        let (status, headers, _) = call(&gw, request("GET", "/healthz", &[("host", "")], "")).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(header(&headers, "connection"), None);
+        let (status, headers, _) = call(&gw, request("PUT", "/mcp", &[], "")).await;
+        assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
+        assert_eq!(header(&headers, "allow"), Some("GET, POST, DELETE"));
+    }
+
+    #[tokio::test]
+    async fn a_foreign_server_is_audited_and_a_failed_start_names_only_its_step() {
+        let (gw, backend) = gateway();
+        call(&gw, request("POST", "/servers/b/mcp", &[], LIST)).await;
+        {
+            let audits = backend.audits.lock().unwrap();
+            assert_eq!(audits.len(), 1);
+            assert_eq!(audits[0].caller, "alice");
+            assert_eq!(audits[0].server, "b");
+            assert_eq!(audits[0].reason.as_deref(), Some("http.server_forbidden"));
+        }
+        let init = r#"{"jsonrpc":"2.0","id":7,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}"#;
+        for path in ["/servers/a/mcp", "/mcp"] {
+            let (status, headers, v) = call(&gw, request("POST", path, &[], init)).await;
+            assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{path}: {v}");
+            assert_eq!(
+                v["error"]["data"]["reason"], "http.session_failed",
+                "{path}"
+            );
+            let text = v["error"]["message"].as_str().unwrap();
+            assert!(text.contains("creating …/sb-1"), "{text}");
+            assert!(!text.contains("/tmp"), "{text}");
+            assert_eq!(header(&headers, SESSION_HEADER), None);
+        }
+        assert!(gw.sessions.is_empty());
+        // initialize with a session id is refused before anything opens
+        let (status, _, v) = call(
+            &gw,
+            request("POST", "/mcp", &[("mcp-session-id", "00ff")], init),
+        )
+        .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        assert_eq!(v["id"], 7);
     }
 }

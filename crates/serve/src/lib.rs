@@ -3,22 +3,31 @@
 //! session of its own ([`mcpbox_gateway::Relay`]), so policy, approvals,
 //! pinning, redaction and the audit work exactly as for `mcpbox run`.
 //!
-//! Layers:
+//! Layers, from the top down (each module depends only on those below it;
+//! the protocol's constants and id rewriting are [`mcpbox_policy::mcp`]'s):
 //!
 //! - [`http`]: one hyper service. Every request passes the same checks in
 //!   a fixed order (Host and Origin against DNS rebinding, the bearer
 //!   token, the server and the client's right to it, rate and concurrency
 //!   limits, content type, accept, protocol version, body size and time)
-//!   before any session sees it.
-//! - [`session`]: one live MCP session ([`session::McpSession`]) per
-//!   `Mcp-Session-Id`, and its [`session::Router`], the relay's
-//!   [`mcpbox_gateway::HostSink`], which sends each message the relay has
-//!   for the host to the POST waiting for it or to the session's GET
-//!   stream.
+//!   before any session sees it; one lookup of a session id and one GET
+//!   and DELETE for both endpoints. Generic over the request body, so
+//!   its tests call it without a socket.
 //! - [`modern`]: the stateless revision (2026-07-28): one stateless session
 //!   per client and server, requests under the gateway's own ids.
 //! - [`aggregate`]: `/mcp`, one session over every server the client may
-//!   use, names prefixed `<server>__`.
+//!   use, names prefixed `<server>__`, over a pure core (`members.rs`:
+//!   which member a request goes to, URI owners, merged answers, ids).
+//! - `reply.rs`: what the endpoints share (refusals, the request's context,
+//!   header checks, event streams, the one way an answer forwarded under
+//!   our id is given back).
+//! - [`session`]: one live MCP session ([`session::McpSession`]) per
+//!   `Mcp-Session-Id`, and its [`session::Router`], the relay's
+//!   [`mcpbox_gateway::HostSink`], which sends each message the relay has
+//!   for the host where the pure [`route`] core says: the POST waiting for
+//!   it or the session's GET stream.
+//! - [`gate`]: Host, Origin, the bearer token and the session cookie, the
+//!   first checks of both this service and the web console ([`console`]).
 //! - [`Backend`]: how a session gets its relay. `mcpbox` gives each one a
 //!   sandbox (and its egress proxy) of its own, or, for a remote server,
 //!   an [`upstream::RemoteLauncher`]; tests give it a plain process.
@@ -52,10 +61,15 @@
 pub mod aggregate;
 pub mod body;
 pub mod budget;
+pub mod console;
+pub mod gate;
 pub mod http;
 pub mod limits;
+pub(crate) mod members;
 pub mod metrics;
 pub mod modern;
+pub(crate) mod reply;
+pub mod route;
 pub mod session;
 pub mod settings;
 pub mod tls;

@@ -26,37 +26,31 @@
 
 use std::sync::Arc;
 
-use hyper::header::{HeaderMap, HeaderValue, CONTENT_TYPE};
+use hyper::header::HeaderMap;
 use hyper::{Response, StatusCode};
 use mcpbox_gateway::message::{to_line, Message, Shape};
+use mcpbox_policy::mcp::code::{
+    HEADER_MISMATCH, INVALID_PARAMS, LAST_TRANSPORT_MISMATCH, METHOD_NOT_FOUND,
+};
+use mcpbox_policy::mcp::{
+    cancellation, IdPair, META_CLIENT_CAPS as META_CAPABILITIES, META_CLIENT_INFO,
+    META_PROTOCOL_VERSION as META_VERSION, STATELESS_REVISION as MODERN,
+};
 use mcpbox_policy::Reason;
 use serde_json::{json, Value};
 
 use crate::body::Body;
-use crate::http::{
-    ended_error, header, open_refusal, plain, request_stream, send_refusal, Ctx, Refusal,
-    VERSION_HEADER,
-};
 use crate::limits::Slot;
-use crate::session::{McpSession, Out, Waiting, SUBSCRIPTION_POINTER};
+use crate::reply::{
+    accepted, ended_error, header, is_cacheable, json_response, open_refusal, request_stream,
+    restore, send_refusal, Ctx, Refusal, VERSION_HEADER,
+};
+use crate::session::{McpSession, Out, Waiting};
 
-/// The revision this module speaks.
-pub const MODERN: &str = "2026-07-28";
-/// The envelope's keys under `params._meta`.
-pub const META_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
-/// The client's capabilities, per request.
-pub const META_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
-/// The client's name and version, per request.
-pub const META_CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
 /// The header that mirrors the body's method.
 pub const METHOD_HEADER: &str = "mcp-method";
 /// The header that mirrors the tool or prompt name, or the resource URI.
 pub const NAME_HEADER: &str = "mcp-name";
-
-/// JSON-RPC: invalid params (a bad envelope).
-const INVALID_PARAMS: i64 = -32602;
-/// The headers and the body disagree (2026-07-28).
-const HEADER_MISMATCH: i64 = -32020;
 
 fn meta(msg: &Message) -> Option<&serde_json::Map<String, Value>> {
     msg.value
@@ -207,12 +201,7 @@ fn name_field(method: &str) -> Option<&'static str> {
 }
 
 /// Answers a stateless request or notification.
-pub(crate) async fn post(
-    ctx: &Ctx,
-    msg: Message,
-    _headers: &HeaderMap,
-    slot: Slot,
-) -> Result<Response<Body>, Refusal> {
+pub(crate) async fn post(ctx: &Ctx, msg: Message, slot: Slot) -> Result<Response<Body>, Refusal> {
     let session = ctx
         .gw
         .stateless_session(&ctx.client.name, &ctx.server, ctx.task.as_deref())
@@ -220,85 +209,20 @@ pub(crate) async fn post(
         .map_err(open_refusal)?;
     if msg.shape == Shape::Notification {
         session.send(to_line(&msg.value)).map_err(send_refusal)?;
-        return Ok(Response::builder()
-            .status(StatusCode::ACCEPTED)
-            .body(Body::empty())
-            .unwrap_or_else(|_| plain(StatusCode::ACCEPTED, "")));
+        return Ok(accepted());
     }
-    let theirs = msg.id().cloned().unwrap_or(Value::Null);
     let cacheable = msg.method().is_some_and(is_cacheable);
-    let ours = json!(format!("mcpbox-{}", ctx.gw.next_id()));
+    let ids = IdPair {
+        theirs: msg.id().cloned().unwrap_or(Value::Null),
+        ours: ctx.gw.our_id(),
+    };
     let mut value = msg.value;
-    value["id"] = ours.clone();
+    ids.forward(&mut value);
     let progress = value.pointer("/params/_meta/progressToken").cloned();
     let waiting = session
-        .request(&ours, progress.as_ref(), to_line(&value))
-        .map_err(|e| send_refusal(e).id(theirs.clone()))?;
-    let ids = Ids {
-        theirs,
-        ours,
-        cacheable,
-    };
-    answer(session, waiting, ids, slot).await
-}
-
-/// The methods whose results this revision makes cacheable (`ttlMs`,
-/// `cacheScope` required).
-pub(crate) fn is_cacheable(method: &str) -> bool {
-    matches!(
-        method,
-        "tools/list"
-            | "prompts/list"
-            | "resources/list"
-            | "resources/templates/list"
-            | "resources/read"
-            | "server/discover"
-    )
-}
-
-/// Completes an answer's result as this revision requires, where a
-/// server of an older one left it out: `resultType` (`complete`) and, on
-/// a cacheable result, `ttlMs` 0 and `cacheScope` `private` (not cached:
-/// what a client sees is filtered for it by policy). An error is left as
-/// it is.
-pub(crate) fn complete_result(answer: &mut Value, cacheable: bool) {
-    if let Some(r) = answer.get_mut("result").and_then(Value::as_object_mut) {
-        r.entry("resultType")
-            .or_insert_with(|| Value::String("complete".into()));
-        if cacheable && r.get("resultType") == Some(&json!("complete")) {
-            r.entry("ttlMs").or_insert_with(|| json!(0));
-            r.entry("cacheScope").or_insert_with(|| json!("private"));
-        }
-    }
-}
-
-/// A forwarded request's ids, the client's and ours, and what its
-/// answer's result must carry.
-#[derive(Clone)]
-struct Ids {
-    theirs: Value,
-    ours: Value,
-    cacheable: bool,
-}
-
-/// Puts the client's id back on a message the server sent under ours,
-/// and completes the answer's result ([`complete_result`]): a client of
-/// this revision rejects a result without what it requires.
-fn restore(message: &[u8], ids: &Ids) -> Vec<u8> {
-    let (theirs, ours) = (&ids.theirs, &ids.ours);
-    let Ok(mut v) = serde_json::from_slice::<Value>(message) else {
-        return message.to_vec();
-    };
-    if v.get("id") == Some(ours) {
-        v["id"] = theirs.clone();
-        complete_result(&mut v, ids.cacheable);
-    }
-    if let Some(sub) = v.pointer_mut(SUBSCRIPTION_POINTER) {
-        if sub == ours {
-            *sub = theirs.clone();
-        }
-    }
-    to_line(&v)
+        .request(&ids.ours, progress.as_ref(), to_line(&value))
+        .map_err(|e| send_refusal(e).id(ids.theirs.clone()))?;
+    answer(session, waiting, ids, cacheable, slot).await
 }
 
 /// The HTTP status the 2026-07-28 transport gives an error answer.
@@ -307,8 +231,8 @@ fn status_of(answer: &[u8]) -> StatusCode {
         .ok()
         .and_then(|v| v.pointer("/error/code").and_then(Value::as_i64));
     match code {
-        Some(-32601) => StatusCode::NOT_FOUND,
-        Some(-32022..=-32020) => StatusCode::BAD_REQUEST,
+        Some(METHOD_NOT_FOUND) => StatusCode::NOT_FOUND,
+        Some(LAST_TRANSPORT_MISMATCH..=HEADER_MISMATCH) => StatusCode::BAD_REQUEST,
         _ => StatusCode::OK,
     }
 }
@@ -316,19 +240,21 @@ fn status_of(answer: &[u8]) -> StatusCode {
 async fn answer(
     session: Arc<McpSession>,
     mut waiting: Waiting,
-    ids: Ids,
+    ids: IdPair,
+    cacheable: bool,
     slot: Slot,
 ) -> Result<Response<Body>, Refusal> {
+    let stamp = Some(cacheable);
     let first = waiting.rx.recv().await;
     let first = match first {
         None => {
-            return Ok(json(StatusCode::OK, ended_error(&ids.theirs)));
+            return Ok(json_response(StatusCode::OK, ended_error(&ids.theirs)));
         }
         Some(Out::Final(m)) => {
             let (m, charge) = m.into_parts();
-            let m = restore(&m, &ids);
+            let m = restore(&m, &ids, stamp);
             // charged to the session until hyper is done with the body
-            return Ok(json(status_of(&m), m).map(|b| b.held(Box::new(charge))));
+            return Ok(json_response(status_of(&m), m).map(|b| b.held(Box::new(charge))));
         }
         Some(Out::Message(m)) => {
             waiting.took();
@@ -341,8 +267,8 @@ async fn answer(
         slot,
         ids.theirs,
         Some(first),
-        move |m: Vec<u8>| restore(&m, &i1),
-        move |m: Vec<u8>| restore(&m, &i2),
+        move |m: Vec<u8>| restore(&m, &i1, stamp),
+        move |m: Vec<u8>| restore(&m, &i2, stamp),
         move || cancel(&session, &ours),
     ))
 }
@@ -350,92 +276,13 @@ async fn answer(
 /// The client left before the answer: the server is told to stop working
 /// on the request (and a `subscriptions/listen` stream ends).
 fn cancel(session: &McpSession, ours: &Value) {
-    let note = json!({
-        "jsonrpc": "2.0",
-        "method": "notifications/cancelled",
-        "params": {"requestId": ours, "reason": "the client closed the stream"},
-    });
+    let note = cancellation(ours, "the client closed the stream");
     let _ = session.send(to_line(&note));
-}
-
-fn json(status: StatusCode, bytes: Vec<u8>) -> Response<Body> {
-    let mut r = Response::new(Body::full(bytes));
-    *r.status_mut() = status;
-    r.headers_mut()
-        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    r
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_clients_id_comes_back_and_only_ours_is_replaced() {
-        let ids = Ids {
-            theirs: json!(1),
-            ours: json!("mcpbox-7"),
-            cacheable: false,
-        };
-        let out = restore(br#"{"jsonrpc":"2.0","id":"mcpbox-7","result":{}}"#, &ids);
-        assert_eq!(
-            serde_json::from_slice::<Value>(&out).unwrap()["id"],
-            json!(1)
-        );
-        let other = restore(br#"{"jsonrpc":"2.0","id":"x","result":{}}"#, &ids);
-        assert_eq!(
-            serde_json::from_slice::<Value>(&other).unwrap()["id"],
-            json!("x")
-        );
-        let note = restore(
-            br#"{"jsonrpc":"2.0","method":"notifications/tools/list_changed","params":{"_meta":{"io.modelcontextprotocol/subscriptionId":"mcpbox-7"}}}"#,
-            &ids,
-        );
-        let v: Value = serde_json::from_slice(&note).unwrap();
-        assert_eq!(v.pointer(SUBSCRIPTION_POINTER), Some(&json!(1)));
-    }
-
-    #[test]
-    fn an_older_servers_result_gets_the_result_type_this_revision_requires() {
-        let mut ids = Ids {
-            theirs: json!(1),
-            ours: json!("mcpbox-7"),
-            cacheable: false,
-        };
-        let answer =
-            |body: &[u8], ids: &Ids| serde_json::from_slice::<Value>(&restore(body, ids)).unwrap();
-        let v = answer(
-            br#"{"jsonrpc":"2.0","id":"mcpbox-7","result":{"content":[]}}"#,
-            &ids,
-        );
-        assert_eq!(v["result"]["resultType"], "complete");
-        assert!(v["result"].get("ttlMs").is_none());
-        // a list: not to be cached, and for this client only
-        ids.cacheable = true;
-        let v = answer(
-            br#"{"jsonrpc":"2.0","id":"mcpbox-7","result":{"tools":[]}}"#,
-            &ids,
-        );
-        assert_eq!(v["result"]["ttlMs"], 0);
-        assert_eq!(v["result"]["cacheScope"], "private");
-        let v = answer(
-            br#"{"jsonrpc":"2.0","id":"mcpbox-7","result":{"tools":[],"ttlMs":5000,"cacheScope":"public"}}"#,
-            &ids,
-        );
-        assert_eq!(v["result"]["ttlMs"], 5000);
-        // one the server set is kept (an input_required of its own)
-        let v = answer(
-            br#"{"jsonrpc":"2.0","id":"mcpbox-7","result":{"resultType":"input_required"}}"#,
-            &ids,
-        );
-        assert_eq!(v["result"]["resultType"], "input_required");
-        // errors and other messages are not results
-        let v = answer(
-            br#"{"jsonrpc":"2.0","id":"mcpbox-7","error":{"code":1,"message":"m"}}"#,
-            &ids,
-        );
-        assert!(v.get("result").is_none());
-    }
 
     #[test]
     fn error_statuses_follow_the_2026_transport() {

@@ -6,23 +6,11 @@
 //! Streamable HTTP the host's side is many requests: each POSTed request
 //! waits for its answer, and the session may also have GET streams for
 //! messages nobody asked for. [`Router`] (the relay's [`HostSink`], called
-//! on the relay's thread, never blocking) sends each message where it
-//! belongs:
-//!
-//! - a response or error goes to the POST waiting for its id (dropped if
-//!   that client went away);
-//! - a progress notification goes to the POST whose request carried its
-//!   `progressToken`;
-//! - requests and notifications that belong to a request in flight
-//!   (sampling, elicitation, roots, logging; mcpbox's own approval
-//!   questions are elicitations) go to the newest POST still waiting, whose
-//!   answer then becomes an event stream. A stdio server does not say which
-//!   request a message belongs to, so with several requests in flight this
-//!   is a best guess; the message still reaches the right session, which is
-//!   what isolation needs;
-//! - everything else goes to the GET stream, or, while none is open, waits
-//!   in a bounded backlog (the oldest is dropped past [`BACKLOG`]), or goes
-//!   to a waiting POST when there is one.
+//! on the relay's thread, never blocking) sends each message where the
+//! pure routing core ([`crate::route`]) says it belongs: to the POST
+//! waiting for it (dropped if that client went away), or to the GET
+//! stream (`Outbox`), which, while none is open, keeps it in a bounded
+//! backlog (the oldest is dropped past [`BACKLOG`]).
 //!
 //! Every message held for the client is charged to the session's byte
 //! budget and the gateway's ([`crate::budget`]) until it is written out.
@@ -32,21 +20,20 @@
 //! their way); a response ends its request with an `http.buffer_full`
 //! error. Each drop is counted and audited ([`Budget::dropped`]).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use mcpbox_gateway::message::{id_key, IdKey, Message, Shape};
+use mcpbox_gateway::message::{id_key, IdKey, Message};
 use mcpbox_gateway::{FeedError, HostFeed, HostSink};
+use mcpbox_policy::mcp::code::TRANSPORT_ERROR;
 use mcpbox_policy::Reason;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
 use crate::budget::{Budget, Held};
 use crate::limits::Slot;
-
-/// Where a 2026-07-28 notification names its `subscriptions/listen` request.
-pub const SUBSCRIPTION_POINTER: &str = "/params/_meta/io.modelcontextprotocol~1subscriptionId";
+use crate::route::{Table, Target};
 
 /// Messages kept for a GET stream that is not open.
 pub const BACKLOG: usize = 1024;
@@ -92,16 +79,11 @@ struct Waiter {
 
 #[derive(Debug)]
 struct Routes {
-    pending: HashMap<IdKey, Waiter>,
-    /// Requests in flight, oldest first.
-    order: Vec<IdKey>,
-    /// Progress token (its JSON text) → request.
-    tokens: HashMap<String, IdKey>,
-    /// The GET stream (or the aggregate that reads this session): whole
-    /// messages, framed by whoever writes them out.
-    /// Open GET streams, oldest first; a message goes to the newest.
-    streams: Vec<mpsc::Sender<Held>>,
-    backlog: VecDeque<Held>,
+    /// The requests in flight.
+    table: Table<Waiter>,
+    /// The GET streams (or the aggregate that reads this session) and the
+    /// backlog.
+    outbox: Outbox,
     ended: bool,
     /// Stateless requests (2026-07-28): a message goes to the request it
     /// names or belongs to, or nowhere (there is no GET stream to wait for).
@@ -113,24 +95,79 @@ struct Routes {
 impl Routes {
     /// Ends every request in flight with an `http.stopped` error.
     fn cut(&mut self) {
-        for (_, w) in self.pending.drain() {
+        for w in self.table.drain() {
             let e = error_line(
                 &w.id,
-                crate::http::TRANSPORT_ERROR,
+                TRANSPORT_ERROR,
                 Reason::HttpStopped,
                 "the gateway stopped before the server answered (limits.shutdown_grace)",
             );
             let _ = w.tx.send(Out::Final(Held::own(e)));
         }
-        self.order.clear();
-        self.tokens.clear();
+    }
+}
+
+/// What a session (or an aggregate) holds for its GET streams: the open
+/// streams, oldest first (a message goes to the newest, as the transport
+/// says a message goes to one stream only), and the backlog kept while
+/// none is open. Whole messages, framed by whoever writes them out.
+#[derive(Debug, Default)]
+pub(crate) struct Outbox {
+    streams: Vec<mpsc::Sender<Held>>,
+    backlog: VecDeque<Held>,
+}
+
+impl Outbox {
+    /// Opens a stream: what waited in the backlog first. `exclusive`: at
+    /// most one may be open ([`StreamError::Taken`] otherwise).
+    pub(crate) fn open(&mut self, exclusive: bool) -> Result<mpsc::Receiver<Held>, StreamError> {
+        self.streams.retain(|s| !s.is_closed());
+        if exclusive && !self.streams.is_empty() {
+            return Err(StreamError::Taken);
+        }
+        let (tx, rx) = mpsc::channel(STREAM_QUEUE);
+        while let Some(e) = self.backlog.pop_front() {
+            if let Err(mpsc::error::TrySendError::Full(e)) = tx.try_send(e) {
+                self.backlog.push_front(e);
+                break;
+            }
+        }
+        self.streams.push(tx);
+        Ok(rx)
     }
 
-    fn forget(&mut self, key: &IdKey) -> Option<Waiter> {
-        let w = self.pending.remove(key);
-        self.order.retain(|k| k != key);
-        self.tokens.retain(|_, v| v != key);
-        w
+    /// Whether a stream is open.
+    pub(crate) fn is_open(&self) -> bool {
+        self.streams.iter().any(|s| !s.is_closed())
+    }
+
+    /// Puts an event on the newest open stream, or in the backlog, within
+    /// `budget`.
+    pub(crate) fn push(&mut self, budget: &Budget, event: Vec<u8>) {
+        let mut event = match charge_making_room(budget, &mut self.backlog, event) {
+            Ok(h) => h,
+            Err(()) => return,
+        };
+        while let Some(s) = self.streams.last() {
+            match s.try_send(event) {
+                Ok(()) => return,
+                Err(mpsc::error::TrySendError::Full(e)) => {
+                    tracing::warn!("a slow client's event stream is full: message dropped");
+                    budget.dropped("stream", e.len());
+                    return;
+                }
+                Err(mpsc::error::TrySendError::Closed(e)) => {
+                    self.streams.pop();
+                    event = e;
+                }
+            }
+        }
+        push_backlog(budget, &mut self.backlog, event);
+    }
+
+    fn clear(&mut self) {
+        self.streams.clear();
+        self.backlog.clear();
     }
 }
 
@@ -143,7 +180,7 @@ struct Entry {
 
 impl Drop for Entry {
     fn drop(&mut self) {
-        lock(&self.routes).forget(&self.key);
+        lock(&self.routes).table.forget(&self.key);
     }
 }
 
@@ -168,6 +205,8 @@ pub enum SendError {
 pub enum StreamError {
     /// The session has ended.
     Ended,
+    /// The session allows one stream, and it is open.
+    Taken,
 }
 
 /// A live session.
@@ -237,21 +276,14 @@ impl McpSession {
             if r.ended {
                 return Err(SendError::Ended);
             }
-            if r.pending.contains_key(&key) {
-                return Err(SendError::DuplicateId);
-            }
-            r.pending.insert(
-                key.clone(),
-                Waiter {
-                    tx,
-                    queued: queued.clone(),
-                    id: id.clone(),
-                },
-            );
-            r.order.push(key.clone());
-            if let Some(t) = progress {
-                r.tokens.insert(t.to_string(), key.clone());
-            }
+            let waiter = Waiter {
+                tx,
+                queued: queued.clone(),
+                id: id.clone(),
+            };
+            r.table
+                .insert(key.clone(), progress, waiter)
+                .map_err(|_| SendError::DuplicateId)?;
         }
         let entry = Entry {
             routes: self.routes.clone(),
@@ -280,20 +312,11 @@ impl McpSession {
     /// message goes to one stream only. A stream ends when its receiver is
     /// dropped (the client went away) or the session ends.
     pub fn open_stream(&self) -> Result<mpsc::Receiver<Held>, StreamError> {
-        let (tx, rx) = mpsc::channel(STREAM_QUEUE);
         let mut r = lock(&self.routes);
         if r.ended {
             return Err(StreamError::Ended);
         }
-        r.streams.retain(|s| !s.is_closed());
-        while let Some(e) = r.backlog.pop_front() {
-            if let Err(mpsc::error::TrySendError::Full(e)) = tx.try_send(e) {
-                r.backlog.push_front(e);
-                break;
-            }
-        }
-        r.streams.push(tx);
-        Ok(rx)
+        r.outbox.open(false)
     }
 
     /// Whether the relay behind the session has ended.
@@ -323,7 +346,7 @@ impl McpSession {
 
     /// Requests of this session in flight.
     pub fn in_flight(&self) -> usize {
-        lock(&self.routes).order.len()
+        lock(&self.routes).table.len()
     }
 
     /// Ends every request in flight with an `http.stopped` error (the
@@ -380,11 +403,8 @@ impl Router {
     /// What it holds for the client is charged to `budget`.
     pub fn new(modern: bool, budget: Budget, on_end: Box<dyn FnOnce() + Send>) -> Router {
         let routes = Routes {
-            pending: HashMap::new(),
-            order: Vec::new(),
-            tokens: HashMap::new(),
-            streams: Vec::new(),
-            backlog: VecDeque::new(),
+            table: Table::default(),
+            outbox: Outbox::default(),
             ended: false,
             modern,
             budget,
@@ -396,19 +416,6 @@ impl Router {
     }
 }
 
-/// Methods that belong to the request the server is working on.
-fn belongs_to_request(method: &str) -> bool {
-    matches!(
-        method,
-        "sampling/createMessage"
-            | "elicitation/create"
-            | "roots/list"
-            | "notifications/message"
-            | "notifications/progress"
-            | "ping"
-    )
-}
-
 impl HostSink for Router {
     fn message(&mut self, line: &[u8]) -> std::io::Result<()> {
         let Ok(msg) = Message::parse(line) else {
@@ -416,117 +423,62 @@ impl HostSink for Router {
             tracing::debug!("unroutable message from the relay dropped");
             return Ok(());
         };
-        let mut r = lock(&self.routes);
-        match msg.shape {
-            Shape::Response | Shape::Error | Shape::Other => {
-                let key = msg.value.get("id").map(id_key).unwrap_or_default();
-                let budget = r.budget.clone();
-                match r.forget(&key) {
-                    Some(w) => {
-                        let answer = match budget.charge(line.to_vec()) {
-                            Ok(h) => h,
-                            Err(line) => {
-                                // the client is not told less than it
-                                // asked for: the request ends, and says why
-                                budget.dropped("response", line.len());
-                                Held::own(error_line(
-                                    &w.id,
-                                    crate::http::TRANSPORT_ERROR,
-                                    Reason::HttpBufferFull,
-                                    "the answer is larger than what the gateway may hold for this session (limits.max_buffered_per_session, limits.max_buffered_total)",
-                                ))
-                            }
-                        };
-                        let _ = w.tx.send(Out::Final(answer));
+        let mut guard = lock(&self.routes);
+        let r = &mut *guard;
+        let target = r.table.target(&msg, r.outbox.is_open(), r.modern);
+        match target {
+            Target::Answer(key) => {
+                let Some(w) = r.table.forget(&key) else {
+                    return Ok(());
+                };
+                let answer = match r.budget.charge(line.to_vec()) {
+                    Ok(h) => h,
+                    Err(line) => {
+                        // the client is not told less than it asked for:
+                        // the request ends, and says why
+                        r.budget.dropped("response", line.len());
+                        Held::own(error_line(
+                            &w.id,
+                            TRANSPORT_ERROR,
+                            Reason::HttpBufferFull,
+                            "the answer is larger than what the gateway may hold for this session (limits.max_buffered_per_session, limits.max_buffered_total)",
+                        ))
                     }
-                    None => tracing::debug!(id = %key, "answer for a request nobody waits for"),
+                };
+                let _ = w.tx.send(Out::Final(answer));
+            }
+            Target::Request(key) => {
+                let Some(w) = r.table.get(&key) else {
+                    return Ok(());
+                };
+                if w.queued.load(Ordering::Acquire) >= PER_REQUEST {
+                    tracing::warn!(
+                        method = msg.method(),
+                        "a slow client's stream is full: message dropped"
+                    );
+                    r.budget.dropped("request", line.len());
+                } else {
+                    match r.budget.charge(line.to_vec()) {
+                        Ok(h) => {
+                            w.queued.fetch_add(1, Ordering::AcqRel);
+                            let _ = w.tx.send(Out::Message(h));
+                        }
+                        Err(m) => r.budget.dropped("request", m.len()),
+                    }
                 }
             }
-            Shape::Request | Shape::Notification => {
-                let method = msg
-                    .value
-                    .get("method")
-                    .and_then(Value::as_str)
-                    .unwrap_or("");
-                let token = (method == "notifications/progress")
-                    .then(|| msg.value.pointer("/params/progressToken"))
-                    .flatten()
-                    .map(Value::to_string);
-                // 2026-07-28: a notification of a `subscriptions/listen`
-                // stream names the listen request
-                let subscription = msg
-                    .value
-                    .pointer(SUBSCRIPTION_POINTER)
-                    .map(id_key)
-                    .filter(|k| r.pending.contains_key(k));
-                let target =
-                    match subscription.or_else(|| token.and_then(|t| r.tokens.get(&t).cloned())) {
-                        Some(k) => Some(k),
-                        None if belongs_to_request(method) => r.order.last().cloned(),
-                        None => None,
-                    };
-                let stream_open = r.streams.iter().any(|s| !s.is_closed());
-                let target = target.or_else(|| {
-                    if stream_open || r.modern {
-                        None
-                    } else {
-                        r.order.last().cloned()
-                    }
-                });
-                match target.and_then(|k| r.pending.get(&k)) {
-                    Some(w) => {
-                        if w.queued.load(Ordering::Acquire) >= PER_REQUEST {
-                            tracing::warn!(
-                                method,
-                                "a slow client's stream is full: message dropped"
-                            );
-                            r.budget.dropped("request", line.len());
-                        } else {
-                            match r.budget.charge(line.to_vec()) {
-                                Ok(h) => {
-                                    w.queued.fetch_add(1, Ordering::AcqRel);
-                                    let _ = w.tx.send(Out::Message(h));
-                                }
-                                Err(m) => r.budget.dropped("request", m.len()),
-                            }
-                        }
-                    }
-                    None if r.modern => {
-                        tracing::debug!(
-                            method,
-                            "stateless session: a message for no request dropped"
-                        );
-                    }
-                    None => to_stream(&mut r, line.to_vec()),
-                }
+            Target::Stream => r.outbox.push(&r.budget, line.to_vec()),
+            Target::Nowhere if msg.method().is_some() => tracing::debug!(
+                method = msg.method(),
+                "stateless session: a message for no request dropped"
+            ),
+            Target::Nowhere => {
+                let key = msg.value.get("id").map(id_key).unwrap_or_default();
+                tracing::debug!(id = %key, "answer for a request nobody waits for");
             }
         }
         Ok(())
     }
-}
-
-/// Puts an event on the newest open GET stream, or in the backlog, within
-/// the session's byte budget.
-fn to_stream(r: &mut Routes, event: Vec<u8>) {
-    let mut event = match charge_making_room(&r.budget, &mut r.backlog, event) {
-        Ok(h) => h,
-        Err(()) => return,
-    };
-    while let Some(s) = r.streams.last() {
-        match s.try_send(event) {
-            Ok(()) => return,
-            Err(mpsc::error::TrySendError::Full(e)) => {
-                tracing::warn!("a slow client's event stream is full: message dropped");
-                r.budget.dropped("stream", e.len());
-                return;
-            }
-            Err(mpsc::error::TrySendError::Closed(e)) => {
-                r.streams.pop();
-                event = e;
-            }
-        }
-    }
-    push_backlog(&r.budget, &mut r.backlog, event);
 }
 
 /// Charges `event` to `budget`, dropping the oldest messages of `backlog`
@@ -572,10 +524,8 @@ impl Drop for Router {
             let mut r = lock(&self.routes);
             r.ended = true;
             // waiting POSTs see their channel close and answer so
-            r.pending.clear();
-            r.order.clear();
-            r.streams.clear();
-            r.backlog.clear();
+            r.table.drain();
+            r.outbox.clear();
         }
         if let Some(f) = self.on_end.take() {
             f();
@@ -621,20 +571,18 @@ mod tests {
         let (tx, rx) = mpsc::unbounded_channel();
         let mut routes = lock(&r.routes);
         let key = id_key(&id);
-        routes.pending.insert(
-            key.clone(),
-            Waiter {
-                tx,
-                queued: Arc::new(AtomicUsize::new(0)),
-                id,
-            },
-        );
-        routes.order.push(key);
+        let w = Waiter {
+            tx,
+            queued: Arc::new(AtomicUsize::new(0)),
+            id,
+        };
+        routes.table.insert(key, None, w).unwrap();
         rx
     }
 
     fn backlog_uris(r: &Router) -> Vec<String> {
         lock(&r.routes)
+            .outbox
             .backlog
             .iter()
             .map(|h| {
@@ -708,6 +656,6 @@ mod tests {
             assert_eq!(v["id"], id);
             assert_eq!(v["error"]["data"]["reason"], "http.stopped", "{v}");
         }
-        assert!(lock(&r.routes).pending.is_empty());
+        assert!(lock(&r.routes).table.is_empty());
     }
 }

@@ -4,7 +4,7 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use sha2::{Digest, Sha256};
+pub use crate::gate::{constant_time_eq, digest};
 
 /// One client of the gateway.
 #[derive(Clone)]
@@ -51,12 +51,6 @@ impl ClientSettings {
     pub fn may_use(&self, server: &str) -> bool {
         self.servers.iter().any(|s| s == server)
     }
-}
-
-/// SHA-256, so that every token compares in the same time whatever its
-/// length.
-pub fn digest(bytes: &[u8]) -> [u8; 32] {
-    Sha256::digest(bytes).into()
 }
 
 /// Per-client limits (the config's `[limits]`).
@@ -196,14 +190,12 @@ impl Settings {
 
     /// Whether `host` (a `Host` header) is one the gateway serves.
     pub fn host_allowed(&self, host: &str) -> bool {
-        let host = host.trim().to_ascii_lowercase();
-        self.allowed_hosts.contains(&host)
+        crate::gate::host_allowed(&self.allowed_hosts, host)
     }
 
     /// Whether `origin` (an `Origin` header) may talk to the gateway.
     pub fn origin_allowed(&self, origin: &str) -> bool {
-        let origin = origin.trim().trim_end_matches('/').to_ascii_lowercase();
-        self.allowed_origins.contains(&origin)
+        crate::gate::origin_allowed(&self.allowed_origins, origin)
     }
 
     /// The client whose token digest is `presented` (`None`: no token:
@@ -226,18 +218,6 @@ impl Settings {
             }
         }
     }
-}
-
-/// Compares two digests without an early exit: the time does not depend
-/// on where they differ. With [`digest`], how a secret is checked (the
-/// gateway's client tokens, the console's token).
-pub fn constant_time_eq(a: &[u8; 32], b: &[u8; 32]) -> bool {
-    let mut diff = 0u8;
-    for (x, y) in a.iter().zip(b.iter()) {
-        diff |= x ^ y;
-    }
-    // black_box keeps the optimiser from turning the fold into an early exit
-    std::hint::black_box(diff) == 0
 }
 
 #[cfg(test)]

@@ -683,14 +683,14 @@ impl Session {
                 tracing::warn!(server = %self.config.server_name, "too many server requests unanswered by the host; the oldest forgotten");
                 self.flag(None, Reason::ServerRequestLimit, "relay");
             }
-            msg.value["id"] = ours;
+            mcpbox_policy::mcp::set_id(&mut msg.value, ours);
             changed = true;
         } else if msg.method() == Some("notifications/cancelled") {
             // the server cancels one of its requests: by our id, as the
             // host knows it
             let rid = msg.value.pointer("/params/requestId").cloned();
             if let Some(ours) = rid.and_then(|r| self.server_asks.ours_for(&r)) {
-                msg.value["params"]["requestId"] = ours;
+                mcpbox_policy::mcp::set_cancelled_request(&mut msg.value, ours);
                 changed = true;
             }
         }

@@ -9,9 +9,6 @@ use serde_json::{json, Value};
 use super::Session;
 use crate::message::{to_line, Message};
 
-/// The stateless revision of the protocol (no `initialize`).
-pub(super) const STATELESS_REVISION: &str = "2026-07-28";
-
 impl Session {
     /// The host's answer to the server's `roots/list`, with each root made
     /// the sandbox's path (a `file://` URI under a host directory behind

@@ -53,17 +53,16 @@ mod tests;
 
 use approvals::{Approvals, Channel};
 use calls::Calls;
-use host::STATELESS_REVISION;
+use mcpbox_policy::mcp::STATELESS_REVISION;
 use supervise::Supervisor;
 use tools::ToolScreen;
 
-/// `_meta` key carrying per-request client capabilities (2026-07-28).
-pub const META_CLIENT_CAPS: &str = "io.modelcontextprotocol/clientCapabilities";
-/// `_meta` key naming a request's protocol revision (2026-07-28): its
-/// presence marks a request of the stateless revision, whose server sends
-/// the client no requests of its own (elicitation rides in an
-/// `InputRequiredResult` instead).
-pub const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+/// `_meta` keys of the stateless revision ([`mcpbox_policy::mcp`]): a
+/// request's protocol revision (its presence marks a request of that
+/// revision, whose server sends the client no requests of its own;
+/// elicitation rides in an `InputRequiredResult` instead) and its client
+/// capabilities.
+pub use mcpbox_policy::mcp::{META_CLIENT_CAPS, META_PROTOCOL_VERSION};
 
 /// The two clocks, read once per event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -79,6 +79,11 @@ impl Server for Forger {
             ),
             tool("whoami", "Says which role answers.", json!({})),
             tool(
+                "name_my_call",
+                "A notification that names this call's id as its subscription, then the answer.",
+                json!({}),
+            ),
+            tool(
                 "update",
                 "Announces that the resource `uri` changed.",
                 json!({"uri": {"type": "string"}}),
@@ -147,6 +152,13 @@ impl Server for Forger {
                 Ok(Value::Null)
             }
             "whoami" => Ok(text(format!("tool of {}", self.role))),
+            "name_my_call" => {
+                io.send(&json!({"jsonrpc": "2.0", "method": "notifications/message",
+                    "params": {"level": "info", "data": "about my call",
+                        "_meta": {"io.modelcontextprotocol/subscriptionId": id}}}))
+                    .map_err(|e| (-32603, e.to_string()))?;
+                Ok(text("named"))
+            }
             "update" => {
                 let uri = args.get("uri").cloned().unwrap_or(Value::Null);
                 io.send(

@@ -5,20 +5,25 @@
 //!
 //! # Shape
 //!
-//! [`start`] binds a loopback address, prints the one line
-//! `mcpbox: console at http://127.0.0.1:PORT/#token=TOKEN` on stderr,
-//! writes the same URL to `console.url` (0600) in a 0700 directory of this
-//! process under the runtime directory, and serves on a thread of its own
+//! [`start`] binds a loopback address and serves on a thread of its own
 //! with a small current-thread tokio runtime: `run` has no runtime, and
-//! the relay's thread must never wait on a browser. [`Running`] stops it
-//! and removes the file when dropped.
+//! the relay's thread must never wait on a browser. The binary
+//! (`crates/mcpbox/src/console.rs`) prints the one line
+//! `mcpbox: console at http://127.0.0.1:PORT/#token=TOKEN` on stderr and
+//! writes the same URL to `console.url` (0600) in a 0700 directory of this
+//! process under the runtime directory. [`Running`] stops the console and
+//! removes that directory when dropped.
+//!
+//! It lives beside the gateway's HTTP face because the two share their
+//! first checks ([`crate::gate`]: Host, Origin, the bearer token or the
+//! session cookie, compared in constant time).
 //!
 //! The page is one small single-page app (`assets/`: HTML, CSS and JS,
 //! embedded with `include_str!`; nothing is fetched from anywhere else)
 //! over a JSON API (`http.rs` routes and checks, `api.rs` answers,
 //! `pins.rs` adapts the pin store).
 //!
-//! # Security model (each point has an attack test in tests/console.rs)
+//! # Security model (each point has an attack test in crates/mcpbox/tests/console.rs)
 //!
 //! - loopback only: [`start`] refuses any other address;
 //! - a token of 32 random bytes from `/dev/urandom`, compared in constant
@@ -50,10 +55,9 @@
 mod admission;
 mod api;
 mod http;
-pub mod pins;
+mod pins;
 
 use std::net::SocketAddr;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -96,7 +100,6 @@ pub struct Parts {
 /// A running console; dropping it stops the server and removes
 /// `console.url`.
 pub struct Running {
-    #[cfg_attr(not(test), allow(dead_code))]
     url: String,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -105,9 +108,13 @@ pub struct Running {
 
 impl Running {
     /// The URL with the token in its fragment.
-    #[cfg_attr(not(test), allow(dead_code))]
     pub fn url(&self) -> &str {
         &self.url
+    }
+
+    /// Removes `dir` (where the URL was written) when the console stops.
+    pub fn remove_on_stop(&mut self, dir: PathBuf) {
+        self.dir = Some(dir);
     }
 }
 
@@ -125,84 +132,8 @@ impl Drop for Running {
     }
 }
 
-/// The address `--console` asked for, set by `main` before `run` or
-/// `serve` starts (so that their signatures, shared with other work, stay
-/// as they are).
-static REQUESTED: std::sync::OnceLock<SocketAddr> = std::sync::OnceLock::new();
-
-/// `--console [ADDR]` was given.
-pub fn request(addr: SocketAddr) {
-    let _ = REQUESTED.set(addr);
-}
-
-/// Starts the console when `--console` asked for it, with the parts
-/// `parts` makes (called only then).
-pub fn start_requested(
-    parts: impl FnOnce() -> anyhow::Result<Parts>,
-) -> anyhow::Result<Option<Running>> {
-    match REQUESTED.get() {
-        Some(addr) => Ok(Some(start(*addr, parts()?)?)),
-        None => Ok(None),
-    }
-}
-
-/// `mcpbox run --console`: the relay's broker, no sandboxes to manage,
-/// the policy's audit log.
-pub fn for_run(
-    broker: Arc<Broker>,
-    policy: &mcpbox_policy::Policy,
-) -> anyhow::Result<Option<Running>> {
-    start_requested(|| {
-        Ok(Parts {
-            broker,
-            control: None,
-            audit_dbs: vec![crate::state::audit_path(policy)],
-            state_dir: crate::state::state_dir(),
-            pin_audit: vec![(policy.name().to_string(), crate::state::audit_path(policy))],
-            mode: "run",
-        })
-    })
-}
-
-/// `mcpbox serve --console`: the gateway's broker (the lifecycle's desk;
-/// `None`, which serve never passes: one of its own over the state
-/// directory's audit log), its lifecycle, and every audit log its servers write (the state
-/// directory's first).
-pub fn for_serve(
-    broker: Option<Arc<Broker>>,
-    life: Arc<crate::lifecycle::Lifecycle>,
-    cfg: &mcpbox_policy::serve::ServeConfig,
-) -> anyhow::Result<Option<Running>> {
-    start_requested(|| {
-        let broker = match broker {
-            Some(b) => b,
-            None => Broker::new(crate::state::open_default_audit()?),
-        };
-        let mut audit_dbs = vec![crate::state::state_dir().join("audit.db")];
-        let mut pin_audit = Vec::new();
-        for s in &cfg.servers {
-            // loaded and checked already by serve's start
-            if let Ok(loaded) = crate::preflight::load(Some(&s.policy)) {
-                let p = crate::state::audit_path(&loaded.policy);
-                pin_audit.push((loaded.policy.name().to_string(), p.clone()));
-                if !audit_dbs.contains(&p) {
-                    audit_dbs.push(p);
-                }
-            }
-        }
-        Ok(Parts {
-            broker,
-            control: Some(life),
-            audit_dbs,
-            state_dir: crate::state::state_dir(),
-            pin_audit,
-            mode: "serve",
-        })
-    })
-}
-
 /// Starts the console on `addr` (loopback only; port 0: the kernel's
-/// choice), prints its URL on stderr and writes it to `console.url`.
+/// choice); its URL, with the token, is [`Running::url`].
 pub fn start(addr: SocketAddr, parts: Parts) -> anyhow::Result<Running> {
     if !addr.ip().is_loopback() {
         bail!(
@@ -244,54 +175,12 @@ pub fn start(addr: SocketAddr, parts: Parts) -> anyhow::Result<Running> {
             runtime.shutdown_background();
         })
         .context("console: starting its thread")?;
-    let dir = match write_url_file(&url) {
-        Ok(d) => Some(d),
-        Err(e) => {
-            tracing::warn!("console: {e:#}");
-            None
-        }
-    };
-    eprintln!("mcpbox: console at {url}");
     Ok(Running {
         url,
         stop: Some(stop_tx),
         thread: Some(thread),
-        dir,
+        dir: None,
     })
-}
-
-/// Writes `url` to `<runtime>/console-<pid>/console.url` (directory 0700,
-/// file 0600), for `mcpbox approvals` users to find; returns the directory.
-fn write_url_file(url: &str) -> anyhow::Result<PathBuf> {
-    let base = crate::egress::runtime_base();
-    std::fs::create_dir_all(&base).with_context(|| format!("creating {}", base.display()))?;
-    let meta =
-        std::fs::symlink_metadata(&base).with_context(|| format!("checking {}", base.display()))?;
-    if !meta.is_dir() || std::os::unix::fs::MetadataExt::uid(&meta) != crate::preflight::uid() {
-        bail!(
-            "{} is not a directory owned by this user; the console's URL is not written there",
-            base.display()
-        );
-    }
-    let dir = base.join(format!("console-{}", std::process::id()));
-    match std::fs::create_dir(&dir) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(e).with_context(|| format!("creating {}", dir.display())),
-    }
-    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
-        .with_context(|| format!("securing {}", dir.display()))?;
-    let file = dir.join("console.url");
-    let _ = std::fs::remove_file(&file);
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&file)
-        .with_context(|| format!("creating {}", file.display()))?;
-    std::io::Write::write_all(&mut f, format!("{url}\n").as_bytes())
-        .with_context(|| format!("writing {}", file.display()))?;
-    Ok(dir)
 }
 
 /// 32 random bytes, hex.

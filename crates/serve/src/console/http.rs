@@ -10,13 +10,13 @@ use std::collections::HashMap;
 use std::convert::Infallible;
 use std::sync::Arc;
 
+use crate::gate;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper::header::{self, HeaderMap, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
-use mcpbox_serve::settings::{constant_time_eq, digest};
 use serde_json::{json, Value};
 
 use super::admission::{Admission, Id, Promote};
@@ -47,7 +47,7 @@ pub struct Console {
     token_digest: [u8; 32],
     port: u16,
     /// `Host` values that name this console.
-    hosts: [String; 3],
+    hosts: Vec<String>,
     /// The session cookie's name: with the port, so that two consoles
     /// (cookies are not kept apart by port) do not overwrite each other's.
     cookie: String,
@@ -67,10 +67,10 @@ impl Console {
     pub fn new(parts: Parts, token: String, port: u16) -> Console {
         Console {
             parts,
-            token_digest: digest(token.as_bytes()),
+            token_digest: gate::digest(token.as_bytes()),
             token,
             port,
-            hosts: [
+            hosts: vec![
                 format!("127.0.0.1:{port}"),
                 format!("localhost:{port}"),
                 format!("[::1]:{port}"),
@@ -264,45 +264,31 @@ pub fn error(status: StatusCode, msg: impl std::fmt::Display) -> Response<Full<B
     json_response(status, &json!({ "error": msg.to_string() }))
 }
 
-fn header_str(h: &HeaderMap, name: header::HeaderName) -> Option<&str> {
-    h.get(name).and_then(|v| v.to_str().ok())
-}
-
 impl Console {
     /// Whether `given` is the token: compared as digests, in constant
     /// time, as the gateway compares its clients' tokens.
     fn is_token(&self, given: &str) -> bool {
-        constant_time_eq(&digest(given.as_bytes()), &self.token_digest)
+        gate::token_matches(&self.token_digest, given)
     }
 
     /// The request's `Host`, when it names this console (lowercased).
     fn host(&self, h: &HeaderMap) -> Option<String> {
-        let host = header_str(h, header::HOST)?.to_ascii_lowercase();
-        self.hosts.contains(&host).then_some(host)
+        gate::host(h, &self.hosts).map(String::from)
     }
 
     /// Whether the request carries the token, as a bearer or a cookie.
     fn authorized(&self, h: &HeaderMap) -> bool {
-        if let Some(v) = header_str(h, header::AUTHORIZATION) {
-            return v
-                .strip_prefix("Bearer ")
-                .is_some_and(|t| self.is_token(t.trim()));
-        }
-        h.get_all(header::COOKIE)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(';'))
-            .filter_map(|c| c.trim().split_once('='))
-            .any(|(k, v)| k == self.cookie && self.is_token(v))
+        gate::has_token(h, &self.token_digest, Some(&self.cookie))
     }
 
     /// A state change's checks: `Origin` exactly this console's origin as
     /// the browser reached it, `Sec-Fetch-Site` (when sent) same-origin.
     fn same_origin(&self, h: &HeaderMap, host: &str) -> Result<(), &'static str> {
-        match header_str(h, header::ORIGIN) {
-            Some(o) if o.eq_ignore_ascii_case(&format!("http://{host}")) => {}
-            Some(_) => return Err("a POST from another origin is refused"),
-            None => return Err("a POST without an Origin header is refused"),
+        if h.get(header::ORIGIN).is_none() {
+            return Err("a POST without an Origin header is refused");
+        }
+        if gate::origin(h, &[format!("http://{host}")]).is_err() {
+            return Err("a POST from another origin is refused");
         }
         match h.get("sec-fetch-site").map(HeaderValue::as_bytes) {
             None | Some(b"same-origin") => Ok(()),
