@@ -15,6 +15,7 @@
 
 mod arguments;
 mod artifacts;
+pub mod call;
 mod commands;
 mod credentials;
 mod decision;
@@ -27,6 +28,7 @@ mod network;
 mod paths;
 pub mod preset;
 pub mod serve;
+mod source;
 mod tools;
 mod units;
 mod validate;
@@ -43,13 +45,14 @@ pub use arguments::{
     is_path_name, translate_host_paths, url_host, ArgumentFinding, ArgumentRule, ArgumentRules,
     Lexical, Resolve, Workspace, WORKSPACE,
 };
+pub use call::{combine, BuiltinRules, CallDecision, CallRules, World};
 pub use commands::{
     classify, classify_argv, classify_line, Category, Classified, Classifier, CommandDecision,
     CommandRules, InProcess, Input, Parsed, ToolArg, MAX_DEPTH as MAX_COMMAND_DEPTH,
     MAX_INPUT as MAX_COMMAND_INPUT,
 };
 pub use credentials::{credential_kind, CREDENTIAL_LOCATIONS};
-pub use decision::{Decision, NetworkAnswer, Reason, ToolHints, Verdict};
+pub use decision::{Decision, NetworkAnswer, Reason, Source, ToolHints, Verdict};
 pub use diagnostic::{Diagnostic, Location};
 pub use examples::Example;
 pub use model::{

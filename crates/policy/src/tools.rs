@@ -18,7 +18,7 @@ use serde::ser::SerializeMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::arguments::ArgumentRules;
-use crate::decision::{Decision, Reason, ToolHints, Verdict};
+use crate::decision::{Decision, Reason, Source, ToolHints, Verdict};
 use crate::locate::key_segment;
 use crate::{with_sub_key, HINT_MARK};
 
@@ -104,9 +104,9 @@ impl ToolRules {
             Some(rule) => Decision::new(
                 rule.action,
                 Reason::ToolRule,
-                format!("tools.{}", key_segment(&rule.pattern)),
+                Source::ToolRule(rule.pattern.clone()),
             ),
-            None => Decision::new(self.default, Reason::ToolDefault, "tools.default"),
+            None => Decision::new(self.default, Reason::ToolDefault, Source::ToolDefault),
         };
         if hints.destructive == Some(true)
             && self.destructive > decision.verdict
@@ -115,7 +115,7 @@ impl ToolRules {
             decision = Decision::new(
                 self.destructive,
                 Reason::ToolDestructiveHint,
-                "tools.destructive",
+                Source::ToolDestructive,
             );
         }
         decision
@@ -294,7 +294,7 @@ mod tests {
         );
         let d = r.decide("write_file", &NONE);
         assert_eq!(
-            (d.verdict, d.source.as_str()),
+            (d.verdict, &*d.source.to_string()),
             (Verdict::Approve, "tools.\"*_file\"")
         );
         let d = r.decide("list", &NONE);
@@ -384,7 +384,7 @@ mod tests {
         // named exactly: the author's allow stands (the relay and [[tests]] agree)
         let d = r.decide("browser_navigate", &destructive);
         assert_eq!(
-            (d.verdict, d.reason, d.source.as_str()),
+            (d.verdict, d.reason, &*d.source.to_string()),
             (Verdict::Allow, Reason::ToolRule, "tools.browser_navigate")
         );
         // a glob and the default are raised by the hint

@@ -28,7 +28,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use mcpbox_audit::Kind;
-use mcpbox_policy::{Decision, Reason, Verdict};
+use mcpbox_policy::{Decision, Reason, Source, Verdict};
 use serde_json::{json, Map, Value};
 
 use super::calls::Call;
@@ -455,7 +455,10 @@ impl Session {
         };
         let detail = json!({"approval": state});
         if self.now.mono >= ask.deadline {
-            let d = Decision::deny(Reason::ApprovalTimeout, format!("approval:{state}"));
+            let d = Decision::deny(
+                Reason::ApprovalTimeout,
+                Source::Approval(Some(state.to_string())),
+            );
             self.deny_call(id, tool, args_digest, d, &detail);
             return Retry::Handled;
         }
@@ -509,7 +512,10 @@ impl Session {
                         }),
                     });
                 }
-                let d = Decision::deny(Reason::ApprovalDeclined, "approval:elicitation");
+                let d = Decision::deny(
+                    Reason::ApprovalDeclined,
+                    Source::Approval(Some("elicitation".into())),
+                );
                 self.deny_call(id, tool, args_digest, d, &detail);
                 Retry::Handled
             }
@@ -681,16 +687,18 @@ impl Session {
                 // tool withheld since it was asked is not the tool the
                 // human approved)
                 if self.now.mono > w.deadline {
-                    let d =
-                        Decision::deny(Reason::ApprovalTimeout, format!("approval:{}", w.approval));
+                    let d = Decision::deny(
+                        Reason::ApprovalTimeout,
+                        Source::Approval(Some(w.approval.to_string())),
+                    );
                     return self.refuse_waiting(w, d);
                 }
                 if let (Hold::Call { .. }, Some(reason)) = (&w.hold, self.pin_refusal(&w.tool)) {
-                    let d = Decision::deny(reason, "pin");
+                    let d = Decision::deny(reason, Source::Pin(None));
                     return self.refuse_waiting(w, d);
                 }
                 tracing::info!(server = %self.config.server_name, tool = %w.tool, %approver, approval = %w.approval, "approved");
-                let source = format!("approval:{approver}");
+                let source = Source::Approval(Some(approver.to_string()));
                 let mut detail = w.detail;
                 if !w.approval.is_empty() {
                     set_detail(&mut detail, "approval", json!(w.approval));
@@ -709,7 +717,11 @@ impl Session {
                     } => {
                         self.send_host(line);
                         set_detail(&mut call.detail, "result_approval", json!(w.approval));
-                        set_detail(&mut call.detail, "result_approved_by", json!(source));
+                        set_detail(
+                            &mut call.detail,
+                            "result_approved_by",
+                            json!(source.to_string()),
+                        );
                         self.record_call(*call, reason, |e| {
                             e.result_bytes = Some(bytes);
                             e.exit_status = exit;
@@ -719,10 +731,14 @@ impl Session {
             }
             other => {
                 let (reason, source) = match &other {
-                    ApprovalAnswer::Declined => {
-                        (Reason::ApprovalDeclined, "approval:human".to_string())
-                    }
-                    ApprovalAnswer::Timeout => (Reason::ApprovalTimeout, "approval:timeout".into()),
+                    ApprovalAnswer::Declined => (
+                        Reason::ApprovalDeclined,
+                        Source::Approval(Some("human".into())),
+                    ),
+                    ApprovalAnswer::Timeout => (
+                        Reason::ApprovalTimeout,
+                        Source::Approval(Some("timeout".into())),
+                    ),
                     // the rule that asked stays the source; the id is in
                     // the detail and the decision's `_meta`
                     ApprovalAnswer::Refused { .. } => {
@@ -945,9 +961,9 @@ impl Session {
             return Some((line, call));
         }
         let source = if over.is_some() {
-            "output.approve_over"
+            Source::OutputApproveOver
         } else {
-            "output.approve_credential_shapes"
+            Source::OutputApproveCredentialShapes
         };
         let decision = Decision::approve(Reason::ResultApproval, source);
         let subject = Subject::Result {

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use mcpbox_audit::Kind;
-use mcpbox_policy::{Decision, Reason, Verdict};
+use mcpbox_policy::{Decision, Reason, Source, Verdict};
 use serde_json::{json, Map, Value};
 
 use super::approvals::{Channel, Retry};
@@ -194,18 +194,17 @@ impl Session {
         };
         // a name no rule can be written for safely: never sent
         if !super::tools::valid_tool_name(&tool) {
-            let decision = Decision::deny(Reason::ToolNameInvalid, "relay");
+            let decision = Decision::deny(Reason::ToolNameInvalid, Source::Relay);
             return self.deny_call(&id, &tool, &args_digest, decision, &Value::Null);
         }
         // pinning first: a withheld tool is not the tool the policy knows
         if let Some(reason) = self.pin_refusal(&tool) {
-            let source = format!(
-                "pin:{}",
+            let source = Source::Pin(Some(
                 self.config
                     .pin_file
                     .as_ref()
-                    .map_or(String::new(), |p| p.display().to_string())
-            );
+                    .map_or(String::new(), |p| p.display().to_string()),
+            ));
             let decision = Decision::deny(reason, source);
             return self.deny_call(&id, &tool, &args_digest, decision, &Value::Null);
         }
@@ -246,7 +245,10 @@ impl Session {
             return;
         };
         if let Some(check) = check {
-            h.decision = h.decision.stricter(check.decision);
+            // the call decision's last step (mcpbox_policy::call): the
+            // stricter of the tool's and the arguments', the tool's on a tie
+            let check = mcpbox_policy::combine(h.decision.clone(), Some(check));
+            h.decision = check.decision;
             h.detail = check.detail;
             h.measured = check.measured;
             let mut rewritten = false;
@@ -346,7 +348,7 @@ impl Session {
             e.tool = Some(s.tool.clone());
             e.decision = Some(s.decision.verdict);
             e.reason = Some(s.decision.reason.as_str().to_string());
-            e.source = Some(s.decision.source.clone());
+            e.source = Some(s.decision.source.to_string());
             e.args_digest = Some(s.args_digest.clone());
             let mut detail = match &s.detail {
                 Value::Object(m) => m.clone(),
@@ -394,7 +396,7 @@ impl Session {
                     _ => Map::new(),
                 };
                 detail.insert("audit_error".into(), Value::String(why.to_string()));
-                let decision = Decision::deny(Reason::AuditUnavailable, "audit");
+                let decision = Decision::deny(Reason::AuditUnavailable, Source::Audit);
                 self.deny_call(
                     &s.id,
                     &s.tool,
@@ -458,7 +460,7 @@ impl Session {
             e.tool = Some(tool.to_string());
             e.decision = Some(mcpbox_policy::Verdict::Deny);
             e.reason = Some(d.reason.as_str().to_string());
-            e.source = Some(d.source.clone());
+            e.source = Some(d.source.to_string());
             e.args_digest = Some(args_digest.to_string());
             if !detail.is_null() {
                 e.detail = detail.clone();
@@ -501,7 +503,7 @@ impl Session {
             e.tool = Some(call.tool);
             e.decision = Some(call.decision.verdict);
             e.reason = Some(reason.as_str().to_string());
-            e.source = Some(call.decision.source);
+            e.source = Some(call.decision.source.to_string());
             e.args_digest = Some(call.args_digest);
             e.duration_ms = Some(ms(duration));
             let mut detail = match call.detail {
