@@ -62,6 +62,16 @@ pub enum Source {
     Relay,
     /// The audit log (a start record that could not be committed): `audit`.
     Audit,
+    /// The screening of a server's instructions: `instructions`.
+    Instructions,
+    /// The screening of a tool's description: `description`.
+    Description,
+    /// The HTTP face (`mcpbox serve`): `serve`.
+    Serve,
+    /// The HTTP face's aggregate endpoint: `serve:/mcp`.
+    ServeAggregate,
+    /// mcpbox itself, in a JSON-RPC error it writes: `mcpbox`.
+    Mcpbox,
     /// The tool pins, with the pin file: `pin:<file>`, or `pin`.
     Pin(Option<String>),
     /// An approval, with who or what answered: `approval:<by>`, or
@@ -108,6 +118,11 @@ impl Source {
             "output.approve_credential_shapes" => Some(Source::OutputApproveCredentialShapes),
             "relay" => Some(Source::Relay),
             "audit" => Some(Source::Audit),
+            "instructions" => Some(Source::Instructions),
+            "description" => Some(Source::Description),
+            "serve" => Some(Source::Serve),
+            "serve:/mcp" => Some(Source::ServeAggregate),
+            "mcpbox" => Some(Source::Mcpbox),
             "pin" => Some(Source::Pin(None)),
             "approval" => Some(Source::Approval(None)),
             "network" => Some(Source::Network),
@@ -164,6 +179,11 @@ impl fmt::Display for Source {
             }
             Source::Relay => f.write_str("relay"),
             Source::Audit => f.write_str("audit"),
+            Source::Instructions => f.write_str("instructions"),
+            Source::Description => f.write_str("description"),
+            Source::Serve => f.write_str("serve"),
+            Source::ServeAggregate => f.write_str("serve:/mcp"),
+            Source::Mcpbox => f.write_str("mcpbox"),
             Source::Pin(None) => f.write_str("pin"),
             Source::Pin(Some(file)) => write!(f, "pin:{file}"),
             Source::Approval(None) => f.write_str("approval"),
@@ -294,6 +314,11 @@ mod tests {
             ),
             (Source::Relay, "relay"),
             (Source::Audit, "audit"),
+            (Source::Instructions, "instructions"),
+            (Source::Description, "description"),
+            (Source::Serve, "serve"),
+            (Source::ServeAggregate, "serve:/mcp"),
+            (Source::Mcpbox, "mcpbox"),
             (Source::Pin(None), "pin"),
             (Source::Pin(Some("/p/x.json".into())), "pin:/p/x.json"),
             (Source::Approval(None), "approval"),

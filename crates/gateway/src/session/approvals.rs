@@ -840,7 +840,8 @@ impl Session {
             if let Some(e) = &w.elicit {
                 self.approvals.elicits.remove(e);
             }
-            self.record_abandoned(&w, Reason::ApprovalDeclined, "approval:host-cancelled");
+            let source = Source::Approval(Some("host-cancelled".into()));
+            self.record_abandoned(&w, Reason::ApprovalDeclined, &source);
         }
         true
     }
@@ -882,7 +883,7 @@ impl Session {
 
     /// The record of something that waited for a human and will never
     /// be answered (the session ended under it, or the host cancelled it).
-    fn record_abandoned(&mut self, w: &Waiting, reason: Reason, source: &str) {
+    fn record_abandoned(&mut self, w: &Waiting, reason: Reason, source: &Source) {
         let mut detail = w.detail.clone();
         set_detail(&mut detail, "approval", json!(w.approval));
         if matches!(w.hold, Hold::Result { .. }) {
@@ -913,7 +914,8 @@ impl Session {
             self.close_approval(key, Closed::Abandoned);
             if let Some(w) = self.approvals.waiting.remove(&key) {
                 tracing::warn!(server = %self.config.server_name, tool = %w.tool, approval = %w.approval, "the session ended while a call waited for approval");
-                self.record_abandoned(&w, Reason::ApprovalAbandoned, "approval:session-ended");
+                let source = Source::Approval(Some("session-ended".into()));
+                self.record_abandoned(&w, Reason::ApprovalAbandoned, &source);
                 ids.push(w.id);
             }
         }

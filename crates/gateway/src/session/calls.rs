@@ -552,7 +552,7 @@ impl Session {
             Line::Data(line) => self.server_line(line, None),
             Line::Compacted { line, len } => {
                 tracing::warn!(server = %self.config.server_name, len, "server line over max_line: long strings cut");
-                self.flag(None, Reason::ServerLineCompacted, "relay");
+                self.flag(None, Reason::ServerLineCompacted, Source::Relay);
                 self.server_line(line, Some(len));
             }
         }
@@ -560,7 +560,7 @@ impl Session {
 
     fn server_too_long(&mut self, len: usize, prefix: &[u8]) {
         tracing::warn!(server = %self.config.server_name, len, "server line over max_line dropped");
-        self.flag(None, Reason::ServerLineTooLong, "relay");
+        self.flag(None, Reason::ServerLineTooLong, Source::Relay);
         let Some(f) = sniff_id(prefix).and_then(|key| self.calls.take(&key)) else {
             return;
         };
@@ -609,7 +609,7 @@ impl Session {
             Err(Invalid::Blank) => return,
             Err(_) => {
                 tracing::warn!(server = %self.config.server_name, len = line.len(), "server wrote a non-json-rpc line to stdout; dropped");
-                self.flag(None, Reason::ServerInvalidJson, "relay");
+                self.flag(None, Reason::ServerInvalidJson, Source::Relay);
                 return self.answer_invalid(&line);
             }
         };
@@ -683,7 +683,7 @@ impl Session {
                     .ask(theirs, msg.method(), self.config.paths.is_some());
             if forgot {
                 tracing::warn!(server = %self.config.server_name, "too many server requests unanswered by the host; the oldest forgotten");
-                self.flag(None, Reason::ServerRequestLimit, "relay");
+                self.flag(None, Reason::ServerRequestLimit, Source::Relay);
             }
             msg.value["id"] = ours;
             changed = true;
@@ -752,7 +752,7 @@ impl Session {
         finished: Option<(Call, Reason, u64, Option<i32>)>,
     ) {
         tracing::warn!(server = %self.config.server_name, "server message with a secret in a number's digits refused");
-        self.flag(None, Reason::RedactionRefused, "relay");
+        self.flag(None, Reason::RedactionRefused, Source::Relay);
         if let Some((call, _, bytes, _)) = finished {
             self.record_call(call, Reason::RedactionRefused, |e| {
                 e.result_bytes = Some(bytes);
