@@ -22,6 +22,7 @@ mod decision;
 mod diagnostic;
 mod examples;
 pub mod extends;
+pub mod learn;
 mod locate;
 mod model;
 mod network;
@@ -29,6 +30,7 @@ mod paths;
 pub mod preset;
 pub mod serve;
 mod source;
+pub mod toml_text;
 mod tools;
 mod units;
 mod validate;
@@ -64,7 +66,7 @@ pub use model::{
 };
 pub use network::{HostPattern, HostRule, NetworkRules, Unlisted};
 pub use paths::{confine_path, PathMap};
-pub use tools::{glob_match, ToolRule, ToolRules};
+pub use tools::{glob_match, valid_tool_name, ToolRule, ToolRules};
 pub use units::{format_duration, format_size, parse_duration, parse_size};
 pub use validate::{name_from_file, MAX_TMP, PROXY_VARIABLES};
 

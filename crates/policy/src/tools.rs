@@ -85,6 +85,16 @@ pub fn glob_match(pattern: &str, name: &str) -> bool {
     p[pi..].iter().all(|&c| c == '*')
 }
 
+/// The tool-name characters of the MCP specification (2025-11-25, "Tool
+/// names"): 1 to 128 of ASCII letters, digits, `_`, `-` and `.`. Anything
+/// else can look like another name to a human and to a rule.
+pub fn valid_tool_name(name: &str) -> bool {
+    (1..=128).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+}
+
 impl ToolRules {
     /// Decides a call to `tool`. The strictest matching pattern wins; with none,
     /// the default applies. A destructive hint can then only raise the result,

@@ -295,12 +295,6 @@ fn clean_schema(v: &mut Value, f: &mut dyn FnMut(&mut Value, &mut String), texts
     }
 }
 
-/// The tool-name characters of the MCP specification (2025-11-25, "Tool
-/// names"): 1 to 128 of ASCII letters, digits, `_`, `-` and `.`. Anything
-/// else can look like another name to a human and to a rule.
-pub fn valid_tool_name(name: &str) -> bool {
-    (1..=128).contains(&name.len())
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
-}
+/// The tool-name characters of the MCP specification; defined beside the
+/// tool rules (`learn` proposes no rule for another name either).
+pub use mcpbox_policy::valid_tool_name;
