@@ -498,6 +498,32 @@ mod tests {
     }
 
     #[test]
+    fn every_reason_is_documented_and_every_documented_reason_exists() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/reasons.md");
+        let doc = std::fs::read_to_string(path).unwrap();
+        // the table's codes: rows `| `code` | meaning |`
+        let documented: Vec<&str> = doc
+            .lines()
+            .filter_map(|l| l.strip_prefix("| `"))
+            .filter_map(|l| l.split_once('`').map(|(code, _)| code))
+            .collect();
+        for r in Reason::ALL {
+            assert!(
+                documented.contains(&r.as_str()),
+                "{} is not in docs/reasons.md",
+                r.as_str()
+            );
+        }
+        for code in &documented {
+            assert!(
+                Reason::from_code(code).is_some(),
+                "docs/reasons.md lists `{code}`, which no Reason has"
+            );
+        }
+        assert_eq!(documented.len(), Reason::ALL.len());
+    }
+
+    #[test]
     fn stricter_decision_wins_and_ties_keep_the_first() {
         let allow = Decision::allow(Reason::ToolRule, "tools.a");
         let deny = Decision::deny(Reason::ToolDefault, "tools.default");
