@@ -131,11 +131,9 @@ pub fn tool_policy(
     builtin: Option<crate::builtin::Checks>,
     view: crate::arguments::SandboxView,
 ) -> Arc<dyn ToolPolicy> {
-    let rules = CallRules::new(
-        loaded.policy.tools.clone(),
-        loaded.policy.commands.clone(),
-        builtin.as_ref().map(crate::builtin::Checks::rules),
-    );
+    let rules = loaded
+        .policy
+        .call_rules(builtin.as_ref().map(crate::builtin::Checks::rules));
     Arc::new(Tools {
         rules,
         view,

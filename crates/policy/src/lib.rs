@@ -217,6 +217,12 @@ pub(crate) fn strip_null(v: &mut serde_json::Value) {
 }
 
 impl Policy {
+    /// The rules that decide a call under this policy ([`CallRules`]); with
+    /// `builtin` when the server is mcpbox's built-in one.
+    pub fn call_rules(&self, builtin: Option<BuiltinRules>) -> CallRules {
+        CallRules::new(self.tools.clone(), self.commands.clone(), builtin)
+    }
+
     /// Where a key path (`filesystem.input`, `filesystem.mounts[1].host`,
     /// `tools."delete_*"`) sits in the source; `None` for a default or an unknown key.
     pub fn location(&self, key: &str) -> Option<Location> {
