@@ -47,7 +47,7 @@ pub struct AllowAll;
 
 impl ToolPolicy for AllowAll {
     fn decide(&self, _tool: &str, _hints: &ToolHints) -> Decision {
-        Decision::allow(Reason::ToolDefaultAllow, "default")
+        Decision::allow(Reason::ToolDefaultAllow, mcpbox_policy::Source::NoPolicy)
     }
 }
 
