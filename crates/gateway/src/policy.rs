@@ -6,7 +6,11 @@
 use mcpbox_policy::{Decision, Reason, ToolHints, Verdict};
 use serde_json::Value;
 
-/// Tool rules. Implemented over the policy crate by the binary.
+/// Tool rules: the relay's view of the one call decision,
+/// `mcpbox_policy::CallRules` (the binary implements this trait over it,
+/// with its `World`): [`ToolPolicy::decide`] is its first step,
+/// [`ToolPolicy::check_arguments`] its second, and the session joins them
+/// with `mcpbox_policy::combine`.
 pub trait ToolPolicy: Send + Sync {
     /// Decides a call to `tool`.
     fn decide(&self, tool: &str, hints: &ToolHints) -> Decision;

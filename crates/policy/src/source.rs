@@ -97,6 +97,12 @@ pub enum Source {
 }
 
 impl Source {
+    /// Whether the text is empty (only an [`Source::Other`] can be; the
+    /// fuzz targets check no decision comes without a source).
+    pub fn is_empty(&self) -> bool {
+        matches!(self, Source::Other(s) if s.is_empty())
+    }
+
     /// The source whose text is `s`: the catalogued one when there is one
     /// (so `Source::from("tools.default") == Source::ToolDefault`),
     /// [`Source::Other`] otherwise. `Source::parse(&s.to_string())` is
@@ -389,5 +395,7 @@ mod tests {
             Source::parse("commands.categories.nosuch"),
             Source::Other(_)
         ));
+        assert!(Source::parse("").is_empty());
+        assert!(!Source::ToolDefault.is_empty());
     }
 }
