@@ -49,10 +49,8 @@ use snap::Checkpoints;
 /// The argument mcpbox runs itself with to become this server.
 pub const ARG: &str = "__builtin-sandbox";
 /// The `_meta` key of a call to `export_artifact` by which the gateway says
-/// how many bytes it allows (the policy's max size, or what a human
-/// approved). The gateway sets it on every such call and overwrites what
-/// the host sent; without it the server's own limit applies.
-pub const META_MAX_BYTES: &str = "io.mcpbox/max_bytes";
+/// how many bytes it allows; defined beside the call decision that sets it.
+pub use mcpbox_policy::call::META_MAX_BYTES;
 /// The server's name in `initialize`.
 pub const SERVER_NAME: &str = "mcpbox-sandbox";
 

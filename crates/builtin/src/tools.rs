@@ -6,14 +6,8 @@
 use serde_json::{json, Value};
 
 /// The tools whose `path` argument names a file in the workspace (checked
-/// by the gateway too).
-pub const PATH_TOOLS: &[&str] = &[
-    "read_file",
-    "write_file",
-    "list_files",
-    "delete_file",
-    "export_artifact",
-];
+/// by the gateway too, in the call decision: one list for both).
+pub use mcpbox_policy::call::BUILTIN_PATH_TOOLS as PATH_TOOLS;
 
 fn tool(
     name: &str,

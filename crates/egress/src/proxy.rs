@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use mcpbox_audit::{Event, Kind, Sink};
-use mcpbox_policy::{Decision, NetworkAnswer, Reason, Verdict};
+use mcpbox_policy::{Decision, NetworkAnswer, Reason, Source, Verdict};
 use serde_json::{json, Map, Value};
 
 use crate::addr::{classify, is_metadata_name};
@@ -180,13 +180,13 @@ pub const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
 struct Refusal {
     status: u16,
     reason: Reason,
-    source: String,
+    source: Source,
     fault: Fault,
     message: String,
 }
 
 impl Refusal {
-    fn policy(reason: Reason, source: &str, message: String) -> Self {
+    fn policy(reason: Reason, source: impl Into<Source>, message: String) -> Self {
         Self {
             status: 403,
             reason,
@@ -243,7 +243,7 @@ impl Record {
         }
     }
 
-    fn decide(&mut self, verdict: Verdict, reason: Reason, source: &str) {
+    fn decide(&mut self, verdict: Verdict, reason: Reason, source: impl Into<Source>) {
         self.decision = Some(Decision::new(verdict, reason, source));
     }
 }
@@ -406,7 +406,7 @@ impl Proxy {
                 let r = Refusal {
                     status: 400,
                     reason,
-                    source: "egress:parser".into(),
+                    source: Source::Egress("parser"),
                     fault: Fault::Client,
                     message: format!(
                         "the client's request was refused before any policy check: {e}"
@@ -468,7 +468,7 @@ impl Proxy {
     /// Steps 2 to 5 of the check sequence; returns a connected upstream.
     fn admit(&self, host: &Host, port: u16, rec: &mut Record) -> Result<TcpStream, Refusal> {
         let name = host.policy_form();
-        let guard = "egress:address_guard";
+        let guard = Source::Egress("address_guard");
         if let Host::Name(n) = host {
             if is_metadata_name(n) {
                 return Err(Refusal::policy(
@@ -487,7 +487,7 @@ impl Proxy {
                 // and the fix is one line of the policy.
                 return Err(Refusal::policy(
                     decision.reason,
-                    &decision.source,
+                    decision.source.clone(),
                     format!(
                         "{name}:{port} is the machine mcpbox runs on, and no network.local entry opens port {port}; to let the server reach a service there, add [network] local = [\"localhost:{port}\"] to the policy"
                     ),
@@ -496,7 +496,7 @@ impl Proxy {
             Verdict::Deny => {
                 return Err(Refusal::policy(
                     decision.reason,
-                    &decision.source,
+                    decision.source.clone(),
                     format!("the network policy does not allow {name}:{port}"),
                 ))
             }
@@ -509,19 +509,25 @@ impl Proxy {
                     rec.decide(
                         Verdict::Approve,
                         Reason::NetworkApprovedSession,
-                        "approval:session",
+                        Source::Approval(Some("session".into())),
                     );
                 } else {
                     let answer = self.inner.approver.ask(&name, port);
                     rec.extra
                         .insert("answer".into(), answer.reason().as_str().into());
                     match answer {
-                        NetworkAnswer::Once => {
-                            rec.decide(Verdict::Approve, Reason::NetworkApprovedOnce, "approval")
-                        }
+                        NetworkAnswer::Once => rec.decide(
+                            Verdict::Approve,
+                            Reason::NetworkApprovedOnce,
+                            Source::Approval(None),
+                        ),
                         NetworkAnswer::Session => {
                             self.session_insert(key);
-                            rec.decide(Verdict::Approve, Reason::NetworkApprovedSession, "approval")
+                            rec.decide(
+                                Verdict::Approve,
+                                Reason::NetworkApprovedSession,
+                                Source::Approval(None),
+                            )
                         }
                         NetworkAnswer::Denied
                         | NetworkAnswer::Declined
@@ -529,7 +535,7 @@ impl Proxy {
                         | NetworkAnswer::Unavailable => {
                             return Err(Refusal::policy(
                                 Reason::NetworkApprovalDenied,
-                                "approval",
+                                Source::Approval(None),
                                 format!(
                                 "{name}:{port} is not listed and the approval was not given ({})",
                                 answer.reason()
@@ -613,7 +619,7 @@ impl Proxy {
         Err(Refusal {
             status: 502,
             reason: Reason::UpstreamConnectFailed,
-            source: "egress:connect".into(),
+            source: Source::Egress("connect"),
             fault: Fault::Upstream,
             message: format!(
                 "the upstream server {name}:{port} could not be reached ({}); the fault is on the upstream side, not the client's or mcpbox's",
@@ -652,13 +658,13 @@ impl Proxy {
         rec.reply = Some(error_response(
             r.status,
             r.reason.as_str(),
-            &r.source,
+            &r.source.to_string(),
             r.fault,
             &body,
         ));
         rec.status = Some(r.status);
         if r.status == 403 || r.status == 400 {
-            rec.decide(Verdict::Deny, r.reason, &r.source);
+            rec.decide(Verdict::Deny, r.reason, r.source.clone());
             // On stderr by default (it used to reach only the audit and a
             // response header most servers drop), without the host: a
             // server can write a secret into the name it asks for; the
@@ -757,7 +763,7 @@ impl Proxy {
         rec.sni = up.sni;
         if let Some((reason, message)) = up.refused {
             rec.status = Some(403);
-            rec.decide(Verdict::Deny, reason, "egress:sni_check");
+            rec.decide(Verdict::Deny, reason, Source::Egress("sni_check"));
             rec.extra.insert("refusal".into(), message.into());
         }
     }
@@ -801,7 +807,7 @@ impl Proxy {
             Some(d) => (
                 Some(d.verdict),
                 Some(d.reason.as_str().to_string()),
-                Some(d.source),
+                Some(d.source.to_string()),
             ),
             None => (None, None, None),
         };
@@ -903,7 +909,7 @@ fn resolve_failed(name: &str, why: &str) -> Refusal {
     Refusal {
         status: 502,
         reason: Reason::UpstreamResolveFailed,
-        source: "egress:resolver".into(),
+        source: Source::Egress("resolver"),
         fault: Fault::Upstream,
         message: format!(
             "{name} could not be resolved ({why}); the fault is on the upstream (dns) side"

@@ -948,7 +948,7 @@ fn view(e: &Entry, answered: Option<&'static str>) -> View {
         binding: e.ask.binding.clone(),
         subject: e.ask.subject.clone(),
         reason: e.ask.rule.reason.to_string(),
-        rule: e.ask.rule.source.clone(),
+        rule: e.ask.rule.source.to_string(),
         preview: e.ask.preview.clone(),
         created_ms: unix_ms(e.created),
         expires_ms: unix_ms(e.ask.expires),
@@ -964,7 +964,7 @@ fn requested(ask: &Ask) -> AuditEvent {
         "requested",
         Verdict::Approve,
         ask.rule.reason,
-        &ask.rule.source,
+        &ask.rule.source.to_string(),
         json!({
             "hold": ask.hold,
             "elicitation": ask.elicitation,

@@ -6,7 +6,11 @@
 use mcpbox_policy::{Decision, Reason, ToolHints, Verdict};
 use serde_json::Value;
 
-/// Tool rules. Implemented over the policy crate by the binary.
+/// Tool rules: the relay's view of the one call decision,
+/// `mcpbox_policy::CallRules` (the binary implements this trait over it,
+/// with its `World`): [`ToolPolicy::decide`] is its first step,
+/// [`ToolPolicy::check_arguments`] its second, and the session joins them
+/// with `mcpbox_policy::combine`.
 pub trait ToolPolicy: Send + Sync {
     /// Decides a call to `tool`.
     fn decide(&self, tool: &str, hints: &ToolHints) -> Decision;
@@ -35,26 +39,11 @@ pub trait ToolPolicy: Send + Sync {
     }
 }
 
-/// What the rules over one call's arguments concluded.
-#[derive(Debug, Clone)]
-pub struct ArgumentCheck {
-    /// Their decision.
-    pub decision: Decision,
-    /// What they found, for the call's audit record (command categories
-    /// and program names; never argument values).
-    pub detail: Value,
-    /// `params._meta` entries the gateway sets on the call it forwards,
-    /// replacing what the host sent under those keys.
-    pub meta: Vec<(String, Value)>,
-    /// The arguments forwarded instead of the host's (its host paths made
-    /// the sandbox's); None forwards them as sent. The audit's argument
-    /// digest stays the host's.
-    pub arguments: Option<Value>,
-    /// What the rules measured that a human would approve (the bytes of
-    /// a file `export_artifact` copies): an approval covers no more
-    /// ([`crate::broker::Subject::Call`]).
-    pub measured: Option<u64>,
-}
+/// What the rules over one call's arguments concluded: the policy
+/// crate's [`mcpbox_policy::CallDecision`] (its decision, the audit
+/// detail, the `_meta` entries and rewritten arguments the gateway
+/// forwards, and what a human's approval covers).
+pub type ArgumentCheck = mcpbox_policy::CallDecision;
 
 /// A policy that allows everything (source `default`).
 #[derive(Debug, Clone, Copy, Default)]
@@ -62,7 +51,7 @@ pub struct AllowAll;
 
 impl ToolPolicy for AllowAll {
     fn decide(&self, _tool: &str, _hints: &ToolHints) -> Decision {
-        Decision::allow(Reason::ToolDefaultAllow, "default")
+        Decision::allow(Reason::ToolDefaultAllow, mcpbox_policy::Source::NoPolicy)
     }
 }
 

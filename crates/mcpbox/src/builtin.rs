@@ -1,42 +1,31 @@
 //! The built-in sandbox server (`mcpbox run --builtin sandbox`,
 //! `builtin = "sandbox"` under `mcpbox serve`): how it is started inside a
-//! sandbox, and the gateway's checks of its tools' arguments.
+//! sandbox, and the host side of the gateway's checks of its tools'
+//! arguments.
 //!
 //! The server is this binary (crates/builtin), bound read-only into the
 //! sandbox at [`BIN_AT`] and run there as `mcpbox __builtin-sandbox CONFIG`.
 //! Everything else is as for any server: the policy's sandbox, the relay,
-//! the audit. The gateway adds what only it can check honestly:
-//! - a `path` or `cwd` argument outside /workspace is refused before the
-//!   server sees it (reason `argument.path_outside`; the server resolves
-//!   paths with RESOLVE_BENEATH besides, which catches the symlinks);
-//! - `exec` and `start_job` are declared command tools (`command` a shell
-//!   line, `argv` a vector), so `[commands]` classifies every call, and
-//!   `run_code` is classified as its interpreter;
-//! - `export_artifact`'s file is measured on the host, through
-//!   descriptors that never follow a link: over `artifacts.max_size` the
-//!   call needs a human, and the size allowed is set in the call's `_meta`
-//!   by the gateway, so the server copies no more than was approved.
+//! the audit. The gateway adds what only it can check honestly; the rules
+//! are the policy crate's ([`mcpbox_policy::BuiltinRules`], part of the one
+//! call decision, `mcpbox_policy::call`): paths outside /workspace refused,
+//! `exec`, `start_job` and `run_code` classified by `[commands]`,
+//! `export_artifact` over `artifacts.max_size` held for a human. What they
+//! need from the host is here: [`Checks::measure`] measures an artifact
+//! through descriptors that never follow a link.
 
 use std::ffi::OsString;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use mcpbox_gateway::ArgumentCheck;
-use mcpbox_policy::{CommandRules, Decision, Policy, Reason, Verdict};
+use mcpbox_policy::call::BUILTIN_ROOT as ROOT;
+use mcpbox_policy::{BuiltinRules, Policy};
 use mcpbox_sandbox::{BindMount, Spec};
 use rustix::fs::{Mode, OFlags, ResolveFlags};
-use serde_json::{json, Value};
 
 /// Where the binary is inside the sandbox.
 pub const BIN_AT: &str = "/opt/mcpbox/bin/mcpbox";
-/// The workspace inside the sandbox.
-const ROOT: &str = "/workspace";
-
-/// The tools whose `command`/`argv` arguments are command lines.
-const COMMAND_TOOLS: &[&str] = &["exec", "start_job"];
-/// The tools with a `cwd` argument.
-const CWD_TOOLS: &[&str] = &["exec", "run_code", "start_job"];
 
 /// The identity of the built-in server's pins (its argv carries its
 /// limits, which must not re-pin it when they change).
@@ -80,14 +69,6 @@ pub fn add_binary(spec: &mut Spec) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Declares the server's command arguments in the policy's `[commands]`.
-pub fn declare_commands(commands: &mut CommandRules) {
-    for t in COMMAND_TOOLS {
-        commands.declare_line(t, "command");
-        commands.declare_argv(t, "argv");
-    }
-}
-
 /// The host directories behind the sandbox's /workspace, for measuring
 /// an artifact before it is exported.
 #[derive(Debug, Clone, Default)]
@@ -116,105 +97,17 @@ impl Checks {
         }
     }
 
-    /// Adds the built-in server's own rules to what `[commands]` found.
-    pub fn check(
-        &self,
-        tool: &str,
-        args: Option<&Value>,
-        commands: &CommandRules,
-        prior: Option<ArgumentCheck>,
-    ) -> Option<ArgumentCheck> {
-        let mut out = prior;
-        let args = args.unwrap_or(&Value::Null);
-        let mut keys: Vec<&str> = Vec::new();
-        if mcpbox_builtin::PATH_TOOLS.contains(&tool) {
-            keys.push("path");
+    /// The policy crate's rules for the server.
+    pub fn rules(&self) -> BuiltinRules {
+        BuiltinRules {
+            max_size: self.max_size,
         }
-        if CWD_TOOLS.contains(&tool) {
-            keys.push("cwd");
-        }
-        for key in keys {
-            match args.get(key) {
-                None => {}
-                Some(Value::String(p)) => {
-                    if let Err(why) = mcpbox_policy::confine_path(p, ROOT) {
-                        let d = Decision::deny(
-                            Reason::ArgumentPathOutside,
-                            format!("builtin.{tool}.{key}"),
-                        );
-                        return Some(merge(
-                            out,
-                            d,
-                            json!({"argument": key, "why": why}),
-                            Vec::new(),
-                        ));
-                    }
-                }
-                Some(_) => {
-                    let d =
-                        Decision::deny(Reason::ArgumentInvalid, format!("builtin.{tool}.{key}"));
-                    return Some(merge(out, d, json!({"argument": key}), Vec::new()));
-                }
-            }
-        }
-        if tool == "run_code" && !commands.is_empty() {
-            // a shell snippet is a command line like exec's: its commands
-            // are classified, or `sudo` denied in exec would pass here;
-            // Python and Node code is its interpreter's category (`build`)
-            let code = args.get("code").and_then(Value::as_str).unwrap_or("");
-            let input = match args.get("language").and_then(Value::as_str) {
-                Some("sh") => mcpbox_policy::Input::Line(code.to_string()),
-                Some("python") => mcpbox_policy::Input::Argv(vec!["python3".into()]),
-                _ => mcpbox_policy::Input::Argv(vec!["node".into()]),
-            };
-            let cd = commands.decide(mcpbox_policy::Classifier::classify(
-                &crate::classify::Child,
-                &input,
-            ));
-            out = Some(merge(
-                out,
-                cd.decision.clone(),
-                cd.audit_detail(),
-                Vec::new(),
-            ));
-        }
-        if tool == "export_artifact" {
-            let (d, detail, size) =
-                self.measure(args.get("path").and_then(Value::as_str).unwrap_or(""));
-            let mut c = merge(out, d, detail, Vec::new());
-            // A human who approves this export (over the limit, or under
-            // an `approve` rule) approves this size: the broker binds the
-            // approval to it, so a retry after the file grew is a new
-            // question, and the server copies no more than it
-            // (META_MAX_BYTES), however the file grows meanwhile.
-            let allowed = match size {
-                None => 0,
-                Some(n) if c.decision.verdict == Verdict::Approve => n,
-                Some(n) => n.max(self.max_size),
-            };
-            c.meta
-                .push((mcpbox_builtin::META_MAX_BYTES.to_string(), json!(allowed)));
-            c.measured = size;
-            out = Some(c);
-        }
-        out
     }
 
-    /// Measures an artifact on the host: (decision, detail, its size when
-    /// it could be measured).
-    fn measure(&self, path: &str) -> (Decision, Value, Option<u64>) {
-        let source = "builtin.export_artifact";
-        let refuse = |why: String| {
-            (
-                Decision::deny(Reason::ArtifactRefused, source),
-                json!({"artifact": path, "why": why}),
-                None,
-            )
-        };
-        let abs = match mcpbox_policy::confine_path(path, ROOT) {
-            Ok(a) => a,
-            Err(why) => return refuse(why),
-        };
+    /// The size of the artifact at sandbox path `abs` (absolute and
+    /// normalised, under /workspace) as the host sees it: a regular file
+    /// under /workspace/input, output or tmp, no link followed.
+    pub fn measure(&self, abs: &str) -> Result<u64, String> {
         let rel = abs.strip_prefix(ROOT).unwrap_or("").trim_start_matches('/');
         let (top, rest) = rel.split_once('/').unwrap_or((rel, ""));
         let dir = match top {
@@ -224,59 +117,11 @@ impl Checks {
             _ => None,
         };
         let Some(dir) = dir.filter(|_| !rest.is_empty()) else {
-            return refuse(
+            return Err(
                 "not a file under /workspace/input, output or tmp that the host can see".into(),
             );
         };
-        let size = match host_size(dir, rest) {
-            Ok(s) => s,
-            Err(why) => return refuse(why),
-        };
-        let detail = json!({"artifact": path, "bytes": size, "max_size": self.max_size});
-        if size > self.max_size {
-            // the human approves this size; the server copies no more
-            (
-                Decision::approve(Reason::ArtifactLarge, "artifacts.max_size"),
-                detail,
-                Some(size),
-            )
-        } else {
-            (
-                Decision::allow(Reason::ToolDefault, source),
-                detail,
-                Some(size),
-            )
-        }
-    }
-}
-
-/// The stricter of `prior` and `d`, with both details and every meta entry.
-pub(crate) fn merge(
-    prior: Option<ArgumentCheck>,
-    d: Decision,
-    detail: Value,
-    meta: Vec<(String, Value)>,
-) -> ArgumentCheck {
-    match prior {
-        None => ArgumentCheck {
-            decision: d,
-            detail,
-            meta,
-            arguments: None,
-            measured: None,
-        },
-        Some(mut p) => {
-            p.decision = p.decision.stricter(d);
-            if let (Some(a), Some(b)) = (p.detail.as_object_mut(), detail.as_object()) {
-                for (k, v) in b {
-                    a.insert(k.clone(), v.clone());
-                }
-            } else if p.detail.is_null() {
-                p.detail = detail;
-            }
-            p.meta.extend(meta);
-            p
-        }
+        host_size(dir, rest)
     }
 }
 

@@ -24,7 +24,6 @@ mod runtime;
 mod sandboxes;
 mod serve;
 mod state;
-mod toml_text;
 mod wrap;
 
 use failure::Failure;

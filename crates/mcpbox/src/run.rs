@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use mcpbox_gateway::{ArgumentCheck, Config, Relay, Secret, Secrets, ToolPolicy};
-use mcpbox_policy::{CommandRules, Decision, ToolHints, ToolRules};
+use mcpbox_policy::{CallRules, Decision, ToolHints, World};
 use mcpbox_sandbox::Spec;
 use serde_json::Value;
 
@@ -18,83 +18,57 @@ use crate::launch::SandboxLauncher;
 use crate::preflight::Loaded;
 use crate::state;
 
-/// The policy's rules as the relay sees them: `[tools]` over names and
-/// over argument values (`[[tools.arguments]]`, `outside_paths`),
-/// `[commands]` over the command lines of the tools it declares, and the
-/// built-in server's own argument checks when it is the server. Host
-/// paths in arguments become the sandbox's first (`view`).
+/// The policy's call decision ([`CallRules`], the one place a call is
+/// decided) as the relay sees it, with the world it needs: paths resolved
+/// as the sandbox sees them (`view`), command lines classified in a child
+/// process (`classify.rs`), the built-in server's artifacts measured on the
+/// host (`host`).
 struct Tools {
-    rules: ToolRules,
-    commands: CommandRules,
-    builtin: Option<crate::builtin::Checks>,
+    rules: CallRules,
     view: crate::arguments::SandboxView,
+    host: Option<crate::builtin::Checks>,
 }
 
 impl ToolPolicy for Tools {
     fn decide(&self, tool: &str, hints: &ToolHints) -> Decision {
-        self.rules.decide(tool, hints)
+        self.rules.decide_tool(tool, hints)
     }
 
     fn visible(&self, tool: &str, hints: &ToolHints) -> bool {
-        self.rules.visible_in_list(tool, hints)
+        self.rules.visible(tool, hints)
     }
 
     fn checks_arguments(&self, tool: &str, arguments: Option<&Value>) -> bool {
-        self.builtin.is_some()
-            || self.commands.declares(tool)
-            || self.rules.arguments.applies_to(tool, arguments)
+        self.rules.checks_arguments(tool, arguments)
     }
 
     fn check_arguments(&self, tool: &str, arguments: Option<&Value>) -> Option<ArgumentCheck> {
-        // a command line is the [commands] rules' to read, not a path
-        let skip = |name: &str| self.commands.declares_argument(tool, name);
-        let translated =
-            arguments.and_then(|a| mcpbox_policy::translate_host_paths(a, self.view.map(), &skip));
-        let arguments = translated.as_ref().or(arguments);
-        // command lines are parsed in a child process with limits (classify.rs)
-        let mut found = self
-            .commands
-            .decide_call_with(tool, arguments, &crate::classify::Child)
-            .map(|c| ArgumentCheck {
-                decision: c.decision.clone(),
-                detail: c.audit_detail(),
-                meta: Vec::new(),
-                arguments: None,
-                measured: None,
-            });
-        if let Some(b) = &self.builtin {
-            found = b.check(tool, arguments, &self.commands, found);
+        self.rules.decide_arguments(tool, arguments, self)
+    }
+}
+
+impl World for Tools {
+    fn resolver(&self) -> &dyn mcpbox_policy::Resolve {
+        &self.view
+    }
+
+    fn classifier(&self) -> &dyn mcpbox_policy::Classifier {
+        &crate::classify::Child
+    }
+
+    fn dirs(&self) -> &[String] {
+        self.view.dirs()
+    }
+
+    fn paths(&self) -> &mcpbox_policy::PathMap {
+        self.view.map()
+    }
+
+    fn measure(&self, path: &str) -> Result<u64, String> {
+        match &self.host {
+            Some(h) => h.measure(path),
+            None => Err("no built-in server".into()),
         }
-        let ws = mcpbox_policy::Workspace {
-            dirs: self.view.dirs(),
-            resolve: &self.view,
-        };
-        if let Some(f) = self.rules.arguments.check(tool, arguments, &ws, &skip) {
-            found = Some(crate::builtin::merge(
-                found,
-                f.decision,
-                f.detail,
-                Vec::new(),
-            ));
-        }
-        if translated.is_some() {
-            let mut c = found.unwrap_or_else(|| ArgumentCheck {
-                decision: Decision::allow(mcpbox_policy::Reason::ToolDefault, "tools.arguments"),
-                detail: Value::Null,
-                meta: Vec::new(),
-                arguments: None,
-                measured: None,
-            });
-            if c.detail.is_null() {
-                c.detail = serde_json::json!({});
-            }
-            if let Some(d) = c.detail.as_object_mut() {
-                d.insert("host_paths_translated".into(), Value::Bool(true));
-            }
-            c.arguments = translated;
-            found = Some(c);
-        }
-        found
     }
 }
 
@@ -157,15 +131,13 @@ pub fn tool_policy(
     builtin: Option<crate::builtin::Checks>,
     view: crate::arguments::SandboxView,
 ) -> Arc<dyn ToolPolicy> {
-    let mut commands = loaded.policy.commands.clone();
-    if builtin.is_some() {
-        crate::builtin::declare_commands(&mut commands);
-    }
+    let rules = loaded
+        .policy
+        .call_rules(builtin.as_ref().map(crate::builtin::Checks::rules));
     Arc::new(Tools {
-        rules: loaded.policy.tools.clone(),
-        commands,
-        builtin,
+        rules,
         view,
+        host: builtin,
     })
 }
 

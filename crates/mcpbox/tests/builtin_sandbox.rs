@@ -334,6 +334,83 @@ fn exec_lines_that_broke_the_parser_are_unparsed_and_the_relay_lives() {
     );
 }
 
+/// The call decision is one typed function now (`mcpbox_policy::call`);
+/// what a host and the audit log read of it must not move: each refusal
+/// names the rule that made it, as the policy key it always was, on the
+/// wire (`_meta["mcpbox/decision"]`) and in the call's audit record alike.
+#[test]
+fn builtin_refusals_name_their_rule_on_the_wire_and_in_the_audit() {
+    let ws = Workspace::new();
+    let policy = ws.raw_policy(&format!("[server]\nname = \"sandbox\"\n{POLICY}"));
+    let state = ws.path().join("state");
+    let mut s = start_builtin(&policy, &state);
+    s.initialize();
+    let cases = [
+        (
+            "exec",
+            json!({"command": "sudo id"}),
+            "command.category",
+            "commands.categories.privilege",
+        ),
+        (
+            "exec",
+            json!({"command": "curl https://x"}),
+            "command.program",
+            "commands.programs.curl",
+        ),
+        (
+            "exec",
+            json!({"command": "ls", "cwd": 5}),
+            "argument.invalid",
+            "builtin.exec.cwd",
+        ),
+        (
+            "exec",
+            json!({"argv": ["ls", 1]}),
+            "argument.invalid",
+            "commands.argv_tools",
+        ),
+        (
+            "list_files",
+            json!({"path": "/etc"}),
+            "argument.path_outside",
+            "builtin.list_files.path",
+        ),
+        (
+            "export_artifact",
+            json!({"path": "/workspace/output/none"}),
+            "artifact.refused",
+            "builtin.export_artifact",
+        ),
+    ];
+    for (tool, args, reason, source) in &cases {
+        let r = s.call(tool, args.clone());
+        assert_eq!(r["result"]["isError"], json!(true), "{tool} {args}: {r}");
+        let d = &r["result"]["_meta"]["mcpbox/decision"];
+        assert_eq!(
+            (d["reason"].as_str(), d["source"].as_str()),
+            (Some(*reason), Some(*source)),
+            "{tool} {args}: {r}"
+        );
+    }
+    let (_, _) = s.finish();
+    let denied: Vec<(String, String)> = events(&state.join("audit.db"))
+        .iter()
+        .filter(|r| r["kind"] == "tool_call" && r["decision"] == "deny")
+        .map(|r| {
+            (
+                r["reason"].as_str().unwrap_or("").to_string(),
+                r["source"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    let want: Vec<(String, String)> = cases
+        .iter()
+        .map(|(_, _, reason, source)| (reason.to_string(), source.to_string()))
+        .collect();
+    assert_eq!(denied, want);
+}
+
 #[test]
 fn builtin_unknown_name_is_a_clear_error() {
     let out = Command::new(mcpbox())

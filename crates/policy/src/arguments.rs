@@ -24,7 +24,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use crate::decision::{Decision, Reason, Verdict};
+use crate::decision::{Decision, Reason, Source, Verdict};
 use crate::network::HostRule;
 use crate::paths::{file_uri_path, normalise_abs, strip_file_scheme, PathMap};
 use crate::tools::glob_match;
@@ -275,7 +275,7 @@ impl ArgumentRules {
                 continue;
             };
             if let Some((reason, why)) = rule.violation(value, ws) {
-                let d = Decision::new(rule.otherwise, reason, format!("tools.arguments[{i}]"));
+                let d = Decision::new(rule.otherwise, reason, Source::ArgumentRule(i));
                 found = Some(worse(
                     found,
                     d,
@@ -295,7 +295,7 @@ impl ArgumentRules {
                 let d = Decision::new(
                     self.outside_paths,
                     Reason::ArgumentPathOutside,
-                    "tools.outside_paths",
+                    Source::OutsidePaths,
                 );
                 found = Some(worse(found, d, json!({"argument": name, "why": why})));
             }

@@ -30,8 +30,7 @@ use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
 use serde::de::Deserializer;
 use serde::{Deserialize, Serialize, Serializer};
 
-use crate::decision::{Decision, Reason, Verdict};
-use crate::locate::key_segment;
+use crate::decision::{Decision, Reason, Source, Verdict};
 use crate::HINT_MARK;
 
 /// What a command does, as far as its program and arguments say.
@@ -2219,7 +2218,7 @@ impl CommandRules {
             return Decision::new(
                 *v,
                 Reason::CommandProgram,
-                format!("commands.programs.{}", key_segment(&c.program)),
+                Source::CommandProgram(c.program.clone()),
             );
         }
         // max_by_key keeps the last of equals; rev() makes the first category win ties
@@ -2232,9 +2231,9 @@ impl CommandRules {
             Some(cat) => Decision::new(
                 self.category_verdict(*cat),
                 Reason::CommandCategory,
-                format!("commands.categories.{}", cat.as_str()),
+                Source::CommandCategory(*cat),
             ),
-            None => Decision::new(self.default, Reason::CommandDefault, "commands.default"),
+            None => Decision::new(self.default, Reason::CommandDefault, Source::CommandDefault),
         }
     }
 
@@ -2245,7 +2244,7 @@ impl CommandRules {
                 decision: Decision::new(
                     self.unparsed,
                     Reason::CommandUnparsed,
-                    "commands.unparsed",
+                    Source::CommandUnparsed,
                 ),
                 commands: Vec::new(),
                 unparsed: Some(why),
@@ -2257,7 +2256,7 @@ impl CommandRules {
                     .reduce(Decision::stricter)
                     // nothing runs (a comment, `X=1`): the default, as for an unknown program
                     .unwrap_or_else(|| {
-                        Decision::new(self.default, Reason::CommandDefault, "commands.default")
+                        Decision::new(self.default, Reason::CommandDefault, Source::CommandDefault)
                     });
                 CommandDecision {
                     decision,
@@ -2272,8 +2271,8 @@ impl CommandRules {
 /// A declared argument of the wrong type: denied.
 fn invalid(kind: ArgKind, why: &str) -> CommandDecision {
     let source = match kind {
-        ArgKind::Line => "commands.tools",
-        ArgKind::Argv => "commands.argv_tools",
+        ArgKind::Line => Source::CommandLineTools,
+        ArgKind::Argv => Source::CommandArgvTools,
     };
     CommandDecision {
         decision: Decision::deny(Reason::ArgumentInvalid, source),

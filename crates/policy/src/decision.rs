@@ -13,6 +13,8 @@
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::source::Source;
+
 /// What happens to a call, a connection or a message. Ordered from the
 /// most to the least permissive: `Allow < Approve < Deny`.
 #[derive(
@@ -323,7 +325,8 @@ impl<'de> Deserialize<'de> for Reason {
 
 /// A verdict with the reason that explains it and its source: the policy
 /// key (`tools."delete_*"`, `network.allow[0]`) or the component
-/// (`pin`, `approval:elicitation`, `relay`) that made it.
+/// (`pin`, `approval:elicitation`, `relay`) that made it, as a typed
+/// [`Source`] that serializes to that text.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Decision {
     /// Allow, approve or deny.
@@ -331,12 +334,12 @@ pub struct Decision {
     /// Why, as a catalogued code.
     pub reason: Reason,
     /// Who decided.
-    pub source: String,
+    pub source: Source,
 }
 
 impl Decision {
     /// A decision.
-    pub fn new(verdict: Verdict, reason: Reason, source: impl Into<String>) -> Decision {
+    pub fn new(verdict: Verdict, reason: Reason, source: impl Into<Source>) -> Decision {
         Decision {
             verdict,
             reason,
@@ -345,17 +348,17 @@ impl Decision {
     }
 
     /// Shorthand for an allowing decision.
-    pub fn allow(reason: Reason, source: impl Into<String>) -> Decision {
+    pub fn allow(reason: Reason, source: impl Into<Source>) -> Decision {
         Decision::new(Verdict::Allow, reason, source)
     }
 
     /// Shorthand for a decision that asks a human.
-    pub fn approve(reason: Reason, source: impl Into<String>) -> Decision {
+    pub fn approve(reason: Reason, source: impl Into<Source>) -> Decision {
         Decision::new(Verdict::Approve, reason, source)
     }
 
     /// Shorthand for a refusing decision.
-    pub fn deny(reason: Reason, source: impl Into<String>) -> Decision {
+    pub fn deny(reason: Reason, source: impl Into<Source>) -> Decision {
         Decision::new(Verdict::Deny, reason, source)
     }
 
@@ -492,6 +495,32 @@ mod tests {
             have == want,
             "docs/reasons.md is out of date with the catalogue: run MCPBOX_BLESS=1 cargo test -p mcpbox-policy reasons_doc"
         );
+    }
+
+    #[test]
+    fn every_reason_is_documented_and_every_documented_reason_exists() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/reasons.md");
+        let doc = std::fs::read_to_string(path).unwrap();
+        // the table's codes: rows `| `code` | meaning |`
+        let documented: Vec<&str> = doc
+            .lines()
+            .filter_map(|l| l.strip_prefix("| `"))
+            .filter_map(|l| l.split_once('`').map(|(code, _)| code))
+            .collect();
+        for r in Reason::ALL {
+            assert!(
+                documented.contains(&r.as_str()),
+                "{} is not in docs/reasons.md",
+                r.as_str()
+            );
+        }
+        for code in &documented {
+            assert!(
+                Reason::from_code(code).is_some(),
+                "docs/reasons.md lists `{code}`, which no Reason has"
+            );
+        }
+        assert_eq!(documented.len(), Reason::ALL.len());
     }
 
     #[test]

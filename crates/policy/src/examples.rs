@@ -64,7 +64,8 @@ impl Example {
                     destructive: self.destructive,
                     ..ToolHints::default()
                 };
-                let d = policy.tools.decide(tool, &hints);
+                // the call decision's first step, as the relay takes it
+                let d = policy.call_rules(None).decide_tool(tool, &hints);
                 (d.verdict, d.reason, d.source)
             }
             (None, Some(host)) => {

@@ -15,12 +15,14 @@
 
 mod arguments;
 mod artifacts;
+pub mod call;
 mod commands;
 mod credentials;
 mod decision;
 mod diagnostic;
 mod examples;
 pub mod extends;
+pub mod learn;
 mod locate;
 pub mod mcp;
 mod model;
@@ -28,6 +30,8 @@ mod network;
 mod paths;
 pub mod preset;
 pub mod serve;
+mod source;
+pub mod toml_text;
 mod tools;
 mod units;
 mod validate;
@@ -44,13 +48,14 @@ pub use arguments::{
     is_path_name, translate_host_paths, url_host, ArgumentFinding, ArgumentRule, ArgumentRules,
     Lexical, Resolve, Workspace, WORKSPACE,
 };
+pub use call::{combine, BuiltinRules, CallDecision, CallRules, World};
 pub use commands::{
     classify, classify_argv, classify_line, Category, Classified, Classifier, CommandDecision,
     CommandRules, InProcess, Input, Parsed, ToolArg, MAX_DEPTH as MAX_COMMAND_DEPTH,
     MAX_INPUT as MAX_COMMAND_INPUT,
 };
 pub use credentials::{credential_kind, CREDENTIAL_LOCATIONS};
-pub use decision::{Decision, NetworkAnswer, Reason, ToolHints, Verdict};
+pub use decision::{Decision, NetworkAnswer, Reason, Source, ToolHints, Verdict};
 pub use diagnostic::{Diagnostic, Location};
 pub use examples::Example;
 pub use model::{
@@ -62,7 +67,7 @@ pub use model::{
 };
 pub use network::{HostPattern, HostRule, NetworkRules, Unlisted};
 pub use paths::{confine_path, PathMap};
-pub use tools::{glob_match, ToolRule, ToolRules};
+pub use tools::{glob_match, valid_tool_name, ToolRule, ToolRules};
 pub use units::{format_duration, format_size, parse_duration, parse_size};
 pub use validate::{name_from_file, MAX_TMP, PROXY_VARIABLES};
 
@@ -213,6 +218,12 @@ pub(crate) fn strip_null(v: &mut serde_json::Value) {
 }
 
 impl Policy {
+    /// The rules that decide a call under this policy ([`CallRules`]); with
+    /// `builtin` when the server is mcpbox's built-in one.
+    pub fn call_rules(&self, builtin: Option<BuiltinRules>) -> CallRules {
+        CallRules::new(self.tools.clone(), self.commands.clone(), builtin)
+    }
+
     /// Where a key path (`filesystem.input`, `filesystem.mounts[1].host`,
     /// `tools."delete_*"`) sits in the source; `None` for a default or an unknown key.
     pub fn location(&self, key: &str) -> Option<Location> {

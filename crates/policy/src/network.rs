@@ -11,7 +11,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::decision::{Decision, Reason};
+use crate::decision::{Decision, Reason, Source};
 use crate::{with_sub_key, HINT_MARK};
 
 /// Hint shown for a malformed host pattern.
@@ -452,13 +452,19 @@ pub(crate) fn check_local_rule(rule: &HostRule) -> Result<(), &'static str> {
     Ok(())
 }
 
+/// A rule's index in its list, for its [`Source`] (a policy's lists are
+/// far shorter than `u32::MAX`).
+fn index(i: usize) -> u32 {
+    u32::try_from(i).unwrap_or(u32::MAX)
+}
+
 impl NetworkRules {
     /// Decides a connection to `host:port`. Names compare case-insensitively with a
     /// trailing dot ignored; IP literals (also in brackets) match only IP and CIDR rules.
     /// `Approve` means: unlisted, and `unlisted = "approve"` asks a human.
     pub fn decide(&self, host: &str, port: u16) -> Decision {
         let Some(h) = normalize_host(host) else {
-            return Decision::deny(Reason::NetworkInvalidHost, "network");
+            return Decision::deny(Reason::NetworkInvalidHost, Source::Network);
         };
         if let Some((i, rule)) = self
             .deny
@@ -469,7 +475,7 @@ impl NetworkRules {
         {
             return Decision::deny(
                 Reason::NetworkDeny,
-                format!("network.deny[{i}] \"{}\"", rule.text.escape_debug()),
+                Source::NetworkDeny(index(i), rule.text.clone()),
             );
         }
         let loopback = is_loopback_host(&h);
@@ -477,7 +483,7 @@ impl NetworkRules {
             if let Some((i, rule)) = self.local_rule(&h, port) {
                 return Decision::allow(
                     Reason::NetworkLocal,
-                    format!("network.local[{i}] \"{}\"", rule.text.escape_debug()),
+                    Source::NetworkLocal(index(i), rule.text.clone()),
                 );
             }
         }
@@ -489,7 +495,7 @@ impl NetworkRules {
         {
             return Decision::allow(
                 Reason::NetworkAllow,
-                format!("network.allow[{i}] \"{}\"", rule.text.escape_debug()),
+                Source::NetworkAllow(index(i), rule.text.clone()),
             );
         }
         if loopback {
@@ -497,11 +503,13 @@ impl NetworkRules {
             // never by asking (the proxy's address guard would refuse it
             // after any answer). An allow entry above still decides for
             // mcpbox's own connections (a remote upstream on loopback).
-            return Decision::deny(Reason::NetworkLocalUnlisted, "network.local");
+            return Decision::deny(Reason::NetworkLocalUnlisted, Source::NetworkLocalUnlisted);
         }
         match self.unlisted {
-            Unlisted::Deny => Decision::deny(Reason::NetworkUnlisted, "network.unlisted"),
-            Unlisted::Approve => Decision::approve(Reason::NetworkUnlisted, "network.unlisted"),
+            Unlisted::Deny => Decision::deny(Reason::NetworkUnlisted, Source::NetworkUnlisted),
+            Unlisted::Approve => {
+                Decision::approve(Reason::NetworkUnlisted, Source::NetworkUnlisted)
+            }
         }
     }
 

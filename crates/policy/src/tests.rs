@@ -1110,7 +1110,7 @@ fn network_local_opens_one_loopback_port_and_nothing_else() {
     ] {
         let d = p.network.decide(host, 8080);
         assert_eq!(
-            (d.verdict, d.reason, d.source.as_str()),
+            (d.verdict, d.reason, &*d.source.to_string()),
             (
                 Verdict::Allow,
                 Reason::NetworkLocal,
@@ -1125,7 +1125,7 @@ fn network_local_opens_one_loopback_port_and_nothing_else() {
     let asks = ok("[network]\nlocal = [\"localhost:8080\"]\nunlisted = \"approve\"\n");
     let d = asks.network.decide("localhost", 8081);
     assert_eq!(
-        (d.verdict, d.reason, d.source.as_str()),
+        (d.verdict, d.reason, &*d.source.to_string()),
         (Verdict::Deny, Reason::NetworkLocalUnlisted, "network.local")
     );
     assert_eq!(asks.network.decide("127.0.0.1", 22).verdict, Verdict::Deny);

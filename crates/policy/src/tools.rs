@@ -18,7 +18,7 @@ use serde::ser::SerializeMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::arguments::ArgumentRules;
-use crate::decision::{Decision, Reason, ToolHints, Verdict};
+use crate::decision::{Decision, Reason, Source, ToolHints, Verdict};
 use crate::locate::key_segment;
 use crate::{with_sub_key, HINT_MARK};
 
@@ -85,6 +85,16 @@ pub fn glob_match(pattern: &str, name: &str) -> bool {
     p[pi..].iter().all(|&c| c == '*')
 }
 
+/// The tool-name characters of the MCP specification (2025-11-25, "Tool
+/// names"): 1 to 128 of ASCII letters, digits, `_`, `-` and `.`. Anything
+/// else can look like another name to a human and to a rule.
+pub fn valid_tool_name(name: &str) -> bool {
+    (1..=128).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+}
+
 impl ToolRules {
     /// Decides a call to `tool`. The strictest matching pattern wins; with none,
     /// the default applies. A destructive hint can then only raise the result,
@@ -104,9 +114,9 @@ impl ToolRules {
             Some(rule) => Decision::new(
                 rule.action,
                 Reason::ToolRule,
-                format!("tools.{}", key_segment(&rule.pattern)),
+                Source::ToolRule(rule.pattern.clone()),
             ),
-            None => Decision::new(self.default, Reason::ToolDefault, "tools.default"),
+            None => Decision::new(self.default, Reason::ToolDefault, Source::ToolDefault),
         };
         if hints.destructive == Some(true)
             && self.destructive > decision.verdict
@@ -115,7 +125,7 @@ impl ToolRules {
             decision = Decision::new(
                 self.destructive,
                 Reason::ToolDestructiveHint,
-                "tools.destructive",
+                Source::ToolDestructive,
             );
         }
         decision
@@ -294,7 +304,7 @@ mod tests {
         );
         let d = r.decide("write_file", &NONE);
         assert_eq!(
-            (d.verdict, d.source.as_str()),
+            (d.verdict, &*d.source.to_string()),
             (Verdict::Approve, "tools.\"*_file\"")
         );
         let d = r.decide("list", &NONE);
@@ -384,7 +394,7 @@ mod tests {
         // named exactly: the author's allow stands (the relay and [[tests]] agree)
         let d = r.decide("browser_navigate", &destructive);
         assert_eq!(
-            (d.verdict, d.reason, d.source.as_str()),
+            (d.verdict, d.reason, &*d.source.to_string()),
             (Verdict::Allow, Reason::ToolRule, "tools.browser_navigate")
         );
         // a glob and the default are raised by the hint

@@ -574,7 +574,7 @@ fn owned_only(
                     caller: agg.client.clone(),
                     server: server.clone(),
                     reason: Some(Reason::AggregateNameTaken.as_str().to_string()),
-                    source: Some("serve:/mcp".to_string()),
+                    source: Some(mcpbox_policy::Source::ServeAggregate.to_string()),
                     detail: json!({ field: name, "owner": owner }),
                     ..mcpbox_audit::Event::default()
                 });

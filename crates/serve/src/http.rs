@@ -608,7 +608,7 @@ impl Gateway {
             server: server.to_string(),
             decision: Some(Verdict::Deny),
             reason: Some(reason.as_str().to_string()),
-            source: Some("serve".to_string()),
+            source: Some(mcpbox_policy::Source::Serve.to_string()),
             detail,
             ..AuditEvent::default()
         });

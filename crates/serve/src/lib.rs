@@ -356,7 +356,7 @@ impl Gateway {
                 caller: client.clone(),
                 server: server.clone(),
                 reason: Some(Reason::HttpBufferFull.as_str().to_string()),
-                source: Some("serve".to_string()),
+                source: Some(mcpbox_policy::Source::Serve.to_string()),
                 detail: serde_json::json!({
                     "queue": d.queue,
                     "dropped": d.count,

@@ -90,7 +90,7 @@ impl Refusal {
     pub(crate) fn into_response(self, gw: &Gateway) -> Response<Body> {
         let this = *self.0;
         gw.metrics.refused(this.reason.as_str());
-        let mut data = json!({"reason": this.reason.as_str(), "source": "mcpbox"});
+        let mut data = json!({"reason": this.reason.as_str(), "source": mcpbox_policy::Source::Mcpbox});
         if let (Some(Value::Object(extra)), Some(d)) = (this.data, data.as_object_mut()) {
             d.extend(extra);
         }
@@ -371,7 +371,7 @@ pub(crate) fn ended_error(id: &Value) -> Vec<u8> {
         "error": {
             "code": mcpbox_gateway::CODE_SERVER_EXITED,
             "message": "the session ended before the server answered",
-            "data": {"reason": Reason::ServerExited.as_str(), "source": "mcpbox"},
+            "data": {"reason": Reason::ServerExited.as_str(), "source": mcpbox_policy::Source::Mcpbox},
         },
     });
     serde_json::to_vec(&e).unwrap_or_default()

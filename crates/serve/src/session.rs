@@ -370,7 +370,7 @@ pub(crate) fn error_line(id: &Value, code: i64, reason: Reason, message: &str) -
         "error": {
             "code": code,
             "message": message,
-            "data": {"reason": reason.as_str(), "source": "mcpbox"},
+            "data": {"reason": reason.as_str(), "source": mcpbox_policy::Source::Mcpbox},
         },
     });
     serde_json::to_vec(&e).unwrap_or_default()

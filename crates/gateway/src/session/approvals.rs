@@ -28,7 +28,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use mcpbox_audit::Kind;
-use mcpbox_policy::{Decision, Reason, Verdict};
+use mcpbox_policy::{Decision, Reason, Source, Verdict};
 use serde_json::{json, Map, Value};
 
 use super::calls::Call;
@@ -455,7 +455,10 @@ impl Session {
         };
         let detail = json!({"approval": state});
         if self.now.mono >= ask.deadline {
-            let d = Decision::deny(Reason::ApprovalTimeout, format!("approval:{state}"));
+            let d = Decision::deny(
+                Reason::ApprovalTimeout,
+                Source::Approval(Some(state.to_string())),
+            );
             self.deny_call(id, tool, args_digest, d, &detail);
             return Retry::Handled;
         }
@@ -509,7 +512,10 @@ impl Session {
                         }),
                     });
                 }
-                let d = Decision::deny(Reason::ApprovalDeclined, "approval:elicitation");
+                let d = Decision::deny(
+                    Reason::ApprovalDeclined,
+                    Source::Approval(Some("elicitation".into())),
+                );
                 self.deny_call(id, tool, args_digest, d, &detail);
                 Retry::Handled
             }
@@ -681,16 +687,18 @@ impl Session {
                 // tool withheld since it was asked is not the tool the
                 // human approved)
                 if self.now.mono > w.deadline {
-                    let d =
-                        Decision::deny(Reason::ApprovalTimeout, format!("approval:{}", w.approval));
+                    let d = Decision::deny(
+                        Reason::ApprovalTimeout,
+                        Source::Approval(Some(w.approval.to_string())),
+                    );
                     return self.refuse_waiting(w, d);
                 }
                 if let (Hold::Call { .. }, Some(reason)) = (&w.hold, self.pin_refusal(&w.tool)) {
-                    let d = Decision::deny(reason, "pin");
+                    let d = Decision::deny(reason, Source::Pin(None));
                     return self.refuse_waiting(w, d);
                 }
                 tracing::info!(server = %self.config.server_name, tool = %w.tool, %approver, approval = %w.approval, "approved");
-                let source = format!("approval:{approver}");
+                let source = Source::Approval(Some(approver.to_string()));
                 let mut detail = w.detail;
                 if !w.approval.is_empty() {
                     set_detail(&mut detail, "approval", json!(w.approval));
@@ -709,7 +717,11 @@ impl Session {
                     } => {
                         self.send_host(line);
                         set_detail(&mut call.detail, "result_approval", json!(w.approval));
-                        set_detail(&mut call.detail, "result_approved_by", json!(source));
+                        set_detail(
+                            &mut call.detail,
+                            "result_approved_by",
+                            json!(source.to_string()),
+                        );
                         self.record_call(*call, reason, |e| {
                             e.result_bytes = Some(bytes);
                             e.exit_status = exit;
@@ -719,10 +731,14 @@ impl Session {
             }
             other => {
                 let (reason, source) = match &other {
-                    ApprovalAnswer::Declined => {
-                        (Reason::ApprovalDeclined, "approval:human".to_string())
-                    }
-                    ApprovalAnswer::Timeout => (Reason::ApprovalTimeout, "approval:timeout".into()),
+                    ApprovalAnswer::Declined => (
+                        Reason::ApprovalDeclined,
+                        Source::Approval(Some("human".into())),
+                    ),
+                    ApprovalAnswer::Timeout => (
+                        Reason::ApprovalTimeout,
+                        Source::Approval(Some("timeout".into())),
+                    ),
                     // the rule that asked stays the source; the id is in
                     // the detail and the decision's `_meta`
                     ApprovalAnswer::Refused { .. } => {
@@ -824,7 +840,8 @@ impl Session {
             if let Some(e) = &w.elicit {
                 self.approvals.elicits.remove(e);
             }
-            self.record_abandoned(&w, Reason::ApprovalDeclined, "approval:host-cancelled");
+            let source = Source::Approval(Some("host-cancelled".into()));
+            self.record_abandoned(&w, Reason::ApprovalDeclined, &source);
         }
         true
     }
@@ -866,7 +883,7 @@ impl Session {
 
     /// The record of something that waited for a human and will never
     /// be answered (the session ended under it, or the host cancelled it).
-    fn record_abandoned(&mut self, w: &Waiting, reason: Reason, source: &str) {
+    fn record_abandoned(&mut self, w: &Waiting, reason: Reason, source: &Source) {
         let mut detail = w.detail.clone();
         set_detail(&mut detail, "approval", json!(w.approval));
         if matches!(w.hold, Hold::Result { .. }) {
@@ -897,7 +914,8 @@ impl Session {
             self.close_approval(key, Closed::Abandoned);
             if let Some(w) = self.approvals.waiting.remove(&key) {
                 tracing::warn!(server = %self.config.server_name, tool = %w.tool, approval = %w.approval, "the session ended while a call waited for approval");
-                self.record_abandoned(&w, Reason::ApprovalAbandoned, "approval:session-ended");
+                let source = Source::Approval(Some("session-ended".into()));
+                self.record_abandoned(&w, Reason::ApprovalAbandoned, &source);
                 ids.push(w.id);
             }
         }
@@ -945,9 +963,9 @@ impl Session {
             return Some((line, call));
         }
         let source = if over.is_some() {
-            "output.approve_over"
+            Source::OutputApproveOver
         } else {
-            "output.approve_credential_shapes"
+            Source::OutputApproveCredentialShapes
         };
         let decision = Decision::approve(Reason::ResultApproval, source);
         let subject = Subject::Result {

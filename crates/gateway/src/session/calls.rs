@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use mcpbox_audit::Kind;
-use mcpbox_policy::{Decision, Reason, Verdict};
+use mcpbox_policy::{Decision, Reason, Source, Verdict};
 use serde_json::{json, Map, Value};
 
 use super::approvals::{Channel, Retry};
@@ -194,18 +194,17 @@ impl Session {
         };
         // a name no rule can be written for safely: never sent
         if !super::tools::valid_tool_name(&tool) {
-            let decision = Decision::deny(Reason::ToolNameInvalid, "relay");
+            let decision = Decision::deny(Reason::ToolNameInvalid, Source::Relay);
             return self.deny_call(&id, &tool, &args_digest, decision, &Value::Null);
         }
         // pinning first: a withheld tool is not the tool the policy knows
         if let Some(reason) = self.pin_refusal(&tool) {
-            let source = format!(
-                "pin:{}",
+            let source = Source::Pin(Some(
                 self.config
                     .pin_file
                     .as_ref()
-                    .map_or(String::new(), |p| p.display().to_string())
-            );
+                    .map_or(String::new(), |p| p.display().to_string()),
+            ));
             let decision = Decision::deny(reason, source);
             return self.deny_call(&id, &tool, &args_digest, decision, &Value::Null);
         }
@@ -246,7 +245,10 @@ impl Session {
             return;
         };
         if let Some(check) = check {
-            h.decision = h.decision.stricter(check.decision);
+            // the call decision's last step (mcpbox_policy::call): the
+            // stricter of the tool's and the arguments', the tool's on a tie
+            let check = mcpbox_policy::combine(h.decision.clone(), Some(check));
+            h.decision = check.decision;
             h.detail = check.detail;
             h.measured = check.measured;
             let mut rewritten = false;
@@ -346,7 +348,7 @@ impl Session {
             e.tool = Some(s.tool.clone());
             e.decision = Some(s.decision.verdict);
             e.reason = Some(s.decision.reason.as_str().to_string());
-            e.source = Some(s.decision.source.clone());
+            e.source = Some(s.decision.source.to_string());
             e.args_digest = Some(s.args_digest.clone());
             let mut detail = match &s.detail {
                 Value::Object(m) => m.clone(),
@@ -394,7 +396,7 @@ impl Session {
                     _ => Map::new(),
                 };
                 detail.insert("audit_error".into(), Value::String(why.to_string()));
-                let decision = Decision::deny(Reason::AuditUnavailable, "audit");
+                let decision = Decision::deny(Reason::AuditUnavailable, Source::Audit);
                 self.deny_call(
                     &s.id,
                     &s.tool,
@@ -458,7 +460,7 @@ impl Session {
             e.tool = Some(tool.to_string());
             e.decision = Some(mcpbox_policy::Verdict::Deny);
             e.reason = Some(d.reason.as_str().to_string());
-            e.source = Some(d.source.clone());
+            e.source = Some(d.source.to_string());
             e.args_digest = Some(args_digest.to_string());
             if !detail.is_null() {
                 e.detail = detail.clone();
@@ -501,7 +503,7 @@ impl Session {
             e.tool = Some(call.tool);
             e.decision = Some(call.decision.verdict);
             e.reason = Some(reason.as_str().to_string());
-            e.source = Some(call.decision.source);
+            e.source = Some(call.decision.source.to_string());
             e.args_digest = Some(call.args_digest);
             e.duration_ms = Some(ms(duration));
             let mut detail = match call.detail {
@@ -550,7 +552,7 @@ impl Session {
             Line::Data(line) => self.server_line(line, None),
             Line::Compacted { line, len } => {
                 tracing::warn!(server = %self.config.server_name, len, "server line over max_line: long strings cut");
-                self.flag(None, Reason::ServerLineCompacted, "relay");
+                self.flag(None, Reason::ServerLineCompacted, Source::Relay);
                 self.server_line(line, Some(len));
             }
         }
@@ -558,7 +560,7 @@ impl Session {
 
     fn server_too_long(&mut self, len: usize, prefix: &[u8]) {
         tracing::warn!(server = %self.config.server_name, len, "server line over max_line dropped");
-        self.flag(None, Reason::ServerLineTooLong, "relay");
+        self.flag(None, Reason::ServerLineTooLong, Source::Relay);
         let Some(f) = sniff_id(prefix).and_then(|key| self.calls.take(&key)) else {
             return;
         };
@@ -607,7 +609,7 @@ impl Session {
             Err(Invalid::Blank) => return,
             Err(_) => {
                 tracing::warn!(server = %self.config.server_name, len = line.len(), "server wrote a non-json-rpc line to stdout; dropped");
-                self.flag(None, Reason::ServerInvalidJson, "relay");
+                self.flag(None, Reason::ServerInvalidJson, Source::Relay);
                 return self.answer_invalid(&line);
             }
         };
@@ -681,7 +683,7 @@ impl Session {
                     .ask(theirs, msg.method(), self.config.paths.is_some());
             if forgot {
                 tracing::warn!(server = %self.config.server_name, "too many server requests unanswered by the host; the oldest forgotten");
-                self.flag(None, Reason::ServerRequestLimit, "relay");
+                self.flag(None, Reason::ServerRequestLimit, Source::Relay);
             }
             mcpbox_policy::mcp::set_id(&mut msg.value, ours);
             changed = true;
@@ -750,7 +752,7 @@ impl Session {
         finished: Option<(Call, Reason, u64, Option<i32>)>,
     ) {
         tracing::warn!(server = %self.config.server_name, "server message with a secret in a number's digits refused");
-        self.flag(None, Reason::RedactionRefused, "relay");
+        self.flag(None, Reason::RedactionRefused, Source::Relay);
         if let Some((call, _, bytes, _)) = finished {
             self.record_call(call, Reason::RedactionRefused, |e| {
                 e.result_bytes = Some(bytes);

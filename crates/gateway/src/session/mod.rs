@@ -27,7 +27,7 @@ use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use mcpbox_audit::{Event as AuditEvent, Kind};
-use mcpbox_policy::{Decision, Reason, ToolHints};
+use mcpbox_policy::{Decision, Reason, Source, ToolHints};
 use serde_json::{json, Value};
 
 use crate::launcher::ExitInfo;
@@ -717,7 +717,7 @@ impl Session {
     }
 
     /// Flags `rule` for `tool` once per session (log and audit).
-    fn flag(&mut self, tool: Option<&str>, rule: Reason, source: &str) {
+    fn flag(&mut self, tool: Option<&str>, rule: Reason, source: Source) {
         let key = (tool.unwrap_or("").to_string(), rule);
         if !self.flagged.insert(key) {
             return;

@@ -5,7 +5,7 @@
 //! from text content; text content cut to `max_result`.
 
 use mcpbox_audit::Kind;
-use mcpbox_policy::Reason;
+use mcpbox_policy::{Reason, Source};
 use serde_json::{json, Value};
 
 use super::Session;
@@ -84,7 +84,7 @@ impl Session {
             return false;
         }
         tracing::warn!(server = %self.config.server_name, removed, "the server wrote mcpbox's own _meta keys; removed");
-        self.flag(None, Reason::ServerReservedMeta, "relay");
+        self.flag(None, Reason::ServerReservedMeta, Source::Relay);
         true
     }
 

@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 
 use mcpbox_audit::Kind;
-use mcpbox_policy::{Reason, ToolHints};
+use mcpbox_policy::{Reason, Source, ToolHints};
 use serde_json::{json, Value};
 
 use super::{Effect, Session};
@@ -92,10 +92,10 @@ impl Session {
         }
         let (clean, stripped) = sanitize(&text);
         for rule in stripped.rules() {
-            self.flag(None, rule, "instructions");
+            self.flag(None, rule, Source::Instructions);
         }
         for rule in flag_instructions(&clean) {
-            self.flag(None, rule, "instructions");
+            self.flag(None, rule, Source::Instructions);
         }
         if let std::borrow::Cow::Owned(c) = clean {
             v["result"]["instructions"] = Value::String(c);
@@ -143,7 +143,7 @@ impl Session {
                 // a look-alike of a name a rule is written for must not
                 // reach the host: withheld and flagged, its call refused
                 tracing::warn!(server = %self.config.server_name, tool = %name.escape_debug(), "tool name outside the MCP characters withheld");
-                self.flag(Some(&name), Reason::ToolNameInvalid, "relay");
+                self.flag(Some(&name), Reason::ToolNameInvalid, Source::Relay);
                 changed = true;
                 continue;
             }
@@ -265,10 +265,10 @@ impl Session {
             }
         }
         for r in stripped_rules {
-            self.flag(Some(name), r, "description");
+            self.flag(Some(name), r, Source::Description);
         }
         for r in flag_instructions(&texts) {
-            self.flag(Some(name), r, "description");
+            self.flag(Some(name), r, Source::Description);
         }
         changed
     }
@@ -295,12 +295,6 @@ fn clean_schema(v: &mut Value, f: &mut dyn FnMut(&mut Value, &mut String), texts
     }
 }
 
-/// The tool-name characters of the MCP specification (2025-11-25, "Tool
-/// names"): 1 to 128 of ASCII letters, digits, `_`, `-` and `.`. Anything
-/// else can look like another name to a human and to a rule.
-pub fn valid_tool_name(name: &str) -> bool {
-    (1..=128).contains(&name.len())
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
-}
+/// The tool-name characters of the MCP specification; defined beside the
+/// tool rules (`learn` proposes no rule for another name either).
+pub use mcpbox_policy::valid_tool_name;

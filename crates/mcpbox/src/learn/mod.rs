@@ -10,12 +10,11 @@
 //! session pins is the one the proposed policy starts from. Everything
 //! else (mounts, secrets, limits, tool rules) is BASE's. The proposal
 //! narrows BASE and never widens it, but for the hosts actually contacted
-//! (BASE's `deny` kept). The generator is `propose.rs` (pure). The
+//! (BASE's `deny` kept). The generator is `mcpbox_policy::learn` (pure, beside the policy it generates). The
 //! programs the sandbox executes are watched by `execs.rs` (fanotify's
 //! `FAN_OPEN_EXEC`), turned on here only, for `process.allow_exec`.
 
 pub mod execs;
-mod propose;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -29,7 +28,7 @@ use crate::failure::Failure;
 use crate::preflight::Loaded;
 use crate::run;
 
-use propose::{propose, Call, Connection, FileSeen, Observed, Programs};
+use mcpbox_policy::learn::{propose, Call, Connection, FileSeen, Observed, Programs};
 
 /// `learn`'s own options.
 #[derive(Debug, Clone, PartialEq, Eq)]

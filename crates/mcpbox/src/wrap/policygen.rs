@@ -4,7 +4,7 @@
 //! entry's own environment), plus where its environment went: secrets to
 //! files of the store, the rest to `[env] set`.
 
-use crate::toml_text::{toml_key, toml_str};
+use mcpbox_policy::toml_text::{toml_key, toml_str};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 

@@ -654,7 +654,7 @@ fn defaults_allow_but_deny_privilege_and_ask_for_listeners() {
     );
     let d = r.decide_line("nc -l 1").decision;
     assert_eq!(
-        (d.verdict, d.source.as_str()),
+        (d.verdict, &*d.source.to_string()),
         (Verdict::Approve, "commands.categories.listener")
     );
     let d = r.decide_line("frob").decision;

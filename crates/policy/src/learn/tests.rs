@@ -7,14 +7,14 @@ use std::path::{Path, PathBuf};
 use super::*;
 
 fn base(text: &str) -> Policy {
-    mcpbox_policy::parse(text, Path::new("/srv/learn/base.toml")).expect("base parses")
+    crate::parse(text, Path::new("/srv/learn/base.toml")).expect("base parses")
 }
 
 const WORKSPACE: &str = "[filesystem]\ninput = \"/srv/in\"\noutput = \"/srv/out\"\n";
 
 fn proposed(base: &Policy, seen: &Observed) -> (String, Policy) {
     let text = propose(base, "learned", seen).expect("propose");
-    let policy = mcpbox_policy::parse(&text, Path::new("/srv/learn/learned.toml"))
+    let policy = crate::parse(&text, Path::new("/srv/learn/learned.toml"))
         .unwrap_or_else(|e| panic!("the proposal does not parse: {e}\n{text}"));
     (text, policy)
 }
@@ -165,7 +165,7 @@ fn hosts_contacted_are_proposed_exactly_and_refused_ones_are_comments() {
         vec!["api.example.com port 443", "registry.local port 8080"],
         "{text}"
     );
-    assert_eq!(p.network.unlisted, mcpbox_policy::Unlisted::Deny);
+    assert_eq!(p.network.unlisted, crate::Unlisted::Deny);
     assert_eq!(
         p.network.hosts.len(),
         1,
@@ -206,7 +206,7 @@ fn tools_called_are_allowed_the_rest_ask_and_the_bases_stricter_rules_stay() {
         },
     ];
     let (text, p) = proposed(&b, &seen);
-    let hints = mcpbox_policy::ToolHints::default();
+    let hints = crate::ToolHints::default();
     assert_eq!(
         p.tools.decide("read_file", &hints).verdict,
         Verdict::Allow,
@@ -332,7 +332,7 @@ fn hostile_names_cannot_break_out_of_a_comment_or_a_key() {
     assert!(p.network.allow.is_empty(), "{text}");
     assert_eq!(
         p.tools
-            .decide("a\"b\n= \"allow\"", &mcpbox_policy::ToolHints::default())
+            .decide("a\"b\n= \"allow\"", &crate::ToolHints::default())
             .verdict,
         Verdict::Approve,
         "{text}"

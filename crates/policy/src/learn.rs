@@ -1,4 +1,6 @@
-//! The generator of `mcpbox learn`: what one observed session did, in; a
+//! The generator of `mcpbox learn`, beside the policy it generates (the
+//! binary keeps the command line and the I/O: reading the audit records,
+//! writing the file): what one observed session did, in; a
 //! least-privilege policy as TOML text, with a comment per rule saying
 //! what was seen, out. Pure: no I/O, no clock (the caller reads the audit
 //! records into [`Observed`] and writes the text).
@@ -15,7 +17,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::Path;
 
-use mcpbox_policy::{MountMode, Policy, Verdict};
+use crate::{MountMode, Policy, Verdict};
 
 use crate::toml_text::{toml_key as key, toml_str as string};
 
@@ -223,7 +225,7 @@ fn under<'a>(path: &str, dirs: &'a [String]) -> Option<&'a str> {
 /// Whether `path` names a credential location (or has `..` in it, which
 /// the kernel never reports).
 fn suspicious(path: &str) -> bool {
-    mcpbox_policy::credential_kind(Path::new(path)).is_some() || path.split('/').any(|c| c == "..")
+    crate::credential_kind(Path::new(path)).is_some() || path.split('/').any(|c| c == "..")
 }
 
 /// Whether a host from the records may be proposed as a rule: one exact
@@ -237,7 +239,7 @@ fn exact_host(host: &str, port: u16) -> Option<String> {
     } else {
         format!("{host}:{port}")
     };
-    mcpbox_policy::HostRule::parse(&rule).ok().map(|_| rule)
+    crate::HostRule::parse(&rule).ok().map(|_| rule)
 }
 
 /// Writes the proposed policy for `base` (effective, paths absolute) as
@@ -251,7 +253,7 @@ pub fn propose(base: &Policy, name: &str, seen: &Observed) -> Result<String, Str
     network(&mut out, base, &base_table, seen);
     secrets(&mut out, &base_table);
     tools(&mut out, &base_table, seen);
-    let defaults: toml::Table = toml::from_str(&mcpbox_policy::default_policy().to_toml())
+    let defaults: toml::Table = toml::from_str(&crate::default_policy().to_toml())
         .map_err(|e| format!("reading the default policy: {e}"))?;
     let mut unchanged = Vec::new();
     if !process(&mut out, base, &base_table, &defaults, seen)? {
@@ -389,7 +391,7 @@ fn filesystem(out: &mut String, base: &Policy, seen: &Observed) -> Result<(), St
     };
     let none = Use::default();
     let _ = writeln!(out, "\n[filesystem]");
-    let _ = writeln!(out, "tmp = {}", string(&mcpbox_policy::format_size(fs.tmp)));
+    let _ = writeln!(out, "tmp = {}", string(&crate::format_size(fs.tmp)));
     let mut dropped = Vec::new();
     for (key, at, host) in [
         ("input", "/workspace/input", fs.input.as_ref()),
@@ -857,7 +859,7 @@ fn tools(out: &mut String, base: &toml::Table, seen: &Observed) {
     // a key the policy refuses; the relay refuses such calls anyway
     let (called, odd): (BTreeMap<&str, usize>, BTreeMap<&str, usize>) = called
         .into_iter()
-        .partition(|(t, _)| mcpbox_gateway::session::tools::valid_tool_name(t));
+        .partition(|(t, _)| crate::valid_tool_name(t));
     for tool in odd.keys() {
         let _ = writeln!(
             out,
@@ -904,5 +906,4 @@ fn tools(out: &mut String, base: &toml::Table, seen: &Observed) {
 }
 
 #[cfg(test)]
-#[path = "propose_tests.rs"]
 mod tests;
