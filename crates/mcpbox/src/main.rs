@@ -25,6 +25,7 @@ mod sandboxes;
 mod serve;
 mod state;
 mod toml_text;
+mod volume;
 mod wrap;
 
 use failure::Failure;

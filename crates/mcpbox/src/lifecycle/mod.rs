@@ -70,6 +70,9 @@ pub struct ServerLife {
     /// The key's `server`: the server's name, or `shared` for
     /// `placement = "shared"`.
     pub group: String,
+    /// The size of a new sandbox's writable space (`output` and `tmp`
+    /// together): the policy's `[filesystem] tmp` (crate::volume).
+    pub workspace_size: u64,
     pub idle: Idle,
     /// The template's name and base, if the server has one.
     pub template: Option<(String, TemplateBase)>,
@@ -269,6 +272,11 @@ impl Lifecycle {
                 );
                 continue;
             }
+            // its volume mounted again (or the mount a killed run left
+            // reused), so that its files are where the host looks
+            if let Err(e) = Workspace::at(r.workspace.clone()).remount() {
+                tracing::error!(sandbox = %r.id, "mounting its kept workspace volume: {e:#}");
+            }
             let was = r.state;
             r.state = State::Stopped;
             r.updated_ms = now;
@@ -290,7 +298,9 @@ impl Lifecycle {
             for e in entries.flatten() {
                 let name = e.file_name().to_string_lossy().to_string();
                 if name.starts_with(".restore-") {
-                    // a restore's staging folder, cut short
+                    // a restore's staging folder, cut short (the volume
+                    // it may hold unmounted first)
+                    let _ = Workspace::at(e.path().join("ws")).remove();
                     let _ = std::fs::remove_dir_all(e.path());
                     continue;
                 }
@@ -450,12 +460,12 @@ impl Lifecycle {
                     id,
                     &key,
                     "created",
-                    json!({"template": template, "workspace": ws.root}),
+                    json!({"template": template, "workspace": ws.root, "disk": disk_bound(life)}),
                 );
                 (ws, now, template, State::Created)
             }
         };
-        ws.ensure()?;
+        ws.ensure(life.workspace_size)?;
         let freezer = backend
             .create(id)
             .map_err(|e| anyhow::anyhow!("sandbox {id}: {e}"))?;
@@ -614,12 +624,27 @@ impl Lifecycle {
                 sb.set_state(&mut g, State::Stopped, "serve stopped");
             }
         }
+        // every kept workspace's volume is unmounted (its image stays, and
+        // is mounted again at the next start)
+        for r in lock(&self.shared.registry).all().unwrap_or_default() {
+            if let Err(e) = Workspace::at(r.workspace).unmount() {
+                tracing::error!(sandbox = %r.id, "unmounting its workspace volume: {e:#}");
+            }
+        }
+    }
+}
+
+/// What bounds a new sandbox's writable space, for its `created` record.
+fn disk_bound(life: &ServerLife) -> serde_json::Value {
+    match crate::volume::bound() {
+        crate::volume::Bound::Volume => json!({"bound": life.workspace_size, "by": "volume"}),
+        crate::volume::Bound::Unbounded(why) => json!({"bound": null, "why": why}),
     }
 }
 
 /// Makes a new workspace's folders and its input from the template.
 fn fill(ws: &Workspace, life: &ServerLife) -> anyhow::Result<()> {
-    ws.ensure()?;
+    ws.ensure(life.workspace_size)?;
     match &life.template {
         None => {}
         Some((name, TemplateBase::Dir(dir))) => {
