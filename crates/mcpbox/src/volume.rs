@@ -265,3 +265,131 @@ mod tests {
         assert!(check_room(u64::MAX, u64::MAX, u64::MAX).is_err());
     }
 }
+
+/// `run --builtin`'s working space (the built-in server's `tmp`, a host
+/// directory so that the gateway can measure an artifact in it):
+/// `<state>/builtin/<id>/`, 0700, its `tmp` on a volume of the policy's
+/// `tmp` size as a serve workspace's is. `<id>.lock` is held locked
+/// (flock) by the run for as long as it lives, so the next run can tell
+/// a space whose owner is gone (a SIGKILL: the kernel drops the lock
+/// with the process) from one in use, and reclaims only the former.
+/// Removed, its volume unmounted, when dropped.
+pub struct RunSpace {
+    dir: PathBuf,
+    lock_path: PathBuf,
+    _lock: std::fs::File,
+}
+
+/// Where `run --builtin` keeps its working spaces, in the state directory.
+const RUN_SPACES: &str = "builtin";
+
+impl RunSpace {
+    /// Reclaims what killed runs left, then makes a new space of `size`.
+    pub fn make(state: &Path, size: u64) -> anyhow::Result<RunSpace> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let base = state.join(RUN_SPACES);
+        crate::state::private_dir(&base).with_context(|| format!("creating {}", base.display()))?;
+        reclaim(&base);
+        let id = crate::state::new_id();
+        // locked under a name reclaim() skips, then renamed into place: a
+        // lock file is never seen unlocked while its run lives
+        let fresh = base.join(format!(".new-{id}"));
+        let lock = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&fresh)
+            .with_context(|| format!("creating {}", fresh.display()))?;
+        rustix::fs::flock(&lock, rustix::fs::FlockOperation::NonBlockingLockExclusive)
+            .with_context(|| format!("locking {}", fresh.display()))?;
+        let lock_path = base.join(format!("{id}.lock"));
+        std::fs::rename(&fresh, &lock_path)
+            .with_context(|| format!("placing {}", lock_path.display()))?;
+        let space = RunSpace {
+            dir: base.join(&id),
+            lock_path,
+            _lock: lock,
+        };
+        crate::state::private_dir(&space.dir)
+            .with_context(|| format!("creating {}", space.dir.display()))?;
+        let vol = ensure(&space.dir, size, &bound())?;
+        let tmp = vol.join("tmp");
+        crate::state::private_dir(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+        if crate::preflight::is_root() {
+            let id = mcpbox_sandbox::ROOT_RUN_HOST_ID;
+            std::os::unix::fs::chown(&tmp, Some(id), Some(id))
+                .with_context(|| format!("chown {}", tmp.display()))?;
+        }
+        Ok(space)
+    }
+
+    /// The built-in server's tmp.
+    pub fn tmp(&self) -> PathBuf {
+        self.dir.join(MOUNT).join("tmp")
+    }
+}
+
+impl Drop for RunSpace {
+    fn drop(&mut self) {
+        if let Err(e) = remove_space(&self.dir) {
+            tracing::error!(dir = %self.dir.display(), "removing the built-in server's working space: {e:#}");
+            return;
+        }
+        let _ = std::fs::remove_file(&self.lock_path);
+    }
+}
+
+/// Unmounts and removes a working space (never through a mount that
+/// would not go: then nothing is removed).
+fn remove_space(dir: &Path) -> anyhow::Result<()> {
+    if std::fs::symlink_metadata(dir).is_err() {
+        return Ok(());
+    }
+    release(dir)?;
+    std::fs::remove_dir_all(dir).with_context(|| format!("removing {}", dir.display()))
+}
+
+/// A working space's name: [`crate::state::new_id`]'s 12 hex digits.
+fn is_run_id(s: &str) -> bool {
+    s.len() == 12 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+/// Removes the working spaces under `base` whose run is gone: their lock
+/// file can be locked (or is missing). One still locked is a live run's.
+fn reclaim(base: &Path) {
+    let Ok(entries) = std::fs::read_dir(base) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        // `<id>` (a space) or `<id>.lock`; `.new-<id>` is a lock being
+        // placed, and anything else is not ours
+        let id = name.strip_suffix(".lock").unwrap_or(&name);
+        if !is_run_id(id) {
+            continue;
+        }
+        let lock_path = base.join(format!("{id}.lock"));
+        // kept open (and so locked) until the space is gone
+        let _lock = match std::fs::OpenOptions::new().write(true).open(&lock_path) {
+            Ok(f) => {
+                let op = rustix::fs::FlockOperation::NonBlockingLockExclusive;
+                if rustix::fs::flock(&f, op).is_err() {
+                    continue; // its run lives
+                }
+                Some(f)
+            }
+            // no lock file: a space is only made after its lock is placed,
+            // and its lock only removed after it, so its run is gone
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(_) => continue,
+        };
+        let dir = base.join(id);
+        match remove_space(&dir) {
+            Ok(()) => {
+                let _ = std::fs::remove_file(&lock_path);
+                tracing::warn!(dir = %dir.display(), "reclaimed the working space of a run --builtin that was killed");
+            }
+            Err(e) => tracing::error!(dir = %dir.display(), "reclaiming a killed run's working space: {e:#}"),
+        }
+    }
+}
