@@ -156,8 +156,8 @@ fn mounted(dir: &Path) -> anyhow::Result<bool> {
     let Some(m) = mcpbox_sandbox::mountinfo::at(&mounts, &at) else {
         return Ok(false);
     };
-    let ours = mcpbox_sandbox::volume::backing_file(&m.device)
-        .is_some_and(|b| b == dir.join(IMAGE));
+    let ours =
+        mcpbox_sandbox::volume::backing_file(&m.device).is_some_and(|b| b == dir.join(IMAGE));
     if ours {
         return Ok(true);
     }
@@ -187,8 +187,8 @@ pub fn release(dir: &Path) -> anyhow::Result<()> {
 /// later inside the sandbox).
 fn make_image(image: &Path, size: u64) -> anyhow::Result<()> {
     let parent = image.parent().unwrap_or(Path::new("."));
-    let st = rustix::fs::statvfs(parent)
-        .with_context(|| format!("statvfs {}", parent.display()))?;
+    let st =
+        rustix::fs::statvfs(parent).with_context(|| format!("statvfs {}", parent.display()))?;
     let free = st.f_bavail.saturating_mul(st.f_frsize);
     let total = st.f_blocks.saturating_mul(st.f_frsize);
     check_room(size, free, total).map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -236,34 +236,6 @@ fn format(image: &Path) -> anyhow::Result<()> {
         );
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn image_size_is_the_bound_in_whole_mib_and_never_below_the_minimum() {
-        assert_eq!(image_size(1), MIN_IMAGE);
-        assert_eq!(image_size(MIN_IMAGE), MIN_IMAGE);
-        assert_eq!(image_size(64 << 20), 64 << 20);
-        assert_eq!(image_size((64 << 20) + 1), 65 << 20);
-        assert_eq!(image_size(u64::MAX), u64::MAX / (1 << 20) * (1 << 20));
-    }
-
-    #[test]
-    fn check_room_keeps_a_twentieth_and_names_the_figures() {
-        let total = 100 << 20;
-        assert!(check_room(10 << 20, 20 << 20, total).is_ok());
-        assert!(check_room(10 << 20, 15 << 20, total).is_ok());
-        let e = check_room(10 << 20, (15 << 20) - 1, total).unwrap_err();
-        assert!(e.contains("10.0 MiB reserved"), "{e}");
-        assert!(e.contains("free of 100.0 MiB"), "{e}");
-        // on a small filesystem the floor is 1 MiB
-        assert!(check_room(1 << 20, 2 << 20, 4 << 20).is_ok());
-        assert!(check_room(1 << 20, (2 << 20) - 1, 4 << 20).is_err());
-        assert!(check_room(u64::MAX, u64::MAX, u64::MAX).is_err());
-    }
 }
 
 /// `run --builtin`'s working space (the built-in server's `tmp`, a host
@@ -351,7 +323,9 @@ fn remove_space(dir: &Path) -> anyhow::Result<()> {
 
 /// A working space's name: [`crate::state::new_id`]'s 12 hex digits.
 fn is_run_id(s: &str) -> bool {
-    s.len() == 12 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    s.len() == 12
+        && s.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 /// Removes the working spaces under `base` whose run is gone: their lock
@@ -389,7 +363,83 @@ fn reclaim(base: &Path) {
                 let _ = std::fs::remove_file(&lock_path);
                 tracing::warn!(dir = %dir.display(), "reclaimed the working space of a run --builtin that was killed");
             }
-            Err(e) => tracing::error!(dir = %dir.display(), "reclaiming a killed run's working space: {e:#}"),
+            Err(e) => {
+                tracing::error!(dir = %dir.display(), "reclaiming a killed run's working space: {e:#}")
+            }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn image_size_is_the_bound_in_whole_mib_and_never_below_the_minimum() {
+        assert_eq!(image_size(1), MIN_IMAGE);
+        assert_eq!(image_size(MIN_IMAGE), MIN_IMAGE);
+        assert_eq!(image_size(64 << 20), 64 << 20);
+        assert_eq!(image_size((64 << 20) + 1), 65 << 20);
+        // past any size the policy allows it saturates, never wraps
+        assert_eq!(image_size(u64::MAX), u64::MAX);
+    }
+
+    #[test]
+    fn reclaim_removes_only_spaces_whose_run_is_gone() {
+        let base = tempfile::tempdir().unwrap();
+        let b = base.path();
+        let (live, dead, lockless) = ("0123456789ab", "ba9876543210", "aaaaaaaaaaaa");
+        for id in [live, dead, lockless] {
+            std::fs::create_dir_all(b.join(id).join(MOUNT).join("tmp")).unwrap();
+            std::fs::write(b.join(id).join(MOUNT).join("tmp/f"), "x").unwrap();
+        }
+        // a live run holds its lock; a dead one's lock is a plain file
+        let held = std::fs::File::create(b.join(format!("{live}.lock"))).unwrap();
+        rustix::fs::flock(&held, rustix::fs::FlockOperation::LockExclusive).unwrap();
+        std::fs::write(b.join(format!("{dead}.lock")), "").unwrap();
+        // a lock being placed, and what is not a space, are left alone
+        std::fs::write(b.join(".new-cccccccccccc"), "").unwrap();
+        std::fs::create_dir(b.join("not-a-space")).unwrap();
+        reclaim(b);
+        let mut left: Vec<String> = std::fs::read_dir(b)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(
+            left,
+            [
+                ".new-cccccccccccc",
+                "0123456789ab",
+                "0123456789ab.lock",
+                "not-a-space"
+            ]
+        );
+        assert!(b.join(live).join(MOUNT).join("tmp/f").is_file());
+        drop(held);
+        reclaim(b);
+        assert!(!b.join(live).exists());
+    }
+
+    #[test]
+    fn run_ids_are_new_ids() {
+        assert!(is_run_id(&crate::state::new_id()));
+        assert!(!is_run_id(".new-0123456789ab"));
+        assert!(!is_run_id("0123456789AB"));
+        assert!(!is_run_id("sb-0123456789abcdef"));
+    }
+
+    #[test]
+    fn check_room_keeps_a_twentieth_and_names_the_figures() {
+        let total = 100 << 20;
+        assert!(check_room(10 << 20, 20 << 20, total).is_ok());
+        assert!(check_room(10 << 20, 15 << 20, total).is_ok());
+        let e = check_room(10 << 20, (15 << 20) - 1, total).unwrap_err();
+        assert!(e.contains("10.0 MiB reserved"), "{e}");
+        assert!(e.contains("free of 100.0 MiB"), "{e}");
+        // on a small filesystem the floor is 1 MiB
+        assert!(check_room(1 << 20, 2 << 20, 4 << 20).is_ok());
+        assert!(check_room(1 << 20, (2 << 20) - 1, 4 << 20).is_err());
+        assert!(check_room(u64::MAX, u64::MAX - 1, u64::MAX).is_err());
     }
 }

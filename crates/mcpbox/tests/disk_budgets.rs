@@ -34,12 +34,20 @@ impl SmallFs {
     fn mount(at: &Path, size: &str) -> SmallFs {
         std::fs::create_dir_all(at).unwrap();
         let status = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size},mode=0700"), "tmpfs"])
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={size},mode=0700"),
+                "tmpfs",
+            ])
             .arg(at)
             .status()
             .unwrap();
         assert!(status.success(), "mount tmpfs on {}", at.display());
-        SmallFs { at: at.to_path_buf() }
+        SmallFs {
+            at: at.to_path_buf(),
+        }
     }
 
     /// Bytes free on it.
@@ -57,7 +65,11 @@ impl SmallFs {
 
 impl Drop for SmallFs {
     fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-R").arg("-l").arg(&self.at).status();
+        let _ = Command::new("umount")
+            .arg("-R")
+            .arg("-l")
+            .arg(&self.at)
+            .status();
     }
 }
 
@@ -163,7 +175,10 @@ fn an_agent_writing_without_end_under_serve_fills_its_own_volume_never_the_state
     // within her bound, with ENOSPC
     let (in_tmp, why) = filled(&a.call("fill", json!({"path": "/workspace/tmp/big"})));
     assert!(why.contains("No space left on device"), "{why}");
-    assert!(in_tmp > BOUND / 2 && in_tmp <= BOUND, "{in_tmp} bytes in tmp");
+    assert!(
+        in_tmp > BOUND / 2 && in_tmp <= BOUND,
+        "{in_tmp} bytes in tmp"
+    );
     let (in_output, why) = filled(&a.call("fill", json!({"path": "/workspace/output/big"})));
     assert!(why.contains("No space left on device"), "{why}");
     assert!(in_tmp + in_output <= BOUND, "{in_tmp} + {in_output} bytes");
@@ -177,13 +192,19 @@ fn an_agent_writing_without_end_under_serve_fills_its_own_volume_never_the_state
     );
 
     // bob and the gateway go on; alice's sandbox too, once she deletes
-    let r = b.call("write", json!({"path": "/workspace/output/bob.txt", "text": "bob's"}));
+    let r = b.call(
+        "write",
+        json!({"path": "/workspace/output/bob.txt", "text": "bob's"}),
+    );
     assert_eq!(text_of(&r), "wrote /workspace/output/bob.txt", "{r}");
     let r = b.call("read", json!({"path": "/workspace/output/bob.txt"}));
     assert_eq!(text_of(&r), "bob's", "{r}");
     let r = a.call("remove", json!({"path": "/workspace/tmp/big"}));
     assert_eq!(text_of(&r), "ok", "{r}");
-    let r = a.call("write", json!({"path": "/workspace/tmp/small", "text": "fits"}));
+    let r = a.call(
+        "write",
+        json!({"path": "/workspace/tmp/small", "text": "fits"}),
+    );
     assert_eq!(text_of(&r), "wrote /workspace/tmp/small", "{r}");
 
     // nothing is lost from the audit
@@ -295,7 +316,11 @@ fn rootless_serve_says_that_the_workspace_is_not_bounded() {
 /// The policy of the `run --builtin` tests.
 fn builtin_policy(dir: &Path) -> PathBuf {
     let p = dir.join("sandbox.toml");
-    std::fs::write(&p, "[server]\nname = \"sandbox\"\n[filesystem]\ntmp = \"4MiB\"\n").unwrap();
+    std::fs::write(
+        &p,
+        "[server]\nname = \"sandbox\"\n[filesystem]\ntmp = \"4MiB\"\n",
+    )
+    .unwrap();
     p
 }
 
@@ -352,7 +377,10 @@ fn the_builtin_server_writing_without_end_stops_at_its_tmp_bound_with_a_clear_er
     assert!(full.contains("the workspace is full"), "{full}");
     assert!(wrote > BOUND / 2, "{wrote}");
     // the server and the gateway go on
-    let r = s.call("write_file", json!({"path": "/workspace/tmp/big", "content": "small"}));
+    let r = s.call(
+        "write_file",
+        json!({"path": "/workspace/tmp/big", "content": "small"}),
+    );
     calls += 1;
     assert!(r["result"]["isError"] != json!(true), "{r}");
     assert!(fs.free() > 1 << 20, "the state directory is full");

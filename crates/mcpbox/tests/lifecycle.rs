@@ -1284,7 +1284,11 @@ fn sigterm_while_paused_stops_in_order_and_removes_the_cgroups() {
     let gw = Gateway::start_config(dir, &config);
     let mut a = session(&gw, ALICE);
     assert_eq!(
-        call(&mut a, "read", json!({"path": "/workspace/output/kept.txt"})),
+        call(
+            &mut a,
+            "read",
+            json!({"path": "/workspace/output/kept.txt"})
+        ),
         "kept"
     );
 }
@@ -1370,7 +1374,10 @@ fn an_artifact_over_the_limit_keeps_the_workspace_until_a_human_approves() {
     );
     let t: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(t["left"].to_string().contains("wait for a human"), "{t}");
-    assert!(ws.join("volume/output/big.bin").is_file(), "the artifact was lost");
+    assert!(
+        ws.join("volume/output/big.bin").is_file(),
+        "the artifact was lost"
+    );
     let kept = sandboxes(&gw);
     assert_eq!(kept.len(), 1, "{kept:?}");
     assert_eq!(kept[0]["state"], "stopped");
@@ -1407,7 +1414,10 @@ fn an_artifact_over_the_limit_keeps_the_workspace_until_a_human_approves() {
             .contains("--approve-large big.bin=5000"),
         "{t}"
     );
-    assert!(ws.join("volume/output/big.bin").is_file(), "the artifact was lost");
+    assert!(
+        ws.join("volume/output/big.bin").is_file(),
+        "the artifact was lost"
+    );
     assert!(!marker.exists(), "revoked before the teardown went through");
     // approved at what it is now: exported, then everything goes
     let t = gw.cli_json(&[

@@ -1346,19 +1346,6 @@ pub fn open_beneath(root: BorrowedFd<'_>, rel: &CStr, directory: bool) -> io::Re
     Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
 }
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn last_cap_counted_by_prctl_is_the_kernels_own() {
-        let proc: u32 = std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
-            .expect("cap_last_cap")
-            .trim()
-            .parse()
-            .expect("a number");
-        assert_eq!(super::last_cap(), proc);
-    }
-}
-
 /// `LOOP_CTL_GET_FREE`, `LOOP_CONFIGURE` and `LO_FLAGS_AUTOCLEAR`
 /// (linux/loop.h; libc does not carry them).
 const LOOP_CTL_GET_FREE: libc::c_ulong = 0x4C82;
@@ -1445,4 +1432,17 @@ pub fn fallocate(fd: BorrowedFd<'_>, len: u64) -> io::Result<()> {
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "size too large"))?;
     // SAFETY: integer arguments on a valid fd.
     check(unsafe { libc::fallocate(fd.as_raw_fd(), 0, 0, len) }).map(drop)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn last_cap_counted_by_prctl_is_the_kernels_own() {
+        let proc: u32 = std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+            .expect("cap_last_cap")
+            .trim()
+            .parse()
+            .expect("a number");
+        assert_eq!(super::last_cap(), proc);
+    }
 }

@@ -95,6 +95,7 @@ pub fn backing_file(device: &str) -> Option<PathBuf> {
     if device.contains('/') {
         return None;
     }
-    let text = std::fs::read_to_string(format!("/sys/dev/block/{device}/loop/backing_file")).ok()?;
+    let text =
+        std::fs::read_to_string(format!("/sys/dev/block/{device}/loop/backing_file")).ok()?;
     Some(PathBuf::from(text.trim_end_matches('\n')))
 }

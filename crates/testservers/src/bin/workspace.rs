@@ -186,7 +186,12 @@ impl Server for Workspace {
                 let mut wrote: u64 = 0;
                 loop {
                     match f.write(&block) {
-                        Ok(0) => return Err((-32000, format!("{path}: wrote {wrote} bytes, then a write of 0"))),
+                        Ok(0) => {
+                            return Err((
+                                -32000,
+                                format!("{path}: wrote {wrote} bytes, then a write of 0"),
+                            ))
+                        }
                         Ok(n) => wrote += n as u64,
                         Err(e) => {
                             return Err((-32000, format!("{path}: wrote {wrote} bytes, then: {e}")))
