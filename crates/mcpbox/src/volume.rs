@@ -128,6 +128,17 @@ pub fn ensure(dir: &Path, size: u64, bound: &Bound) -> anyhow::Result<PathBuf> {
         return Ok(at);
     }
     if std::fs::symlink_metadata(&image).is_err() {
+        // a workspace made without a volume (rootless, or by an mcpbox
+        // before disk budgets) keeps its files where they are: a new
+        // volume mounted over them would hide them
+        let in_use = std::fs::read_dir(&at)
+            .with_context(|| format!("reading {}", at.display()))?
+            .next()
+            .is_some();
+        if in_use {
+            tracing::warn!(workspace = %dir.display(), "a workspace made without a volume stays unbounded; destroy the sandbox to have it bounded");
+            return Ok(at);
+        }
         make_image(&image, image_size(size))?;
     }
     mcpbox_sandbox::volume::attach_and_mount(&image, &at)

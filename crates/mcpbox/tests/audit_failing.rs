@@ -225,7 +225,7 @@ fn calls_attempted_while_the_audit_disk_is_full_then_a_kill_9_leave_no_call_that
     let r = c.call("echo", json!({"text": "after"}));
     assert_eq!(text_of(&r), "after", "{r}");
     ran += 1;
-    let _dir = gw.kill9();
+    let dir = gw.kill9();
     // every call that ran has its start in the log; none that was
     // refused does
     let all = events(&db);
@@ -237,6 +237,7 @@ fn calls_attempted_while_the_audit_disk_is_full_then_a_kill_9_leave_no_call_that
     let (code, text) = verify(&db, &state);
     assert_eq!(code, Some(0), "{text}");
     assert!(text.contains("its head signed"), "{text}");
+    common::serve::unmount_volumes(dir.path());
 }
 
 #[test]

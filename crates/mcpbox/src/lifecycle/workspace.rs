@@ -41,6 +41,18 @@ impl Workspace {
     /// needs; a new volume is of `size` bytes (the policy's `tmp`).
     pub fn ensure(&self, size: u64) -> anyhow::Result<()> {
         private_dir(&self.root)?;
+        // a workspace made before volumes had `<id>/output` and `<id>/tmp`:
+        // they move into `volume/` (a rename on the same filesystem), which
+        // then stays a plain directory (crate::volume::ensure)
+        for part in ["output", "tmp"] {
+            let old = self.root.join(part);
+            if fs::symlink_metadata(&old).is_ok_and(|m| m.is_dir()) {
+                private_dir(&self.volume())?;
+                fs::rename(&old, self.volume().join(part)).with_context(|| {
+                    format!("moving {} into {}", old.display(), self.volume().display())
+                })?;
+            }
+        }
         crate::volume::ensure(&self.root, size, &crate::volume::bound())?;
         // input is read-only inside and must be readable by the sandbox's
         // user; the 0700 root above keeps other host users out
