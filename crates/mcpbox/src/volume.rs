@@ -78,11 +78,11 @@ pub fn image_size(tmp: u64) -> u64 {
 }
 
 /// Whether `size` bytes may be reserved on a filesystem of `total`
-/// bytes with `free` available: after it, at least 1/20 of the
-/// filesystem (and 1 MiB) must stay free for the audit log and the
-/// registry. The error names the figures.
+/// bytes with `free` available: after it, 1/20 of the filesystem (at
+/// least 1 MiB, at most 256 MiB) must stay free for the audit log and
+/// the registry. The error names the figures.
 pub fn check_room(size: u64, free: u64, total: u64) -> Result<(), String> {
-    let keep = (total / 20).max(1 << 20);
+    let keep = (total / 20).clamp(1 << 20, 256 << 20);
     if free >= size.saturating_add(keep) {
         return Ok(());
     }
@@ -452,5 +452,9 @@ mod tests {
         assert!(check_room(1 << 20, 2 << 20, 4 << 20).is_ok());
         assert!(check_room(1 << 20, (2 << 20) - 1, 4 << 20).is_err());
         assert!(check_room(u64::MAX, u64::MAX - 1, u64::MAX).is_err());
+        // on a large one, at most 256 MiB
+        let tib = 1u64 << 40;
+        assert!(check_room(64 << 20, (64 << 20) + (256 << 20), tib).is_ok());
+        assert!(check_room(64 << 20, (64 << 20) + (256 << 20) - 1, tib).is_err());
     }
 }

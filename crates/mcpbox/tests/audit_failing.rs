@@ -10,13 +10,13 @@
 
 mod common;
 
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use common::audit::events;
 use common::mcp::{result_text, Session};
 use common::serve::{text_of, Gateway, Server, ALICE};
+use common::smallfs::SmallFs;
 use common::{is_root, mcpbox, Workspace};
 use serde_json::{json, Value};
 
@@ -27,57 +27,6 @@ fn skipped(test: &str) -> bool {
     }
     eprintln!("{test}: skipped: it mounts a small tmpfs for the audit log, which needs root");
     true
-}
-
-/// A tmpfs of `size` mounted on a fresh directory, unmounted when dropped.
-struct SmallFs {
-    dir: tempfile::TempDir,
-}
-
-impl SmallFs {
-    fn mount(size: &str) -> SmallFs {
-        let dir = tempfile::Builder::new()
-            .prefix("mcpbox-auditfs-")
-            .tempdir()
-            .unwrap();
-        let status = Command::new("mount")
-            .args([
-                "-t",
-                "tmpfs",
-                "-o",
-                &format!("size={size},mode=0755"),
-                "tmpfs",
-            ])
-            .arg(dir.path())
-            .status()
-            .unwrap();
-        assert!(status.success(), "mount tmpfs on {}", dir.path().display());
-        SmallFs { dir }
-    }
-
-    fn path(&self) -> &Path {
-        self.dir.path()
-    }
-
-    /// Writes a filler file until the filesystem is full.
-    fn fill(&self) -> PathBuf {
-        let filler = self.path().join("filler");
-        let mut f = std::fs::File::create(&filler).unwrap();
-        let chunk = vec![0x5au8; 4096];
-        while f.write_all(&chunk).is_ok() {}
-        while f.write_all(&[0]).is_ok() {}
-        let _ = f.sync_all();
-        filler
-    }
-}
-
-impl Drop for SmallFs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount")
-            .arg("-l")
-            .arg(self.dir.path())
-            .status();
-    }
 }
 
 /// `mcpbox audit --verify` of `db` with the key of `state`: exit code and

@@ -18,60 +18,12 @@ use std::process::Command;
 use common::audit::events;
 use common::mcp::{result_text, Session};
 use common::serve::{text_of, Gateway, ALICE, BOB};
+use common::smallfs::SmallFs;
 use common::{is_root, mcpbox};
 use serde_json::{json, Value};
 
 /// The policy's bound in the tests: 4 MiB for output and tmp together.
 const BOUND: u64 = 4 << 20;
-
-/// A tmpfs of `size` mounted on `at` (made), unmounted (lazily, with what
-/// is mounted below it) when dropped.
-struct SmallFs {
-    at: PathBuf,
-}
-
-impl SmallFs {
-    fn mount(at: &Path, size: &str) -> SmallFs {
-        std::fs::create_dir_all(at).unwrap();
-        let status = Command::new("mount")
-            .args([
-                "-t",
-                "tmpfs",
-                "-o",
-                &format!("size={size},mode=0700"),
-                "tmpfs",
-            ])
-            .arg(at)
-            .status()
-            .unwrap();
-        assert!(status.success(), "mount tmpfs on {}", at.display());
-        SmallFs {
-            at: at.to_path_buf(),
-        }
-    }
-
-    /// Bytes free on it.
-    fn free(&self) -> u64 {
-        let out = Command::new("stat")
-            .args(["-f", "-c", "%a %S"])
-            .arg(&self.at)
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout);
-        let mut it = text.split_whitespace().map(|n| n.parse::<u64>().unwrap());
-        it.next().unwrap() * it.next().unwrap()
-    }
-}
-
-impl Drop for SmallFs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount")
-            .arg("-R")
-            .arg("-l")
-            .arg(&self.at)
-            .status();
-    }
-}
 
 /// The serve config, its policy and the `workspace` test server in `dir`.
 fn serve_config(dir: &Path) -> String {
@@ -161,7 +113,7 @@ fn an_agent_writing_without_end_under_serve_fills_its_own_volume_never_the_state
     let dir = tempdir("mcpbox-disk-");
     // the state directory: 24 MiB, for the audit log, the registry and two
     // workspaces of 4 MiB each
-    let fs = SmallFs::mount(&dir.path().join("state"), "24m");
+    let fs = SmallFs::mount_at(&dir.path().join("state"), "24m", "0700");
     let config = serve_config(dir.path());
     let gw = Gateway::start_config(dir, &config);
     let state = gw.state();
@@ -250,7 +202,7 @@ fn a_sandbox_that_cannot_reserve_its_volume_is_refused_naming_the_free_space() {
     }
     let dir = tempdir("mcpbox-disk-");
     // room for one 4 MiB workspace (and the 1 MiB kept free), not two
-    let fs = SmallFs::mount(&dir.path().join("state"), "7m");
+    let fs = SmallFs::mount_at(&dir.path().join("state"), "7m", "0700");
     let config = serve_config(dir.path());
     let gw = Gateway::start_config(dir, &config);
     let mut a = gw.mcp("ws", Some(ALICE));
@@ -354,7 +306,7 @@ fn the_builtin_server_writing_without_end_stops_at_its_tmp_bound_with_a_clear_er
     }
     let dir = tempdir("mcpbox-disk-");
     let state = dir.path().join("state");
-    let fs = SmallFs::mount(&state, "16m");
+    let fs = SmallFs::mount_at(&state, "16m", "0700");
     let policy = builtin_policy(dir.path());
     let mut s = start_builtin(&policy, &state);
     s.initialize();
