@@ -36,6 +36,13 @@ pub trait Backend: Send + Sync {
     fn create(&self, id: &str) -> Result<Option<String>, String>;
     /// Adjusts the spec every server process of `id` starts with.
     fn prepare(&self, id: &str, spec: &mut mcpbox_sandbox::Spec);
+    /// Whether a new workspace's writable space is a volume of the
+    /// policy's `tmp` size on this host (crate::volume; as root). No by
+    /// default: a backend whose sandboxes live elsewhere bounds them its
+    /// own way, and a test's backend makes no mounts.
+    fn bounded_workspaces(&self) -> bool {
+        false
+    }
     /// Freezes every process of `id`.
     fn freeze(&self, id: &str) -> Result<(), String>;
     /// Thaws them.
@@ -128,6 +135,10 @@ fn version_name(v: Version) -> String {
 }
 
 impl Backend for Local {
+    fn bounded_workspaces(&self) -> bool {
+        true
+    }
+
     fn create(&self, id: &str) -> Result<Option<String>, String> {
         if self.usable.is_err() {
             return Ok(None);

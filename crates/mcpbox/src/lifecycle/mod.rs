@@ -238,6 +238,15 @@ impl Lifecycle {
         Ok(life)
     }
 
+    /// The size of a new workspace's volume for `life`'s server, when
+    /// the backend keeps volumes (crate::volume).
+    fn workspace_size(&self, life: &ServerLife) -> Option<u64> {
+        self.shared
+            .backend
+            .bounded_workspaces()
+            .then_some(life.workspace_size)
+    }
+
     fn sandboxes_dir(&self) -> PathBuf {
         self.shared.state_dir.join("sandboxes")
     }
@@ -450,7 +459,7 @@ impl Lifecycle {
                     updated_ms: now,
                     owner_pid: std::process::id(),
                 })?;
-                if let Err(e) = fill(&ws, life) {
+                if let Err(e) = fill(&ws, life, self.workspace_size(life)) {
                     let _ = ws.remove();
                     let _ = lock(&self.shared.registry).remove(id);
                     return Err(e);
@@ -460,12 +469,12 @@ impl Lifecycle {
                     id,
                     &key,
                     "created",
-                    json!({"template": template, "workspace": ws.root, "disk": disk_bound(life)}),
+                    json!({"template": template, "workspace": ws.root, "disk": disk_bound(self.workspace_size(life))}),
                 );
                 (ws, now, template, State::Created)
             }
         };
-        ws.ensure(life.workspace_size)?;
+        ws.ensure(self.workspace_size(life))?;
         let freezer = backend
             .create(id)
             .map_err(|e| anyhow::anyhow!("sandbox {id}: {e}"))?;
@@ -635,16 +644,17 @@ impl Lifecycle {
 }
 
 /// What bounds a new sandbox's writable space, for its `created` record.
-fn disk_bound(life: &ServerLife) -> serde_json::Value {
-    match crate::volume::bound() {
-        crate::volume::Bound::Volume => json!({"bound": life.workspace_size, "by": "volume"}),
-        crate::volume::Bound::Unbounded(why) => json!({"bound": null, "why": why}),
+fn disk_bound(size: Option<u64>) -> serde_json::Value {
+    match (size, crate::volume::bound()) {
+        (Some(size), crate::volume::Bound::Volume) => json!({"bound": size, "by": "volume"}),
+        (None, _) => json!({"bound": null, "why": "the backend keeps no volumes"}),
+        (Some(_), crate::volume::Bound::Unbounded(why)) => json!({"bound": null, "why": why}),
     }
 }
 
 /// Makes a new workspace's folders and its input from the template.
-fn fill(ws: &Workspace, life: &ServerLife) -> anyhow::Result<()> {
-    ws.ensure(life.workspace_size)?;
+fn fill(ws: &Workspace, life: &ServerLife, size: Option<u64>) -> anyhow::Result<()> {
+    ws.ensure(size)?;
     match &life.template {
         None => {}
         Some((name, TemplateBase::Dir(dir))) => {

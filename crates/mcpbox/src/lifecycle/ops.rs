@@ -133,7 +133,7 @@ impl Control for Lifecycle {
             .map_err(|e| format!("a staging folder for the restore: {e}"))?;
         let built = Workspace::at(staging.path().join("ws"));
         let prepared = (|| -> anyhow::Result<()> {
-            fill(&built, life)?;
+            fill(&built, life, self.workspace_size(life))?;
             // extracted inside the new workspace's volume: on its
             // filesystem (the moves below are renames) and within its
             // bound (an archive larger than the workspace fails here, and
@@ -154,7 +154,7 @@ impl Control for Lifecycle {
                 }
             }
             std::fs::remove_dir_all(&extracted).context("removing the extraction's folder")?;
-            built.ensure(life.workspace_size)
+            built.ensure(self.workspace_size(life))
         })();
         if let Err(e) = prepared {
             // its volume unmounted before the staging folder goes

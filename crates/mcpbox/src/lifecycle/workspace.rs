@@ -38,8 +38,9 @@ impl Workspace {
 
     /// Makes what is missing (a kept workspace keeps what it has: its
     /// volume is mounted again), with the modes and owners the sandbox
-    /// needs; a new volume is of `size` bytes (the policy's `tmp`).
-    pub fn ensure(&self, size: u64) -> anyhow::Result<()> {
+    /// needs; a new volume is of `size` bytes (the policy's `tmp`), and
+    /// there is none without a size (a backend that keeps no volumes).
+    pub fn ensure(&self, size: Option<u64>) -> anyhow::Result<()> {
         private_dir(&self.root)?;
         // a workspace made before volumes had `<id>/output` and `<id>/tmp`:
         // they move into `volume/` (a rename on the same filesystem), which
@@ -53,7 +54,11 @@ impl Workspace {
                 })?;
             }
         }
-        crate::volume::ensure(&self.root, size, &crate::volume::bound())?;
+        let bound = match size {
+            Some(_) => crate::volume::bound(),
+            None => crate::volume::Bound::Unbounded("this backend keeps no volumes".into()),
+        };
+        crate::volume::ensure(&self.root, size.unwrap_or(0), &bound)?;
         // input is read-only inside and must be readable by the sandbox's
         // user; the 0700 root above keeps other host users out
         private_dir(&self.input())?;
