@@ -36,13 +36,6 @@ pub trait Backend: Send + Sync {
     fn create(&self, id: &str) -> Result<Option<String>, String>;
     /// Adjusts the spec every server process of `id` starts with.
     fn prepare(&self, id: &str, spec: &mut mcpbox_sandbox::Spec);
-    /// Whether a new workspace's writable space is a volume of the
-    /// policy's `tmp` size on this host (crate::volume; as root). No by
-    /// default: a backend whose sandboxes live elsewhere bounds them its
-    /// own way, and a test's backend makes no mounts.
-    fn bounded_workspaces(&self) -> bool {
-        false
-    }
     /// Freezes every process of `id`.
     fn freeze(&self, id: &str) -> Result<(), String>;
     /// Thaws them.
@@ -56,6 +49,13 @@ pub trait Backend: Send + Sync {
     /// What of `id` still exists on this machine (cgroup directories,
     /// processes), for the teardown's check; empty when nothing.
     fn leftovers(&self, id: &str) -> Vec<String>;
+    /// Whether a new workspace's writable space is a volume of the
+    /// policy's `tmp` size on this host (crate::volume; as root). No by
+    /// default: a backend whose sandboxes live elsewhere bounds them its
+    /// own way, and a test's backend makes no mounts.
+    fn bounded_workspaces(&self) -> bool {
+        false
+    }
 }
 
 /// The cgroup name of sandbox `id`.
