@@ -1374,6 +1374,8 @@ fn an_artifact_over_the_limit_keeps_the_workspace_until_a_human_approves() {
     );
     let t: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(t["left"].to_string().contains("wait for a human"), "{t}");
+    // its kept volume (as root) is the workspace kept, not a mount left
+    assert_eq!(t["left"].as_array().unwrap().len(), 1, "{t}");
     assert!(
         ws.join("volume/output/big.bin").is_file(),
         "the artifact was lost"

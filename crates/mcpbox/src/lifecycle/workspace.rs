@@ -158,12 +158,14 @@ fn copy_dir(from: &Path, to: &Path, bytes: &mut u64, depth: usize) -> anyhow::Re
     Ok(())
 }
 
-/// Host mounts at or under `root` (there should be none: a sandbox's
-/// mounts live in its own mount namespace), for the teardown's check.
-pub fn mounts_under(root: &Path) -> Vec<String> {
+/// Host mounts at or under `root` but `kept` (there should be none: a
+/// sandbox's mounts live in its own mount namespace, and its volume is
+/// unmounted with its workspace, or kept with it), for the teardown's
+/// check.
+pub fn mounts_under(root: &Path, kept: Option<&Path>) -> Vec<String> {
     mcpbox_sandbox::mountinfo::read()
         .into_iter()
-        .filter(|m| m.mount_point.starts_with(root))
+        .filter(|m| m.mount_point.starts_with(root) && Some(m.mount_point.as_path()) != kept)
         .map(|m| format!("mount {}", m.mount_point.display()))
         .collect()
 }
