@@ -46,6 +46,9 @@ impl Refusal {
             Errno::NOTDIR => "not a directory".to_string(),
             Errno::NOTEMPTY => "directory not empty (pass recursive: true)".to_string(),
             Errno::LOOP => "too many symlinks".to_string(),
+            // the sandbox's bounded writable space (the policy's
+            // [filesystem] tmp holds output and tmp together) is used up
+            Errno::NOSPC | Errno::DQUOT => "the workspace is full: output and tmp together are bounded by the policy's [filesystem] tmp; delete files to make room".to_string(),
             other => std::io::Error::from(other).to_string(),
         };
         Refusal {

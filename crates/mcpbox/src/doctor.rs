@@ -63,4 +63,13 @@ fn print_state() {
          .local/state/mcpbox; `mcpbox wrap` run with MCPBOX_STATE_DIR set writes it into \
          each entry it rewrites (docs/wrap.md)"
     );
+    match crate::volume::bound() {
+        crate::volume::Bound::Volume => println!(
+            "disk:  the workspaces of `serve` and `run --builtin` are bounded by [filesystem] tmp \
+             (an ext4 volume on a loop device each, its space reserved)"
+        ),
+        crate::volume::Bound::Unbounded(why) => {
+            println!("disk:  the workspaces of `serve` and `run --builtin` are NOT bounded: {why}")
+        }
+    }
 }

@@ -24,6 +24,7 @@ mod runtime;
 mod sandboxes;
 mod serve;
 mod state;
+mod volume;
 mod wrap;
 
 use failure::Failure;

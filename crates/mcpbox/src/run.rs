@@ -322,15 +322,19 @@ pub fn run_with(
     )?;
     let output = spec.output.clone();
     // The built-in server's tmp is a host directory (not a tmpfs) for this
-    // run, so that the gateway can measure an artifact in it; it is
-    // removed when the run ends.
+    // run, so that the gateway can measure an artifact in it: a working
+    // space in mcpbox's state, bounded by the policy's tmp (a volume as
+    // root), removed when the run ends and reclaimed by the next run
+    // after a SIGKILL (crate::volume::RunSpace).
     let builtin_tmp = if builtin {
-        let dir = tempfile::Builder::new()
-            .prefix("mcpbox-builtin-tmp-")
-            .tempdir()
-            .context("a tmp directory for the built-in server")?;
-        spec.tmp_dir = Some(dir.path().to_path_buf());
-        Some(dir)
+        if let crate::volume::Bound::Unbounded(why) = crate::volume::bound() {
+            eprintln!("mcpbox: warning: [filesystem] tmp does not bound the built-in server's tmp here: {why}");
+        }
+        let space =
+            crate::volume::RunSpace::make(&state::ensure_private()?, loaded.policy.filesystem.tmp)
+                .context("the built-in server's working space")?;
+        spec.tmp_dir = Some(space.tmp());
+        Some(space)
     } else {
         None
     };

@@ -89,6 +89,11 @@ pub fn run(config: &Path) -> anyhow::Result<i32> {
     let cfg = ServeConfig::load(config).map_err(|e| anyhow::anyhow!("{e}"))?;
     raise_open_file_limit();
     let (mut settings, backend, life) = prepare(&cfg)?;
+    // where no volume can bound a workspace, said once at start (and in
+    // each sandbox's `created` record), never silently
+    if let crate::volume::Bound::Unbounded(why) = crate::volume::bound() {
+        eprintln!("mcpbox: warning: [filesystem] tmp does not bound the sandboxes' workspaces here: {why}");
+    }
     let socket = state::state_dir().join("control.sock");
     let control = mcpbox_lifecycle::control::serve(&socket, life.clone())
         .with_context(|| format!("opening the control socket {}", socket.display()))?;
@@ -363,6 +368,7 @@ fn server_life(
         .collect();
     Ok(ServerLife {
         group,
+        workspace_size: p.filesystem.tmp,
         idle: s.idle,
         template,
         artifacts: (p.artifacts.patterns.clone(), p.artifacts.max_size),

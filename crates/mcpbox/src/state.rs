@@ -36,7 +36,8 @@ pub fn state_dir() -> PathBuf {
 /// it exists it must be this user's, and it is tightened: the directory
 /// and everything in it lose every group and other permission bit (a
 /// 0755 directory becomes 0700, a 0644 pin file 0600). Symlinks are not
-/// followed. Below a sandbox's workspace (`sandboxes/<id>/`) and a
+/// followed. Below a sandbox's workspace (`sandboxes/<id>/`, and
+/// `builtin/<id>/` of `run --builtin`) and a
 /// runner's cache (`cache/<policy>/<runner>/`) only that folder itself is
 /// tightened: what is in it is the sandbox's, with the modes its user
 /// needs, and the 0700 folders above keep every other user out.
@@ -149,10 +150,11 @@ fn tighten(root: &Path, path: &Path, seen: &mut usize) -> anyhow::Result<()> {
     let rel = path.strip_prefix(root).unwrap_or(Path::new(""));
     let depth = rel.components().count();
     let first = rel.components().next().map(|c| c.as_os_str());
-    // a workspace (`sandboxes/<id>`) or a runner's cache
-    // (`cache/<policy>/<runner>`): the folder, not what the sandbox put in it
+    // a workspace (`sandboxes/<id>`), a `run --builtin` working space
+    // (`builtin/<id>`) or a runner's cache (`cache/<policy>/<runner>`):
+    // the folder, not what the sandbox put in it
     let sandbox_owned = match first.and_then(|f| f.to_str()) {
-        Some("sandboxes") => depth >= 2,
+        Some("sandboxes" | "builtin") => depth >= 2,
         Some("cache") => depth >= 3,
         _ => false,
     };

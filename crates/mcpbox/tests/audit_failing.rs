@@ -10,13 +10,13 @@
 
 mod common;
 
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use common::audit::events;
 use common::mcp::{result_text, Session};
 use common::serve::{text_of, Gateway, Server, ALICE};
+use common::smallfs::SmallFs;
 use common::{is_root, mcpbox, Workspace};
 use serde_json::{json, Value};
 
@@ -27,57 +27,6 @@ fn skipped(test: &str) -> bool {
     }
     eprintln!("{test}: skipped: it mounts a small tmpfs for the audit log, which needs root");
     true
-}
-
-/// A tmpfs of `size` mounted on a fresh directory, unmounted when dropped.
-struct SmallFs {
-    dir: tempfile::TempDir,
-}
-
-impl SmallFs {
-    fn mount(size: &str) -> SmallFs {
-        let dir = tempfile::Builder::new()
-            .prefix("mcpbox-auditfs-")
-            .tempdir()
-            .unwrap();
-        let status = Command::new("mount")
-            .args([
-                "-t",
-                "tmpfs",
-                "-o",
-                &format!("size={size},mode=0755"),
-                "tmpfs",
-            ])
-            .arg(dir.path())
-            .status()
-            .unwrap();
-        assert!(status.success(), "mount tmpfs on {}", dir.path().display());
-        SmallFs { dir }
-    }
-
-    fn path(&self) -> &Path {
-        self.dir.path()
-    }
-
-    /// Writes a filler file until the filesystem is full.
-    fn fill(&self) -> PathBuf {
-        let filler = self.path().join("filler");
-        let mut f = std::fs::File::create(&filler).unwrap();
-        let chunk = vec![0x5au8; 4096];
-        while f.write_all(&chunk).is_ok() {}
-        while f.write_all(&[0]).is_ok() {}
-        let _ = f.sync_all();
-        filler
-    }
-}
-
-impl Drop for SmallFs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount")
-            .arg("-l")
-            .arg(self.dir.path())
-            .status();
-    }
 }
 
 /// `mcpbox audit --verify` of `db` with the key of `state`: exit code and
@@ -225,7 +174,7 @@ fn calls_attempted_while_the_audit_disk_is_full_then_a_kill_9_leave_no_call_that
     let r = c.call("echo", json!({"text": "after"}));
     assert_eq!(text_of(&r), "after", "{r}");
     ran += 1;
-    let _dir = gw.kill9();
+    let dir = gw.kill9();
     // every call that ran has its start in the log; none that was
     // refused does
     let all = events(&db);
@@ -237,6 +186,7 @@ fn calls_attempted_while_the_audit_disk_is_full_then_a_kill_9_leave_no_call_that
     let (code, text) = verify(&db, &state);
     assert_eq!(code, Some(0), "{text}");
     assert!(text.contains("its head signed"), "{text}");
+    common::serve::unmount_volumes(dir.path());
 }
 
 #[test]

@@ -73,7 +73,7 @@ fn runs_and_a_gateway_killed_with_9_among_them_never_corrupt_the_log_nor_lose_a_
     assert!(!log.contains("malformed"), "gateway log:\n{log}");
     drop(http);
     // the gateway dies with -9 too; its directory (and the log) stays
-    let _dir = gw.kill9();
+    let dir = gw.kill9();
     // Every answered call has its record: its start (the decision), which
     // was committed before the call reached the server, so not even a
     // kill -9 just after the answer loses it (issue 26: the outcome
@@ -125,6 +125,7 @@ fn runs_and_a_gateway_killed_with_9_among_them_never_corrupt_the_log_nor_lose_a_
     );
     let check: String = rusqlite_integrity(&db);
     assert_eq!(check, "ok");
+    common::serve::unmount_volumes(dir.path());
 }
 
 /// `PRAGMA integrity_check` through Python's sqlite3 (another process,

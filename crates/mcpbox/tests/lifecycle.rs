@@ -260,7 +260,7 @@ fn two_agents_on_one_server_never_see_each_others_files_processes_or_tmp() {
     // is in the same sandbox
     let ws_a = PathBuf::from(sa["workspace"].as_str().unwrap());
     assert_eq!(
-        std::fs::read_to_string(ws_a.join("output/alice.txt")).unwrap(),
+        std::fs::read_to_string(ws_a.join("volume/output/alice.txt")).unwrap(),
         "alice's"
     );
     let mut a2 = session(&gw, ALICE);
@@ -685,7 +685,7 @@ fn artifact_export_refuses_links_fifos_devices_and_escapes_and_records_digests()
         // a device node (the sandbox user cannot make one; a hostile
         // server with a way to would leave it like this)
         let ok = std::process::Command::new("mknod")
-            .arg(ws.join("output/null"))
+            .arg(ws.join("volume/output/null"))
             .args(["c", "1", "3"])
             .status()
             .unwrap()
@@ -1263,9 +1263,32 @@ fn sigterm_while_paused_stops_in_order_and_removes_the_cgroups() {
     assert!(status.success(), "{status:?}\n{}", gw.stderr());
     assert_no_processes(&id);
     assert!(cgroup_dirs(&id).is_empty(), "left: {:?}", cgroup_dirs(&id));
-    // the workspace is kept for the next start
+    // the workspace is kept for the next start: as root its volume is
+    // unmounted and its image kept, rootless it is a plain directory
+    let mounted = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(
+        !mounted.contains(&ws.display().to_string()),
+        "a mount is left under {}",
+        ws.display()
+    );
+    if common::is_root() {
+        assert!(ws.join("volume.img").is_file());
+    } else {
+        assert_eq!(
+            std::fs::read_to_string(ws.join("volume/output/kept.txt")).unwrap(),
+            "kept"
+        );
+    }
+    let dir = gw.kill9();
+    let config = std::fs::read_to_string(dir.path().join("serve.toml")).unwrap();
+    let gw = Gateway::start_config(dir, &config);
+    let mut a = session(&gw, ALICE);
     assert_eq!(
-        std::fs::read_to_string(ws.join("output/kept.txt")).unwrap(),
+        call(
+            &mut a,
+            "read",
+            json!({"path": "/workspace/output/kept.txt"})
+        ),
         "kept"
     );
 }
@@ -1312,7 +1335,7 @@ fn the_sandboxed_server_cannot_reach_the_control_socket_the_registry_or_other_wo
         state.join("control.sock"),
         state.join("sandboxes.db"),
         state.join("audit.db"),
-        ws_b.join("output/bob.txt"),
+        ws_b.join("volume/output/bob.txt"),
     ] {
         let err = call_fails(&mut a, "read", json!({"path": path}));
         assert!(
@@ -1351,7 +1374,12 @@ fn an_artifact_over_the_limit_keeps_the_workspace_until_a_human_approves() {
     );
     let t: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(t["left"].to_string().contains("wait for a human"), "{t}");
-    assert!(ws.join("output/big.bin").is_file(), "the artifact was lost");
+    // its kept volume (as root) is the workspace kept, not a mount left
+    assert_eq!(t["left"].as_array().unwrap().len(), 1, "{t}");
+    assert!(
+        ws.join("volume/output/big.bin").is_file(),
+        "the artifact was lost"
+    );
     let kept = sandboxes(&gw);
     assert_eq!(kept.len(), 1, "{kept:?}");
     assert_eq!(kept[0]["state"], "stopped");
@@ -1367,7 +1395,7 @@ fn an_artifact_over_the_limit_keeps_the_workspace_until_a_human_approves() {
     // the file grows after the human read that (issue 26): the approval
     // of 2000 bytes does not take the grown file out, nor revoke, nor
     // remove the workspace
-    std::fs::write(ws.join("output/big.bin"), "y".repeat(5000)).unwrap();
+    std::fs::write(ws.join("volume/output/big.bin"), "y".repeat(5000)).unwrap();
     let out = gw.cli(&[
         "sandboxes",
         "destroy",
@@ -1388,7 +1416,10 @@ fn an_artifact_over_the_limit_keeps_the_workspace_until_a_human_approves() {
             .contains("--approve-large big.bin=5000"),
         "{t}"
     );
-    assert!(ws.join("output/big.bin").is_file(), "the artifact was lost");
+    assert!(
+        ws.join("volume/output/big.bin").is_file(),
+        "the artifact was lost"
+    );
     assert!(!marker.exists(), "revoked before the teardown went through");
     // approved at what it is now: exported, then everything goes
     let t = gw.cli_json(&[
@@ -1821,7 +1852,7 @@ fn a_restore_in_progress_does_not_hold_up_another_agents_session() {
     assert_eq!(restored.len(), 1, "{:?}", sandboxes(gw));
     let ws = PathBuf::from(restored[0]["workspace"].as_str().unwrap());
     assert_eq!(
-        std::fs::read_to_string(ws.join("output/a.txt")).unwrap(),
+        std::fs::read_to_string(ws.join("volume/output/a.txt")).unwrap(),
         "one"
     );
 }

@@ -635,7 +635,7 @@ fn clients_workspaces_are_isolated() {
             .find(|s| s["agent"] == c)
             .unwrap_or_else(|| panic!("no sandbox of {c}: {sandboxes}"));
         let ws = std::path::PathBuf::from(sb["workspace"].as_str().unwrap());
-        common::serve::files_under(&ws.join("output"))
+        common::serve::files_under(&ws.join("volume/output"))
     };
     let names = |c: &str| -> Vec<String> {
         of(c)

@@ -141,7 +141,8 @@ pub struct Filesystem {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<PathBuf>,
     /// Size of the empty tmpfs at /workspace/tmp, discarded at the end (also HOME).
-    /// More than 0 and at most 64GiB. Default "64MiB".
+    /// Under `serve` and `run --builtin` it bounds the whole writable workspace
+    /// (tmp and output together). More than 0 and at most 64GiB. Default "64MiB".
     #[serde(default = "default_tmp", with = "units::size")]
     #[schemars(with = "SizeText")]
     pub tmp: u64,

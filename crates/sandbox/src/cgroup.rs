@@ -76,22 +76,12 @@ impl Layout {
     pub fn parse(mountinfo: &str, cgroup: &str) -> Layout {
         let mut v2_mount = None;
         let mut v1_mounts: Vec<(Vec<String>, PathBuf)> = Vec::new();
-        for line in mountinfo.lines() {
-            // "... mountpoint opts ... - fstype source superopts"
-            let Some((left, right)) = line.split_once(" - ") else {
-                continue;
-            };
-            let fields: Vec<&str> = left.split(' ').collect();
-            let right: Vec<&str> = right.split(' ').collect();
-            let (Some(mnt), Some(fstype)) = (fields.get(4), right.first()) else {
-                continue;
-            };
-            match *fstype {
-                "cgroup2" => v2_mount = Some(PathBuf::from(mnt)),
+        for m in crate::mountinfo::parse(mountinfo) {
+            match m.fstype.as_str() {
+                "cgroup2" => v2_mount = Some(m.mount_point),
                 "cgroup" => {
-                    let opts = right.get(2).copied().unwrap_or("");
-                    let ctrls = opts.split(',').map(String::from).collect();
-                    v1_mounts.push((ctrls, PathBuf::from(mnt)));
+                    let ctrls = m.super_options.split(',').map(String::from).collect();
+                    v1_mounts.push((ctrls, m.mount_point));
                 }
                 _ => {}
             }

@@ -26,10 +26,12 @@ mod init;
 mod landlock;
 mod lastmile;
 mod launch;
+pub mod mountinfo;
 pub mod plan;
 mod report;
 pub mod seccomp;
 mod sys;
+pub mod volume;
 mod wire;
 
 use std::ffi::OsString;

@@ -1346,6 +1346,94 @@ pub fn open_beneath(root: BorrowedFd<'_>, rel: &CStr, directory: bool) -> io::Re
     Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
 }
 
+/// `LOOP_CTL_GET_FREE`, `LOOP_CONFIGURE` and `LO_FLAGS_AUTOCLEAR`
+/// (linux/loop.h; libc does not carry them).
+const LOOP_CTL_GET_FREE: libc::c_ulong = 0x4C82;
+const LOOP_CONFIGURE: libc::c_ulong = 0x4C0A;
+pub const LO_FLAGS_AUTOCLEAR: u32 = 4;
+
+/// The kernel's `struct loop_info64` (linux/loop.h).
+#[repr(C)]
+struct LoopInfo64 {
+    lo_device: u64,
+    lo_inode: u64,
+    lo_rdevice: u64,
+    lo_offset: u64,
+    lo_sizelimit: u64,
+    lo_number: u32,
+    lo_encrypt_type: u32,
+    lo_encrypt_key_size: u32,
+    lo_flags: u32,
+    lo_file_name: [u8; 64],
+    lo_crypt_name: [u8; 64],
+    lo_encrypt_key: [u8; 32],
+    lo_init: [u64; 2],
+}
+
+/// The kernel's `struct loop_config` (linux/loop.h, Linux 5.8+).
+#[repr(C)]
+struct LoopConfig {
+    fd: u32,
+    block_size: u32,
+    info: LoopInfo64,
+    reserved: [u64; 8],
+}
+
+/// ioctl(LOOP_CTL_GET_FREE) on `/dev/loop-control`: the number of a free
+/// loop device (made if there was none).
+pub fn loop_ctl_get_free(ctl: BorrowedFd<'_>) -> io::Result<u32> {
+    // SAFETY: this request takes no argument and returns the number.
+    let n = check(unsafe { libc::ioctl(ctl.as_raw_fd(), LOOP_CTL_GET_FREE as _) })?;
+    u32::try_from(n).map_err(|_| io::Error::other("LOOP_CTL_GET_FREE: a negative number"))
+}
+
+/// ioctl(LOOP_CONFIGURE) on the loop device `dev`: backs it with the file
+/// `backing`, with `flags` (`LO_FLAGS_*`), in one step (no window in which
+/// the device is bound but not configured).
+pub fn loop_configure(dev: BorrowedFd<'_>, backing: BorrowedFd<'_>, flags: u32) -> io::Result<()> {
+    let fd = u32::try_from(backing.as_raw_fd())
+        .map_err(|_| io::Error::other("LOOP_CONFIGURE: a negative fd"))?;
+    let config = LoopConfig {
+        fd,
+        block_size: 0,
+        info: LoopInfo64 {
+            lo_device: 0,
+            lo_inode: 0,
+            lo_rdevice: 0,
+            lo_offset: 0,
+            lo_sizelimit: 0,
+            lo_number: 0,
+            lo_encrypt_type: 0,
+            lo_encrypt_key_size: 0,
+            lo_flags: flags,
+            lo_file_name: [0; 64],
+            lo_crypt_name: [0; 64],
+            lo_encrypt_key: [0; 32],
+            lo_init: [0; 2],
+        },
+        reserved: [0; 8],
+    };
+    // SAFETY: `config` is a valid `struct loop_config` that lives across the
+    // call; the kernel only reads it.
+    check(unsafe {
+        libc::ioctl(
+            dev.as_raw_fd(),
+            LOOP_CONFIGURE as _,
+            &config as *const LoopConfig,
+        )
+    })
+    .map(drop)
+}
+
+/// fallocate(2) with mode 0: reserves `len` bytes of `fd` from 0 (the
+/// blocks are allocated, so later writes into them cannot fail for space).
+pub fn fallocate(fd: BorrowedFd<'_>, len: u64) -> io::Result<()> {
+    let len = libc::off_t::try_from(len)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "size too large"))?;
+    // SAFETY: integer arguments on a valid fd.
+    check(unsafe { libc::fallocate(fd.as_raw_fd(), 0, 0, len) }).map(drop)
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

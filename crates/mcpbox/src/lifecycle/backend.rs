@@ -65,6 +65,13 @@ pub trait Backend: Send + Sync {
     /// What of `id` still exists on this machine (cgroup directories,
     /// processes), for the teardown's check; empty when nothing.
     fn leftovers(&self, id: &str) -> Vec<String>;
+    /// Whether a new workspace's writable space is a volume of the
+    /// policy's `tmp` size on this host (crate::volume; as root). No by
+    /// default: a backend whose sandboxes live elsewhere bounds them its
+    /// own way, and a test's backend makes no mounts.
+    fn bounded_workspaces(&self) -> bool {
+        false
+    }
 }
 
 /// The gateway's `Launcher` of one session's server in sandbox `id`: each
@@ -170,6 +177,10 @@ fn version_name(v: Version) -> String {
 }
 
 impl Backend for Local {
+    fn bounded_workspaces(&self) -> bool {
+        true
+    }
+
     fn create(&self, id: &str) -> Result<Option<String>, String> {
         if self.usable.is_err() {
             return Ok(None);

@@ -67,6 +67,9 @@ pub struct ServerLife {
     /// The key's `server`: the server's name, or `shared` for
     /// `placement = "shared"`.
     pub group: String,
+    /// The size of a new sandbox's writable space (`output` and `tmp`
+    /// together): the policy's `[filesystem] tmp` (crate::volume).
+    pub workspace_size: u64,
     pub idle: Idle,
     /// The template's name and base, if the server has one.
     pub template: Option<(String, TemplateBase)>,
@@ -230,6 +233,15 @@ impl Lifecycle {
         Ok(life)
     }
 
+    /// The size of a new workspace's volume for `life`'s server, when
+    /// the backend keeps volumes (crate::volume).
+    fn workspace_size(&self, life: &ServerLife) -> Option<u64> {
+        self.shared
+            .backend
+            .bounded_workspaces()
+            .then_some(life.workspace_size)
+    }
+
     fn sandboxes_dir(&self) -> PathBuf {
         self.shared.state_dir.join("sandboxes")
     }
@@ -264,6 +276,11 @@ impl Lifecycle {
                 );
                 continue;
             }
+            // its volume mounted again (or the mount a killed run left
+            // reused), so that its files are where the host looks
+            if let Err(e) = Workspace::at(r.workspace.clone()).remount() {
+                tracing::error!(sandbox = %r.id, "mounting its kept workspace volume: {e:#}");
+            }
             let was = r.state;
             r.state = State::Stopped;
             r.updated_ms = now;
@@ -285,7 +302,9 @@ impl Lifecycle {
             for e in entries.flatten() {
                 let name = e.file_name().to_string_lossy().to_string();
                 if name.starts_with(".restore-") {
-                    // a restore's staging folder, cut short
+                    // a restore's staging folder, cut short (the volume
+                    // it may hold unmounted first)
+                    let _ = Workspace::at(e.path().join("ws")).remove();
                     let _ = std::fs::remove_dir_all(e.path());
                     continue;
                 }
@@ -420,7 +439,7 @@ impl Lifecycle {
                     updated_ms: now,
                     owner_pid: std::process::id(),
                 })?;
-                if let Err(e) = fill(&ws, life) {
+                if let Err(e) = fill(&ws, life, self.workspace_size(life)) {
                     let _ = ws.remove();
                     let _ = lock(&self.shared.registry).remove(id);
                     return Err(e);
@@ -430,12 +449,12 @@ impl Lifecycle {
                     id,
                     &key,
                     "created",
-                    json!({"template": template, "workspace": ws.root}),
+                    json!({"template": template, "workspace": ws.root, "disk": disk_bound(self.workspace_size(life))}),
                 );
                 (ws, now, template, State::Created)
             }
         };
-        ws.ensure()?;
+        ws.ensure(self.workspace_size(life))?;
         let freezer = backend
             .create(id)
             .map_err(|e| anyhow::anyhow!("sandbox {id}: {e}"))?;
@@ -588,12 +607,28 @@ impl Lifecycle {
             let mut g = lock(&sb.inner);
             sb.on(&mut g, LifeEvent::Shutdown, Instant::now());
         }
+        // every kept workspace's volume is unmounted (its image stays, and
+        // is mounted again at the next start)
+        for r in lock(&self.shared.registry).all().unwrap_or_default() {
+            if let Err(e) = Workspace::at(r.workspace).unmount() {
+                tracing::error!(sandbox = %r.id, "unmounting its workspace volume: {e:#}");
+            }
+        }
+    }
+}
+
+/// What bounds a new sandbox's writable space, for its `created` record.
+fn disk_bound(size: Option<u64>) -> serde_json::Value {
+    match (size, crate::volume::bound()) {
+        (Some(size), crate::volume::Bound::Volume) => json!({"bound": size, "by": "volume"}),
+        (None, _) => json!({"bound": null, "why": "the backend keeps no volumes"}),
+        (Some(_), crate::volume::Bound::Unbounded(why)) => json!({"bound": null, "why": why}),
     }
 }
 
 /// Makes a new workspace's folders and its input from the template.
-fn fill(ws: &Workspace, life: &ServerLife) -> anyhow::Result<()> {
-    ws.ensure()?;
+fn fill(ws: &Workspace, life: &ServerLife, size: Option<u64>) -> anyhow::Result<()> {
+    ws.ensure(size)?;
     match &life.template {
         None => {}
         Some((name, TemplateBase::Dir(dir))) => {
@@ -914,6 +949,7 @@ mod driver_tests {
                 artifacts: (Vec::new(), 0),
                 revoke: Vec::new(),
                 audit: sink.clone(),
+                workspace_size: 64 << 20,
             },
         )]);
         let life = Lifecycle::start(state, plain.clone(), servers, sink, 4).unwrap();

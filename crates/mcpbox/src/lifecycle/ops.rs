@@ -126,15 +126,20 @@ impl Control for Lifecycle {
             .prefix(&format!(".restore-{id}-"))
             .tempdir_in(self.sandboxes_dir())
             .map_err(|e| format!("a staging folder for the restore: {e}"))?;
-        let extracted = staging.path().join("archive");
-        mcpbox_lifecycle::snapshot::restore(archive, &extracted).map_err(|e| e.to_string())?;
         let built = Workspace::at(staging.path().join("ws"));
         let prepared = (|| -> anyhow::Result<()> {
-            fill(&built, life)?;
+            fill(&built, life, self.workspace_size(life))?;
+            // extracted inside the new workspace's volume: on its
+            // filesystem (the moves below are renames) and within its
+            // bound (an archive larger than the workspace fails here, and
+            // never fills the state directory's filesystem)
+            let extracted = built.volume().join(".restore");
+            mcpbox_lifecycle::snapshot::restore(archive, &extracted)
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
             for part in ["output", "tmp"] {
                 let from = extracted.join(part);
                 if from.is_dir() {
-                    let to = built.root.join(part);
+                    let to = built.volume().join(part);
                     std::fs::remove_dir_all(&to).ok();
                     std::fs::rename(&from, &to)
                         .with_context(|| format!("moving the restored {part} in"))?;
@@ -143,9 +148,14 @@ impl Control for Lifecycle {
                     }
                 }
             }
-            built.ensure()
+            std::fs::remove_dir_all(&extracted).context("removing the extraction's folder")?;
+            built.ensure(self.workspace_size(life))
         })();
-        prepared.map_err(|e| format!("{e:#}"))?;
+        if let Err(e) = prepared {
+            // its volume unmounted before the staging folder goes
+            let _ = built.remove();
+            return Err(format!("{e:#}"));
+        }
         // Registered under the lock: still no such sandbox (a session or
         // another restore may have made it meanwhile), then the built
         // workspace moved into place (one rename) and recorded.

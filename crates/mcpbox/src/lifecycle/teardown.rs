@@ -160,7 +160,9 @@ impl Lifecycle {
         }
         // checked from the host: nothing of it may be left
         t.left.extend(backend.leftovers(id));
-        t.left.extend(workspace::mounts_under(&ws.root));
+        let volume = ws.volume();
+        let kept = keep_workspace.then_some(volume.as_path());
+        t.left.extend(workspace::mounts_under(&ws.root, kept));
         if ws.root.exists() && !keep_workspace {
             t.left.push(format!("file {}", ws.root.display()));
         }

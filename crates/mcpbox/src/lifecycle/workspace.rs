@@ -1,7 +1,10 @@
 //! A sandbox's workspace on the host: `<state>/sandboxes/<id>/` with
-//! `input` (its own copy of the template, read-only inside), `output` and
-//! `tmp` (read-write inside). Made private (0700) and, as root, owned by
-//! the uid the sandbox runs as where it writes.
+//! `input` (its own copy of the template, read-only inside) and the
+//! sandbox's bounded writable space `volume/` (crate::volume: as root an
+//! ext4 image `volume.img` of the policy's `[filesystem] tmp` size
+//! mounted there) holding `output` and `tmp` (read-write inside). Made
+//! private (0700) and, as root, owned by the uid the sandbox runs as
+//! where it writes.
 
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -22,17 +25,40 @@ impl Workspace {
     pub fn input(&self) -> PathBuf {
         self.root.join("input")
     }
+    /// The bounded writable space: the mount point of the volume.
+    pub fn volume(&self) -> PathBuf {
+        self.root.join(crate::volume::MOUNT)
+    }
     pub fn output(&self) -> PathBuf {
-        self.root.join("output")
+        self.volume().join("output")
     }
     pub fn tmp(&self) -> PathBuf {
-        self.root.join("tmp")
+        self.volume().join("tmp")
     }
 
-    /// Makes the folders that are missing (a kept workspace keeps what it
-    /// has), with the modes and owners the sandbox needs.
-    pub fn ensure(&self) -> anyhow::Result<()> {
+    /// Makes what is missing (a kept workspace keeps what it has: its
+    /// volume is mounted again), with the modes and owners the sandbox
+    /// needs; a new volume is of `size` bytes (the policy's `tmp`), and
+    /// there is none without a size (a backend that keeps no volumes).
+    pub fn ensure(&self, size: Option<u64>) -> anyhow::Result<()> {
         private_dir(&self.root)?;
+        // a workspace made before volumes had `<id>/output` and `<id>/tmp`:
+        // they move into `volume/` (a rename on the same filesystem), which
+        // then stays a plain directory (crate::volume::ensure)
+        for part in ["output", "tmp"] {
+            let old = self.root.join(part);
+            if fs::symlink_metadata(&old).is_ok_and(|m| m.is_dir()) {
+                private_dir(&self.volume())?;
+                fs::rename(&old, self.volume().join(part)).with_context(|| {
+                    format!("moving {} into {}", old.display(), self.volume().display())
+                })?;
+            }
+        }
+        let bound = match size {
+            Some(_) => crate::volume::bound(),
+            None => crate::volume::Bound::Unbounded("this backend keeps no volumes".into()),
+        };
+        crate::volume::ensure(&self.root, size.unwrap_or(0), &bound)?;
         // input is read-only inside and must be readable by the sandbox's
         // user; the 0700 root above keeps other host users out
         private_dir(&self.input())?;
@@ -49,7 +75,21 @@ impl Workspace {
         Ok(())
     }
 
-    /// Removes the workspace; never follows a link the server left in it
+    /// Mounts the kept volume again (a sandbox re-adopted after a
+    /// restart of `serve`, or one `serve` was killed under: its stale
+    /// mount is reused); nothing for a workspace without an image.
+    pub fn remount(&self) -> anyhow::Result<()> {
+        crate::volume::remount(&self.root)
+    }
+
+    /// Unmounts the volume (`serve` stopping); the image is kept.
+    pub fn unmount(&self) -> anyhow::Result<()> {
+        crate::volume::release(&self.root)
+    }
+
+    /// Removes the workspace, its volume unmounted first (a failed
+    /// unmount removes nothing: what is mounted is never emptied through
+    /// the mount point); never follows a link the server left in it
     /// (`remove_dir_all` unlinks symlinks, it does not descend them).
     pub fn remove(&self) -> anyhow::Result<()> {
         match fs::symlink_metadata(&self.root) {
@@ -58,6 +98,7 @@ impl Workspace {
             Ok(m) if !m.is_dir() => bail!("{} is not a directory", self.root.display()),
             Ok(_) => {}
         }
+        self.unmount()?;
         fs::remove_dir_all(&self.root)
             .with_context(|| format!("removing the workspace {}", self.root.display()))
     }
@@ -117,16 +158,14 @@ fn copy_dir(from: &Path, to: &Path, bytes: &mut u64, depth: usize) -> anyhow::Re
     Ok(())
 }
 
-/// Host mounts at or under `root` (there should be none: a sandbox's
-/// mounts live in its own mount namespace), for the teardown's check.
-pub fn mounts_under(root: &Path) -> Vec<String> {
-    let Ok(text) = fs::read_to_string("/proc/self/mountinfo") else {
-        return Vec::new();
-    };
-    let root = root.to_string_lossy().to_string();
-    text.lines()
-        .filter_map(|l| l.split(' ').nth(4))
-        .filter(|m| *m == root || m.starts_with(&format!("{root}/")))
-        .map(|m| format!("mount {m}"))
+/// Host mounts at or under `root` but `kept` (there should be none: a
+/// sandbox's mounts live in its own mount namespace, and its volume is
+/// unmounted with its workspace, or kept with it), for the teardown's
+/// check.
+pub fn mounts_under(root: &Path, kept: Option<&Path>) -> Vec<String> {
+    mcpbox_sandbox::mountinfo::read()
+        .into_iter()
+        .filter(|m| m.mount_point.starts_with(root) && Some(m.mount_point.as_path()) != kept)
+        .map(|m| format!("mount {}", m.mount_point.display()))
         .collect()
 }

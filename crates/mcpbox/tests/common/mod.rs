@@ -10,6 +10,7 @@ pub mod peers;
 pub mod pypi;
 pub mod runtimes;
 pub mod serve;
+pub mod smallfs;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

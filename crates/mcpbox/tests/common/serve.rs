@@ -242,6 +242,11 @@ impl Gateway {
 
     /// Kills the gateway with SIGKILL (no clean-up of its own runs) and
     /// hands back its directory, for a gateway started again on it.
+    /// Kills the gateway (SIGKILL: nothing of it runs to clean up) and
+    /// gives its directory back, for a restart on the same state. A test
+    /// that does not restart ends with [`unmount_volumes`] on it: the
+    /// workspace volumes a killed `serve` leaves mounted are for its next
+    /// start to reuse.
     pub fn kill9(mut self) -> tempfile::TempDir {
         let _ = self.child.kill();
         let _ = self.child.wait();
@@ -371,6 +376,17 @@ impl Drop for Gateway {
         }
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// Unmounts the workspace volumes (docs/serve.md, "Disk budget") a killed
+/// gateway left mounted under `dir`, so that removing `dir` removes them.
+pub fn unmount_volumes(dir: &Path) {
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    for m in mounts.lines().filter_map(|l| l.split(' ').nth(4)) {
+        if Path::new(m).starts_with(dir) {
+            let _ = Command::new("umount").arg(m).status();
+        }
     }
 }
 

@@ -66,6 +66,11 @@ impl Server for Workspace {
                 json!({"path": {"type": "string"}, "count": {"type": "integer"}}),
             ),
             tool(
+                "fill",
+                "Appends 64 KiB blocks to path until a write fails; says how many bytes it wrote and why it stopped.",
+                path.clone(),
+            ),
+            tool(
                 "rename",
                 "Renames path to target.",
                 json!({"path": {"type": "string"}, "target": {"type": "string"}}),
@@ -169,6 +174,30 @@ impl Server for Workspace {
                     std::fs::write(&p, i.to_string()).map_err(|e| io_err(&p, e))?;
                 }
                 Ok(text(format!("wrote {count}")))
+            }
+            "fill" => {
+                use std::io::Write;
+                let mut f = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(path)
+                    .map_err(|e| io_err(path, e))?;
+                let block = vec![0x5au8; 64 << 10];
+                let mut wrote: u64 = 0;
+                loop {
+                    match f.write(&block) {
+                        Ok(0) => {
+                            return Err((
+                                -32000,
+                                format!("{path}: wrote {wrote} bytes, then a write of 0"),
+                            ))
+                        }
+                        Ok(n) => wrote += n as u64,
+                        Err(e) => {
+                            return Err((-32000, format!("{path}: wrote {wrote} bytes, then: {e}")))
+                        }
+                    }
+                }
             }
             "rename" => std::fs::rename(path, str_arg(args, "target"))
                 .map(|()| text("ok"))
