@@ -4,6 +4,7 @@
 
 mod approvals;
 mod arguments;
+mod arrows;
 mod audit;
 mod builtin;
 mod check;

@@ -90,7 +90,8 @@ impl Refusal {
     pub(crate) fn into_response(self, gw: &Gateway) -> Response<Body> {
         let this = *self.0;
         gw.metrics.refused(this.reason.as_str());
-        let mut data = json!({"reason": this.reason.as_str(), "source": mcpbox_policy::Source::Mcpbox});
+        let mut data =
+            json!({"reason": this.reason.as_str(), "source": mcpbox_policy::Source::Mcpbox});
         if let (Some(Value::Object(extra)), Some(d)) = (this.data, data.as_object_mut()) {
             d.extend(extra);
         }
