@@ -21,6 +21,7 @@ mod decision;
 mod diagnostic;
 mod examples;
 pub mod extends;
+pub mod hex;
 mod locate;
 mod model;
 mod network;

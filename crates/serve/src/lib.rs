@@ -545,7 +545,7 @@ pub(crate) fn session_id() -> String {
         // no randomness, no unguessable ids: refuse to go on guessable ones
         panic!("cannot read /dev/urandom for a session id");
     }
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    mcpbox_policy::hex::encode(&bytes)
 }
 
 /// Serves `listener` until `shutdown` completes, then stops in order: no
