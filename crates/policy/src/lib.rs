@@ -30,6 +30,7 @@ pub mod preset;
 pub mod serve;
 mod tools;
 mod units;
+pub mod url;
 mod validate;
 
 use std::ops::Range;
@@ -41,8 +42,8 @@ pub mod artifact_patterns {
     pub use crate::artifacts::{check, may_contain, path_match};
 }
 pub use arguments::{
-    is_path_name, translate_host_paths, url_host, ArgumentFinding, ArgumentRule, ArgumentRules,
-    Lexical, Resolve, Workspace, WORKSPACE,
+    is_path_name, translate_host_paths, ArgumentFinding, ArgumentRule, ArgumentRules, Lexical,
+    Resolve, Workspace, WORKSPACE,
 };
 pub use commands::{
     classify, classify_argv, classify_line, Category, Classified, Classifier, CommandDecision,
