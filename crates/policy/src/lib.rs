@@ -28,6 +28,7 @@ mod network;
 mod paths;
 pub mod preset;
 pub mod serve;
+pub mod terminal;
 mod tools;
 mod units;
 pub mod url;

@@ -196,7 +196,7 @@ fn client_step(error: &str) -> String {
     let step: String = words
         .join(" ")
         .chars()
-        .filter(|c| !c.is_control())
+        .filter(|&c| !mcpbox_policy::terminal::is_unsafe(c))
         .take(200)
         .collect();
     step
