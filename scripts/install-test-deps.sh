@@ -22,6 +22,8 @@ export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
 # cargo subcommands, pinned; installed when absent or at another version.
 NEXTEST_VERSION=0.9.143
 FUZZ_VERSION=0.13.2
+MACHETE_VERSION=0.9.2
+DENY_VERSION=0.20.2
 if ! cargo nextest --version >/dev/null 2>&1; then
   cargo install --locked "cargo-nextest@$NEXTEST_VERSION"
 fi
@@ -29,6 +31,14 @@ fi
 # a C++ compiler for libFuzzer (g++, from build-essential on this machine).
 if [ "$(cargo fuzz --version 2>/dev/null)" != "cargo-fuzz $FUZZ_VERSION" ]; then
   cargo install --locked "cargo-fuzz@$FUZZ_VERSION"
+fi
+# The dependency checks of scripts/test: unused dependencies (cargo machete)
+# and bans, licenses and sources (cargo deny, deny.toml); both offline.
+if [ "$(cargo machete --version 2>/dev/null)" != "cargo-machete $MACHETE_VERSION" ]; then
+  cargo install --locked "cargo-machete@$MACHETE_VERSION"
+fi
+if [ "$(cargo deny --version 2>/dev/null)" != "cargo-deny $DENY_VERSION" ]; then
+  cargo install --locked "cargo-deny@$DENY_VERSION"
 fi
 # Third-party MCP servers and clients for the interop tests.
 bash scripts/install-peers.sh

@@ -18,8 +18,8 @@ use std::path::Path;
 
 use ring::hmac;
 
-use crate::canonical::hex;
 use crate::{Error, Result};
+use mcpbox_policy::hex::encode as hex;
 
 /// Bytes of key material.
 const KEY_LEN: usize = 32;
@@ -49,7 +49,7 @@ impl HeadKey {
         std::fs::File::open(path)
             .and_then(|mut f| f.read_to_string(&mut text))
             .map_err(Error::io("read the audit key", path))?;
-        let bytes = from_hex(text.trim())
+        let bytes = mcpbox_policy::hex::decode(text.trim())
             .filter(|b| b.len() == KEY_LEN)
             .ok_or_else(|| Error::BadKey {
                 path: path.to_path_buf(),
@@ -132,7 +132,7 @@ impl HeadKey {
         if id != self.id() {
             return Signature::OtherKey(id.chars().take(16).collect());
         }
-        match from_hex(mac) {
+        match mcpbox_policy::hex::decode(mac) {
             Some(tag) if hmac::verify(&self.key, &message(seq, hash), &tag).is_ok() => {
                 Signature::Valid
             }
@@ -160,16 +160,6 @@ pub enum Signature {
 /// What the MAC covers: a label, the seq and the head hash, unambiguous.
 fn message(seq: i64, hash: &str) -> Vec<u8> {
     format!("mcpbox-audit-head\0{seq}\0{hash}").into_bytes()
-}
-
-fn from_hex(s: &str) -> Option<Vec<u8>> {
-    if !s.len().is_multiple_of(2) || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return None;
-    }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).ok())
-        .collect()
 }
 
 #[cfg(test)]

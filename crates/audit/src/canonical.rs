@@ -83,17 +83,7 @@ pub(crate) fn chain_hash(prev_hash: &str, record_json: &str) -> String {
     let mut h = Sha256::new();
     h.update(prev_hash.as_bytes());
     h.update(record_json.as_bytes());
-    hex(&h.finalize())
-}
-
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut s = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        s.push(char::from(DIGITS[usize::from(b >> 4)]));
-        s.push(char::from(DIGITS[usize::from(b & 0x0f)]));
-    }
-    s
+    mcpbox_policy::hex::encode(&h.finalize())
 }
 
 #[cfg(test)]
@@ -135,6 +125,6 @@ mod tests {
         assert_eq!(a.len(), 64);
         assert_ne!(a, chain_hash(&a, "{}"));
         assert_ne!(a, chain_hash(GENESIS, "{ }"));
-        assert_eq!(hex(&[0, 0xff, 0x1a]), "00ff1a");
+        assert_eq!(mcpbox_policy::hex::encode(&[0, 0xff, 0x1a]), "00ff1a");
     }
 }

@@ -27,9 +27,11 @@ fn cell(s: &str) -> String {
             out.push('…');
             break;
         }
-        let invisible = matches!(c,
-            '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2060}'..='\u{2069}' | '\u{feff}');
-        out.push(if c.is_control() || invisible { '?' } else { c });
+        out.push(if mcpbox_policy::terminal::is_unsafe(c) {
+            '?'
+        } else {
+            c
+        });
     }
     out
 }

@@ -688,7 +688,7 @@ impl Server {
             .write(&self.root.show(&dest), &data, false, true)?;
         use sha2::Digest;
         let sha = sha2::Sha256::digest(&data);
-        let hex: String = sha.iter().map(|b| format!("{b:02x}")).collect();
+        let hex = mcpbox_policy::hex::encode(&sha);
         Ok(json!({"path": written["path"], "bytes": data.len(), "sha256": hex}))
     }
 }

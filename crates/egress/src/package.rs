@@ -59,17 +59,15 @@ pub fn registry_for_host(host: &str) -> Option<Ecosystem> {
 }
 
 fn percent_decode(s: &str) -> String {
-    fn hex(b: u8) -> Option<u8> {
-        char::from(b)
-            .to_digit(16)
-            .and_then(|d| u8::try_from(d).ok())
-    }
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
         if b[i] == b'%' && i + 2 < b.len() {
-            if let (Some(h), Some(l)) = (hex(b[i + 1]), hex(b[i + 2])) {
+            if let (Some(h), Some(l)) = (
+                mcpbox_policy::hex::digit(b[i + 1]),
+                mcpbox_policy::hex::digit(b[i + 2]),
+            ) {
                 out.push(h * 16 + l);
                 i += 3;
                 continue;

@@ -395,7 +395,12 @@ pub struct Broker {
     changed: Condvar,
     audit: Arc<dyn Sink>,
     notifier: std::sync::OnceLock<Notifier>,
+    /// The time expiries are judged by: the system clock, or a test's.
+    clock: Clock,
 }
+
+/// Where the broker reads the time ([`Broker::with_clock`]).
+pub type Clock = Box<dyn Fn() -> SystemTime + Send + Sync>;
 
 impl std::fmt::Debug for Broker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -438,12 +443,23 @@ pub type Notifier = Box<dyn Fn(&View) + Send + Sync>;
 impl Broker {
     /// A broker writing its records to `audit`.
     pub fn new(audit: Arc<dyn Sink>) -> Arc<Broker> {
+        Self::with_clock(audit, Box::new(SystemTime::now))
+    }
+
+    /// A broker that judges expiry by `clock` (tests move it instead of
+    /// sleeping).
+    pub fn with_clock(audit: Arc<dyn Sink>, clock: Clock) -> Arc<Broker> {
         Arc::new(Broker {
             table: Mutex::new(Table::default()),
             changed: Condvar::new(),
             audit,
             notifier: std::sync::OnceLock::new(),
+            clock,
         })
+    }
+
+    fn now(&self) -> SystemTime {
+        (self.clock)()
     }
 
     /// Sets who is told of new approvals a human outside the host must
@@ -505,7 +521,7 @@ impl Broker {
     /// called once with the answer of a held ask (from any thread; never
     /// under the broker's lock); it is dropped unused otherwise.
     pub fn ask(&self, ask: Ask, deliver: Deliver) -> Asked {
-        let now = SystemTime::now();
+        let now = self.now();
         let mut after = After::default();
         let asked = {
             let mut t = self.lock();
@@ -683,7 +699,7 @@ impl Broker {
         if !is_id(id) {
             return Err(AnswerError::Malformed(id.chars().take(40).collect()));
         }
-        let now = SystemTime::now();
+        let now = self.now();
         let mut after = After::default();
         let result = {
             let mut t = self.lock();
@@ -862,7 +878,7 @@ impl Broker {
         let mut after = After::default();
         let views = {
             let mut t = self.lock();
-            Self::expire(&mut t, SystemTime::now(), &mut after);
+            Self::expire(&mut t, self.now(), &mut after);
             let mut v: Vec<View> = t.entries.values().map(|e| view(e, None)).collect();
             v.sort_by(|a, b| a.created_ms.cmp(&b.created_ms).then(a.id.cmp(&b.id)));
             v
@@ -901,7 +917,7 @@ impl Broker {
                 .values()
                 .map(|e| e.ask.expires)
                 .min()
-                .map(|x| x.duration_since(SystemTime::now()).unwrap_or_default())
+                .map(|x| x.duration_since(self.now()).unwrap_or_default())
                 .map_or(left, |d| left.min(d + Duration::from_millis(5)));
             let (t, _) = self
                 .changed
@@ -915,7 +931,7 @@ impl Broker {
             let mut after = After::default();
             {
                 let mut t = self.lock();
-                Self::expire(&mut t, SystemTime::now(), &mut after);
+                Self::expire(&mut t, self.now(), &mut after);
             }
             self.finish(after);
         }

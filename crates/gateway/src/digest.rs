@@ -10,23 +10,12 @@ pub use mcpbox_audit::canonical_json;
 /// Lowercase hex SHA-256 of `bytes`.
 pub fn sha256_hex(bytes: &[u8]) -> String {
     let digest = Sha256::digest(bytes);
-    hex_lower(&digest)
+    mcpbox_policy::hex::encode(&digest)
 }
 
 /// Lowercase hex SHA-256 of the canonical JSON of `value`.
 pub fn json_digest(value: &Value) -> String {
     sha256_hex(canonical_json(value).as_bytes())
-}
-
-/// Lowercase hex encoding.
-pub fn hex_lower(bytes: &[u8]) -> String {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let mut s = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        s.push(HEX[usize::from(b >> 4)] as char);
-        s.push(HEX[usize::from(b & 15)] as char);
-    }
-    s
 }
 
 #[cfg(test)]

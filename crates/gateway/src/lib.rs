@@ -97,6 +97,7 @@
 mod asker;
 pub mod broker;
 pub mod compact;
+pub mod diff;
 pub mod digest;
 pub mod host_command;
 pub mod launcher;

@@ -166,34 +166,24 @@ impl Searcher {
 /// always is): a 3-character base64 core would redact half of all text.
 const MIN_DERIVED_LEN: usize = 6;
 
-const B64_STD: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-const B64_URL: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+const B64_STD: &base64::alphabet::Alphabet = &base64::alphabet::STANDARD;
+const B64_URL: &base64::alphabet::Alphabet = &base64::alphabet::URL_SAFE;
 
-/// Base64 of `data` with `alphabet`, padded with `=` when `pad`.
-pub fn base64(data: &[u8], alphabet: &[u8; 64], pad: bool) -> String {
-    let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
-    for chunk in data.chunks(3) {
-        let b = [
-            chunk[0],
-            *chunk.get(1).unwrap_or(&0),
-            *chunk.get(2).unwrap_or(&0),
-        ];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        let chars = chunk.len() + 1;
-        for i in 0..4 {
-            if i < chars {
-                out.push(alphabet[((n >> (18 - 6 * i)) & 63) as usize] as char);
-            } else if pad {
-                out.push('=');
-            }
-        }
-    }
-    out
+/// Base64 of `data` with `alphabet`, padded with `=` when `pad` (the
+/// base64 crate's encoder: the workspace has no base64 of its own).
+pub fn base64(data: &[u8], alphabet: &base64::alphabet::Alphabet, pad: bool) -> String {
+    use base64::engine::{GeneralPurpose, GeneralPurposeConfig};
+    use base64::Engine as _;
+    GeneralPurpose::new(
+        alphabet,
+        GeneralPurposeConfig::new().with_encode_padding(pad),
+    )
+    .encode(data)
 }
 
 /// The base64 characters that depend only on `value` when it sits at byte
 /// offset `shift` (0, 1 or 2) inside a longer base64-encoded stream.
-fn base64_core(value: &[u8], shift: usize, alphabet: &[u8; 64]) -> String {
+fn base64_core(value: &[u8], shift: usize, alphabet: &base64::alphabet::Alphabet) -> String {
     let mut buf = vec![0u8; shift];
     buf.extend_from_slice(value);
     let encoded = base64(&buf, alphabet, false);
@@ -237,8 +227,8 @@ impl Redactor {
             r.replacements.push(format!("[REDACTED:{name}]"));
             let mut forms: Vec<Vec<u8>> = vec![value.to_vec()];
             let mut derived: Vec<String> = vec![
-                crate::digest::hex_lower(value),
-                crate::digest::hex_lower(value).to_ascii_uppercase(),
+                mcpbox_policy::hex::encode(value),
+                mcpbox_policy::hex::encode(value).to_ascii_uppercase(),
                 url_encode(value, true),
                 url_encode(value, false),
             ];

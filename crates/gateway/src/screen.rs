@@ -2,9 +2,14 @@
 //! the user: terminal escapes, control characters and invisible or
 //! bidirectional-control Unicode are stripped; instructions aimed at the
 //! model are flagged (never rewritten: the rule name goes to the audit log).
+//!
+//! [`sanitize`] is the stripping half of [`mcpbox_policy::terminal`]: the
+//! same character set (its `INVISIBLE` table and the controls), removed
+//! rather than escaped, with whole escape sequences, at stream speed.
 
 use std::borrow::Cow;
 
+use mcpbox_policy::terminal::{is_invisible, INVISIBLE};
 use mcpbox_policy::Reason;
 
 /// What [`sanitize`] removed.
@@ -38,39 +43,6 @@ impl Stripped {
         }
         rules
     }
-}
-
-/// Invisible and bidi-control code points that are removed. Each range with
-/// why it is dangerous.
-const INVISIBLE: &[(u32, u32)] = &[
-    (0x00AD, 0x00AD),   // soft hyphen: invisible unless at a line break
-    (0x034F, 0x034F),   // combining grapheme joiner: invisible
-    (0x061C, 0x061C),   // arabic letter mark: bidi control
-    (0x115F, 0x1160),   // hangul fillers: render as nothing
-    (0x17B4, 0x17B5),   // khmer inherent vowels: invisible
-    (0x180B, 0x180F),   // mongolian variation selectors / vowel separator
-    (0x200B, 0x200F),   // zero-width space/joiners, LRM/RLM
-    (0x2028, 0x2029),   // line/paragraph separators: hidden line breaks
-    (0x202A, 0x202E),   // bidi embeddings and overrides (Trojan Source, CVE-2021-42574)
-    (0x2060, 0x2064),   // word joiner, invisible operators
-    (0x2066, 0x2069),   // bidi isolates (CVE-2021-42574)
-    (0x206A, 0x206F),   // deprecated format characters
-    (0x3164, 0x3164),   // hangul filler
-    (0xFE00, 0xFE0F),   // variation selectors: used to smuggle bytes
-    (0xFEFF, 0xFEFF),   // zero-width no-break space / BOM
-    (0xFFA0, 0xFFA0),   // halfwidth hangul filler
-    (0xFFF9, 0xFFFB),   // interlinear annotation controls
-    (0x1D173, 0x1D17A), // musical formatting controls: invisible
-    (0xE0000, 0xE007F), // tag characters: invisible ASCII ("ASCII smuggling")
-    (0xE0100, 0xE01EF), // variation selectors supplement: byte smuggling
-];
-
-fn is_invisible(c: char) -> bool {
-    let cp = u32::from(c);
-    if cp < 0x00AD {
-        return false;
-    }
-    INVISIBLE.iter().any(|&(lo, hi)| cp >= lo && cp <= hi)
 }
 
 /// Lead bytes of every UTF-8 sequence whose character [`sanitize`] may

@@ -403,7 +403,7 @@ fn size_and_digest(f: &File) -> (Option<u64>, Option<String>) {
     }
     (
         Some(read),
-        Some(crate::digest::hex_lower(&hasher.finalize())),
+        Some(mcpbox_policy::hex::encode(&hasher.finalize())),
     )
 }
 

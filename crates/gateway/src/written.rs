@@ -60,17 +60,18 @@ fn changed_at(meta: &fs::Metadata) -> SystemTime {
     at(meta.mtime(), meta.mtime_nsec()).max(at(meta.ctime(), meta.ctime_nsec()))
 }
 
-/// A path for a record: control characters escaped (`\u{1b}`), other
+/// A path for a record: control, invisible and bidi characters
+/// ([`mcpbox_policy::terminal::is_unsafe`]) escaped (`\u{1b}`), other
 /// non-UTF-8 bytes replaced.
 pub fn display(rel: &Path) -> String {
     let lossy = rel.to_string_lossy();
-    if !lossy.chars().any(char::is_control) {
+    if !lossy.chars().any(mcpbox_policy::terminal::is_unsafe) {
         return lossy.into_owned();
     }
     lossy
         .chars()
         .map(|c| {
-            if c.is_control() {
+            if mcpbox_policy::terminal::is_unsafe(c) {
                 c.escape_default().to_string()
             } else {
                 c.to_string()

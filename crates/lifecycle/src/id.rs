@@ -43,9 +43,7 @@ impl Key {
         }
         let d = h.finalize();
         let mut s = String::from("sb-");
-        for b in &d[..8] {
-            s.push_str(&format!("{b:02x}"));
-        }
+        s.push_str(&mcpbox_policy::hex::encode(&d[..8]));
         s
     }
 }

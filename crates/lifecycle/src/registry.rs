@@ -160,7 +160,7 @@ impl Registry {
                     source: e,
                 })?;
         }
-        let salt: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        let salt = mcpbox_policy::hex::encode(&bytes);
         self.conn
             .execute(
                 "INSERT OR IGNORE INTO meta (key, value) VALUES ('salt', ?1)",

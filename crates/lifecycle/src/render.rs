@@ -12,44 +12,14 @@
 //! server wrote: every one goes through [`escape`] so that an ANSI escape
 //! or a carriage return in them never reaches the operator's terminal raw.
 
-use std::borrow::Cow;
 use std::fmt::Write as _;
 use std::path::Path;
 
 use crate::{Artifact, Exported, SandboxInfo, SnapshotInfo, Teardown};
 
-/// `s` with every control character (C0, DEL, C1) and every bidirectional
-/// override or isolate (the "Trojan Source" characters, CVE-2021-42574)
-/// written as an escape: `\n`, `\r`, `\t`, `\x1b`, `\u{202e}`; a
-/// backslash becomes `\\` so the result reads back unambiguously.
-pub fn escape(s: &str) -> Cow<'_, str> {
-    if !s.chars().any(needs_escape) {
-        return Cow::Borrowed(s);
-    }
-    let mut out = String::with_capacity(s.len() + 8);
-    for c in s.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if needs_escape(c) && (c as u32) < 0x100 => {
-                let _ = write!(out, "\\x{:02x}", c as u32);
-            }
-            c if needs_escape(c) => {
-                let _ = write!(out, "\\u{{{:x}}}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    Cow::Owned(out)
-}
-
-fn needs_escape(c: char) -> bool {
-    c == '\\'
-        || c.is_control()
-        || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
-}
+/// `s` with every control, invisible and bidi character written as an
+/// escape: the one terminal-safe escape, [`mcpbox_policy::terminal::escape`].
+pub use mcpbox_policy::terminal::escape;
 
 /// A path, escaped (lossy for bytes that are not UTF-8, which show as
 /// U+FFFD).
@@ -354,7 +324,10 @@ mod tests {
 
     #[test]
     fn escape_leaves_ordinary_text_alone() {
-        assert!(matches!(escape("issue-42 é ✓"), Cow::Borrowed(_)));
+        assert!(matches!(
+            escape("issue-42 é ✓"),
+            std::borrow::Cow::Borrowed(_)
+        ));
     }
 
     #[test]

@@ -478,7 +478,7 @@ pub fn write_with(
             limits.max_manifest_bytes
         )));
     }
-    let manifest_sha256 = walk::hex(&Sha256::digest(&json));
+    let manifest_sha256 = mcpbox_policy::hex::encode(&Sha256::digest(&json));
 
     // Pass 2: the archive, re-reading each file and checking it against
     // the manifest.
@@ -537,7 +537,7 @@ pub fn write_with(
                 };
                 let mut h = header(EntryType::Regular, e.size, e.mode);
                 tar.append_data(&mut h, &e.path, &mut src).map_err(werr)?;
-                let sha = walk::hex(&src.hasher.finalize());
+                let sha = mcpbox_policy::hex::encode(&src.hasher.finalize());
                 if src.count != e.size || Some(&sha) != e.sha256.as_ref() {
                     return Err(Error::Changed {
                         path: e.path.clone(),
@@ -939,7 +939,7 @@ fn check(copy: &File, archive: &Path, limits: &Limits) -> Result<Plan> {
         .read_to_end(&mut json)
         .map_err(serr)?;
     drop(first);
-    let manifest_sha256 = walk::hex(&Sha256::digest(&json));
+    let manifest_sha256 = mcpbox_policy::hex::encode(&Sha256::digest(&json));
     let manifest: Manifest = serde_json::from_slice(&json)
         .map_err(|e| Error::Manifest(format!("not a manifest: {e}")))?;
     drop(json);
@@ -1091,7 +1091,7 @@ fn extract(copy: &File, archive: &Path, root: &Path, plan: &Plan, limits: &Limit
         .read_to_end(&mut json)
         .map_err(serr)?;
     drop(first);
-    if walk::hex(&Sha256::digest(&json)) != plan.manifest_sha256 {
+    if mcpbox_policy::hex::encode(&Sha256::digest(&json)) != plan.manifest_sha256 {
         return Err(changed(MANIFEST_NAME));
     }
     left.set(plan.budget);

@@ -346,16 +346,5 @@ pub(crate) fn copy_hashing(
         n += got as u64;
         left -= got as u64;
     }
-    Ok((n, hex(&h.finalize())))
-}
-
-/// Lowercase hex.
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut s = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        s.push(DIGITS[usize::from(b >> 4)] as char);
-        s.push(DIGITS[usize::from(b & 15)] as char);
-    }
-    s
+    Ok((n, mcpbox_policy::hex::encode(&h.finalize())))
 }

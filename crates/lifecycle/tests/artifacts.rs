@@ -22,10 +22,7 @@ fn pats(p: &[&str]) -> Vec<String> {
 }
 
 fn sha(data: &[u8]) -> String {
-    Sha256::digest(data)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    mcpbox_policy::hex::encode(&Sha256::digest(data))
 }
 
 fn refusal<'a>(list: &'a [Artifact], path: &str) -> &'a str {

@@ -16,10 +16,7 @@ use sha2::{Digest, Sha256};
 use tar::{EntryType, Header};
 
 fn sha(data: &[u8]) -> String {
-    Sha256::digest(data)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    mcpbox_policy::hex::encode(&Sha256::digest(data))
 }
 
 type Tar = tar::Builder<GzEncoder<Vec<u8>>>;
@@ -500,10 +497,7 @@ fn restore_refuses_a_gzip_bomb() {
     let zeros_sha = {
         let mut h = Sha256::new();
         std::io::copy(&mut zeros(BOMB), &mut h).unwrap();
-        h.finalize()
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect::<String>()
+        mcpbox_policy::hex::encode(&h.finalize())
     };
     let bomb_entry = json!({"path": "output/zeros", "kind": "file", "size": BOMB, "mode": "0644", "sha256": zeros_sha});
 

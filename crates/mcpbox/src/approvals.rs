@@ -431,12 +431,13 @@ const NOTIFY_TEXT: usize = 300;
 /// How long a notify command may run before it is killed.
 const NOTIFY_TIME: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// Text for a notification: control characters dropped (no terminal or
+/// Text for a notification: control, invisible and bidi characters
+/// ([`mcpbox_policy::terminal::is_unsafe`]) dropped (no terminal or
 /// markup tricks from a name a host or server chose), `<`, `>` and `&`
 /// replaced (some notification daemons read markup), cut to length.
 fn notify_text(s: &str) -> String {
     s.chars()
-        .filter(|c| !c.is_control())
+        .filter(|&c| !mcpbox_policy::terminal::is_unsafe(c))
         .map(|c| match c {
             '<' => '‹',
             '>' => '›',

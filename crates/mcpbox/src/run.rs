@@ -87,7 +87,7 @@ pub fn pin_dir(loaded: &Loaded) -> PathBuf {
 pub fn pin_file(loaded: &Loaded, identity: &str) -> PathBuf {
     use sha2::Digest;
     let digest = sha2::Sha256::digest(identity.as_bytes());
-    let hex: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
+    let hex = mcpbox_policy::hex::encode(&digest[..8]);
     let file = pin_dir(loaded).join(format!("{hex}.json"));
     let legacy = state::state_dir()
         .join("pins")

@@ -417,7 +417,7 @@ pub fn new_id() -> String {
             .unwrap_or(0);
         bytes.copy_from_slice(&(t as u64 ^ u64::from(std::process::id())).to_le_bytes()[..6]);
     }
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    mcpbox_policy::hex::encode(&bytes)
 }
 
 /// The workspace's id: a stable digest of the host directories it exposes

@@ -220,6 +220,32 @@ fn held_call_waits_until_the_cli_approves_it() {
 }
 
 #[test]
+fn a_bidi_override_in_held_arguments_is_shown_escaped_to_the_approver() {
+    // U+202E reverses what follows on screen: "pay \u{202e}001$ ..." reads
+    // as a different amount to the human deciding. The preview escaped
+    // only control characters; it now escapes the terminal set
+    // (mcpbox_policy::terminal), invisible and bidi characters included.
+    let b = Box_::new("[approvals]\nfallback = \"hold\"\ntimeout = \"60s\"\n");
+    let text = "pay \u{202e}0001$ to \u{2066}mallory\u{2069} \u{200b}now \u{1b}[2J";
+    let (mut s, id) = b.held_call(3, text);
+    let listed = b.list();
+    let shown = listed[0]["preview"]["arguments"]["text"].as_str().unwrap();
+    assert_eq!(
+        shown,
+        "pay \\u{202e}0001$ to \\u{2066}mallory\\u{2069} \\u{200b}now \\u{1b}[2J"
+    );
+    for view in [ok(&b.cli(&["list"])), ok(&b.cli(&["show", &id]))] {
+        assert!(
+            !view.contains(['\u{202e}', '\u{2066}', '\u{2069}', '\u{200b}', '\u{1b}']),
+            "{view:?}"
+        );
+    }
+    ok(&b.cli(&["deny", &id]));
+    let _ = response(&mut s, 3);
+    s.finish();
+}
+
+#[test]
 fn held_call_denied_from_the_cli_never_reaches_the_server() {
     let b = Box_::new("[approvals]\nfallback = \"hold\"\n");
     let (mut s, id) = b.held_call(3, "rm -rf");

@@ -580,6 +580,37 @@ fn npx_y_without_the_registry_allowed_fails_at_once_naming_the_fix() {
     }
 }
 
+#[test]
+fn a_registry_url_that_hides_its_host_behind_a_backslash_is_refused_at_once() {
+    // To npm (a WHATWG URL parser) `\` is `/`: this registry is evil.test.
+    // Read as "the host after the last @" it was registry.npmjs.org, which
+    // the policy allows, and the runner was let start; read strictly, the
+    // URL is refused before anything runs.
+    let ws = Workspace::new();
+    let p = ws
+        .policy("[network]\nallow = [\"registry.npmjs.org\"]\n")
+        .display()
+        .to_string();
+    let state = ws.path().join("state");
+    for registry in [
+        "--registry=https://evil.test\\@registry.npmjs.org/",
+        "--registry=https://registry.npmjs.org:443@evil.test/",
+    ] {
+        let out = ends_within(
+            &["exec", "--policy", &p, "--", "npx", registry, "-y", "pkg"],
+            &state,
+            Duration::from_secs(60),
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(125), "{registry}: {stderr}");
+        assert!(
+            stderr.contains("registry URL mcpbox cannot read strictly")
+                && (stderr.contains("backslash") || stderr.contains("user information")),
+            "{registry}: {stderr}"
+        );
+    }
+}
+
 const PY_SERVER: &str = "mcpbox-tiny-mcp";
 const PY_SERVER_VERSION: &str = "0.3.2";
 

@@ -199,7 +199,7 @@ fn random_hex() -> String {
         .unwrap()
         .read_exact(&mut b)
         .unwrap();
-    b.iter().map(|x| format!("{x:02x}")).collect()
+    mcpbox_policy::hex::encode(&b)
 }
 
 /// What one client saw: good answers, and the bad ones (with why).

@@ -532,7 +532,7 @@ fn url_encoded(data: &[u8], upper: bool) -> String {
 /// depend only on the value at each of the three stream alignments.
 fn encodings(secret: &str) -> Vec<(String, String)> {
     let v = secret.as_bytes();
-    let hex: String = v.iter().map(|b| format!("{b:02x}")).collect();
+    let hex = mcpbox_policy::hex::encode(v);
     let mut out = vec![
         ("plain".to_string(), secret.to_string()),
         ("hex".into(), hex.clone()),

@@ -471,7 +471,7 @@ impl ArgumentRule {
         if let Some(hosts) = &self.hosts {
             let checked = strings().and_then(|list| {
                 list.into_iter().try_for_each(|s| {
-                    let (host, port) = url_host(s)?;
+                    let (host, port) = crate::url::host_port(s)?;
                     if hosts.iter().any(|h| h.covers(&host, port)) {
                         Ok(())
                     } else {
@@ -502,53 +502,6 @@ fn worse(prior: Option<ArgumentFinding>, d: Decision, detail: Value) -> Argument
             p
         }
     }
-}
-
-/// The host and port of an http, https, ws or wss URL, strictly: no
-/// whitespace, control characters or backslashes anywhere (parsers
-/// disagree on them), no user information (`https://good.com@evil.com`
-/// names evil.com), a port of digits only.
-pub fn url_host(url: &str) -> Result<(String, u16), String> {
-    if url
-        .chars()
-        .any(|c| c.is_whitespace() || c.is_control() || c == '\\')
-    {
-        return Err("the URL has whitespace, control characters or a backslash".into());
-    }
-    let (scheme, rest) = url
-        .split_once("://")
-        .ok_or("the value is not a URL (scheme://host/...)")?;
-    let default_port = match scheme.to_ascii_lowercase().as_str() {
-        "http" | "ws" => 80,
-        "https" | "wss" => 443,
-        _ => return Err("the URL's scheme is not http, https, ws or wss".into()),
-    };
-    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
-    if authority.contains('@') {
-        return Err("the URL carries user information (user@host)".into());
-    }
-    let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
-        let (ip, after) = v6
-            .split_once(']')
-            .ok_or("an unclosed [ in the URL's host")?;
-        (format!("[{ip}]"), after.strip_prefix(':'))
-    } else {
-        match authority.rsplit_once(':') {
-            Some((h, p)) => (h.to_string(), Some(p)),
-            None => (authority.to_string(), None),
-        }
-    };
-    if host.is_empty() || host == "[]" {
-        return Err("the URL names no host".into());
-    }
-    let port = match port {
-        None | Some("") => default_port,
-        Some(p) if p.bytes().all(|b| b.is_ascii_digit()) => p
-            .parse::<u16>()
-            .map_err(|_| "the URL's port is out of range")?,
-        Some(_) => return Err("the URL's port is not a number".into()),
-    };
-    Ok((host, port))
 }
 
 #[cfg(test)]
@@ -821,19 +774,5 @@ mod tests {
         assert_eq!(out["nested"]["uri"], "file:///workspace/input/d%20e");
         assert_eq!(out["command"], args["command"]);
         assert!(translate_host_paths(&json!({"path": "/etc/x"}), &map, &skip).is_none());
-    }
-
-    #[test]
-    fn url_hosts_are_read_strictly() {
-        assert_eq!(
-            url_host("https://A.b:8080/x").unwrap(),
-            ("A.b".into(), 8080)
-        );
-        assert_eq!(url_host("http://[::1]/").unwrap(), ("[::1]".into(), 80));
-        assert_eq!(url_host("wss://h?x").unwrap(), ("h".into(), 443));
-        assert!(url_host("https://h:99999/").is_err());
-        assert!(url_host("https://h:+80/").is_err());
-        assert!(url_host("https:///x").is_err());
-        assert!(url_host("https://h x/").is_err());
     }
 }

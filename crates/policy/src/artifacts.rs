@@ -7,7 +7,10 @@
 //! the pattern times the path (dynamic programming over segments, one
 //! back-track point within a segment), so a hostile path cannot make it blow
 //! up. The one matcher of artifact patterns: the lifecycle's export walk uses
-//! it too (`mcpbox_lifecycle::glob`).
+//! it too (`mcpbox_lifecycle::glob`). Within a segment it is the tool-name
+//! glob, [`crate::tools::glob_match`]: one `*`/`?` matcher in the workspace.
+
+use crate::tools::glob_match;
 
 /// Matches `pattern` against `path` (relative to /workspace/output,
 /// '/'-separated). A pattern [`check`] refuses matches nothing.
@@ -52,37 +55,12 @@ fn match_segments(pattern: &str, path: &str, prefix: bool) -> bool {
                 // none of the path here, or one segment and stay on `**`
                 next[j] || row[j + 1]
             } else {
-                match_segment(pat[i], segs[j]) && next[j + 1]
+                glob_match(pat[i], segs[j]) && next[j + 1]
             };
         }
         next = row;
     }
     next[0]
-}
-
-/// `*` and `?` within one segment, by the two-pointer method with one
-/// back-track point (linear for a single `*`, at most quadratic overall).
-fn match_segment(pat: &str, name: &str) -> bool {
-    let p: Vec<char> = pat.chars().collect();
-    let s: Vec<char> = name.chars().collect();
-    let (mut pi, mut si) = (0, 0);
-    let mut star: Option<(usize, usize)> = None;
-    while si < s.len() {
-        if pi < p.len() && (p[pi] == '?' || p[pi] == s[si]) {
-            pi += 1;
-            si += 1;
-        } else if pi < p.len() && p[pi] == '*' {
-            star = Some((pi, si));
-            pi += 1;
-        } else if let Some((sp, ss)) = star {
-            pi = sp + 1;
-            si = ss + 1;
-            star = Some((sp, ss + 1));
-        } else {
-            return false;
-        }
-    }
-    p[pi..].iter().all(|&c| c == '*')
 }
 
 /// Why a pattern is refused, as (message, hint); `None` when it is valid.

@@ -20,11 +20,16 @@
 //! a `Makefile` can run anything). The sandbox is the boundary; `[network]`
 //! decides every connection whatever the command's category.
 
+// Without the shell parser the helpers of the syntax-tree walk go unused.
+#![cfg_attr(not(feature = "shell-parser"), allow(dead_code))]
+
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
 
+#[cfg(feature = "shell-parser")]
 use brush_parser::ast;
+#[cfg(feature = "shell-parser")]
 use brush_parser::word::{WordPiece, WordPieceWithSource};
 use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
 use serde::de::Deserializer;
@@ -264,6 +269,7 @@ fn emit(
     });
 }
 
+#[cfg(feature = "shell-parser")]
 /// Parser options: bash syntax (a superset of POSIX sh for what matters here).
 fn parser_options() -> brush_parser::ParserOptions {
     brush_parser::ParserOptions::default()
@@ -358,6 +364,15 @@ fn openers(line: &str) -> usize {
         .count()
 }
 
+/// Without the `shell-parser` feature (a library's own build and tests;
+/// the binary has it) no line is parsed: each is unparsed, which no rule
+/// allows silently.
+#[cfg(not(feature = "shell-parser"))]
+fn line_into(_line: &str, _ctx: &Ctx, _out: &mut Vec<Classified>) -> Step {
+    Err("no shell parser in this build (mcpbox-policy's shell-parser feature)".into())
+}
+
+#[cfg(feature = "shell-parser")]
 /// Parses `line` and classifies every command in it.
 fn line_into(line: &str, ctx: &Ctx, out: &mut Vec<Classified>) -> Step {
     if line.len() > MAX_INPUT {
@@ -388,6 +403,7 @@ fn line_into(line: &str, ctx: &Ctx, out: &mut Vec<Classified>) -> Step {
     Ok(())
 }
 
+#[cfg(feature = "shell-parser")]
 fn list_into(list: &ast::CompoundList, ctx: &Ctx, out: &mut Vec<Classified>) -> Step {
     for ast::CompoundListItem(and_or, sep) in &list.0 {
         // `a && b &` puts the whole and-or list in the background
@@ -405,6 +421,7 @@ fn list_into(list: &ast::CompoundList, ctx: &Ctx, out: &mut Vec<Classified>) -> 
     Ok(())
 }
 
+#[cfg(feature = "shell-parser")]
 fn pipeline_into(p: &ast::Pipeline, ctx: &Ctx, out: &mut Vec<Classified>) -> Step {
     for cmd in &p.seq {
         command_into(cmd, ctx, out)?;
@@ -412,6 +429,7 @@ fn pipeline_into(p: &ast::Pipeline, ctx: &Ctx, out: &mut Vec<Classified>) -> Ste
     Ok(())
 }
 
+#[cfg(feature = "shell-parser")]
 fn command_into(cmd: &ast::Command, ctx: &Ctx, out: &mut Vec<Classified>) -> Step {
     match cmd {
         ast::Command::Simple(sc) => simple_into(sc, ctx, out),
@@ -428,6 +446,7 @@ fn command_into(cmd: &ast::Command, ctx: &Ctx, out: &mut Vec<Classified>) -> Ste
     }
 }
 
+#[cfg(feature = "shell-parser")]
 /// The redirections of a compound command or `[[ ]]`: a network redirection shows
 /// as a command of its own, `(redirect)`.
 fn redirects_into(
@@ -448,6 +467,7 @@ fn redirects_into(
 /// The program name shown for a redirection without a command (`> /dev/tcp/h/80`).
 const REDIRECT: &str = "(redirect)";
 
+#[cfg(feature = "shell-parser")]
 fn test_into(e: &ast::ExtendedTestExpr, ctx: &Ctx, out: &mut Vec<Classified>) -> Step {
     match e {
         ast::ExtendedTestExpr::And(a, b) | ast::ExtendedTestExpr::Or(a, b) => {
@@ -465,6 +485,7 @@ fn test_into(e: &ast::ExtendedTestExpr, ctx: &Ctx, out: &mut Vec<Classified>) ->
     }
 }
 
+#[cfg(feature = "shell-parser")]
 fn compound_into(cc: &ast::CompoundCommand, ctx: &Ctx, out: &mut Vec<Classified>) -> Step {
     use ast::CompoundCommand as C;
     match cc {
@@ -526,6 +547,7 @@ fn arith_check(expr: &str) -> Step {
     Ok(())
 }
 
+#[cfg(feature = "shell-parser")]
 fn simple_into(sc: &ast::SimpleCommand, ctx: &Ctx, out: &mut Vec<Classified>) -> Step {
     let mut extra = Vec::new();
     let mut argv = Vec::new();
@@ -550,6 +572,7 @@ fn simple_into(sc: &ast::SimpleCommand, ctx: &Ctx, out: &mut Vec<Classified>) ->
     argv_into(&argv, ctx, &extra, out)
 }
 
+#[cfg(feature = "shell-parser")]
 fn item_into(
     item: &ast::CommandPrefixOrSuffixItem,
     ctx: &Ctx,
@@ -578,6 +601,7 @@ fn item_into(
     }
 }
 
+#[cfg(feature = "shell-parser")]
 fn redirect_into(
     io: &ast::IoRedirect,
     ctx: &Ctx,
@@ -618,6 +642,7 @@ fn redirect_into(
     }
 }
 
+#[cfg(feature = "shell-parser")]
 /// bash opens a socket for a redirection to `/dev/tcp/HOST/PORT` or
 /// `/dev/udp/HOST/PORT` (bash(1), REDIRECTION). A target whose literal start
 /// could still become one (`/dev/$P/h/80`) counts too.
@@ -632,6 +657,7 @@ fn is_network_path(word: &str) -> bool {
         && ("/dev/tcp/".starts_with(&prefix) || "/dev/udp/".starts_with(&prefix))
 }
 
+#[cfg(feature = "shell-parser")]
 /// Classifies the command and process substitutions inside a word.
 fn word_scan(word: &str, ctx: &Ctx, out: &mut Vec<Classified>) -> Step {
     // a plain word (the common case) holds nothing to run
@@ -646,6 +672,7 @@ fn word_scan(word: &str, ctx: &Ctx, out: &mut Vec<Classified>) -> Step {
     pieces_scan(word, &pieces, ctx, out)
 }
 
+#[cfg(feature = "shell-parser")]
 fn pieces_scan(
     source: &str,
     pieces: &[WordPieceWithSource],
@@ -721,6 +748,7 @@ impl Arg {
     }
 }
 
+#[cfg(feature = "shell-parser")]
 /// The word as the program sees it, if it is known before running.
 fn literal(word: &str) -> Arg {
     match literal_prefix(word) {
@@ -729,6 +757,7 @@ fn literal(word: &str) -> Arg {
     }
 }
 
+#[cfg(feature = "shell-parser")]
 /// The known text at the start of a word and whether that is the whole word.
 fn literal_prefix(word: &str) -> (String, bool) {
     let Ok(pieces) = brush_parser::word::parse(word, &parser_options()) else {
@@ -739,6 +768,7 @@ fn literal_prefix(word: &str) -> (String, bool) {
     (out, complete)
 }
 
+#[cfg(feature = "shell-parser")]
 /// Appends the known text of `pieces`; false at the first piece that is not known.
 fn pieces_literal(pieces: &[WordPieceWithSource], quoted: bool, out: &mut String) -> bool {
     for p in pieces {

@@ -22,6 +22,7 @@ mod decision;
 mod diagnostic;
 mod examples;
 pub mod extends;
+pub mod hex;
 pub mod learn;
 mod locate;
 pub mod mcp;
@@ -31,9 +32,11 @@ mod paths;
 pub mod preset;
 pub mod serve;
 mod source;
+pub mod terminal;
 pub mod toml_text;
 mod tools;
 mod units;
+pub mod url;
 mod validate;
 
 use std::ops::Range;
@@ -45,8 +48,8 @@ pub mod artifact_patterns {
     pub use crate::artifacts::{check, may_contain, path_match};
 }
 pub use arguments::{
-    is_path_name, translate_host_paths, url_host, ArgumentFinding, ArgumentRule, ArgumentRules,
-    Lexical, Resolve, Workspace, WORKSPACE,
+    is_path_name, translate_host_paths, ArgumentFinding, ArgumentRule, ArgumentRules, Lexical,
+    Resolve, Workspace, WORKSPACE,
 };
 pub use call::{combine, BuiltinRules, CallDecision, CallRules, World};
 pub use commands::{

@@ -1577,7 +1577,9 @@ struct UrlParts<'a> {
     rest: &'a str,
 }
 
-/// Splits a URL, or says what is wrong with it (message, hint).
+/// Splits a URL, or says what is wrong with it (message, hint): the
+/// config checker's messages for the common mistakes, then
+/// [`crate::url::host_port`]'s check.
 fn split_url(s: &str) -> std::result::Result<UrlParts<'_>, (String, String)> {
     let shown = s.escape_debug();
     const EXAMPLE: &str = "write a URL such as \"https://tickets.internal/mcp\"";
@@ -1645,6 +1647,12 @@ fn split_url(s: &str) -> std::result::Result<UrlParts<'_>, (String, String)> {
                 "write a port from 1 to 65535, e.g. \"https://tickets.internal:8443/mcp\"".into(),
             ));
         }
+    }
+    // Last, the one strict reader (crate::url) that decisions use: what it
+    // refuses (a backslash anywhere, say) is refused here too, so that a
+    // URL this check lets through is read the same way everywhere.
+    if let Err(why) = crate::url::host_port(s) {
+        return Err((format!("\"{shown}\": {why}"), EXAMPLE.into()));
     }
     Ok(UrlParts { https, host, rest })
 }

@@ -56,7 +56,8 @@ pub(crate) const TOOL_SETTINGS: &[&str] = &[
 ];
 
 /// Matches a glob (`*`, `?`) against a tool name, over characters, iteratively
-/// (no backtracking blow-up on hostile names).
+/// (no backtracking blow-up on hostile names). The one `*`/`?` matcher: tool
+/// and argument rules use it, and so does each segment of an artifact pattern.
 pub fn glob_match(pattern: &str, name: &str) -> bool {
     let p: Vec<char> = pattern.chars().collect();
     let n: Vec<char> = name.chars().collect();

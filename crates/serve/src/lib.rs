@@ -210,7 +210,7 @@ fn client_step(error: &str) -> String {
     let step: String = words
         .join(" ")
         .chars()
-        .filter(|c| !c.is_control())
+        .filter(|&c| !mcpbox_policy::terminal::is_unsafe(c))
         .take(200)
         .collect();
     step
@@ -559,7 +559,7 @@ pub(crate) fn session_id() -> String {
         // no randomness, no unguessable ids: refuse to go on guessable ones
         panic!("cannot read /dev/urandom for a session id");
     }
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    mcpbox_policy::hex::encode(&bytes)
 }
 
 /// Serves `listener` until `shutdown` completes, then stops in order: no

@@ -239,7 +239,8 @@ impl Remote {
     }
 }
 
-/// The host (lowercase, without brackets) and port of an http(s) URL.
+/// The host (lowercase, without brackets) and port of an http(s) URL, read
+/// strictly ([`mcpbox_policy::url::host_port`]) before hyper parses it.
 pub fn host_port(url: &str) -> Result<(String, u16), UpstreamError> {
     parse_url(url).map(|(_, _, h, p)| (h, p))
 }
@@ -249,6 +250,9 @@ fn parse_url(url: &str) -> Result<(Uri, bool, String, u16), UpstreamError> {
         url: url.to_string(),
         why: why.to_string(),
     };
+    // the one strict reader first (mcpbox_policy::url): hyper's Uri takes
+    // user information and reads the host after it
+    mcpbox_policy::url::host_port(url).map_err(|why| bad(&why))?;
     let uri: Uri = url.parse().map_err(|_| bad("not a URL"))?;
     let https = match uri.scheme_str() {
         Some(s) if s.eq_ignore_ascii_case("https") => true,
@@ -1110,6 +1114,26 @@ async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_upstream_url_is_read_strictly_before_hyper_reads_it() {
+        assert_eq!(
+            host_port("https://Up.test:8443/mcp").unwrap(),
+            ("up.test".into(), 8443)
+        );
+        assert_eq!(host_port("http://[::1]/").unwrap(), ("::1".into(), 80));
+        // hyper's Uri takes each of these; the host a rule would be checked
+        // against is not the one every parser connects to, or the URL
+        // carries a credential into logs
+        for url in [
+            "https://good.test@evil.test/mcp",
+            "https://u:p@up.test/mcp",
+            "https://up.test/m\\cp",
+            "https://up.test:0/",
+        ] {
+            assert!(host_port(url).is_err(), "{url}");
+        }
+    }
 
     #[test]
     fn a_line_knows_requests_from_notifications_and_responses() {

@@ -262,17 +262,17 @@ fn new_tool_after_pin_is_withheld() {
 const SECRET: &str = "tok-Secret_Value+42/xyz";
 
 fn b64(data: &[u8], url: bool, pad: bool) -> String {
-    let alphabet: &[u8] = if url {
-        b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+    let alphabet = if url {
+        &base64::alphabet::URL_SAFE
     } else {
-        b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+        &base64::alphabet::STANDARD
     };
-    mcpbox_gateway::redact::base64(data, alphabet.try_into().unwrap(), pad)
+    mcpbox_gateway::redact::base64(data, alphabet, pad)
 }
 
 fn encodings() -> Vec<String> {
     let v = SECRET.as_bytes();
-    let hex: String = v.iter().map(|b| format!("{b:02x}")).collect();
+    let hex = mcpbox_policy::hex::encode(v);
     vec![
         SECRET.to_string(),
         b64(v, false, true),

@@ -37,6 +37,33 @@ fn broker() -> (Arc<Broker>, Arc<MemorySink>) {
     (Broker::new(sink.clone()), sink)
 }
 
+/// A clock the test moves: the broker's idea of now, from the real time
+/// it starts at.
+#[derive(Clone)]
+struct TestClock(Arc<std::sync::Mutex<SystemTime>>);
+
+impl TestClock {
+    fn advance(&self, d: Duration) {
+        *self.0.lock().unwrap() += d;
+    }
+
+    /// [`ask`], expiring `wait` after this clock's now.
+    fn ask(&self, id: &str, digest: &str, hold: bool, wait: Duration) -> Ask {
+        let mut a = ask(id, digest, hold, wait);
+        a.expires = *self.0.lock().unwrap() + wait;
+        a
+    }
+}
+
+/// A broker on a [`TestClock`], which starts at the system clock's now.
+fn broker_on_a_clock() -> (Arc<Broker>, Arc<MemorySink>, TestClock) {
+    let sink = Arc::new(MemorySink::new());
+    let clock = TestClock(Arc::new(std::sync::Mutex::new(SystemTime::now())));
+    let c = clock.clone();
+    let b = Broker::with_clock(sink.clone(), Box::new(move || *c.0.lock().unwrap()));
+    (b, sink, clock)
+}
+
 fn actions(sink: &MemorySink) -> Vec<String> {
     sink.events()
         .iter()
@@ -125,25 +152,28 @@ fn approval_for_call_a_is_not_used_by_call_b() {
 
 #[test]
 fn expired_approval_cannot_be_answered_or_used() {
-    let (b, sink) = broker();
+    let (b, sink, clock) = broker_on_a_clock();
     b.ask(
-        ask(A, "d1", false, Duration::from_millis(30)),
+        clock.ask(A, "d1", false, Duration::from_millis(30)),
         Box::new(|_| {}),
     );
-    std::thread::sleep(Duration::from_millis(60));
+    clock.advance(Duration::from_millis(60));
     assert_eq!(
         b.answer(A, true, Scope::Once, "cli:uid=0"),
         Err(AnswerError::Unknown(A.into()))
     );
     // approved in time, but retried too late
     b.ask(
-        ask(B, "d2", false, Duration::from_millis(50)),
+        clock.ask(B, "d2", false, Duration::from_millis(50)),
         Box::new(|_| {}),
     );
     b.answer(B, true, Scope::Once, "cli:uid=0").unwrap();
-    std::thread::sleep(Duration::from_millis(80));
+    clock.advance(Duration::from_millis(80));
     assert!(matches!(
-        b.ask(ask("ap-00000000000c", "d2", false, MIN), Box::new(|_| {})),
+        b.ask(
+            clock.ask("ap-00000000000c", "d2", false, MIN),
+            Box::new(|_| {})
+        ),
         Asked::Refused { .. }
     ));
     assert_eq!(
@@ -161,13 +191,13 @@ fn expired_approval_cannot_be_answered_or_used() {
 
 #[test]
 fn held_call_expires_with_an_answer() {
-    let (b, _) = broker();
+    let (b, _, clock) = broker_on_a_clock();
     let (tx, rx) = mpsc::channel();
     b.ask(
-        ask(A, "d1", true, Duration::from_millis(20)),
+        clock.ask(A, "d1", true, Duration::from_millis(20)),
         Box::new(move |a| tx.send(a).unwrap()),
     );
-    std::thread::sleep(Duration::from_millis(40));
+    clock.advance(Duration::from_millis(40));
     assert!(b.list().is_empty());
     assert_eq!(rx.recv().unwrap(), Answer::Expired);
 }

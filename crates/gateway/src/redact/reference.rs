@@ -38,8 +38,8 @@ impl Redactor {
             r.replacements.push(format!("[REDACTED:{name}]"));
             let mut forms: Vec<Vec<u8>> = vec![value.to_vec()];
             let mut derived: Vec<String> = vec![
-                crate::digest::hex_lower(value),
-                crate::digest::hex_lower(value).to_ascii_uppercase(),
+                mcpbox_policy::hex::encode(value),
+                mcpbox_policy::hex::encode(value).to_ascii_uppercase(),
                 url_encode(value, true),
                 url_encode(value, false),
             ];

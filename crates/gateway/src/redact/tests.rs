@@ -31,8 +31,8 @@ fn every_encoding_is_redacted() {
         base64(v, B64_URL, false),
         url_encode(v, true),
         url_encode(v, false),
-        crate::digest::hex_lower(v),
-        crate::digest::hex_lower(v).to_uppercase(),
+        mcpbox_policy::hex::encode(v),
+        mcpbox_policy::hex::encode(v).to_uppercase(),
     ];
     for e in encodings {
         let text = format!("before {e} after");
@@ -206,8 +206,8 @@ fn encodings(value: &str, rng: &mut Rng) -> Vec<String> {
     let v = value.as_bytes();
     let mut out = vec![
         value.to_string(),
-        crate::digest::hex_lower(v),
-        crate::digest::hex_lower(v).to_ascii_uppercase(),
+        mcpbox_policy::hex::encode(v),
+        mcpbox_policy::hex::encode(v).to_ascii_uppercase(),
         url_encode(v, true),
         url_encode(v, false),
         url_encode(v, true).replace("%20", "+"),

@@ -1032,15 +1032,17 @@ fn cut(s: &str, max: usize) -> String {
     out
 }
 
-/// A bounded copy of `v` for a human: control characters made visible
-/// (`\u{1b}` as `\x1b`), long strings and lists cut, deep values elided.
+/// A bounded copy of `v` for a human: control, invisible and bidi
+/// characters ([`mcpbox_policy::terminal::is_unsafe`]; `\n` and `\t` kept)
+/// made visible (`\u{1b}`, `\u{202e}`), long strings and lists cut, deep
+/// values elided.
 fn shrink(v: &Value, depth: usize) -> Value {
     match v {
         Value::String(s) => {
             let visible: String = s
                 .chars()
                 .flat_map(|c| {
-                    if c.is_control() && c != '\n' && c != '\t' {
+                    if mcpbox_policy::terminal::is_unsafe(c) && c != '\n' && c != '\t' {
                         c.escape_default().collect::<Vec<_>>()
                     } else {
                         vec![c]

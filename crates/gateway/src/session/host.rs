@@ -73,7 +73,7 @@ impl Session {
                 .and_then(Value::as_str)
                 .map(|v| {
                     v.chars()
-                        .filter(|c| !c.is_control() && !matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2060}'..='\u{2069}' | '\u{feff}'))
+                        .filter(|&c| !mcpbox_policy::terminal::is_unsafe(c))
                         .take(64)
                         .collect::<String>()
                 })

@@ -27,6 +27,10 @@ pub struct Runner {
     /// What it asks for: (what, host, port) of each registry host; empty
     /// when it runs offline or will not install.
     pub registries: Vec<(String, u16)>,
+    /// Registry URLs that cannot be read strictly (`URL: why`): the runner
+    /// is refused, since the host checked might not be the one it fetches
+    /// from.
+    pub unreadable: Vec<String>,
     /// What the registry is, in words, for the error.
     pub registry_name: &'static str,
     /// The fix besides allowing the registry.
@@ -117,28 +121,44 @@ fn npm(args: &[OsString], env: &[(OsString, OsString)]) -> Runner {
     let registry = registry
         .map(|r| r.to_string_lossy().into_owned())
         .unwrap_or_else(|| NPM_DEFAULT.to_string());
+    let (registries, unreadable) = if installs {
+        read_registries(vec![registry])
+    } else {
+        Default::default()
+    };
     Runner {
         tool: "npx -y",
         cache: "npm",
-        registries: if installs {
-            host_port(&registry).into_iter().collect()
-        } else {
-            Vec::new()
-        },
+        registries,
+        unreadable,
         registry_name: "the npm registry",
         instead: "install the package (npm install) and run it from its node_modules",
     }
 }
 
-fn python_indexes(mut index: Option<String>, offline: bool) -> Vec<(String, u16)> {
+/// The index URLs a Python runner fetches from.
+fn python_indexes(mut index: Option<String>, offline: bool) -> Vec<String> {
     if offline {
         return Vec::new();
     }
-    let urls: Vec<String> = match index.take() {
+    match index.take() {
         Some(i) => vec![i],
         None => PYPI_DEFAULT.iter().map(|s| s.to_string()).collect(),
-    };
-    urls.iter().filter_map(|u| host_port(u)).collect()
+    }
+}
+
+/// `urls` read strictly: the (host, port) of each, without repeats, and
+/// `URL: why` for each that cannot be read.
+fn read_registries(urls: Vec<String>) -> (Vec<(String, u16)>, Vec<String>) {
+    let (mut hosts, mut unreadable) = (Vec::new(), Vec::new());
+    for url in urls {
+        match host_port(&url) {
+            Ok(h) if !hosts.contains(&h) => hosts.push(h),
+            Ok(_) => {}
+            Err(why) => unreadable.push(format!("\"{}\": {why}", url.escape_debug())),
+        }
+    }
+    (hosts, unreadable)
 }
 
 fn uv(args: &[OsString], env: &[(OsString, OsString)]) -> Runner {
@@ -156,10 +176,12 @@ fn uv(args: &[OsString], env: &[(OsString, OsString)]) -> Runner {
         }
         0
     });
+    let (registries, unreadable) = read_registries(python_indexes(index, offline));
     Runner {
         tool: "uvx",
         cache: "uv",
-        registries: python_indexes(index, offline),
+        registries,
+        unreadable,
         registry_name: "the Python package index",
         instead: "install the package into a virtual environment (uv venv; uv pip install) \
                   and run it from there",
@@ -213,40 +235,30 @@ fn pipx(args: &[OsString], env: &[(OsString, OsString)]) -> Runner {
             }
         }
     };
+    let (registries, unreadable) = read_registries(registries);
     Runner {
         tool: "pipx run",
         cache: "pipx",
         registries,
+        unreadable,
         registry_name: "the Python package index",
         instead: "install the package into a virtual environment (python3 -m venv; pip \
                   install) and run it from there",
     }
 }
 
-/// Host and port of a URL (`scheme://[user@]host[:port]/...`).
-fn host_port(url: &str) -> Option<(String, u16)> {
-    let (scheme, rest) = url.split_once("://")?;
-    let authority = rest.split(['/', '?', '#']).next()?;
-    let authority = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
-    let default = if scheme.eq_ignore_ascii_case("http") {
-        80
-    } else {
-        443
-    };
-    let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
-        let (h, after) = v6.split_once(']')?;
-        (h, after.strip_prefix(':'))
-    } else {
-        match authority.rsplit_once(':') {
-            Some((h, p)) => (h, Some(p)),
-            None => (authority, None),
-        }
-    };
-    let port = match port {
-        Some(p) => p.parse().ok()?,
-        None => default,
-    };
-    (!host.is_empty()).then(|| (host.to_ascii_lowercase(), port))
+/// Host (lowercase, IPv6 without brackets) and port of a registry URL,
+/// read by the one strict reader ([`mcpbox_policy::url::host_port`]): a
+/// URL with user information or a backslash is refused, not read as the
+/// part after its last `@`, which a runner's own URL parser may not agree
+/// with.
+fn host_port(url: &str) -> Result<(String, u16), String> {
+    let (host, port) = mcpbox_policy::url::host_port(url)?;
+    let host = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(&host);
+    Ok((host.to_ascii_lowercase(), port))
 }
 
 /// The environment variables pointing a runner at its cache directory.
@@ -286,6 +298,16 @@ pub fn prepare(
     let Some(runner) = detect(&spec.argv, &spec.env) else {
         return Ok(None);
     };
+    if !runner.unreadable.is_empty() {
+        anyhow::bail!(
+            "{} would fetch from a registry URL mcpbox cannot read strictly ({}): write it \
+             without user information, backslashes or spaces (a registry credential belongs \
+             in the runner's own configuration), or {} (see docs/runtime.md)",
+            runner.tool,
+            runner.unreadable.join("; "),
+            runner.instead
+        );
+    }
     let refused: Vec<String> = runner
         .registries
         .iter()
@@ -448,10 +470,30 @@ mod tests {
     #[test]
     fn urls_give_their_host_and_port() {
         assert_eq!(
-            host_port("https://u:p@Reg.test/x"),
-            Some(("reg.test".into(), 443))
+            host_port("https://Reg.test/x"),
+            Ok(("reg.test".into(), 443))
         );
-        assert_eq!(host_port("http://[::1]:8080/"), Some(("::1".into(), 8080)));
-        assert_eq!(host_port("registry"), None);
+        assert_eq!(host_port("http://[::1]:8080/"), Ok(("::1".into(), 8080)));
+        assert!(host_port("registry").is_err());
+    }
+
+    #[test]
+    fn a_registry_url_read_differently_by_other_parsers_is_unreadable() {
+        for url in [
+            "https://u:p@reg.test/",
+            "https://evil.test\\@registry.npmjs.org/",
+            "https://registry.npmjs.org@evil.test/",
+        ] {
+            let r = detect(
+                &argv(&["npx", &format!("--registry={url}"), "-y", "pkg"]),
+                &[],
+            )
+            .unwrap();
+            assert!(r.registries.is_empty(), "{url}: {:?}", r.registries);
+            assert_eq!(r.unreadable.len(), 1, "{url}");
+        }
+        let env = vec![("UV_INDEX_URL".into(), "https://u@i.test/simple".into())];
+        let r = detect(&argv(&["uvx", "x"]), &env).unwrap();
+        assert!(r.registries.is_empty() && r.unreadable.len() == 1, "{r:?}");
     }
 }

@@ -4,7 +4,6 @@
 //! secrets into a 0600 store, keeps a backup for `--undo`, and prints a
 //! diff instead with `--dry-run`. See docs/wrap.md.
 
-mod diff;
 mod hosts;
 mod jsonc;
 mod policygen;
@@ -249,7 +248,7 @@ fn wrap(args: &Args) -> anyhow::Result<()> {
     if args.dry_run {
         // the removed lines hold the secrets: the terminal (and whatever
         // logs it) gets their names only
-        let mut shown_diff = diff::unified(&text, &new_text, &shown);
+        let mut shown_diff = mcpbox_gateway::diff::unified(&text, &new_text, Some(&shown));
         for (file, value) in &plan.secrets {
             let label = file
                 .file_name()

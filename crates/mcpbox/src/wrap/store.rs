@@ -53,10 +53,7 @@ pub struct Store {
 }
 
 fn sha256_hex(bytes: &[u8]) -> String {
-    Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    mcpbox_policy::hex::encode(&Sha256::digest(bytes))
 }
 
 impl Store {

@@ -547,6 +547,23 @@ fn url_with_credentials_is_refused() {
     );
 }
 
+#[test]
+fn url_that_parsers_read_differently_is_refused() {
+    // the config checker ends with the strict reader decisions use
+    // (crate::url): a backslash is '/' to a WHATWG parser
+    for url in [
+        "https://a.example/m\\\\cp",
+        "https://a.example/?q=\\\\@b.example",
+    ] {
+        refused(
+            &format!("[[servers]]\nname = \"x\"\npolicy = \"p.toml\"\nurl = \"{url}\"\n{CLIENT}"),
+            "servers[0].url",
+            4,
+            "backslash",
+        );
+    }
+}
+
 // ---- clients ----
 
 #[test]

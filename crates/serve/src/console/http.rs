@@ -327,7 +327,10 @@ fn decode(s: &str) -> String {
     while i < b.len() {
         match b[i] {
             b'+' => out.push(b' '),
-            b'%' if i + 2 < b.len() => match (hex(b[i + 1]), hex(b[i + 2])) {
+            b'%' if i + 2 < b.len() => match (
+                mcpbox_policy::hex::digit(b[i + 1]),
+                mcpbox_policy::hex::digit(b[i + 2]),
+            ) {
                 (Some(h), Some(l)) => {
                     out.push(h << 4 | l);
                     i += 2;
@@ -339,12 +342,6 @@ fn decode(s: &str) -> String {
         i += 1;
     }
     String::from_utf8_lossy(&out).into_owned()
-}
-
-fn hex(c: u8) -> Option<u8> {
-    char::from(c)
-        .to_digit(16)
-        .and_then(|d| u8::try_from(d).ok())
 }
 
 /// Reads a JSON body (at most [`MAX_BODY`]); an empty body is `null`.

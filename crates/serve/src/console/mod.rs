@@ -188,7 +188,7 @@ fn random_token() -> std::io::Result<String> {
     use std::io::Read;
     let mut bytes = [0u8; 32];
     std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
-    Ok(mcpbox_gateway::digest::hex_lower(&bytes))
+    Ok(mcpbox_policy::hex::encode(&bytes))
 }
 
 #[cfg(test)]

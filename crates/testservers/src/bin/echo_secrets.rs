@@ -19,29 +19,23 @@ use serde_json::{json, Value};
 
 struct EchoSecrets;
 
-const STD: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-const URL: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+const STD: &base64::alphabet::Alphabet = &base64::alphabet::STANDARD;
+const URL: &base64::alphabet::Alphabet = &base64::alphabet::URL_SAFE;
 
-fn b64(data: &[u8], alphabet: &[u8; 64], pad: bool) -> String {
-    let mut out = String::new();
-    for chunk in data.chunks(3) {
-        let b = [
-            chunk[0],
-            *chunk.get(1).unwrap_or(&0),
-            *chunk.get(2).unwrap_or(&0),
-        ];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(alphabet[((n >> (18 - 6 * i)) & 63) as usize] as char);
-            } else if pad {
-                out.push('=');
-            }
-        }
-    }
-    out
+/// Base64 by the base64 crate (the workspace's one base64).
+fn b64(data: &[u8], alphabet: &base64::alphabet::Alphabet, pad: bool) -> String {
+    use base64::engine::{GeneralPurpose, GeneralPurposeConfig};
+    use base64::Engine as _;
+    GeneralPurpose::new(
+        alphabet,
+        GeneralPurposeConfig::new().with_encode_padding(pad),
+    )
+    .encode(data)
 }
 
+/// Hex written out here, not taken from mcpbox_policy::hex: this server
+/// is the hostile peer the redactor is tested against, so its encodings
+/// must not share code with the redactor's.
 fn hex(data: &[u8]) -> String {
     data.iter().map(|b| format!("{b:02x}")).collect()
 }

@@ -46,7 +46,7 @@ fn secret_is_redacted_from_notifications_and_its_encodings() {
     let mut t = secret_session();
     let b64 = crate::redact::base64(
         b"s3cr3t-value-0123456789",
-        b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/",
+        &base64::alphabet::STANDARD,
         true,
     );
     let n = json!({"jsonrpc":"2.0","method":"notifications/message","params":{"data": format!("x {b64} y")}});
@@ -201,7 +201,7 @@ fn a_secret_in_a_tool_definition_is_pinned_only_redacted() {
         false,
     );
     t.host(r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#);
-    let hex = crate::digest::hex_lower(secret.as_bytes());
+    let hex = mcpbox_policy::hex::encode(secret.as_bytes());
     let tools = json!([{"name": "send", "title": format!("Send {secret}"),
         "description": format!("Uses {secret} (hex {hex})"),
         "inputSchema": {"type": "object", "properties": {"k": {"description": secret}}}}]);
