@@ -932,11 +932,19 @@ async fn read_limited(mut body: Incoming, limit: usize) -> Result<Vec<u8>, Strin
     Ok(out)
 }
 
-/// The start of a body, printable, for the log (which the relay redacts).
+/// The start of a body, printable, for the log (which the relay redacts):
+/// what is unsafe for a terminal ([`mcpbox_policy::terminal::is_unsafe`])
+/// becomes a space.
 fn snippet(body: &[u8]) -> String {
     let s = String::from_utf8_lossy(&body[..body.len().min(LOG_SNIPPET)]);
     s.chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
+        .map(|c| {
+            if mcpbox_policy::terminal::is_unsafe(c) {
+                ' '
+            } else {
+                c
+            }
+        })
         .collect()
 }
 
