@@ -6,7 +6,7 @@
 //! expired approval, the sandboxed server at the control socket.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

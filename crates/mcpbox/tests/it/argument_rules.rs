@@ -5,7 +5,7 @@
 //! be refused at the gateway, before the server sees it.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use common::mcp::{result_text, Session};
 use common::Workspace;

@@ -8,7 +8,7 @@
 //! Root-only (mounting a tmpfs); each test says so when it is skipped.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Command;

@@ -10,7 +10,7 @@
 //! the list, and to have another process's writes blamed on it.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use common::mcp::Session;
 use common::Workspace;

@@ -5,7 +5,7 @@
 //! while calls still ran). Through the real binaries.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::process::Command;

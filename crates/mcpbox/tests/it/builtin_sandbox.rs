@@ -3,7 +3,7 @@
 //! `builtin = "sandbox"` under `mcpbox serve` for two agents.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 
@@ -303,19 +303,19 @@ fn exec_lines_that_broke_the_parser_are_unparsed_and_the_relay_lives() {
     let seeds: [(&str, &[u8]); 4] = [
         (
             "io-number-overflow",
-            include_bytes!("../../../fuzz/corpus/command_line/io-number-overflow"),
+            include_bytes!("../../../../fuzz/corpus/command_line/io-number-overflow"),
         ),
         (
             "heredoc-in-substitution-oom",
-            include_bytes!("../../../fuzz/corpus/command_line/heredoc-in-substitution-oom"),
+            include_bytes!("../../../../fuzz/corpus/command_line/heredoc-in-substitution-oom"),
         ),
         (
             "unbalanced-nesting-timeout",
-            include_bytes!("../../../fuzz/corpus/command_line/unbalanced-nesting-timeout"),
+            include_bytes!("../../../../fuzz/corpus/command_line/unbalanced-nesting-timeout"),
         ),
         (
             "nested-expansions-slow",
-            include_bytes!("../../../fuzz/corpus/command_line/nested-expansions-slow"),
+            include_bytes!("../../../../fuzz/corpus/command_line/nested-expansions-slow"),
         ),
     ];
     for (name, bytes) in seeds {

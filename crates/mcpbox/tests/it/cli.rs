@@ -1,7 +1,7 @@
 //! `mcpbox check` and `mcpbox doctor` through the real binary.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use common::{is_root, run, Workspace};
 

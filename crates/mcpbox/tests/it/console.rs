@@ -4,7 +4,7 @@
 //! The browser's side (live approvals, rendering) is tests/console_browser.rs.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;

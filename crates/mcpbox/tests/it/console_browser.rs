@@ -11,7 +11,7 @@
 //! `MCPBOX_CONSOLE_SCREENSHOTS=docs/console` writes the docs' screenshots.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::ffi::OsStr;
 use std::os::unix::fs::PermissionsExt;

@@ -5,7 +5,7 @@
 //! classes is tested in crates/egress with a recording connector.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;

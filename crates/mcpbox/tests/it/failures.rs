@@ -4,7 +4,7 @@
 //! `run` starts its sandboxes through.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::path::PathBuf;

@@ -17,7 +17,7 @@
 //! ever contacted.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use common::audit;
 use common::http::Stub;

@@ -5,7 +5,7 @@
 //! its test is in lifecycle.rs.)
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::time::{Duration, Instant};

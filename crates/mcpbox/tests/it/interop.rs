@@ -6,7 +6,7 @@
 //! failure, not a skip.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::process::Command;

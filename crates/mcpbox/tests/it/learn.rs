@@ -4,7 +4,7 @@
 //! the project's greedy test server is the hostile one.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -9,7 +9,7 @@
 //! `[network.hosts]` mapping. Loopback only.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;

@@ -5,7 +5,7 @@
 //! lets a change through. Issue 10.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 

@@ -6,7 +6,7 @@
 //! their own paths): everything else comes from the preset.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
@@ -740,7 +740,7 @@ fn playwright_preset_drives_debian_chromium_to_a_local_page_clicks_and_saves_a_s
     }
     // the preset names every tool of the pinned version: none is left to
     // `default` (a renamed or new tool shows up here, not as a surprise)
-    let preset = include_str!("../../policy/presets/playwright.toml");
+    let preset = include_str!("../../../policy/presets/playwright.toml");
     let unnamed: Vec<&String> = tools
         .iter()
         .filter(|t| !preset.contains(&format!("\n\"{t}\"")))

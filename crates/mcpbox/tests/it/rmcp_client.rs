@@ -8,7 +8,7 @@
 //! installed pinned by `scripts/install-peers.sh` (a missing peer fails).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;

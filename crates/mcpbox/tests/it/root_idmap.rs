@@ -9,7 +9,7 @@
 //! idmap is made. Each test says so when it is skipped.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;

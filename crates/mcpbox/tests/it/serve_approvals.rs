@@ -3,7 +3,7 @@
 //! as over stdio, with the official Python SDK client as the human's side.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use common::mcp::testserver;
 use common::serve::{binary_policy, Gateway as Serve, ALICE};

@@ -4,7 +4,7 @@
 //! attack it tries and fails if the defence it names is taken away.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -9,7 +9,7 @@
 //! pattern; its `slow` answer says whether its input was still open.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -8,7 +8,7 @@
 //! when `CI` is set.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Command;

@@ -7,7 +7,7 @@
 //! check it fails alone.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};

@@ -10,7 +10,7 @@
 //! server-everything) that `bench/run`'s serve section runs and reports.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;

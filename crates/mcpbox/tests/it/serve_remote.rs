@@ -3,7 +3,7 @@
 //! client. Loopback only.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -203,6 +203,9 @@ fn gateway(config: &str, files: &[(&str, &str)]) -> Result<Gateway, String> {
         .env("MCPBOX_LOG", "debug")
         .env("ALICE_TOKEN", CLIENT_TOKEN)
         .env("TEST_TICKETS_TOKEN", SECRET)
+        // the wrong credential of the refusing-upstream test (given to the
+        // gateway, never set in this process: the tests share it)
+        .env("TEST_WRONG_TOKEN", "not-the-token-but-long")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -632,7 +635,6 @@ fn remote_upstream_refusing_the_credential_is_an_error_without_it() {
     let policy = remote_policy(up.port, "").replace("TEST_TICKETS_TOKEN", "TEST_WRONG_TOKEN");
     let cfg = remote_config(&format!("http://127.0.0.1:{}/mcp", up.port), "");
     let dir_files = [("tickets.toml", policy.as_str())];
-    std::env::set_var("TEST_WRONG_TOKEN", "not-the-token-but-long");
     let gw = gateway(&cfg, &dir_files).unwrap();
     let mut c = Client::new(&gw, "/servers/tickets/mcp", vec![]);
     c.id += 1;

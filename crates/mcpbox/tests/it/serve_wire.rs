@@ -4,7 +4,7 @@
 //! `/mcp`, names another server owns. Named after the attack each tries.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use common::http::Conn;
 use common::mcp::holds_reserved_meta;

@@ -6,7 +6,7 @@
 //! re-executes, never from mcpbox itself.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -6,7 +6,7 @@
 //! and every refusal leaving the file as it was.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -301,7 +301,7 @@ fn claude_desktop_config_is_wrapped_with_secrets_moved_and_undone_byte_for_byte(
     let out = wrap_and_undo(
         &case,
         &file,
-        include_str!("wrap/claude-desktop.schema.json"),
+        include_str!("../wrap/claude-desktop.schema.json"),
         &["notes", "github"],
         &[GH],
     );
@@ -346,7 +346,7 @@ fn claude_code_mcp_json_is_wrapped_keeping_references_and_remote_entries() {
     let out = wrap_and_undo(
         &case,
         &file,
-        include_str!("wrap/claude-code.schema.json"),
+        include_str!("../wrap/claude-code.schema.json"),
         &["api"],
         &[KEY],
     );
@@ -365,7 +365,7 @@ fn cursor_mcp_json_is_wrapped_and_undone() {
     wrap_and_undo(
         &case,
         &file,
-        include_str!("wrap/cursor.schema.json"),
+        include_str!("../wrap/cursor.schema.json"),
         &["db"],
         &[KEY],
     );
@@ -402,7 +402,7 @@ fn vscode_mcp_json_with_comments_and_inputs_is_wrapped_and_undone() {
     let out = wrap_and_undo(
         &case,
         &file,
-        include_str!("wrap/vscode.schema.json"),
+        include_str!("../wrap/vscode.schema.json"),
         &["perplexity"],
         &[GH],
     );
@@ -450,7 +450,7 @@ url = "https://mcp.figma.com/mcp"
     wrap_and_undo(
         &case,
         &file,
-        include_str!("wrap/codex.schema.json"),
+        include_str!("../wrap/codex.schema.json"),
         &["context7"],
         &[KEY],
     );
@@ -652,7 +652,7 @@ fn serve_points_remote_entries_at_the_gateway_and_prints_its_config() {
         out.contains("[[servers]]\nname = \"tickets\"\nurl = \"https://tickets.example.com/mcp\""),
         "{out}"
     );
-    assert_host_accepts(&file, include_str!("wrap/cursor.schema.json"));
+    assert_host_accepts(&file, include_str!("../wrap/cursor.schema.json"));
 }
 
 #[test]

@@ -23,7 +23,7 @@
 //! over a JSON API (`http.rs` routes and checks, `api.rs` answers,
 //! `pins.rs` adapts the pin store).
 //!
-//! # Security model (each point has an attack test in crates/mcpbox/tests/console.rs)
+//! # Security model (each point has an attack test in crates/mcpbox/tests/it/console.rs)
 //!
 //! - loopback only: [`start`] refuses any other address;
 //! - a token of 32 random bytes from `/dev/urandom`, compared in constant
