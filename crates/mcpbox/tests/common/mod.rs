@@ -46,6 +46,22 @@ pub fn probe() -> PathBuf {
     p
 }
 
+/// Raises this test process's soft limit of open files to its hard one:
+/// the test binary is one process for every module (the rootless pass
+/// runs it with two test threads), and a test that holds a thousand
+/// connections must not take the last descriptors of a test beside it.
+pub fn raise_fd_limit() {
+    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    let limit = getrlimit(Resource::Nofile);
+    let _ = setrlimit(
+        Resource::Nofile,
+        Rlimit {
+            current: limit.maximum,
+            maximum: limit.maximum,
+        },
+    );
+}
+
 pub fn is_root() -> bool {
     use std::os::unix::fs::MetadataExt;
     std::fs::metadata("/proc/self")

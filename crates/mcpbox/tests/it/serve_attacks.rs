@@ -339,6 +339,7 @@ fn slow_body_is_408_after_body_timeout() {
 #[test]
 fn a_thousand_open_event_streams_do_not_stop_calls_and_the_cap_is_429() {
     const STREAMS: usize = 1000;
+    common::raise_fd_limit();
     let gw = gateway(&format!(
         "rate_per_second = 100000\nburst = 100000\nmax_streams_per_client = {STREAMS}\n"
     ));
