@@ -294,7 +294,7 @@ impl Server {
             Ok(v) => v,
             Err(e) => {
                 return self.send(&json!({"jsonrpc": "2.0", "id": null,
-                    "error": {"code": -32700, "message": format!("parse error: {e}")}}));
+                    "error": {"code": mcpbox_policy::mcp::code::PARSE_ERROR, "message": format!("parse error: {e}")}}));
             }
         };
         let method = msg.get("method").and_then(Value::as_str).unwrap_or("");
@@ -334,7 +334,11 @@ impl Server {
             "ping" => self.reply(&id, json!({})),
             "tools/list" => self.reply(&id, json!({"tools": tools::list()})),
             "tools/call" => self.call(id, &params),
-            _ => self.error(&id, -32601, &format!("method not found: {method}")),
+            _ => self.error(
+                &id,
+                mcpbox_policy::mcp::code::METHOD_NOT_FOUND,
+                &format!("method not found: {method}"),
+            ),
         }
     }
 

@@ -384,15 +384,10 @@ fn group_rss(pgid: Pid) -> u64 {
         let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
             continue;
         };
-        // the command name (field 2) may hold spaces and parentheses: the
-        // fields after it start after the last ')'
-        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
-            continue;
-        };
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        // rest[0] is field 3 (state): pgrp is field 5, rss field 24
-        let pgrp = fields.get(2).and_then(|f| f.parse::<i32>().ok());
-        let rss = fields.get(21).and_then(|f| f.parse::<u64>().ok());
+        // proc(5): pgrp is field 5, rss field 24
+        let field = |n| mcpbox_policy::procfs::stat_field(&stat, n);
+        let pgrp = field(5).and_then(|f| f.parse::<i32>().ok());
+        let rss = field(24).and_then(|f| f.parse::<u64>().ok());
         if pgrp == Some(want) {
             total += rss.unwrap_or(0) * page;
         }

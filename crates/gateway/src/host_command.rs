@@ -588,9 +588,8 @@ fn sweep() {
     }
 }
 
-/// The processes whose parent is `me`, from `/proc/<pid>/stat` (the field
-/// after the command name, which is in parentheses and may hold anything:
-/// read from the last `)`; proc(5)).
+/// The processes whose parent is `me`, from `/proc/<pid>/stat` (field 4,
+/// ppid; proc(5)).
 fn children_of(me: Pid) -> Vec<Pid> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();
@@ -608,13 +607,7 @@ fn children_of(me: Pid) -> Vec<Pid> {
         let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
             continue;
         };
-        let Some((_, rest)) = stat.rsplit_once(')') else {
-            continue;
-        };
-        let ppid = rest
-            .split_whitespace()
-            .nth(1)
-            .and_then(|p| p.parse::<i32>().ok());
+        let ppid = mcpbox_policy::procfs::stat_field(&stat, 4).and_then(|p| p.parse::<i32>().ok());
         if ppid == Some(me.as_raw_nonzero().get()) {
             out.push(pid);
         }

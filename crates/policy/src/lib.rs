@@ -30,6 +30,7 @@ mod model;
 mod network;
 mod paths;
 pub mod preset;
+pub mod procfs;
 pub mod serve;
 mod source;
 pub mod terminal;

@@ -2,6 +2,7 @@
 //! `tools/call` decisions, call timeouts, and the server's answers on their
 //! way back.
 
+use mcpbox_policy::mcp::code;
 use std::collections::HashMap;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -186,7 +187,12 @@ impl Session {
             .map(str::to_string)
         else {
             let data = json!({"reason": Reason::RequestNoTool.as_str()});
-            return self.host_error(&id, -32602, "tools/call without a tool name", Some(data));
+            return self.host_error(
+                &id,
+                code::INVALID_PARAMS,
+                "tools/call without a tool name",
+                Some(data),
+            );
         };
         let args_digest = match msg.params().and_then(|p| p.get("arguments")) {
             Some(args) => json_digest(args),
@@ -773,7 +779,7 @@ impl Session {
             if let Some(theirs) = self.server_asks.answered(&id_key(&ours)) {
                 let line = crate::message::error_line(
                     &theirs.theirs,
-                    -32603,
+                    code::INTERNAL_ERROR,
                     "mcpbox refused this request: it holds a secret it cannot redact",
                     Some(data),
                 );

@@ -3,6 +3,7 @@
 //! (tool policy, approvals, the protocol era's rules).
 
 use super::*;
+use mcpbox_policy::mcp::code;
 
 impl Session {
     pub(super) fn on_host(&mut self, line: Line) {
@@ -11,7 +12,12 @@ impl Session {
             Line::TooLong { len, .. } | Line::Compacted { len, .. } => {
                 tracing::warn!(len, "host line over max_line refused");
                 let data = json!({"max_line": self.config.max_line, "reason": Reason::RequestTooLarge.as_str()});
-                self.host_error(&Value::Null, -32600, "request too large", Some(data));
+                self.host_error(
+                    &Value::Null,
+                    code::INVALID_REQUEST,
+                    "request too large",
+                    Some(data),
+                );
             }
             Line::Data(line) => self.host_line(line),
         }
@@ -25,18 +31,23 @@ impl Session {
                 let data = json!({"reason": Reason::BatchRefused.as_str()});
                 return self.host_error(
                     &Value::Null,
-                    -32600,
+                    code::INVALID_REQUEST,
                     "batch requests are not supported",
                     Some(data),
                 );
             }
             Err(Invalid::Json) => {
                 let data = json!({"reason": Reason::RequestInvalid.as_str()});
-                return self.host_error(&Value::Null, -32700, "parse error", Some(data));
+                return self.host_error(&Value::Null, code::PARSE_ERROR, "parse error", Some(data));
             }
             Err(Invalid::NotMessage) => {
                 let data = json!({"reason": Reason::RequestInvalid.as_str()});
-                return self.host_error(&Value::Null, -32600, "invalid request", Some(data));
+                return self.host_error(
+                    &Value::Null,
+                    code::INVALID_REQUEST,
+                    "invalid request",
+                    Some(data),
+                );
             }
         };
         // Answers to our own questions are ours, whatever the server does.
