@@ -7,7 +7,14 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # by Playwright from the peers' venv (install-peers.sh), and the playwright
 # preset's test (tests/presets.rs, @playwright/mcp from install-peers.sh),
 # neither of which can download a browser of its own here.
-APT_PKGS=(python3 python3-venv nodejs util-linux passwd iproute2 g++ chromium)
+# e2fsprogs, fuse2fs and fuse: the workspace volumes of serve and run
+# --builtin (mkfs.ext4 and e2fsck; rootless, fuse2fs mounts them through
+# the setuid fusermount: tests/it/disk_budgets.rs runs in the rootless pass;
+# fuse3's fusermount does as well, and installing fuse would remove it).
+APT_PKGS=(python3 python3-venv nodejs util-linux passwd iproute2 g++ chromium e2fsprogs fuse2fs)
+if ! command -v fusermount >/dev/null && ! command -v fusermount3 >/dev/null; then
+  APT_PKGS+=(fuse)
+fi
 if [ "${SKIP_APT:-0}" != 1 ] && [ "$(id -u)" -eq 0 ]; then
   missing=()
   for p in "${APT_PKGS[@]}"; do

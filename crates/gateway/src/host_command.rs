@@ -206,13 +206,18 @@ impl HostCommand {
     }
 
     /// The `Command` this runs: environment cleared and allowlisted, a
-    /// process group of its own, stdio as asked.
-    fn command(&self) -> Command {
+    /// process group of its own, stdio as asked. `term_first`: a daemon's
+    /// supervisor asks it to end (SIGTERM) before it kills.
+    fn command(&self, term_first: bool) -> Command {
         let supervisor = self.supervisor();
         let mut cmd = match supervisor {
             Some(program) => {
                 let mut cmd = Command::new(program);
-                cmd.arg(SUPERVISOR_ARG).arg("--").args(&self.argv);
+                cmd.arg(SUPERVISOR_ARG);
+                if term_first {
+                    cmd.arg(TERM_FIRST_ARG);
+                }
+                cmd.arg("--").args(&self.argv);
                 cmd
             }
             None => {
@@ -261,7 +266,7 @@ impl HostCommand {
     /// Runs it to its end or its timeout; its process group is gone when
     /// this returns. An error only when it could not be started.
     pub fn run(&self) -> io::Result<Outcome> {
-        let mut child = self.command().spawn()?;
+        let mut child = self.command(false).spawn()?;
         let pid = Pid::from_child(&child);
         RUNNING
             .lock()
@@ -378,6 +383,111 @@ impl HostCommand {
             }
         }
     }
+
+    /// Starts it as a daemon: it runs, with no timeout, until
+    /// [`Daemon::stop`] (or the `Daemon`'s drop, or mcpbox's exit, `kill
+    /// -9` included) lets go of it. Then it is asked to end first
+    /// (SIGTERM to its group: a filesystem daemon unmounts and writes
+    /// what it holds), and after [`TERM_GRACE`] everything it started is
+    /// killed, as for any host command. Its stdout is discarded (no
+    /// capture), its stdin `/dev/null`.
+    pub fn start_daemon(&self) -> io::Result<Daemon> {
+        let mut plain = self.clone();
+        plain.stdin = None;
+        plain.capture = None;
+        let mut child = plain.command(true).spawn()?;
+        let pid = Pid::from_child(&child);
+        let supervised = plain.supervisor().is_some();
+        RUNNING
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((pid, supervised));
+        let leash = child.stderr.take();
+        Ok(Daemon {
+            child,
+            pid,
+            leash,
+            supervised,
+        })
+    }
+}
+
+/// How long a daemon let go of has to end on SIGTERM before its
+/// supervisor kills everything it started (within [`GRACE`], which is
+/// how long mcpbox waits for the supervisor).
+pub const TERM_GRACE: Duration = Duration::from_secs(3);
+
+/// The supervisor's option that makes it end its command with SIGTERM,
+/// then [`TERM_GRACE`], then SIGKILL (a daemon's), instead of SIGKILL.
+const TERM_FIRST_ARG: &str = "--term-first";
+
+/// A host command started by [`HostCommand::start_daemon`].
+pub struct Daemon {
+    child: Child,
+    pid: Pid,
+    /// The supervisor's stderr: closing it lets go of the daemon.
+    leash: Option<std::process::ChildStderr>,
+    supervised: bool,
+}
+
+impl Daemon {
+    /// Whether it has ended on its own (left unreaped, so its group id
+    /// stays ours until [`Daemon::stop`]).
+    pub fn exited(&self) -> bool {
+        matches!(
+            rustix::process::waitid(
+                WaitId::Pid(self.pid),
+                WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT,
+            ),
+            Ok(Some(_)) | Err(_)
+        )
+    }
+
+    /// Waits up to `limit` for it to end on its own; whether it did.
+    pub fn wait_exit(&self, limit: Duration) -> bool {
+        wait_exit(self.pid, limit)
+    }
+
+    /// Lets go of it and waits until it and everything it started are
+    /// gone: how it ended, or the error that kept it from starting.
+    pub fn stop(mut self) -> io::Result<Ended> {
+        self.end()
+    }
+
+    fn end(&mut self) -> io::Result<Ended> {
+        let mut not_started = None;
+        match self.leash.take() {
+            Some(mut leash) if self.exited() => not_started = start_failure(&mut leash),
+            Some(leash) => {
+                drop(leash);
+                let _ = wait_exit(self.pid, GRACE);
+            }
+            None if !self.supervised && !self.exited() => {
+                // no supervisor to ask it: asked here, the same way
+                let _ = rustix::process::kill_process_group(self.pid, Signal::TERM);
+                let _ = wait_exit(self.pid, TERM_GRACE);
+            }
+            None => {}
+        }
+        kill_group(self.pid);
+        RUNNING
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|(p, _)| *p != self.pid);
+        let status = self.child.wait()?;
+        match not_started {
+            Some(e) => Err(e),
+            None => Ok(ended(status)),
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if self.leash.is_some() || self.child.try_wait().ok().flatten().is_none() {
+            let _ = self.end();
+        }
+    }
 }
 
 /// Why [`HostCommand::watch`] stopped watching.
@@ -449,8 +559,14 @@ fn wait_exit(pid: Pid, limit: Duration) -> bool {
 /// the command's tree, and when the command ends or its stderr pipe (the
 /// leash) loses its reader, kills the command's group and every process
 /// re-parented to it. Exits as the command did: its code, or the signal
-/// that killed it.
+/// that killed it. With `--term-first` before `--` (a daemon's,
+/// [`HostCommand::start_daemon`]), a command let go of gets SIGTERM and
+/// [`TERM_GRACE`] to end before the kill.
 pub fn supervisor_main(args: &[OsString]) -> u8 {
+    let (term_first, args) = match args.split_first() {
+        Some((first, rest)) if first == TERM_FIRST_ARG => (true, rest),
+        _ => (false, args),
+    };
     let Some((dash, argv)) = args.split_first() else {
         return 125;
     };
@@ -485,6 +601,19 @@ pub fn supervisor_main(args: &[OsString]) -> u8 {
             break None;
         }
     };
+    if status.is_none() && term_first {
+        // a daemon let go of: asked to end (a FUSE daemon unmounts and
+        // writes back what it holds), killed below if it has not within
+        // TERM_GRACE
+        let _ = rustix::process::kill_process_group(cpid, Signal::TERM);
+        let until = Instant::now() + TERM_GRACE;
+        while Instant::now() < until {
+            if reap_until(cpid).is_some() {
+                break;
+            }
+            std::thread::sleep(TICK);
+        }
+    }
     // what the command left running (its group, then every orphan)
     let _ = rustix::process::kill_process_group(cpid, Signal::KILL);
     sweep();
@@ -737,6 +866,32 @@ mod tests {
             std::thread::sleep(Duration::from_millis(10));
         }
         false
+    }
+
+    #[test]
+    fn a_daemon_runs_until_let_go_of_then_is_asked_to_end_and_its_children_die() {
+        let dir = tempfile::tempdir().unwrap();
+        let said = dir.path().join("said");
+        let child = dir.path().join("child");
+        // it leaves a background child that ignores SIGTERM: the kill after
+        // the grace takes it
+        let script = format!(
+            "trap 'echo term > {}; exit 0' TERM; (trap '' TERM; exec sleep 1000) & echo $! > {}; while :; do sleep 0.02; done",
+            said.display(),
+            child.display()
+        );
+        let d = HostCommand::new(&sh(&script), Duration::from_millis(1))
+            .unwrap()
+            .start_daemon()
+            .unwrap();
+        // no timeout applies to a daemon
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(!d.exited());
+        let pid = std::fs::read_to_string(&child).unwrap().trim().to_string();
+        let ended = d.stop().unwrap();
+        assert_eq!(ended, Ended::Exited(0), "it ended on SIGTERM, by itself");
+        assert_eq!(std::fs::read_to_string(&said).unwrap(), "term\n");
+        assert!(gone_or_zombie(&pid), "its child {pid} survived");
     }
 
     #[test]

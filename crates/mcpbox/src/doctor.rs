@@ -68,8 +68,15 @@ fn print_state() {
             "disk:  the workspaces of `serve` and `run --builtin` are bounded by [filesystem] tmp \
              (an ext4 volume on a loop device each, its space reserved)"
         ),
+        crate::volume::Bound::Fuse => println!(
+            "disk:  the workspaces of `serve` and `run --builtin` are bounded by [filesystem] tmp \
+             (an ext4 image each, its space reserved, mounted by fuse2fs)"
+        ),
         crate::volume::Bound::Unbounded(why) => {
-            println!("disk:  the workspaces of `serve` and `run --builtin` are NOT bounded: {why}")
+            println!(
+                "disk:  the workspaces of `serve` and `run --builtin` are NOT bounded, and policies \
+                 are refused unless they set sandbox.dangerously_allow_degraded: {why}"
+            )
         }
     }
 }

@@ -324,11 +324,13 @@ pub fn run_with(
     // The built-in server's tmp is a host directory (not a tmpfs) for this
     // run, so that the gateway can measure an artifact in it: a working
     // space in mcpbox's state, bounded by the policy's tmp (a volume as
-    // root), removed when the run ends and reclaimed by the next run
+    // root, fuse2fs rootless), removed when the run ends and reclaimed by the next run
     // after a SIGKILL (crate::volume::RunSpace).
     let builtin_tmp = if builtin {
-        if let crate::volume::Bound::Unbounded(why) = crate::volume::bound() {
-            eprintln!("mcpbox: warning: [filesystem] tmp does not bound the built-in server's tmp here: {why}");
+        let bound = crate::volume::bound();
+        crate::volume::require(&bound, loaded.policy.sandbox.dangerously_allow_degraded)?;
+        if let crate::volume::Bound::Unbounded(why) = bound {
+            eprintln!("mcpbox: warning: [filesystem] tmp does not bound the built-in server's tmp here (the policy allows it: sandbox.dangerously_allow_degraded): {why}");
         }
         let space =
             crate::volume::RunSpace::make(&state::ensure_private()?, loaded.policy.filesystem.tmp)

@@ -92,7 +92,7 @@ pub fn run(config: &Path) -> anyhow::Result<i32> {
     // where no volume can bound a workspace, said once at start (and in
     // each sandbox's `created` record), never silently
     if let crate::volume::Bound::Unbounded(why) = crate::volume::bound() {
-        eprintln!("mcpbox: warning: [filesystem] tmp does not bound the sandboxes' workspaces here: {why}");
+        eprintln!("mcpbox: warning: [filesystem] tmp does not bound the sandboxes' workspaces here, and new sandboxes are refused unless their policy sets sandbox.dangerously_allow_degraded: {why}");
     }
     let socket = state::state_dir().join("control.sock");
     let control = mcpbox_lifecycle::control::serve(&socket, life.clone())
@@ -369,6 +369,7 @@ fn server_life(
     Ok(ServerLife {
         group,
         workspace_size: p.filesystem.tmp,
+        allow_unbounded_disk: p.sandbox.dangerously_allow_degraded,
         idle: s.idle,
         template,
         artifacts: (p.artifacts.patterns.clone(), p.artifacts.max_size),

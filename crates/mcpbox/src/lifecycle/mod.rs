@@ -70,6 +70,9 @@ pub struct ServerLife {
     /// The size of a new sandbox's writable space (`output` and `tmp`
     /// together): the policy's `[filesystem] tmp` (crate::volume).
     pub workspace_size: u64,
+    /// The template policy's `sandbox.dangerously_allow_degraded`: a
+    /// workspace nothing can bound here is made anyway (else refused).
+    pub allow_unbounded_disk: bool,
     pub idle: Idle,
     /// The template's name and base, if the server has one.
     pub template: Option<(String, TemplateBase)>,
@@ -619,15 +622,22 @@ impl Lifecycle {
 
 /// What bounds a new sandbox's writable space, for its `created` record.
 fn disk_bound(size: Option<u64>) -> serde_json::Value {
-    match (size, crate::volume::bound()) {
-        (Some(size), crate::volume::Bound::Volume) => json!({"bound": size, "by": "volume"}),
-        (None, _) => json!({"bound": null, "why": "the backend keeps no volumes"}),
-        (Some(_), crate::volume::Bound::Unbounded(why)) => json!({"bound": null, "why": why}),
+    let bound = crate::volume::bound();
+    match (size, bound.by(), bound) {
+        (None, _, _) => json!({"bound": null, "why": "the backend keeps no volumes"}),
+        (Some(size), Some(by), _) => json!({"bound": size, "by": by}),
+        (Some(_), None, crate::volume::Bound::Unbounded(why)) => {
+            json!({"bound": null, "why": why})
+        }
+        (Some(_), None, _) => json!({"bound": null}),
     }
 }
 
 /// Makes a new workspace's folders and its input from the template.
 fn fill(ws: &Workspace, life: &ServerLife, size: Option<u64>) -> anyhow::Result<()> {
+    if size.is_some() {
+        crate::volume::require(&crate::volume::bound(), life.allow_unbounded_disk)?;
+    }
     ws.ensure(size)?;
     match &life.template {
         None => {}
@@ -950,6 +960,7 @@ mod driver_tests {
                 revoke: Vec::new(),
                 audit: sink.clone(),
                 workspace_size: 64 << 20,
+                allow_unbounded_disk: false,
             },
         )]);
         let life = Lifecycle::start(state, plain.clone(), servers, sink, 4).unwrap();

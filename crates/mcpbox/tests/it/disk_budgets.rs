@@ -5,8 +5,8 @@
 //! error, and never fills the filesystem of mcpbox's state (the audit log,
 //! the registry, the other agents' workspaces). Through the real binary,
 //! with the state directory on a small tmpfs the test mounts (root), and
-//! the rootless behaviour (the bound cannot be enforced there: said out
-//! loud, never silently).
+//! rootless on the same volumes mounted by fuse2fs (where the state
+//! directory is an ordinary one: the bound is what is checked).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::common;
@@ -106,14 +106,10 @@ fn verify(db: &Path, state: &Path) {
 
 #[test]
 fn an_agent_writing_without_end_under_serve_fills_its_own_volume_never_the_state_directory() {
-    if !is_root() {
-        eprintln!("skipped: it mounts a small tmpfs as the state directory, which needs root (the rootless behaviour has its own test)");
-        return;
-    }
     let dir = tempdir("mcpbox-disk-");
-    // the state directory: 24 MiB, for the audit log, the registry and two
-    // workspaces of 4 MiB each
-    let fs = SmallFs::mount_at(&dir.path().join("state"), "24m", "0700");
+    // the state directory (as root): 24 MiB, for the audit log, the
+    // registry and two workspaces of 4 MiB each; rootless an ordinary one
+    let fs = is_root().then(|| SmallFs::mount_at(&dir.path().join("state"), "24m", "0700"));
     let config = serve_config(dir.path());
     let gw = Gateway::start_config(dir, &config);
     let state = gw.state();
@@ -121,7 +117,8 @@ fn an_agent_writing_without_end_under_serve_fills_its_own_volume_never_the_state
     a.initialize();
     let mut b = gw.mcp("ws", Some(BOB));
     b.initialize();
-    let free_before = fs.free();
+    let free_before = fs.as_ref().map(SmallFs::free);
+    assert_created_bound(&gw);
 
     // alice writes without end in tmp, then in output: both stop, together
     // within her bound, with ENOSPC
@@ -137,11 +134,13 @@ fn an_agent_writing_without_end_under_serve_fills_its_own_volume_never_the_state
     // the space was reserved when her sandbox was made: the state
     // directory's filesystem lost nothing to her writes (the audit log's
     // few records aside)
-    assert!(
-        fs.free() + BOUND / 8 >= free_before,
-        "the state directory lost {} bytes",
-        free_before.saturating_sub(fs.free())
-    );
+    if let (Some(fs), Some(before)) = (&fs, free_before) {
+        assert!(
+            fs.free() + BOUND / 8 >= before,
+            "the state directory lost {} bytes",
+            before.saturating_sub(fs.free())
+        );
+    }
 
     // bob and the gateway go on; alice's sandbox too, once she deletes
     let r = b.call(
@@ -177,11 +176,8 @@ fn an_agent_writing_without_end_under_serve_fills_its_own_volume_never_the_state
     assert_eq!(text_of(&r), "fits", "{r}");
     drop(a);
     let dir = stop(gw);
-    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    assert!(
-        !mounts.contains(&format!("{}/sandboxes/", state.display())),
-        "a volume is still mounted:\n{mounts}"
-    );
+    assert_eq!(mounts_under(&state), Vec::<String>::new());
+    assert_eq!(fuse2fs_under(&state), Vec::<String>::new());
     drop(fs);
     drop(dir);
 }
@@ -229,25 +225,15 @@ fn a_sandbox_that_cannot_reserve_its_volume_is_refused_naming_the_free_space() {
     drop(dir);
 }
 
-#[test]
-fn rootless_serve_says_that_the_workspace_is_not_bounded() {
-    if is_root() {
-        eprintln!("skipped: as root the workspace is a volume (the tests above)");
-        return;
-    }
-    let dir = tempdir("mcpbox-disk-");
-    let config = serve_config(dir.path());
-    let gw = Gateway::start_config(dir, &config);
+/// The `created` record of the first sandbox says what bounds it: a
+/// volume on a loop device as root, fuse2fs rootless, and no warning.
+fn assert_created_bound(gw: &Gateway) {
     assert!(
-        gw.stderr()
+        !gw.stderr()
             .contains("[filesystem] tmp does not bound the sandboxes' workspaces here"),
         "{}",
         gw.stderr()
     );
-    let mut a = gw.mcp("ws", Some(ALICE));
-    a.initialize();
-    let r = a.call("count", json!({}));
-    assert_eq!(text_of(&r), "1", "{r}");
     let created = gw.audit_until("the sandbox's creation", |e| {
         e["kind"] == "lifecycle" && e["detail"]["action"] == "created"
     });
@@ -255,14 +241,34 @@ fn rootless_serve_says_that_the_workspace_is_not_bounded() {
         .iter()
         .find(|e| e["kind"] == "lifecycle" && e["detail"]["action"] == "created")
         .unwrap();
-    assert_eq!(rec["detail"]["disk"]["bound"], Value::Null, "{rec}");
-    assert!(
-        rec["detail"]["disk"]["why"]
-            .as_str()
-            .unwrap()
-            .contains("fix: run mcpbox as root"),
-        "{rec}"
-    );
+    assert_eq!(rec["detail"]["disk"]["bound"], json!(BOUND), "{rec}");
+    let by = if is_root() { "volume" } else { "fuse2fs" };
+    assert_eq!(rec["detail"]["disk"]["by"], json!(by), "{rec}");
+}
+
+/// The mounts left under `dir` in this (the host's) mount namespace.
+fn mounts_under(dir: &Path) -> Vec<String> {
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains(&format!(" {}/", dir.display())))
+        .map(str::to_string)
+        .collect()
+}
+
+/// The fuse2fs processes whose image is under `dir`.
+fn fuse2fs_under(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(cmd) = std::fs::read(e.path().join("cmdline")) else {
+            continue;
+        };
+        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+        if cmd.contains("fuse2fs") && cmd.contains(&dir.display().to_string()) {
+            out.push(cmd);
+        }
+    }
+    out
 }
 
 /// The policy of the `run --builtin` tests.
@@ -300,13 +306,9 @@ fn run_spaces(state: &Path) -> Vec<String> {
 
 #[test]
 fn the_builtin_server_writing_without_end_stops_at_its_tmp_bound_with_a_clear_error() {
-    if !is_root() {
-        eprintln!("skipped: it mounts a small tmpfs as the state directory, which needs root");
-        return;
-    }
     let dir = tempdir("mcpbox-disk-");
     let state = dir.path().join("state");
-    let fs = SmallFs::mount_at(&state, "16m", "0700");
+    let fs = is_root().then(|| SmallFs::mount_at(&state, "16m", "0700"));
     let policy = builtin_policy(dir.path());
     let mut s = start_builtin(&policy, &state);
     s.initialize();
@@ -335,7 +337,9 @@ fn the_builtin_server_writing_without_end_stops_at_its_tmp_bound_with_a_clear_er
     );
     calls += 1;
     assert!(r["result"]["isError"] != json!(true), "{r}");
-    assert!(fs.free() > 1 << 20, "the state directory is full");
+    if let Some(fs) = &fs {
+        assert!(fs.free() > 1 << 20, "the state directory is full");
+    }
     s.close_stdin();
     let (status, stderr) = s.finish();
     assert!(status.success(), "{stderr}");
@@ -373,6 +377,13 @@ fn a_kill_9_of_run_builtin_leaves_a_working_space_the_next_run_reclaims() {
     s.child.kill().unwrap();
     let _ = s.child.wait();
     assert_eq!(run_spaces(&state), left, "the killed run's space is left");
+    // rootless, its fuse2fs dies with it (and unmounts): nothing of a
+    // killed mcpbox runs on
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !fuse2fs_under(&state).is_empty() && std::time::Instant::now() < until {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(fuse2fs_under(&state), Vec::<String>::new());
     let mut next = start_builtin(&policy, &state);
     next.initialize();
     let now = run_spaces(&state);
@@ -385,8 +396,28 @@ fn a_kill_9_of_run_builtin_leaves_a_working_space_the_next_run_reclaims() {
     let (status, stderr) = next.finish();
     assert!(status.success(), "{stderr}");
     assert_eq!(run_spaces(&state), Vec::<String>::new());
-    if is_root() {
-        let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-        assert!(!mounts.contains(&state.display().to_string()), "{mounts}");
-    }
+    assert_eq!(mounts_under(&state), Vec::<String>::new());
+    assert_eq!(fuse2fs_under(&state), Vec::<String>::new());
+}
+
+#[test]
+fn doctor_says_how_workspaces_are_bounded_here() {
+    let state = tempdir("mcpbox-disk-");
+    let out = Command::new(mcpbox())
+        .arg("doctor")
+        .env("MCPBOX_STATE_DIR", state.path())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("disk:"))
+        .unwrap_or_else(|| panic!("no disk line:\n{text}"));
+    let how = if is_root() {
+        "on a loop device"
+    } else {
+        "mounted by fuse2fs"
+    };
+    assert!(line.contains("are bounded by [filesystem] tmp"), "{line}");
+    assert!(line.contains(how), "{line}");
 }

@@ -1263,22 +1263,15 @@ fn sigterm_while_paused_stops_in_order_and_removes_the_cgroups() {
     assert!(status.success(), "{status:?}\n{}", gw.stderr());
     assert_no_processes(&id);
     assert!(cgroup_dirs(&id).is_empty(), "left: {:?}", cgroup_dirs(&id));
-    // the workspace is kept for the next start: as root its volume is
-    // unmounted and its image kept, rootless it is a plain directory
+    // the workspace is kept for the next start: its volume is unmounted
+    // (a loop device as root, fuse2fs rootless) and its image kept
     let mounted = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
     assert!(
         !mounted.contains(&ws.display().to_string()),
         "a mount is left under {}",
         ws.display()
     );
-    if common::is_root() {
-        assert!(ws.join("volume.img").is_file());
-    } else {
-        assert_eq!(
-            std::fs::read_to_string(ws.join("volume/output/kept.txt")).unwrap(),
-            "kept"
-        );
-    }
+    assert!(ws.join("volume.img").is_file());
     let dir = gw.kill9();
     let config = std::fs::read_to_string(dir.path().join("serve.toml")).unwrap();
     let gw = Gateway::start_config(dir, &config);
