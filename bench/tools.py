@@ -300,8 +300,10 @@ def cmd_report(argv):
     for f in sorted(pairs_dir.glob("*.json")) if pairs_dir.is_dir() else []:
         data = json.loads(f.read_text())
         for fig_name, unit, before, after in data["rows"]:
+            # a ratio of two differences that may be negative (an added p99
+            # below zero is noise) would mean nothing: only of positive figures
             ratio = after / before if isinstance(before, (int, float)) and isinstance(after, (int, float)) \
-                and before else None
+                and before > 0 and after > 0 else None
             pairs.append({"section": data["section"].split("-", 1)[-1], "figure": fig_name, "unit": unit,
                           "before": before, "after": after, "after_over_before": ratio})
     if pairs:
@@ -618,6 +620,13 @@ def cmd_large(argv):
                 f"large result: a {mib:g} MiB tools/call answer direct vs through mcpbox run",
                 ["path", "median s", "min s", "max s", "MB/s", "+s vs direct", "marginal MB/s",
                  "x direct", "marginal x before", "redactions", "runs"], rows, notes)
+    pairs = []
+    for name in sorted(n for n in ok if n.startswith("before-")):
+        after = "mcpbox-" + name[len("before-"):]
+        b, a = ok.get(name, {}), ok.get(after, {})
+        pairs.append((f"large {after[len('mcpbox-'):]}: median", "s", b.get("median_s"), a.get("median_s")))
+        pairs.append((f"large {after[len('mcpbox-'):]}: marginal", "MB/s", marginal(name)[1], marginal(after)[1]))
+    record_pairs(out, "5-large", pairs)
     return 0
 
 SERVE_ORDER = ["mcpbox-serve", "before-serve", "supergateway", "mcp-proxy"]
