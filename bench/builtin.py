@@ -76,8 +76,10 @@ def spawn_times(cmd, runs):
 
 
 def cmd_exec(argv):
-    o = opts(argv, {"mcpbox", "bwrap", "srt", "srt_settings", "out", "dir", "runs"})
+    o = opts(argv, {"mcpbox", "bwrap", "srt", "srt_settings", "out", "dir", "runs", "label"})
     runs = int(o.get("runs", 100))
+    # --label before: MCPBOX_BEFORE's binary; its mcpbox rows only, named "before ..."
+    label = o.get("label", "mcpbox")
     d = Path(o["dir"])
     d.mkdir(parents=True, exist_ok=True)
     policy = d / "sandbox.toml"
@@ -107,18 +109,21 @@ def cmd_exec(argv):
                     t0 = time.perf_counter()
                     call(t, "exec", {"argv": argv})
                     samples.append(time.perf_counter() - t0)
-                rows[f"mcpbox-builtin exec {name}"] = summarize_ms(samples)
+                rows[f"{label}-builtin exec {name}"] = summarize_ms(samples)
             # a line with a pipe: parsed in the command checker's child
             samples = []
             for _ in range(runs):
                 t0 = time.perf_counter()
                 call(t, "exec", {"command": "/usr/bin/true | /usr/bin/true"})
                 samples.append(time.perf_counter() - t0)
-            rows["mcpbox-builtin exec line, a pipe (parsed in the checker child)"] = summarize_ms(samples)
+            rows[f"{label}-builtin exec line, a pipe (parsed in the checker child)"] = summarize_ms(samples)
         finally:
             t.close()
     except Failed as e:
         result = {"status": "failed", "why": str(e)}
+        write(o["out"], result)
+        return
+    if label != "mcpbox":
         write(o["out"], result)
         return
     bwrap = [o["bwrap"], "--unshare-all", "--unshare-user", "--cap-drop", "ALL",
@@ -138,8 +143,9 @@ def cmd_exec(argv):
 
 
 def cmd_fresh(argv):
-    o = opts(argv, {"mcpbox", "out", "dir", "runs"})
+    o = opts(argv, {"mcpbox", "out", "dir", "runs", "label"})
     runs = int(o.get("runs", 30))
+    label = o.get("label", "mcpbox")
     d = Path(o["dir"])
     if d.exists():
         shutil.rmtree(d)
@@ -175,7 +181,7 @@ def cmd_fresh(argv):
             t.close()
             if i >= 3:
                 samples.append(dt)
-        write(o["out"], {"status": "ok", "runs": runs, "rows": {"mcpbox-builtin fresh sandbox": summarize_ms(samples)}})
+        write(o["out"], {"status": "ok", "runs": runs, "rows": {f"{label}-builtin fresh sandbox": summarize_ms(samples)}})
     except (Failed, OSError) as e:
         write(o["out"], {"status": "failed", "why": str(e)})
     finally:
@@ -190,9 +196,13 @@ def cmd_tables(argv):
     out = Path(argv[0]) / "builtin"
     lines = ["", "### Built-in sandbox server", "",
              "| row | median ms | p90 ms | vs direct |", "|---|---|---|---|"]
-    ex = json.loads((out / "exec.json").read_text()) if (out / "exec.json").exists() else {}
-    fr = json.loads((out / "fresh.json").read_text()) if (out / "fresh.json").exists() else {}
-    for part in (ex, fr):
+    def load(name):
+        return json.loads((out / name).read_text()) if (out / name).exists() else {}
+    ex, fr = load("exec.json"), load("fresh.json")
+    # MCPBOX_BEFORE's rows (bench/run writes them only when it is set)
+    exb, frb = load("exec-before.json"), load("fresh-before.json")
+    parts = [ex, fr] + [p for p in (exb, frb) if p]
+    for part in parts:
         if part.get("status") != "ok":
             lines.append(f"| failed | {part.get('why', 'not run')} | | |")
             continue
@@ -201,7 +211,7 @@ def cmd_tables(argv):
                 lines.append(f"| {name} | failed: {row.get('why')} | | |")
                 continue
             prog = name.rsplit(" ", 1)[-1]
-            base = part["rows"].get(f"direct {prog}", {}).get("p50_ms")
+            base = ex.get("rows", {}).get(f"direct {prog}", {}).get("p50_ms")
             ratio = f"{row['p50_ms'] / base:.2f}x" if base else ""
             lines.append(f"| {name} | {row['p50_ms']:.2f} | {row['p90_ms']:.2f} | {ratio} |")
     lines.append(f"| E2B sandbox start (published, not measured) | {E2B_START_MS} | | |")
@@ -209,6 +219,22 @@ def cmd_tables(argv):
     lines.append(f"E2B's figure: {E2B_SOURCE}.")
     text = "\n".join(lines) + "\n"
     (out / "table.md").write_text(text)
+    # before/after figures for tools.py report (its record_pairs format)
+    pairs = []
+    for after, before in ((ex, exb), (fr, frb)):
+        if not before:
+            continue
+        for name, row in after.get("rows", {}).items():
+            if not name.startswith("mcpbox-builtin"):
+                continue
+            b = before.get("rows", {}).get("before" + name[len("mcpbox"):], {})
+            pairs.append([name[len("mcpbox-"):] + ", median", "ms", b.get("p50_ms"), row.get("p50_ms")])
+        if before.get("status") != "ok" and after.get("status") == "ok":
+            pairs.append([f"builtin: before failed: {before.get('why')}"[:90], "", None, None])
+    if pairs:
+        (out.parent / "before-after").mkdir(exist_ok=True)
+        (out.parent / "before-after" / "6-builtin.json").write_text(
+            json.dumps({"section": "6-builtin", "rows": pairs}, indent=2))
     print(text)
 
 

@@ -11,6 +11,12 @@ connection on loopback. No SDK, so every path pays the same client cost.
       initialize, notifications/initialized, tools/list, W warm-up calls,
       then N sequential `tools/call echo {"message": "x"}`; per-call round
       trip. A row fails when echo does not echo (a refusal is not timed).
+      With --callgrind DIR, CMD runs under `valgrind --tool=callgrind
+      --callgrind-out-file=DIR/callgrind.out.%p` (bench/run writes that
+      command line): its counters are zeroed after the warm-up
+      (callgrind_control -z) and dumped after the N calls (-d); the row
+      gets "instructions" (Ir of that window, every thread of CMD's own
+      process, no child) and "instructions_per_call".
       Without --url, CMD is the MCP server, spoken to over its stdio. With
       --url, CMD is an HTTP bridge: it is started in its own session, the
       client waits until URL's port accepts, speaks Streamable HTTP to URL,
@@ -297,6 +303,38 @@ def own_tree_rss(pid):
     return {"kib": total, "processes": n}
 
 
+def _callgrind_control(opt, pid):
+    r = subprocess.run(["callgrind_control", opt, str(pid)], stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, timeout=120)
+    if r.returncode != 0 or b"OK" not in r.stdout:
+        raise Failed(f"callgrind_control {opt} {pid}: {r.stdout.decode(errors='replace').strip()[:200]}")
+
+
+def callgrind_zero(pid):
+    """Zeroes the counters of PID, a process running under callgrind
+    (through vgdb: the call returns when callgrind has done it)."""
+    _callgrind_control("-z", pid)
+
+
+def callgrind_dump(pid, outdir):
+    """Dumps PID's counters (callgrind_control -d) into OUTDIR (the
+    --callgrind-out-file=OUTDIR/callgrind.out.%p of its command line) and
+    returns the instructions (Ir) counted since the last zero: the dump's
+    `totals:` line (`summary:` in older formats)."""
+    before = set(Path(outdir).glob(f"callgrind.out.{pid}*"))
+    _callgrind_control("-d", pid)
+    new = sorted(set(Path(outdir).glob(f"callgrind.out.{pid}*")) - before,
+                 key=lambda f: f.stat().st_mtime)
+    if not new:
+        raise Failed(f"callgrind_control -d {pid} wrote no file in {outdir}")
+    text = new[-1].read_text(errors="replace")
+    for key in ("totals:", "summary:"):
+        for line in text.splitlines():
+            if line.startswith(key):
+                return int(line.split()[1])
+    raise Failed(f"no totals in {new[-1]}")
+
+
 def parse(argv, spec, doc=__doc__, prog="mcpclient.py"):
     """--opt VALUE options named in spec (with defaults), then `-- CMD...`;
     an unknown one exits with `doc`."""
@@ -367,7 +405,8 @@ class Bridge:
 
 
 def cmd_latency(argv):
-    o, cmd = parse(argv, {"name": None, "out": None, "calls": "1000", "warmup": "50", "url": None})
+    o, cmd = parse(argv, {"name": None, "out": None, "calls": "1000", "warmup": "50", "url": None,
+                          "callgrind": None})
     if not o["name"] or not o["out"] or not cmd:
         sys.exit(__doc__)
     calls, warmup = int(o["calls"]), int(o["warmup"])
@@ -395,6 +434,10 @@ def cmd_latency(argv):
         if res.get("isError") or not any("x" in x for x in texts):
             # A refused call is fast: never time refusals as if they were echoes.
             raise Failed(f"echo did not answer: {json.dumps(res)[:200]}")
+        # The process measured by --callgrind: the relay (stdio) or the bridge.
+        counted = (bridge.proc if bridge else t.proc).pid
+        if o["callgrind"]:
+            callgrind_zero(counted)
         samples = []
         pc = time.perf_counter
         start = pc()
@@ -403,11 +446,14 @@ def cmd_latency(argv):
             t.request("tools/call", {"name": "echo", "arguments": ECHO_ARGS})
             samples.append(pc() - t0)
         total = pc() - start
+        if o["callgrind"]:
+            ir = callgrind_dump(counted, o["callgrind"])
+            result.update({"instructions": ir, "instructions_per_call": ir / calls})
         result.update(summarize_ms(samples))
         result["calls_per_s"] = calls / total
         result["samples_ms"] = [round(x * 1e3, 4) for x in samples]
         result["status"] = "ok"
-    except (Failed, OSError, ValueError, http.client.HTTPException) as e:
+    except (Failed, OSError, ValueError, http.client.HTTPException, subprocess.SubprocessError) as e:
         result["status"] = "failed"
         result["why"] = str(e)[:300] or type(e).__name__
     finally:

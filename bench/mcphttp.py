@@ -19,7 +19,14 @@ in it (a refusal, or another client's answer, would look fast).
                      [--tool echo] [--arg message] -- CMD [ARGS...]
       1 client: initialize, notifications/initialized, tools/list, W
       warm-up calls, then N sequential calls; per-call round trip (write
-      of the request to the last byte of the answer).
+      of the request to the last byte of the answer). Also "cpu": CPU ms
+      per call of the N calls, as throughput's (--upstream). With
+      --callgrind DIR, CMD runs under callgrind with
+      --callgrind-out-file=DIR/callgrind.out.%p (bench/run writes that
+      command line): its counters are zeroed after the warm-up and dumped
+      after the N calls (callgrind_control -z, -d): "instructions" and
+      "instructions_per_call" of CMD's own process (all its threads; no
+      child: valgrind follows none).
   mcphttp.py throughput --name NAME --out FILE --url URL [--clients C]
                         [--seconds S] [--warmup-seconds W] -- CMD [ARGS...]
       C clients, each its own session and connection, all initialized
@@ -590,7 +597,7 @@ def measure(o, cmd, body):
         result["pid"] = target.proc.pid
         body(result, target)
         result["status"] = "ok"
-    except (Failed, OSError, ValueError) as e:
+    except (Failed, OSError, ValueError, subprocess.SubprocessError) as e:
         result["status"] = "failed"
         result["why"] = str(e)[:300] or type(e).__name__
     finally:
@@ -601,8 +608,25 @@ def measure(o, cmd, body):
     return 0
 
 
+def cpu_snap(snaps, pid, upstream, ok, edge):
+    """Appends one CPU snapshot for cpu_figures: PID's process tree split
+    into gateway and servers (tree_cpu), the machine, this client; OK is
+    the number of answers checked ok so far. EDGE 0 opens the window, 1
+    closes it: the client's own time is read outside the /proc scan."""
+    if edge == 1:
+        client = self_cpu()
+    t_scan = time.perf_counter()
+    tree, mach = tree_cpu(pid, upstream), machine_cpu()
+    scan = time.perf_counter() - t_scan
+    if edge == 0:
+        client = self_cpu()
+    snaps.append({"t": time.perf_counter(), "ok": ok, "client_s": client, "tree": tree,
+                  "machine": mach, "scan_s": scan})
+
+
 def cmd_latency(argv):
-    o, cmd = parse(argv, {"calls": "1000", "warmup": "50"})
+    o, cmd = parse(argv, {"calls": "1000", "warmup": "50", "upstream": "mcp-server-everything",
+                          "callgrind": None})
     calls, warmup = int(o["calls"]), int(o["warmup"])
 
     def body(result, target):
@@ -621,11 +645,19 @@ def cmd_latency(argv):
                 if c.errors:
                     # a refused call is fast: never time refusals as echoes
                     raise Failed(c.first_errors[0])
+                if o["callgrind"]:
+                    mcpclient.callgrind_zero(target.proc.pid)
+                cpu_snap(snaps, target.proc.pid, o["upstream"], c.ok, 0)
                 for n in range(warmup + 1, warmup + calls + 1):
                     resp = yield ("call", c.call(n))
                     c.check_echo(resp, n)
+                cpu_snap(snaps, target.proc.pid, o["upstream"], c.ok, 1)
+                if o["callgrind"]:
+                    ir = mcpclient.callgrind_dump(target.proc.pid, o["callgrind"])
+                    result.update({"instructions": ir, "instructions_per_call": ir / calls})
                 yield from end_session(c)
 
+            snaps = []
             t0 = time.perf_counter()
             run(clients, flow)
             elapsed = time.perf_counter() - t0
@@ -634,6 +666,7 @@ def cmd_latency(argv):
             if c.errors:
                 raise Failed(f"{c.errors} of {calls + warmup} echo answers wrong: {c.first_errors[0]}")
             samples = c.samples.get("call", [])
+            result["cpu"] = cpu_figures(snaps)
             result.update(summarize_ms(samples))
             result.update({"calls": calls, "warmup": warmup, "protocol": c.version,
                            "calls_per_s": len(samples) / sum(samples),
@@ -666,15 +699,7 @@ def cmd_throughput(argv):
 
             def snap(edge):
                 def take():
-                    if edge == 1:  # the client's own time first: the /proc scan is not its load
-                        client = self_cpu()
-                    t_scan = time.perf_counter()
-                    tree, mach = tree_cpu(target.proc.pid, o["upstream"]), machine_cpu()
-                    scan = time.perf_counter() - t_scan
-                    if edge == 0:
-                        client = self_cpu()
-                    snaps.append({"t": time.perf_counter(), "ok": sum(c.ok for c in clients),
-                                  "client_s": client, "tree": tree, "machine": mach, "scan_s": scan})
+                    cpu_snap(snaps, target.proc.pid, o["upstream"], sum(c.ok for c in clients), edge)
                 return take
 
             def flow(c):

@@ -20,9 +20,18 @@
   tools.py serve DIR
       Pools DIR/serve/{latency,throughput,sessions,flood,load}/*.json (written by
       mcphttp.py and load.py) into the serve tables under DIR/extra/.
+  tools.py selfexe SRC DST LINK
+      Copies the mcpbox binary SRC to DST with every "/proc/self/exe" in it
+      (string constants and the two 8-byte immediates a short copy is
+      compiled to) replaced by LINK (14 bytes, the same length), and makes
+      LINK a symlink to DST: valgrind 3.19 cannot exec /proc/self/exe (it
+      would run the valgrind tool itself), and mcpbox starts its sandbox
+      helper and host-command supervisor so. Only for the callgrind rows.
   tools.py report DIR
       Prints the tables for one bench/run result directory and writes
-      DIR/summary.json.
+      DIR/summary.json; with MCPBOX_BEFORE rows, also the before/after
+      table (DIR/before-after/*.json, written by the section tools) with
+      after/before for each figure.
 """
 
 import json
@@ -35,7 +44,7 @@ import time
 from pathlib import Path
 
 # Start-up rows in this order; anything else follows alphabetically.
-STARTUP_ORDER = ["true", "mcpbox", "mcpbox-dynamic", "bwrap", "srt"]
+STARTUP_ORDER = ["true", "mcpbox", "mcpbox-dynamic", "before", "bwrap", "srt"]
 BASELINE = "true"
 # Targets from the issues, printed under the tables (never asserted).
 STARTUP_TARGET = "target (issue 2): mcpbox under 3 ms added over bare true, and faster than bwrap"
@@ -96,6 +105,60 @@ def cmd_mem(argv):
         result["status"] = "ok"
     Path(out).write_text(json.dumps(result, indent=2))
     return 0
+
+
+def record_pairs(out, section, pairs):
+    """Writes OUT/before-after/SECTION.json: [figure, unit, before, after]
+    rows (MCPBOX_BEFORE's binary and the current one, same run), printed
+    by report with after/before. Nothing when no row has both values."""
+    rows = [list(p) for p in pairs if p[2] is not None or p[3] is not None]
+    if not rows:
+        return
+    (out / "before-after").mkdir(parents=True, exist_ok=True)
+    (out / "before-after" / f"{section}.json").write_text(json.dumps({"section": section, "rows": rows}, indent=2))
+
+
+def callgrind_rows(dirpath):
+    """{name: [instructions per call of each run]} from mcpclient.py /
+    mcphttp.py latency rows run with --callgrind, and {name: why} of the
+    failed ones."""
+    ok, failed = {}, {}
+    for name, runs in pooled(dirpath).items():
+        for r in runs:
+            if r.get("status") == "ok" and r.get("instructions_per_call"):
+                ok.setdefault(name, []).append(r["instructions_per_call"])
+            elif r.get("status") != "ok":
+                failed.setdefault(name, r.get("why", "unknown"))
+    return ok, failed
+
+
+def callgrind_table(out, dirpath, stem, title, what):
+    """The callgrind table of one section: per row, instructions per call
+    of each run, their median and spread. Returns {name: median}."""
+    ok, failed = callgrind_rows(dirpath)
+    if not ok and not failed:
+        return {}
+    rows, med = [], {}
+    for name in sorted(set(ok) | set(failed), key=lambda n: (n.startswith("before"), n)):
+        vals = ok.get(name)
+        if not vals:
+            rows.append([name, f"failed: {failed.get(name)}"])
+            continue
+        med[name] = statistics.median(vals)
+        spread = (max(vals) - min(vals)) / med[name] if med[name] else None
+        rows.append([name, round(med[name]), " / ".join(f"{v:.0f}" for v in vals),
+                     f"{spread:.2%}" if spread is not None else "-", len(vals)])
+    runs = next((r for rs in pooled(dirpath).values() for r in rs if r.get("status") == "ok"), {})
+    notes = [f"{what}: `valgrind --tool=callgrind --trace-children=no`; counters zeroed after "
+             f"{runs.get('warmup', '?')} warm-up calls, dumped after {runs.get('calls', '?')} calls "
+             "(callgrind_control -z / -d); Ir of that window / calls: every thread of the process, "
+             "no child (the sandbox helpers, supervisors and servers run natively)",
+             "instructions, not time: the figure a regression check can compare on a noisy machine; "
+             "'spread' = (max - min) / median over the runs",
+             "the binary under valgrind is a copy with /proc/self/exe replaced by a symlink of the same "
+             "length to itself (tools.py selfexe): valgrind 3.19 cannot exec /proc/self/exe"]
+    write_table(out, stem, title, ["row", "Ir per call", "runs", "spread", "n"], rows, notes)
+    return med
 
 
 def order_key(name):
@@ -208,6 +271,20 @@ def cmd_report(argv):
         print(table(["name", "VmRSS max MiB", "VmHWM MiB", "samples"], rows))
         print(MEMORY_TARGET)
 
+    def fig(rows, name, key):
+        r = rows.get(name, {})
+        return r.get(key) if r.get("status") == "ok" else None
+    if startup:
+        record_pairs(out, "1-startup", [
+            ("start-up median (mcpbox exec /bin/true)", "ms", fig(startup, "before", "median_ms"),
+             fig(startup, "mcpbox", "median_ms")),
+            ("start-up added over true", "ms", fig(startup, "before", "added_ms_over_true"),
+             fig(startup, "mcpbox", "added_ms_over_true"))] if "before" in startup else [])
+    if memory:
+        record_pairs(out, "2-memory", [
+            ("launcher VmRSS max (exec sleep 1)", "MiB", fig(memory, "before", "vmrss_max_mib"),
+             fig(memory, "mcpbox", "vmrss_max_mib"))] if "before" in memory else [])
+
     extra_dir = out / "extra"
     for f in sorted(extra_dir.glob("*.json")) if extra_dir.is_dir() else []:
         data = json.loads(f.read_text())
@@ -218,6 +295,29 @@ def cmd_report(argv):
         for note in data.get("notes", []):
             print(note)
 
+    pairs_dir = out / "before-after"
+    pairs = []
+    for f in sorted(pairs_dir.glob("*.json")) if pairs_dir.is_dir() else []:
+        data = json.loads(f.read_text())
+        for fig_name, unit, before, after in data["rows"]:
+            # a ratio of two differences that may be negative (an added p99
+            # below zero is noise) would mean nothing: only of positive figures
+            ratio = after / before if isinstance(before, (int, float)) and isinstance(after, (int, float)) \
+                and before > 0 and after > 0 else None
+            pairs.append({"section": data["section"].split("-", 1)[-1], "figure": fig_name, "unit": unit,
+                          "before": before, "after": after, "after_over_before": ratio})
+    if pairs:
+        summary["before_after"] = pairs
+        print()
+        print(f"before/after: MCPBOX_BEFORE ({os.environ.get('MCPBOX_BEFORE') or env.get('mcpbox_before', 'before')}) "
+              "vs the current build, same run")
+        print(table(["section", "figure", "unit", "before", "after", "after/before"],
+                    [[p["section"], p["figure"], p["unit"], p["before"], p["after"],
+                      p["after_over_before"]] for p in pairs]))
+        print("after/before below 1: the current build is lower (faster, smaller, fewer instructions) "
+              "for every figure but calls/s and share of the ceiling, where above 1 is better; "
+              "a row whose binary failed shows '-'")
+
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     print()
     return 0
@@ -226,7 +326,8 @@ def cmd_report(argv):
 # ---------------------------------------------------------------------------
 # relay (issue 3) and egress (issue 4) tables
 # ---------------------------------------------------------------------------
-RELAY_ORDER = ["direct", "direct-clean-env", "mcpbox", "mcpbox-audit-tmpfs", "supergateway", "mcp-proxy"]
+RELAY_ORDER = ["direct", "direct-clean-env", "mcpbox", "before", "mcpbox-audit-tmpfs", "before-audit-tmpfs",
+               "supergateway", "mcp-proxy"]
 RELAY_TARGET = ("target (issue 3): mcpbox under 0.1 ms added per call at the median with policy, "
                 "redaction and audit on; many times the calls/s of either bridge")
 COLD_TARGET = "target (issue 3): cold start within 10 ms of the unsandboxed server's"
@@ -274,6 +375,7 @@ def cmd_relay(argv):
         sys.exit("usage: tools.py relay DIR")
     out = Path(argv[0])
     rel = out / "relay"
+    pairs = []  # before/after figures (MCPBOX_BEFORE)
 
     # --- latency ---
     lat = pooled(rel / "latency")
@@ -300,12 +402,16 @@ def cmd_relay(argv):
                 rows.append([name, f"failed: {s['failed']}"])
                 continue
             spread = f"{min(s['round_p50s']):.3f}-{max(s['round_p50s']):.3f}"
+            d99 = stats.get("direct", {}).get("p99")
+            s["added_p50"] = s["p50"] - d if d else None
+            s["added_p99"] = s["p99"] - d99 if d99 else None
             rows.append([name, s["p50"], s["p99"], round(s["cps"]),
-                         s["p50"] - d if d else None, s["p50"] / d if d else None,
+                         s["added_p50"], s["added_p99"], s["p50"] / d if d else None,
                          s["p50"] / m if m else None, spread, s["calls"]])
         notes = ["p50/p99 over all calls of all rounds pooled; 'round p50s' shows the spread between rounds",
                  "direct and mcpbox: stdio; supergateway (--stateful) and mcp-proxy: Streamable HTTP on loopback, one keep-alive connection",
                  "mcpbox: [secrets] (redaction on) and the SQLite audit log on disk; mcpbox-audit-tmpfs: the same with the audit database on /dev/shm (the disk cost of an audit record; the default durability 'process' writes the WAL without an fsync)",
+                 "before: the mcpbox row with MCPBOX_BEFORE's binary, in the same rounds (before and after alternate, so drift hits both alike)",
                  RELAY_TARGET]
         if d and m:
             notes.insert(0, f"mcpbox adds {(m - d) * 1e3:.0f} us per call at the median over direct")
@@ -313,11 +419,19 @@ def cmd_relay(argv):
             if s.get("partial"):
                 notes.append(f"{name}: some rounds failed: {s['partial']}")
         write_table(out, "relay-1-latency", "relay overhead: tools/call echo round trip, server-everything",
-                    ["path", "p50 ms", "p99 ms", "calls/s", "+ms vs direct", "x direct", "x mcpbox",
-                     "round p50s", "calls"], rows, notes)
+                    ["path", "p50 ms", "p99 ms", "calls/s", "+ms vs direct", "+p99 ms vs direct", "x direct",
+                     "x mcpbox", "round p50s", "calls"], rows, notes)
+    if "before" in stats:
+        a, b = stats.get("mcpbox", {}), stats.get("before", {})
+        for label, k, unit in (("relay p50 (stdio echo)", "p50", "ms"), ("relay p99", "p99", "ms"),
+                               ("relay added p50 over direct", "added_p50", "ms"),
+                               ("relay added p99 over direct", "added_p99", "ms"),
+                               ("relay calls/s (1 client)", "cps", "calls/s")):
+            pairs.append((label, unit, b.get(k), a.get(k)))
 
     # --- cold start ---
     cold = pooled(rel / "coldstart")
+    cold_med = {}
     if cold:
         rows, base = [], None
         for name in sorted(cold, key=relay_key):
@@ -327,6 +441,7 @@ def cmd_relay(argv):
                 continue
             samples = [x for r in ok for x in r["samples_ms"]]
             med = statistics.median(samples)
+            cold_med[name] = med
             if name == "direct":
                 base = med
             listed = sorted({r.get("tools") for r in ok if r.get("tools") is not None})
@@ -338,6 +453,15 @@ def cmd_relay(argv):
                      "direct-clean-env: the server unsandboxed with only PATH, HOME and LANG, near what mcpbox gives "
                      "its sandbox (the host's NODE_EXTRA_CA_CERTS alone costs node ~100 ms at start)",
                      COLD_TARGET])
+    if "before" in cold:
+        pairs.append(("relay cold start to tools/list", "ms", cold_med.get("before"), cold_med.get("mcpbox")))
+
+    # --- callgrind ---
+    cg = callgrind_table(out, rel / "callgrind", "relay-4-callgrind",
+                         "relay: instructions per tools/call echo of `mcpbox run` itself (callgrind)",
+                         "the relay process of `mcpbox run` (stdio, the relay section's policy)")
+    if "before" in cg or "before" in callgrind_rows(rel / "callgrind")[1]:
+        pairs.append(("relay instructions per call (callgrind)", "Ir", cg.get("before"), cg.get("mcpbox")))
 
     # --- memory ---
     mem = pooled(rel / "memory")
@@ -363,6 +487,13 @@ def cmd_relay(argv):
                      "max_line-128MiB: the whole 64 MiB line is accepted, then cut to [output] max_result (1 MiB); "
                      "max_line-default: 16 MiB, over-long strings are cut while streaming",
                      RMEM_TARGET])
+        mm = {n: next((r for r in rs if r.get("status") == "ok"), None) for n, rs in mem.items()}
+        for ml in ("max_line-128MiB", "max_line-default"):
+            if "before-" + ml in mm:
+                a, b = mm.get(ml), mm.get("before-" + ml)
+                pairs.append((f"relay VmHWM with a 64 MiB result ({ml})", "MiB",
+                              b["big_vmhwm_kib"] / 1024 if b else None, a["big_vmhwm_kib"] / 1024 if a else None))
+    record_pairs(out, "3-relay", pairs)
     return 0
 
 
@@ -489,9 +620,16 @@ def cmd_large(argv):
                 f"large result: a {mib:g} MiB tools/call answer direct vs through mcpbox run",
                 ["path", "median s", "min s", "max s", "MB/s", "+s vs direct", "marginal MB/s",
                  "x direct", "marginal x before", "redactions", "runs"], rows, notes)
+    pairs = []
+    for name in sorted(n for n in ok if n.startswith("before-")):
+        after = "mcpbox-" + name[len("before-"):]
+        b, a = ok.get(name, {}), ok.get(after, {})
+        pairs.append((f"large {after[len('mcpbox-'):]}: median", "s", b.get("median_s"), a.get("median_s")))
+        pairs.append((f"large {after[len('mcpbox-'):]}: marginal", "MB/s", marginal(name)[1], marginal(after)[1]))
+    record_pairs(out, "5-large", pairs)
     return 0
 
-SERVE_ORDER = ["mcpbox-serve", "supergateway", "mcp-proxy"]
+SERVE_ORDER = ["mcpbox-serve", "before-serve", "supergateway", "mcp-proxy"]
 SERVE_BRIDGES = ["supergateway", "mcp-proxy"]
 SERVE_TARGET = ("target (serve issue): p50 <= 0.6 ms at 1 client (supergateway 2.2 ms, mcp-proxy 2.6 ms "
                 "when the issue was written); calls/s at 32 clients >= 5x the better bridge")
@@ -507,9 +645,22 @@ def cmd_serve(argv):
     sv = out / "serve"
     key = lambda n: (SERVE_ORDER.index(n) if n in SERVE_ORDER else len(SERVE_ORDER), n)
 
-    lat, thr = pooled(sv / "latency"), pooled(sv / "throughput")
+    lat = pooled(sv / "latency")
+    # One directory per client count (SERVE_CLIENTS=8,32: throughput/c8,
+    # throughput/c32); the table above shows the largest, the CPU tables all.
+    thr_by_n = {}
+    for d in sorted((sv / "throughput").glob("c*")) if (sv / "throughput").is_dir() else []:
+        if d.is_dir() and d.name[1:].isdigit():
+            thr_by_n[int(d.name[1:])] = pooled(d)
+    flat = pooled(sv / "throughput")  # results of an older bench/run: one client count
+    if flat and not thr_by_n:
+        n = next((r["clients"] for rs in flat.values() for r in rs if r.get("clients")), 0)
+        thr_by_n[n] = flat
+    top_n = max(thr_by_n) if thr_by_n else None
+    cpu_meds, ceiling = {}, None
+    thr = thr_by_n.get(top_n, {})
     stats = {}
-    for name in set(lat) | set(thr):
+    for name in set(lat) | set(thr) | {n for t in thr_by_n.values() for n in t}:
         s = {}
         ok = [r for r in lat.get(name, []) if r.get("status") == "ok"]
         if ok:
@@ -529,6 +680,10 @@ def cmd_serve(argv):
                       "errors": sum(r.get("errors", 0) for r in okt)})
         else:
             s["thr_failed"] = first_failure(thr.get(name, [])) or "not run"
+        for n, t in thr_by_n.items():
+            okn = [r for r in t.get(name, []) if r.get("status") == "ok"]
+            if okn:
+                s[f"cps@{n}"] = statistics.median(r["calls_per_s"] for r in okn)
         stats[name] = s
     figures = {}
     if stats:
@@ -562,7 +717,12 @@ def cmd_serve(argv):
                 if k in stats[name] and ("p50" in stats[name] or "cps" in stats[name]):
                     rows.append([f"{name} ({'1 client' if k == 'lat_failed' else 'concurrent'})",
                                  f"failed: {stats[name][k]}"])
-        clients = next((s["clients"] for s in stats.values() if "clients" in s), "N")
+        clients = top_n if top_n is not None else "N"
+        lower = [n for n in sorted(thr_by_n) if n != top_n]
+        for row in rows:
+            if len(row) > 2:  # a measured row: calls/s at the lower client counts after "calls/s 1"
+                st = stats.get(row[0], {})
+                row[4:4] = [st.get(f"cps@{n}") for n in lower]
         notes = [
             "every row fronts stdio server-everything (npm): one server process per client session behind "
             "mcpbox-serve and supergateway --stateful, one shared by all sessions behind mcp-proxy (npm) "
@@ -586,11 +746,27 @@ def cmd_serve(argv):
                             f"({figures['calls_per_s_ratio_vs_best_bridge'] or 0:.2f}x {figures['best_bridge_calls_per_s']})")
         write_table(out, "serve-1-latency",
                     "serve: tools/call echo through an HTTP gateway or bridge to stdio server-everything",
-                    ["path", "p50 ms", "p99 ms", "calls/s 1", f"calls/s {clients}", f"p50 ms {clients}",
+                    ["path", "p50 ms", "p99 ms", "calls/s 1"] + [f"calls/s {n}" for n in lower] +
+                    [f"calls/s {clients}", f"p50 ms {clients}",
                      f"p99 ms {clients}", "x bridge p50", "x bridge calls/s", "round p50s", "rounds calls/s",
                      "errors"], rows, notes)
-        ceiling = serve_cpu_table(out, thr, key, best_cps, clients)
-        if ceiling:
+        # The CPU table for every row at every client count, 1 client too
+        # (the latency rounds: sequential calls, so far below the ceiling).
+        for n in [1] + sorted(thr_by_n):
+            rows_n = lat if n == 1 else thr_by_n[n]
+            bridge_n = {}
+            for b in SERVE_BRIDGES:
+                okb = [r for r in rows_n.get(b, []) if r.get("status") == "ok"]
+                if okb:
+                    bridge_n[b] = statistics.median(r["calls_per_s"] for r in okb)
+            best_n = max(bridge_n.items(), key=lambda kv: kv[1]) if bridge_n else None
+            got = serve_cpu_table(out, rows_n, key, best_n, n,
+                                  stem=f"serve-1-throughput-cpu-{n:03d}" if n != top_n else None)
+            if got:
+                cpu_meds[n] = got["cpu_per_call"]
+                if n == top_n:
+                    ceiling = got
+        if ceiling and ceiling.get("line"):
             figures.update(ceiling)
             data = json.loads((out / "extra" / "serve-1-latency.json").read_text())
             data["notes"].insert(1 if figures.get("p50_speedup_vs_best_bridge") else 0, ceiling["line"])
@@ -598,6 +774,28 @@ def cmd_serve(argv):
         data = json.loads((out / "extra" / "serve-1-latency.json").read_text())
         data["figures"] = figures
         (out / "extra" / "serve-1-latency.json").write_text(json.dumps(data, indent=2))
+
+    cg = callgrind_table(out, sv / "callgrind", "serve-4-callgrind",
+                         "serve: instructions per tools/call echo of the gateway process alone (callgrind), 1 client",
+                         "the `mcpbox serve` process (1 client, one keep-alive connection, the serve section's config)")
+    pairs = []
+    if stats and "before-serve" in stats:
+        a, b = stats.get("mcpbox-serve", {}), stats["before-serve"]
+        pairs += [("serve echo p50, 1 client", "ms", b.get("p50"), a.get("p50")),
+                  ("serve echo p99, 1 client", "ms", b.get("p99"), a.get("p99"))]
+        for n in sorted(thr_by_n):
+            pairs.append((f"serve calls/s, {n} clients", "calls/s", b.get(f"cps@{n}"), a.get(f"cps@{n}")))
+        for n, med in sorted(cpu_meds.items()):
+            ma, mb = med.get("mcpbox-serve", {}), med.get("before-serve", {})
+            pairs.append((f"serve gateway CPU per call, {n} client{'s' if n > 1 else ''}", "ms",
+                          mb.get("gateway_ms_per_call"), ma.get("gateway_ms_per_call")))
+            if n > 1:
+                pairs.append((f"serve share of the zero-cost ceiling, {n} clients", "%",
+                              100 * mb["share_of_ceiling"] if mb.get("share_of_ceiling") else None,
+                              100 * ma["share_of_ceiling"] if ma.get("share_of_ceiling") else None))
+    if "before-serve" in cg or "before-serve" in callgrind_rows(sv / "callgrind")[1]:
+        pairs.append(("serve gateway instructions per call (callgrind, 1 client)", "Ir",
+                      cg.get("before-serve"), cg.get("mcpbox-serve")))
 
     ses = pooled(sv / "sessions")
     if ses:
@@ -622,6 +820,13 @@ def cmd_serve(argv):
                      "'mcpbox children': descendant processes named mcpbox (sandbox supervisors and helpers), "
                      "shown apart; the servers (node) are not mcpbox's",
                      SESSIONS_TARGET])
+        sa = next((r for r in ses.get("mcpbox-serve", []) if r.get("status") == "ok"), None)
+        sb = next((r for r in ses.get("before-serve", []) if r.get("status") == "ok"), None)
+        if "before-serve" in ses:
+            pairs.append((f"serve gateway VmRSS with {(sa or sb or {}).get('clients', '?')} idle sessions", "MiB",
+                          sb["sessions_vmrss_kib"] / 1024 if sb else None,
+                          sa["sessions_vmrss_kib"] / 1024 if sa else None))
+    record_pairs(out, "4-serve", pairs)
 
     fl = pooled(sv / "flood")
     if fl:
@@ -681,7 +886,7 @@ CPU_KEYS = ["client_ms_per_call", "gateway_ms_per_call", "upstream_ms_per_call",
             "others_ms_per_call", "machine_busy_cores", "ours_cores"]
 
 
-def serve_cpu_table(out, thr, key, best_cps, clients):
+def serve_cpu_table(out, thr, key, best_cps, clients, stem=None):
     """The CPU table of the concurrent rounds (mcphttp.py's "cpu" block):
     per row, medians over rounds of the CPU ms per call of the client, the
     gateway, the servers and all three, and the ceiling: the calls/s this
@@ -704,10 +909,13 @@ def serve_cpu_table(out, thr, key, best_cps, clients):
         m["round_ceilings"] = [c["ceiling_calls_per_s"] for c in cpus]
         m["pids"] = f"{cpus[0]['gateway_pids']}+{cpus[0]['upstream_pids']}"
         m["pids_changed"] = any(c["pids_changed"] for c in cpus)
+        m["share_of_ceiling"] = (m["calls_per_s"] / m["ceiling_calls_per_s"]
+                                 if m.get("ceiling_calls_per_s") else None)
         med[name] = m
         x = m["ceiling_calls_per_s"] / best_cps[1] if best_cps else None
+        share = f"{m['share_of_ceiling']:.0%}" if m["share_of_ceiling"] is not None else "-"
         rows.append([name, m["calls_per_s"], m["client_ms_per_call"], m["gateway_ms_per_call"],
-                     m["upstream_ms_per_call"], m["total_ms_per_call"], m["ceiling_calls_per_s"], x,
+                     m["upstream_ms_per_call"], m["total_ms_per_call"], m["ceiling_calls_per_s"], share, x,
                      m["client_bound_calls_per_s"], m["upstream_bound_calls_per_s"], m["ours_cores"],
                      m["machine_busy_cores"], m["others_ms_per_call"], m["pids"],
                      f"{min(m['round_ceilings']):.0f}-{max(m['round_ceilings']):.0f}"])
@@ -715,14 +923,14 @@ def serve_cpu_table(out, thr, key, best_cps, clients):
         return None
     best = best_cps[1] if best_cps else None
     mine = med.get("mcpbox-serve")
-    top = max(med.items(), key=lambda kv: kv[1]["ceiling_calls_per_s"])
+    top = max(med.items(), key=lambda kv: kv[1]["ceiling_calls_per_s"] or 0)
     figures = {"cores": cores, "cpu_per_call": med,
                "ceiling_calls_per_s": mine["ceiling_calls_per_s"] if mine else None,
                "ceiling_x_best_bridge": mine["ceiling_calls_per_s"] / best if mine and best else None,
                "highest_ceiling_row": top[0], "highest_ceiling_calls_per_s": top[1]["ceiling_calls_per_s"],
-               "highest_ceiling_x_best_bridge": top[1]["ceiling_calls_per_s"] / best if best else None}
+               "highest_ceiling_x_best_bridge": (top[1]["ceiling_calls_per_s"] or 0) / best if best else None}
     line = None
-    if mine and best:
+    if mine and best and mine.get("ceiling_calls_per_s"):
         line = (f"the ceiling at {clients} clients on {cores} cores (a gateway costing zero CPU): "
                 f"{cores} / ({mine['client_ms_per_call']:.3f} client + {mine['upstream_ms_per_call']:.3f} servers "
                 f"ms per call) = {mine['ceiling_calls_per_s']:.0f} calls/s = "
@@ -733,6 +941,8 @@ def serve_cpu_table(out, thr, key, best_cps, clients):
                 f"5x would be {5 * best:.0f} calls/s")
         figures["line"] = line
     notes = [
+        ("1 client: the sequential calls of the latency rounds, so far below the ceiling (each call waits for "
+         "the last); " if clients == 1 else "") +
         f"CPU over the measured window of the {clients}-client rounds (medians over rounds): utime+stime from "
         "/proc/PID/stat (clock ticks), plus cutime+cstime (children reaped), summed over the row's process "
         "tree in two parts: 'servers' = every process running server-everything and its descendants, "
@@ -745,6 +955,7 @@ def serve_cpu_table(out, thr, key, best_cps, clients):
         "end; the process sets at both ends were " + ("NOT always equal (a process started or ended in the "
         "window: its time is in its reaper's)" if any(m["pids_changed"] for m in med.values()) else
         "equal in every round (no process started or ended in the window)"),
+        "'share' = calls/s / ceiling, the part of the zero-cost ceiling this row reached; "
         "'ceiling' = cores / (client + servers CPU ms per call) = the calls/s this machine could serve with "
         "this client and these servers if the gateway cost nothing; 'x bridge' = ceiling / the better "
         "bridge's measured calls/s (the table above); 'client bound' = 1000 / client ms per call (the client "
@@ -756,12 +967,50 @@ def serve_cpu_table(out, thr, key, best_cps, clients):
     ]
     if line:
         notes.insert(0, line)
-    write_table(out, "serve-1-throughput-cpu",
-                f"serve: CPU per call at {clients} clients, and the ceiling a zero-cost gateway would reach",
+    write_table(out, stem or "serve-1-throughput-cpu",
+                f"serve: CPU per call at {clients} client{'s' if clients != 1 else ''}, and the ceiling a "
+                "zero-cost gateway would reach",
                 ["path", "calls/s", "client ms", "gateway ms", "servers ms", "total ms", "ceiling calls/s",
-                 "x bridge", "client bound", "servers bound", "our cores", "machine cores", "others ms/call",
+                 "share", "x bridge", "client bound", "servers bound", "our cores", "machine cores", "others ms/call",
                  "pids", "round ceilings"], rows, notes)
     return figures
+
+
+SELF_EXE = b"/proc/self/exe"
+
+
+def cmd_selfexe(argv):
+    """selfexe SRC DST LINK: see the module's doc. A short constant copy
+    is compiled to two overlapping 8-byte immediates (movabs of "/proc/se"
+    and "self/exe", 6 bytes apart in the string): both are rewritten, the
+    first only next to a second. Fails when nothing was replaced."""
+    if len(argv) != 3:
+        sys.exit("usage: tools.py selfexe SRC DST LINK")
+    src, dst, link = argv[0], Path(argv[1]), argv[2].encode()
+    if len(link) != len(SELF_EXE):
+        sys.exit(f"selfexe: LINK must be {len(SELF_EXE)} bytes, not {len(link)}")
+    data = Path(src).read_bytes()
+    whole = data.count(SELF_EXE)
+    data = bytearray(data.replace(SELF_EXE, link))
+    movabs = lambda imm: re.compile(rb"[\x48\x49][\xb8-\xbf]" + re.escape(imm))
+    tails = [m.start() for m in movabs(SELF_EXE[6:]).finditer(bytes(data))]
+    heads = [m.start() for m in movabs(SELF_EXE[:8]).finditer(bytes(data))
+             if any(abs(m.start() - t) < 64 for t in tails)]
+    for t in tails:
+        data[t + 2:t + 10] = link[6:]
+    for h in heads:
+        data[h + 2:h + 10] = link[:8]
+    if not whole and not tails:
+        sys.exit(f"selfexe: no /proc/self/exe in {src}")
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    dst.write_bytes(bytes(data))
+    dst.chmod(0o755)
+    if os.path.lexists(link):
+        os.unlink(link)
+    os.symlink(dst.resolve(), link)
+    print(f"[bench]   {dst.name}: /proc/self/exe -> {link.decode()} ({whole} strings, {len(tails)}+{len(heads)} "
+          "immediates)", file=sys.stderr)
+    return 0
 
 
 def cmd_alternate(argv):
@@ -795,7 +1044,7 @@ def cmd_alternate(argv):
 
 def main():
     cmds = {"mem": cmd_mem, "report": cmd_report, "relay": cmd_relay, "large": cmd_large,
-            "egress": cmd_egress, "serve": cmd_serve, "alternate": cmd_alternate}
+            "egress": cmd_egress, "serve": cmd_serve, "alternate": cmd_alternate, "selfexe": cmd_selfexe}
     if len(sys.argv) < 2 or sys.argv[1] not in cmds:
         sys.exit(__doc__)
     return cmds[sys.argv[1]](sys.argv[2:])
