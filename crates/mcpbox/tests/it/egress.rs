@@ -397,3 +397,58 @@ fn egress_bridge_inside_the_sandbox_keeps_no_privileges() {
         bridge[0]
     );
 }
+
+/// The bridge hands each connection to the proxy as a socket over the
+/// proxy's Unix socket. Anything in the sandbox can do the same by hand:
+/// a descriptor that is not a TCP socket is refused as a malformed request,
+/// and a TCP socket handed over is held to the same policy, decided by the
+/// host name read from it (the blocked name is refused, the allowed one
+/// opens), never by anything the sandbox chose about the socket.
+#[test]
+fn a_connection_handed_to_the_proxy_from_inside_the_sandbox_gets_no_other_policy() {
+    let port = upstream("hello through a handed-over socket");
+    let ws = Workspace::new();
+    let p = ws.policy(&format!("[audit]\npath = \"audit.db\"\n{}", network(port)));
+    let script = format!(
+        r#"
+import os, socket
+SOCK = "/run/mcpbox/egress.sock"
+def first_line(s):
+    got = b""
+    while b"\r\n" not in got:
+        b = s.recv(4096)
+        if not b: break
+        got += b
+    return got.split(b"\r\n")[0].decode()
+u = socket.socket(socket.AF_UNIX); u.connect(SOCK)
+r, w = os.pipe()
+socket.send_fds(u, [b"\0"], [w]); os.close(w)
+print("pipe", first_line(u))
+for host in ["blocked.test", "fetch.test"]:
+    l = socket.socket(); l.bind(("127.0.0.1", 0)); l.listen()
+    c = socket.create_connection(l.getsockname()); a, _ = l.accept()
+    u = socket.socket(socket.AF_UNIX); u.connect(SOCK)
+    socket.send_fds(u, [b"\0"], [a.fileno()]); a.close(); u.close()
+    c.sendall(f"GET http://{{host}}:{port}/ HTTP/1.1\r\nHost: {{host}}:{port}\r\n\r\n".encode())
+    print(host, first_line(c))
+"#
+    );
+    let out = exec_python(&p, &script, &[]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(
+        lines.len(),
+        3,
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(lines[0].starts_with("pipe HTTP/1.1 400"), "{stdout}");
+    assert!(
+        lines[1].starts_with("blocked.test HTTP/1.1 403"),
+        "{stdout}"
+    );
+    assert!(lines[2].starts_with("fetch.test HTTP/1.1 200"), "{stdout}");
+    let audit = audit(&ws);
+    assert!(audit.contains("request.malformed"), "{audit}");
+    assert!(audit.contains("blocked.test"), "{audit}");
+}
