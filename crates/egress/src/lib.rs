@@ -3,17 +3,14 @@
 //!
 //! A sandbox has loopback only. Where policy allows egress, mcpbox runs a
 //! [`Proxy`] outside the sandbox on a Unix socket, and a [`bridge`] inside
-//! the sandbox's network namespace listens on `127.0.0.1:PORT` and hands
-//! each accepted connection to the proxy over that socket (the socket
-//! itself, SCM_RIGHTS, so the proxy reads and writes it directly; the proxy
-//! still decides by the host name it reads there); [`proxy_env`] points
-//! programs at the bridge. The proxy speaks HTTP `CONNECT` (TLS and any TCP) and plain HTTP
+//! the sandbox's network namespace listens on `127.0.0.1:PORT` and carries
+//! each connection over that socket; [`proxy_env`] points programs at the
+//! bridge. The proxy speaks HTTP `CONNECT` (TLS and any TCP) and plain HTTP
 //! forwarding (absolute-form, one request per upstream connection), decides
 //! each target through an [`EgressPolicy`], resolves names itself, refuses
 //! non-public addresses after resolution (DNS rebinding, metadata services),
 //! connects to exactly the address it checked, checks TLS SNI against the
-//! CONNECT host, relays with splice(2) (a fixed 64 KiB buffer where splice
-//! is refused), and writes one audit
+//! CONNECT host, relays through fixed 64 KiB buffers, and writes one audit
 //! record per connection, with package names for known registries.
 //!
 //! Request heads are parsed by `httparse` (the HTTP/1 parser under hyper,
@@ -32,7 +29,6 @@
 mod addr;
 mod bridge;
 mod env;
-mod handoff;
 mod http;
 mod package;
 mod pool;

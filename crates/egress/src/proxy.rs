@@ -29,7 +29,6 @@ use mcpbox_policy::{Decision, NetworkAnswer, Reason, Source, Verdict};
 use serde_json::{json, Map, Value};
 
 use crate::addr::{classify, is_metadata_name};
-use crate::handoff::{self, First};
 use crate::http::{self, error_response, Fault, HeadError, Host, CONNECT_OK};
 use crate::package::{parse_package, registry_for_host};
 use crate::pool::Pool;
@@ -376,26 +375,23 @@ impl Proxy {
     fn handle_inner(&self, client: &mut ClientStream, rec: &mut Record) {
         let _ = client.read_timeout(Some(self.inner.head_timeout));
         let mut buf = Vec::new();
-        let parsed = self
-            .take_handoff(client, &mut buf)
-            .and_then(|()| http::read_head(client, &mut buf))
-            .and_then(|n| {
-                let head = http::parse_head(&buf[..n])?;
-                rec.method = Some(head.method.clone());
-                if head.method == "CONNECT" {
-                    let (host, port) = http::parse_authority(&head.target, 443)?;
-                    Ok((host, port, Mode::Tunnel, None, n))
-                } else {
-                    let fwd = http::rewrite_absolute(&head)?;
-                    Ok((
-                        fwd.host,
-                        fwd.port,
-                        Mode::Forward { head: fwd.head },
-                        Some(fwd.path),
-                        n,
-                    ))
-                }
-            });
+        let parsed = http::read_head(client, &mut buf).and_then(|n| {
+            let head = http::parse_head(&buf[..n])?;
+            rec.method = Some(head.method.clone());
+            if head.method == "CONNECT" {
+                let (host, port) = http::parse_authority(&head.target, 443)?;
+                Ok((host, port, Mode::Tunnel, None, n))
+            } else {
+                let fwd = http::rewrite_absolute(&head)?;
+                Ok((
+                    fwd.host,
+                    fwd.port,
+                    Mode::Forward { head: fwd.head },
+                    Some(fwd.path),
+                    n,
+                ))
+            }
+        });
         let (host, port, mode, path, head_len) = match parsed {
             Ok(p) => p,
             Err(HeadError::Empty) => {
@@ -467,32 +463,6 @@ impl Proxy {
                 self.relay(client, upstream, first, None, true, rec);
             }
         }
-    }
-
-    /// The first read of a Unix-socket client: where it is the bridge
-    /// handing over the sandbox's TCP connection, serve that connection
-    /// from here on (under the same head timeout); otherwise keep what was
-    /// read as the start of the request head. Nothing is decided here: the
-    /// checks that follow read the head from whichever socket it is.
-    fn take_handoff(&self, client: &mut ClientStream, buf: &mut Vec<u8>) -> Result<(), HeadError> {
-        let ClientStream::Unix(unix) = client else {
-            return Ok(());
-        };
-        match handoff::receive(unix).map_err(HeadError::Read)? {
-            First::Conn(conn) => {
-                *client = ClientStream::Tcp(conn);
-                let _ = client.read_timeout(Some(self.inner.head_timeout));
-            }
-            // The marker without exactly one TCP socket (a forged or broken
-            // handoff): refused now, not after the head timeout.
-            First::Bytes(bytes) if bytes.first() == Some(&handoff::MARKER) => {
-                return Err(HeadError::Malformed(
-                    "a handoff without exactly one tcp socket",
-                ))
-            }
-            First::Bytes(bytes) => *buf = bytes,
-        }
-        Ok(())
     }
 
     /// Steps 2 to 5 of the check sequence; returns a connected upstream.
