@@ -343,6 +343,169 @@ pub(crate) fn splice_both<A: Socket, B: Socket>(
 mod tests {
     use super::*;
 
+    /// A connected loopback TCP pair.
+    fn tcp_pair() -> (TcpStream, TcpStream) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (b, _) = l.accept().unwrap();
+        (a, b)
+    }
+
+    /// Two endpoints joined by `splice_both` the way the proxy and the
+    /// bridge join theirs: `a` talks to `b` through the relay, which runs
+    /// on its own thread and returns its byte counts when both ways ended.
+    fn relayed() -> (TcpStream, TcpStream, std::thread::JoinHandle<(u64, u64)>) {
+        let (a, a_far) = tcp_pair();
+        let (b_far, b) = tcp_pair();
+        let relay = std::thread::spawn(move || {
+            let pool = crate::pool::Pool::new("test-relay");
+            splice_both(a_far, b_far, &pool).unwrap()
+        });
+        (a, b, relay)
+    }
+
+    /// Byte `i` of a test stream seeded by `seed` (not periodic in any
+    /// buffer size, so a lost, repeated or reordered chunk is caught).
+    fn pattern(seed: u64, len: usize) -> Vec<u8> {
+        let mut x = seed | 1;
+        (0..len)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect()
+    }
+
+    /// FNV-1a over `bytes`.
+    fn checksum(bytes: &[u8]) -> u64 {
+        bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+            (h ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3)
+        })
+    }
+
+    #[test]
+    fn a_large_transfer_arrives_intact_both_ways_at_once() {
+        let (mut a, mut b, relay) = relayed();
+        let up = pattern(1, 32 << 20);
+        let down = pattern(2, 24 << 20);
+        let (up_sum, down_sum) = (checksum(&up), checksum(&down));
+        let (up_len, down_len) = (up.len(), down.len());
+        let mut a_write = a.try_clone().unwrap();
+        let mut b_write = b.try_clone().unwrap();
+        let w1 = std::thread::spawn(move || {
+            a_write.write_all(&up).unwrap();
+            a_write.shutdown(How::Write).unwrap();
+        });
+        let w2 = std::thread::spawn(move || {
+            b_write.write_all(&down).unwrap();
+            b_write.shutdown(How::Write).unwrap();
+        });
+        let mut at_b = Vec::new();
+        let reader = std::thread::spawn(move || {
+            b.read_to_end(&mut at_b).unwrap();
+            at_b
+        });
+        let mut at_a = Vec::new();
+        a.read_to_end(&mut at_a).unwrap();
+        let at_b = reader.join().unwrap();
+        w1.join().unwrap();
+        w2.join().unwrap();
+        assert_eq!((at_b.len(), checksum(&at_b)), (up_len, up_sum));
+        assert_eq!((at_a.len(), checksum(&at_a)), (down_len, down_sum));
+        assert_eq!(
+            relay.join().unwrap(),
+            (up_len as u64, down_len as u64),
+            "the relay counts every byte it moved"
+        );
+    }
+
+    #[test]
+    fn half_close_passes_through_each_way() {
+        for a_first in [true, false] {
+            let (mut a, mut b, relay) = relayed();
+            let (first, second) = if a_first {
+                (&mut a, &mut b)
+            } else {
+                (&mut b, &mut a)
+            };
+            // The first side says its piece and closes its writing half...
+            first.write_all(b"request").unwrap();
+            first.shutdown(How::Write).unwrap();
+            let mut got = Vec::new();
+            second.read_to_end(&mut got).unwrap();
+            assert_eq!(got, b"request", "end of file arrives after the data");
+            // ...and can still read the answer, written after that.
+            second.write_all(b"answer after the half-close").unwrap();
+            second.shutdown(How::Write).unwrap();
+            let mut got = Vec::new();
+            first.read_to_end(&mut got).unwrap();
+            assert_eq!(got, b"answer after the half-close");
+            let (up, down) = relay.join().unwrap();
+            assert_eq!(up + down, 7 + 27);
+        }
+    }
+
+    #[test]
+    fn a_peer_that_stops_reading_holds_the_sender_back_instead_of_buffering() {
+        let (a, b, relay) = relayed();
+        // `b` reads nothing: the relay may hold what fits in the sockets'
+        // and its pipe's buffers, then `a` must be made to wait.
+        a.set_nonblocking(true).unwrap();
+        let chunk = vec![7u8; 64 * 1024];
+        let mut sent = 0usize;
+        let mut a_w = &a;
+        let mut stalls = 0;
+        while stalls < 50 {
+            match a_w.write(&chunk) {
+                Ok(n) => {
+                    sent += n;
+                    stalls = 0;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    stalls += 1;
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                Err(e) => panic!("{e}"),
+            }
+            assert!(sent < 256 << 20, "256 MiB went in and nobody read them");
+        }
+        // The reader goes away: the relay ends, and so does the sender's
+        // connection, instead of waiting forever.
+        drop(b);
+        a.set_nonblocking(false).unwrap();
+        let mut a_r = &a;
+        let mut sink = [0u8; 1024];
+        loop {
+            match a_r.read(&mut sink) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+        }
+        let (up, _) = relay.join().unwrap();
+        assert!(up as usize <= sent);
+    }
+
+    #[test]
+    fn end_of_file_mid_stream_ends_the_relay_with_exactly_what_was_sent() {
+        // The upstream dies after part of what a client expects: the client
+        // gets those bytes, then end of file, never more and never a hang.
+        let (mut a, b, relay) = relayed();
+        let part = pattern(3, 3 * RELAY_BUFFER + 123);
+        let mut b_w = b.try_clone().unwrap();
+        b_w.write_all(&part).unwrap();
+        drop(b_w);
+        drop(b);
+        let mut got = Vec::new();
+        a.read_to_end(&mut got).unwrap();
+        assert_eq!(checksum(&got), checksum(&part));
+        assert_eq!(got.len(), part.len());
+        drop(a);
+        let (up, down) = relay.join().unwrap();
+        assert_eq!((up, down), (0, part.len() as u64));
+    }
+
     #[test]
     fn relay_falls_back_to_copying_where_splice_is_refused() {
         // splice(2) into an O_APPEND file fails with EINVAL after the bytes
