@@ -24,6 +24,7 @@ mod canonical;
 pub use canonical::canonical_json;
 mod error;
 mod format;
+mod group;
 mod jsonl;
 mod memory;
 mod ocsf;

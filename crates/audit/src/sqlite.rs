@@ -1,6 +1,8 @@
 //! The default audit store: an embedded SQLite database with a hash chain.
 //!
-//! Durability: WAL journal, one transaction per event. With
+//! Durability: WAL journal, one transaction per write, or per group of
+//! writes that arrive together from several threads (`group.rs`: a
+//! `record` or `commit` returns once the transaction holding it ended). With
 //! [`Durability::Process`] (`synchronous=NORMAL`, the default) a `record`
 //! that returned is in the write-ahead log and survives a crash or kill of
 //! the process; a crash of the machine may lose the last few records. With
@@ -40,6 +42,7 @@ use rusqlite::types::Value as SqlValue;
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 
 use crate::canonical::{chain_hash, record_json, GENESIS};
+use crate::group::{Answers, Batch, Group, Write};
 use crate::pending::{write_through, Pending};
 use crate::{Durability, Error, Event, HeadKey, Query, Result, Sink};
 
@@ -167,6 +170,8 @@ impl VerifyReport {
 pub struct SqliteStore {
     path: PathBuf,
     inner: Mutex<Inner>,
+    /// The writes of every thread, grouped into transactions (`group.rs`).
+    group: Group,
 }
 
 #[derive(Debug)]
@@ -248,6 +253,7 @@ impl SqliteStore {
                 pending: Pending::default(),
                 key: None,
             }),
+            group: Group::default(),
         })
     }
 
@@ -598,63 +604,131 @@ impl SqliteStore {
     }
 }
 
+impl SqliteStore {
+    /// Writes one batch of the group (`group.rs`): every write in one
+    /// transaction when nothing waits in memory from a failed write, else,
+    /// or when that transaction fails (nothing of it written), each in
+    /// turn as if alone: a record through the in-memory queue on an error,
+    /// a commit after the queued records, refused with why on an error.
+    fn write_batch(&self, batch: Batch) -> Answers {
+        let mut guard = self.lock();
+        let inner = &mut *guard;
+        let conn = &mut inner.conn;
+        let key = inner.key.as_ref();
+        if inner.pending.len() == 0 {
+            let events: Vec<&Event> = batch
+                .iter()
+                .map(|(_, w)| match w {
+                    Write::Record(e) | Write::Commit(e) => e,
+                })
+                .collect();
+            match append_refs(conn, &events, key) {
+                Ok(_) => {
+                    return batch
+                        .into_iter()
+                        .filter(|(_, w)| matches!(w, Write::Commit(_)))
+                        .map(|(t, _)| (t, Ok(())))
+                        .collect()
+                }
+                Err(e) if batch.len() > 1 => {
+                    tracing::debug!(error = %e, "audit batch failed; writing its events one by one")
+                }
+                // alone: the same write again would fail the same way
+                Err(e) => {
+                    return match batch.into_iter().next() {
+                        Some((t, Write::Commit(_))) => vec![(t, Err(self.unwritten(e)))],
+                        Some((_, Write::Record(event))) => {
+                            report_failure(&mut inner.pending, event, &e);
+                            Vec::new()
+                        }
+                        None => Vec::new(),
+                    };
+                }
+            }
+        }
+        let mut answers = Vec::new();
+        for (ticket, write) in batch {
+            match write {
+                Write::Record(event) => write_through(&mut inner.pending, event, "sqlite", |e| {
+                    append_row(conn, e, key).map(|_| ())
+                }),
+                Write::Commit(event) => {
+                    let mut result = Ok(());
+                    while let Some(front) = inner.pending.front() {
+                        match append_row(conn, front, key) {
+                            Ok(_) => {
+                                inner.pending.pop_front();
+                            }
+                            Err(e) => {
+                                result = Err(e);
+                                break;
+                            }
+                        }
+                    }
+                    let result = result.and_then(|()| append_row(conn, &event, key).map(|_| ()));
+                    answers.push((ticket, result.map_err(|e| self.unwritten(e))));
+                }
+            }
+        }
+        answers
+    }
+
+    fn unwritten(&self, e: Error) -> crate::Unwritten {
+        let unwritten = crate::Unwritten::from(e);
+        tracing::error!(path = %self.path.display(), "audit record not written: {unwritten}");
+        unwritten
+    }
+}
+
+/// A lone record that could not be written: kept in memory, logged (as
+/// [`write_through`] does).
+fn report_failure(pending: &mut Pending, event: Event, e: &Error) {
+    tracing::error!(
+        store = "sqlite",
+        error = %e,
+        queued = pending.len() + 1,
+        "audit write failed: event kept in memory until the next write succeeds"
+    );
+    pending.push(event);
+}
+
 impl Sink for SqliteStore {
     fn record(&self, mut event: Event) {
         if event.time_ms == 0 {
             event.time_ms = crate::now_ms();
         }
-        let mut guard = self.lock();
-        let inner = &mut *guard;
-        let conn = &mut inner.conn;
-        let key = inner.key.as_ref();
-        write_through(&mut inner.pending, event, "sqlite", |e| {
-            append_row(conn, e, key).map(|_| ())
-        });
+        self.group
+            .submit(vec![Write::Record(event)], |b| self.write_batch(b));
     }
 
-    /// One transaction for all of `events` (the WAL frames of the pages
-    /// they share, and the locks, once). If it fails nothing of it was
-    /// written, and they go one by one as [`Sink::record`] takes them:
-    /// whatever fails then is queued, in order.
+    /// In one transaction with whatever other threads write meanwhile
+    /// (`group.rs`). If it fails nothing of it was written, and they go one
+    /// by one as [`Sink::record`] takes them: whatever fails then is
+    /// queued, in order.
     fn record_all(&self, mut events: Vec<Event>) {
         let now = crate::now_ms();
         for e in events.iter_mut().filter(|e| e.time_ms == 0) {
             e.time_ms = now;
         }
-        let mut guard = self.lock();
-        let inner = &mut *guard;
-        let conn = &mut inner.conn;
-        let key = inner.key.as_ref();
-        if events.len() > 1 && inner.pending.len() == 0 {
-            match append_rows(conn, &events, key) {
-                Ok(_) => return,
-                Err(e) => {
-                    tracing::debug!(error = %e, "audit batch failed; writing its events one by one")
-                }
-            }
-        }
-        for event in events {
-            write_through(&mut inner.pending, event, "sqlite", |e| {
-                append_row(conn, e, key).map(|_| ())
-            });
-        }
+        let writes = events.into_iter().map(Write::Record).collect();
+        self.group.submit(writes, |b| self.write_batch(b));
     }
 
     fn healthy(&self) -> bool {
         self.lock().pending.len() == 0
     }
 
-    /// [`SqliteStore::append`]: the queued records first, then `event`,
-    /// each in its own transaction; on an error `event` is not kept.
-    fn commit(&self, event: Event) -> std::result::Result<(), crate::Unwritten> {
-        match self.append(event) {
-            Ok(_) => Ok(()),
-            Err(e) => {
-                let unwritten = crate::Unwritten::from(e);
-                tracing::error!(path = %self.path.display(), "audit record not written: {unwritten}");
-                Err(unwritten)
-            }
+    /// Like [`SqliteStore::append`] (the queued records first, then
+    /// `event`), in one transaction with whatever other threads write
+    /// meanwhile (`group.rs`); returns once that transaction committed. On
+    /// an error `event` is not kept.
+    fn commit(&self, mut event: Event) -> std::result::Result<(), crate::Unwritten> {
+        if event.time_ms == 0 {
+            event.time_ms = crate::now_ms();
         }
+        self.group
+            .submit(vec![Write::Commit(event)], |b| self.write_batch(b))
+            .unwrap_or(Ok(()))
     }
 }
 
@@ -734,12 +808,12 @@ fn to_i64(v: u64) -> i64 {
 
 /// Appends one row and moves the chain head, in one IMMEDIATE transaction.
 fn append_row(conn: &mut Connection, event: &Event, key: Option<&HeadKey>) -> Result<i64> {
-    append_rows(conn, std::slice::from_ref(event), key)
+    append_refs(conn, &[event], key)
 }
 
 /// Appends `events` in one transaction, chained in order; returns the seq
 /// of the last (the head's, unchanged, when there are none).
-fn append_rows(conn: &mut Connection, events: &[Event], key: Option<&HeadKey>) -> Result<i64> {
+fn append_refs(conn: &mut Connection, events: &[&Event], key: Option<&HeadKey>) -> Result<i64> {
     let tx = conn
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .map_err(Error::sqlite("begin insert"))?;

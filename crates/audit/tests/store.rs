@@ -940,6 +940,51 @@ fn a_commit_the_log_cannot_take_says_why_and_keeps_nothing_of_it() {
 }
 
 #[test]
+fn commits_and_records_of_many_threads_share_transactions_and_keep_one_chain() {
+    // serve's sessions write to one store at once: grouped into
+    // transactions, every commit answered Ok only once written, each
+    // thread's records in its order, one intact chain
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.db");
+    let store = Arc::new(SqliteStore::open_with(&path, mcpbox_audit::Durability::Process).unwrap());
+    let threads: Vec<_> = (0..8)
+        .map(|t| {
+            let store = store.clone();
+            std::thread::spawn(move || {
+                for n in 0..40 {
+                    let server = format!("s{t}");
+                    store
+                        .commit(ev(n, &server, &format!("c{n}"), Verdict::Allow))
+                        .unwrap();
+                    store.record_all(vec![
+                        ev(n, &server, &format!("r{n}a"), Verdict::Allow),
+                        ev(n, &server, &format!("r{n}b"), Verdict::Deny),
+                    ]);
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let all = store.query(&Query::default()).unwrap();
+    assert_eq!(all.len(), 8 * 40 * 3);
+    for t in 0..8 {
+        let tools: Vec<String> = all
+            .iter()
+            .filter(|e| e.server == format!("s{t}"))
+            .filter_map(|e| e.tool.clone())
+            .collect();
+        let want: Vec<String> = (0..40)
+            .flat_map(|n| [format!("c{n}"), format!("r{n}a"), format!("r{n}b")])
+            .collect();
+        assert_eq!(tools, want, "thread {t}'s records in its order");
+    }
+    assert!(store.verify().unwrap().is_intact());
+    assert!(store.healthy());
+}
+
+#[test]
 fn a_full_disk_and_a_broken_file_are_named_as_such() {
     use mcpbox_audit::{Cause, Error};
     let sqlite = |code| Error::Sqlite {
