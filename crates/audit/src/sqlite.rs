@@ -726,9 +726,17 @@ impl Sink for SqliteStore {
         if event.time_ms == 0 {
             event.time_ms = crate::now_ms();
         }
+        // no answer for a commit means the batch that held it never
+        // finished (the writing thread unwound): refused, never assumed
+        // written (fail closed)
         self.group
             .submit(vec![Write::Commit(event)], |b| self.write_batch(b))
-            .unwrap_or(Ok(()))
+            .unwrap_or_else(|| {
+                Err(crate::Unwritten {
+                    cause: crate::Cause::Other,
+                    detail: "the transaction holding this record did not finish".into(),
+                })
+            })
     }
 }
 
