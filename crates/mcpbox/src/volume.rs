@@ -82,8 +82,16 @@ impl Bound {
 
 /// What this process can use: the volume as root with loop devices and
 /// `mkfs.ext4`, `fuse2fs` as an ordinary user with FUSE, else nothing
-/// (with the reason and the fix).
+/// (with the reason and the fix). Looked at once per process (each
+/// sandbox's creation asks several times; the answer is what `serve`
+/// and `run --builtin` said at start).
 pub fn bound() -> Bound {
+    static BOUND: std::sync::OnceLock<Bound> = std::sync::OnceLock::new();
+    BOUND.get_or_init(probe).clone()
+}
+
+/// [`bound`]'s look at the programs and devices.
+fn probe() -> Bound {
     if program("mkfs.ext4").is_none() || program("e2fsck").is_none() {
         return Bound::Unbounded(
             "mkfs.ext4 or e2fsck was not found (in /usr/sbin, /sbin or PATH): workspaces are plain directories; fix: install e2fsprogs".into(),
@@ -451,9 +459,10 @@ fn fuse_mount(image: &Path, at: &Path) -> anyhow::Result<()> {
         }
         std::thread::sleep(Duration::from_millis(5));
     }
-    if let Some(old) = daemons().insert(at.to_path_buf(), daemon) {
-        drop(old);
-    }
+    // a daemon this replaces (none is expected: mounted() stopped it) is
+    // stopped after the map's lock is let go, not while holding it
+    let replaced = daemons().insert(at.to_path_buf(), daemon);
+    drop(replaced);
     Ok(())
 }
 
