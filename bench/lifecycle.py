@@ -14,6 +14,7 @@ request), and ends the gateway's process group.
 
   lifecycle.py resume --out FILE --dir DIR --mcpbox BIN --server BIN
                       [--runs 30] [--idle pause|stop] [--freezer v1|v2]
+                      [--tier namespaces|gvisor]
       idle=pause: `[idle] pause = "1s"`; idle=stop: `pause = "off", stop =
       "1s"`. One task session; RUNS times: wait until the sandbox shows
       paused (stopped), time one `tools/call count` (the first after the
@@ -85,7 +86,7 @@ class Gateway:
     """`mcpbox serve` on a free loopback port with its config, policy,
     server binary and state directory in `dir`."""
 
-    def __init__(self, o, idle, env=None):
+    def __init__(self, o, idle, env=None, tier=None):
         self.dir = Path(o["dir"])
         self.state = self.dir / "state"
         if self.state.exists():
@@ -102,7 +103,8 @@ class Gateway:
         (self.dir / "ws.toml").write_text(
             '# written by bench/lifecycle.py: the workspace test server\n'
             '[server]\nname = "ws"\n\n'
-            f'[[filesystem.mounts]]\nhost = "{bindir}"\nat = "{bindir}"\n\n'
+            + (f'[sandbox]\nisolation = "{tier}"\n\n' if tier else '')
+            + f'[[filesystem.mounts]]\nhost = "{bindir}"\nat = "{bindir}"\n\n'
             '[tools]\ndefault = "allow"\n')
         (self.dir / "serve.toml").write_text(
             '# written by bench/lifecycle.py\n'
@@ -253,7 +255,7 @@ def parse(argv, spec):
 # resume: the first call after a pause or a stop
 # ---------------------------------------------------------------------------
 def cmd_resume(argv):
-    o = parse(argv, {"runs": "30", "idle": "pause", "freezer": ""})
+    o = parse(argv, {"runs": "30", "idle": "pause", "freezer": "", "tier": ""})
     runs, idle = int(o["runs"]), o["idle"]
     table = {"pause": 'pause = "1s"\nstop = "off"\ndestroy = "off"',
              "stop": 'pause = "off"\nstop = "1s"\ndestroy = "off"'}[idle]
@@ -261,8 +263,9 @@ def cmd_resume(argv):
     env = {"MCPBOX_FREEZER": o["freezer"]} if o["freezer"] else {}
 
     def body(result):
-        result.update({"idle": idle, "freezer_forced": o["freezer"] or None, "runs": runs})
-        gw = Gateway(o, table, env)
+        result.update({"idle": idle, "freezer_forced": o["freezer"] or None, "runs": runs,
+                       "tier": o["tier"] or "namespaces"})
+        gw = Gateway(o, table, env, o["tier"] or None)
 
         def run(gw):
             t = gw.session("resume")

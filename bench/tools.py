@@ -530,7 +530,7 @@ def cmd_egress(argv):
     e2e = pooled(eg / "e2e")
     if e2e:
         rows, base = [], {}
-        for name in ("direct", "mcpbox-exec"):
+        for name in ("direct", "mcpbox-exec", "mcpbox-exec-transparent"):
             if name not in e2e:
                 continue
             ok = [r for r in e2e[name] if r.get("status") == "ok"]
@@ -546,10 +546,11 @@ def cmd_egress(argv):
                          (p50 - base["p50"]) * 1e3 if base else None,
                          ok[0]["bytes"] / 2 ** 20, len(ok)])
         write_table(out, "egress-2-e2e",
-                    "egress end to end: python urllib download on the host vs inside `mcpbox exec` through the proxy",
+                    "egress end to end: python urllib download on the host vs inside `mcpbox exec`, through the proxy variables and through the transparent capture",
                     ["path", "MB/s", "% of direct", "request p50 ms", "request p99 ms", "added p50 us", "MiB", "rounds"],
                     rows,
-                    ["plain-HTTP forwarding (HTTP_PROXY) to a loopback server named bench.test via [network.hosts]; "
+                    ["mcpbox-exec: plain-HTTP forwarding (HTTP_PROXY) to a loopback server named bench.test via [network.hosts]; "
+                     "mcpbox-exec-transparent: the same client with no proxy (the sandbox's resolver, the capture, CONNECT by name); "
                      "requests: GET of 1 byte, a new connection each; medians over rounds",
                      "both ends are Python: the ratio, not the MB/s, is the figure"])
     return 0

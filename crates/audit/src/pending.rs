@@ -63,27 +63,29 @@ pub(crate) fn write_through<E: std::fmt::Display>(
             Ok(()) => {
                 pending.pop_front();
             }
-            Err(e) => {
-                tracing::error!(
-                    store,
-                    error = %e,
-                    queued = pending.len() + 1,
-                    "audit write failed: event kept in memory until the next write succeeds"
-                );
-                pending.push(event);
-                return;
-            }
+            Err(e) => return keep(pending, event, store, &e),
         }
     }
     if let Err(e) = write(&event) {
-        tracing::error!(
-            store,
-            error = %e,
-            queued = pending.len() + 1,
-            "audit write failed: event kept in memory until the next write succeeds"
-        );
-        pending.push(event);
+        keep(pending, event, store, &e);
     }
+}
+
+/// Keeps `event`, which `store` could not write, behind what is queued, and
+/// says so.
+pub(crate) fn keep(
+    pending: &mut Pending,
+    event: Event,
+    store: &str,
+    error: &dyn std::fmt::Display,
+) {
+    tracing::error!(
+        store,
+        error = %error,
+        queued = pending.len() + 1,
+        "audit write failed: event kept in memory until the next write succeeds"
+    );
+    pending.push(event);
 }
 
 #[cfg(test)]

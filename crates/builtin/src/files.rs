@@ -7,6 +7,8 @@
 //! openat2(2) and `RESOLVE_BENEATH` from a descriptor of /workspace, so
 //! that a symlink, a `..` after one, or a magic link in /proc cannot lead
 //! out either: the kernel refuses (EXDEV) what a string check cannot see.
+//! Where openat2 is missing (gVisor's kernel), a walk of one component at
+//! a time with `O_NOFOLLOW` stands in, refusing every symlink on the way.
 
 use std::ffi::{CStr, CString};
 use std::fs::File;
@@ -70,6 +72,58 @@ const MAX_LIST: usize = 10_000;
 /// How deep a recursive listing or deletion descends.
 const MAX_DEPTH: usize = 64;
 
+/// Opens `rel` (a confined relative path: [`Root::rel`]) beneath `root`
+/// one component at a time, where openat2(2) is missing: every
+/// directory on the way opened `O_PATH | O_NOFOLLOW` from the one before,
+/// and the last with `flags | O_NOFOLLOW`. Stricter than
+/// `RESOLVE_BENEATH`, never looser: a symlink anywhere on the way is
+/// refused (EXDEV), even one that would stay inside, and so is every
+/// magic link; `..` cannot occur (the path is normalised and confined).
+fn walk_beneath(root: &OwnedFd, rel: &str, flags: OFlags, mode: Mode) -> Result<OwnedFd, Errno> {
+    let parts: Vec<&str> = rel
+        .split('/')
+        .filter(|p| !p.is_empty() && *p != ".")
+        .collect();
+    if parts.contains(&"..") {
+        return Err(Errno::XDEV);
+    }
+    let open = |at: BorrowedFd<'_>, name: &str, flags: OFlags, mode: Mode| loop {
+        match rustix::fs::openat(at, name, flags | OFlags::CLOEXEC | OFlags::NOFOLLOW, mode) {
+            Err(Errno::INTR) => continue,
+            r => return r,
+        }
+    };
+    let Some((last, dirs)) = parts.split_last() else {
+        // the root itself
+        return open(root.as_fd(), ".", flags, mode);
+    };
+    let mut dir: Option<OwnedFd> = None;
+    for name in dirs {
+        let at = dir.as_ref().map_or(root.as_fd(), |d| d.as_fd());
+        let next = open(at, name, OFlags::PATH, Mode::empty())?;
+        let st = rustix::fs::fstat(&next)?;
+        match FileType::from_raw_mode(st.st_mode) {
+            FileType::Directory => dir = Some(next),
+            FileType::Symlink => return Err(Errno::XDEV),
+            _ => return Err(Errno::NOTDIR),
+        }
+    }
+    let at = dir.as_ref().map_or(root.as_fd(), |d| d.as_fd());
+    match open(at, last, flags, mode) {
+        // O_NOFOLLOW on a symlink: ELOOP; O_PATH opens the link itself
+        Err(Errno::LOOP) => Err(Errno::XDEV),
+        Ok(fd) if flags.contains(OFlags::PATH) => {
+            let st = rustix::fs::fstat(&fd)?;
+            if FileType::from_raw_mode(st.st_mode) == FileType::Symlink {
+                Err(Errno::XDEV)
+            } else {
+                Ok(fd)
+            }
+        }
+        r => r,
+    }
+}
+
 /// The workspace, as a descriptor every path is resolved beneath.
 pub struct Root {
     fd: OwnedFd,
@@ -115,6 +169,9 @@ impl Root {
         loop {
             match openat2(&self.fd, rel, flags | OFlags::CLOEXEC, mode, beneath()) {
                 Err(Errno::AGAIN) | Err(Errno::INTR) => continue,
+                // A kernel without openat2 (gVisor's, under isolation =
+                // "gvisor", or Linux before 5.6): the walk below.
+                Err(Errno::NOSYS) => return walk_beneath(&self.fd, rel, flags, mode),
                 r => return r,
             }
         }
@@ -413,5 +470,70 @@ fn io_err(path: &str, e: &std::io::Error) -> Refusal {
             reason: None,
             message: format!("{path}: {e}"),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    /// The walk that stands in for openat2 where the kernel has none
+    /// (gVisor): what it opens, and every symlink refused, one that would
+    /// lead out above all.
+    #[test]
+    fn without_openat2_a_symlink_on_the_way_is_refused_and_plain_paths_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("secret"), "host").unwrap();
+        std::fs::create_dir(dir.path().join("sub")).unwrap();
+        std::fs::write(dir.path().join("sub/f"), "in").unwrap();
+        std::os::unix::fs::symlink(outside.path(), dir.path().join("out")).unwrap();
+        std::os::unix::fs::symlink("sub", dir.path().join("inner")).unwrap();
+        std::os::unix::fs::symlink(outside.path().join("secret"), dir.path().join("sub/link"))
+            .unwrap();
+        let root = rustix::fs::open(
+            dir.path(),
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .unwrap();
+        let read = |rel: &str| walk_beneath(&root, rel, OFlags::RDONLY, Mode::empty());
+        let mut text = String::new();
+        File::from(read("sub/f").unwrap())
+            .read_to_string(&mut text)
+            .unwrap();
+        assert_eq!(text, "in");
+        for rel in [
+            "out/secret",
+            "sub/link",
+            "inner/f",
+            "out",
+            "../x",
+            "sub/../../x",
+        ] {
+            assert_eq!(read(rel).err(), Some(Errno::XDEV), "{rel}");
+        }
+        assert_eq!(
+            walk_beneath(&root, "sub/link", OFlags::PATH, Mode::empty()).err(),
+            Some(Errno::XDEV)
+        );
+        assert_eq!(read("sub/f/x").err(), Some(Errno::NOTDIR));
+        assert_eq!(read("nope/f").err(), Some(Errno::NOENT));
+        // creating a file, and the root itself
+        let fd = walk_beneath(
+            &root,
+            "sub/new",
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL,
+            Mode::from_raw_mode(0o600),
+        )
+        .unwrap();
+        File::from(fd).write_all(b"x").unwrap();
+        assert_eq!(std::fs::read(dir.path().join("sub/new")).unwrap(), b"x");
+        assert!(walk_beneath(&root, ".", OFlags::PATH | OFlags::DIRECTORY, Mode::empty()).is_ok());
+        assert_eq!(
+            std::fs::read(outside.path().join("secret")).unwrap(),
+            b"host"
+        );
     }
 }

@@ -204,7 +204,17 @@ fn main() {
     let bridge_l = TcpListener::bind("127.0.0.1:0").unwrap();
     let bridge_addr = bridge_l.local_addr().unwrap();
     let sock2 = sock.clone();
-    std::thread::spawn(move || bridge(bridge_l, &sock2));
+    // The capture and resolver sockets are unused here (no network
+    // namespace to redirect in): any free loopback ports.
+    let sockets = mcpbox_egress::BridgeSockets {
+        proxy: bridge_l,
+        capture: TcpListener::bind("127.0.0.1:0").unwrap(),
+        dns_udp: std::net::UdpSocket::bind("127.0.0.1:0").unwrap(),
+        dns_tcp: TcpListener::bind("127.0.0.1:0").unwrap(),
+        // stands in for the NFLOG socket: nothing arrives on it
+        nflog: std::net::UdpSocket::bind("127.0.0.1:0").unwrap().into(),
+    };
+    std::thread::spawn(move || bridge(sockets, &sock2));
 
     let bulk = bulk_server();
     let echo = echo_server();

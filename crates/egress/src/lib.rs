@@ -28,8 +28,32 @@
 
 mod addr;
 mod bridge;
+pub mod dns;
 mod env;
 mod http;
+pub mod nflog;
+
+/// For the byte parsers' tests: every prefix of `base`, then `n` copies of
+/// it with three bytes changed each (a fixed xorshift sequence, so a
+/// failure repeats), handed to `check`.
+#[cfg(test)]
+pub(crate) fn mutations(base: &[u8], n: usize, mut check: impl FnMut(&[u8])) {
+    for len in 0..=base.len() {
+        check(&base[..len]);
+    }
+    let mut seed = 0x2545_f491_u32;
+    for _ in 0..n {
+        let mut m = base.to_vec();
+        for _ in 0..3 {
+            seed ^= seed << 13;
+            seed ^= seed >> 17;
+            seed ^= seed << 5;
+            let i = (seed as usize) % m.len();
+            m[i] = (seed >> 8) as u8;
+        }
+        check(&m);
+    }
+}
 mod package;
 mod pool;
 mod proxy;
@@ -38,11 +62,11 @@ mod tls;
 mod traits;
 
 pub use addr::{classify, is_metadata_name, AddressClass};
-pub use bridge::bridge;
+pub use bridge::{bridge, Sockets as BridgeSockets, REFUSED_METHOD, RESOLVE_METHOD};
 pub use env::{merge_git_config, proxy_env};
 pub use http::Fault;
 pub use package::{parse_package, registry_for_host, Ecosystem, Package};
-pub use proxy::{CallContext, Ids, Proxy, Shutdown, HEAD_TIMEOUT};
+pub use proxy::{CallContext, Ids, Proxy, Shutdown, HEAD_TIMEOUT, RESOLVED_HEADER};
 pub use stream::{ClientStream, Listener, RELAY_BUFFER};
 pub use tls::{client_hello, inspect as inspect_client_hello, Hello, ALERT_ACCESS_DENIED};
 pub use traits::{

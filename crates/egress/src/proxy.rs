@@ -248,12 +248,27 @@ impl Record {
     }
 }
 
+/// The header of the proxy's answer to the bridge's `RESOLVE`: the public
+/// IPv4 addresses the name resolved to, comma-separated; empty when the
+/// bridge is to give the name a synthetic address.
+pub const RESOLVED_HEADER: &str = "X-Mcpbox-Addresses";
+
 /// How the request will be carried once admitted.
 enum Mode {
     /// CONNECT: answer 200, check the ClientHello, then relay.
     Tunnel,
     /// Plain HTTP: send the rewritten head, then relay the rest.
     Forward { head: Vec<u8> },
+    /// The sandbox's resolver asks whether a name may be given an address
+    /// (`RESOLVE name`): 200 or the refusal, recorded; nothing connects.
+    Resolve,
+    /// The bridge reports a packet the sandbox's namespace refused
+    /// (`REFUSED address:port`, its protocol in a header): recorded as
+    /// denied, nothing connects.
+    Refused {
+        protocol: String,
+        why: Option<String>,
+    },
 }
 
 impl Proxy {
@@ -378,7 +393,31 @@ impl Proxy {
         let parsed = http::read_head(client, &mut buf).and_then(|n| {
             let head = http::parse_head(&buf[..n])?;
             rec.method = Some(head.method.clone());
-            if head.method == "CONNECT" {
+            if head.method == crate::bridge::RESOLVE_METHOD {
+                // The bridge's resolver asking about a name (no port).
+                let (host, _) = http::parse_authority(&head.target, 0)?;
+                Ok((host, 0, Mode::Resolve, None, n))
+            } else if head.method == crate::bridge::REFUSED_METHOD {
+                let (host, port) = http::parse_authority(&head.target, 0)?;
+                // The bridge writes a few fixed words (nflog.rs, dns.rs);
+                // anything else is kept to a bounded, plain spelling (a
+                // sandboxed program can reach this socket too).
+                let plain = |name: &str, max: usize| {
+                    head.headers
+                        .iter()
+                        .find(|(k, _)| k.eq_ignore_ascii_case(name))
+                        .map(|(_, v)| {
+                            v.chars()
+                                .filter(|c| c.is_ascii_alphanumeric() || " -().".contains(*c))
+                                .take(max)
+                                .collect::<String>()
+                        })
+                };
+                let protocol =
+                    plain(crate::bridge::PROTOCOL_HEADER, 16).unwrap_or_else(|| "unknown".into());
+                let why = plain(crate::bridge::WHY_HEADER, 80);
+                Ok((host, port, Mode::Refused { protocol, why }, None, n))
+            } else if head.method == "CONNECT" {
                 let (host, port) = http::parse_authority(&head.target, 443)?;
                 Ok((host, port, Mode::Tunnel, None, n))
             } else {
@@ -420,7 +459,29 @@ impl Proxy {
         drop(buf);
         let name = host.policy_form();
         rec.host = Some(name.clone());
+        if let Mode::Resolve = mode {
+            self.resolve_name(&host, rec);
+            return;
+        }
         rec.port = Some(port);
+        if let Mode::Refused { protocol, why } = mode {
+            // Recorded as the refusal it was; the answer only says so. A
+            // query the sandbox's resolver refused is an invalid name; any
+            // other report is a packet the capture does not carry.
+            let (reason, source) = if protocol == "dns" {
+                (Reason::NetworkInvalidHost, Source::Egress("resolver"))
+            } else {
+                (Reason::NetworkNotCarried, Source::Egress("capture"))
+            };
+            rec.extra.insert("protocol".into(), protocol.clone().into());
+            if let Some(w) = why {
+                rec.extra.insert("why".into(), w.into());
+            }
+            rec.decide(Verdict::Deny, reason, source);
+            tracing::warn!(%reason, %protocol, "egress refused what the sandbox sent (`mcpbox audit --kind network` says what)");
+            rec.reply = Some(b"HTTP/1.1 200 Recorded\r\nContent-Length: 0\r\n\r\n".to_vec());
+            return;
+        }
         if let Some(eco) = registry_for_host(&name) {
             rec.extra.insert("registry".into(), eco.as_str().into());
             match &path {
@@ -462,6 +523,8 @@ impl Proxy {
                 first.extend_from_slice(&leftover);
                 self.relay(client, upstream, first, None, true, rec);
             }
+            // Answered before admit.
+            Mode::Resolve | Mode::Refused { .. } => upstream.shutdown_socket(How::Both),
         }
     }
 
@@ -626,6 +689,108 @@ impl Proxy {
                 last.unwrap_or_default()
             ),
         })
+    }
+
+    /// Answers the bridge's resolver (ARCHITECTURE.md, "Transparent
+    /// egress"). A name the policy refuses on every port gets the refusal a
+    /// connection would get, recorded. A name it allows is resolved here,
+    /// on the host, and the answer carries its public IPv4 addresses
+    /// ([`RESOLVED_HEADER`]), so that a program's own checks see what it
+    /// would see without mcpbox (mcp-server-fetch refuses a name whose
+    /// address is not public); a name that resolves to any address that is
+    /// not public is refused as its connection would be. A name with a
+    /// `[network.hosts]` mapping, one that only a human can allow (nothing
+    /// leaves the host before they agree: a lookup is itself a message to
+    /// whoever runs the name's DNS), or one with no IPv4 address gets a 200
+    /// without addresses: the bridge gives it a synthetic address. An
+    /// allowed answer leaves no record; the connection that follows has one.
+    fn resolve_name(&self, host: &Host, rec: &mut Record) {
+        let n = match host {
+            Host::Ip(ip) => {
+                let r = Refusal::policy(
+                    Reason::NetworkInvalidHost,
+                    Source::Egress("resolver"),
+                    format!("{ip} is an address, not a name to resolve"),
+                );
+                return self.refuse(rec, &r, Some(&host.authority_form()));
+            }
+            Host::Name(n) => n,
+        };
+        match self.resolvable(n) {
+            Ok(addrs) => {
+                // No host and no decision: `emit` writes no record.
+                rec.host = None;
+                let list: Vec<String> = addrs.iter().map(ToString::to_string).collect();
+                rec.reply = Some(
+                    format!(
+                        "HTTP/1.1 200 Resolvable\r\n{RESOLVED_HEADER}: {}\r\nContent-Length: 0\r\n\r\n",
+                        list.join(",")
+                    )
+                    .into_bytes(),
+                );
+            }
+            Err(r) => self.refuse(rec, &r, Some(&host.authority_form())),
+        }
+    }
+
+    /// The public IPv4 addresses to give the sandbox for `name` (empty: a
+    /// synthetic one), or why the name is refused.
+    fn resolvable(&self, name: &str) -> Result<Vec<std::net::Ipv4Addr>, Refusal> {
+        let guard = Source::Egress("address_guard");
+        if is_metadata_name(name) {
+            return Err(Refusal::policy(
+                Reason::NetworkMetadataEndpoint,
+                guard,
+                format!("{name} is a cloud metadata service name, never reachable from a sandbox"),
+            ));
+        }
+        let decision = self.inner.policy.decide_name(name);
+        match decision.verdict {
+            Verdict::Deny => {
+                return Err(Refusal::policy(
+                    decision.reason,
+                    decision.source.clone(),
+                    format!("the network policy does not allow {name} on any port, so the sandbox's resolver does not know it"),
+                ))
+            }
+            Verdict::Approve => return Ok(Vec::new()),
+            Verdict::Allow => {}
+        }
+        if self.inner.policy.mapped_address(name).is_some() {
+            return Ok(Vec::new());
+        }
+        let addrs = self
+            .inner
+            .resolver
+            .resolve(name, 0)
+            .map_err(|e| resolve_failed(name, &e.to_string()))?;
+        if addrs.is_empty() {
+            return Err(resolve_failed(name, "no addresses"));
+        }
+        // The same refusal its connection would get (`admit`), and for
+        // the same reason: a name that points inside is never handed out.
+        if let Some((ip, class)) = addrs
+            .iter()
+            .find_map(|a| classify(a.ip()).map(|c| (a.ip(), c)))
+        {
+            return Err(Refusal::policy(
+                class.reason(),
+                guard,
+                format!(
+                    "{name} resolved to {ip}, {}; allowed names may only reach public addresses (an internal service needs an explicit [network.hosts] mapping)",
+                    class.describe()
+                ),
+            ));
+        }
+        let mut v4: Vec<std::net::Ipv4Addr> = Vec::new();
+        for a in &addrs {
+            if let std::net::IpAddr::V4(ip) = a.ip() {
+                if !v4.contains(&ip) && v4.len() < crate::dns::MAX_ANSWERS {
+                    v4.push(ip);
+                }
+            }
+        }
+        Ok(v4)
     }
 
     fn session_contains(&self, key: &(String, u16)) -> bool {

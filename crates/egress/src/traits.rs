@@ -20,6 +20,14 @@ pub trait EgressPolicy: Send + Sync {
     /// Explicit `[network.hosts]` mapping: bypasses DNS and the
     /// private-address refusal for that name only.
     fn mapped_address(&self, host: &str) -> Option<IpAddr>;
+    /// Decision for resolving `host` in the sandbox (the bridge's resolver
+    /// asks before it gives the name a synthetic address): `Allow` or
+    /// `Approve` when some port of it can be allowed or asked about,
+    /// `Deny` (with the reason a connection would get) otherwise. The
+    /// connection is decided again, with its port, when it is made.
+    fn decide_name(&self, host: &str) -> Decision {
+        self.decide(host, 443)
+    }
     /// The host's own loopback addresses `network.local` opens for
     /// `host:port` (a loopback spelling on a listed port), tried in order;
     /// `None` when no entry opens it. Only loopback addresses are used.

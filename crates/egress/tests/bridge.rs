@@ -11,6 +11,19 @@ use std::sync::Arc;
 use common::*;
 use mcpbox_egress::*;
 
+/// The bridge's sockets with `proxy` as its proxy listener; the capture
+/// and resolver sockets are unused here (no namespace redirects to them).
+fn sockets(proxy: TcpListener) -> mcpbox_egress::BridgeSockets {
+    mcpbox_egress::BridgeSockets {
+        proxy,
+        capture: TcpListener::bind("127.0.0.1:0").unwrap(),
+        dns_udp: std::net::UdpSocket::bind("127.0.0.1:0").unwrap(),
+        dns_tcp: TcpListener::bind("127.0.0.1:0").unwrap(),
+        // stands in for the NFLOG socket: nothing arrives on it
+        nflog: std::net::UdpSocket::bind("127.0.0.1:0").unwrap().into(),
+    }
+}
+
 #[test]
 fn bridge_forwards_tcp_to_unix_socket() {
     let dir = tempfile::tempdir().unwrap();
@@ -29,7 +42,7 @@ fn bridge_forwards_tcp_to_unix_socket() {
     let tcp = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = tcp.local_addr().unwrap();
     let p = path.clone();
-    std::thread::spawn(move || bridge(tcp, &p));
+    std::thread::spawn(move || bridge(sockets(tcp), &p));
     for i in 0..3 {
         let mut s = TcpStream::connect(addr).unwrap();
         let msg = format!("through the bridge {i}");
@@ -69,7 +82,7 @@ fn sandbox_path_reaches_proxy_through_bridge_and_unix_socket() {
     let tcp = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = tcp.local_addr().unwrap();
     let p = path.clone();
-    std::thread::spawn(move || bridge(tcp, &p));
+    std::thread::spawn(move || bridge(sockets(tcp), &p));
 
     let (mut s, head) = connect(addr, &format!("api.test:{port}"));
     assert_eq!(status(&head), 200, "{head}");

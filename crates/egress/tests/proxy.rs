@@ -241,22 +241,23 @@ fn name_resolving_to_metadata_address_is_refused() {
     );
 }
 
-#[test]
-fn dns_rebinding_second_answer_is_never_used() {
-    let port = echo_server();
+/// `rebind.test`: public at the first lookup, loopback at every later one.
+fn rebinding_resolver() -> FakeResolver {
     let mut answers = HashMap::new();
-    // First answer looks public; every later answer points inside.
     answers.insert(
         "rebind.test".to_string(),
         vec![vec![ip("1.1.1.1")], vec![ip("127.0.0.1")]],
     );
-    let h = start(
-        allow(&["rebind.test"]),
-        FakeResolver {
-            answers,
-            ..FakeResolver::default()
-        },
-    );
+    FakeResolver {
+        answers,
+        ..FakeResolver::default()
+    }
+}
+
+#[test]
+fn dns_rebinding_second_answer_is_never_used() {
+    let port = echo_server();
+    let h = start(allow(&["rebind.test"]), rebinding_resolver());
     *h.connector.redirect.lock().unwrap() = Some(SocketAddr::new(loopback(), port));
     let (mut s, head) = connect(h.addr, &format!("rebind.test:{port}"));
     assert_eq!(status(&head), 200, "{head}");
@@ -721,4 +722,100 @@ fn shutdown_stops_serving() {
     let t = std::thread::spawn(move || proxy.serve(listener, &s));
     shutdown.trigger();
     t.join().unwrap().unwrap();
+}
+
+/// Asks as the sandbox's resolver does (`RESOLVE name`, bridge.rs).
+fn resolve(proxy: SocketAddr, name: &str) -> String {
+    let mut s = TcpStream::connect(proxy).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    write!(s, "{RESOLVE_METHOD} {name} HTTP/1.1\r\n\r\n").unwrap();
+    read_head(&mut s)
+}
+
+/// The sandbox's resolver gets a name's real, public IPv4 addresses (what
+/// a program's own address checks expect to see), never an address inside:
+/// a name that resolves to one is refused as its connection would be.
+#[test]
+fn the_sandbox_resolver_gets_public_addresses_and_never_one_inside() {
+    let h = start(
+        allow(&["pub.test", "lan.test", "lo.test", "mixed.test", "v6.test"]),
+        resolver(&[
+            ("pub.test", &["1.1.1.1", "2606:4700::1111", "1.0.0.1"]),
+            ("lan.test", &["10.0.0.7"]),
+            ("lo.test", &["127.0.0.1"]),
+            ("mixed.test", &["1.1.1.1", "169.254.169.254"]),
+            ("v6.test", &["2606:4700::1111"]),
+        ]),
+    );
+    let head = resolve(h.addr, "pub.test");
+    assert_eq!(status(&head), 200, "{head}");
+    assert_eq!(
+        header(&head, RESOLVED_HEADER),
+        Some("1.1.1.1,1.0.0.1"),
+        "IPv4 only, in order"
+    );
+    // No IPv4 address: the bridge gives it a synthetic one.
+    let head = resolve(h.addr, "v6.test");
+    assert_eq!(header(&head, RESOLVED_HEADER), Some(""), "{head}");
+    for (name, reason) in [
+        ("lan.test", "network.private_address"),
+        ("lo.test", "network.loopback_address"),
+        ("mixed.test", "network.metadata_endpoint"),
+    ] {
+        let head = resolve(h.addr, name);
+        assert_eq!(status(&head), 403, "{name}: {head}");
+        assert_eq!(header(&head, "X-Mcpbox-Reason"), Some(reason), "{name}");
+        assert_eq!(header(&head, RESOLVED_HEADER), None);
+    }
+    // An allowed answer leaves no record; each refusal leaves one.
+    let events = h.sink.wait_for(3);
+    assert_eq!(events.len(), 3);
+    assert!(events.iter().all(|e| e.decision == Some(Verdict::Deny)));
+    assert!(h.connector.attempts.lock().unwrap().is_empty());
+}
+
+/// A refused name, a mapped one and one only a human can allow are never
+/// looked up on the host: a lookup is itself a message to whoever runs the
+/// name's DNS (a server could spell a secret into a name of its own), and
+/// a mapping is the user's answer already.
+#[test]
+fn the_sandbox_resolver_looks_up_nothing_a_connection_could_not_reach_unasked() {
+    let mut policy = allow_mapped(&["dev.test"]);
+    policy.ask_unlisted = true;
+    let h = start(policy, resolver(&[]));
+    let head = resolve(h.addr, "dev.test");
+    assert_eq!(header(&head, RESOLVED_HEADER), Some(""), "{head}");
+    let head = resolve(h.addr, "c2VjcmV0.attacker.test");
+    assert_eq!(status(&head), 200, "{head}");
+    assert_eq!(header(&head, RESOLVED_HEADER), Some(""));
+    assert!(h.resolver.calls.lock().unwrap().is_empty());
+    assert!(
+        h.approver.asked.lock().unwrap().is_empty(),
+        "a lookup asks no human"
+    );
+
+    let h = start(allow(&["api.test"]), resolver(&[]));
+    let head = resolve(h.addr, "c2VjcmV0.attacker.test");
+    assert_eq!(status(&head), 403, "{head}");
+    assert_eq!(header(&head, "X-Mcpbox-Reason"), Some("network.unlisted"));
+    assert!(h.resolver.calls.lock().unwrap().is_empty());
+    let head = resolve(h.addr, "127.0.0.1");
+    assert_eq!(status(&head), 403, "{head}");
+}
+
+/// DNS rebinding through the sandbox's resolver: the name looked public
+/// when the sandbox asked, then points inside; the connection that follows
+/// is decided by the name, resolved again and refused.
+#[test]
+fn dns_rebinding_after_the_sandbox_lookup_is_refused_at_connect() {
+    let h = start(allow(&["rebind.test"]), rebinding_resolver());
+    let head = resolve(h.addr, "rebind.test");
+    assert_eq!(header(&head, RESOLVED_HEADER), Some("1.1.1.1"), "{head}");
+    let (_, head) = connect(h.addr, "rebind.test:443");
+    assert_eq!(status(&head), 403, "{head}");
+    assert_eq!(
+        header(&head, "X-Mcpbox-Reason"),
+        Some("network.loopback_address")
+    );
+    assert!(h.connector.attempts.lock().unwrap().is_empty());
 }

@@ -111,6 +111,9 @@ pub enum Request {
         /// Also archive `tmp` (off: `tmp` is scratch).
         #[serde(default)]
         include_tmp: bool,
+        /// Also the memory of its running servers (gVisor's checkpoint).
+        #[serde(default)]
+        memory: bool,
     },
     /// A new sandbox from an archive.
     Restore {
@@ -331,7 +334,8 @@ fn handle(control: &dyn Control, request: &Request, by: &str) -> Response {
             id,
             archive,
             include_tmp,
-        } => reply(control.snapshot(id, archive, *include_tmp)),
+            memory,
+        } => reply(control.snapshot(id, archive, *include_tmp, *memory)),
         Request::Restore {
             archive,
             agent,
@@ -832,7 +836,7 @@ mod tests {
         fn resume(&self, id: &str) -> Result<SandboxInfo, String> {
             panic!("resume {id:?} reached the backend")
         }
-        fn snapshot(&self, id: &str, _: &Path, _: bool) -> Result<SnapshotInfo, String> {
+        fn snapshot(&self, id: &str, _: &Path, _: bool, _: bool) -> Result<SnapshotInfo, String> {
             panic!("snapshot {id:?} reached the backend")
         }
         fn restore(

@@ -189,12 +189,15 @@ pub trait Control: Send + Sync + 'static {
     fn show(&self, id: &str) -> Result<SandboxInfo, String>;
     fn pause(&self, id: &str) -> Result<SandboxInfo, String>;
     fn resume(&self, id: &str) -> Result<SandboxInfo, String>;
-    /// Writes the workspace (`output`, and `tmp` when asked) to `archive`.
+    /// Writes the workspace (`output`, and `tmp` when asked) to `archive`;
+    /// with `memory`, also the memory of the sandbox's running servers
+    /// where its backend can checkpoint them (part `memory`).
     fn snapshot(
         &self,
         id: &str,
         archive: &std::path::Path,
         include_tmp: bool,
+        memory: bool,
     ) -> Result<SnapshotInfo, String>;
     /// A new sandbox for (agent, server, task) whose workspace is the
     /// archive's content; refused when that sandbox exists.

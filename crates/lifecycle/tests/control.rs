@@ -98,8 +98,13 @@ impl Control for Fake {
         id: &str,
         archive: &Path,
         include_tmp: bool,
+        memory: bool,
     ) -> Result<SnapshotInfo, String> {
-        self.record(format!("snapshot {id} {} {include_tmp}", archive.display()));
+        let memory = if memory { " memory" } else { "" };
+        self.record(format!(
+            "snapshot {id} {} {include_tmp}{memory}",
+            archive.display()
+        ));
         self.known(id).map(|()| SnapshotInfo {
             archive: archive.to_owned(),
             entries: 4,
@@ -282,6 +287,7 @@ fn an_id_that_escapes_is_refused_before_the_backend_sees_it() {
             id: "sb-0123456789ABCDEF".into(),
             archive: "/tmp/a.tar".into(),
             include_tmp: false,
+            memory: false,
         },
         Request::Export {
             id: format!("{ID}/.."),
@@ -320,6 +326,7 @@ fn relative_paths_are_refused() {
             id: ID.into(),
             archive: "a.tar".into(),
             include_tmp: false,
+            memory: false,
         },
         Request::Restore {
             archive: "../a.tar".into(),
@@ -503,6 +510,7 @@ fn every_op_round_trips() {
             id: ID.into(),
             archive: "/backups/a.tar.zst".into(),
             include_tmp: true,
+            memory: false,
         },
     )
     .unwrap();
@@ -573,10 +581,19 @@ fn requests_have_the_documented_wire_shape() {
         line(&Request::Snapshot {
             id: ID.into(),
             archive: "/a".into(),
-            include_tmp: false
+            include_tmp: false,
+            memory: true,
         }),
-        format!(r#"{{"op":"snapshot","id":"{ID}","archive":"/a","include_tmp":false}}"#)
+        format!(
+            r#"{{"op":"snapshot","id":"{ID}","archive":"/a","include_tmp":false,"memory":true}}"#
+        )
     );
+    // an older client's line, without `memory`: no memory
+    let old: Request = serde_json::from_str(&format!(
+        r#"{{"op":"snapshot","id":"{ID}","archive":"/a","include_tmp":false}}"#
+    ))
+    .unwrap();
+    assert!(matches!(old, Request::Snapshot { memory: false, .. }));
     assert_eq!(
         line(&Request::Restore {
             archive: "/a".into(),

@@ -77,7 +77,7 @@ impl Control for RunControl {
     fn resume(&self, _id: &str) -> Result<SandboxInfo, String> {
         Err(NO_SANDBOXES.into())
     }
-    fn snapshot(&self, _: &str, _: &Path, _: bool) -> Result<SnapshotInfo, String> {
+    fn snapshot(&self, _: &str, _: &Path, _: bool, _: bool) -> Result<SnapshotInfo, String> {
         Err(NO_SANDBOXES.into())
     }
     fn restore(&self, _: &Path, _: &str, _: &str, _: Option<&str>) -> Result<SandboxInfo, String> {

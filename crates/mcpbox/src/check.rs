@@ -2,7 +2,8 @@
 //! `mcpbox serve` configs and every policy they name, against the file
 //! format and this host, and print each effective file. Every file is
 //! checked and every failure reported, not only the first. Never runs
-//! anything.
+//! the policy's command (a gVisor policy starts a trivial sandbox: runsc
+//! found is not runsc working).
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -78,6 +79,18 @@ fn check_one(file: &Path) -> bool {
     if let Err(e) = preflight::spec(&loaded, vec!["true".into()], mcpbox_sandbox::Stdio::Inherit) {
         eprintln!("mcpbox: {e}");
         return false;
+    }
+    // the gVisor tier: a trivial sandbox is started, the one thing check
+    // runs, since runsc found is not runsc working (a platform refused)
+    if loaded.policy.sandbox.isolation == mcpbox_policy::Isolation::Gvisor {
+        if let Err(why) = crate::gvisor::probe() {
+            eprintln!(
+                "mcpbox: {}: sandbox.isolation = \"gvisor\" cannot run here: {why}\n  \
+                 hint: see `mcpbox doctor`, or use isolation = \"namespaces\" (docs/isolation.md)",
+                file.display()
+            );
+            return false;
+        }
     }
     warn_policy(&loaded.policy, "");
     let extends = match &loaded.policy.extends {

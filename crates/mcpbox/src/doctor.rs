@@ -25,6 +25,7 @@ pub fn run() -> ExitCode {
         println!("[{mark}] {:<16} {}", c.name, c.detail);
         println!("       {:<16} {}", "", c.advice);
     }
+    print_gvisor();
     println!();
     print_state();
     println!();
@@ -78,5 +79,65 @@ fn print_state() {
                  are refused unless they set sandbox.dangerously_allow_degraded: {why}"
             )
         }
+    }
+}
+
+/// The gVisor tier (`[sandbox] isolation = "gvisor"`): runsc found, its
+/// version, and whether a trivial sandbox starts with `--platform=ptrace`
+/// (the platform mcpbox uses: `kvm` needs /dev/kvm and hangs where nested
+/// virtualisation is off). Optional: its absence is a warning, and only
+/// gVisor policies are refused for it.
+fn print_gvisor() {
+    let (mark, detail, advice) = match crate::gvisor::probe() {
+        Ok(r) => (
+            "ok  ",
+            format!(
+                "{} at {}: --platform=ptrace{} starts a sandbox",
+                r.version,
+                r.path.display(),
+                if r.rootless { " --rootless" } else { "" }
+            ),
+            if r.rootless {
+                "policies may set [sandbox] isolation = \"gvisor\" (exec, run, serve), \
+                 rootless here: no [network] egress (it needs root), and process.memory and \
+                 cpu only with sandbox.dangerously_allow_degraded (no cgroup: memory becomes \
+                 RLIMIT_AS), and no `sandboxes snapshot --memory` (runsc --rootless cannot \
+                 restore): docs/isolation.md"
+                    .to_string()
+            } else {
+                "policies may set [sandbox] isolation = \"gvisor\" (exec, run, serve with \
+                 pause and resume through runsc, egress through the proxy, `sandboxes \
+                 snapshot --memory`): docs/isolation.md"
+                    .to_string()
+            },
+        ),
+        Err(why) => (
+            "warn",
+            why,
+            "policies with [sandbox] isolation = \"gvisor\" are refused here; the namespaces \
+             tier is unaffected"
+                .to_string(),
+        ),
+    };
+    println!("[{mark}] {:<16} {detail}", "gvisor");
+    println!("       {:<16} {advice}", "");
+    // the other platform, for the record: mcpbox uses ptrace
+    if let Ok(r) = crate::gvisor::usable() {
+        let kvm = if !std::path::Path::new("/dev/kvm").exists() {
+            "no /dev/kvm".to_string()
+        } else {
+            let kvm = crate::gvisor::Runsc {
+                platform: "kvm",
+                ..r
+            };
+            match crate::gvisor::starts(&kvm, std::time::Duration::from_secs(5)) {
+                Ok(()) => "starts a sandbox".to_string(),
+                Err(why) => why,
+            }
+        };
+        println!(
+            "       {:<16} --platform=kvm: {kvm} (mcpbox uses ptrace)",
+            ""
+        );
     }
 }

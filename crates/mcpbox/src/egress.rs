@@ -29,6 +29,10 @@ impl EgressPolicy for Rules {
         self.0.mapped_address(host)
     }
 
+    fn decide_name(&self, host: &str) -> Decision {
+        self.0.decide_name(host)
+    }
+
     fn local_addresses(&self, host: &str, port: u16) -> Option<Vec<std::net::IpAddr>> {
         self.0.local_addresses(host, port)
     }
@@ -89,10 +93,31 @@ impl Approver for HostApprover {
     }
 }
 
+/// The bridge as the sandbox starts it: the sockets its init bound, handed
+/// to `mcpbox_egress::bridge` (the two crates do not know each other).
+pub(crate) fn bridge(
+    s: mcpbox_sandbox::BridgeSockets,
+    target: &std::path::Path,
+) -> std::io::Result<()> {
+    mcpbox_egress::bridge(
+        mcpbox_egress::BridgeSockets {
+            proxy: s.proxy,
+            capture: s.capture,
+            dns_udp: s.dns_udp,
+            dns_tcp: s.dns_tcp,
+            nflog: s.nflog,
+        },
+        target,
+    )
+}
+
 /// A running proxy; stopping it (on drop) also removes its socket directory.
 pub struct Running {
     shutdown: Shutdown,
     dir: PathBuf,
+    /// `DIR.lock` beside the directory, flock(2)ed for the proxy's whole
+    /// life ([`reclaim_stale_proxy_dirs`]).
+    lock: Option<(PathBuf, std::fs::File)>,
 }
 
 /// How long stopping the proxy waits for the connections it accepted to be
@@ -108,6 +133,9 @@ impl Drop for Running {
             );
         }
         let _ = std::fs::remove_dir_all(&self.dir);
+        if let Some((path, _held)) = self.lock.take() {
+            let _ = std::fs::remove_file(path);
+        }
     }
 }
 
@@ -206,34 +234,47 @@ impl mcpbox_egress::CallContext for RelayCalls {
 /// Numbers the proxies of this process, for their directories' names.
 static PROXY_SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
-/// Removes the proxy directories (`sb-….PID.N`) of processes that are gone
-/// (a kill -9 skips `Running`'s drop). Only names of that shape are touched,
-/// and only where the pid no longer exists.
+/// Removes the proxy directories of proxies that are gone (a kill -9 skips
+/// `Running`'s drop). Each proxy holds an exclusive flock(2) on
+/// `NAME.lock` beside its directory `NAME` for its whole life, taken before
+/// the directory exists; a lock this process can take belongs to no live
+/// proxy, so its directory and the lock file go. Liveness is never read
+/// from a pid: mcpbox may run in a pid namespace of its own (a test's
+/// `unshare --pid`, a container), where another namespace's pids mean
+/// nothing, and the pid check once removed a live gateway's socket from
+/// under its sandbox (its resolver then answered SERVFAIL: stop 38's CI).
+/// Only names of the proxy's shape are touched.
 fn reclaim_stale_proxy_dirs(base: &std::path::Path) {
     let Ok(entries) = std::fs::read_dir(base) else {
         return;
     };
     for e in entries.filter_map(Result::ok) {
         let name = e.file_name();
-        let Some(name) = name.to_str() else { continue };
-        let mut parts = name.split('.');
-        let (Some(id), Some(pid), Some(_), None) =
-            (parts.next(), parts.next(), parts.next(), parts.next())
-        else {
+        let Some(stem) = name.to_str().and_then(|n| n.strip_suffix(".lock")) else {
             continue;
         };
-        // a lifecycle id (`sb-` and 16 hex digits) or `run`'s (12 hex digits)
-        let hex = id.strip_prefix("sb-").unwrap_or(id);
-        if hex.is_empty() || !hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+        if !proxy_dir_name(stem) {
             continue;
         }
-        let Ok(pid) = pid.parse::<u32>() else {
-            continue;
-        };
-        if pid != std::process::id() && !std::path::Path::new(&format!("/proc/{pid}")).exists() {
-            let _ = std::fs::remove_dir_all(e.path());
+        if crate::state::lock_is_free(&e.path()) {
+            let _ = std::fs::remove_dir_all(base.join(stem));
+            let _ = std::fs::remove_file(e.path());
         }
     }
+}
+
+/// `ID.PID.N.RANDOM`: a sandbox id (a lifecycle id, `sb-` and hex, or
+/// `run`'s hex), this process's pid and proxy number (for the reader), and
+/// 12 random hex digits (no two proxies share a name, in whatever pid
+/// namespaces they run).
+fn proxy_dir_name(name: &str) -> bool {
+    let hex = |s: &str| !s.is_empty() && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    let parts: Vec<&str> = name.split('.').collect();
+    let [id, pid, n, random] = parts.as_slice() else {
+        return false;
+    };
+    hex(id.strip_prefix("sb-").unwrap_or(id)) && digits(pid) && digits(n) && hex(random)
 }
 
 fn bind_with_approver(
@@ -265,30 +306,32 @@ fn bind_with_approver(
         .with_context(|| format!("securing {}", base.display()))?;
     // One directory per proxy, not per sandbox: under `serve` every session
     // of an agent's sandbox has a proxy of its own (issue 32: a second
-    // session failed with EEXIST). The pid and a counter keep concurrent
-    // proxies apart; what a killed process left behind is reclaimed first.
+    // session failed with EEXIST). A random part keeps concurrent proxies
+    // apart; what a killed proxy left behind is reclaimed first, by its
+    // lock (reclaim_stale_proxy_dirs).
     reclaim_stale_proxy_dirs(&base);
-    let dir = base.join(format!(
-        "{}.{}.{}",
+    let name = format!(
+        "{}.{}.{}.{}",
         ids.sandbox_id,
         std::process::id(),
-        PROXY_SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-    ));
-    match std::fs::create_dir(&dir) {
-        Ok(()) => {}
-        // the same pid and counter as a dead process's leftover: ours now
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-            std::fs::remove_dir_all(&dir)
-                .and_then(|()| std::fs::create_dir(&dir))
-                .with_context(|| format!("creating {}", dir.display()))?;
-        }
-        Err(e) => return Err(e).with_context(|| format!("creating {}", dir.display())),
+        PROXY_SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+        crate::state::new_id()
+    );
+    // the lock first, held before the directory exists
+    let lock_path = base.join(format!("{name}.lock"));
+    let lock = crate::state::hold_lock(&lock_path)
+        .with_context(|| format!("creating and locking {}", lock_path.display()))?;
+    let dir = base.join(&name);
+    if let Err(e) = std::fs::create_dir(&dir) {
+        let _ = std::fs::remove_file(&lock_path);
+        return Err(e).with_context(|| format!("creating {}", dir.display()));
     }
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode))
         .with_context(|| format!("securing {}", dir.display()))?;
     let running = Running {
         shutdown: Shutdown::new(),
         dir: dir.clone(),
+        lock: Some((lock_path, lock)),
     };
     let socket = dir.join("egress.sock");
     let listener = std::os::unix::net::UnixListener::bind(&socket)
@@ -317,7 +360,7 @@ fn bind_with_approver(
     spec.egress = Some(mcpbox_sandbox::Egress {
         socket_dir: dir,
         port: BRIDGE_PORT,
-        bridge: mcpbox_egress::bridge,
+        bridge,
     });
     // The proxy variables (a policy may not set them: `check` refuses),
     // then git's config entries: the policy's own first, the proxy's after
@@ -348,4 +391,56 @@ fn bind_with_approver(
         listener,
         proxy,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A proxy directory goes only when nobody holds its lock: a live
+    /// proxy's stays whatever its name's pid says (another pid namespace's
+    /// pid is no evidence), and names of another shape are left alone.
+    #[test]
+    fn a_live_proxys_directory_is_never_reclaimed_whatever_its_pid() {
+        let base = tempfile::tempdir().unwrap();
+        let make = |name: &str| {
+            std::fs::create_dir(base.path().join(name)).unwrap();
+            std::fs::File::create(base.path().join(format!("{name}.lock"))).unwrap()
+        };
+        // pid 4000000 runs nowhere here, yet its lock is held: live
+        let live = "sb-0123456789abcdef.4000000.0.a1b2c3d4e5f6";
+        let held = make(live);
+        rustix::fs::flock(&held, rustix::fs::FlockOperation::NonBlockingLockExclusive).unwrap();
+        // a killed proxy: nobody holds its lock, whatever pid it names
+        let gone = format!("0123456789ab.{}.1.00ff00ff00ff", std::process::id());
+        drop(make(&gone));
+        // not a proxy's name: untouched
+        let other = "sb-0123456789abcdef.12.0";
+        drop(make(other));
+        reclaim_stale_proxy_dirs(base.path());
+        assert!(base.path().join(live).is_dir());
+        assert!(!base.path().join(&gone).exists());
+        assert!(!base.path().join(format!("{gone}.lock")).exists());
+        assert!(base.path().join(other).is_dir());
+        // once it ends, it goes
+        drop(held);
+        reclaim_stale_proxy_dirs(base.path());
+        assert!(!base.path().join(live).exists());
+    }
+
+    #[test]
+    fn proxy_names_have_one_shape() {
+        assert!(proxy_dir_name("sb-0123456789abcdef.12.0.a1b2c3d4e5f6"));
+        assert!(proxy_dir_name("0123456789ab.12.3.a1b2c3d4e5f6"));
+        for bad in [
+            "sb-0123456789abcdef.12.0",
+            "sb-xyz.12.0.a1b2",
+            "sb-01.12.x.a1b2",
+            "sb-01.12.0.A1B2",
+            "../x.1.2.ab",
+            "sb-01.1.2.ab.cd",
+        ] {
+            assert!(!proxy_dir_name(bad), "{bad}");
+        }
+    }
 }

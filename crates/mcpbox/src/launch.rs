@@ -20,13 +20,25 @@ use mcpbox_sandbox::{Sandbox, Spec, Status};
 /// Starts the server in a fresh sandbox with the given extra environment.
 pub struct SandboxLauncher {
     pub spec: Spec,
-    /// The current sandbox's init pid, for the signal thread.
+    /// The current sandbox's init pid, for the signal thread (under
+    /// gVisor, runsc's: its death ends the sandbox).
     pub current: Arc<AtomicI32>,
+    /// `[sandbox] isolation = "gvisor"`: each sandbox is runsc's
+    /// (crate::gvisor), not this machine's namespaces.
+    pub gvisor: bool,
 }
 
 impl Launcher for SandboxLauncher {
     fn launch(&mut self, env: &[(String, String)]) -> std::io::Result<ServerProcess> {
-        let (server, init) = spawn(&with_env(&self.spec, env))?;
+        let spec = with_env(&self.spec, env);
+        let (server, init) = if self.gvisor {
+            {
+                let (server, init, _) = crate::gvisor::spawn(&spec, None, None)?;
+                (server, init)
+            }
+        } else {
+            spawn(&spec)?
+        };
         self.current.store(init, Ordering::SeqCst);
         Ok(server)
     }

@@ -14,6 +14,7 @@ mod doctor;
 mod egress;
 mod exec_args;
 mod failure;
+mod gvisor;
 mod init;
 mod launch;
 mod learn;
@@ -253,7 +254,7 @@ fn main() -> ExitCode {
     // process started as the sandbox helper (`mcpbox run` re-executes
     // itself to fork sandboxes from a single-threaded process) becomes it
     // here and never returns.
-    mcpbox_sandbox::helper::enter_if_requested(mcpbox_egress::bridge);
+    mcpbox_sandbox::helper::enter_if_requested(egress::bridge);
     // Inside a sandbox, as the built-in server (`builtin.rs` starts it so).
     let args: Vec<OsString> = std::env::args_os().collect();
     // The supervisor of a command run on the host (host_command.rs in
@@ -525,6 +526,9 @@ fn exec(loaded: &preflight::Loaded, mut spec: mcpbox_sandbox::Spec) -> Result<i3
     } else {
         Some(bind_egress(loaded, &mut spec).map_err(|e| Failure::at("egress", e))?)
     };
+    if loaded.policy.sandbox.isolation == mcpbox_policy::Isolation::Gvisor {
+        return exec_gvisor(&spec, bound);
+    }
     let mut sb = mcpbox_sandbox::spawn(&spec)?;
     for n in &sb.notes {
         eprintln!("mcpbox: warning: {n}");
@@ -546,4 +550,64 @@ fn exec(loaded: &preflight::Loaded, mut spec: mcpbox_sandbox::Spec) -> Result<i3
         mcpbox_sandbox::Status::Exited(_) => {}
     }
     Ok(status.code())
+}
+
+/// `mcpbox exec` under gVisor: runsc runs the sandbox with mcpbox's stdio
+/// (preflight refused what this tier cannot do); with egress, the proxy
+/// bound before serves once the sandbox and its network holder exist. Ctrl-C
+/// reaches runsc in the terminal's process group, and its death ends the
+/// sandbox; `process.timeout` kills it here.
+fn exec_gvisor(spec: &mcpbox_sandbox::Spec, bound: Option<egress::Bound>) -> Result<i32, Failure> {
+    let runsc = gvisor::usable().map_err(|e| Failure::at("gvisor", anyhow::anyhow!(e)))?;
+    let mut started = gvisor::start(&runsc, spec, gvisor::StdioOf::Inherit, None, None)
+        .map_err(|e| Failure::at("gvisor", e))?;
+    // its output, copied to ours as it comes (gvisor::StdioOf::Inherit)
+    let copy = |from: Option<Box<dyn std::io::Read + Send>>,
+                to: fn() -> Box<dyn std::io::Write>| {
+        from.map(|mut from| {
+            std::thread::spawn(move || {
+                let mut to = to();
+                let _ = std::io::copy(&mut from, &mut to);
+                let _ = to.flush();
+            })
+        })
+    };
+    let copies = [
+        copy(
+            started
+                .child
+                .stdout
+                .take()
+                .map(|o| Box::new(o) as Box<dyn std::io::Read + Send>),
+            || Box::new(std::io::stdout()),
+        ),
+        copy(
+            started
+                .child
+                .stderr
+                .take()
+                .map(|o| Box::new(o) as Box<dyn std::io::Read + Send>),
+            || Box::new(std::io::stderr()),
+        ),
+    ];
+    let _proxy = match bound {
+        Some(b) => Some(b.serve().map_err(|e| Failure::at("egress", e))?),
+        None => None,
+    };
+    let info = started
+        .wait_deadline(spec.limits.timeout)
+        .map_err(|e| Failure::at("gvisor", e))?;
+    for c in copies.into_iter().flatten() {
+        let _ = c.join();
+    }
+    if info.code == Some(124) && spec.limits.timeout.is_some() {
+        eprintln!(
+            "mcpbox: process.timeout of {} reached; the sandbox was killed",
+            spec.limits
+                .timeout
+                .map(mcpbox_policy::format_duration)
+                .unwrap_or_default()
+        );
+    }
+    Ok(info.status())
 }

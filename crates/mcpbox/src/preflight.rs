@@ -371,8 +371,12 @@ pub fn spec_among(
         cpu: p.process.cpu,
         timeout: p.process.timeout,
     };
-    check_limits(loaded, &limits)?;
-    Ok(Spec {
+    // the gVisor tier's limits are runsc's cgroups, or rootless its
+    // rlimits: check_gvisor says which
+    if p.sandbox.isolation != mcpbox_policy::Isolation::Gvisor {
+        check_limits(loaded, &limits)?;
+    }
+    let spec = Spec {
         argv,
         env: environment(p),
         input,
@@ -386,7 +390,98 @@ pub fn spec_among(
         egress: None,
         tmp_dir: None,
         cgroup_parent: None,
-    })
+    };
+    if p.sandbox.isolation == mcpbox_policy::Isolation::Gvisor {
+        check_gvisor(loaded, &spec)?;
+    }
+    Ok(spec)
+}
+
+/// What the gVisor tier (crate::gvisor) cannot do as the namespaces tier
+/// does, refused with the reason rather than run weaker (egress it does:
+/// through the namespaces tier's own capture, `gvisor::network_holder`); and whether it
+/// can run here at all (runsc found, root). `mcpbox check` also starts a
+/// trivial gVisor sandbox (`gvisor::probe`).
+fn check_gvisor(loaded: &Loaded, spec: &Spec) -> Result<(), Error> {
+    let p = &loaded.policy;
+    let other_tier = "or use isolation = \"namespaces\" (docs/isolation.md)";
+    // Whether it can run here at all comes first.
+    let runsc = match crate::gvisor::usable() {
+        Ok(r) => r,
+        Err(why) => {
+            return Err(loaded.diag(
+                "sandbox.isolation",
+                format!("the gVisor tier cannot run here: {why}"),
+                format!("install runsc, {other_tier}; `mcpbox doctor` says more"),
+            ))
+        }
+    };
+    if p.process.allow_exec.is_some() {
+        return Err(loaded.diag(
+            "process.allow_exec",
+            "the gVisor tier does not enforce an exec allowlist: the namespaces tier does it \
+             with Landlock and noexec mounts, which gVisor's kernel does not offer",
+            format!("remove process.allow_exec, {other_tier}"),
+        ));
+    }
+    if runsc.rootless {
+        // runsc --rootless: no way into the egress namespace, no cgroup
+        if !p.network.is_closed() {
+            return Err(loaded.diag(
+                "network",
+                crate::gvisor::ROOTLESS_EGRESS,
+                format!("run mcpbox as root, or remove the [network] rules, {other_tier}"),
+            ));
+        }
+        let unbounded = [
+            ("process.memory", p.process.memory.is_some()),
+            ("process.cpu", p.process.cpu.is_some()),
+        ];
+        if let Some((key, _)) = unbounded.iter().find(|(_, set)| *set) {
+            if !p.sandbox.dangerously_allow_degraded {
+                return Err(loaded.diag(
+                    key,
+                    "rootless, runsc runs without cgroups (--ignore-cgroups): the sandbox's memory \
+                     and CPU have no bound as a whole. With sandbox.dangerously_allow_degraded, \
+                     memory becomes each process's address-space limit (RLIMIT_AS, counted by \
+                     gVisor's kernel) and CPU has none",
+                    format!(
+                        "run mcpbox as root, or set sandbox.dangerously_allow_degraded = true, \
+                         {other_tier}"
+                    ),
+                ));
+            }
+        }
+        // the server is the caller inside (uid 0 of runsc's user
+        // namespace): the caller's own access is the server's
+        return Ok(());
+    }
+    // The server runs as nobody inside gVisor, and gVisor's checks see the
+    // host's owners: no idmapped mount makes root's directories its own
+    // (the namespaces tier's way), so every directory given must be usable
+    // by nobody, root's too: readable, and writable where it is written.
+    let given = spec
+        .input
+        .iter()
+        .map(|i| ("filesystem.input".to_string(), i, false))
+        .chain(
+            spec.output
+                .iter()
+                .map(|o| ("filesystem.output".to_string(), o, true)),
+        )
+        .chain(
+            spec.mounts
+                .iter()
+                .enumerate()
+                .filter(|(_, m)| m.host.is_dir())
+                .map(|(i, m)| (format!("filesystem.mounts[{i}].host"), &m.host, m.writable)),
+        );
+    for (key, dir, write) in given {
+        if let Some((problem, hint)) = mcpbox_sandbox::root_run_access_problem(dir, write) {
+            return Err(loaded.diag(&key, problem, hint));
+        }
+    }
+    Ok(())
 }
 
 /// Refuses limits this host cannot enforce, before anything runs.

@@ -359,11 +359,18 @@ pub fn run_with(
     // The server's stderr, redacted and stripped of escapes, on ours, where
     // a stdio host logs it (it used to need MCPBOX_LOG=info); never on the
     // MCP stream. (`serve` logs it at info: many servers share its stderr.)
-    let relay = Relay::new(config, Box::new(SandboxLauncher { spec, current }))
-        .calls_in_flight(calls)
-        .stderr_handler(Arc::new(|server: &str, line: &str| {
-            eprintln!("mcpbox: [{server}] {line}")
-        }));
+    let relay = Relay::new(
+        config,
+        Box::new(SandboxLauncher {
+            spec,
+            current,
+            gvisor: loaded.policy.sandbox.isolation == mcpbox_policy::Isolation::Gvisor,
+        }),
+    )
+    .calls_in_flight(calls)
+    .stderr_handler(Arc::new(|server: &str, line: &str| {
+        eprintln!("mcpbox: [{server}] {line}")
+    }));
     // one approval broker for the process, answerable over the control
     // socket (`mcpbox approvals`) and the console
     let broker = mcpbox_gateway::broker::Broker::new(audit.clone());

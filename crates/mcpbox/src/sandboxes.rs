@@ -47,6 +47,11 @@ pub enum SandboxAction {
         /// Include /workspace/tmp.
         #[arg(long)]
         tmp: bool,
+        /// Also keep the memory of its running servers (the gVisor tier:
+        /// `runsc checkpoint`); a sandbox restored from the archive
+        /// resumes each of them where it was, on its first start.
+        #[arg(long)]
+        memory: bool,
     },
     /// Create the sandbox of AGENT on SERVER (and TASK) from an archive;
     /// refused when it exists, or when any entry of the archive is unsafe
@@ -177,7 +182,12 @@ pub fn sandboxes(action: SandboxAction, common: &Common) -> ExitCode {
         SandboxAction::Resume { id } => {
             call(common, Request::Resume { id }, render::sandbox_detail)
         }
-        SandboxAction::Snapshot { id, out, tmp } => {
+        SandboxAction::Snapshot {
+            id,
+            out,
+            tmp,
+            memory,
+        } => {
             let archive = match absolute(&out) {
                 Ok(p) => p,
                 Err(e) => return bad(e),
@@ -188,6 +198,7 @@ pub fn sandboxes(action: SandboxAction, common: &Common) -> ExitCode {
                     id,
                     archive,
                     include_tmp: tmp,
+                    memory,
                 },
                 |s: &SnapshotInfo| render::snapshot(s),
             )

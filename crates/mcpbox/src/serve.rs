@@ -647,7 +647,13 @@ fn open_sandbox(
     config.drain_grace = config.shutdown_grace;
     let view = crate::arguments::SandboxView::for_spec(&spec);
     config.paths = Some(view.map().clone());
-    let launcher = lifecycle::backend::Launch::new(backend.backend.clone(), &sb.id, spec);
+    let launcher = lifecycle::backend::Launch::new(
+        backend.backend.clone(),
+        &sb.id,
+        &open.server,
+        spec,
+        loaded.policy.sandbox.isolation,
+    );
     let relay = Relay::new(config, Box::new(launcher))
         .activity(sb.activity(slot))
         .calls_in_flight(calls)

@@ -443,6 +443,41 @@ pub fn workspace_id(spec: &mcpbox_sandbox::Spec) -> String {
     format!("{:012x}", h & 0xffff_ffff_ffff)
 }
 
+/// Creates lock file `path` (new, 0600, never through a link) and holds an
+/// exclusive flock(2) on it for as long as the returned file lives: how a
+/// proxy directory or a gVisor container says "my mcpbox runs". Liveness
+/// is never read from a pid: mcpbox may run in a pid namespace of its own
+/// (a container, a test's `unshare --pid --mount-proc`), where another
+/// namespace's pids mean nothing (a live gateway's proxy socket was once
+/// removed that way).
+pub fn hold_lock(path: &std::path::Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)?;
+    rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive)?;
+    Ok(file)
+}
+
+/// Whether nobody holds lock file `path` ([`hold_lock`]), or it does not
+/// exist; a lock that cannot be opened is taken as held.
+pub fn lock_is_free(path: &std::path::Path) -> bool {
+    use std::os::unix::fs::OpenOptionsExt;
+    match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+    {
+        Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+        Ok(lock) => {
+            rustix::fs::flock(&lock, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_ok()
+        }
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {

@@ -232,6 +232,7 @@ reasons! {
     NetworkMetadataEndpoint = "network.metadata_endpoint", "the host is a cloud metadata endpoint";
     NetworkSniMismatch = "network.sni_mismatch", "the TLS server name differs from the host the tunnel was opened for";
     NetworkTlsMalformed = "network.tls_malformed", "the client's first bytes in a tunnel are not a TLS ClientHello";
+    NetworkNotCarried = "network.not_carried", "a packet the sandbox sent that egress does not carry (UDP other than its own resolver, IPv6, a ping): refused inside the sandbox";
     UpstreamResolveFailed = "upstream.resolve_failed", "the proxy could not resolve the host name";
     UpstreamConnectFailed = "upstream.connect_failed", "the proxy could not connect to the checked address";
     RequestEmpty = "request.empty", "the client closed the proxy connection before sending a request";

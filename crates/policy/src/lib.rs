@@ -63,9 +63,9 @@ pub use decision::{Decision, NetworkAnswer, Reason, Source, ToolHints, Verdict};
 pub use diagnostic::{Diagnostic, Location};
 pub use examples::Example;
 pub use model::{
-    ApprovalFallback, Approvals, Artifacts, Audit, Durability, Env, Filesystem, Jobs, Mount,
-    MountMode, OnAuditFailure, Output, Policy, Process, Runtime, Sandbox, Secret, SecretSource,
-    Server, UpstreamSettings, ValuePart, DEFAULT_EXEC_OUTPUT, DEFAULT_EXEC_TIMEOUT,
+    ApprovalFallback, Approvals, Artifacts, Audit, Durability, Env, Filesystem, Isolation, Jobs,
+    Mount, MountMode, OnAuditFailure, Output, Policy, Process, Runtime, Sandbox, Secret,
+    SecretSource, Server, UpstreamSettings, ValuePart, DEFAULT_EXEC_OUTPUT, DEFAULT_EXEC_TIMEOUT,
     DEFAULT_JOB_MEMORY, DEFAULT_JOB_OUTPUT, DEFAULT_JOB_TIME, DEFAULT_MAX_ARTIFACT,
     DEFAULT_MAX_JOBS, DEFAULT_MAX_LINE, DEFAULT_MAX_RESULT, DEFAULT_PIDS, DEFAULT_TMP,
 };

@@ -268,6 +268,22 @@ pub struct Sandbox {
     /// (Landlock, seccomp, no_new_privs and rlimits only). Default false: refuse to start.
     #[serde(default)]
     pub dangerously_allow_degraded: bool,
+    /// What stands between the server and the host's kernel: "namespaces" (the default:
+    /// Linux namespaces, Landlock and seccomp on the host's kernel) or "gvisor" (gVisor's
+    /// `runsc`: the server's system calls go to gVisor's own kernel; docs/isolation.md).
+    #[serde(default)]
+    pub isolation: Isolation,
+}
+
+/// `[sandbox] isolation`: which tier runs the sandbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Isolation {
+    /// Linux namespaces, Landlock and seccomp on the host's kernel (the default).
+    #[default]
+    Namespaces,
+    /// gVisor (`runsc --platform=ptrace`): a second kernel between the server and the host's.
+    Gvisor,
 }
 
 /// The `[runtime]` section.

@@ -11,7 +11,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::decision::{Decision, Reason, Source};
+use crate::decision::{Decision, Reason, Source, Verdict};
 use crate::{with_sub_key, HINT_MARK};
 
 /// Hint shown for a malformed host pattern.
@@ -513,6 +513,34 @@ impl NetworkRules {
         }
     }
 
+    /// Decides whether the sandbox's resolver may give `host` an address:
+    /// the first `Allow` over the ports any rule could open for it (80,
+    /// 443 and every port an allow or local entry names), else `Approve`
+    /// if one port would ask a human, else the refusal of port 443. The
+    /// connection is decided again with its own port when it is made.
+    pub fn decide_name(&self, host: &str) -> Decision {
+        let named = self.allow.iter().chain(&self.local).filter_map(|r| r.port);
+        let mut approve = None;
+        let mut deny = None;
+        for port in [80, 443].into_iter().chain(named) {
+            let d = self.decide(host, port);
+            match d.verdict {
+                Verdict::Allow => return d,
+                Verdict::Approve => {
+                    approve.get_or_insert(d);
+                }
+                Verdict::Deny => {
+                    if port == 443 || deny.is_none() {
+                        deny = Some(d);
+                    }
+                }
+            }
+        }
+        approve
+            .or(deny)
+            .unwrap_or_else(|| Decision::deny(Reason::NetworkUnlisted, Source::NetworkUnlisted))
+    }
+
     /// Where a deny rule takes hosts (and ports) out of an allow rule, said
     /// for `mcpbox check`: `deny` wins, which may surprise whoever wrote
     /// the allow. One line per overlapping (deny, allow) pair.
@@ -646,6 +674,26 @@ mod tests {
 
     fn allowed(r: &NetworkRules, host: &str, port: u16) -> bool {
         r.decide(host, port).verdict == Verdict::Allow
+    }
+
+    #[test]
+    fn a_name_resolves_when_some_port_of_it_can_be_allowed() {
+        let r = rules(&["dev.test:18971", "*.example.com"], &["bad.example.com"]);
+        assert_eq!(r.decide_name("dev.test").verdict, Verdict::Allow);
+        assert_eq!(r.decide_name("api.example.com").verdict, Verdict::Allow);
+        // deny wins on every port: no address for it at all
+        let d = r.decide_name("bad.example.com");
+        assert_eq!((d.verdict, d.reason), (Verdict::Deny, Reason::NetworkDeny));
+        let d = r.decide_name("other.test");
+        assert_eq!(
+            (d.verdict, d.reason),
+            (Verdict::Deny, Reason::NetworkUnlisted)
+        );
+        let d = r.decide_name("x".repeat(300).as_str());
+        assert_eq!(d.reason, Reason::NetworkInvalidHost);
+        let mut ask = r.clone();
+        ask.unlisted = Unlisted::Approve;
+        assert_eq!(ask.decide_name("other.test").verdict, Verdict::Approve);
     }
 
     #[test]

@@ -78,6 +78,8 @@ fn every_file_in_the_examples_directory_loads() {
     let mut files = Vec::new();
     example_files(&root, &mut files);
     let mut serve_configs = 0;
+    // as the binary reads them: a file an example extends is read
+    let mut read = |p: &Path| std::fs::read_to_string(p);
     for file in &files {
         let text = std::fs::read_to_string(file).unwrap();
         if serve::is_serve_config(&text) {
@@ -86,7 +88,7 @@ fn every_file_in_the_examples_directory_loads() {
             for s in &c.servers {
                 let policy = std::fs::read_to_string(&s.policy)
                     .unwrap_or_else(|e| panic!("{}: {e}", s.policy.display()));
-                parse(&policy, &s.policy).unwrap_or_else(|d| panic!("{d}"));
+                parse_with(&policy, &s.policy, &mut read).unwrap_or_else(|d| panic!("{d}"));
             }
             for t in &c.templates {
                 match &t.base {
@@ -95,7 +97,7 @@ fn every_file_in_the_examples_directory_loads() {
                 }
             }
             serve_configs += 1;
-        } else if let Err(d) = parse(&text, file) {
+        } else if let Err(d) = parse_with(&text, file, &mut read) {
             panic!("example {} does not parse:\n{d}", file.display());
         }
     }
@@ -191,6 +193,7 @@ fn default_policy_is_the_strictest() {
     assert!(p.env.set.is_empty() && p.env.pass.is_empty());
     assert_eq!(p.process.pids, 256);
     assert!(!p.sandbox.dangerously_allow_degraded);
+    assert_eq!(p.sandbox.isolation, crate::Isolation::Namespaces);
     assert_eq!(p.output.max_result, 1 << 20);
     assert_eq!(p.output.max_line, 16 << 20);
     // an empty file is the same policy, named after the file
@@ -334,6 +337,18 @@ fn wrong_types_are_refused_with_the_expected_type() {
         "sandbox.dangerously_allow_degraded",
         2,
         "boolean",
+    );
+    refused(
+        "[sandbox]\nisolation = \"firecracker\"\n",
+        "sandbox.isolation",
+        2,
+        "gvisor",
+    );
+    refused(
+        "[sandbox]\nisolation = \"GVISOR\"\n",
+        "sandbox.isolation",
+        2,
+        "namespaces",
     );
     refused(
         "[tools]\nshow_denied = 1\n",
@@ -2016,4 +2031,13 @@ fn approvals_section_refuses_what_would_not_work() {
         let d = err(text);
         assert!(d.to_string().contains(key), "{text}: {d}");
     }
+}
+
+#[test]
+fn a_policy_chooses_the_gvisor_tier_and_the_effective_policy_says_so() {
+    let p = ok("[sandbox]\nisolation = \"gvisor\"\n");
+    assert_eq!(p.sandbox.isolation, crate::Isolation::Gvisor);
+    assert!(p.to_toml().contains("isolation = \"gvisor\""));
+    // the default is written out too: a reviewer sees which tier runs it
+    assert!(ok("").to_toml().contains("isolation = \"namespaces\""));
 }

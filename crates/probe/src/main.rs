@@ -443,9 +443,17 @@ fn main() {
             use std::io::{BufRead, Write};
             let r = std::os::unix::net::UnixStream::connect(arg(&args, 2)).and_then(|mut s| {
                 s.set_read_timeout(Some(Duration::from_secs(5)))?;
-                s.write_all(format!("{}\n", arg(&args, 3)).as_bytes())?;
+                // A server that refuses the peer answers and closes before
+                // reading (lifecycle's control socket does): the write may
+                // then fail with EPIPE while the answer waits to be read,
+                // as mcpbox's own client (`control::call`) reads it.
+                let written = s.write_all(format!("{}\n", arg(&args, 3)).as_bytes());
                 let mut line = String::new();
-                std::io::BufReader::new(s).read_line(&mut line)?;
+                let read = std::io::BufReader::new(s).read_line(&mut line);
+                if line.is_empty() {
+                    written?;
+                    read?;
+                }
                 Ok(line.trim_end().to_string())
             });
             result(r)

@@ -57,7 +57,7 @@ pub enum Fds {
     /// Close-on-exec from 3 up: gone at execve, the report pipe usable
     /// until then.
     CloseOnExec,
-    /// Closed now, all but the bridge's listener (the bridge never execs).
+    /// Closed now, all but the bridge's sockets (the bridge never execs).
     CloseAllButListener,
 }
 
@@ -103,11 +103,11 @@ pub enum Then<'a> {
         candidates: &'a [CString],
         args: &'a sys::ExecArgs,
     },
-    /// Run the egress bridge on `listener` towards `socket`; exits with its
+    /// Run the egress bridge on `sockets` towards `socket`; exits with its
     /// result.
     Bridge {
         bridge: crate::BridgeFn,
-        listener: std::net::TcpListener,
+        sockets: crate::BridgeSockets,
         socket: &'a std::path::Path,
     },
 }
@@ -159,11 +159,27 @@ pub fn run(
     let closed = match m.fds {
         Fds::CloseOnExec => sys::cloexec_fds_from(3),
         Fds::CloseAllButListener => match &then {
-            Then::Bridge { listener, .. } => {
+            Then::Bridge { sockets, .. } => {
                 use std::os::fd::AsRawFd;
-                let keep = listener.as_raw_fd() as u32;
-                sys::close_range(3, keep.saturating_sub(1))
-                    .and_then(|()| sys::close_range(keep + 1, u32::MAX))
+                // Close every gap between the kept descriptors, sorted on
+                // the stack (no allocation after fork).
+                let mut keep = [
+                    sockets.proxy.as_raw_fd() as u32,
+                    sockets.capture.as_raw_fd() as u32,
+                    sockets.dns_udp.as_raw_fd() as u32,
+                    sockets.dns_tcp.as_raw_fd() as u32,
+                    sockets.nflog.as_raw_fd() as u32,
+                ];
+                keep.sort_unstable();
+                let mut from = 3u32;
+                let mut closed = Ok(());
+                for fd in keep {
+                    if closed.is_ok() && fd >= from {
+                        closed = sys::close_range(from, fd.saturating_sub(1));
+                        from = fd + 1;
+                    }
+                }
+                closed.and_then(|()| sys::close_range(from, u32::MAX))
             }
             Then::Exec { .. } => Err(std::io::Error::from_raw_os_error(libc::EBADF)),
         },
@@ -219,12 +235,12 @@ pub fn run(
         Then::Exec { candidates, args } => exec(candidates, args, rep),
         Then::Bridge {
             bridge,
-            listener,
+            sockets,
             socket,
         } => {
             // The bridge is a fork of the single-threaded init: running
             // ordinary Rust (threads, allocation) from here on is sound.
-            let code = match bridge(listener, socket) {
+            let code = match bridge(sockets, socket) {
                 Ok(()) => 0,
                 Err(_) => 1,
             };

@@ -169,6 +169,13 @@ pub(crate) struct BridgePrep {
     pub(crate) bridge: crate::BridgeFn,
     pub(crate) socket: PathBuf,
     pub(crate) last: LastMile,
+    /// The routes and the nftables rules of the transparent capture and of
+    /// the audit of what it does not carry, as netlink messages (netns.rs).
+    pub(crate) capture: [crate::netns::Exchange; 4],
+    /// The NFLOG configuration of the bridge's socket for that audit.
+    pub(crate) nflog: crate::netns::Exchange,
+    /// `net.ipv4.ping_group_range` for the namespace: the sandbox's group.
+    pub(crate) ping_groups: Vec<u8>,
 }
 
 /// Everything the children need, prepared before forking so that the
@@ -596,6 +603,9 @@ pub(crate) fn prepare(spec: &Spec) -> Result<Prepared> {
         bridge: e.bridge,
         socket: Path::new(crate::EGRESS_DIR).join("egress.sock"),
         last: bridge_last_mile(as_root, last_cap),
+        capture: crate::netns::capture(crate::CAPTURE_PORT),
+        nflog: crate::netns::nflog_config(),
+        ping_groups: format!("{SANDBOX_UID} {SANDBOX_UID}").into_bytes(),
     });
     let view = plan::plan(spec, &facts);
     Ok(Prepared {
@@ -1034,6 +1044,29 @@ fn init_process(
     if let Err(e) = sys::loopback_up() {
         report::fail(rep, ChildStep::LoopbackUp, &e);
     }
+    // With egress, every outbound TCP connection goes to the bridge's
+    // capture listener (ARCHITECTURE.md, "Transparent egress"). Written
+    // now, while the init holds its capabilities over the namespace; the
+    // bridge binds its listener below, before the command exists.
+    if let Some(bridge) = &prepared.bridge {
+        for exchange in &bridge.capture {
+            // An optional one (the IPv6 route) refused leaves the
+            // namespace as it was: no route, so no packet to audit.
+            if let Err(e) = crate::netns::run(exchange) {
+                if !exchange.optional {
+                    report::fail(rep, ChildStep::NetCapture, &e);
+                }
+            }
+        }
+        // A new network namespace starts with ping sockets closed to
+        // every group (net.ipv4.ping_group_range "1 0", icmp(7)), so an
+        // ICMP attempt would fail at socket(2), with no packet for the
+        // audit chain to see. Opened to the sandbox's own group only, an
+        // echo request becomes a packet that the chain logs and drops
+        // (netns.rs). Raw sockets stay refused: no CAP_NET_RAW. Refused
+        // (an older kernel), ICMP stays refused, only unaudited.
+        let _ = sys::write_file(c"/proc/sys/net/ipv4/ping_group_range", &bridge.ping_groups);
+    }
     // The ruleset names paths of the new root, so it is built now; the
     // command restricts itself with it in its last mile.
     let ruleset = match prepared.landlock.build() {
@@ -1070,16 +1103,25 @@ fn init_process(
 /// filter as the command; the init kills it with everything else at the
 /// end.
 fn start_bridge(prepared: &Prepared, bridge: &BridgePrep, rep: RawFd) {
-    // A SocketAddr, not a string: std binds it with socket, setsockopt,
-    // bind and listen, allocating nothing.
-    let addr = std::net::SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, bridge.port);
-    let listener = match std::net::TcpListener::bind(addr) {
-        Ok(l) => l,
+    // SocketAddrs, not strings: std binds them with socket, setsockopt,
+    // bind (and listen), allocating nothing.
+    let at = |port| std::net::SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, port);
+    let bound = std::net::TcpListener::bind(at(bridge.port)).and_then(|proxy| {
+        Ok(crate::BridgeSockets {
+            proxy,
+            capture: std::net::TcpListener::bind(at(crate::CAPTURE_PORT))?,
+            dns_udp: std::net::UdpSocket::bind(at(crate::DNS_PORT))?,
+            dns_tcp: std::net::TcpListener::bind(at(crate::DNS_PORT))?,
+            nflog: crate::netns::nflog_bind(&bridge.nflog)?,
+        })
+    });
+    let sockets = match bound {
+        Ok(s) => s,
         Err(e) => report::fail(rep, ChildStep::BindBridge, &e),
     };
     match sys::fork() {
         Err(e) => report::fail(rep, ChildStep::ForkBridge, &e),
-        Ok(Fork::Parent(_)) => drop(listener),
+        Ok(Fork::Parent(_)) => drop(sockets),
         // This process never execs: its last mile closes every inherited
         // descriptor (the report pipe above all, whose EOF the supervisor
         // awaits) but the listener; a failure after that goes unreported
@@ -1090,7 +1132,7 @@ fn start_bridge(prepared: &Prepared, bridge: &BridgePrep, rep: RawFd) {
             &prepared.filter,
             Then::Bridge {
                 bridge: bridge.bridge,
-                listener,
+                sockets,
                 socket: &bridge.socket,
             },
             rep,

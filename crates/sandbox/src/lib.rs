@@ -27,6 +27,7 @@ mod landlock;
 mod lastmile;
 mod launch;
 pub mod mountinfo;
+mod netns;
 pub mod plan;
 mod report;
 pub mod seccomp;
@@ -42,10 +43,41 @@ pub use diagnose::{interpreter, normalize, Interpreter};
 pub use idmap::{idmapped_when_root, root_run_access_problem};
 pub use launch::{spawn, Sandbox, Status};
 pub use report::ChildStep;
+pub use sys::kill_with_parent;
 
-/// The egress bridge's entry point: forwards each connection accepted on the
-/// listener to the unix socket at the path; returns only on a fatal error.
-pub type BridgeFn = fn(std::net::TcpListener, &std::path::Path) -> std::io::Result<()>;
+/// The egress bridge's entry point: serves the sockets the init bound for
+/// it, carrying connections to the unix socket at the path; returns only on
+/// a fatal error.
+pub type BridgeFn = fn(BridgeSockets, &std::path::Path) -> std::io::Result<()>;
+
+/// The sockets the init binds on the sandbox's loopback for the bridge
+/// (binding port 53 needs the init's capabilities, which the bridge no
+/// longer has), each handed over open.
+#[derive(Debug)]
+pub struct BridgeSockets {
+    /// `127.0.0.1:PORT` ([`Egress::port`]): the proxy the proxy variables
+    /// name.
+    pub proxy: std::net::TcpListener,
+    /// `127.0.0.1:`[`CAPTURE_PORT`]: every other outbound TCP connection of
+    /// the sandbox, redirected here (netns.rs); `SO_ORIGINAL_DST` tells
+    /// where it was going.
+    pub capture: std::net::TcpListener,
+    /// `127.0.0.1:53` over UDP: the sandbox's resolver, named in its
+    /// /etc/resolv.conf.
+    pub dns_udp: std::net::UdpSocket,
+    /// `127.0.0.1:53` over TCP, for resolvers that retry there.
+    pub dns_tcp: std::net::TcpListener,
+    /// A netlink socket bound to the namespace's NFLOG group of the packets
+    /// the capture does not carry (UDP other than the resolver, IPv6),
+    /// which the nftables rules copy there (netns.rs): each is audited.
+    pub nflog: std::os::fd::OwnedFd,
+}
+
+/// The port on the sandbox's loopback that the capture sends outbound TCP to.
+pub const CAPTURE_PORT: u16 = 3129;
+
+/// The sandbox's resolver port, on its loopback.
+pub const DNS_PORT: u16 = 53;
 
 /// Blocks the signals that are forwarded to a sandbox, in the calling
 /// thread; call it once, first thing, before starting any thread, so that

@@ -246,6 +246,15 @@ pub fn plan(spec: &Spec, host: &HostFacts) -> Vec<Step> {
         path: p("/etc/nsswitch.conf"),
         contents: "passwd: files\ngroup: files\nshadow: files\nhosts: files dns\n".into(),
     });
+    if spec.egress.is_some() {
+        // The bridge's resolver (ARCHITECTURE.md, "Transparent egress"):
+        // names the policy allows get an address that reaches them
+        // through the proxy; every other name is NXDOMAIN.
+        steps.push(Step::File {
+            path: p("/etc/resolv.conf"),
+            contents: "nameserver 127.0.0.1\n".into(),
+        });
+    }
     steps.push(Step::Symlink {
         path: p("/etc/mtab"),
         target: p("../proc/self/mounts"),

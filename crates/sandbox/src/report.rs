@@ -36,6 +36,7 @@ pub enum ChildStep {
     BindBridge = 16,
     ForkBridge = 17,
     ForkCommand = 18,
+    NetCapture = 19,
     // the last mile (command, degraded command, bridge)
     Session = 20,
     Chdir = 21,
@@ -67,6 +68,7 @@ impl ChildStep {
         ChildStep::BindBridge,
         ChildStep::ForkBridge,
         ChildStep::ForkCommand,
+        ChildStep::NetCapture,
         ChildStep::Session,
         ChildStep::Chdir,
         ChildStep::Setrlimit,
@@ -98,6 +100,7 @@ impl ChildStep {
             ChildStep::BindBridge => "bind the egress bridge",
             ChildStep::ForkBridge => "fork egress bridge",
             ChildStep::ForkCommand => "fork command",
+            ChildStep::NetCapture => "transparent egress capture (route and nftables rule)",
             ChildStep::Session => "session",
             ChildStep::Chdir => "chdir",
             ChildStep::Setrlimit => "setrlimit",

@@ -106,6 +106,31 @@ pub fn exit_now(code: i32) -> ! {
     unsafe { libc::_exit(code) }
 }
 
+/// Makes the child that `cmd` starts get SIGKILL when the thread that
+/// starts it ends (prctl(2) `PR_SET_PDEATHSIG`, set in the child between
+/// fork and exec), and fail to start when that parent is already gone by
+/// then. Used for a program mcpbox runs directly as a server's sandbox
+/// (gVisor's `runsc`, whose own children die with it). What runs in the
+/// child is two async-signal-safe system calls, so it is sound in a
+/// process with threads.
+pub fn kill_with_parent(cmd: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: getpid has no preconditions.
+    let parent = unsafe { libc::getpid() };
+    let hook = move || -> io::Result<()> {
+        // SAFETY: prctl with integer arguments; getppid has none.
+        check(unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) })?;
+        // SAFETY: getppid has no preconditions.
+        if unsafe { libc::getppid() } != parent {
+            return Err(io::Error::from_raw_os_error(libc::ESRCH));
+        }
+        Ok(())
+    };
+    // SAFETY: the hook makes only async-signal-safe system calls and
+    // touches no lock or allocation.
+    unsafe { cmd.pre_exec(hook) };
+}
+
 /// unshare(2) with the given CLONE_* flags.
 pub fn unshare(flags: libc::c_int) -> io::Result<()> {
     // SAFETY: plain syscall with an integer argument.
@@ -375,6 +400,63 @@ pub fn loopback_up() -> io::Result<()> {
     }
     // SAFETY: req is a valid ifreq for SIOCSIFFLAGS to read.
     check(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &req) }).map(drop)
+}
+
+/// A netlink socket of `protocol` (netlink(7)) whose reads give up after
+/// two seconds: the init waits for the kernel's acknowledgements on it, and
+/// a kernel that never answers must fail the step, not hang the sandbox.
+pub fn netlink_socket(protocol: libc::c_int) -> io::Result<OwnedFd> {
+    // SAFETY: socket with integer arguments.
+    let fd = check(unsafe {
+        libc::socket(
+            libc::AF_NETLINK,
+            libc::SOCK_RAW | libc::SOCK_CLOEXEC,
+            protocol,
+        )
+    })?;
+    // SAFETY: the kernel just returned this fd and we own it.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let timeout = libc::timeval {
+        tv_sec: 2,
+        tv_usec: 0,
+    };
+    // SAFETY: timeout is a valid timeval for SO_RCVTIMEO, with its size.
+    check(unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVTIMEO,
+            &timeout as *const libc::timeval as *const libc::c_void,
+            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+        )
+    })?;
+    Ok(fd)
+}
+
+/// sendto(2) of one buffer of netlink messages to the kernel (port id 0).
+pub fn netlink_send(fd: BorrowedFd<'_>, bytes: &[u8]) -> io::Result<()> {
+    // SAFETY: sockaddr_nl is plain old data; all-zero is a valid value.
+    let mut to: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
+    to.nl_family = libc::AF_NETLINK as libc::sa_family_t;
+    // SAFETY: bytes is a valid slice for its length; `to` is a valid
+    // sockaddr_nl with its size.
+    let n = unsafe {
+        libc::sendto(
+            fd.as_raw_fd(),
+            bytes.as_ptr() as *const libc::c_void,
+            bytes.len(),
+            0,
+            &to as *const libc::sockaddr_nl as *const libc::sockaddr,
+            std::mem::size_of::<libc::sockaddr_nl>() as libc::socklen_t,
+        )
+    };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if n as usize != bytes.len() {
+        return Err(io::Error::from_raw_os_error(libc::EMSGSIZE));
+    }
+    Ok(())
 }
 
 /// setrlimit(2) with soft = hard = `value`.

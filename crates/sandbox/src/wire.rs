@@ -394,7 +394,7 @@ pub fn read_frame(mut from: impl Read) -> io::Result<Vec<u8>> {
 mod tests {
     use super::*;
 
-    fn no_bridge(_: std::net::TcpListener, _: &std::path::Path) -> io::Result<()> {
+    fn no_bridge(_: crate::BridgeSockets, _: &std::path::Path) -> io::Result<()> {
         Ok(())
     }
 

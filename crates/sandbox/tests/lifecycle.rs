@@ -20,7 +20,7 @@ use std::time::Duration;
 use mcpbox_sandbox::cgroup::{Parent, Version};
 use mcpbox_sandbox::{helper, spawn, Error, Limits, Sandbox, Spec, Stdio};
 
-fn no_bridge(_: std::net::TcpListener, _: &std::path::Path) -> std::io::Result<()> {
+fn no_bridge(_: mcpbox_sandbox::BridgeSockets, _: &std::path::Path) -> std::io::Result<()> {
     Ok(())
 }
 

@@ -271,6 +271,12 @@ fn from_events(events: &[Event]) -> Observed {
                     Some((e.time_ms.saturating_sub(ms), e.time_ms))
                 }),
             }),
+            // The sandbox's resolver asking about a name (issue 31): the
+            // connection, if one follows, has its own record with its port.
+            Some(Kind::Network) if d["method"] == mcpbox_egress::RESOLVE_METHOD => {}
+            // A packet the namespace refused (UDP, IPv6): never a host to
+            // propose, the capture cannot carry it.
+            Some(Kind::Network) if d["method"] == mcpbox_egress::REFUSED_METHOD => {}
             Some(Kind::Network) => seen.connections.push(Connection {
                 host: d["host"].as_str().unwrap_or_default().to_string(),
                 port: d["port"]

@@ -16,6 +16,11 @@ use super::teardown::{export, merge_rules};
 use super::workspace::Workspace;
 use super::{audit_lifecycle, fill, lock, Lifecycle};
 
+/// The part of a snapshot that holds its servers' memory images.
+const MEMORY_PART: &str = "memory";
+/// In that part: whose sandbox it was (agent, server group).
+const MEMORY_OWNER: &str = "owner.json";
+
 impl Control for Lifecycle {
     fn desk(&self) -> Option<&dyn mcpbox_lifecycle::Desk> {
         self.desk.get().map(|d| d as &dyn mcpbox_lifecycle::Desk)
@@ -52,8 +57,14 @@ impl Control for Lifecycle {
         id: &str,
         archive: &Path,
         include_tmp: bool,
+        memory: bool,
     ) -> Result<SnapshotInfo, String> {
         let ws = self.workspace_of(id)?;
+        if memory && self.get(id).is_err() {
+            return Err(format!(
+                "sandbox {id} is not running here: there is no server's memory to keep"
+            ));
+        }
         // frozen while it is read, so the archive is one moment's state
         // (and the idle clock leaves it alone meanwhile: it must not pause,
         // and this then thaw, it)
@@ -62,17 +73,48 @@ impl Control for Lifecycle {
             let mut g = lock(&sb.inner);
             sb.on(&mut g, LifeEvent::SnapshotBegin, Instant::now());
         }
+        // With memory: each running gVisor server's checkpoint, taken
+        // while the sandbox is frozen, in a folder of mcpbox's state that
+        // the archive then holds as its part `memory`.
+        let images = if memory {
+            tempfile::Builder::new()
+                .prefix(&format!(".memory-{id}-"))
+                .tempdir_in(self.sandboxes_dir())
+                .map_err(|e| format!("a folder for the memory images: {e}"))
+                .and_then(|d| {
+                    let dir = d.path().join("memory");
+                    self.shared.backend.checkpoint(id, &dir)?;
+                    // whose it is: a server's memory holds what it was
+                    // given (its secrets too), so it is restored for this
+                    // agent only
+                    let (key, _) = self.owner(id)?;
+                    let owner = json!({"agent": key.agent, "server": key.server});
+                    std::fs::write(dir.join(MEMORY_OWNER), owner.to_string())
+                        .map_err(|e| format!("{}: {e}", dir.display()))?;
+                    Ok((d, dir))
+                })
+                .map(Some)
+        } else {
+            Ok(None)
+        };
         let output = ws.output();
         let tmp = ws.tmp();
         let mut parts: Vec<(&str, &Path)> = vec![("output", output.as_path())];
         if include_tmp {
             parts.push(("tmp", tmp.as_path()));
         }
+        if let Ok(Some((_, dir))) = &images {
+            parts.push((MEMORY_PART, dir.as_path()));
+        }
         // the built-in server's own state (its checkpoints, its code files)
         // is never part of a sandbox's snapshot (issue 26): it is mcpbox's
         let own = format!("tmp/{}", mcpbox_builtin::STATE_DIR);
-        let result = mcpbox_lifecycle::snapshot::write_excluding(&parts, archive, &[own.as_str()])
-            .map_err(|e| e.to_string());
+        let result = match &images {
+            Err(e) => Err(e.clone()),
+            Ok(_) => mcpbox_lifecycle::snapshot::write_excluding(&parts, archive, &[own.as_str()])
+                .map_err(|e| e.to_string()),
+        };
+        drop(images);
         if let Some(sb) = &live {
             let mut g = lock(&sb.inner);
             sb.on(&mut g, LifeEvent::SnapshotEnd, Instant::now());
@@ -84,7 +126,7 @@ impl Control for Lifecycle {
             id,
             &key,
             "snapshot",
-            json!({"archive": info.archive, "entries": info.entries, "bytes": info.bytes, "manifest_sha256": info.manifest_sha256, "tmp": include_tmp}),
+            json!({"archive": info.archive, "entries": info.entries, "bytes": info.bytes, "manifest_sha256": info.manifest_sha256, "tmp": include_tmp, "memory": memory}),
         );
         Ok(info)
     }
@@ -134,8 +176,38 @@ impl Control for Lifecycle {
             // bound (an archive larger than the workspace fails here, and
             // never fills the state directory's filesystem)
             let extracted = built.volume().join(".restore");
-            mcpbox_lifecycle::snapshot::restore(archive, &extracted)
+            let limits = mcpbox_lifecycle::snapshot::Limits {
+                parts: vec!["output".into(), "tmp".into(), MEMORY_PART.into()],
+                ..Default::default()
+            };
+            mcpbox_lifecycle::snapshot::restore_with(archive, &extracted, &limits)
                 .map_err(|e| anyhow::anyhow!("{e}"))?;
+            // the servers' memory, for their first start (Backend::start),
+            // and for the agent whose it was only
+            let memory = extracted.join(MEMORY_PART);
+            if memory.is_dir() {
+                self.shared
+                    .backend
+                    .keeps_memory()
+                    .map_err(|e| anyhow::anyhow!("the snapshot holds servers' memory: {e}"))?;
+                let owner: serde_json::Value = std::fs::read(memory.join(MEMORY_OWNER))
+                    .ok()
+                    .and_then(|b| serde_json::from_slice(&b).ok())
+                    .unwrap_or_default();
+                if owner["agent"].as_str() != Some(agent)
+                    || owner["server"].as_str() != Some(&key.server)
+                {
+                    anyhow::bail!(
+                        "the snapshot holds the memory of {}'s servers ({}): a server's memory \
+                         holds what it was given, secrets included, so it is restored for that \
+                         agent and server only",
+                        owner["agent"].as_str().unwrap_or("an unknown agent"),
+                        owner["server"].as_str().unwrap_or("unknown")
+                    );
+                }
+                std::fs::rename(&memory, built.volume().join(super::backend::MEMORY))
+                    .context("moving the restored memory images in")?;
+            }
             for part in ["output", "tmp"] {
                 let from = extracted.join(part);
                 if from.is_dir() {

@@ -7,6 +7,7 @@ pub mod audit;
 pub mod http;
 pub mod mcp;
 pub mod peers;
+pub mod public_net;
 pub mod pypi;
 pub mod runtimes;
 pub mod serve;
@@ -223,4 +224,16 @@ pub fn git(repo: &Path, args: &[&str]) {
         .output()
         .expect("run git");
     assert!(out.status.success(), "git {args:?}: {out:?}");
+}
+
+/// A git repository at `repo` (made here) as client.py's `git` scenario
+/// expects it: one commit, "first commit from root", of README, and an
+/// untracked file.
+pub fn git_repo(repo: &Path) {
+    std::fs::create_dir(repo).unwrap();
+    git(repo, &["init", "-q", "-b", "main"]);
+    std::fs::write(repo.join("README"), "a repository\n").unwrap();
+    git(repo, &["add", "README"]);
+    git(repo, &["commit", "-q", "-m", "first commit from root"]);
+    std::fs::write(repo.join("untracked.txt"), "new\n").unwrap();
 }

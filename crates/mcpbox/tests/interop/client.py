@@ -1,9 +1,12 @@
 """Drives `mcpbox run` with the official MCP Python SDK client.
 
 usage: client.py SCENARIO MODE MCPBOX POLICY -- SERVER [ARGS...]
+       client.py SCENARIO http URL TOKEN
 
 MODE is the SDK's connect mode: "legacy" (initialize handshake) or
-"2026-07-28" (stateless: server/discover, per-request _meta). Each scenario
+"2026-07-28" (stateless: server/discover, per-request _meta). With "http",
+the server is behind `mcpbox serve` at URL (Streamable HTTP, a legacy
+handshake), reached with TOKEN as the client's bearer token. Each scenario
 asserts what must hold and prints one line per check; any failure exits 1
 with the reason.
 """
@@ -48,6 +51,19 @@ async def filesystem(c):
     check(r.is_error, "cannot write into the read-only input")
     r = await c.call_tool("move_file", {"source": "/workspace/output/written.txt", "destination": "/workspace/output/moved.txt"})
     check(r.is_error and "approval" in text_of(r), "move_file needs approval and is refused without it")
+
+
+async def filesystem_serve(c):
+    """server-filesystem behind `mcpbox serve`, over /workspace/output of
+    the session's sandbox."""
+    tools = {t.name for t in (await c.list_tools()).tools}
+    check("read_text_file" in tools and "write_file" in tools, "filesystem tools are listed")
+    r = await c.call_tool("write_file", {"path": "/workspace/output/served.txt", "content": "from serve"})
+    check(not r.is_error, "writes into its sandbox's /workspace/output")
+    r = await c.call_tool("read_text_file", {"path": "/workspace/output/served.txt"})
+    check(not r.is_error and "from serve" in text_of(r), "reads it back")
+    r = await c.call_tool("read_text_file", {"path": "/etc/shadow"})
+    check(r.is_error, "cannot read /etc/shadow")
 
 
 async def filesystem_roots(c):
@@ -112,11 +128,23 @@ async def git_server(c):
     check(not r.is_error and "first commit from root" in log, f"git_log answers: {log[:300]}")
 
 
-SCENARIOS = {"everything": everything, "filesystem": filesystem, "filesystem_roots": filesystem_roots,
+SCENARIOS = {"everything": everything, "filesystem": filesystem, "filesystem_serve": filesystem_serve,
+             "filesystem_roots": filesystem_roots,
              "time": time_server, "git": git_server}
 
 
 async def main():
+    if sys.argv[2] == "http":
+        from mcp.client.streamable_http import streamable_http_client
+        from mcp.shared._httpx_utils import create_mcp_http_client
+        scenario, _, url, token = sys.argv[1:5]
+        http = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
+        async with http:
+            async with Client(streamable_http_client(url, http_client=http), mode="legacy",
+                              read_timeout_seconds=60) as c:
+                await SCENARIOS[scenario](c)
+        print("done", flush=True)
+        return
     scenario, mode, mcpbox, policy = sys.argv[1:5]
     assert sys.argv[5] == "--"
     server = sys.argv[6:]

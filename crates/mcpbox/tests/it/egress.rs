@@ -15,7 +15,7 @@ use common::{mcpbox, Workspace};
 
 /// A one-thread HTTP server on 127.0.0.1 that answers every request with
 /// `body`, until the test ends.
-fn upstream(body: &'static str) -> u16 {
+pub(crate) fn upstream(body: &'static str) -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     std::thread::spawn(move || {
@@ -300,22 +300,35 @@ fn ip_literal_is_refused_unless_listed() {
     assert!(body.starts_with("HTTP 403"), "{body}");
 }
 
+/// Without proxy settings, the sandbox's loopback is its own (a direct
+/// connection to the host's loopback port finds nothing), and an allowed
+/// name goes through the transparent capture to the proxy (issue 31; it
+/// used to fail with no resolver).
 #[test]
-fn direct_connection_bypassing_the_proxy_fails() {
-    let port = upstream("should not be seen");
+fn direct_connection_to_loopback_stays_inside_and_a_name_goes_through_the_capture() {
+    let port = upstream("through the capture");
     let ws = Workspace::new();
     let p = ws.policy(&format!("[audit]\npath = \"audit.db\"\n{}", network(port)));
-    // No proxy settings: a direct connection to the host's loopback port
-    // (the sandbox's loopback is its own), and a name with no resolver.
     let script = format!(
         "import socket\nfor target in [('127.0.0.1', {port}), ('fetch.test', {port})]:\n    \
-         try:\n        socket.create_connection(target, timeout=3); print('connected', target)\n    \
+         try:\n        s = socket.create_connection(target, timeout=5)\n        \
+         s.sendall(b'GET / HTTP/1.1\\r\\nHost: fetch.test\\r\\n\\r\\n')\n        \
+         data = b''\n        \
+         while chunk := s.recv(4096): data += chunk\n        \
+         print('connected', target[0], data.split(b'\\r\\n\\r\\n', 1)[1].decode())\n    \
          except OSError as e:\n        print('refused', target[0], type(e).__name__)\n"
     );
     let out = exec_python(&p, &script, &[]);
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(!stdout.contains("connected"), "{stdout}");
-    assert_eq!(stdout.matches("refused").count(), 2, "{stdout}");
+    assert!(
+        stdout.contains("refused 127.0.0.1 ConnectionRefusedError"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("connected fetch.test through the capture"),
+        "{stdout}"
+    );
+    assert!(audit(&ws).contains("\"CONNECT\""), "{}", audit(&ws));
 }
 
 #[test]

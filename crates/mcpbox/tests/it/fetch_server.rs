@@ -7,14 +7,16 @@
 //! How the server's traffic goes through the proxy: it uses httpx, which
 //! honours the HTTP_PROXY/HTTPS_PROXY variables mcpbox sets in the sandbox.
 //! Its own private-address guard (on unless `--allow-private-ips`) resolves
-//! each host with getaddrinfo before the request; inside the sandbox there
-//! is no resolver (no resolv.conf, a loopback-only network namespace), so
-//! the lookup of a test name fails, the guard leaves the name to the proxy
-//! ("a proxy resolves the name on its side"), and the proxy maps it to
-//! 127.0.0.1 with `[network.hosts]`. So the server runs with its default
-//! flags: no `--allow-private-ips`, robots.txt checked (the test server has
-//! none), and the proxy alone decides what is reachable. Only 127.0.0.1 is
-//! ever contacted.
+//! each host with getaddrinfo before the request, through the sandbox's
+//! resolver (issue 31, docs/policy.md). A public name gets its real,
+//! public address there, so the server runs with its default flags: the
+//! last test here shows it in a network namespace of its own
+//! (common/public_net.rs), where the name is 1.2.3.4. The loopback tests
+//! map their names to 127.0.0.1 with `[network.hosts]`; such a name gets a
+//! synthetic address from 198.18.0.0/15, which the guard refuses, as it
+//! would refuse 127.0.0.1 itself, so they run with `--allow-private-ips`
+//! and the proxy alone decides what is reachable. Only 127.0.0.1 and the
+//! test's own namespace are ever contacted.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::common;
@@ -62,18 +64,12 @@ fn fetch(s: &mut Session, url: &str) -> Value {
     s.call("fetch", json!({"url": url}))
 }
 
-#[test]
-fn fetch_server_reaches_an_allowed_name_through_the_proxy() {
-    let stub = Stub::start();
-    stub.route("/notes.html", "text/html; charset=utf-8", PAGE);
-    let ws = Workspace::new();
-    // Default flags: robots.txt is fetched first (404 here, so allowed).
-    let mut s = start(&ws, stub.port(), &[]);
-    let url = format!("http://{ALLOWED}:{}/notes.html", stub.port());
-    let r = fetch(&mut s, &url);
+/// Fetches `url` (serving `PAGE`), checks the page's text came back
+/// (simplified to Markdown by the server), and ends the session cleanly.
+fn fetch_page(mut s: Session, url: &str) {
+    let r = fetch(&mut s, url);
     let text = result_text(&r);
     assert_ne!(r["result"]["isError"], json!(true), "{r}\n{}", s.stderr());
-    // The page's text, simplified to Markdown by the server.
     assert!(
         text.contains("quick sandboxed fox fetched this page"),
         "{r}\n{}",
@@ -81,6 +77,19 @@ fn fetch_server_reaches_an_allowed_name_through_the_proxy() {
     );
     let (status, _) = s.finish();
     assert!(status.success());
+}
+
+#[test]
+fn fetch_server_reaches_an_allowed_name_through_the_proxy() {
+    let stub = Stub::start();
+    stub.route("/notes.html", "text/html; charset=utf-8", PAGE);
+    let ws = Workspace::new();
+    // robots.txt is fetched first (404 here, so allowed). The server's own
+    // private-address guard is off: the name is mapped to 127.0.0.1,
+    // which it refuses in any form (see the module's comment).
+    let s = start(&ws, stub.port(), &["--allow-private-ips"]);
+    let url = format!("http://{ALLOWED}:{}/notes.html", stub.port());
+    fetch_page(s, &url);
     assert!(
         stub.requests()
             .iter()
@@ -161,4 +170,47 @@ fn fetch_server_is_refused_an_unlisted_name_that_never_sees_a_request() {
     // a refused connection is a valid OCSF Network Activity: Refuse
     let report = audit::assert_valid_ocsf(&ws.path().join("audit.db"));
     assert!(report.contains("network_activity"), "{report}");
+}
+
+/// The fetch preset's real-world path: mcp-server-fetch with its default
+/// flags (its own private-address guard on, robots.txt checked) fetches a
+/// page from a name with a public address. Its guard asks the sandbox's
+/// resolver, which answers with the address the proxy resolved on the
+/// host; a synthetic address here would make the guard refuse every URL.
+#[test]
+fn fetch_server_with_default_flags_reaches_a_public_name() {
+    use common::public_net;
+    if !public_net::available() {
+        eprintln!("skipped: needs root to make a network namespace with a public address");
+        return;
+    }
+    let ws = Workspace::new();
+    let venv = peer("venv");
+    let port = public_net::PORT;
+    let p = ws.raw_policy(&format!(
+        "{}[network]\nallow = [\"pub.test:{port}\"]\n[audit]\npath = \"audit.db\"\n",
+        mount_same_path(&venv)
+    ));
+    let server = peer("venv/bin/mcp-server-fetch").display().to_string();
+    let state = ws.path().join("state").display().to_string();
+    let mcpbox = common::mcpbox().display().to_string();
+    let policy = p.display().to_string();
+    let argv = [mcpbox.as_str(), "run", "--policy", &policy, "--", &server];
+    let mut cmd = public_net::command(&ws.path().join("net"), &["pub.test"], PAGE, &argv);
+    cmd.env("MCPBOX_STATE_DIR", &state);
+    let mut s = Session::start_command(cmd);
+    let init = s.initialize();
+    assert!(init.get("result").is_some(), "{init}\n{}", s.stderr());
+    fetch_page(s, &format!("http://pub.test:{port}/notes.html"));
+    let events = audit::events(&ws.path().join("audit.db"));
+    let to_allowed = audit::network_to(&events, "pub.test");
+    assert!(!to_allowed.is_empty(), "{events:#?}");
+    for e in &to_allowed {
+        assert_eq!(e["decision"], "allow", "{e}");
+        assert_eq!(
+            e["detail"]["address"],
+            format!("{}:{port}", public_net::ADDRESS),
+            "{e}"
+        );
+    }
 }

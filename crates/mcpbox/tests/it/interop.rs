@@ -23,7 +23,7 @@ fn client_script() -> PathBuf {
 }
 
 /// Runs the Python SDK client for `scenario` in `mode` against `server`.
-fn drive(
+pub(crate) fn drive(
     ws: &Workspace,
     scenario: &str,
     mode: &str,
@@ -295,13 +295,7 @@ fn git_server_answers_on_a_root_owned_repository_as_root() {
     }
     let ws = Workspace::new();
     let repo = ws.path().join("repo");
-    std::fs::create_dir(&repo).unwrap();
-    let git = |args: &[&str]| common::git(&repo, args);
-    git(&["init", "-q", "-b", "main"]);
-    std::fs::write(repo.join("README"), "root's repository\n").unwrap();
-    git(&["add", "README"]);
-    git(&["commit", "-q", "-m", "first commit from root"]);
-    std::fs::write(repo.join("untracked.txt"), "new\n").unwrap();
+    common::git_repo(&repo);
     // root-owned and private, as a repository under /root would be
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&repo, std::fs::Permissions::from_mode(0o700)).unwrap();

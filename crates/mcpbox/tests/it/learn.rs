@@ -469,3 +469,38 @@ fn learn_discovers_a_runtime_under_tmp_and_proposes_its_program() {
     assert_eq!(result_text(&r), shape.answer, "{r}\n{}", s.stderr());
     finish_ok(s);
 }
+
+/// Issue 31: what a server contacted is learned whatever its runtime. A
+/// Node server fetching with Node's own `fetch` (no proxy support at all)
+/// is carried by the sandbox's resolver and capture, and its connection is
+/// recorded and proposed like any other; the name it never looked up is
+/// not.
+#[test]
+fn learned_network_includes_a_host_a_node_server_reached_without_proxy_support() {
+    let stub = common::http::Stub::start();
+    stub.route("/", "text/plain", "hello");
+    let port = stub.port();
+    let ws = Workspace::new();
+    let base = ws.raw_policy(&format!(
+        "[filesystem]\ninput = \"input\"\n[network]\nallow = [\"fetch.test:{port}\", \"unused.test:{port}\"]\n\
+         [network.hosts]\n\"fetch.test\" = \"127.0.0.1\"\n\"unused.test\" = \"127.0.0.1\"\n\
+         [audit]\npath = \"audit.db\"\n"
+    ));
+    let server: Vec<String> = ["node", "-e", crate::egress_transparent::NODE_SERVER]
+        .map(String::from)
+        .to_vec();
+    let proposed = ws.path().join("net.toml");
+    let mut s = start(&ws, &learn_args(&base, &proposed, &server));
+    s.initialize();
+    let r = s.call("get", json!({"url": format!("http://fetch.test:{port}/")}));
+    assert_eq!(result_text(&r), "200 hello", "{r}\n{}", s.stderr());
+    finish_ok(s);
+    let text = std::fs::read_to_string(&proposed).expect("the proposal was written");
+    check(&proposed);
+    let granted = rules(&text);
+    assert!(
+        granted.contains(&format!("\"fetch.test:{port}\"")),
+        "{text}"
+    );
+    assert!(!granted.contains("unused.test"), "{text}");
+}

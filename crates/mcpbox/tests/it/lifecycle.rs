@@ -1883,3 +1883,256 @@ fn a_session_that_cannot_start_tells_its_client_which_step_failed() {
         "a host path reached the client: {body}"
     );
 }
+
+/// A gateway whose `ws` server runs under gVisor with `idle` as its
+/// `[idle]` table; None (said, or failed under CI) where runsc or root is
+/// missing.
+fn gvisor_gateway(test: &str, idle: &str) -> Option<Gateway> {
+    if !crate::isolation::runsc_or_skip(test) || !common::is_root() {
+        return None;
+    }
+    Some(gateway(idle, "[sandbox]\nisolation = \"gvisor\"\n", &[]))
+}
+
+/// The gVisor containers of sandbox `id` as the host's runsc lists them
+/// (`runsc list` in the gateway's state): (container, status).
+pub(crate) fn gvisor_containers(gw: &Gateway, id: &str) -> Vec<(String, String)> {
+    let out = std::process::Command::new("runsc")
+        .arg("--root")
+        .arg(gw.state().join("gvisor").join("runsc"))
+        .args(["list", "-format=json"])
+        .output()
+        .unwrap();
+    let all: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    all.as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| {
+            let cid = c["id"].as_str()?;
+            cid.ends_with(&format!("-{id}")).then(|| {
+                (
+                    cid.to_string(),
+                    c["status"].as_str().unwrap_or("").to_string(),
+                )
+            })
+        })
+        .collect()
+}
+
+/// `serve` with a server whose policy chose gVisor: the session's server
+/// runs in a runsc container named after its sandbox; the idle pause is
+/// runsc's (the host's `runsc list` says paused, not the sandbox's word),
+/// the next call resumes it with its memory, and the teardown leaves
+/// nothing: no container in runsc's state, no bundle, no cgroup.
+#[test]
+fn a_gvisor_server_under_serve_pauses_resumes_and_leaves_nothing() {
+    let Some(gw) = gvisor_gateway(
+        "a_gvisor_server_under_serve_pauses_resumes_and_leaves_nothing",
+        "pause = \"1s\"\nstop = \"off\"",
+    ) else {
+        return;
+    };
+    let mut a = session(&gw, ALICE);
+    assert_eq!(call(&mut a, "count", json!({})), "1");
+    assert_eq!(call(&mut a, "count", json!({})), "2");
+    let id = sandbox_of(&gw, "alice")["id"].as_str().unwrap().to_string();
+    let running = gvisor_containers(&gw, &id);
+    assert_eq!(running.len(), 1, "{running:?}\n{}", gw.stderr());
+    assert_eq!(running[0].1, "running", "{running:?}");
+    let s = show_until(&gw, &id, "paused", |s| s["state"] == "paused");
+    assert!(s["processes"].as_u64().unwrap() > 0, "{s}");
+    assert_eq!(gvisor_containers(&gw, &id)[0].1, "paused");
+    // the next call resumes it, with its memory: the counter goes on
+    assert_eq!(call(&mut a, "count", json!({})), "3");
+    assert_eq!(gvisor_containers(&gw, &id)[0].1, "running");
+    // the workspace is the sandbox's, under gVisor too
+    call(
+        &mut a,
+        "write",
+        json!({"path": "/workspace/output/g.txt", "text": "from gvisor"}),
+    );
+    drop(a);
+    let t = gw.cli_json(&["sandboxes", "destroy", &id]);
+    assert_eq!(t["left"], json!([]), "teardown left: {t}");
+    assert_eq!(gvisor_containers(&gw, &id), vec![]);
+    let bundles = gw.state().join("gvisor").join("bundles");
+    let left: Vec<_> = std::fs::read_dir(&bundles)
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.contains(&format!("-{id}")))
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(left.is_empty(), "bundles left: {left:?}");
+    assert!(cgroup_dirs(&id).is_empty(), "{:?}", cgroup_dirs(&id));
+}
+
+/// A `kill -9` of `serve` with a gVisor server running: runsc dies with
+/// it, and the restart deletes what runsc's state still holds of it
+/// (re-adoption): no container of the sandbox is left, and its agent goes
+/// on in the kept workspace with a new one.
+#[test]
+fn kill_9_of_serve_with_a_gvisor_server_then_a_restart_leaves_no_container() {
+    let Some(gw) = gvisor_gateway(
+        "kill_9_of_serve_with_a_gvisor_server_then_a_restart_leaves_no_container",
+        "",
+    ) else {
+        return;
+    };
+    let mut a = session(&gw, ALICE);
+    call(
+        &mut a,
+        "write",
+        json!({"path": "/workspace/output/before.txt", "text": "kept"}),
+    );
+    let id = sandbox_of(&gw, "alice")["id"].as_str().unwrap().to_string();
+    assert_eq!(gvisor_containers(&gw, &id).len(), 1);
+    let config = std::fs::read_to_string(gw.dir.path().join("serve.toml")).unwrap();
+    let dir = gw.kill9();
+    let gw = Gateway::start_config(dir, &config);
+    let s = gw.cli_json(&["sandboxes", "show", &id]);
+    assert_eq!(s["state"], "stopped", "{s}");
+    assert_eq!(s["processes"], 0, "{s}");
+    assert_eq!(gvisor_containers(&gw, &id), vec![], "{}", gw.stderr());
+    let mut a = session(&gw, ALICE);
+    assert_eq!(
+        call(
+            &mut a,
+            "read",
+            json!({"path": "/workspace/output/before.txt"})
+        ),
+        "kept"
+    );
+    assert_eq!(gvisor_containers(&gw, &id).len(), 1);
+}
+
+/// `sandboxes snapshot --memory` of a gVisor server under `serve`: the
+/// archive holds its memory (runsc checkpoint, taken while the sandbox is
+/// frozen). The checkpoint ends the server (this runsc cannot leave it
+/// running), and the agent's next session resumes it in place; destroyed
+/// and restored from the archive, the sandbox's server resumes where it
+/// was on its first start: the counter in its memory goes on (a fresh
+/// start would say 1), and its workspace is the archive's. The image is
+/// used once: a later start is a fresh one. Without gVisor, --memory is
+/// refused with the reason.
+#[test]
+fn a_memory_snapshot_of_a_gvisor_server_resumes_it_where_it_was() {
+    let Some(gw) = gvisor_gateway(
+        "a_memory_snapshot_of_a_gvisor_server_resumes_it_where_it_was",
+        "",
+    ) else {
+        return;
+    };
+    let mut a = session(&gw, ALICE);
+    for n in ["1", "2", "3"] {
+        assert_eq!(call(&mut a, "count", json!({})), n);
+    }
+    call(
+        &mut a,
+        "write",
+        json!({"path": "/workspace/output/kept.txt", "text": "kept"}),
+    );
+    let id = sandbox_of(&gw, "alice")["id"].as_str().unwrap().to_string();
+    let out = gw.dir.path().join("mem.tar.gz");
+    let s = gw.cli_json(&[
+        "sandboxes",
+        "snapshot",
+        &id,
+        "--out",
+        out.to_str().unwrap(),
+        "--memory",
+    ]);
+    assert!(s["entries"].as_u64().unwrap() >= 3, "{s}");
+    // This runsc's checkpoint ends the server, and with it the session;
+    // the agent's next session resumes it where it was, in place.
+    drop(a);
+    let mut a = session(&gw, ALICE);
+    assert_eq!(call(&mut a, "count", json!({})), "4", "{}", gw.stderr());
+    drop(a);
+    let t = gw.cli_json(&["sandboxes", "destroy", &id]);
+    assert_eq!(t["left"], json!([]), "teardown left: {t}");
+    // a server's memory holds what it was given: never restored for
+    // another agent
+    let other = gw.cli(&[
+        "sandboxes",
+        "restore",
+        out.to_str().unwrap(),
+        "--agent",
+        "bob",
+        "--server",
+        "ws",
+    ]);
+    assert!(!other.status.success());
+    let err = String::from_utf8_lossy(&other.stderr);
+    assert!(err.contains("alice"), "{err}");
+    assert!(sandboxes(&gw).is_empty(), "{:?}", sandboxes(&gw));
+    let r = gw.cli_json(&[
+        "sandboxes",
+        "restore",
+        out.to_str().unwrap(),
+        "--agent",
+        "alice",
+        "--server",
+        "ws",
+    ]);
+    assert_eq!(r["state"], "stopped", "{r}");
+    let mut a = session(&gw, ALICE);
+    // resumed from the snapshot: 3 was its count then
+    assert_eq!(call(&mut a, "count", json!({})), "4", "{}", gw.stderr());
+    assert_eq!(
+        call(
+            &mut a,
+            "read",
+            json!({"path": "/workspace/output/kept.txt"})
+        ),
+        "kept"
+    );
+    // the image was used once: a second session's server starts fresh
+    let mut b = session(&gw, ALICE);
+    assert_eq!(call(&mut b, "count", json!({})), "1");
+    drop((a, b));
+    // the namespaces tier keeps no memory: said, and nothing written
+    let ns = gateway("", "", &[]);
+    let mut c = session(&ns, ALICE);
+    call(&mut c, "count", json!({}));
+    let nid = sandbox_of(&ns, "alice")["id"].as_str().unwrap().to_string();
+    let refused = ns.cli(&[
+        "sandboxes",
+        "snapshot",
+        &nid,
+        "--out",
+        ns.dir.path().join("x.tar.gz").to_str().unwrap(),
+        "--memory",
+    ]);
+    assert!(!refused.status.success());
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(err.contains("gVisor"), "{err}");
+    assert!(!ns.dir.path().join("x.tar.gz").exists());
+}
+
+/// `snapshot --memory` where no server's memory can be kept (a
+/// namespaces-tier sandbox; rootless, runsc cannot restore): refused with
+/// the reason, and no archive is written. As root and rootless.
+#[test]
+fn a_memory_snapshot_that_cannot_be_kept_is_refused_and_writes_nothing() {
+    let gw = gateway("", "", &[]);
+    let mut a = session(&gw, ALICE);
+    call(&mut a, "count", json!({}));
+    let id = sandbox_of(&gw, "alice")["id"].as_str().unwrap().to_string();
+    let out = gw.dir.path().join("x.tar.gz");
+    let refused = gw.cli(&[
+        "sandboxes",
+        "snapshot",
+        &id,
+        "--out",
+        out.to_str().unwrap(),
+        "--memory",
+    ]);
+    assert!(!refused.status.success());
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(err.contains("memory"), "{err}");
+    assert!(!out.exists());
+    // the sandbox goes on
+    assert_eq!(call(&mut a, "count", json!({})), "2");
+}

@@ -362,7 +362,7 @@ fn time_preset_runs_the_pypi_time_server_and_refuses_a_tool_it_does_not_list() {
     let r = s.call("set_time", json!({}));
     assert_refused_for(&r, "tool.default");
     let (status, err) = s.finish();
-    assert!(status.success(), "{err}");
+    assert!(status.success(), "{status:?}: {err}");
     let events = audit::events(&ws.path().join("audit.db"));
     let start = events
         .iter()
@@ -489,6 +489,11 @@ fn fetch_preset_asks_for_an_unlisted_host_and_without_an_answer_never_reaches_it
     let server = vec![
         venv.join("bin/mcp-server-fetch").display().to_string(),
         "--ignore-robots-txt".into(),
+        // The name is mapped to 127.0.0.1, so the sandbox's resolver gives
+        // it a stand-in address (issue 31), which the server's own guard
+        // would refuse (as it would 127.0.0.1) before the proxy is asked;
+        // the proxy's checks of the mapping stand in for it.
+        "--allow-private-ips".into(),
     ];
     let mut s = start_in(ws.path(), &policy, &server);
     let url = format!("http://intranet.test:{}/secret.html", intranet.port());

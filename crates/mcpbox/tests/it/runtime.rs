@@ -207,7 +207,10 @@ fn mcp_server_fetch_from_a_venv_runs_with_no_hand_written_mounts() {
         stub.port()
     ));
     let server = peer("venv/bin/mcp-server-fetch").display().to_string();
-    let mut s = venv_server(&ws, &p, &[&server]);
+    // The allowed name is mapped to 127.0.0.1: the sandbox's resolver
+    // gives it a stand-in address (issue 31), which the server's own
+    // guard refuses as it would 127.0.0.1; the proxy checks the mapping.
+    let mut s = venv_server(&ws, &p, &[&server, "--allow-private-ips"]);
     let url = format!("http://docs.test:{}/page.html", stub.port());
     answers(
         &mut s,
