@@ -92,24 +92,7 @@ pub const MAX_HEADERS: usize = 128;
 /// - bytes after the head's empty line (the caller hands the head alone);
 /// - field values that are obs-text but not UTF-8 (httparse gives bytes).
 pub fn parse_head(head: &[u8]) -> Result<RequestHead, HeadError> {
-    let text = std::str::from_utf8(head).map_err(|_| HeadError::Malformed("head is not utf-8"))?;
-    if !text.ends_with("\r\n\r\n") {
-        return Err(HeadError::Malformed("head does not end with an empty line"));
-    }
-    // Only CRLF ends a line: every LF must follow a CR. A CR not followed
-    // by LF is refused by httparse itself (it expects LF after every CR).
-    let bytes = text.as_bytes();
-    if bytes
-        .iter()
-        .enumerate()
-        .any(|(i, &b)| b == b'\n' && (i == 0 || bytes[i - 1] != b'\r'))
-    {
-        return Err(HeadError::Malformed("bare line feed in the head"));
-    }
-    if text.starts_with("\r\n") {
-        return Err(HeadError::Malformed("empty line before the request line"));
-    }
-
+    check_lines(head)?;
     let mut fields = vec![httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut req = httparse::Request::new(&mut fields);
     let len = match req.parse(head) {
@@ -143,6 +126,139 @@ pub fn parse_head(head: &[u8]) -> Result<RequestHead, HeadError> {
         version: version.to_string(),
         headers,
     })
+}
+
+/// What httparse takes and the proxy does not, in any head (request or
+/// response): not UTF-8, no final empty line, a bare LF as a line end, an
+/// empty line before the first line (see [`parse_head`]).
+fn check_lines(head: &[u8]) -> Result<(), HeadError> {
+    let text = std::str::from_utf8(head).map_err(|_| HeadError::Malformed("head is not utf-8"))?;
+    if !text.ends_with("\r\n\r\n") {
+        return Err(HeadError::Malformed("head does not end with an empty line"));
+    }
+    // Only CRLF ends a line: every LF must follow a CR. A CR not followed
+    // by LF is refused by httparse itself (it expects LF after every CR).
+    let bytes = text.as_bytes();
+    if bytes
+        .iter()
+        .enumerate()
+        .any(|(i, &b)| b == b'\n' && (i == 0 || bytes[i - 1] != b'\r'))
+    {
+        return Err(HeadError::Malformed("bare line feed in the head"));
+    }
+    if text.starts_with("\r\n") {
+        return Err(HeadError::Malformed("empty line before the first line"));
+    }
+    Ok(())
+}
+
+/// A parsed response head (an upstream's, on a connection the proxy
+/// opened to put a secret in: exchange.rs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResponseHead {
+    /// `HTTP/1.1` or `HTTP/1.0`.
+    pub version: String,
+    /// Status code.
+    pub status: u16,
+    /// Header fields in order, names as sent.
+    pub headers: Vec<(String, String)>,
+}
+
+/// Parses a response head as strictly as [`parse_head`] does a request's.
+pub fn parse_response_head(head: &[u8]) -> Result<ResponseHead, HeadError> {
+    check_lines(head)?;
+    let mut fields = vec![httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut resp = httparse::Response::new(&mut fields);
+    let len = match resp.parse(head) {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) => {
+            return Err(HeadError::Malformed("head does not end with an empty line"))
+        }
+        Err(httparse::Error::Status) => return Err(HeadError::Malformed("bad status code")),
+        Err(e) => return Err(HeadError::Malformed(parse_error(e))),
+    };
+    if len != head.len() {
+        return Err(HeadError::Malformed("bytes after the end of the head"));
+    }
+    let (Some(minor), Some(status)) = (resp.version, resp.code) else {
+        return Err(HeadError::Malformed("no status line"));
+    };
+    let version = match minor {
+        0 => "HTTP/1.0",
+        1 => "HTTP/1.1",
+        _ => return Err(HeadError::Malformed("unsupported http version")),
+    };
+    let mut headers = Vec::with_capacity(resp.headers.len());
+    for field in resp.headers.iter() {
+        let value = std::str::from_utf8(field.value)
+            .map_err(|_| HeadError::Malformed("header value is not utf-8"))?;
+        headers.push((field.name.to_string(), value.to_string()));
+    }
+    Ok(ResponseHead {
+        version: version.to_string(),
+        status,
+        headers,
+    })
+}
+
+/// How a message's body is delimited (RFC 9112 §6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    /// No `Content-Length` and no `Transfer-Encoding`: a request has no
+    /// body; a response runs until the connection closes.
+    None,
+    /// `Content-Length: N`.
+    Length(u64),
+    /// `Transfer-Encoding: chunked`.
+    Chunked,
+}
+
+/// The framing `headers` declare, refusing what two parsers could read
+/// differently (RFC 9112 §6.3, request smuggling): `Content-Length` with
+/// `Transfer-Encoding`, more than one `Content-Length`, one that is not
+/// `1*DIGIT` (httparse hands values over unread), and, where `strict_te`,
+/// a `Transfer-Encoding` other than exactly `chunked` once.
+pub fn framing(headers: &[(String, String)], strict_te: bool) -> Result<Framing, HeadError> {
+    let mut length = None;
+    let mut te: Option<&str> = None;
+    for (name, value) in headers {
+        if name.eq_ignore_ascii_case("content-length") {
+            if length.is_some() {
+                return Err(HeadError::Malformed("more than one content-length header"));
+            }
+            if value.is_empty() || value.len() > 19 || !value.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(HeadError::Malformed("content-length is not a number"));
+            }
+            length = Some(
+                value
+                    .parse::<u64>()
+                    .map_err(|_| HeadError::Malformed("content-length is not a number"))?,
+            );
+        }
+        if name.eq_ignore_ascii_case("transfer-encoding") {
+            if te.is_some() && strict_te {
+                return Err(HeadError::Malformed(
+                    "more than one transfer-encoding header",
+                ));
+            }
+            te = Some(value);
+        }
+    }
+    match (length, te) {
+        (Some(_), Some(_)) => Err(HeadError::Malformed(
+            "both content-length and transfer-encoding",
+        )),
+        (Some(n), None) => Ok(Framing::Length(n)),
+        (None, Some(v)) => {
+            if strict_te && !v.trim().eq_ignore_ascii_case("chunked") {
+                return Err(HeadError::Malformed(
+                    "a transfer-encoding other than chunked",
+                ));
+            }
+            Ok(Framing::Chunked)
+        }
+        (None, None) => Ok(Framing::None),
+    }
 }
 
 /// httparse's error, said as the part of the head that is wrong.
@@ -275,6 +391,24 @@ const HOP_BY_HOP: [&str; 8] = [
     "upgrade",
 ];
 
+/// The fields a `Connection` header names (lowercase): hop-by-hop, never
+/// forwarded (RFC 9110 §7.6.1).
+pub fn connection_named(headers: &[(String, String)]) -> Vec<String> {
+    headers
+        .iter()
+        .filter(|(name, _)| name.eq_ignore_ascii_case("connection"))
+        .flat_map(|(_, value)| value.split(',').map(|v| v.trim().to_ascii_lowercase()))
+        .filter(|v| !v.is_empty())
+        .collect()
+}
+
+/// Whether `name` is hop-by-hop: one of the standard ones or named in
+/// `Connection` (`named`, from [`connection_named`]).
+pub fn is_hop_by_hop(name: &str, named: &[String]) -> bool {
+    let lower = name.to_ascii_lowercase();
+    HOP_BY_HOP.contains(&lower.as_str()) || named.contains(&lower)
+}
+
 /// A plain-HTTP request ready to forward.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Forward {
@@ -318,34 +452,10 @@ pub fn rewrite_absolute(req: &RequestHead) -> Result<Forward, HeadError> {
     // read; two framings an upstream may read differently are refused here
     // (RFC 9112 §6.3: Transfer-Encoding with Content-Length, or an invalid
     // Content-Length, is a request smuggling shape the recipient rejects).
-    let mut named: Vec<String> = Vec::new();
-    let mut content_length = false;
-    let mut chunked = false;
-    for (name, value) in &req.headers {
-        if name.eq_ignore_ascii_case("connection") {
-            named.extend(value.split(',').map(|v| v.trim().to_ascii_lowercase()));
-        }
-        if name.eq_ignore_ascii_case("content-length") {
-            // RFC 9110 §8.6: `Content-Length = 1*DIGIT`. A list ("3, 3"),
-            // a sign or a second field is refused rather than interpreted
-            // (httparse hands values over unread).
-            if content_length {
-                return Err(HeadError::Malformed("more than one content-length header"));
-            }
-            if value.is_empty() || !value.bytes().all(|b| b.is_ascii_digit()) {
-                return Err(HeadError::Malformed("content-length is not a number"));
-            }
-            content_length = true;
-        }
-        if name.eq_ignore_ascii_case("transfer-encoding") {
-            chunked = true;
-        }
-    }
-    if chunked && content_length {
-        return Err(HeadError::Malformed(
-            "both content-length and transfer-encoding",
-        ));
-    }
+    // RFC 9110 §8.6: `Content-Length = 1*DIGIT`. A list ("3, 3"), a sign
+    // or a second field is refused rather than interpreted.
+    framing(&req.headers, false)?;
+    let named = connection_named(&req.headers);
 
     let host_header = if port == 80 {
         host.authority_form()
@@ -357,8 +467,7 @@ pub fn rewrite_absolute(req: &RequestHead) -> Result<Forward, HeadError> {
         req.method, path, req.version
     );
     for (name, value) in &req.headers {
-        let lower = name.to_ascii_lowercase();
-        if lower == "host" || HOP_BY_HOP.contains(&lower.as_str()) || named.contains(&lower) {
+        if name.eq_ignore_ascii_case("host") || is_hop_by_hop(name, &named) {
             continue;
         }
         out.push_str(name);

@@ -30,6 +30,7 @@ mod addr;
 mod bridge;
 pub mod dns;
 mod env;
+pub mod exchange;
 mod http;
 pub mod nflog;
 
@@ -58,6 +59,7 @@ mod package;
 mod pool;
 mod proxy;
 mod stream;
+pub mod swap;
 mod tls;
 mod traits;
 
