@@ -25,7 +25,8 @@
 use std::collections::BTreeSet;
 use std::io::{self, Read, Write};
 
-use crate::http::{self, Framing, HeadError, Host, RequestHead};
+pub use crate::http::Host;
+use crate::http::{self, Framing, HeadError, RequestHead};
 use crate::swap::Swaps;
 
 /// Longest chunk-size line or trailer line.
