@@ -183,6 +183,19 @@ impl<S: Read> Buffered<S> {
         }
     }
 
+    /// The next part of a body of which `left` bytes are still to come
+    /// (at most [`BUFFER`]), taken off `left`; the stream ending first is
+    /// an error (the message was cut short).
+    fn part_of(&mut self, left: &mut u64) -> io::Result<Vec<u8>> {
+        let max = usize::try_from(*left).unwrap_or(usize::MAX).min(BUFFER);
+        let piece = self.some(max)?;
+        if piece.is_empty() {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        *left -= piece.len() as u64;
+        Ok(piece)
+    }
+
     /// Up to `max` bytes: what is buffered, else one read. Empty at the end.
     fn some(&mut self, max: usize) -> io::Result<Vec<u8>> {
         if self.pending().is_empty() && self.fill()? == 0 {
@@ -542,12 +555,7 @@ fn body<R: Read, W: Write>(
     match framing {
         Framing::Length(mut left) => {
             while left > 0 {
-                let max = usize::try_from(left).unwrap_or(usize::MAX).min(BUFFER);
-                let piece = from.some(max).map_err(read_err)?;
-                if piece.is_empty() {
-                    return Err(read_err(io::ErrorKind::UnexpectedEof.into()));
-                }
-                left -= piece.len() as u64;
+                let piece = from.part_of(&mut left).map_err(read_err)?;
                 out.clear();
                 pass(&piece, &mut out, done);
                 write_counted(to, &out, done, up).map_err(write_err)?;
@@ -586,19 +594,11 @@ fn body<R: Read, W: Write>(
             }
             let mut left = size;
             while left > 0 {
-                let max = usize::try_from(left).unwrap_or(usize::MAX).min(BUFFER);
-                let piece = from.some(max).map_err(read_err)?;
-                if piece.is_empty() {
-                    return Err(read_err(io::ErrorKind::UnexpectedEof.into()));
-                }
-                left -= piece.len() as u64;
+                let piece = from.part_of(&mut left).map_err(read_err)?;
                 out.clear();
                 pass(&piece, &mut out, done);
                 if !out.is_empty() {
-                    let mut framed = format!("{:x}\r\n", out.len()).into_bytes();
-                    framed.extend_from_slice(&out);
-                    framed.extend_from_slice(b"\r\n");
-                    write_counted(to, &framed, done, up).map_err(write_err)?;
+                    write_counted(to, &chunk(&out), done, up).map_err(write_err)?;
                 }
             }
             if from.line().map_err(read_err)?.map_err(refuse)? != b"" {
@@ -615,9 +615,7 @@ fn body<R: Read, W: Write>(
     let mut tail = Vec::new();
     if framing == Framing::Chunked {
         if !out.is_empty() {
-            tail.extend_from_slice(format!("{:x}\r\n", out.len()).as_bytes());
-            tail.extend_from_slice(&out);
-            tail.extend_from_slice(b"\r\n");
+            tail = chunk(&out);
         }
         tail.extend_from_slice(b"0\r\n\r\n");
     } else {
@@ -627,6 +625,14 @@ fn body<R: Read, W: Write>(
         write_counted(to, &tail, done, up).map_err(write_err)?;
     }
     Ok(())
+}
+
+/// `data` as one chunk of a chunked body (never empty: that is the end).
+fn chunk(data: &[u8]) -> Vec<u8> {
+    let mut framed = format!("{:x}\r\n", data.len()).into_bytes();
+    framed.extend_from_slice(data);
+    framed.extend_from_slice(b"\r\n");
+    framed
 }
 
 fn write_counted<W: Write>(

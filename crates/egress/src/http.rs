@@ -114,12 +114,7 @@ pub fn parse_head(head: &[u8]) -> Result<RequestHead, HeadError> {
         _ => return Err(HeadError::Malformed("unsupported http version")),
     };
 
-    let mut headers = Vec::with_capacity(req.headers.len());
-    for field in req.headers.iter() {
-        let value = std::str::from_utf8(field.value)
-            .map_err(|_| HeadError::Malformed("header value is not utf-8"))?;
-        headers.push((field.name.to_string(), value.to_string()));
-    }
+    let headers = fields_of(req.headers)?;
     Ok(RequestHead {
         method: method.to_string(),
         target: target.to_string(),
@@ -150,6 +145,19 @@ fn check_lines(head: &[u8]) -> Result<(), HeadError> {
         return Err(HeadError::Malformed("empty line before the first line"));
     }
     Ok(())
+}
+
+/// httparse's fields as owned pairs; a value that is obs-text but not
+/// UTF-8 is refused (httparse gives bytes).
+fn fields_of(fields: &[httparse::Header<'_>]) -> Result<Vec<(String, String)>, HeadError> {
+    fields
+        .iter()
+        .map(|field| {
+            let value = std::str::from_utf8(field.value)
+                .map_err(|_| HeadError::Malformed("header value is not utf-8"))?;
+            Ok((field.name.to_string(), value.to_string()))
+        })
+        .collect()
 }
 
 /// A parsed response head (an upstream's, on a connection the proxy
@@ -188,12 +196,7 @@ pub fn parse_response_head(head: &[u8]) -> Result<ResponseHead, HeadError> {
         1 => "HTTP/1.1",
         _ => return Err(HeadError::Malformed("unsupported http version")),
     };
-    let mut headers = Vec::with_capacity(resp.headers.len());
-    for field in resp.headers.iter() {
-        let value = std::str::from_utf8(field.value)
-            .map_err(|_| HeadError::Malformed("header value is not utf-8"))?;
-        headers.push((field.name.to_string(), value.to_string()));
-    }
+    let headers = fields_of(resp.headers)?;
     Ok(ResponseHead {
         version: version.to_string(),
         status,
