@@ -137,6 +137,12 @@ impl<S: Read> Buffered<S> {
         let n = loop {
             match self.inner.read(&mut self.buf[old..]) {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                // A TLS peer that closes without close_notify: rustls says
+                // UnexpectedEof. Taken as the end of the stream, as most
+                // clients close; a body it cuts short is still refused by
+                // its framing (only a body that runs to the close could be
+                // truncated unseen, as with any such body).
+                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => break Ok(0),
                 r => break r,
             }
         };

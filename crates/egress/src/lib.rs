@@ -32,6 +32,7 @@ pub mod dns;
 mod env;
 pub mod exchange;
 mod http;
+pub mod intercept;
 pub mod nflog;
 
 /// For the byte parsers' tests: every prefix of `base`, then `n` copies of
@@ -67,9 +68,11 @@ pub use addr::{classify, is_metadata_name, AddressClass};
 pub use bridge::{bridge, Sockets as BridgeSockets, REFUSED_METHOD, RESOLVE_METHOD};
 pub use env::{merge_git_config, proxy_env};
 pub use http::Fault;
+pub use intercept::{Authority, SecretsOut};
 pub use package::{parse_package, registry_for_host, Ecosystem, Package};
 pub use proxy::{CallContext, Ids, Proxy, Shutdown, HEAD_TIMEOUT, RESOLVED_HEADER};
 pub use stream::{ClientStream, Listener, RELAY_BUFFER};
+pub use swap::{placeholder_for, PlaceholderError, SwapSecret};
 pub use tls::{client_hello, inspect as inspect_client_hello, Hello, ALERT_ACCESS_DENIED};
 pub use traits::{
     Approver, Connector, DenyAllApprover, EgressPolicy, Resolver, SystemConnector, SystemResolver,

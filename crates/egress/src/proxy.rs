@@ -18,7 +18,7 @@
 //!    before the first client byte goes upstream.
 
 use std::collections::HashSet;
-use std::io::{self, Write};
+use std::io::{self, Read, Write};
 use std::net::{IpAddr, Shutdown as How, SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -29,7 +29,9 @@ use mcpbox_policy::{Decision, NetworkAnswer, Reason, Source, Verdict};
 use serde_json::{json, Map, Value};
 
 use crate::addr::{classify, is_metadata_name};
+use crate::exchange::{self, ExchangeError, Exchanged, Target};
 use crate::http::{self, error_response, Fault, HeadError, Host, CONNECT_OK};
+use crate::intercept::{self, InterceptError, Prefixed, SecretsOut};
 use crate::package::{parse_package, registry_for_host};
 use crate::pool::Pool;
 use crate::stream::{pump, ClientStream, Listener, Socket, WakeTarget};
@@ -171,7 +173,14 @@ struct Inner {
     head_timeout: Duration,
     /// Threads for connections and their client-to-upstream relays.
     pool: Pool,
+    /// Secrets kept outside the sandbox, when the policy has any.
+    secrets: Option<Arc<SecretsOut>>,
 }
+
+/// How long a connection opened for a secret waits, once done, for what the
+/// client still sends before it closes, and at most how many bytes it reads.
+const LINGER: Duration = Duration::from_secs(2);
+const LINGER_BYTES: usize = 64 * 1024;
 
 /// Default time a client has to send its request head.
 pub const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
@@ -315,8 +324,19 @@ impl Proxy {
                 session: Mutex::new(HashSet::new()),
                 head_timeout,
                 pool: Pool::new("egress-conn"),
+                secrets: None,
             }),
         }
+    }
+
+    /// Keeps `secrets` outside the sandbox: connections to their hosts are
+    /// opened and their placeholders swapped (intercept.rs). Set before
+    /// [`Proxy::serve`].
+    pub fn with_secrets(mut self, secrets: Arc<SecretsOut>) -> Self {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.secrets = Some(secrets);
+        }
+        self
     }
 
     /// Accepts clients on `listener` until `shutdown` fires, one thread per
@@ -508,6 +528,41 @@ impl Proxy {
             }
         };
         let _ = client.read_timeout(None);
+        let opened = self
+            .inner
+            .secrets
+            .as_ref()
+            .filter(|out| out.swaps().intercepts(&name, port))
+            .cloned();
+        if let Some(out) = opened {
+            let target = Target { host, port };
+            match mode {
+                Mode::Tunnel => {
+                    if client.write_all(CONNECT_OK).is_err() {
+                        rec.error = Some(Reason::ClientGone);
+                        upstream.shutdown_socket(How::Both);
+                        return;
+                    }
+                    rec.status = Some(200);
+                    self.open(client, leftover, upstream, &target, &out, rec, true);
+                }
+                Mode::Forward { head } => {
+                    let mut first = head;
+                    first.extend_from_slice(&leftover);
+                    self.open(client, first, upstream, &target, &out, rec, false);
+                }
+                Mode::Resolve | Mode::Refused { .. } => upstream.shutdown_socket(How::Both),
+            }
+            return;
+        }
+        if let (Some(out), Mode::Forward { head }) = (&self.inner.secrets, &mode) {
+            // Plain HTTP to a host no secret is for: a placeholder in its
+            // head goes as it is (useless there) and is recorded.
+            let elsewhere = out.swaps().placeholders_in(head);
+            if !elsewhere.is_empty() {
+                note_elsewhere(rec, &elsewhere);
+            }
+        }
         match mode {
             Mode::Tunnel => {
                 if client.write_all(CONNECT_OK).is_err() {
@@ -933,6 +988,97 @@ impl Proxy {
         }
     }
 
+    /// A connection opened to put a secret in: TLS on both sides (`tls`,
+    /// a CONNECT) or plain HTTP (`first` is the rewritten head), then the
+    /// exchanges; what went through and any refusal go to the record.
+    #[allow(clippy::too_many_arguments)]
+    fn open(
+        &self,
+        client: &mut ClientStream,
+        first: Vec<u8>,
+        upstream: TcpStream,
+        target: &Target,
+        out: &SecretsOut,
+        rec: &mut Record,
+        tls: bool,
+    ) {
+        let mut done = Exchanged::default();
+        // a keep-alive connection waits at most this long for its next request
+        let _ = client.read_timeout(Some(self.inner.head_timeout));
+        let result = if tls {
+            intercept::intercept(client, first, upstream, target, out, &mut done)
+        } else {
+            let mut prefixed = Prefixed::new(first, &mut *client);
+            exchange::relay(&mut prefixed, &upstream, target, &out.swaps(), &mut done)
+                .map_err(InterceptError::from)
+        };
+        // A lingering close (RFC 9112 §9.6): our side ends first, then
+        // what the client still sends (its TLS close_notify) is read and
+        // dropped, bounded in bytes and time, before the socket goes. Closing
+        // both ways at once made the bridge's write of that close_notify
+        // fail (EPIPE), and the in-sandbox bridge stopped with it.
+        client.shutdown_socket(How::Write);
+        let _ = client.read_timeout(Some(LINGER));
+        let mut sink = [0u8; 4096];
+        let mut left = LINGER_BYTES;
+        while left > 0 {
+            match client.read(&mut sink) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => left = left.saturating_sub(n),
+            }
+        }
+        client.shutdown_socket(How::Both);
+        rec.bytes_up = done.bytes_up;
+        rec.bytes_down = done.bytes_down;
+        let list = |set: &std::collections::BTreeSet<String>| {
+            Value::Array(set.iter().map(|n| Value::from(n.as_str())).collect())
+        };
+        rec.extra.insert(
+            "secrets".into(),
+            json!({
+                "opened": if tls { "tls" } else { "http" },
+                "requests": done.requests,
+                "secrets_added": list(&done.added),
+                "scrubbed_from_responses": list(&done.scrubbed),
+            }),
+        );
+        if !done.elsewhere.is_empty() {
+            let names: Vec<String> = done.elsewhere.iter().cloned().collect();
+            note_elsewhere(rec, &names);
+        }
+        let Err(e) = result else {
+            return;
+        };
+        let reason = match &e {
+            InterceptError::SniMismatch { .. } => {
+                rec.decide(
+                    Verdict::Deny,
+                    Reason::NetworkSniMismatch,
+                    Source::Egress("sni_check"),
+                );
+                Reason::NetworkSniMismatch
+            }
+            InterceptError::ClientHandshake(_) => Reason::SecretTlsFailed,
+            InterceptError::UpstreamHandshake(_) => Reason::UpstreamTlsFailed,
+            InterceptError::Exchange(ExchangeError::Request(_))
+            | InterceptError::Exchange(ExchangeError::Misdirected { .. }) => {
+                Reason::SecretRequestRefused
+            }
+            InterceptError::Exchange(ExchangeError::Response(_)) => Reason::SecretResponseRefused,
+            InterceptError::Exchange(ExchangeError::Client(_)) => Reason::ClientGone,
+            InterceptError::Exchange(ExchangeError::Upstream(_)) => Reason::UpstreamConnectFailed,
+            InterceptError::Certificate(_)
+            | InterceptError::CaFile { .. }
+            | InterceptError::Config(_) => Reason::UpstreamTlsFailed,
+        };
+        tracing::warn!(%reason, error = %e, host = %target.host.policy_form(), "egress: a connection opened for a secret ended on a refusal or failure");
+        rec.error = Some(reason);
+        rec.extra.insert(
+            "refusal".into(),
+            e.to_string().chars().take(300).collect::<String>().into(),
+        );
+    }
+
     fn emit(&self, rec: Record) {
         let duration = rec.start.elapsed();
         let mut detail = rec.extra;
@@ -989,6 +1135,17 @@ impl Proxy {
             detail: Value::Object(detail),
             ..Event::default()
         });
+    }
+}
+
+/// Records that placeholders of `names` were sent to a host they are not
+/// for (they went as they were).
+fn note_elsewhere(rec: &mut Record, names: &[String]) {
+    tracing::warn!(secrets = ?names, host = ?rec.host, "egress: a secret's placeholder was sent to a host it is not for (it went as the placeholder)");
+    rec.extra
+        .insert("placeholder_elsewhere".into(), json!(names));
+    if rec.error.is_none() {
+        rec.error = Some(Reason::SecretPlaceholderElsewhere);
     }
 }
 

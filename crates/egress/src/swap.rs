@@ -25,6 +25,7 @@
 //!   sees only what it already holds.
 
 use aho_corasick::{AhoCorasick, MatchKind};
+use base64::Engine as _;
 use mcpbox_policy::HostRule;
 
 use crate::http::RequestHead;
@@ -137,6 +138,19 @@ fn uniform(n: usize, fill: &mut impl FnMut(&mut [u8])) -> usize {
     }
 }
 
+/// The `user:password` of a `Basic` credential, when `value` is one and it
+/// decodes to UTF-8.
+fn basic_credentials(value: &str) -> Option<String> {
+    let (scheme, token) = value.trim().split_once(' ')?;
+    if !scheme.eq_ignore_ascii_case("basic") {
+        return None;
+    }
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(token.trim())
+        .ok()?;
+    String::from_utf8(bytes).ok()
+}
+
 /// One secret whose value stays outside the sandbox.
 #[derive(Clone)]
 pub struct SwapSecret {
@@ -215,6 +229,11 @@ impl Swaps {
         self.secrets.iter().any(|s| s.is_for(host, port))
     }
 
+    /// The secrets, as given.
+    pub fn secrets(&self) -> &[SwapSecret] {
+        &self.secrets
+    }
+
     /// Whether there is nothing to swap.
     pub fn is_empty(&self) -> bool {
         self.secrets.is_empty()
@@ -249,8 +268,23 @@ impl Swaps {
             }
         };
         swap(&mut head.target);
-        for (_, value) in &mut head.headers {
+        for (name, value) in &mut head.headers {
             swap(value);
+            // `Authorization: Basic base64(user:password)` (RFC 7617): git
+            // and netrc send a token as the password, encoded, so the
+            // placeholder is looked for in the decoded credentials too.
+            if name.eq_ignore_ascii_case("authorization") {
+                if let Some(mut decoded) = basic_credentials(value) {
+                    let before = decoded.clone();
+                    swap(&mut decoded);
+                    if decoded != before {
+                        *value = format!(
+                            "Basic {}",
+                            base64::engine::general_purpose::STANDARD.encode(decoded)
+                        );
+                    }
+                }
+            }
         }
         let names = |flags: Vec<bool>| {
             let mut v: Vec<String> = flags
@@ -549,6 +583,37 @@ mod tests {
         let r = s.rewrite(&mut h, "a.example.com", 8443);
         assert_eq!(r.added, vec!["OTHER".to_string()]);
         assert_eq!(h.headers[0].1, "oth-REALVALUErealvalue98765432100000");
+    }
+
+    #[test]
+    fn a_placeholder_in_basic_credentials_is_swapped_encoded() {
+        let s = swaps();
+        let b64 = |t: &str| base64::engine::general_purpose::STANDARD.encode(t);
+        let mut h = head(
+            "/repo.git/info/refs",
+            &[(
+                "Authorization",
+                &format!(
+                    "Basic {}",
+                    b64("x-access-token:ghp_PLACEHOLDERplaceholder0123456789ab")
+                ),
+            )],
+        );
+        let r = s.rewrite(&mut h, "api.github.com", 443);
+        assert_eq!(r.added, vec!["GITHUB_TOKEN".to_string()]);
+        assert_eq!(
+            h.headers[0].1,
+            format!(
+                "Basic {}",
+                b64("x-access-token:ghp_REALVALUErealvalue9876543210zyxwvu")
+            )
+        );
+        // for another host: left encoded as it was, and named
+        let sent = format!("Basic {}", b64("u:ghp_PLACEHOLDERplaceholder0123456789ab"));
+        let mut h = head("/", &[("Authorization", &sent)]);
+        let r = s.rewrite(&mut h, "evil.test", 443);
+        assert_eq!(h.headers[0].1, sent);
+        assert_eq!(r.elsewhere, vec!["GITHUB_TOKEN".to_string()]);
     }
 
     #[test]

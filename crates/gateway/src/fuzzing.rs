@@ -136,6 +136,7 @@ pub fn fuzz_session(data: &[u8]) {
         value: SECRET.into(),
         ttl: Some(Duration::from_millis(1500)),
         source: None,
+        placeholder: None,
     }]);
     let base = Instant::now();
     let mut ms: u64 = 0;

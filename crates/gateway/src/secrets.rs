@@ -168,6 +168,26 @@ pub struct Secret {
     pub ttl: Option<Duration>,
     /// Where to load a fresh value from when the TTL expires.
     pub source: Option<SecretSource>,
+    /// What the server gets instead of the value, when the value stays
+    /// outside the sandbox (the policy names the secret's `hosts`; the
+    /// egress proxy puts the value in requests to them).
+    pub placeholder: Option<String>,
+}
+
+impl Secret {
+    /// What the server's environment gets: the placeholder when the value
+    /// stays outside, else the value.
+    pub fn inside(&self) -> &str {
+        self.placeholder.as_deref().unwrap_or(&self.value)
+    }
+
+    /// Every string redacted under this secret's name: the value, and the
+    /// placeholder when there is one (a placeholder is a capability too:
+    /// through this sandbox's proxy it stands for the value).
+    pub fn redacted(&self) -> impl Iterator<Item = (&str, &str)> {
+        std::iter::once((self.name.as_str(), self.value.as_str()))
+            .chain(self.placeholder.as_deref().map(|p| (self.name.as_str(), p)))
+    }
 }
 
 impl std::fmt::Debug for Secret {
@@ -177,6 +197,10 @@ impl std::fmt::Debug for Secret {
             .field("value", &"[REDACTED]")
             .field("ttl", &self.ttl)
             .field("source", &self.source)
+            .field(
+                "placeholder",
+                &self.placeholder.as_ref().map(|_| "[REDACTED]"),
+            )
             .finish()
     }
 }
@@ -202,29 +226,40 @@ impl Secrets {
                     value: v.into(),
                     ttl: None,
                     source: None,
+                    placeholder: None,
                 })
                 .collect(),
         )
     }
 
-    /// Environment pairs for the launcher.
+    /// Environment pairs for the launcher: each secret's [`Secret::inside`].
     pub fn env(&self) -> Vec<(String, String)> {
         self.0
             .iter()
-            .map(|s| (s.name.clone(), s.value.clone()))
+            .map(|s| (s.name.clone(), s.inside().to_string()))
             .collect()
     }
 
-    /// The shortest TTL, if any secret has one.
+    /// The shortest TTL of a secret whose value is in the server (a fresh
+    /// value means a restart); one kept outside rotates in the egress
+    /// proxy alone, the server keeping its placeholder.
     pub fn min_ttl(&self) -> Option<Duration> {
-        self.0.iter().filter_map(|s| s.ttl).min()
+        self.0
+            .iter()
+            .filter(|s| s.placeholder.is_none())
+            .filter_map(|s| s.ttl)
+            .min()
     }
 
-    /// Loads fresh values for every secret that has a source. Failed loads
-    /// keep the old value and are returned as errors.
+    /// Loads fresh values for every secret that has a source and whose
+    /// value is in the server. Failed loads keep the old value and are
+    /// returned as errors.
     pub fn refresh(&mut self) -> Vec<SecretError> {
         let mut errors = Vec::new();
         for s in &mut self.0 {
+            if s.placeholder.is_some() {
+                continue;
+            }
             if let Some(source) = &s.source {
                 match load_secret(&s.name, source) {
                     Ok(v) => s.value = v,

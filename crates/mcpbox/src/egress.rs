@@ -183,12 +183,21 @@ impl Bound {
 /// under `network.unlisted = "approve"`: `exec` has no channel to a human
 /// (network.approval_denied).
 pub fn bind(
-    rules: &NetworkRules,
+    loaded: &crate::preflight::Loaded,
     sink: Arc<dyn Sink>,
     ids: Ids,
     spec: &mut mcpbox_sandbox::Spec,
+    secrets: &mcpbox_gateway::Secrets,
 ) -> anyhow::Result<Bound> {
-    bind_with_approver(rules, sink, ids, spec, Arc::new(DenyAllApprover), None)
+    bind_with_approver(
+        loaded,
+        sink,
+        ids,
+        spec,
+        Arc::new(DenyAllApprover),
+        None,
+        secrets,
+    )
 }
 
 /// The egress proxy for a sandbox of `loaded`'s policy, bound and serving,
@@ -204,22 +213,16 @@ pub fn for_policy(
     spec: &mut mcpbox_sandbox::Spec,
     approver: &HostApprover,
     calls: Arc<mcpbox_gateway::CallsInFlight>,
+    secrets: &mcpbox_gateway::Secrets,
 ) -> anyhow::Result<Option<Running>> {
     if loaded.policy.network.is_closed() {
         return Ok(None);
     }
     let approver: Arc<dyn Approver> = Arc::new(approver.clone());
     let calls: Arc<dyn mcpbox_egress::CallContext> = Arc::new(RelayCalls(calls));
-    bind_with_approver(
-        &loaded.policy.network,
-        sink,
-        ids,
-        spec,
-        approver,
-        Some(calls),
-    )?
-    .serve()
-    .map(Some)
+    bind_with_approver(loaded, sink, ids, spec, approver, Some(calls), secrets)?
+        .serve()
+        .map(Some)
 }
 
 /// The relay's calls in flight, as the proxy asks for them.
@@ -278,13 +281,15 @@ fn proxy_dir_name(name: &str) -> bool {
 }
 
 fn bind_with_approver(
-    rules: &NetworkRules,
+    loaded: &crate::preflight::Loaded,
     sink: Arc<dyn Sink>,
     ids: Ids,
     spec: &mut mcpbox_sandbox::Spec,
     approver: Arc<dyn Approver>,
     calls: Option<Arc<dyn mcpbox_egress::CallContext>>,
+    secrets: &mcpbox_gateway::Secrets,
 ) -> anyhow::Result<Bound> {
+    let rules = &loaded.policy.network;
     let root = crate::preflight::is_root();
     let base = runtime_base();
     std::fs::create_dir_all(&base).with_context(|| format!("creating {}", base.display()))?;
@@ -346,6 +351,7 @@ fn bind_with_approver(
     }
     std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600))
         .context("securing the proxy socket")?;
+    let sandbox_id = ids.sandbox_id.clone();
     let mut proxy = Proxy::new(
         Arc::new(Rules(rules.clone())),
         Arc::new(SystemResolver),
@@ -356,6 +362,10 @@ fn bind_with_approver(
     );
     if let Some(c) = calls {
         proxy = proxy.with_calls(c);
+    }
+    let kept_out = keep_outside(loaded, secrets, &sandbox_id, &dir, root)?;
+    if let Some(out) = &kept_out {
+        proxy = proxy.with_secrets(out.clone());
     }
     spec.egress = Some(mcpbox_sandbox::Egress {
         socket_dir: dir,
@@ -386,11 +396,132 @@ fn bind_with_approver(
             .chain(git)
             .map(|(k, v)| (k.into(), v.into())),
     );
+    if kept_out.is_some() {
+        // the sandbox's CA, with the system's roots, for every runtime
+        // that reads one file (a policy may not set these: `check` refuses)
+        let bundle = format!("{}/{CA_BUNDLE}", mcpbox_sandbox::EGRESS_DIR);
+        for var in mcpbox_policy::CA_VARIABLES {
+            spec.env.retain(|(k, _)| k != var);
+            spec.env.push((var.into(), bundle.clone().into()));
+        }
+    }
+    if let Some(out) = kept_out {
+        rotate(loaded, out);
+    }
     Ok(Bound {
         running,
         listener,
         proxy,
     })
+}
+
+/// The CA bundle's name in the proxy's directory (`/run/mcpbox` inside).
+pub const CA_BUNDLE: &str = "ca-bundle.pem";
+
+/// The proxy's side of the secrets with `hosts`: their placeholders and
+/// values, a CA of this sandbox's own, the roots upstreams are verified
+/// against; the bundle the sandbox trusts (system roots and that CA)
+/// written into the proxy's directory, readable inside. `None` when no
+/// secret stays outside.
+fn keep_outside(
+    loaded: &crate::preflight::Loaded,
+    secrets: &mcpbox_gateway::Secrets,
+    sandbox_id: &str,
+    dir: &std::path::Path,
+    root: bool,
+) -> anyhow::Result<Option<Arc<mcpbox_egress::SecretsOut>>> {
+    let mut swaps = Vec::new();
+    let mut ca_files = Vec::new();
+    for s in &secrets.0 {
+        let Some(placeholder) = &s.placeholder else {
+            continue;
+        };
+        let Some(policy) = loaded.policy.secrets.get(&s.name) else {
+            continue;
+        };
+        if let Some(ca) = &policy.ca_file {
+            ca_files.push(ca.clone());
+        }
+        swaps.push(mcpbox_egress::SwapSecret {
+            name: s.name.clone(),
+            placeholder: placeholder.clone(),
+            value: s.value.clone(),
+            hosts: policy.hosts.clone(),
+        });
+    }
+    if swaps.is_empty() {
+        return Ok(None);
+    }
+    let authority = mcpbox_egress::Authority::new(sandbox_id)
+        .context("making the sandbox's certificate authority")?;
+    let extra: Vec<&std::path::Path> = ca_files.iter().map(PathBuf::as_path).collect();
+    let system = std::path::Path::new(mcpbox_egress::intercept::SYSTEM_CA_FILE);
+    let client = mcpbox_egress::intercept::client_config(system, &extra)
+        .context("the roots the proxy verifies the secrets' hosts with")?;
+    let bundle = mcpbox_egress::intercept::bundle(&authority, system);
+    let out = mcpbox_egress::SecretsOut::new(swaps, authority, client)
+        .context("the secrets kept outside the sandbox")?;
+    let path = dir.join(CA_BUNDLE);
+    std::fs::write(&path, bundle).with_context(|| format!("writing {}", path.display()))?;
+    // public certificates only: readable by the sandbox's user (host uid
+    // 65534 as root; this user rootless), written by nobody inside (the
+    // directory is mounted read-only)
+    let _ = root;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644))
+        .with_context(|| format!("securing {}", path.display()))?;
+    Ok(Some(Arc::new(out)))
+}
+
+/// Rotates the values of secrets kept outside that have a `ttl`: every
+/// ttl the value is loaded again and only the proxy's copy changes (the
+/// server keeps its placeholder; no restart). The thread ends with the
+/// proxy (it holds it weakly). A failed load keeps the old value and says so.
+fn rotate(loaded: &crate::preflight::Loaded, out: Arc<mcpbox_egress::SecretsOut>) {
+    let rotating: Vec<(String, mcpbox_policy::SecretSource, std::time::Duration)> = out
+        .swaps()
+        .secrets()
+        .iter()
+        .filter_map(|s| {
+            let p = loaded.policy.secrets.get(&s.name)?;
+            Some((s.name.clone(), p.source.clone(), p.ttl?))
+        })
+        .collect();
+    if rotating.is_empty() {
+        return;
+    }
+    let weak = Arc::downgrade(&out);
+    drop(out);
+    let started = std::thread::Builder::new()
+        .name("secret-rotation".into())
+        .spawn(move || {
+            let tick = std::time::Duration::from_millis(250);
+            let mut due: Vec<std::time::Instant> = rotating
+                .iter()
+                .map(|(_, _, ttl)| std::time::Instant::now() + *ttl)
+                .collect();
+            loop {
+                std::thread::sleep(tick);
+                let Some(out) = weak.upgrade() else {
+                    return;
+                };
+                for (i, (name, source, ttl)) in rotating.iter().enumerate() {
+                    if std::time::Instant::now() < due[i] {
+                        continue;
+                    }
+                    due[i] = std::time::Instant::now() + *ttl;
+                    match mcpbox_gateway::load_secret(name, source) {
+                        Ok(v) => match out.set_value(name, &v) {
+                            Ok(()) => tracing::info!(secret = %name, "secret rotated in the egress proxy (the server keeps its placeholder)"),
+                            Err(e) => tracing::warn!(secret = %name, error = %e, "secret rotation failed; the old value stays"),
+                        },
+                        Err(e) => tracing::warn!(error = %e, "secret rotation: loading failed; the old value stays"),
+                    }
+                }
+            }
+        });
+    if let Err(e) = started {
+        tracing::warn!(error = %e, "secret rotation thread could not start; values stay as loaded");
+    }
 }
 
 #[cfg(test)]

@@ -495,6 +495,7 @@ fn finish(result: Result<i32, Failure>) -> ExitCode {
 fn bind_egress(
     loaded: &preflight::Loaded,
     spec: &mut mcpbox_sandbox::Spec,
+    secrets: &mcpbox_gateway::Secrets,
 ) -> anyhow::Result<egress::Bound> {
     let store = state::open_audit(&loaded.policy)?;
     let ids = mcpbox_egress::Ids {
@@ -502,7 +503,7 @@ fn bind_egress(
         workspace_id: state::workspace_id(spec),
         server: loaded.policy.name().to_string(),
     };
-    egress::bind(&loaded.policy.network, store, ids, spec)
+    egress::bind(loaded, store, ids, spec, secrets)
 }
 
 /// `mcpbox exec`: this process is the sandbox's supervisor. It is
@@ -513,18 +514,17 @@ fn exec(loaded: &preflight::Loaded, mut spec: mcpbox_sandbox::Spec) -> Result<i3
     // `[secrets]` as `run` injects them, with the same refusal when a
     // source is missing (they were silently left out; exec has no relay,
     // so the command's output is not redacted: it is the caller's own)
-    for secret in run::secrets(loaded)
-        .map_err(|e| Failure::at("secrets", e))?
-        .0
-    {
-        let key = std::ffi::OsString::from(&secret.name);
+    let secrets =
+        run::secrets(loaded, run::SecretsFor::Sandbox).map_err(|e| Failure::at("secrets", e))?;
+    for (name, inside) in secrets.env() {
+        let key = std::ffi::OsString::from(name);
         spec.env.retain(|(name, _)| *name != key);
-        spec.env.push((key, secret.value.into()));
+        spec.env.push((key, inside.into()));
     }
     let bound = if loaded.policy.network.is_closed() {
         None
     } else {
-        Some(bind_egress(loaded, &mut spec).map_err(|e| Failure::at("egress", e))?)
+        Some(bind_egress(loaded, &mut spec, &secrets).map_err(|e| Failure::at("egress", e))?)
     };
     if loaded.policy.sandbox.isolation == mcpbox_policy::Isolation::Gvisor {
         return exec_gvisor(&spec, bound);

@@ -228,32 +228,66 @@ fn url_without_credentials(url: &str) -> String {
     }
 }
 
-/// `relay` with the policy's tool rules and secrets, and `audit`.
+/// `relay` with the policy's tool rules, `secrets` (from [`secrets`], the
+/// ones the sandbox's egress proxy was given) and `audit`.
 pub fn with_policy(
     relay: Relay,
     loaded: &Loaded,
+    secrets: Secrets,
     audit: Arc<dyn mcpbox_audit::Sink>,
     builtin: Option<crate::builtin::Checks>,
     view: crate::arguments::SandboxView,
 ) -> anyhow::Result<Relay> {
     Ok(relay
         .policy(tool_policy(loaded, builtin, view))
-        .secrets(secrets(loaded)?)
+        .secrets(secrets)
         .audit(audit))
 }
 
-/// The policy's secrets, loaded from their sources.
-pub fn secrets(loaded: &Loaded) -> anyhow::Result<Secrets> {
+/// Where the secrets are used: by a server in a sandbox (a secret with
+/// `hosts` then gets a placeholder, its value kept by the egress proxy),
+/// or by mcpbox itself (a remote upstream's credential: values as they are).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SecretsFor {
+    /// A sandboxed server.
+    Sandbox,
+    /// mcpbox's own use (`[upstream]` of a remote server).
+    Mcpbox,
+}
+
+/// The policy's secrets, loaded from their sources; for a sandbox, each
+/// one with `hosts` gets a fresh placeholder (mcpbox_egress::placeholder_for,
+/// from /dev/urandom), refused with the reason when its value cannot have one.
+pub fn secrets(loaded: &Loaded, for_: SecretsFor) -> anyhow::Result<Secrets> {
     let mut out = Vec::new();
     for (name, secret) in &loaded.policy.secrets {
         let source = secret.source.clone();
         let value = mcpbox_gateway::load_secret(name, &source)
             .with_context(|| format!("secrets.{name}"))?;
+        let placeholder = if for_ == SecretsFor::Sandbox && !secret.hosts.is_empty() {
+            let mut random = std::fs::File::open("/dev/urandom")
+                .context("opening /dev/urandom for a secret's placeholder")?;
+            let mut failed = None;
+            let p = mcpbox_egress::placeholder_for(&value, |buf: &mut [u8]| {
+                if let Err(e) = std::io::Read::read_exact(&mut random, buf) {
+                    // never a placeholder from a broken source: refused below
+                    failed = Some(e);
+                    buf.fill(0);
+                }
+            });
+            if let Some(e) = failed {
+                return Err(e).context("reading /dev/urandom for a secret's placeholder");
+            }
+            Some(p.map_err(|e| anyhow::anyhow!("secrets.{name}: {e}"))?)
+        } else {
+            None
+        };
         out.push(Secret {
             name: name.clone(),
             value,
             ttl: secret.ttl,
             source: Some(source),
+            placeholder,
         });
     }
     Ok(Secrets(out))
@@ -312,6 +346,7 @@ pub fn run_with(
     };
     // the connections' records name the calls in flight (detail.calls)
     let calls = Arc::new(mcpbox_gateway::CallsInFlight::default());
+    let secrets = secrets(&loaded, SecretsFor::Sandbox)?;
     let _proxy = crate::egress::for_policy(
         &loaded,
         audit.clone(),
@@ -319,6 +354,7 @@ pub fn run_with(
         &mut spec,
         &approver,
         calls.clone(),
+        &secrets,
     )?;
     let output = spec.output.clone();
     // The built-in server's tmp is a host directory (not a tmpfs) for this
@@ -387,7 +423,7 @@ pub fn run_with(
     let _console = crate::console::for_run(broker.clone(), &loaded.policy)?;
     approver.connect(relay.host_asker().with_broker(broker.clone()));
     let sink: Arc<dyn mcpbox_audit::Sink> = audit.clone();
-    let outcome = with_policy(relay, &loaded, audit, checks, view)?
+    let outcome = with_policy(relay, &loaded, secrets, audit, checks, view)?
         .run(Box::new(std::io::stdin()), Box::new(std::io::stdout()))
         .context("relay")?;
     drop(builtin_tmp);

@@ -563,6 +563,7 @@ fn open_remote(
     let relay = crate::run::with_policy(
         Relay::new(config, Box::new(launcher)).broker(broker.clone()),
         loaded,
+        crate::run::secrets(loaded, crate::run::SecretsFor::Mcpbox)?,
         audit,
         None,
         view,
@@ -618,6 +619,8 @@ fn open_sandbox(
         server: open.server.clone(),
     };
     let calls = Arc::new(mcpbox_gateway::CallsInFlight::default());
+    // placeholders per session: each session's proxy keeps its own
+    let secrets = crate::run::secrets(loaded, crate::run::SecretsFor::Sandbox)?;
     let proxy = crate::egress::for_policy(
         loaded,
         audit.clone(),
@@ -625,6 +628,7 @@ fn open_sandbox(
         &mut spec,
         &approver,
         calls.clone(),
+        &secrets,
     )?;
     let identity = if builtin {
         crate::builtin::PIN_IDENTITY.to_string()
@@ -659,7 +663,7 @@ fn open_sandbox(
         .calls_in_flight(calls)
         .broker(backend.broker.clone());
     approver.connect(relay.host_asker().with_broker(backend.broker.clone()));
-    let relay = crate::run::with_policy(relay, loaded, audit, checks, view)?;
+    let relay = crate::run::with_policy(relay, loaded, secrets, audit, checks, view)?;
     let attach_to = sb.clone();
     Ok(Opened {
         relay,

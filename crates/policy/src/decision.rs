@@ -234,6 +234,11 @@ reasons! {
     NetworkTlsMalformed = "network.tls_malformed", "the client's first bytes in a tunnel are not a TLS ClientHello";
     NetworkNotCarried = "network.not_carried", "a packet the sandbox sent that egress does not carry (UDP other than its own resolver, IPv6, a ping): refused inside the sandbox";
     UpstreamResolveFailed = "upstream.resolve_failed", "the proxy could not resolve the host name";
+    UpstreamTlsFailed = "upstream.tls_failed", "on a connection the proxy opened to put a secret in, the upstream's TLS handshake failed or its certificate was not trusted";
+    SecretPlaceholderElsewhere = "secret.placeholder_elsewhere", "a secret's placeholder was sent to a host the secret is not for; it went as the placeholder, never the value";
+    SecretRequestRefused = "secret.request_refused", "on a connection the proxy opened to put a secret in, a request was refused (another host, an upgrade, framing two parsers could read differently)";
+    SecretResponseRefused = "secret.response_refused", "on a connection the proxy opened to put a secret in, the upstream's response could not be relayed with the value kept out (compressed, malformed)";
+    SecretTlsFailed = "secret.tls_failed", "the sandbox's TLS handshake with the proxy failed (a client that does not trust the sandbox's CA, or offers only HTTP/2)";
     UpstreamConnectFailed = "upstream.connect_failed", "the proxy could not connect to the checked address";
     RequestEmpty = "request.empty", "the client closed the proxy connection before sending a request";
     RequestReadFailed = "request.read_failed", "reading the client's proxy request failed";

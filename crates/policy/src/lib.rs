@@ -73,7 +73,7 @@ pub use network::{HostPattern, HostRule, NetworkRules, Unlisted};
 pub use paths::{confine_path, PathMap};
 pub use tools::{glob_match, valid_tool_name, ToolRule, ToolRules};
 pub use units::{format_duration, format_size, parse_duration, parse_size};
-pub use validate::{name_from_file, MAX_TMP, PROXY_VARIABLES};
+pub use validate::{name_from_file, CA_VARIABLES, MAX_TMP, PROXY_VARIABLES};
 
 use diagnostic::offset_to_location;
 use locate::Locations;

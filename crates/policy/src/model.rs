@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use crate::commands::CommandRules;
 use crate::examples::Example;
 use crate::locate::Locations;
-use crate::network::NetworkRules;
+use crate::network::{HostRule, NetworkRules};
 use crate::tools::ToolRules;
 use crate::units::{self, DurationText, SizeText};
 use crate::HINT_MARK;
@@ -333,6 +333,14 @@ pub struct Secret {
     /// torn down, given the value in `MCPBOX_SECRET_VALUE` and the name in
     /// `MCPBOX_SECRET_NAME`. Never empty.
     pub revoke: Option<Vec<String>>,
+    /// The hosts the value is for (`[network]` patterns). When set, the
+    /// value never enters the sandbox: the server gets a placeholder, and
+    /// the egress proxy puts the value in requests to these hosts only.
+    pub hosts: Vec<HostRule>,
+    /// More CA certificates (PEM) the proxy trusts when it opens a
+    /// connection to one of `hosts` (an internal service's CA); the
+    /// system's roots are always trusted. Only with `hosts`.
+    pub ca_file: Option<PathBuf>,
 }
 
 /// A secret as written in the file: exactly one of `from_env`, `from_file`, `from_command`.
@@ -366,6 +374,18 @@ pub(crate) struct SecretTable {
     /// none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     revoke: Option<Vec<String>>,
+    /// Hosts the value is for, in `[network]` syntax ("api.github.com"), each allowed by
+    /// `[network]`. The value then never enters the sandbox: the server gets a placeholder
+    /// of the same shape, and the egress proxy puts the real value in place of it in the
+    /// headers and URL of requests to these hosts only (HTTPS through a CA of the
+    /// sandbox's own). Default: none (the value is in the server's environment).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    hosts: Vec<HostRule>,
+    /// PEM file of CA certificates the proxy trusts, besides the system's, when it opens a
+    /// connection to one of `hosts` (an internal service's CA); relative to the policy
+    /// file's directory. Only with `hosts`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    ca_file: Option<PathBuf>,
 }
 
 const SECRET_HINT: &str =
@@ -395,6 +415,8 @@ impl TryFrom<SecretTable> for Secret {
                 source,
                 ttl: t.ttl,
                 revoke: t.revoke,
+                hosts: t.hosts,
+                ca_file: t.ca_file,
             }),
             None => Err(format!("secret has no source{HINT_MARK}{SECRET_HINT}")),
         }
@@ -409,6 +431,8 @@ impl From<Secret> for SecretTable {
             from_command: None,
             ttl: s.ttl,
             revoke: s.revoke,
+            hosts: s.hosts,
+            ca_file: s.ca_file,
         };
         match s.source {
             SecretSource::Env(v) => t.from_env = Some(v),

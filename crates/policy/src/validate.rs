@@ -117,6 +117,18 @@ pub(crate) fn check_valid_env_name(ctx: &Ctx, key: &str, name: &str) -> Result<(
     ))
 }
 
+/// The variables mcpbox points at the sandbox's CA bundle when a secret
+/// names `hosts` (its value stays outside; the proxy opens the TLS of
+/// those hosts): what OpenSSL, Node, requests, curl, git and pip read.
+pub const CA_VARIABLES: &[&str] = &[
+    "SSL_CERT_FILE",
+    "NODE_EXTRA_CA_CERTS",
+    "REQUESTS_CA_BUNDLE",
+    "CURL_CA_BUNDLE",
+    "GIT_SSL_CAINFO",
+    "PIP_CERT",
+];
+
 /// The variables mcpbox sets to its egress proxy (crates/egress/src/env.rs,
 /// whose test checks the two lists agree), but git's config variables,
 /// which are merged.
@@ -312,6 +324,17 @@ pub(crate) fn validate_in(
     // exception: mcpbox appends its entry after the policy's.
     let network_on = !p.network.is_closed();
     let proxy_var = |name: &str| network_on && PROXY_VARIABLES.contains(&name);
+    // and, with a secret kept outside, at the sandbox's CA bundle
+    let keeps_out = p.secrets.values().any(|s| !s.hosts.is_empty());
+    for name in p.env.set.keys().chain(p.env.pass.iter()) {
+        if keeps_out && CA_VARIABLES.contains(&name.as_str()) {
+            return Err(ctx.err(
+                "env",
+                format!("{name} is set by mcpbox to the sandbox's CA bundle when a secret names hosts"),
+                "remove it: the bundle holds the system's roots and the sandbox's CA (the CA a policy trusts for a secret's hosts is its ca_file)",
+            ));
+        }
+    }
     for name in p.env.set.keys() {
         if proxy_var(name) {
             return Err(ctx.err(
@@ -518,6 +541,46 @@ pub(crate) fn validate_in(
                     &revoke_key,
                     "revoke needs a program",
                     "write the program and its arguments, e.g. [\"/usr/local/bin/revoke-token\"]; arguments cannot hold NUL",
+                ));
+            }
+        }
+        if let Some(path) = &mut secret.ca_file {
+            if secret.hosts.is_empty() {
+                return Err(ctx.err(
+                    &format!("{key}.ca_file"),
+                    "ca_file without hosts",
+                    "ca_file names the CA the proxy trusts for the secret's hosts: add hosts = [\"api.example.com\"], or leave ca_file out",
+                ));
+            }
+            *path = ctx.host_path(&format!("{key}.ca_file"), path)?;
+        }
+        for (i, rule) in secret.hosts.iter().enumerate() {
+            // The value goes only where [network] lets the sandbox go; a
+            // host the policy refuses (or only asks about) would make a
+            // secret nobody can use, or one a human approves unseen.
+            let hosts_key = format!("{key}.hosts[{i}]");
+            let (probe, port) = match &rule.pattern {
+                crate::HostPattern::Name(n) => (n.clone(), rule.port.unwrap_or(443)),
+                crate::HostPattern::Subdomains(suffix) => {
+                    (format!("a.{suffix}"), rule.port.unwrap_or(443))
+                }
+                crate::HostPattern::Ip(_) | crate::HostPattern::Cidr(..) => return Err(ctx.err(
+                    &hosts_key,
+                    format!(
+                        "\"{}\" is an address: a secret's hosts are names",
+                        rule.canonical()
+                    ),
+                    "name the host (\"api.example.com\"); the proxy checks the TLS name against it",
+                )),
+            };
+            if p.network.decide(&probe, port).verdict != crate::Verdict::Allow {
+                return Err(ctx.err(
+                    &hosts_key,
+                    format!(
+                        "{} is not allowed by [network]",
+                        rule.canonical()
+                    ),
+                    "add the host to network.allow: a secret's hosts must be hosts the sandbox may reach",
                 ));
             }
         }

@@ -508,6 +508,12 @@ pub fn readable_paths(spec: &Spec) -> Vec<PathBuf> {
     .map(PathBuf::from)
     .collect();
     paths.extend(spec.mounts.iter().map(|m| m.at.clone()));
+    // The proxy's directory, read-only (mounted so): the command reads the
+    // CA bundle there when a secret stays outside (its socket is reached
+    // by the bridge, which Landlock does not restrict).
+    if spec.egress.is_some() {
+        paths.push(PathBuf::from(crate::EGRESS_DIR));
+    }
     paths
 }
 

@@ -860,6 +860,7 @@ fn expired_secret_restarts_server_between_calls_with_fresh_value() {
         value: "first-rotating-value".into(),
         ttl: Some(Duration::from_millis(150)),
         source: Some(source),
+        placeholder: None,
     }]);
     let mut host = start("echo_secrets", &[], move |r| r.secrets(secrets), config());
     host.init(json!({}));

@@ -36,7 +36,7 @@ use crate::message::{at, error_line, id_key, to_line, Invalid, Message, Shape};
 use crate::pin::{PinStore, PinWrite};
 use crate::policy::{ApprovalAnswer, ToolPolicy};
 use crate::redact::Redactor;
-use crate::secrets::Secrets;
+use crate::secrets::{Secret, Secrets};
 use crate::{Config, EndReason, Outcome};
 
 pub mod approvals;
@@ -365,7 +365,8 @@ impl Redaction {
             secrets
                 .0
                 .iter()
-                .map(|s| (s.name.as_str(), s.value.as_bytes())),
+                .flat_map(Secret::redacted)
+                .map(|(n, v)| (n, v.as_bytes())),
         ));
         Redaction {
             secrets,
@@ -387,12 +388,10 @@ impl Redaction {
             return;
         }
         for s in &self.secrets.0 {
-            if !self
-                .retired
-                .iter()
-                .any(|(n, v)| *n == s.name && *v == s.value)
-            {
-                self.retired.push((s.name.clone(), s.value.clone()));
+            for (name, value) in s.redacted() {
+                if !self.retired.iter().any(|(n, v)| n == name && v == value) {
+                    self.retired.push((name.to_string(), value.to_string()));
+                }
             }
         }
         self.secrets = fresh;
@@ -401,7 +400,8 @@ impl Redaction {
             self.secrets
                 .0
                 .iter()
-                .map(|s| (s.name.clone(), s.value.clone())),
+                .flat_map(Secret::redacted)
+                .map(|(n, v)| (n.to_string(), v.to_string())),
         );
         self.redactor = Arc::new(Redactor::new(
             all.iter().map(|(n, v)| (n.as_str(), v.as_bytes())),

@@ -39,6 +39,7 @@ mod rmcp_client;
 mod root_idmap;
 mod run_relay;
 mod runtime;
+mod secrets_outside;
 mod serve_aggregate;
 mod serve_approvals;
 mod serve_attacks;

@@ -246,6 +246,7 @@ fn ttl_restart_waits_for_idle_holds_calls_and_replays_initialize() {
         value: "old-secret-value-42".into(),
         ttl: Some(Duration::from_secs(1)),
         source: None,
+        placeholder: None,
     }]);
     let mut t = T::with(config(), rules(vec![]), secrets, None, false);
     t.init(json!({}));
@@ -276,6 +277,7 @@ fn ttl_restart_waits_for_idle_holds_calls_and_replays_initialize() {
         value: "new-secret-value-43".into(),
         ttl: Some(Duration::from_secs(1)),
         source: None,
+        placeholder: None,
     }]);
     let out = t.on(Event::ServerStarted {
         gen: 2,
@@ -325,6 +327,7 @@ fn failed_restart_ends_the_session_and_answers_held_requests() {
         value: "old-secret-value-42".into(),
         ttl: Some(Duration::from_secs(1)),
         source: None,
+        placeholder: None,
     }]);
     let mut t = T::with(config(), rules(vec![]), secrets, None, false);
     assert_eq!(t.after(1_000), ["close 1"]);
@@ -351,6 +354,7 @@ fn too_many_held_messages_get_a_retryable_error() {
         value: "old-secret-value-42".into(),
         ttl: Some(Duration::from_secs(1)),
         source: None,
+        placeholder: None,
     }]);
     let mut t = T::with(config(), rules(vec![]), secrets, None, false);
     // the restart begins and does not finish
@@ -557,6 +561,7 @@ fn a_request_held_for_a_server_that_could_not_start_gets_the_reason() {
         value: "old-secret-value-42".into(),
         ttl: Some(Duration::from_secs(1)),
         source: None,
+        placeholder: None,
     }]);
     let mut t = T::with(config(), rules(vec![]), secrets, None, false);
     t.after(1_000);

