@@ -115,6 +115,61 @@ fn warn_policy(policy: &mcpbox_policy::Policy, prefix: &str) {
     for l in policy.network.local_summary() {
         eprintln!("mcpbox: note: {prefix}{l}");
     }
+    for l in secrets_summary(policy) {
+        eprintln!("mcpbox: {prefix}{l}");
+    }
+}
+
+/// Ports whose usual protocol is not HTTP: a placeholder is swapped only in
+/// HTTP requests, so a secret for such a port would never be added.
+const NOT_HTTP_PORTS: &[(u16, &str)] = &[
+    (21, "FTP"),
+    (22, "SSH"),
+    (25, "SMTP"),
+    (110, "POP3"),
+    (143, "IMAP"),
+    (389, "LDAP"),
+    (465, "SMTP"),
+    (587, "SMTP"),
+    (993, "IMAP"),
+    (995, "POP3"),
+    (1433, "SQL Server"),
+    (3306, "MySQL"),
+    (5432, "PostgreSQL"),
+    (6379, "Redis"),
+    (27017, "MongoDB"),
+];
+
+/// Which secrets stay outside the sandbox (and for which hosts), which
+/// enter it, and why; a secret for a port whose protocol is not HTTP is a
+/// warning (placeholders work in HTTP requests only).
+fn secrets_summary(policy: &mcpbox_policy::Policy) -> Vec<String> {
+    let mut out = Vec::new();
+    for (name, secret) in &policy.secrets {
+        if secret.hosts.is_empty() {
+            out.push(format!(
+                "note: secret {name} enters the sandbox: the server can read its value (it names no hosts; with hosts = [...] it would stay outside, docs/policy.md)"
+            ));
+            continue;
+        }
+        let hosts: Vec<String> = secret.hosts.iter().map(|h| h.canonical()).collect();
+        out.push(format!(
+            "note: secret {name} stays outside the sandbox: the server gets a placeholder, and the egress proxy puts the value in requests to {}",
+            hosts.join(", ")
+        ));
+        for h in &secret.hosts {
+            if let Some((port, proto)) = h
+                .port
+                .and_then(|p| NOT_HTTP_PORTS.iter().find(|(q, _)| *q == p))
+            {
+                out.push(format!(
+                    "warning: secret {name}: port {port} is usually {proto}, not HTTP; a placeholder is replaced in HTTP(S) requests only, so this secret would never reach {}: leave hosts out for it",
+                    h.canonical()
+                ));
+            }
+        }
+    }
+    out
 }
 
 /// A serve config: the config itself, then each server's policy with the

@@ -155,6 +155,9 @@ pub struct Bound {
     running: Running,
     listener: std::os::unix::net::UnixListener,
     proxy: Proxy,
+    /// The rotation of secrets kept outside, started with the proxy's
+    /// thread (never before `exec`'s fork).
+    rotation: Option<Rotation>,
 }
 
 impl Bound {
@@ -164,7 +167,11 @@ impl Bound {
             running,
             listener,
             proxy,
+            rotation,
         } = self;
+        if let Some(r) = rotation {
+            r.start();
+        }
         let shutdown = running.shutdown.clone();
         std::thread::Builder::new()
             .name("egress-proxy".into())
@@ -405,13 +412,12 @@ fn bind_with_approver(
             spec.env.push((var.into(), bundle.clone().into()));
         }
     }
-    if let Some(out) = kept_out {
-        rotate(loaded, out);
-    }
+    let rotation = kept_out.and_then(|out| rotation(loaded, out));
     Ok(Bound {
         running,
         listener,
         proxy,
+        rotation,
     })
 }
 
@@ -472,11 +478,18 @@ fn keep_outside(
     Ok(Some(Arc::new(out)))
 }
 
-/// Rotates the values of secrets kept outside that have a `ttl`: every
-/// ttl the value is loaded again and only the proxy's copy changes (the
-/// server keeps its placeholder; no restart). The thread ends with the
-/// proxy (it holds it weakly). A failed load keeps the old value and says so.
-fn rotate(loaded: &crate::preflight::Loaded, out: Arc<mcpbox_egress::SecretsOut>) {
+/// The secrets kept outside that have a `ttl`, and the proxy state whose
+/// values they rotate.
+struct Rotation {
+    out: std::sync::Weak<mcpbox_egress::SecretsOut>,
+    rotating: Vec<(String, mcpbox_policy::SecretSource, std::time::Duration)>,
+}
+
+/// What [`Rotation::start`] will rotate; `None` when no such secret has a ttl.
+fn rotation(
+    loaded: &crate::preflight::Loaded,
+    out: Arc<mcpbox_egress::SecretsOut>,
+) -> Option<Rotation> {
     let rotating: Vec<(String, mcpbox_policy::SecretSource, std::time::Duration)> = out
         .swaps()
         .secrets()
@@ -487,11 +500,25 @@ fn rotate(loaded: &crate::preflight::Loaded, out: Arc<mcpbox_egress::SecretsOut>
         })
         .collect();
     if rotating.is_empty() {
-        return;
+        return None;
     }
-    let weak = Arc::downgrade(&out);
-    drop(out);
-    let started = std::thread::Builder::new()
+    Some(Rotation {
+        out: Arc::downgrade(&out),
+        rotating,
+    })
+}
+
+impl Rotation {
+    /// Every ttl the value is loaded again and only the proxy's copy
+    /// changes (the server keeps its placeholder; no restart). The thread
+    /// ends with the proxy (it holds it weakly). A failed load keeps the
+    /// old value and says so.
+    fn start(self) {
+        let Rotation {
+            out: weak,
+            rotating,
+        } = self;
+        let started = std::thread::Builder::new()
         .name("secret-rotation".into())
         .spawn(move || {
             let tick = std::time::Duration::from_millis(250);
@@ -519,8 +546,9 @@ fn rotate(loaded: &crate::preflight::Loaded, out: Arc<mcpbox_egress::SecretsOut>
                 }
             }
         });
-    if let Err(e) = started {
-        tracing::warn!(error = %e, "secret rotation thread could not start; values stay as loaded");
+        if let Err(e) = started {
+            tracing::warn!(error = %e, "secret rotation thread could not start; values stay as loaded");
+        }
     }
 }
 

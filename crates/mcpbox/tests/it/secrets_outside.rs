@@ -436,3 +436,234 @@ fn a_value_too_short_for_a_placeholder_is_refused_at_start_naming_the_secret() {
     );
     assert!(!err.contains("ghp_short"), "{err}");
 }
+
+/// A Node MCP server whose tool `get` fetches a URL with Node's `fetch`,
+/// sending `Authorization: token $TOKEN`.
+const NODE_SERVER: &str = r#"
+const rl = require('readline').createInterface({ input: process.stdin });
+const send = (m) => process.stdout.write(JSON.stringify(m) + '\n');
+rl.on('line', async (line) => {
+  const m = JSON.parse(line);
+  if (m.method === 'initialize') {
+    send({ jsonrpc: '2.0', id: m.id, result: { protocolVersion: m.params.protocolVersion,
+      capabilities: { tools: {} }, serverInfo: { name: 'node-token', version: '1.0.0' } } });
+  } else if (m.method === 'tools/list') {
+    send({ jsonrpc: '2.0', id: m.id, result: { tools: [{ name: 'get', description: 'GET a URL with the token',
+      inputSchema: { type: 'object', properties: { url: { type: 'string' } }, required: ['url'] } }] } });
+  } else if (m.method === 'tools/call') {
+    let text;
+    try {
+      const r = await fetch(m.params.arguments.url, { headers: { authorization: 'token ' + process.env.TOKEN } });
+      text = `${r.status} ${await r.text()}`;
+    } catch (e) { text = `ERROR ${(e.cause && e.cause.code) || e.message}`; }
+    send({ jsonrpc: '2.0', id: m.id, result: { content: [{ type: 'text', text }] } });
+  } else if (m.id !== undefined) {
+    send({ jsonrpc: '2.0', id: m.id, error: { code: -32601, message: 'no such method' } });
+  }
+});
+"#;
+
+fn policy_text(up: &Upstream, ttl: &str, source: &str) -> String {
+    format!(
+        "[network]\nallow = [\"api.test:{port}\"]\n\
+         [network.hosts]\n\"api.test\" = \"127.0.0.1\"\n\
+         [secrets]\nTOKEN = {{ {source}, hosts = [\"api.test:{port}\"], ca_file = \"{ca}\"{ttl} }}\n",
+        port = up.port,
+        ca = up.ca_file.display(),
+    )
+}
+
+#[test]
+fn under_run_a_node_server_uses_its_placeholder_and_the_upstream_gets_the_value() {
+    use common::mcp::{result_text, Session};
+    let ws = Workspace::new();
+    let up = Upstream::start(&ws, "api.test");
+    let p = ws.policy(&policy_text(&up, "", "from_env = \"MCPBOX_TEST_GH_TOKEN\""));
+    let mut s = Session::start(
+        &p,
+        &["node", "-e", NODE_SERVER],
+        &[("MCPBOX_TEST_GH_TOKEN", VALUE)],
+    );
+    let init = s.initialize();
+    assert!(init.get("result").is_some(), "{init}\n{}", s.stderr());
+    let r = s.call(
+        "get",
+        serde_json::json!({"url": format!("https://api.test:{}/user", up.port)}),
+    );
+    let text = result_text(&r);
+    // the upstream's echo of the value came back as the placeholder, which
+    // the gateway redacts like the value itself
+    assert!(
+        text.starts_with("200 you sent: token [REDACTED"),
+        "{r}\n{}",
+        s.stderr()
+    );
+    assert!(!r.to_string().contains(VALUE));
+    assert!(
+        up.heads()
+            .contains(&format!("authorization: token {VALUE}")),
+        "{}",
+        up.heads()
+    );
+}
+
+#[test]
+fn under_serve_each_session_s_sandbox_gets_a_placeholder_and_the_upstream_the_value() {
+    use common::serve::{Gateway, Server, ALICE, BOB};
+    let ws = Workspace::new();
+    let up = Upstream::start(&ws, "api.test");
+    let policy = policy_text(&up, "", "from_env = \"MCPBOX_TEST_GH_TOKEN\"");
+    let gw = Gateway::start_env(
+        "",
+        &[Server {
+            name: "nodetoken",
+            command: ["node", "-e", NODE_SERVER].map(String::from).to_vec(),
+            policy: &policy,
+        }],
+        &[("MCPBOX_TEST_GH_TOKEN", VALUE)],
+    );
+    for who in [ALICE, BOB] {
+        let mut m = gw.mcp("nodetoken", Some(who));
+        let init = m.initialize();
+        assert!(init.get("result").is_some(), "{init}\n{}", gw.stderr());
+        let r = m.call(
+            "get",
+            serde_json::json!({"url": format!("https://api.test:{}/user", up.port)}),
+        );
+        let text = r["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap_or_default();
+        assert!(
+            text.starts_with("200 you sent: token [REDACTED"),
+            "{r}\n{}",
+            gw.stderr()
+        );
+        assert!(!r.to_string().contains(VALUE));
+    }
+    let heads = up.heads();
+    assert_eq!(
+        heads
+            .matches(&format!("authorization: token {VALUE}"))
+            .count(),
+        2,
+        "{heads}"
+    );
+}
+
+#[test]
+fn a_rotated_value_reaches_the_upstream_while_the_server_keeps_its_placeholder() {
+    let ws = Workspace::new();
+    let up = Upstream::start(&ws, "api.test");
+    let file = ws.path().join("token.txt");
+    std::fs::write(&file, VALUE).unwrap();
+    let p = ws.policy(&format!(
+        "[audit]\npath = \"audit.db\"\n{}",
+        policy_text(
+            &up,
+            ", ttl = \"1s\"",
+            &format!("from_file = \"{}\"", file.display())
+        )
+    ));
+    // two requests, a few seconds apart, from one process (no restart)
+    let script = format!(
+        "import os, time, urllib.request\n\
+         def get():\n\
+         \x20   r = urllib.request.Request('https://api.test:{port}/', headers={{'Authorization': 'token ' + os.environ['TOKEN']}})\n\
+         \x20   return urllib.request.urlopen(r, timeout=20).read().decode().strip()\n\
+         a = os.environ['TOKEN']\n\
+         print('FIRST', get())\n\
+         time.sleep(4)\n\
+         print('SECOND', get())\n\
+         print('SAME PLACEHOLDER', os.environ['TOKEN'] == a, os.getpid())\n",
+        port = up.port
+    );
+    let rotated = "ghp_R0tatedValueAlsoNeverInside0123456789";
+    let writer = {
+        let file = file.clone();
+        let heads = up.heads.clone();
+        std::thread::spawn(move || {
+            // once the first request arrived, the value changes at its source
+            for _ in 0..200 {
+                if !heads.lock().unwrap().is_empty() {
+                    std::fs::write(&file, rotated).unwrap();
+                    return;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+        })
+    };
+    let out = exec(&p, &["python3", "-c", &script]);
+    writer.join().unwrap();
+    let all = text(&out);
+    assert!(out.status.success(), "{all}");
+    assert!(all.contains("SAME PLACEHOLDER True"), "{all}");
+    let heads = up.heads.lock().unwrap().clone();
+    assert_eq!(heads.len(), 2, "{heads:?}");
+    assert!(heads[0].contains(VALUE), "{}", heads[0]);
+    assert!(
+        heads[1].contains(rotated),
+        "the second request still had the old value: {}",
+        heads[1]
+    );
+    assert!(!all.contains(VALUE) && !all.contains(rotated), "{all}");
+}
+
+#[test]
+fn check_says_which_secrets_stay_outside_and_refuses_hosts_the_network_does_not_allow() {
+    let ws = Workspace::new();
+    let p = ws.raw_policy(
+        "[network]\nallow = [\"api.test\", \"db.test:5432\"]\n\
+         [secrets]\nTOKEN = { from_env = \"T\", hosts = [\"api.test\"] }\n\
+         DB = { from_env = \"D\", hosts = [\"db.test:5432\"] }\nPLAIN = { from_env = \"P\" }\n",
+    );
+    let out = Command::new(mcpbox())
+        .args(["check", p.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("secret TOKEN stays outside the sandbox"),
+        "{err}"
+    );
+    assert!(err.contains("secret PLAIN enters the sandbox"), "{err}");
+    assert!(
+        err.contains("warning: secret DB: port 5432 is usually PostgreSQL"),
+        "{err}"
+    );
+    for (bad, why) in [
+        (
+            "TOKEN = { from_env = \"T\", hosts = [\"evil.test\"] }",
+            "is not allowed by [network]",
+        ),
+        (
+            "TOKEN = { from_env = \"T\", hosts = [\"10.0.0.1\"] }",
+            "is an address",
+        ),
+        (
+            "TOKEN = { from_env = \"T\", ca_file = \"ca.pem\" }",
+            "ca_file without hosts",
+        ),
+    ] {
+        let p = ws.raw_policy(&format!(
+            "[network]\nallow = [\"api.test\"]\n[secrets]\n{bad}\n"
+        ));
+        let out = Command::new(mcpbox())
+            .args(["check", p.to_str().unwrap()])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{bad} was taken");
+        assert!(err.contains(why), "{bad}: {err}");
+    }
+    let p = ws.raw_policy(
+        "[network]\nallow = [\"api.test\"]\n[env]\nset = { SSL_CERT_FILE = \"/x\" }\n\
+         [secrets]\nTOKEN = { from_env = \"T\", hosts = [\"api.test\"] }\n",
+    );
+    let out = Command::new(mcpbox())
+        .args(["check", p.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("SSL_CERT_FILE is set by mcpbox"));
+}
