@@ -28,6 +28,9 @@ NPM_PKGS=(
   # Chromium (install-test-deps.sh) at /usr/lib/chromium/chromium; its own
   # browser download is never used
   "@playwright/mcp@0.0.83"
+  # secrets kept outside the sandbox (tests/it/secrets_outside.rs): a real
+  # server that sends its token to api.github.com
+  "@modelcontextprotocol/server-github@2025.4.8"
 )
 # Trees that need a prefix of their own: Node 22 (the official binary as an
 # npm package), and the conformance suite twice, since 0.1.16 (2025-11-25) and

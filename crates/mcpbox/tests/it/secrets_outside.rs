@@ -667,3 +667,108 @@ fn check_says_which_secrets_stay_outside_and_refuses_hosts_the_network_does_not_
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("SSL_CERT_FILE is set by mcpbox"));
 }
+
+/// A real server nobody here wrote: `@modelcontextprotocol/server-github`
+/// (npm, pinned in scripts/install-peers.sh) sends its token as
+/// `Authorization: Bearer $GITHUB_PERSONAL_ACCESS_TOKEN` to
+/// `https://api.github.com` (port 443, written into its code). The test's
+/// upstream plays api.github.com on a loopback address of its own, port
+/// 443 (`[network.hosts]` maps the name there), which needs root.
+#[test]
+fn the_github_server_searches_with_its_token_kept_outside_the_sandbox() {
+    use common::mcp::{result_text, Session};
+    use common::peers::{mount_same_path, peers};
+    if !common::is_root() {
+        eprintln!("skipped: the upstream plays api.github.com on port 443, which needs root");
+        return;
+    }
+    let ws = Workspace::new();
+    let ca = mcpbox_egress::Authority::new("test github").unwrap();
+    let ca_file = ws.path().join("github-ca.pem");
+    std::fs::write(&ca_file, ca.cert_pem()).unwrap();
+    let config = ca
+        .server_config(&Host::Name("api.github.com".into()))
+        .unwrap();
+    // a loopback address no other test uses, from this process's pid
+    let pid = std::process::id();
+    let addr = format!(
+        "127.{}.{}.{}",
+        100 + (pid >> 16) % 100,
+        (pid >> 8) & 0xff,
+        1 + pid % 250
+    );
+    let listener = TcpListener::bind(format!("{addr}:443")).unwrap();
+    let heads = Arc::new(Mutex::new(Vec::<String>::new()));
+    let seen = heads.clone();
+    std::thread::spawn(move || {
+        for sock in listener.incoming() {
+            let Ok(sock) = sock else { continue };
+            let conn = rustls::ServerConnection::new(config.clone()).unwrap();
+            let mut tls = rustls::StreamOwned::new(conn, sock);
+            loop {
+                let mut head = Vec::new();
+                let mut b = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") {
+                    if tls.read(&mut b).unwrap_or(0) != 1 {
+                        break;
+                    }
+                    head.push(b[0]);
+                }
+                if head.is_empty() {
+                    break;
+                }
+                seen.lock()
+                    .unwrap()
+                    .push(String::from_utf8_lossy(&head).into_owned());
+                let body = r#"{"total_count":1,"incomplete_results":false,"items":[{"id":1,"node_id":"R_1","name":"mcpbox","full_name":"example/mcpbox","private":false,"owner":{"login":"example","id":2,"node_id":"U_2","avatar_url":"https://example.test/a.png","url":"https://api.github.com/users/example","html_url":"https://github.com/example","type":"User"},"html_url":"https://github.com/example/mcpbox","description":"found through the proxy","fork":false,"url":"https://api.github.com/repos/example/mcpbox","created_at":"2026-01-01T00:00:00Z","updated_at":"2026-01-01T00:00:00Z","pushed_at":"2026-01-01T00:00:00Z","git_url":"git://github.com/example/mcpbox.git","ssh_url":"git@github.com:example/mcpbox.git","clone_url":"https://github.com/example/mcpbox.git","default_branch":"main"}]}"#;
+                let reply = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                    body.len()
+                );
+                if tls.write_all(reply.as_bytes()).is_err() {
+                    break;
+                }
+            }
+        }
+    });
+    let npm = peers().join("npm");
+    let p = ws.raw_policy(&format!(
+        "{}[network]\nallow = [\"api.github.com\"]\n\
+         [network.hosts]\n\"api.github.com\" = \"{addr}\"\n\
+         [secrets]\nGITHUB_PERSONAL_ACCESS_TOKEN = {{ from_env = \"MCPBOX_TEST_GH_TOKEN\", hosts = [\"api.github.com\"], ca_file = \"{}\" }}\n\
+         [audit]\npath = \"audit.db\"\n",
+        mount_same_path(&npm),
+        ca_file.display()
+    ));
+    let server = npm.join("bin/mcp-server-github").display().to_string();
+    let mut s = Session::start(&p, &[server.as_str()], &[("MCPBOX_TEST_GH_TOKEN", VALUE)]);
+    let init = s.initialize();
+    assert!(init.get("result").is_some(), "{init}\n{}", s.stderr());
+    let r = s.call(
+        "search_repositories",
+        serde_json::json!({"query": "mcpbox"}),
+    );
+    let text = result_text(&r);
+    assert!(
+        text.contains("found through the proxy"),
+        "{r}\n{}",
+        s.stderr()
+    );
+    let got = heads.lock().unwrap().join("\n");
+    assert!(got.contains("GET /search/repositories?q=mcpbox"), "{got}");
+    assert!(
+        got.to_ascii_lowercase().contains(&format!(
+            "authorization: bearer {}",
+            VALUE.to_ascii_lowercase()
+        )),
+        "{got}"
+    );
+    assert!(!r.to_string().contains(VALUE));
+    s.finish();
+    let log = audit(&ws);
+    assert!(
+        log.contains("\"secrets_added\":[\"GITHUB_PERSONAL_ACCESS_TOKEN\"]"),
+        "{log}"
+    );
+    assert!(!log.contains(VALUE), "{log}");
+}
