@@ -184,7 +184,11 @@ fn python_urllib_sends_the_placeholder_and_the_upstream_gets_the_value() {
 fn python_requests_curl_and_node_fetch_each_get_the_value_in_with_a_placeholder() {
     let ws = Workspace::new();
     let up = Upstream::start(&ws, "api.test");
-    let p = policy(&ws, &up, "");
+    // requests from the peers' venv (the system Python may lack it),
+    // mounted at its own path
+    let venv = common::peers::peer("venv");
+    let python = venv.join("bin/python3").display().to_string();
+    let p = policy(&ws, &up, &common::peers::mount_same_path(&venv));
     let url = format!("https://api.test:{}/x", up.port);
     let requests = format!(
         "import os, requests\nprint(requests.get('{url}', headers={{'Authorization': 'Bearer ' + os.environ['TOKEN']}}, timeout=20).text)"
@@ -194,7 +198,7 @@ fn python_requests_curl_and_node_fetch_each_get_the_value_in_with_a_placeholder(
         "fetch('{url}', {{headers: {{authorization: 'Bearer ' + process.env.TOKEN}}}}).then(r => r.text()).then(t => console.log(t), e => {{ console.log('ERROR', e, e.cause); process.exit(1) }})"
     );
     for (what, argv) in [
-        ("requests", vec!["python3", "-c", requests.as_str()]),
+        ("requests", vec![python.as_str(), "-c", requests.as_str()]),
         ("curl", vec!["sh", "-c", curl.as_str()]),
         ("node fetch", vec!["node", "-e", node.as_str()]),
     ] {
