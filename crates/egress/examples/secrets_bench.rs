@@ -130,14 +130,22 @@ fn open(via: Option<SocketAddr>, port: u16, roots: &Arc<rustls::ClientConfig>) -
         None => TcpStream::connect(("127.0.0.1", port)).unwrap(),
         Some(p) => {
             let mut s = TcpStream::connect(p).unwrap();
-            write!(s, "CONNECT bench.test:{port} HTTP/1.1\r\nHost: bench.test:{port}\r\n\r\n").unwrap();
+            write!(
+                s,
+                "CONNECT bench.test:{port} HTTP/1.1\r\nHost: bench.test:{port}\r\n\r\n"
+            )
+            .unwrap();
             let mut head = Vec::new();
             let mut b = [0u8; 1];
             while !head.ends_with(b"\r\n\r\n") {
                 s.read_exact(&mut b).unwrap();
                 head.push(b[0]);
             }
-            assert!(head.starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&head));
+            assert!(
+                head.starts_with(b"HTTP/1.1 200"),
+                "{}",
+                String::from_utf8_lossy(&head)
+            );
             s
         }
     };
@@ -185,7 +193,8 @@ fn get(tls: &mut Tls, port: u16, path: &str, body: &mut [u8]) -> u64 {
 fn client_config(ca: &Authority) -> Arc<rustls::ClientConfig> {
     let file = tempfile_path("roots");
     std::fs::write(&file, ca.cert_pem()).unwrap();
-    let c = mcpbox_egress::intercept::client_config(std::path::Path::new("/nonexistent"), &[&file]).unwrap();
+    let c = mcpbox_egress::intercept::client_config(std::path::Path::new("/nonexistent"), &[&file])
+        .unwrap();
     let _ = std::fs::remove_file(file);
     c
 }
@@ -196,7 +205,11 @@ fn tempfile_path(what: &str) -> std::path::PathBuf {
 
 fn main() {
     let up_ca = Authority::new("bench upstream").unwrap();
-    let port = upstream(up_ca.server_config(&Host::Name("bench.test".into())).unwrap());
+    let port = upstream(
+        up_ca
+            .server_config(&Host::Name("bench.test".into()))
+            .unwrap(),
+    );
     let trust_upstream = client_config(&up_ca);
 
     // the proxy that opens connections to bench.test, with its own CA
@@ -212,7 +225,8 @@ fn main() {
             hosts: vec![HostRule::parse(&format!("bench.test:{port}")).unwrap()],
         }],
         sandbox_ca,
-        mcpbox_egress::intercept::client_config(std::path::Path::new("/nonexistent"), &[&up_file]).unwrap(),
+        mcpbox_egress::intercept::client_config(std::path::Path::new("/nonexistent"), &[&up_file])
+            .unwrap(),
     )
     .unwrap();
     let _ = std::fs::remove_file(&up_file);
@@ -221,7 +235,11 @@ fn main() {
 
     let paths: [(&str, Option<SocketAddr>, &Arc<rustls::ClientConfig>); 3] = [
         ("direct", None, &trust_upstream),
-        ("tunnel (CONNECT, TLS end to end)", Some(tunnel), &trust_upstream),
+        (
+            "tunnel (CONNECT, TLS end to end)",
+            Some(tunnel),
+            &trust_upstream,
+        ),
         ("opened (secret swapped in)", Some(opened), &trust_sandbox),
     ];
     let mut body = vec![0u8; 256 * 1024];
@@ -238,7 +256,10 @@ fn main() {
         }
         samples.sort();
         let us = |d: Duration| d.as_secs_f64() * 1e6;
-        let (p50, p99) = (us(samples[samples.len() / 2]), us(samples[samples.len() * 99 / 100]));
+        let (p50, p99) = (
+            us(samples[samples.len() / 2]),
+            us(samples[samples.len() * 99 / 100]),
+        );
         let mut tls = open(via, port, roots);
         let start = Instant::now();
         assert_eq!(get(&mut tls, port, "/bulk", &mut body), BULK);

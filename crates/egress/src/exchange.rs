@@ -98,11 +98,14 @@ pub struct Exchanged {
 }
 
 /// A byte stream read through a buffer, so that a head's end and a chunk's
-/// line can be found without reading past what belongs to the message.
+/// line can be found without reading past what belongs to the message. The
+/// buffer is allocated once ([`http::MAX_HEAD`] + [`BUFFER`] bytes) and read
+/// into in place; bodies are handed on from it without copies.
 struct Buffered<S> {
     inner: S,
     buf: Vec<u8>,
     start: usize,
+    end: usize,
 }
 
 impl<S: Read> Buffered<S> {
@@ -111,43 +114,53 @@ impl<S: Read> Buffered<S> {
             inner,
             buf: Vec::new(),
             start: 0,
+            end: 0,
         }
     }
 
     fn pending(&self) -> &[u8] {
-        &self.buf[self.start..]
+        &self.buf[self.start..self.end]
     }
 
     fn consume(&mut self, n: usize) {
         self.start += n;
-        if self.start == self.buf.len() {
-            self.buf.clear();
+        if self.start == self.end {
             self.start = 0;
+            self.end = 0;
         }
     }
 
-    /// Reads more; `Ok(0)` at the end of the stream.
+    /// Reads more after what is pending; `Ok(0)` at the end of the stream.
+    /// What is pending is less than [`http::MAX_HEAD`] whenever more is
+    /// asked for (head, line and body reads check), so there is room.
     fn fill(&mut self) -> io::Result<usize> {
+        if self.buf.is_empty() {
+            self.buf = vec![0; http::MAX_HEAD + BUFFER];
+        }
         if self.start > 0 {
-            self.buf.drain(..self.start);
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
             self.start = 0;
         }
-        let old = self.buf.len();
-        self.buf.resize(old + BUFFER, 0);
-        let n = loop {
-            match self.inner.read(&mut self.buf[old..]) {
+        if self.end == self.buf.len() {
+            return Err(io::Error::other("read buffer full"));
+        }
+        loop {
+            match self.inner.read(&mut self.buf[self.end..]) {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 // A TLS peer that closes without close_notify: rustls says
                 // UnexpectedEof. Taken as the end of the stream, as most
                 // clients close; a body it cuts short is still refused by
                 // its framing (only a body that runs to the close could be
                 // truncated unseen, as with any such body).
-                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => break Ok(0),
-                r => break r,
+                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(0),
+                Err(e) => return Err(e),
+                Ok(n) => {
+                    self.end += n;
+                    return Ok(n);
+                }
             }
-        };
-        self.buf.truncate(old + *n.as_ref().unwrap_or(&0));
-        n
+        }
     }
 
     /// The next head (through its empty line), at most [`http::MAX_HEAD`]
@@ -189,28 +202,25 @@ impl<S: Read> Buffered<S> {
         }
     }
 
-    /// The next part of a body of which `left` bytes are still to come
-    /// (at most [`BUFFER`]), taken off `left`; the stream ending first is
-    /// an error (the message was cut short).
-    fn part_of(&mut self, left: &mut u64) -> io::Result<Vec<u8>> {
-        let max = usize::try_from(*left).unwrap_or(usize::MAX).min(BUFFER);
-        let piece = self.some(max)?;
-        if piece.is_empty() {
-            return Err(io::ErrorKind::UnexpectedEof.into());
+    /// How much of a body of which `left` bytes are still to come is
+    /// pending now (at most [`BUFFER`], reading once if nothing is); the
+    /// caller takes `pending()[..n]`, then consumes it. The stream ending
+    /// first is an error (the message was cut short).
+    fn part_of(&mut self, left: u64) -> io::Result<usize> {
+        let max = usize::try_from(left).unwrap_or(usize::MAX).min(BUFFER);
+        match self.some(max)? {
+            0 => Err(io::ErrorKind::UnexpectedEof.into()),
+            n => Ok(n),
         }
-        *left -= piece.len() as u64;
-        Ok(piece)
     }
 
-    /// Up to `max` bytes: what is buffered, else one read. Empty at the end.
-    fn some(&mut self, max: usize) -> io::Result<Vec<u8>> {
+    /// How much is pending, at most `max`: what is buffered, else one
+    /// read. 0 at the end of the stream. Nothing is consumed.
+    fn some(&mut self, max: usize) -> io::Result<usize> {
         if self.pending().is_empty() && self.fill()? == 0 {
-            return Ok(Vec::new());
+            return Ok(0);
         }
-        let n = self.pending().len().min(max);
-        let out = self.pending()[..n].to_vec();
-        self.consume(n);
-        Ok(out)
+        Ok(self.pending().len().min(max))
     }
 }
 
@@ -547,35 +557,48 @@ fn body<R: Read, W: Write>(
         }
     };
     let mut scrub = swaps.map(Swaps::scrubber);
-    let mut out = Vec::with_capacity(BUFFER);
-    // passes `piece` on (scrubbed), counting it
-    let mut pass = |piece: &[u8], out: &mut Vec<u8>, done: &mut Exchanged| {
+    let mut out = Vec::new();
+    // Passes the first `n` pending bytes on (scrubbed; framed as a chunk
+    // when `chunked`), counting them, then consumes them.
+    let mut pass = |from: &mut Buffered<R>,
+                    n: usize,
+                    chunked: bool,
+                    out: &mut Vec<u8>,
+                    done: &mut Exchanged|
+     -> Result<(), ExchangeError> {
+        let piece = &from.pending()[..n];
         if up {
-            done.bytes_up += piece.len() as u64;
+            done.bytes_up += n as u64;
         }
-        match scrub.as_mut() {
-            Some(s) => s.feed(piece, out),
-            None => out.extend_from_slice(piece),
+        let emit = match scrub.as_mut() {
+            Some(s) => s.feed_slice(piece, out),
+            None => piece,
+        };
+        if !emit.is_empty() {
+            if chunked {
+                write_chunk(to, emit, done, up).map_err(write_err)?;
+            } else {
+                write_counted(to, emit, done, up).map_err(write_err)?;
+            }
         }
+        from.consume(n);
+        Ok(())
     };
     match framing {
         Framing::Length(mut left) => {
             while left > 0 {
-                let piece = from.part_of(&mut left).map_err(read_err)?;
-                out.clear();
-                pass(&piece, &mut out, done);
-                write_counted(to, &out, done, up).map_err(write_err)?;
+                let n = from.part_of(left).map_err(read_err)?;
+                left -= n as u64;
+                pass(from, n, false, &mut out, done)?;
             }
         }
         Framing::None if up => {}
         Framing::None => loop {
-            let piece = from.some(BUFFER).map_err(read_err)?;
-            if piece.is_empty() {
+            let n = from.some(BUFFER).map_err(read_err)?;
+            if n == 0 {
                 break;
             }
-            out.clear();
-            pass(&piece, &mut out, done);
-            write_counted(to, &out, done, up).map_err(write_err)?;
+            pass(from, n, false, &mut out, done)?;
         },
         Framing::Chunked => loop {
             let line = from.line().map_err(read_err)?.map_err(refuse)?;
@@ -600,12 +623,9 @@ fn body<R: Read, W: Write>(
             }
             let mut left = size;
             while left > 0 {
-                let piece = from.part_of(&mut left).map_err(read_err)?;
-                out.clear();
-                pass(&piece, &mut out, done);
-                if !out.is_empty() {
-                    write_counted(to, &chunk(&out), done, up).map_err(write_err)?;
-                }
+                let n = from.part_of(left).map_err(read_err)?;
+                left -= n as u64;
+                pass(from, n, true, &mut out, done)?;
             }
             if from.line().map_err(read_err)?.map_err(refuse)? != b"" {
                 return Err(refuse("a chunk's data does not end where its size says"));
@@ -618,27 +638,27 @@ fn body<R: Read, W: Write>(
         s.finish(&mut out);
         done.scrubbed.extend(s.replaced());
     }
-    let mut tail = Vec::new();
     if framing == Framing::Chunked {
         if !out.is_empty() {
-            tail = chunk(&out);
+            write_chunk(to, &out, done, up).map_err(write_err)?;
         }
-        tail.extend_from_slice(b"0\r\n\r\n");
-    } else {
-        tail = out;
-    }
-    if !tail.is_empty() {
-        write_counted(to, &tail, done, up).map_err(write_err)?;
+        write_counted(to, b"0\r\n\r\n", done, up).map_err(write_err)?;
+    } else if !out.is_empty() {
+        write_counted(to, &out, done, up).map_err(write_err)?;
     }
     Ok(())
 }
 
 /// `data` as one chunk of a chunked body (never empty: that is the end).
-fn chunk(data: &[u8]) -> Vec<u8> {
-    let mut framed = format!("{:x}\r\n", data.len()).into_bytes();
-    framed.extend_from_slice(data);
-    framed.extend_from_slice(b"\r\n");
-    framed
+fn write_chunk<W: Write>(
+    to: &mut W,
+    data: &[u8],
+    done: &mut Exchanged,
+    up: bool,
+) -> io::Result<()> {
+    write_counted(to, format!("{:x}\r\n", data.len()).as_bytes(), done, up)?;
+    write_counted(to, data, done, up)?;
+    write_counted(to, b"\r\n", done, up)
 }
 
 fn write_counted<W: Write>(

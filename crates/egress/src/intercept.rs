@@ -171,6 +171,8 @@ impl Authority {
             .with_single_cert(chain, key_der)
             .map_err(|e| InterceptError::Config(e.to_string()))?;
         config.alpn_protocols = vec![ALPN_HTTP11.to_vec()];
+        // our order of suites (the cheaper AEAD first, see provider())
+        config.ignore_client_order = true;
         let config = Arc::new(config);
         if leaves.len() >= MAX_LEAVES {
             leaves.clear();
@@ -180,8 +182,21 @@ impl Authority {
     }
 }
 
+/// ring's provider with AES-128-GCM preferred: both legs of an opened
+/// connection are encrypted here, on one thread each way, so the cheaper of
+/// TLS 1.3's mandatory AEADs (10 AES rounds to 14, RFC 8446 §9.1) is asked
+/// for first; every suite ring offers is still accepted.
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
+    let mut p = rustls::crypto::ring::default_provider();
+    p.cipher_suites.sort_by_key(|s| {
+        use rustls::CipherSuite::*;
+        match s.suite() {
+            TLS13_AES_128_GCM_SHA256 => 0,
+            TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256 | TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256 => 1,
+            _ => 2,
+        }
+    });
+    Arc::new(p)
 }
 
 /// `der` as a PEM section (RFC 7468: base64 lines of 64 characters).

@@ -341,10 +341,24 @@ impl Scrubber<'_> {
     pub fn feed(&mut self, piece: &[u8], out: &mut Vec<u8>) {
         self.held.extend_from_slice(piece);
         self.replace_held();
-        let keep = self.unfinished_value();
+        let keep = self.unfinished(&self.held);
         let ready = self.held.len() - keep;
         out.extend_from_slice(&self.held[..ready]);
         self.held.drain(..ready);
+    }
+
+    /// As [`Scrubber::feed`], but what can go on is returned: `piece`
+    /// itself when nothing was held and it holds no whole value (the
+    /// common case, no copy), else `out` (cleared, then filled).
+    pub fn feed_slice<'a>(&mut self, piece: &'a [u8], out: &'a mut Vec<u8>) -> &'a [u8] {
+        if self.held.is_empty() && self.swaps.values.find(piece).is_none() {
+            let keep = self.unfinished(piece);
+            self.held.extend_from_slice(&piece[piece.len() - keep..]);
+            return &piece[..piece.len() - keep];
+        }
+        out.clear();
+        self.feed(piece, out);
+        out
     }
 
     /// The stream ended: appends what was held back.
@@ -376,12 +390,12 @@ impl Scrubber<'_> {
     /// value (a value the next piece may finish). Only that is held back,
     /// so a stream that holds no such start (an event stream's last event)
     /// is never kept waiting.
-    fn unfinished_value(&self) -> usize {
-        let most = self.swaps.longest.saturating_sub(1).min(self.held.len());
+    fn unfinished(&self, bytes: &[u8]) -> usize {
+        let most = self.swaps.longest.saturating_sub(1).min(bytes.len());
         (1..=most)
             .rev()
             .find(|&k| {
-                let tail = &self.held[self.held.len() - k..];
+                let tail = &bytes[bytes.len() - k..];
                 self.swaps
                     .secrets
                     .iter()
