@@ -180,8 +180,10 @@ fn python_urllib_sends_the_placeholder_and_the_upstream_gets_the_value() {
     assert!(!log.contains(VALUE));
 }
 
-#[test]
-fn python_requests_curl_and_node_fetch_each_get_the_value_in_with_a_placeholder() {
+/// Runs `argv` (built from the URL and, for requests, the venv's Python)
+/// under a policy whose TOKEN is for the upstream, and checks the value
+/// went up and only the placeholder came back.
+fn client_gets_the_value_in(what: &str, argv: impl Fn(&str, &str) -> Vec<String>) {
     let ws = Workspace::new();
     let up = Upstream::start(&ws, "api.test");
     // requests from the peers' venv (the system Python may lack it),
@@ -190,33 +192,123 @@ fn python_requests_curl_and_node_fetch_each_get_the_value_in_with_a_placeholder(
     let python = venv.join("bin/python3").display().to_string();
     let p = policy(&ws, &up, &common::peers::mount_same_path(&venv));
     let url = format!("https://api.test:{}/x", up.port);
-    let requests = format!(
-        "import os, requests\nprint(requests.get('{url}', headers={{'Authorization': 'Bearer ' + os.environ['TOKEN']}}, timeout=20).text)"
+    let argv = argv(&url, &python);
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    let out = exec(&p, &argv);
+    assert!(out.status.success(), "{what}: {}", text(&out));
+    assert!(
+        text(&out).contains("you sent: Bearer ghp_"),
+        "{what}: {}",
+        text(&out)
     );
-    let curl = format!("curl -sS --max-time 20 -H \"Authorization: Bearer $TOKEN\" {url}");
-    let node = format!(
-        "fetch('{url}', {{headers: {{authorization: 'Bearer ' + process.env.TOKEN}}}}).then(r => r.text()).then(t => console.log(t), e => {{ console.log('ERROR', e, e.cause); process.exit(1) }})"
+    let heads = up.heads();
+    assert!(
+        heads.contains(&format!("Bearer {VALUE}")),
+        "{what}: {heads}"
     );
-    for (what, argv) in [
-        ("requests", vec![python.as_str(), "-c", requests.as_str()]),
-        ("curl", vec!["sh", "-c", curl.as_str()]),
-        ("node fetch", vec!["node", "-e", node.as_str()]),
-    ] {
-        let before = up.heads.lock().unwrap().len();
-        let out = exec(&p, &argv);
-        assert!(out.status.success(), "{what}: {}", text(&out));
-        assert!(
-            text(&out).contains("you sent: Bearer ghp_"),
-            "{what}: {}",
-            text(&out)
-        );
-        let heads = up.heads.lock().unwrap()[before..].join("\n");
-        assert!(
-            heads.contains(&format!("Bearer {VALUE}")),
-            "{what}: {heads}"
-        );
-        assert!(!text(&out).contains(VALUE), "{what}: {}", text(&out));
-    }
+    assert!(!text(&out).contains(VALUE), "{what}: {}", text(&out));
+}
+
+#[test]
+fn python_requests_sends_the_placeholder_and_the_upstream_gets_the_value() {
+    client_gets_the_value_in("requests", |url, python| {
+        vec![
+            python.to_string(),
+            "-c".into(),
+            format!("import os, requests\nprint(requests.get('{url}', headers={{'Authorization': 'Bearer ' + os.environ['TOKEN']}}, timeout=20).text)"),
+        ]
+    });
+}
+
+#[test]
+fn curl_sends_the_placeholder_and_the_upstream_gets_the_value() {
+    client_gets_the_value_in("curl", |url, _| {
+        vec![
+            "sh".into(),
+            "-c".into(),
+            format!("curl -sS --max-time 20 -H \"Authorization: Bearer $TOKEN\" {url}"),
+        ]
+    });
+}
+
+#[test]
+fn node_fetch_sends_the_placeholder_and_the_upstream_gets_the_value() {
+    // Node's fetch reads no proxy variable: the transparent capture takes
+    // the connection to the proxy, which opens it all the same
+    client_gets_the_value_in("node fetch", |url, _| {
+        vec![
+            "node".into(),
+            "-e".into(),
+            format!("fetch('{url}', {{headers: {{authorization: 'Bearer ' + process.env.TOKEN}}}}).then(r => r.text()).then(t => console.log(t), e => {{ console.log('ERROR', e, e.cause); process.exit(1) }})"),
+        ]
+    });
+}
+
+#[test]
+fn plain_http_to_the_secrets_host_gets_the_value_in_without_tls() {
+    let ws = Workspace::new();
+    let plain = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = plain.local_addr().unwrap().port();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s2 = seen.clone();
+    std::thread::spawn(move || {
+        for sock in plain.incoming() {
+            let Ok(mut sock) = sock else { continue };
+            serve_http(&mut sock, &s2);
+        }
+    });
+    let p = ws.policy(&format!(
+        "[audit]\npath = \"audit.db\"\n[network]\nallow = [\"api.test:{port}\"]\n\
+         [network.hosts]\n\"api.test\" = \"127.0.0.1\"\n\
+         [secrets]\nTOKEN = {{ from_env = \"MCPBOX_TEST_GH_TOKEN\", hosts = [\"api.test:{port}\"] }}\n"
+    ));
+    let script = format!(
+        "import os, urllib.request\n\
+         r = urllib.request.Request('http://api.test:{port}/plain', headers={{'Authorization': 'token ' + os.environ['TOKEN']}})\n\
+         print(urllib.request.urlopen(r, timeout=20).read().decode())\n"
+    );
+    let out = exec(&p, &["python3", "-c", &script]);
+    assert!(out.status.success(), "{}", text(&out));
+    let got = seen.lock().unwrap().join("\n");
+    assert!(
+        got.contains(&format!("Authorization: token {VALUE}")),
+        "{got}"
+    );
+    assert!(
+        text(&out).contains("you sent: token ghp_"),
+        "{}",
+        text(&out)
+    );
+    assert!(!text(&out).contains(VALUE), "{}", text(&out));
+    assert!(audit(&ws).contains("\"opened\":\"http\""), "{}", audit(&ws));
+}
+
+#[test]
+fn an_http2_only_client_is_refused_so_no_connection_can_carry_another_authority() {
+    let ws = Workspace::new();
+    let up = Upstream::start(&ws, "api.test");
+    let p = policy(&ws, &up, "");
+    let script = format!(
+        "import socket, ssl\n\
+         ctx = ssl.create_default_context()\n\
+         ctx.set_alpn_protocols(['h2'])\n\
+         s = socket.create_connection(('api.test', {port}), timeout=20)\n\
+         try:\n\
+         \x20   c = ctx.wrap_socket(s, server_hostname='api.test')\n\
+         \x20   print('ALPN', c.selected_alpn_protocol())\n\
+         except ssl.SSLError as e:\n\
+         \x20   print('REFUSED', e.reason)\n",
+        port = up.port
+    );
+    let out = exec(&p, &["python3", "-c", &script]);
+    let all = text(&out);
+    assert!(out.status.success(), "{all}");
+    assert!(
+        all.contains("REFUSED"),
+        "an h2-only client got a connection: {all}"
+    );
+    assert!(up.heads().is_empty());
+    assert!(audit(&ws).contains("secret.tls_failed"), "{}", audit(&ws));
 }
 
 #[test]
