@@ -78,6 +78,7 @@ fuzz_target!(|input: &[u8]| {
         placeholder: String::from_utf8(PLACEHOLDER.to_vec()).unwrap(),
         value: String::from_utf8(VALUE.to_vec()).unwrap(),
         hosts: vec![HostRule::parse("api.github.com").unwrap()],
+        bodies: true,
     }])
     .unwrap();
     let target = Target {

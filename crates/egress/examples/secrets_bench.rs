@@ -223,6 +223,7 @@ fn main() {
             placeholder: PLACEHOLDER.into(),
             value: VALUE.into(),
             hosts: vec![HostRule::parse(&format!("bench.test:{port}")).unwrap()],
+            bodies: false,
         }],
         sandbox_ca,
         mcpbox_egress::intercept::client_config(std::path::Path::new("/nonexistent"), &[&up_file])

@@ -284,6 +284,9 @@ where
     C: Read + Write,
     U: Read + Write,
 {
+    // where the policy allows it, placeholders in request bodies become
+    // values (same length, streamed)
+    let into_bodies = swaps.for_bodies(&target.host.policy_form(), target.port);
     loop {
         done.answering = false;
         let raw = match client.head() {
@@ -317,12 +320,13 @@ where
             client.inner.flush().map_err(ExchangeError::Client)?;
             done.bytes_down += go.len() as u64;
         }
-        // Request bodies go as sent: a placeholder in a body stays one.
+        // A request body goes as sent, but for the secrets whose policy
+        // says `bodies = true` (into_bodies).
         body(
             client,
             &mut upstream.inner,
             checked.framing,
-            None,
+            into_bodies.as_ref(),
             done,
             true,
         )?;
@@ -636,7 +640,11 @@ fn body<R: Read, W: Write>(
     out.clear();
     if let Some(s) = scrub.as_mut() {
         s.finish(&mut out);
-        done.scrubbed.extend(s.replaced());
+        if up {
+            done.added.extend(s.replaced());
+        } else {
+            done.scrubbed.extend(s.replaced());
+        }
     }
     if framing == Framing::Chunked {
         if !out.is_empty() {
@@ -708,6 +716,7 @@ mod tests {
             placeholder: PH.into(),
             value: VALUE.into(),
             hosts: vec![HostRule::parse("api.github.com").unwrap()],
+            bodies: false,
         }])
         .unwrap()
     }
@@ -887,6 +896,46 @@ mod tests {
         }
         assert_eq!(decoded, format!("{{\"t\":\"{PH}\"}}"));
         assert!(!got.contains("X-Trailer"), "trailers are dropped: {got}");
+    }
+
+    #[test]
+    fn a_placeholder_in_a_body_goes_as_sent_unless_the_secret_allows_bodies() {
+        let n = PH.len() + 6;
+        let req = format!(
+            "POST /t HTTP/1.1\r\nHost: api.github.com\r\nContent-Length: {n}\r\nConnection: close\r\n\r\ntoken={PH}"
+        );
+        let (_, seen, r, _) = run(
+            req.as_bytes(),
+            answers(n, b"HTTP/1.1 204 No Content\r\n\r\n"),
+        );
+        r.unwrap();
+        assert!(
+            text(&seen).ends_with(&format!("token={PH}")),
+            "{}",
+            text(&seen)
+        );
+        // with bodies = true: the value, same length, the framing unchanged
+        let s = Swaps::new(vec![SwapSecret {
+            name: "GITHUB_TOKEN".into(),
+            placeholder: PH.into(),
+            value: VALUE.into(),
+            hosts: vec![HostRule::parse("api.github.com").unwrap()],
+            bodies: true,
+        }])
+        .unwrap();
+        let (mut c_out, c_in) = UnixStream::pair().unwrap();
+        let (u_out, mut u_in) = UnixStream::pair().unwrap();
+        let up = thread::spawn(move || answers(n, b"HTTP/1.1 204 No Content\r\n\r\n")(&mut u_in));
+        c_out.write_all(req.as_bytes()).unwrap();
+        c_out.shutdown(std::net::Shutdown::Write).unwrap();
+        let mut done = Exchanged::default();
+        relay(&c_in, &u_out, &target(), &s, &mut done).unwrap();
+        drop(c_in);
+        drop(u_out);
+        let seen = text(&up.join().unwrap());
+        assert!(seen.contains(&format!("Content-Length: {n}\r\n")), "{seen}");
+        assert!(seen.ends_with(&format!("token={VALUE}")), "{seen}");
+        assert_eq!(done.added.iter().collect::<Vec<_>>(), ["GITHUB_TOKEN"]);
     }
 
     #[test]

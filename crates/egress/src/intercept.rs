@@ -489,6 +489,7 @@ mod tests {
                 placeholder: PH.into(),
                 value: VALUE.into(),
                 hosts: vec![HostRule::parse("api.github.com").unwrap()],
+                bodies: false,
             }],
             Authority::new("sb-test").unwrap(),
             client_config(Path::new("/nonexistent"), &[ca_file]).unwrap(),

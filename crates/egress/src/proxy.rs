@@ -528,34 +528,15 @@ impl Proxy {
             }
         };
         let _ = client.read_timeout(None);
+        // A host some secret is for: the connection is opened (its value
+        // put in, the responses scrubbed) instead of tunnelled or forwarded.
         let opened = self
             .inner
             .secrets
             .as_ref()
             .filter(|out| out.swaps().intercepts(&name, port))
             .cloned();
-        if let Some(out) = opened {
-            let target = Target { host, port };
-            match mode {
-                Mode::Tunnel => {
-                    if client.write_all(CONNECT_OK).is_err() {
-                        rec.error = Some(Reason::ClientGone);
-                        upstream.shutdown_socket(How::Both);
-                        return;
-                    }
-                    rec.status = Some(200);
-                    self.open(client, leftover, upstream, &target, &out, rec, true);
-                }
-                Mode::Forward { head } => {
-                    let mut first = head;
-                    first.extend_from_slice(&leftover);
-                    self.open(client, first, upstream, &target, &out, rec, false);
-                }
-                Mode::Resolve | Mode::Refused { .. } => upstream.shutdown_socket(How::Both),
-            }
-            return;
-        }
-        if let (Some(out), Mode::Forward { head }) = (&self.inner.secrets, &mode) {
+        if let (None, Some(out), Mode::Forward { head }) = (&opened, &self.inner.secrets, &mode) {
             // Plain HTTP to a host no secret is for: a placeholder in its
             // head goes as it is (useless there) and is recorded.
             let elsewhere = out.swaps().placeholders_in(head);
@@ -571,12 +552,24 @@ impl Proxy {
                     return;
                 }
                 rec.status = Some(200);
-                self.relay(client, upstream, leftover, Some(host), false, rec);
+                match opened {
+                    Some(out) => {
+                        let target = Target { host, port };
+                        self.open(client, leftover, upstream, &target, &out, rec, true);
+                    }
+                    None => self.relay(client, upstream, leftover, Some(host), false, rec),
+                }
             }
             Mode::Forward { head } => {
                 let mut first = head;
                 first.extend_from_slice(&leftover);
-                self.relay(client, upstream, first, None, true, rec);
+                match opened {
+                    Some(out) => {
+                        let target = Target { host, port };
+                        self.open(client, first, upstream, &target, &out, rec, false);
+                    }
+                    None => self.relay(client, upstream, first, None, true, rec),
+                }
             }
             // Answered before admit.
             Mode::Resolve | Mode::Refused { .. } => upstream.shutdown_socket(How::Both),

@@ -162,6 +162,9 @@ pub struct SwapSecret {
     pub value: String,
     /// The hosts (and ports) it is for, in `[network]` syntax.
     pub hosts: Vec<HostRule>,
+    /// Whether the value is also put in request bodies (the policy's
+    /// `bodies = true`): streamed, same length, no body is held.
+    pub bodies: bool,
 }
 
 impl std::fmt::Debug for SwapSecret {
@@ -232,6 +235,30 @@ impl Swaps {
     /// The secrets, as given.
     pub fn secrets(&self) -> &[SwapSecret] {
         &self.secrets
+    }
+
+    /// The swaps that put values into the bodies of requests to
+    /// `host:port`: the secrets that are for it and allow bodies, with
+    /// placeholder and value exchanged, so that a [`Scrubber`] of them
+    /// replaces each placeholder by its value (same length: the framing
+    /// stays true). `None` when there are none.
+    pub fn for_bodies(&self, host: &str, port: u16) -> Option<Swaps> {
+        let reversed: Vec<SwapSecret> = self
+            .secrets
+            .iter()
+            .filter(|s| s.bodies && s.is_for(host, port))
+            .map(|s| SwapSecret {
+                name: s.name.clone(),
+                placeholder: s.value.clone(),
+                value: s.placeholder.clone(),
+                hosts: s.hosts.clone(),
+                bodies: true,
+            })
+            .collect();
+        if reversed.is_empty() {
+            return None;
+        }
+        Swaps::new(reversed).ok()
     }
 
     /// Whether there is nothing to swap.
@@ -518,12 +545,14 @@ mod tests {
                 placeholder: "ghp_PLACEHOLDERplaceholder0123456789ab".into(),
                 value: "ghp_REALVALUErealvalue9876543210zyxwvu".into(),
                 hosts: vec![HostRule::parse("api.github.com").unwrap()],
+                bodies: false,
             },
             SwapSecret {
                 name: "OTHER".into(),
                 placeholder: "oth-PLACEHOLDERplaceholder0123456789".into(),
                 value: "oth-REALVALUErealvalue98765432100000".into(),
                 hosts: vec![HostRule::parse("*.example.com:8443").unwrap()],
+                bodies: false,
             },
         ])
         .unwrap()

@@ -453,6 +453,7 @@ fn keep_outside(
             placeholder: placeholder.clone(),
             value: s.value.clone(),
             hosts: policy.hosts.clone(),
+            bodies: policy.bodies,
         });
     }
     if swaps.is_empty() {

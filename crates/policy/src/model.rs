@@ -341,6 +341,9 @@ pub struct Secret {
     /// connection to one of `hosts` (an internal service's CA); the
     /// system's roots are always trusted. Only with `hosts`.
     pub ca_file: Option<PathBuf>,
+    /// Whether the proxy also puts the value in place of the placeholder
+    /// in request bodies (streamed, same length). Only with `hosts`.
+    pub bodies: bool,
 }
 
 /// A secret as written in the file: exactly one of `from_env`, `from_file`, `from_command`.
@@ -386,6 +389,11 @@ pub(crate) struct SecretTable {
     /// file's directory. Only with `hosts`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     ca_file: Option<PathBuf>,
+    /// Also put the value in place of the placeholder in the bodies of requests to `hosts`
+    /// (a form's `client_secret`, a JSON body's key): streamed, the same length, no body
+    /// held. Only with `hosts`. Default: false (headers and URL only).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    bodies: bool,
 }
 
 const SECRET_HINT: &str =
@@ -417,6 +425,7 @@ impl TryFrom<SecretTable> for Secret {
                 revoke: t.revoke,
                 hosts: t.hosts,
                 ca_file: t.ca_file,
+                bodies: t.bodies,
             }),
             None => Err(format!("secret has no source{HINT_MARK}{SECRET_HINT}")),
         }
@@ -433,6 +442,7 @@ impl From<Secret> for SecretTable {
             revoke: s.revoke,
             hosts: s.hosts,
             ca_file: s.ca_file,
+            bodies: s.bodies,
         };
         match s.source {
             SecretSource::Env(v) => t.from_env = Some(v),

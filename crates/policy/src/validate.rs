@@ -544,6 +544,13 @@ pub(crate) fn validate_in(
                 ));
             }
         }
+        if secret.bodies && secret.hosts.is_empty() {
+            return Err(ctx.err(
+                &format!("{key}.bodies"),
+                "bodies without hosts",
+                "bodies = true lets the proxy put the value in request bodies to the secret's hosts: add hosts = [\"api.example.com\"], or leave bodies out",
+            ));
+        }
         if let Some(path) = &mut secret.ca_file {
             if secret.hosts.is_empty() {
                 return Err(ctx.err(

@@ -77,7 +77,22 @@ fn serve_http<S: Read + Write>(s: &mut S, seen: &Mutex<Vec<String>>) {
                 _ => return,
             }
         }
-        let head = String::from_utf8_lossy(&head).into_owned();
+        let mut head = String::from_utf8_lossy(&head).into_owned();
+        // a body (Content-Length only) is read and recorded after the head
+        let length = head
+            .lines()
+            .find_map(|l| {
+                l.to_ascii_lowercase()
+                    .strip_prefix("content-length:")
+                    .map(|v| v.trim().to_string())
+            })
+            .and_then(|v| v.parse::<usize>().ok())
+            .unwrap_or(0);
+        let mut body = vec![0u8; length];
+        if s.read_exact(&mut body).is_err() {
+            return;
+        }
+        head.push_str(&String::from_utf8_lossy(&body));
         seen.lock().unwrap().push(head.clone());
         let auth = head
             .lines()
@@ -867,4 +882,40 @@ fn the_github_server_searches_with_its_token_kept_outside_the_sandbox() {
         "{log}"
     );
     assert!(!log.contains(VALUE), "{log}");
+}
+
+#[test]
+fn a_placeholder_in_a_body_becomes_the_value_only_where_the_policy_says_bodies() {
+    let ws = Workspace::new();
+    let up = Upstream::start(&ws, "api.test");
+    let script = format!(
+        "import os, urllib.request\n\
+         data = ('client_secret=' + os.environ['TOKEN']).encode()\n\
+         r = urllib.request.Request('https://api.test:{port}/oauth/token', data=data, headers={{'Authorization': 'Basic eDp5'}})\n\
+         print(urllib.request.urlopen(r, timeout=20).read().decode())\n",
+        port = up.port
+    );
+    // without `bodies`: the body goes as sent
+    let p = policy(&ws, &up, "");
+    let out = exec(&p, &["python3", "-c", &script]);
+    assert!(out.status.success(), "{}", text(&out));
+    let heads = up.heads();
+    assert!(
+        heads.contains("client_secret=ghp_") && !heads.contains(VALUE),
+        "{heads}"
+    );
+    // with `bodies = true`: the value, in a body of the same length
+    let p = ws.policy(&format!(
+        "[audit]\npath = \"audit.db\"\n\
+         [network]\nallow = [\"api.test:{port}\"]\n\
+         [network.hosts]\n\"api.test\" = \"127.0.0.1\"\n\
+         [secrets]\nTOKEN = {{ from_env = \"MCPBOX_TEST_GH_TOKEN\", hosts = [\"api.test:{port}\"], ca_file = \"{ca}\", bodies = true }}\n",
+        port = up.port,
+        ca = up.ca_file.display(),
+    ));
+    let out = exec(&p, &["python3", "-c", &script]);
+    assert!(out.status.success(), "{}", text(&out));
+    let heads = up.heads();
+    assert!(heads.contains(&format!("client_secret={VALUE}")), "{heads}");
+    assert!(!text(&out).contains(VALUE), "{}", text(&out));
 }
