@@ -240,6 +240,11 @@ pub fn run(
         } => {
             // The bridge is a fork of the single-threaded init: running
             // ordinary Rust (threads, allocation) from here on is sound.
+            // The dispositions were reset above; a peer (the proxy, or a
+            // program in the sandbox) that closes its end while the bridge
+            // still writes must cost that connection an EPIPE, not the
+            // bridge its life (every later connection was refused).
+            sys::ignore_sigpipe();
             let code = match bridge(sockets, socket) {
                 Ok(()) => 0,
                 Err(_) => 1,

@@ -669,6 +669,15 @@ pub fn reset_signal_dispositions() {
     }
 }
 
+/// Ignores SIGPIPE (signal(7)): a write to a socket whose peer closed
+/// then fails with EPIPE instead of ending the process. For the egress
+/// bridge, which never execs (so nothing it starts inherits this), and
+/// which must outlive any one connection's peer.
+pub fn ignore_sigpipe() {
+    // SAFETY: installing SIG_IGN for SIGPIPE is always valid.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
+}
+
 /// sigtimedwait(2): the next signal of `set`, or None on timeout.
 pub fn sigtimedwait(set: &SigSet, timeout_ms: Option<u64>) -> io::Result<Option<libc::c_int>> {
     // SAFETY: siginfo_t is plain data.
