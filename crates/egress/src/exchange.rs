@@ -95,6 +95,9 @@ pub struct Exchanged {
     /// Whether a response head already went to the client for the request
     /// in progress (then an error can only close the connection).
     pub answering: bool,
+    /// Whether the connection was TLS (opened by intercept.rs) rather than
+    /// plain HTTP.
+    pub tls: bool,
 }
 
 /// A byte stream read through a buffer, so that a head's end and a chunk's

@@ -370,6 +370,29 @@ pub fn intercept<C: Read + Write>(
     out: &SecretsOut,
     done: &mut Exchanged,
 ) -> Result<(), InterceptError> {
+    // A CONNECT (or the transparent capture's) tunnel may carry plain
+    // HTTP (a program's `http://host:80`): its first byte says. A TLS
+    // record starts with 0x16 (handshake, RFC 8446 §5.1); anything else
+    // is taken as HTTP/1.1 and checked the same way, without TLS.
+    let mut first = first;
+    if first.is_empty() {
+        let mut b = [0u8; 1];
+        loop {
+            match client.read(&mut b) {
+                Ok(0) => return Ok(()),
+                Ok(_) => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(exchange::ExchangeError::Client(e).into()),
+            }
+        }
+        first.push(b[0]);
+    }
+    if first[0] != 0x16 {
+        let mut plain = Prefixed::new(first, client);
+        return exchange::relay(&mut plain, &upstream, target, &out.swaps(), done)
+            .map_err(InterceptError::from);
+    }
+    done.tls = true;
     let config = out.authority.server_config(&target.host)?;
     let conn = ServerConnection::new(config).map_err(|e| InterceptError::Config(e.to_string()))?;
     let mut inside = rustls::StreamOwned::new(conn, Prefixed::new(first, client));

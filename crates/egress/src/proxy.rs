@@ -1029,7 +1029,7 @@ impl Proxy {
         rec.extra.insert(
             "secrets".into(),
             json!({
-                "opened": if tls { "tls" } else { "http" },
+                "opened": if done.tls { "tls" } else { "http" },
                 "requests": done.requests,
                 "secrets_added": list(&done.added),
                 "scrubbed_from_responses": list(&done.scrubbed),

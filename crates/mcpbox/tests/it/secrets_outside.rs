@@ -919,3 +919,45 @@ fn a_placeholder_in_a_body_becomes_the_value_only_where_the_policy_says_bodies()
     assert!(heads.contains(&format!("client_secret={VALUE}")), "{heads}");
     assert!(!text(&out).contains(VALUE), "{}", text(&out));
 }
+
+/// Node's `fetch` reads no proxy variable: a plain `http://` request to the
+/// secret's host reaches the proxy through the transparent capture as a
+/// tunnel, whose first bytes are HTTP, not TLS; it is checked and gets the
+/// value all the same.
+#[test]
+fn plain_http_through_the_capture_gets_the_value_in_too() {
+    let ws = Workspace::new();
+    let plain = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = plain.local_addr().unwrap().port();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s2 = seen.clone();
+    std::thread::spawn(move || {
+        for sock in plain.incoming() {
+            let Ok(mut sock) = sock else { continue };
+            serve_http(&mut sock, &s2);
+        }
+    });
+    let p = ws.policy(&format!(
+        "[audit]\npath = \"audit.db\"\n[network]\nallow = [\"api.test:{port}\"]\n\
+         [network.hosts]\n\"api.test\" = \"127.0.0.1\"\n\
+         [secrets]\nTOKEN = {{ from_env = \"MCPBOX_TEST_GH_TOKEN\", hosts = [\"api.test:{port}\"] }}\n"
+    ));
+    let node = format!(
+        "fetch('http://api.test:{port}/n', {{headers: {{authorization: 'token ' + process.env.TOKEN}}}}).then(r => r.text()).then(t => console.log(t), e => {{ console.log('ERROR', e, e.cause); process.exit(1) }})"
+    );
+    let out = exec(&p, &["node", "-e", &node]);
+    assert!(out.status.success(), "{}", text(&out));
+    let got = seen.lock().unwrap().join("\n");
+    assert!(
+        got.contains(&format!("token {VALUE}")),
+        "{got}\n{}",
+        text(&out)
+    );
+    assert!(
+        text(&out).contains("you sent: token ghp_"),
+        "{}",
+        text(&out)
+    );
+    assert!(!text(&out).contains(VALUE), "{}", text(&out));
+    assert!(audit(&ws).contains("\"opened\":\"http\""), "{}", audit(&ws));
+}
