@@ -560,22 +560,27 @@ mod tests {
         }
     }
 
+    /// The proxy's side of one opened connection: `mine` is the sandbox's
+    /// end, `addr` the upstream; closes the sandbox's end after.
+    fn open_with(
+        mut mine: UnixStream,
+        addr: std::net::SocketAddr,
+        out: &SecretsOut,
+    ) -> (Result<(), InterceptError>, Exchanged) {
+        let mut done = Exchanged::default();
+        let upstream = TcpStream::connect(addr).unwrap();
+        let r = intercept(&mut mine, Vec::new(), upstream, &target(), out, &mut done);
+        drop(mine);
+        (r, done)
+    }
+
     #[test]
     fn the_sandbox_sends_its_placeholder_and_the_upstream_gets_the_value() {
         let (addr, ca_file, up) = upstream("api.github.com");
         let out = secrets_out(ca_file.path());
         let req = format!("GET /user HTTP/1.1\r\nHost: api.github.com\r\nAuthorization: token {PH}\r\nConnection: close\r\n\r\n");
-        let (mut mine, client) = sandbox_client(&out, "api.github.com", &[b"http/1.1"], req);
-        let mut done = Exchanged::default();
-        let r = intercept(
-            &mut mine,
-            Vec::new(),
-            TcpStream::connect(addr).unwrap(),
-            &target(),
-            &out,
-            &mut done,
-        );
-        drop(mine);
+        let (mine, client) = sandbox_client(&out, "api.github.com", &[b"http/1.1"], req);
+        let (r, done) = open_with(mine, addr, &out);
         r.unwrap();
         let seen = up.join().unwrap();
         assert!(
@@ -596,17 +601,8 @@ mod tests {
         let (addr, ca_file, up) = upstream("api.github.com");
         let out = secrets_out(ca_file.path());
         let req = format!("GET / HTTP/1.1\r\nHost: evil.test\r\nX: {PH}\r\n\r\n");
-        let (mut mine, client) = sandbox_client(&out, "evil.test", &[b"http/1.1"], req);
-        let mut done = Exchanged::default();
-        let r = intercept(
-            &mut mine,
-            Vec::new(),
-            TcpStream::connect(addr).unwrap(),
-            &target(),
-            &out,
-            &mut done,
-        );
-        drop(mine);
+        let (mine, client) = sandbox_client(&out, "evil.test", &[b"http/1.1"], req);
+        let (r, done) = open_with(mine, addr, &out);
         // the leaf is for api.github.com: the client's own check may fail
         // first, or the proxy's SNI check; either way nothing goes up
         assert!(r.is_err());
@@ -621,17 +617,8 @@ mod tests {
     fn a_client_that_speaks_only_http2_fails_the_handshake() {
         let (addr, ca_file, _up) = upstream("api.github.com");
         let out = secrets_out(ca_file.path());
-        let (mut mine, client) = sandbox_client(&out, "api.github.com", &[b"h2"], String::new());
-        let mut done = Exchanged::default();
-        let r = intercept(
-            &mut mine,
-            Vec::new(),
-            TcpStream::connect(addr).unwrap(),
-            &target(),
-            &out,
-            &mut done,
-        );
-        drop(mine);
+        let (mine, client) = sandbox_client(&out, "api.github.com", &[b"h2"], String::new());
+        let (r, _) = open_with(mine, addr, &out);
         assert!(
             matches!(r, Err(InterceptError::ClientHandshake(_))),
             "{r:?}"
@@ -647,17 +634,8 @@ mod tests {
         std::fs::write(other.path(), Authority::new("other").unwrap().cert_pem()).unwrap();
         let out = secrets_out(other.path());
         let req = format!("GET / HTTP/1.1\r\nHost: api.github.com\r\nX: {PH}\r\n\r\n");
-        let (mut mine, client) = sandbox_client(&out, "api.github.com", &[b"http/1.1"], req);
-        let mut done = Exchanged::default();
-        let r = intercept(
-            &mut mine,
-            Vec::new(),
-            TcpStream::connect(addr).unwrap(),
-            &target(),
-            &out,
-            &mut done,
-        );
-        drop(mine);
+        let (mine, client) = sandbox_client(&out, "api.github.com", &[b"http/1.1"], req);
+        let (r, _) = open_with(mine, addr, &out);
         assert!(
             matches!(r, Err(InterceptError::UpstreamHandshake(_))),
             "{r:?}"
@@ -676,18 +654,9 @@ mod tests {
         let req = format!(
             "GET / HTTP/1.1\r\nHost: api.github.com\r\nX: {PH}\r\nConnection: close\r\n\r\n"
         );
-        let (mut mine, client) = sandbox_client(&out, "api.github.com", &[b"http/1.1"], req);
-        let mut done = Exchanged::default();
-        intercept(
-            &mut mine,
-            Vec::new(),
-            TcpStream::connect(addr).unwrap(),
-            &target(),
-            &out,
-            &mut done,
-        )
-        .unwrap();
-        drop(mine);
+        let (mine, client) = sandbox_client(&out, "api.github.com", &[b"http/1.1"], req);
+        let (r, _) = open_with(mine, addr, &out);
+        r.unwrap();
         assert!(up
             .join()
             .unwrap()

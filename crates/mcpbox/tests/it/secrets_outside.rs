@@ -114,6 +114,22 @@ fn serve_http<S: Read + Write>(s: &mut S, seen: &Mutex<Vec<String>>) {
     }
 }
 
+/// A plain-HTTP upstream on 127.0.0.1 answering as [`serve_http`]: its
+/// port and the request heads it got.
+fn plain_upstream() -> (u16, Arc<Mutex<Vec<String>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let heads = seen.clone();
+    std::thread::spawn(move || {
+        for sock in listener.incoming() {
+            let Ok(mut sock) = sock else { continue };
+            serve_http(&mut sock, &heads);
+        }
+    });
+    (port, seen)
+}
+
 /// A policy whose `TOKEN` stays outside, for `api.test` (the upstream).
 fn policy(ws: &Workspace, up: &Upstream, extra: &str) -> std::path::PathBuf {
     ws.policy(&format!(
@@ -262,16 +278,7 @@ fn node_fetch_sends_the_placeholder_and_the_upstream_gets_the_value() {
 #[test]
 fn plain_http_to_the_secrets_host_gets_the_value_in_without_tls() {
     let ws = Workspace::new();
-    let plain = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = plain.local_addr().unwrap().port();
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let s2 = seen.clone();
-    std::thread::spawn(move || {
-        for sock in plain.incoming() {
-            let Ok(mut sock) = sock else { continue };
-            serve_http(&mut sock, &s2);
-        }
-    });
+    let (port, seen) = plain_upstream();
     let p = ws.policy(&format!(
         "[audit]\npath = \"audit.db\"\n[network]\nallow = [\"api.test:{port}\"]\n\
          [network.hosts]\n\"api.test\" = \"127.0.0.1\"\n\
@@ -385,16 +392,7 @@ fn the_placeholder_sent_to_another_host_arrives_as_the_placeholder_and_is_audite
     let ws = Workspace::new();
     let up = Upstream::start(&ws, "api.test");
     // a second allowed host, plain HTTP, that records what it gets
-    let other = TcpListener::bind("127.0.0.1:0").unwrap();
-    let other_port = other.local_addr().unwrap().port();
-    let other_seen = Arc::new(Mutex::new(Vec::new()));
-    let seen = other_seen.clone();
-    std::thread::spawn(move || {
-        for sock in other.incoming() {
-            let Ok(mut sock) = sock else { continue };
-            serve_http(&mut sock, &seen);
-        }
-    });
+    let (other_port, other_seen) = plain_upstream();
     let p = ws.policy(&format!(
         "[audit]\npath = \"audit.db\"\n\
          [network]\nallow = [\"api.test:{port}\", \"other.test:{other_port}\"]\n\
@@ -470,16 +468,7 @@ fn a_host_header_other_than_the_tls_name_is_refused_and_never_reaches_the_upstre
 fn a_redirect_to_another_host_carries_only_the_placeholder() {
     let ws = Workspace::new();
     // api.test answers every request with a redirect to other.test
-    let other = TcpListener::bind("127.0.0.1:0").unwrap();
-    let other_port = other.local_addr().unwrap().port();
-    let other_seen = Arc::new(Mutex::new(Vec::new()));
-    let seen = other_seen.clone();
-    std::thread::spawn(move || {
-        for sock in other.incoming() {
-            let Ok(mut sock) = sock else { continue };
-            serve_http(&mut sock, &seen);
-        }
-    });
+    let (other_port, other_seen) = plain_upstream();
     let ca = mcpbox_egress::Authority::new("test upstream").unwrap();
     let ca_file = ws.path().join("ca.pem");
     std::fs::write(&ca_file, ca.cert_pem()).unwrap();
@@ -927,16 +916,7 @@ fn a_placeholder_in_a_body_becomes_the_value_only_where_the_policy_says_bodies()
 #[test]
 fn plain_http_through_the_capture_gets_the_value_in_too() {
     let ws = Workspace::new();
-    let plain = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = plain.local_addr().unwrap().port();
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let s2 = seen.clone();
-    std::thread::spawn(move || {
-        for sock in plain.incoming() {
-            let Ok(mut sock) = sock else { continue };
-            serve_http(&mut sock, &s2);
-        }
-    });
+    let (port, seen) = plain_upstream();
     let p = ws.policy(&format!(
         "[audit]\npath = \"audit.db\"\n[network]\nallow = [\"api.test:{port}\"]\n\
          [network.hosts]\n\"api.test\" = \"127.0.0.1\"\n\
