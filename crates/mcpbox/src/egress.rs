@@ -370,7 +370,7 @@ fn bind_with_approver(
     if let Some(c) = calls {
         proxy = proxy.with_calls(c);
     }
-    let kept_out = keep_outside(loaded, secrets, &sandbox_id, &dir, root)?;
+    let kept_out = keep_outside(loaded, secrets, &sandbox_id, &dir)?;
     if let Some(out) = &kept_out {
         proxy = proxy.with_secrets(out.clone());
     }
@@ -434,7 +434,6 @@ fn keep_outside(
     secrets: &mcpbox_gateway::Secrets,
     sandbox_id: &str,
     dir: &std::path::Path,
-    root: bool,
 ) -> anyhow::Result<Option<Arc<mcpbox_egress::SecretsOut>>> {
     let mut swaps = Vec::new();
     let mut ca_files = Vec::new();
@@ -473,7 +472,6 @@ fn keep_outside(
     // public certificates only: readable by the sandbox's user (host uid
     // 65534 as root; this user rootless), written by nobody inside (the
     // directory is mounted read-only)
-    let _ = root;
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644))
         .with_context(|| format!("securing {}", path.display()))?;
     Ok(Some(Arc::new(out)))
