@@ -7,40 +7,20 @@
 //! Run: `cargo run --release -p mcpbox-egress --example egress_bench`
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+use common::{Bench, NullSink};
+
 use std::io::{self, Read, Write};
-use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::unix::net::UnixListener;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mcpbox_audit::{Event, Sink};
 use mcpbox_egress::*;
-use mcpbox_policy::{Decision, Reason};
 
 const BULK: u64 = 1 << 30;
 const CONNS: usize = 2000;
 const WARMUP: usize = 100;
-
-struct Bench;
-impl EgressPolicy for Bench {
-    fn decide(&self, host: &str, _port: u16) -> Decision {
-        if host == "bench.test" {
-            Decision::allow(Reason::NetworkAllow, "bench")
-        } else {
-            Decision::deny(Reason::NetworkUnlisted, "bench")
-        }
-    }
-    fn mapped_address(&self, host: &str) -> Option<IpAddr> {
-        (host == "bench.test").then(|| IpAddr::from([127, 0, 0, 1]))
-    }
-}
-
-struct NullSink;
-impl Sink for NullSink {
-    fn record(&self, event: Event) {
-        std::hint::black_box(event);
-    }
-}
 
 fn bulk_server() -> u16 {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();

@@ -17,15 +17,17 @@
 //! Run: `cargo run --release -p mcpbox-egress --example secrets_bench`
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+use common::{Bench, NullSink};
+
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mcpbox_audit::{Event, Sink};
 use mcpbox_egress::exchange::Host;
 use mcpbox_egress::*;
-use mcpbox_policy::{Decision, HostRule, Reason};
+use mcpbox_policy::HostRule;
 use rustls::pki_types::ServerName;
 
 const REQUESTS: usize = 2000;
@@ -33,27 +35,6 @@ const WARMUP: usize = 200;
 const BULK: u64 = 256 << 20;
 const PLACEHOLDER: &str = "ghp_PLACEHOLDERplaceholder0123456789ab";
 const VALUE: &str = "ghp_REALVALUErealvalue9876543210zyxwvu";
-
-struct Bench;
-impl EgressPolicy for Bench {
-    fn decide(&self, host: &str, _port: u16) -> Decision {
-        if host == "bench.test" {
-            Decision::allow(Reason::NetworkAllow, "bench")
-        } else {
-            Decision::deny(Reason::NetworkUnlisted, "bench")
-        }
-    }
-    fn mapped_address(&self, host: &str) -> Option<IpAddr> {
-        (host == "bench.test").then(|| IpAddr::from([127, 0, 0, 1]))
-    }
-}
-
-struct NullSink;
-impl Sink for NullSink {
-    fn record(&self, event: Event) {
-        std::hint::black_box(event);
-    }
-}
 
 /// The HTTPS upstream: `/bulk` is `BULK` bytes, anything else two.
 fn upstream(config: Arc<rustls::ServerConfig>) -> u16 {

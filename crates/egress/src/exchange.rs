@@ -739,6 +739,15 @@ mod tests {
         request: &[u8],
         upstream: impl FnOnce(&mut UnixStream) -> Vec<u8> + Send + 'static,
     ) -> (Vec<u8>, Vec<u8>, Result<(), ExchangeError>, Exchanged) {
+        run_with(&swaps(), request, upstream)
+    }
+
+    /// [`run`] with the swaps `s`.
+    fn run_with(
+        s: &Swaps,
+        request: &[u8],
+        upstream: impl FnOnce(&mut UnixStream) -> Vec<u8> + Send + 'static,
+    ) -> (Vec<u8>, Vec<u8>, Result<(), ExchangeError>, Exchanged) {
         let (mut c_out, c_in) = UnixStream::pair().unwrap();
         let (u_out, mut u_in) = UnixStream::pair().unwrap();
         let up = thread::spawn(move || {
@@ -748,9 +757,8 @@ mod tests {
         });
         c_out.write_all(request).unwrap();
         c_out.shutdown(std::net::Shutdown::Write).unwrap();
-        let s = swaps();
         let mut done = Exchanged::default();
-        let r = relay(&c_in, &u_out, &target(), &s, &mut done);
+        let r = relay(&c_in, &u_out, &target(), s, &mut done);
         drop(c_in);
         let _ = u_out.shutdown(std::net::Shutdown::Both);
         let mut got = Vec::new();
@@ -926,16 +934,13 @@ mod tests {
             bodies: true,
         }])
         .unwrap();
-        let (mut c_out, c_in) = UnixStream::pair().unwrap();
-        let (u_out, mut u_in) = UnixStream::pair().unwrap();
-        let up = thread::spawn(move || answers(n, b"HTTP/1.1 204 No Content\r\n\r\n")(&mut u_in));
-        c_out.write_all(req.as_bytes()).unwrap();
-        c_out.shutdown(std::net::Shutdown::Write).unwrap();
-        let mut done = Exchanged::default();
-        relay(&c_in, &u_out, &target(), &s, &mut done).unwrap();
-        drop(c_in);
-        drop(u_out);
-        let seen = text(&up.join().unwrap());
+        let (_, seen, r, done) = run_with(
+            &s,
+            req.as_bytes(),
+            answers(n, b"HTTP/1.1 204 No Content\r\n\r\n"),
+        );
+        r.unwrap();
+        let seen = text(&seen);
         assert!(seen.contains(&format!("Content-Length: {n}\r\n")), "{seen}");
         assert!(seen.ends_with(&format!("token={VALUE}")), "{seen}");
         assert_eq!(done.added.iter().collect::<Vec<_>>(), ["GITHUB_TOKEN"]);

@@ -317,4 +317,40 @@ mod tests {
         let s = Secrets::from_pairs([("A", "topsecretvalue")]);
         assert!(!format!("{s:?}").contains("topsecretvalue"));
     }
+
+    /// A secret kept outside the sandbox: the server gets its placeholder,
+    /// both are redacted, and its ttl rotates the proxy's copy alone (no
+    /// restart of the server: min_ttl and refresh leave it out).
+    #[test]
+    fn a_secret_kept_outside_gives_the_server_its_placeholder_and_never_restarts_it() {
+        let mut s = Secrets(vec![
+            Secret {
+                name: "OUT".into(),
+                value: "real-value".into(),
+                ttl: Some(Duration::from_secs(1)),
+                source: Some(SecretSource::Env("MCPBOX_TEST_SURELY_UNSET_VAR".into())),
+                placeholder: Some("fake-value".into()),
+            },
+            Secret {
+                name: "IN".into(),
+                value: "inside-value".into(),
+                ttl: Some(Duration::from_secs(60)),
+                source: None,
+                placeholder: None,
+            },
+        ]);
+        assert_eq!(
+            s.env(),
+            vec![
+                ("OUT".to_string(), "fake-value".to_string()),
+                ("IN".to_string(), "inside-value".to_string())
+            ]
+        );
+        assert_eq!(s.min_ttl(), Some(Duration::from_secs(60)));
+        // its source is unset: a refresh that tried it would fail
+        assert!(s.refresh().is_empty());
+        let redacted: Vec<_> = s.0[0].redacted().collect();
+        assert_eq!(redacted, vec![("OUT", "real-value"), ("OUT", "fake-value")]);
+        assert!(!format!("{s:?}").contains("fake-value"));
+    }
 }

@@ -30,13 +30,23 @@ struct Upstream {
     heads: Arc<Mutex<Vec<String>>>,
 }
 
+/// What an upstream answers a request (its head and body, as recorded).
+type Answer = Arc<dyn Fn(&str) -> String + Send + Sync>;
+
 impl Upstream {
+    /// On 127.0.0.1, answering as [`echo`].
     fn start(ws: &Workspace, name: &str) -> Upstream {
+        Upstream::start_with(ws, name, "127.0.0.1:0", Arc::new(echo))
+    }
+
+    /// On `bind`, serving a leaf for `name` from a CA of its own (written
+    /// to the workspace), answering each request with `answer`.
+    fn start_with(ws: &Workspace, name: &str, bind: &str, answer: Answer) -> Upstream {
         let ca = mcpbox_egress::Authority::new("test upstream").unwrap();
         let ca_file = ws.path().join(format!("{name}-ca.pem"));
         std::fs::write(&ca_file, ca.cert_pem()).unwrap();
         let config = ca.server_config(&Host::Name(name.into())).unwrap();
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let listener = TcpListener::bind(bind).unwrap();
         let port = listener.local_addr().unwrap().port();
         let heads = Arc::new(Mutex::new(Vec::new()));
         let seen = heads.clone();
@@ -45,10 +55,11 @@ impl Upstream {
                 let Ok(sock) = sock else { continue };
                 let config = config.clone();
                 let seen = seen.clone();
+                let answer = answer.clone();
                 std::thread::spawn(move || {
                     let conn = rustls::ServerConnection::new(config).unwrap();
                     let mut tls = rustls::StreamOwned::new(conn, sock);
-                    serve_http(&mut tls, &seen);
+                    serve_http(&mut tls, &seen, &*answer);
                 });
             }
         });
@@ -64,10 +75,33 @@ impl Upstream {
     }
 }
 
-/// Answers requests on `s` until it closes: a request without
-/// `Authorization` gets 401 with a Basic challenge (as git expects), one
-/// with it gets 200 and a body that echoes it.
-fn serve_http<S: Read + Write>(s: &mut S, seen: &Mutex<Vec<String>>) {
+/// The usual answer: a request without `Authorization` gets 401 with a
+/// Basic challenge (as git expects), one with it gets 200 and a body that
+/// echoes it (so that a value coming back is part of every test).
+fn echo(request: &str) -> String {
+    let auth = request
+        .lines()
+        .find(|l| l.to_ascii_lowercase().starts_with("authorization:"))
+        .map(|l| l["authorization:".len()..].trim().to_string());
+    match auth {
+        None => "HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: Basic realm=\"test\"\r\nContent-Length: 0\r\n\r\n".to_string(),
+        Some(a) => {
+            let body = format!("you sent: {a}\n");
+            format!(
+                "HTTP/1.1 200 OK\r\nX-Echo: {a}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            )
+        }
+    }
+}
+
+/// Answers requests on `s` with `answer` until it closes, recording each
+/// (its head, then a `Content-Length` body) in `seen`.
+fn serve_http<S: Read + Write>(
+    s: &mut S,
+    seen: &Mutex<Vec<String>>,
+    answer: &dyn Fn(&str) -> String,
+) {
     loop {
         let mut head = Vec::new();
         let mut b = [0u8; 1];
@@ -94,20 +128,7 @@ fn serve_http<S: Read + Write>(s: &mut S, seen: &Mutex<Vec<String>>) {
         }
         head.push_str(&String::from_utf8_lossy(&body));
         seen.lock().unwrap().push(head.clone());
-        let auth = head
-            .lines()
-            .find(|l| l.to_ascii_lowercase().starts_with("authorization:"))
-            .map(|l| l["authorization:".len()..].trim().to_string());
-        let reply = match auth {
-            None => "HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: Basic realm=\"test\"\r\nContent-Length: 0\r\n\r\n".to_string(),
-            Some(a) => {
-                let body = format!("you sent: {a}\n");
-                format!(
-                    "HTTP/1.1 200 OK\r\nX-Echo: {a}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\r\n{body}",
-                    body.len()
-                )
-            }
-        };
+        let reply = answer(&head);
         if s.write_all(reply.as_bytes()).is_err() || s.flush().is_err() {
             return;
         }
@@ -124,22 +145,54 @@ fn plain_upstream() -> (u16, Arc<Mutex<Vec<String>>>) {
     std::thread::spawn(move || {
         for sock in listener.incoming() {
             let Ok(mut sock) = sock else { continue };
-            serve_http(&mut sock, &heads);
+            serve_http(&mut sock, &heads, &echo);
         }
     });
     (port, seen)
 }
 
-/// A policy whose `TOKEN` stays outside, for `api.test` (the upstream).
+/// TOKEN's source in most tests.
+const FROM_ENV: &str = "from_env = \"MCPBOX_TEST_GH_TOKEN\"";
+
+/// The policy of these tests: `api.test:PORT` allowed and mapped to
+/// 127.0.0.1 (and `other.test:OTHER` too, when given), and TOKEN, read as
+/// `secret` says (its source, then keys such as `ca_file`), kept outside
+/// for `api.test:PORT`.
+fn policy_text(port: u16, other: Option<u16>, secret: &str) -> String {
+    let (allow, map) = match other {
+        Some(o) => (
+            format!(", \"other.test:{o}\""),
+            "\"other.test\" = \"127.0.0.1\"\n",
+        ),
+        None => (String::new(), ""),
+    };
+    format!(
+        "[network]\nallow = [\"api.test:{port}\"{allow}]\n\
+         [network.hosts]\n\"api.test\" = \"127.0.0.1\"\n{map}\
+         [secrets]\nTOKEN = {{ {secret}, hosts = [\"api.test:{port}\"] }}\n"
+    )
+}
+
+/// `policy_text` with an audit log, written to the workspace.
+fn audited(ws: &Workspace, text: &str) -> std::path::PathBuf {
+    ws.policy(&format!("[audit]\npath = \"audit.db\"\n{text}"))
+}
+
+/// TOKEN from the environment, the upstream's CA file as its `ca_file`.
+fn env_and_ca(path: &std::path::Path) -> String {
+    format!("{FROM_ENV}, ca_file = \"{}\"", path.display())
+}
+
+/// A policy whose `TOKEN` stays outside, for `api.test` (the upstream),
+/// with `extra` after it.
 fn policy(ws: &Workspace, up: &Upstream, extra: &str) -> std::path::PathBuf {
-    ws.policy(&format!(
-        "[audit]\npath = \"audit.db\"\n\
-         [network]\nallow = [\"api.test:{port}\"]\n\
-         [network.hosts]\n\"api.test\" = \"127.0.0.1\"\n\"other.test\" = \"127.0.0.1\"\n\
-         [secrets]\nTOKEN = {{ from_env = \"MCPBOX_TEST_GH_TOKEN\", hosts = [\"api.test:{port}\"], ca_file = \"{ca}\" }}\n{extra}",
-        port = up.port,
-        ca = up.ca_file.display(),
-    ))
+    audited(
+        ws,
+        &format!(
+            "{}{extra}",
+            policy_text(up.port, None, &env_and_ca(&up.ca_file))
+        ),
+    )
 }
 
 fn exec(policy: &std::path::Path, argv: &[&str]) -> Output {
@@ -279,11 +332,7 @@ fn node_fetch_sends_the_placeholder_and_the_upstream_gets_the_value() {
 fn plain_http_to_the_secrets_host_gets_the_value_in_without_tls() {
     let ws = Workspace::new();
     let (port, seen) = plain_upstream();
-    let p = ws.policy(&format!(
-        "[audit]\npath = \"audit.db\"\n[network]\nallow = [\"api.test:{port}\"]\n\
-         [network.hosts]\n\"api.test\" = \"127.0.0.1\"\n\
-         [secrets]\nTOKEN = {{ from_env = \"MCPBOX_TEST_GH_TOKEN\", hosts = [\"api.test:{port}\"] }}\n"
-    ));
+    let p = audited(&ws, &policy_text(port, None, FROM_ENV));
     let script = format!(
         "import os, urllib.request\n\
          r = urllib.request.Request('http://api.test:{port}/plain', headers={{'Authorization': 'token ' + os.environ['TOKEN']}})\n\
@@ -393,14 +442,10 @@ fn the_placeholder_sent_to_another_host_arrives_as_the_placeholder_and_is_audite
     let up = Upstream::start(&ws, "api.test");
     // a second allowed host, plain HTTP, that records what it gets
     let (other_port, other_seen) = plain_upstream();
-    let p = ws.policy(&format!(
-        "[audit]\npath = \"audit.db\"\n\
-         [network]\nallow = [\"api.test:{port}\", \"other.test:{other_port}\"]\n\
-         [network.hosts]\n\"api.test\" = \"127.0.0.1\"\n\"other.test\" = \"127.0.0.1\"\n\
-         [secrets]\nTOKEN = {{ from_env = \"MCPBOX_TEST_GH_TOKEN\", hosts = [\"api.test:{port}\"], ca_file = \"{ca}\" }}\n",
-        port = up.port,
-        ca = up.ca_file.display(),
-    ));
+    let p = audited(
+        &ws,
+        &policy_text(up.port, Some(other_port), &env_and_ca(&up.ca_file)),
+    );
     let script = format!(
         "import os, urllib.request\n\
          os.environ.pop('no_proxy', None); os.environ.pop('NO_PROXY', None)\n\
@@ -469,40 +514,21 @@ fn a_redirect_to_another_host_carries_only_the_placeholder() {
     let ws = Workspace::new();
     // api.test answers every request with a redirect to other.test
     let (other_port, other_seen) = plain_upstream();
-    let ca = mcpbox_egress::Authority::new("test upstream").unwrap();
-    let ca_file = ws.path().join("ca.pem");
-    std::fs::write(&ca_file, ca.cert_pem()).unwrap();
-    let config = ca.server_config(&Host::Name("api.test".into())).unwrap();
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for sock in listener.incoming() {
-            let Ok(sock) = sock else { continue };
-            let conn = rustls::ServerConnection::new(config.clone()).unwrap();
-            let mut tls = rustls::StreamOwned::new(conn, sock);
-            let mut head = Vec::new();
-            let mut b = [0u8; 1];
-            while !head.ends_with(b"\r\n\r\n") {
-                if tls.read(&mut b).unwrap_or(0) != 1 {
-                    break;
-                }
-                head.push(b[0]);
-            }
-            let _ = write!(
-                tls,
+    let up = Upstream::start_with(
+        &ws,
+        "api.test",
+        "127.0.0.1:0",
+        Arc::new(move |_: &str| {
+            format!(
                 "HTTP/1.1 302 Found\r\nLocation: http://other.test:{other_port}/landed\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-            );
-            tls.conn.send_close_notify();
-            let _ = tls.conn.complete_io(&mut tls.sock);
-        }
-    });
-    let p = ws.policy(&format!(
-        "[audit]\npath = \"audit.db\"\n\
-         [network]\nallow = [\"api.test:{port}\", \"other.test:{other_port}\"]\n\
-         [network.hosts]\n\"api.test\" = \"127.0.0.1\"\n\"other.test\" = \"127.0.0.1\"\n\
-         [secrets]\nTOKEN = {{ from_env = \"MCPBOX_TEST_GH_TOKEN\", hosts = [\"api.test:{port}\"], ca_file = \"{ca}\" }}\n",
-        ca = ca_file.display(),
-    ));
+            )
+        }),
+    );
+    let port = up.port;
+    let p = audited(
+        &ws,
+        &policy_text(port, Some(other_port), &env_and_ca(&up.ca_file)),
+    );
     // curl follows the redirect and keeps the header (--location-trusted)
     let cmd = format!(
         "curl -v -sS --max-time 20 --location-trusted -H \"Authorization: token $TOKEN\" https://api.test:{port}/start"
@@ -563,22 +589,12 @@ rl.on('line', async (line) => {
 });
 "#;
 
-fn policy_text(up: &Upstream, ttl: &str, source: &str) -> String {
-    format!(
-        "[network]\nallow = [\"api.test:{port}\"]\n\
-         [network.hosts]\n\"api.test\" = \"127.0.0.1\"\n\
-         [secrets]\nTOKEN = {{ {source}, hosts = [\"api.test:{port}\"], ca_file = \"{ca}\"{ttl} }}\n",
-        port = up.port,
-        ca = up.ca_file.display(),
-    )
-}
-
 #[test]
 fn under_run_a_node_server_uses_its_placeholder_and_the_upstream_gets_the_value() {
     use common::mcp::{result_text, Session};
     let ws = Workspace::new();
     let up = Upstream::start(&ws, "api.test");
-    let p = ws.policy(&policy_text(&up, "", "from_env = \"MCPBOX_TEST_GH_TOKEN\""));
+    let p = ws.policy(&policy_text(up.port, None, &env_and_ca(&up.ca_file)));
     let mut s = Session::start(
         &p,
         &["node", "-e", NODE_SERVER],
@@ -612,7 +628,7 @@ fn under_serve_each_session_s_sandbox_gets_a_placeholder_and_the_upstream_the_va
     use common::serve::{Gateway, Server, ALICE, BOB};
     let ws = Workspace::new();
     let up = Upstream::start(&ws, "api.test");
-    let policy = policy_text(&up, "", "from_env = \"MCPBOX_TEST_GH_TOKEN\"");
+    let policy = policy_text(up.port, None, &env_and_ca(&up.ca_file));
     let gw = Gateway::start_env(
         "",
         &[Server {
@@ -656,14 +672,12 @@ fn a_rotated_value_reaches_the_upstream_while_the_server_keeps_its_placeholder()
     let up = Upstream::start(&ws, "api.test");
     let file = ws.path().join("token.txt");
     std::fs::write(&file, VALUE).unwrap();
-    let p = ws.policy(&format!(
-        "[audit]\npath = \"audit.db\"\n{}",
-        policy_text(
-            &up,
-            ", ttl = \"1s\"",
-            &format!("from_file = \"{}\"", file.display())
-        )
-    ));
+    let secret = format!(
+        "from_file = \"{}\", ca_file = \"{}\", ttl = \"1s\"",
+        file.display(),
+        up.ca_file.display()
+    );
+    let p = audited(&ws, &policy_text(up.port, None, &secret));
     // two requests, a few seconds apart, from one process (no restart)
     let script = format!(
         "import os, time, urllib.request\n\
@@ -744,6 +758,10 @@ fn check_says_which_secrets_stay_outside_and_refuses_hosts_the_network_does_not_
             "TOKEN = { from_env = \"T\", ca_file = \"ca.pem\" }",
             "ca_file without hosts",
         ),
+        (
+            "TOKEN = { from_env = \"T\", bodies = true }",
+            "bodies without hosts",
+        ),
     ] {
         let p = ws.raw_policy(&format!(
             "[network]\nallow = [\"api.test\"]\n[secrets]\n{bad}\n"
@@ -783,12 +801,6 @@ fn the_github_server_searches_with_its_token_kept_outside_the_sandbox() {
         return;
     }
     let ws = Workspace::new();
-    let ca = mcpbox_egress::Authority::new("test github").unwrap();
-    let ca_file = ws.path().join("github-ca.pem");
-    std::fs::write(&ca_file, ca.cert_pem()).unwrap();
-    let config = ca
-        .server_config(&Host::Name("api.github.com".into()))
-        .unwrap();
     // a loopback address no other test uses, from this process's pid
     let pid = std::process::id();
     let addr = format!(
@@ -797,40 +809,18 @@ fn the_github_server_searches_with_its_token_kept_outside_the_sandbox() {
         (pid >> 8) & 0xff,
         1 + pid % 250
     );
-    let listener = TcpListener::bind(format!("{addr}:443")).unwrap();
-    let heads = Arc::new(Mutex::new(Vec::<String>::new()));
-    let seen = heads.clone();
-    std::thread::spawn(move || {
-        for sock in listener.incoming() {
-            let Ok(sock) = sock else { continue };
-            let conn = rustls::ServerConnection::new(config.clone()).unwrap();
-            let mut tls = rustls::StreamOwned::new(conn, sock);
-            loop {
-                let mut head = Vec::new();
-                let mut b = [0u8; 1];
-                while !head.ends_with(b"\r\n\r\n") {
-                    if tls.read(&mut b).unwrap_or(0) != 1 {
-                        break;
-                    }
-                    head.push(b[0]);
-                }
-                if head.is_empty() {
-                    break;
-                }
-                seen.lock()
-                    .unwrap()
-                    .push(String::from_utf8_lossy(&head).into_owned());
-                let body = r#"{"total_count":1,"incomplete_results":false,"items":[{"id":1,"node_id":"R_1","name":"mcpbox","full_name":"example/mcpbox","private":false,"owner":{"login":"example","id":2,"node_id":"U_2","avatar_url":"https://example.test/a.png","url":"https://api.github.com/users/example","html_url":"https://github.com/example","type":"User"},"html_url":"https://github.com/example/mcpbox","description":"found through the proxy","fork":false,"url":"https://api.github.com/repos/example/mcpbox","created_at":"2026-01-01T00:00:00Z","updated_at":"2026-01-01T00:00:00Z","pushed_at":"2026-01-01T00:00:00Z","git_url":"git://github.com/example/mcpbox.git","ssh_url":"git@github.com:example/mcpbox.git","clone_url":"https://github.com/example/mcpbox.git","default_branch":"main"}]}"#;
-                let reply = format!(
-                    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-                    body.len()
-                );
-                if tls.write_all(reply.as_bytes()).is_err() {
-                    break;
-                }
-            }
-        }
-    });
+    let up = Upstream::start_with(
+        &ws,
+        "api.github.com",
+        &format!("{addr}:443"),
+        Arc::new(|_: &str| {
+            let body = r#"{"total_count":1,"incomplete_results":false,"items":[{"id":1,"node_id":"R_1","name":"mcpbox","full_name":"example/mcpbox","private":false,"owner":{"login":"example","id":2,"node_id":"U_2","avatar_url":"https://example.test/a.png","url":"https://api.github.com/users/example","html_url":"https://github.com/example","type":"User"},"html_url":"https://github.com/example/mcpbox","description":"found through the proxy","fork":false,"url":"https://api.github.com/repos/example/mcpbox","created_at":"2026-01-01T00:00:00Z","updated_at":"2026-01-01T00:00:00Z","pushed_at":"2026-01-01T00:00:00Z","git_url":"git://github.com/example/mcpbox.git","ssh_url":"git@github.com:example/mcpbox.git","clone_url":"https://github.com/example/mcpbox.git","default_branch":"main"}]}"#;
+            format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            )
+        }),
+    );
     let npm = peers().join("npm");
     let p = ws.raw_policy(&format!(
         "{}[network]\nallow = [\"api.github.com\"]\n\
@@ -838,7 +828,7 @@ fn the_github_server_searches_with_its_token_kept_outside_the_sandbox() {
          [secrets]\nGITHUB_PERSONAL_ACCESS_TOKEN = {{ from_env = \"MCPBOX_TEST_GH_TOKEN\", hosts = [\"api.github.com\"], ca_file = \"{}\" }}\n\
          [audit]\npath = \"audit.db\"\n",
         mount_same_path(&npm),
-        ca_file.display()
+        up.ca_file.display()
     ));
     let server = npm.join("bin/mcp-server-github").display().to_string();
     let mut s = Session::start(&p, &[server.as_str()], &[("MCPBOX_TEST_GH_TOKEN", VALUE)]);
@@ -854,7 +844,7 @@ fn the_github_server_searches_with_its_token_kept_outside_the_sandbox() {
         "{r}\n{}",
         s.stderr()
     );
-    let got = heads.lock().unwrap().join("\n");
+    let got = up.heads();
     assert!(got.contains("GET /search/repositories?q=mcpbox"), "{got}");
     assert!(
         got.to_ascii_lowercase().contains(&format!(
@@ -894,14 +884,8 @@ fn a_placeholder_in_a_body_becomes_the_value_only_where_the_policy_says_bodies()
         "{heads}"
     );
     // with `bodies = true`: the value, in a body of the same length
-    let p = ws.policy(&format!(
-        "[audit]\npath = \"audit.db\"\n\
-         [network]\nallow = [\"api.test:{port}\"]\n\
-         [network.hosts]\n\"api.test\" = \"127.0.0.1\"\n\
-         [secrets]\nTOKEN = {{ from_env = \"MCPBOX_TEST_GH_TOKEN\", hosts = [\"api.test:{port}\"], ca_file = \"{ca}\", bodies = true }}\n",
-        port = up.port,
-        ca = up.ca_file.display(),
-    ));
+    let secret = format!("{}, bodies = true", env_and_ca(&up.ca_file));
+    let p = audited(&ws, &policy_text(up.port, None, &secret));
     let out = exec(&p, &["python3", "-c", &script]);
     assert!(out.status.success(), "{}", text(&out));
     let heads = up.heads();
@@ -917,11 +901,7 @@ fn a_placeholder_in_a_body_becomes_the_value_only_where_the_policy_says_bodies()
 fn plain_http_through_the_capture_gets_the_value_in_too() {
     let ws = Workspace::new();
     let (port, seen) = plain_upstream();
-    let p = ws.policy(&format!(
-        "[audit]\npath = \"audit.db\"\n[network]\nallow = [\"api.test:{port}\"]\n\
-         [network.hosts]\n\"api.test\" = \"127.0.0.1\"\n\
-         [secrets]\nTOKEN = {{ from_env = \"MCPBOX_TEST_GH_TOKEN\", hosts = [\"api.test:{port}\"] }}\n"
-    ));
+    let p = audited(&ws, &policy_text(port, None, FROM_ENV));
     let node = format!(
         "fetch('http://api.test:{port}/n', {{headers: {{authorization: 'token ' + process.env.TOKEN}}}}).then(r => r.text()).then(t => console.log(t), e => {{ console.log('ERROR', e, e.cause); process.exit(1) }})"
     );
