@@ -327,6 +327,7 @@ impl HostCommand {
         let limit = self.capture.unwrap_or(0);
         let mut out = Vec::new();
         let mut input: &[u8] = self.stdin.as_deref().unwrap_or(&[]);
+        let exit_fd = exit_fd(pid);
         if let Some(w) = &child.stdin {
             rustix::io::ioctl_fionbio(w.as_fd(), true)?;
         }
@@ -365,22 +366,12 @@ impl HostCommand {
             if left.is_zero() {
                 return Ok((Stop::TimedOut, out));
             }
-            let wait = left.min(TICK);
-            match (open, child.stdout.as_ref()) {
-                // woken early by output or its end
-                (true, Some(r)) => {
-                    let ts = rustix::event::Timespec {
-                        tv_sec: 0,
-                        tv_nsec: i64::from(wait.subsec_nanos()),
-                    };
-                    let mut fds = [rustix::event::PollFd::new(r, rustix::event::PollFlags::IN)];
-                    match rustix::event::poll(&mut fds, Some(&ts)) {
-                        Ok(_) | Err(rustix::io::Errno::INTR) => {}
-                        Err(e) => return Err(e.into()),
-                    }
-                }
-                _ => std::thread::sleep(wait),
-            }
+            // woken early by output, its end, or the leader's exit
+            let stdout = child.stdout.as_ref().filter(|_| open).map(|r| r.as_fd());
+            wait_for(
+                &[exit_fd.as_ref().map(|f| f.as_fd()), stdout],
+                left.min(TICK),
+            )?;
         }
     }
 
@@ -533,10 +524,42 @@ fn start_failure(leash: &mut impl Read) -> Option<io::Error> {
     Some(io::Error::from_raw_os_error(errno))
 }
 
+/// A descriptor of child `pid` that polls readable once it has exited
+/// (pidfd_open(2), Linux 5.3), so a wait ends when the process does
+/// rather than at the next [`TICK`]; `None` where the kernel has none
+/// (then the waits below fall back to sleeping a tick).
+fn exit_fd(pid: Pid) -> Option<std::os::fd::OwnedFd> {
+    rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).ok()
+}
+
+/// Waits up to `wait` (under a second) for one of `fds` to poll readable
+/// or hung up; sleeps `wait` when there is none. Interrupted is not an
+/// error: the caller looks at everything again anyway.
+fn wait_for(fds: &[Option<std::os::fd::BorrowedFd<'_>>], wait: Duration) -> io::Result<()> {
+    let mut polled: Vec<rustix::event::PollFd<'_>> = fds
+        .iter()
+        .flatten()
+        .map(|fd| rustix::event::PollFd::new(fd, rustix::event::PollFlags::IN))
+        .collect();
+    if polled.is_empty() {
+        std::thread::sleep(wait);
+        return Ok(());
+    }
+    let ts = rustix::event::Timespec {
+        tv_sec: 0,
+        tv_nsec: i64::from(wait.min(Duration::from_millis(999)).subsec_nanos()),
+    };
+    match rustix::event::poll(&mut polled, Some(&ts)) {
+        Ok(_) | Err(rustix::io::Errno::INTR) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// Waits up to `limit` for child `pid` to exit (left unreaped); whether
 /// it did.
 fn wait_exit(pid: Pid, limit: Duration) -> bool {
     let until = Instant::now() + limit;
+    let exit_fd = exit_fd(pid);
     loop {
         match rustix::process::waitid(
             WaitId::Pid(pid),
@@ -546,10 +569,13 @@ fn wait_exit(pid: Pid, limit: Duration) -> bool {
             Ok(None) => {}
             Err(_) => return false,
         }
-        if Instant::now() >= until {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
             return false;
         }
-        std::thread::sleep(TICK);
+        if wait_for(&[exit_fd.as_ref().map(|f| f.as_fd())], left.min(TICK)).is_err() {
+            std::thread::sleep(left.min(TICK));
+        }
     }
 }
 
@@ -593,11 +619,12 @@ pub fn supervisor_main(args: &[OsString]) -> u8 {
         }
     };
     let cpid = Pid::from_child(&child);
+    let exit_fd = exit_fd(cpid);
     let status = loop {
         if let Some(status) = reap_until(cpid) {
             break Some(status);
         }
-        if leash_dropped(&leash) {
+        if leash_dropped(&leash, exit_fd.as_ref().map(|f| f.as_fd())) {
             break None;
         }
     };
@@ -611,7 +638,9 @@ pub fn supervisor_main(args: &[OsString]) -> u8 {
             if reap_until(cpid).is_some() {
                 break;
             }
-            std::thread::sleep(TICK);
+            if wait_for(&[exit_fd.as_ref().map(|f| f.as_fd())], TICK).is_err() {
+                std::thread::sleep(TICK);
+            }
         }
     }
     // what the command left running (its group, then every orphan)
@@ -678,16 +707,21 @@ fn reap_until(cpid: Pid) -> Option<rustix::process::WaitStatus> {
 
 /// Waits up to [`TICK`] for the leash (stderr, a pipe's write end) to
 /// lose its reader: poll(2) reports `POLLERR` on such a pipe, whatever
-/// the events asked for. Whether it did (or stderr is not usable).
-fn leash_dropped(leash: &io::Stderr) -> bool {
+/// the events asked for. Whether it did (or stderr is not usable). Ends
+/// early, with false, when `exit_fd` (the command's pidfd) says the
+/// command exited: the caller reaps it at once instead of a tick later.
+fn leash_dropped(leash: &io::Stderr, exit_fd: Option<std::os::fd::BorrowedFd<'_>>) -> bool {
     let ts = rustix::event::Timespec {
         tv_sec: 0,
         tv_nsec: i64::from(TICK.subsec_nanos()),
     };
-    let mut fds = [rustix::event::PollFd::new(
+    let mut fds = vec![rustix::event::PollFd::new(
         leash,
         rustix::event::PollFlags::empty(),
     )];
+    if let Some(fd) = &exit_fd {
+        fds.push(rustix::event::PollFd::new(fd, rustix::event::PollFlags::IN));
+    }
     match rustix::event::poll(&mut fds, Some(&ts)) {
         Ok(0) | Err(rustix::io::Errno::INTR) => false,
         Ok(_) => !fds[0].revents().is_empty(),
