@@ -41,7 +41,7 @@ use std::time::Duration;
 use rusqlite::types::Value as SqlValue;
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 
-use crate::canonical::{chain_hash, record_json, GENESIS};
+use crate::canonical::{chain_hash, record_json, record_json_with, GENESIS};
 use crate::group::{Answers, Batch, Group, Write};
 use crate::pending::{keep, write_through, Pending};
 use crate::{Durability, Error, Event, HeadKey, Query, Result, Sink};
@@ -548,7 +548,7 @@ impl SqliteStore {
                     brk(seq, "chain.prev_mismatch");
                     return Ok(report);
                 }
-                let json = record_json(seq, &record.event)?;
+                let json = record_json(seq, &record.event);
                 if chain_hash(&prev_hash, &json) != record.hash {
                     brk(seq, "chain.hash_mismatch");
                     return Ok(report);
@@ -878,10 +878,12 @@ impl Drop for Immediate<'_> {
 fn insert_row(tx: &Connection, seq: i64, prev_hash: &str, event: &Event) -> Result<String> {
     // SQLite integers are signed: the counts are clamped in the hashed
     // record (`record_json`) as `to_i64` clamps them in the row.
-    let json = record_json(seq, event)?;
+    let detail_bytes = crate::canonical::canonical_bytes(&event.detail);
+    let json = record_json_with(seq, event, &detail_bytes);
     let hash = chain_hash(prev_hash, &json);
     let files_written = serde_json::to_string(&event.files_written)?;
-    let detail = crate::canonical::canonical_json(&event.detail);
+    // canonical JSON is whole UTF-8 strings and ASCII
+    let detail = String::from_utf8_lossy(&detail_bytes);
     tx.prepare_cached(
         "INSERT INTO events (seq, time_ms, kind, sandbox_id, workspace_id, server, caller, tool,
             decision, reason, source, args_digest, result_bytes, exit_status, duration_ms,
