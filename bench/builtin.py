@@ -8,11 +8,16 @@
       to result. Beside
       them, the same programs started N times directly, under bwrap and
       under srt (spawn to exit).
-  builtin.py fresh --mcpbox M --out FILE --dir D [--runs N]
-      One `mcpbox serve` with `builtin = "sandbox"` from a directory
-      template: N new tasks, each timed from `initialize` to the result of
-      its first `exec true` (a new sandbox: its workspace copied from the
-      template, its cgroups, the server started).
+  builtin.py fresh --mcpbox M --out FILE --dir D [--runs N] [--pause S]
+      `mcpbox serve` with `builtin = "sandbox"` from a directory template,
+      twice: with `ready = 0` and with the template's default ready
+      workspaces (issue 28). N new tasks each, S seconds apart (0.4), each
+      timed from `initialize` to the result of its first `exec true` (a new
+      sandbox: its workspace, its cgroups, the server started), each
+      followed by a new session in an existing sandbox (the server starts,
+      no sandbox is made: the floor), and the gateway's own measure of
+      join to a sandbox ready for its server (the `created` records'
+      `detail.made_us`, from the audit log).
   builtin.py tables OUT
       The markdown rows of both, with E2B's published start time beside.
 
@@ -142,11 +147,30 @@ def cmd_exec(argv):
     write(o["out"], result)
 
 
-def cmd_fresh(argv):
-    o = opts(argv, {"mcpbox", "out", "dir", "runs", "label"})
-    runs = int(o.get("runs", 30))
-    label = o.get("label", "mcpbox")
-    d = Path(o["dir"])
+def made_us(audit_db, since_seq):
+    """The `made_us` of each sandbox `created` record after seq `since_seq`
+    (join to a sandbox ready for its server, as the gateway measured it),
+    and the last seq seen."""
+    import sqlite3
+    con = sqlite3.connect(f"file:{audit_db}?mode=ro", uri=True)
+    try:
+        rows = con.execute(
+            "SELECT seq, detail FROM events WHERE kind = 'lifecycle' AND seq > ? ORDER BY seq",
+            (since_seq,)).fetchall()
+    finally:
+        con.close()
+    out, last = [], since_seq
+    for seq, detail in rows:
+        last = seq
+        d = json.loads(detail)
+        if d.get("action") == "created" and "made_us" in d:
+            out.append((d["made_us"], bool(d.get("ready"))))
+    return out, last
+
+
+def fresh_gateway(o, d, ready):
+    """A `mcpbox serve` in `d` whose builtin sandbox server is made from a
+    one-file template with `ready` workspaces made ahead: (process, url)."""
     if d.exists():
         shutil.rmtree(d)
     (d / "template").mkdir(parents=True)
@@ -154,42 +178,90 @@ def cmd_fresh(argv):
     d.chmod(0o755)
     port = free_port()
     (d / "sandbox.toml").write_text('[server]\nname = "bench-sandbox"\n[process]\npids = 256\n')
+    ready_line = "" if ready is None else f"ready = {ready}\n"
     (d / "serve.toml").write_text(
         f'[listen]\naddress = "127.0.0.1:{port}"\n'
         '[limits]\nmax_sandboxes_per_client = 8192\nrate_per_second = 1000000\nburst = 1000000\n'
-        '[[templates]]\nname = "t"\nbase = "template"\npolicy = "sandbox.toml"\n'
+        f'[[templates]]\nname = "t"\nbase = "template"\npolicy = "sandbox.toml"\n{ready_line}'
         '[[clients]]\nname = "bench"\ndangerously_allow_anonymous = true\n'
         '[[servers]]\nname = "sandbox"\nbuiltin = "sandbox"\ntemplate = "t"\n')
     log = open(d / "gateway.log", "wb")
     env = dict(os.environ, MCPBOX_STATE_DIR=str(d / "state"))
     gw = subprocess.Popen([o["mcpbox"], "serve", "--config", str(d / "serve.toml")],
                           stdout=subprocess.DEVNULL, stderr=log, env=env)
-    url = f"http://127.0.0.1:{port}/servers/sandbox/mcp"
-    try:
-        deadline = time.monotonic() + 30
-        while not (d / "state" / "control.sock").exists():
-            if time.monotonic() > deadline or gw.poll() is not None:
-                raise Failed("the gateway did not start (see gateway.log)")
-            time.sleep(0.05)
-        samples = []
-        for i in range(runs + 3):
-            t0 = time.perf_counter()
-            t = Http(url, {"Mcpbox-Task": f"fresh-{i}"})
-            handshake(t)
-            call(t, "exec", {"argv": ["true"]})
-            dt = time.perf_counter() - t0
-            t.close()
-            if i >= 3:
-                samples.append(dt)
-        write(o["out"], {"status": "ok", "runs": runs, "rows": {f"{label}-builtin fresh sandbox": summarize_ms(samples)}})
-    except (Failed, OSError) as e:
-        write(o["out"], {"status": "failed", "why": str(e)})
-    finally:
-        gw.terminate()
-        try:
-            gw.wait(timeout=30)
-        except subprocess.TimeoutExpired:
+    deadline = time.monotonic() + 30
+    while not (d / "state" / "control.sock").exists():
+        if time.monotonic() > deadline or gw.poll() is not None:
             gw.kill()
+            raise Failed("the gateway did not start (see gateway.log)")
+        time.sleep(0.05)
+    return gw, f"http://127.0.0.1:{port}/servers/sandbox/mcp"
+
+
+def stop(gw):
+    gw.terminate()
+    try:
+        gw.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        gw.kill()
+
+
+def first_exec(url, task):
+    """`initialize` of task `task` to the result of its first `exec true`, s."""
+    t0 = time.perf_counter()
+    t = Http(url, {"Mcpbox-Task": task})
+    handshake(t)
+    call(t, "exec", {"argv": ["true"]})
+    dt = time.perf_counter() - t0
+    t.close()
+    return dt
+
+
+def cmd_fresh(argv):
+    o = opts(argv, {"mcpbox", "out", "dir", "runs", "label", "pause"})
+    runs = int(o.get("runs", 30))
+    label = o.get("label", "mcpbox")
+    # time between two new tasks, so that the ready workspaces are made
+    # again between them (a new task every few hundred ms, not a burst)
+    pause = float(o.get("pause", 0.4))
+    rows = {}
+    try:
+        # ready = 0: every new sandbox makes its workspace on the session's
+        # path (mcpbox before issue 28); the default (2): it takes one
+        for ready, name in ((0, "ready = 0"), (None, "ready workspaces (default)")):
+            d = Path(o["dir"]) / ("ready-0" if ready == 0 else "ready-default")
+            try:
+                gw, url = fresh_gateway(o, d, ready)
+            except Failed as e:
+                rows[f"{label}-builtin fresh sandbox, {name}"] = {"status": "failed", "why": str(e)}
+                continue
+            try:
+                samples, warm = [], []
+                first_exec(url, "warm")
+                seq = 0
+                for i in range(runs + 3):
+                    time.sleep(pause)
+                    dt = first_exec(url, f"fresh-{i}")
+                    # a new session in a sandbox that exists: the server
+                    # starts, no sandbox is made (the floor of the above)
+                    dw = first_exec(url, "warm")
+                    if i >= 3:
+                        samples.append(dt)
+                        warm.append(dw)
+                made, seq = made_us(d / "state" / "audit.db", 0)
+                made = made[-runs:]
+                rows[f"{label}-builtin fresh sandbox, {name}"] = summarize_ms(samples)
+                rows[f"{label}-builtin new session in an existing sandbox, {name}"] = summarize_ms(warm)
+                if made:
+                    rows[f"{label}-builtin sandbox ready for its server (detail.made_us), {name}"] = \
+                        summarize_ms([us / 1e6 for us, _ in made])
+                    rows[f"{label}-builtin sandbox ready for its server (detail.made_us), {name}"]["took_ready"] = \
+                        sum(1 for _, r in made if r)
+            finally:
+                stop(gw)
+        write(o["out"], {"status": "ok", "runs": runs, "rows": rows})
+    except (Failed, OSError) as e:
+        write(o["out"], {"status": "failed", "why": str(e), "rows": rows})
 
 
 def cmd_tables(argv):

@@ -135,7 +135,8 @@ pub use pin::{
 pub use policy::{AllowAll, ApprovalAnswer, ArgumentCheck, ToolPolicy};
 pub use secrets::{load_secret, Secret, SecretError, SecretSource, Secrets};
 pub use stdio::{
-    relay, Activity, Attached, FeedError, HostFeed, HostInput, HostSink, Relay, StderrHandler,
+    background_priority, relay, Activity, Attached, FeedError, HostFeed, HostInput, HostSink,
+    Relay, StderrHandler,
 };
 
 /// Policy refusal as a protocol error (only with [`Config::deny_as_error`];

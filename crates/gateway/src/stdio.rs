@@ -58,6 +58,7 @@ mod source;
 mod threads;
 
 pub use feed::{Attached, FeedError, HostFeed, HostSink};
+pub use threads::background_priority;
 
 pub(crate) use threads::make_nonce;
 use threads::{spawn_audit, spawn_launcher, spawn_stderr};

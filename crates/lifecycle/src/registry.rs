@@ -123,6 +123,19 @@ impl Registry {
         // a second reader (a CLI, a test) waits briefly instead of failing
         conn.busy_timeout(std::time::Duration::from_secs(5))
             .map_err(err)?;
+        // Write-ahead log with a sync of it at each commit: as durable as
+        // the rollback journal's default (synchronous=FULL), with one
+        // fsync per commit where the journal took four, and each new
+        // sandbox is recorded on the session's path. Where WAL is not
+        // available (some network filesystems) SQLite keeps its journal.
+        let mode: String = conn
+            .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
+            .map_err(err)?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            tracing::debug!(path = %path.display(), mode, "sandbox registry not in WAL mode");
+        }
+        conn.pragma_update(None, "synchronous", "FULL")
+            .map_err(err)?;
         conn.execute_batch(SCHEMA).map_err(err)?;
         Ok(Registry {
             path: path.to_path_buf(),

@@ -329,6 +329,11 @@ fn server_life(
         mcpbox_policy::serve::Placement::Sandbox => s.name.clone(),
         mcpbox_policy::serve::Placement::Shared => lifecycle::SHARED.to_string(),
     };
+    let ready = s
+        .template
+        .as_ref()
+        .and_then(|name| cfg.templates.iter().find(|t| &t.name == name))
+        .map_or(0, |t| t.ready as usize);
     let template = match &s.template {
         None => None,
         Some(name) => {
@@ -372,6 +377,7 @@ fn server_life(
         allow_unbounded_disk: p.sandbox.dangerously_allow_degraded,
         idle: s.idle,
         template,
+        ready,
         artifacts: (p.artifacts.patterns.clone(), p.artifacts.max_size),
         revoke,
         audit,

@@ -115,7 +115,17 @@ pub struct Template {
     pub base: TemplateBase,
     /// The policy of every server made from it, resolved against the config file's directory.
     pub policy: PathBuf,
+    /// Workspaces made ahead of demand for each server made from it
+    /// (`ready`, default [`DEFAULT_READY`], at most [`MAX_READY`]; 0 for none).
+    pub ready: u32,
 }
+
+/// How many workspaces of a template are made ahead of demand, per server,
+/// when `ready` is not given.
+pub const DEFAULT_READY: u32 = 2;
+/// The most `ready` may ask for: each holds a formatted volume image and a
+/// copy of the base on disk until it is used.
+pub const MAX_READY: u32 = 16;
 
 /// What a template's workspaces start from. Paths are resolved against the
 /// config file's directory; their existence is checked by `mcpbox check` and
@@ -687,6 +697,13 @@ struct TemplateFile {
     /// relative to the config file.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     policy: Option<PathBuf>,
+    /// Workspaces made ahead of demand, for each server made from this template: its
+    /// folders, its volume image formatted and the base copied in, so that a new task's
+    /// sandbox takes one instead of making its own; each is used once. 0 makes none.
+    /// Default 2.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 16))]
+    ready: Option<u32>,
 }
 
 fn template_one_of(schema: &mut Schema) {
@@ -958,6 +975,7 @@ impl From<&ServeConfig> for ConfigFile {
                         base,
                         snapshot,
                         policy: Some(t.policy.clone()),
+                        ready: Some(t.ready),
                     }
                 })
                 .collect(),
@@ -1416,10 +1434,19 @@ fn validate_templates(ctx: &Ctx, files: Vec<TemplateFile>) -> Result<Vec<Templat
                 ))
             }
         };
+        let ready = t.ready.unwrap_or(DEFAULT_READY);
+        if ready > MAX_READY {
+            return Err(ctx.err(
+                &format!("{table}.ready"),
+                format!("template \"{}\" asks for {ready} ready workspaces, more than {MAX_READY}", t.name),
+                "each ready workspace holds a volume image and a copy of the base on disk until a new task uses it: ask for at most 16 (0 for none)",
+            ));
+        }
         templates.push(Template {
             name: t.name,
             base,
             policy,
+            ready,
         });
     }
     Ok(templates)

@@ -147,13 +147,15 @@ pub(super) fn spawn_audit(
 }
 
 /// Lowers the calling thread's scheduling priority (nice 10; Linux applies
-/// `setpriority` to one thread when given its tid). The audit writer is
-/// background work: on a busy machine the threads on the host's path should
-/// win the CPU when they wake. Best effort: a failure changes nothing else.
-pub(super) fn background_priority() {
+/// `setpriority` to one thread when given its tid, and what it starts
+/// inherits it). The audit writer, and `serve`'s maker of ready workspaces,
+/// are background work: on a busy machine the threads on the host's path
+/// should win the CPU when they wake. Best effort: a failure changes
+/// nothing else.
+pub fn background_priority() {
     let tid = rustix::thread::gettid();
     if let Err(e) = rustix::process::setpriority_process(Some(tid), 10) {
-        tracing::debug!("cannot lower the audit writer's priority: {e}");
+        tracing::debug!("cannot lower a background thread's priority: {e}");
     }
 }
 

@@ -32,6 +32,7 @@
 
 pub mod backend;
 mod ops;
+pub mod ready;
 mod teardown;
 pub mod workspace;
 
@@ -76,6 +77,9 @@ pub struct ServerLife {
     pub idle: Idle,
     /// The template's name and base, if the server has one.
     pub template: Option<(String, TemplateBase)>,
+    /// Workspaces made ahead of demand for it (its template's `ready`;
+    /// 0 without a template), `ready.rs`.
+    pub ready: usize,
     /// The policy's `[artifacts]`.
     pub artifacts: (Vec<String>, u64),
     /// Secrets with a `revoke` command: name, source, command.
@@ -150,6 +154,17 @@ pub struct Lifecycle {
     /// The gateway's approval broker, for the control socket's approval
     /// ops (set once, at start).
     pub desk: std::sync::OnceLock<crate::approvals::BrokerDesk>,
+    /// Workspaces made ahead of demand (`ready.rs`), started after
+    /// `recover` removed what a previous run left of them.
+    ready: std::sync::OnceLock<Arc<ready::Ready>>,
+}
+
+impl Drop for Lifecycle {
+    fn drop(&mut self) {
+        if let Some(ready) = self.ready.get() {
+            ready.stop();
+        }
+    }
 }
 
 /// One sandbox's state machine and what its driver keeps beside it.
@@ -220,8 +235,17 @@ impl Lifecycle {
             map: Mutex::new(HashMap::new()),
             tearing: Mutex::new(std::collections::HashSet::new()),
             desk: std::sync::OnceLock::new(),
+            ready: std::sync::OnceLock::new(),
         });
         life.recover()?;
+        let wanted = life
+            .servers
+            .iter()
+            .map(|(name, l)| (name.clone(), l.clone(), life.workspace_size(l), l.ready))
+            .collect();
+        let ready = ready::Ready::start(life.sandboxes_dir(), wanted)
+            .context("starting the thread that makes workspaces ahead of demand")?;
+        let _ = life.ready.set(ready);
         let weak = Arc::downgrade(&life);
         std::thread::Builder::new()
             .name("mcpbox-lifecycle".into())
@@ -304,6 +328,12 @@ impl Lifecycle {
         if let Ok(entries) = std::fs::read_dir(self.sandboxes_dir()) {
             for e in entries.flatten() {
                 let name = e.file_name().to_string_lossy().to_string();
+                if name.starts_with(ready::PREFIX) {
+                    // a workspace made ahead of demand by a run that did
+                    // not stop cleanly: nobody took it
+                    let _ = Workspace::at(e.path()).remove();
+                    continue;
+                }
                 if name.starts_with(".restore-") {
                     // a restore's staging folder, cut short (the volume
                     // it may hold unmounted first)
@@ -332,6 +362,7 @@ impl Lifecycle {
         server: &str,
         task: Option<&str>,
     ) -> anyhow::Result<(Arc<Sandbox>, u64)> {
+        let started = Instant::now();
         let life = self
             .servers
             .get(server)
@@ -357,7 +388,7 @@ impl Lifecycle {
                 Some(sb) => sb.clone(),
                 None => {
                     self.check_room(&map, &id, agent)?;
-                    let sb = Arc::new(self.make(&id, key, life)?);
+                    let sb = Arc::new(self.make(&id, key, server, life, started)?);
                     map.insert(id.clone(), sb.clone());
                     sb
                 }
@@ -416,9 +447,19 @@ impl Lifecycle {
     }
 
     /// A sandbox for `key`: re-adopted from the registry, or created.
-    fn make(&self, id: &str, key: Key, life: &ServerLife) -> anyhow::Result<Sandbox> {
+    fn make(
+        &self,
+        id: &str,
+        key: Key,
+        server: &str,
+        life: &ServerLife,
+        started: Instant,
+    ) -> anyhow::Result<Sandbox> {
         let backend = &self.shared.backend;
         let existing = lock(&self.shared.registry).get(id)?;
+        // a new one's `created` record, once it is ready: whether it took
+        // a ready workspace
+        let mut created = None;
         let (ws, created_ms, template, state) = match existing {
             Some(r) => (
                 Workspace::at(r.workspace),
@@ -442,25 +483,38 @@ impl Lifecycle {
                     updated_ms: now,
                     owner_pid: std::process::id(),
                 })?;
-                if let Err(e) = fill(&ws, life, self.workspace_size(life)) {
-                    let _ = ws.remove();
-                    let _ = lock(&self.shared.registry).remove(id);
-                    return Err(e);
+                // one made ahead of demand, renamed to this sandbox's
+                // folder, or one made now
+                let taken = self.ready.get().and_then(|r| r.take(server, &ws.root));
+                if taken.is_none() {
+                    if let Err(e) = fill(&ws, life, self.workspace_size(life)) {
+                        let _ = ws.remove();
+                        let _ = lock(&self.shared.registry).remove(id);
+                        return Err(e);
+                    }
                 }
-                audit_lifecycle(
-                    &life.audit,
-                    id,
-                    &key,
-                    "created",
-                    json!({"template": template, "workspace": ws.root, "disk": disk_bound(self.workspace_size(life))}),
-                );
+                created = Some(taken.is_some());
                 (ws, now, template, State::Created)
             }
         };
-        ws.ensure(self.workspace_size(life))?;
-        let freezer = backend
-            .create(id)
-            .map_err(|e| anyhow::anyhow!("sandbox {id}: {e}"))?;
+        let made = ws.ensure(self.workspace_size(life)).and_then(|()| {
+            backend
+                .create(id)
+                .map_err(|e| anyhow::anyhow!("sandbox {id}: {e}"))
+        });
+        if let Some(ready) = created {
+            // `ready`: whether its workspace was made ahead of demand;
+            // `made_us`: from the session's join to the sandbox ready for
+            // its server (workspace mounted, cgroups made), or failed
+            let mut detail = json!({"template": template, "workspace": ws.root,
+                "disk": disk_bound(self.workspace_size(life)), "ready": ready,
+                "made_us": u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX)});
+            if let Err(e) = &made {
+                detail["error"] = json!(format!("{e:#}"));
+            }
+            audit_lifecycle(&life.audit, id, &key, "created", detail);
+        }
+        let freezer = made?;
         let can_freeze = freezer.is_some();
         Ok(Sandbox {
             id: id.to_string(),
@@ -599,6 +653,10 @@ impl Lifecycle {
     /// processes is killed and its cgroups are removed (made again when it
     /// is used next).
     pub fn shutdown(&self) {
+        // what was made ahead of demand and not taken goes first
+        if let Some(ready) = self.ready.get() {
+            ready.stop();
+        }
         let all: Vec<Arc<Sandbox>> = lock(&self.map).values().cloned().collect();
         let backend = &self.shared.backend;
         for sb in all {
@@ -956,6 +1014,7 @@ mod driver_tests {
                 group: "s".into(),
                 idle: never,
                 template: None,
+                ready: 0,
                 artifacts: (Vec::new(), 0),
                 revoke: Vec::new(),
                 audit: sink.clone(),

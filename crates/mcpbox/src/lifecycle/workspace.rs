@@ -122,37 +122,92 @@ pub fn copy_template(from: &Path, to: &Path) -> anyhow::Result<u64> {
         bail!("template base {} is not a directory", from.display());
     }
     let mut bytes = 0;
-    copy_dir(from, to, &mut bytes, 0)?;
-    Ok(bytes)
+    let mut failed = None;
+    walk_template(from, &mut |rel, m| {
+        if failed.is_some() {
+            return;
+        }
+        let (src, dst) = (from.join(rel), to.join(rel));
+        let copied = if m.is_dir() {
+            // the root (`to`) exists already
+            let made = if rel.as_os_str().is_empty() {
+                Ok(())
+            } else {
+                fs::create_dir(&dst).with_context(|| format!("creating {}", dst.display()))
+            };
+            made.and_then(|()| {
+                fs::set_permissions(&dst, fs::Permissions::from_mode(0o755))
+                    .with_context(|| format!("chmod {}", dst.display()))
+            })
+        } else {
+            fs::copy(&src, &dst)
+                .with_context(|| format!("copying {} to {}", src.display(), dst.display()))
+                .and_then(|n| {
+                    bytes += n;
+                    let mode = if m.mode() & 0o111 != 0 { 0o755 } else { 0o644 };
+                    fs::set_permissions(&dst, fs::Permissions::from_mode(mode))
+                        .with_context(|| format!("chmod {}", dst.display()))
+                })
+        };
+        if let Err(e) = copied {
+            failed = Some(e);
+        }
+    })?;
+    match failed {
+        Some(e) => Err(e),
+        None => Ok(bytes),
+    }
 }
 
-fn copy_dir(from: &Path, to: &Path, bytes: &mut u64, depth: usize) -> anyhow::Result<()> {
-    if depth > 64 {
-        bail!("template {} nests deeper than 64 levels", from.display());
+/// Walks a template's base as a copy takes it: `visit(relative path,
+/// metadata)` for `root` itself (the empty path; a file when the base is a
+/// snapshot archive), then, for a directory, each entry sorted by name,
+/// a directory before what it holds: directories and regular files only
+/// (a symlink, device, fifo or socket is skipped with a warning: a
+/// template is the operator's, but a link in it would resolve inside
+/// every sandbox made from it, and nothing needs one), at most 64 levels
+/// deep. `copy_template` copies with it, and `ready::stamp` records what
+/// a ready workspace was copied from.
+pub fn walk_template(
+    root: &Path,
+    visit: &mut dyn FnMut(&Path, &fs::Metadata),
+) -> anyhow::Result<()> {
+    let meta =
+        fs::symlink_metadata(root).with_context(|| format!("template base {}", root.display()))?;
+    visit(Path::new(""), &meta);
+    if meta.is_dir() {
+        walk_dir(root, Path::new(""), visit, 0)?;
     }
-    fs::set_permissions(to, fs::Permissions::from_mode(0o755))
-        .with_context(|| format!("chmod {}", to.display()))?;
-    let mut entries: Vec<_> = fs::read_dir(from)
-        .with_context(|| format!("reading {}", from.display()))?
+    Ok(())
+}
+
+fn walk_dir(
+    root: &Path,
+    rel: &Path,
+    visit: &mut dyn FnMut(&Path, &fs::Metadata),
+    depth: usize,
+) -> anyhow::Result<()> {
+    let dir = root.join(rel);
+    if depth > 64 {
+        bail!("template {} nests deeper than 64 levels", dir.display());
+    }
+    let mut entries: Vec<_> = fs::read_dir(&dir)
+        .with_context(|| format!("reading {}", dir.display()))?
         .collect::<Result<_, _>>()
-        .with_context(|| format!("reading {}", from.display()))?;
+        .with_context(|| format!("reading {}", dir.display()))?;
     entries.sort_by_key(|e| e.file_name());
     for entry in entries {
-        let src = entry.path();
-        let dst = to.join(entry.file_name());
-        let m = fs::symlink_metadata(&src).with_context(|| format!("{}", src.display()))?;
+        let path = entry.path();
+        let m = fs::symlink_metadata(&path).with_context(|| format!("{}", path.display()))?;
+        let inner = rel.join(entry.file_name());
         let ft = m.file_type();
         if ft.is_dir() {
-            fs::create_dir(&dst).with_context(|| format!("creating {}", dst.display()))?;
-            copy_dir(&src, &dst, bytes, depth + 1)?;
+            visit(&inner, &m);
+            walk_dir(root, &inner, visit, depth + 1)?;
         } else if ft.is_file() {
-            *bytes += fs::copy(&src, &dst)
-                .with_context(|| format!("copying {} to {}", src.display(), dst.display()))?;
-            let mode = if m.mode() & 0o111 != 0 { 0o755 } else { 0o644 };
-            fs::set_permissions(&dst, fs::Permissions::from_mode(mode))
-                .with_context(|| format!("chmod {}", dst.display()))?;
+            visit(&inner, &m);
         } else {
-            tracing::warn!(path = %src.display(), "template: skipping what is not a file or directory");
+            tracing::warn!(path = %path.display(), "template: skipping what is not a file or directory");
         }
     }
     Ok(())

@@ -2136,3 +2136,184 @@ fn a_memory_snapshot_that_cannot_be_kept_is_refused_and_writes_nothing() {
     // the sandbox goes on
     assert_eq!(call(&mut a, "count", json!({})), "2");
 }
+
+// ---- workspaces made ahead of demand (`[[templates]] ready`) ----
+
+/// A gateway whose server `ws` is made from a template of one file
+/// (`seed.txt`: "seed"), with `ready` as the template's key: the gateway
+/// and the template's base folder.
+fn ready_gateway(ready: &str) -> (Gateway, PathBuf) {
+    let dir = tempfile::Builder::new()
+        .prefix("mcpbox-life-")
+        .tempdir()
+        .unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let base = dir.path().join("template");
+    std::fs::create_dir(&base).unwrap();
+    std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::write(base.join("seed.txt"), "seed").unwrap();
+    let config = template_config(
+        dir.path(),
+        &format!("base = \"{}\"\n{ready}", base.display()),
+    );
+    (Gateway::start_config(dir, &config), base)
+}
+
+/// The workspaces ready now under `state`.
+fn ready_dirs(state: &Path) -> Vec<PathBuf> {
+    let mut all: Vec<PathBuf> = std::fs::read_dir(state.join("sandboxes"))
+        .map(|d| {
+            d.flatten()
+                .filter(|e| e.file_name().to_string_lossy().starts_with(".ready-"))
+                .map(|e| e.path())
+                .collect()
+        })
+        .unwrap_or_default();
+    all.sort();
+    all
+}
+
+/// Waits (20 s at most) until exactly `n` workspaces are ready.
+fn ready_until(gw: &Gateway, n: usize) -> Vec<PathBuf> {
+    let until = Instant::now() + Duration::from_secs(20);
+    loop {
+        let now = ready_dirs(&gw.state());
+        assert!(now.len() <= n, "more than {n} ready: {now:?}");
+        if now.len() == n {
+            return now;
+        }
+        assert!(
+            Instant::now() < until,
+            "{} of {n} ready after 20 s: {now:?}\n{}",
+            now.len(),
+            gw.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_ready_workspace_serves_one_task_and_never_carries_what_another_agent_wrote() {
+    let (gw, _base) = ready_gateway("ready = 2");
+    let before = ready_until(&gw, 2);
+    // alice's task takes one, writes into it and tries to leave something
+    // behind in its input, then the sandbox is destroyed
+    let (mut a, r) = open_task(&gw, ALICE, "one");
+    assert_eq!(r.status, 200, "{}\n{}", r.text(), gw.stderr());
+    a.session = Some(r.header("mcp-session-id").unwrap().to_string());
+    a.post(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    call(
+        &mut a,
+        "write",
+        json!({"path": "/workspace/output/alice.txt", "text": "alice's"}),
+    );
+    call_fails(
+        &mut a,
+        "write",
+        json!({"path": "/workspace/input/left.txt", "text": "for the next one"}),
+    );
+    let sa = sandbox_of(&gw, "alice");
+    let id = sa["id"].as_str().unwrap().to_string();
+    let ws_a = PathBuf::from(sa["workspace"].as_str().unwrap());
+    // taken: renamed to the sandbox's own folder, and no longer ready
+    assert_eq!(ws_a, gw.state().join("sandboxes").join(&id));
+    assert!(before.iter().all(|p| *p != ws_a));
+    assert_eq!(
+        before.iter().filter(|p| p.exists()).count(),
+        1,
+        "exactly one of {before:?} was taken"
+    );
+    drop(a);
+    gw.cli_json(&["sandboxes", "destroy", &id]);
+    assert!(!ws_a.exists(), "{} outlived its sandbox", ws_a.display());
+    // bob's task gets another one: the template's input, an empty output
+    let after = ready_until(&gw, 2);
+    let mut b = session(&gw, BOB);
+    assert_eq!(call(&mut b, "ls", json!({"path": "/workspace/output"})), "");
+    assert_eq!(
+        call(&mut b, "ls", json!({"path": "/workspace/input"})),
+        "seed.txt"
+    );
+    let ws_b = PathBuf::from(sandbox_of(&gw, "bob")["workspace"].as_str().unwrap());
+    assert_ne!(ws_a, ws_b);
+    // none is ever handed out twice: the one bob took is gone from the
+    // ready ones, and a new one replaces it
+    assert_eq!(after.iter().filter(|p| p.exists()).count(), 1);
+    let refilled = ready_until(&gw, 2);
+    assert!(refilled.iter().all(|p| *p != ws_b));
+    // its record says it took a ready one, and how long its making took
+    let records = gw.audit_until("bob's sandbox created", |e| {
+        e["kind"] == "lifecycle" && e["detail"]["action"] == "created" && e["caller"] == "bob"
+    });
+    let created = records
+        .iter()
+        .find(|e| e["detail"]["action"] == "created" && e["caller"] == "bob")
+        .unwrap();
+    assert_eq!(created["detail"]["ready"], true, "{created}");
+    assert!(created["detail"]["made_us"].as_u64().is_some(), "{created}");
+}
+
+#[test]
+fn a_template_edited_after_its_workspaces_were_made_is_what_the_next_task_gets() {
+    let (gw, base) = ready_gateway("ready = 2");
+    let stale = ready_until(&gw, 2);
+    // same length, same second: only the stamp's inode, size, ctime or
+    // mtime nanoseconds can tell
+    std::fs::write(base.join("seed.txt"), "SEED").unwrap();
+    std::fs::write(base.join("new.txt"), "new").unwrap();
+    std::fs::set_permissions(base.join("new.txt"), std::fs::Permissions::from_mode(0o644)).unwrap();
+    let mut a = session(&gw, ALICE);
+    assert_eq!(
+        call(&mut a, "read", json!({"path": "/workspace/input/seed.txt"})),
+        "SEED"
+    );
+    assert_eq!(
+        call(&mut a, "read", json!({"path": "/workspace/input/new.txt"})),
+        "new"
+    );
+    // the stale ones are removed, not kept for later; new ones replace them
+    let until = Instant::now() + Duration::from_secs(20);
+    while stale.iter().any(|p| p.exists()) {
+        assert!(Instant::now() < until, "kept: {stale:?}\n{}", gw.stderr());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let fresh = ready_until(&gw, 2);
+    assert!(fresh.iter().all(|p| !stale.contains(p)));
+    let mut b = session(&gw, BOB);
+    assert_eq!(
+        call(&mut b, "read", json!({"path": "/workspace/input/seed.txt"})),
+        "SEED"
+    );
+}
+
+#[test]
+fn ready_workspaces_are_removed_at_stop_and_a_killed_runs_at_the_next_start() {
+    let (gw, _base) = ready_gateway("");
+    // the default is two
+    let first = ready_until(&gw, 2);
+    let config = std::fs::read_to_string(gw.dir.path().join("serve.toml")).unwrap();
+    let gw = {
+        let dir = gw.kill9();
+        Gateway::start_config(dir, &config)
+    };
+    // what the killed run made ready is gone; the new run makes its own
+    let second = ready_until(&gw, 2);
+    assert!(first.iter().all(|p| !p.exists()), "{first:?}");
+    assert!(second.iter().all(|p| !first.contains(p)));
+    let mut gw = gw;
+    gw.sigterm();
+    let status = gw.wait(Duration::from_secs(30));
+    assert!(status.success(), "{status:?}\n{}", gw.stderr());
+    assert_eq!(ready_dirs(&gw.state()), Vec::<PathBuf>::new());
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(!mounts.contains("/.ready-"), "{mounts}");
+    // ready = 0: none is made, and a task still gets its workspace
+    let (gw, _base) = ready_gateway("ready = 0");
+    let mut a = session(&gw, ALICE);
+    assert_eq!(
+        call(&mut a, "ls", json!({"path": "/workspace/input"})),
+        "seed.txt"
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(ready_dirs(&gw.state()), Vec::<PathBuf>::new());
+}

@@ -1050,11 +1050,13 @@ fn server_from_a_template_takes_its_policy() {
                 name: "py".into(),
                 base: TemplateBase::Dir("/etc/mcpbox/templates/py".into()),
                 policy: "/etc/mcpbox/py.toml".into(),
+                ready: DEFAULT_READY,
             },
             Template {
                 name: "snap".into(),
                 base: TemplateBase::Snapshot("/var/snap.tar.gz".into()),
                 policy: "/p/s.toml".into(),
+                ready: DEFAULT_READY,
             }
         ]
     );
@@ -1062,6 +1064,24 @@ fn server_from_a_template_takes_its_policy() {
     assert_eq!(s.template.as_deref(), Some("py"));
     assert_eq!(s.policy, PathBuf::from("/etc/mcpbox/py.toml"));
     assert_eq!(c.template("snap").unwrap().name, "snap");
+}
+
+#[test]
+fn a_template_says_how_many_workspaces_are_made_ahead_and_no_more_than_sixteen() {
+    let c = ok(&format!(
+        "[[templates]]\nname = \"py\"\nbase = \"/t\"\npolicy = \"/p.toml\"\nready = 0\n{CLIENT}"
+    ));
+    assert_eq!(c.templates[0].ready, 0);
+    let c = ok(&format!(
+        "[[templates]]\nname = \"py\"\nbase = \"/t\"\npolicy = \"/p.toml\"\nready = 16\n{CLIENT}"
+    ));
+    assert_eq!(c.templates[0].ready, 16);
+    refused(
+        &format!("[[templates]]\nname = \"py\"\nbase = \"/t\"\npolicy = \"/p.toml\"\nready = 17\n{CLIENT}"),
+        "templates[0].ready",
+        5,
+        "at most 16",
+    );
 }
 
 #[test]
