@@ -1068,20 +1068,18 @@ fn server_from_a_template_takes_its_policy() {
 
 #[test]
 fn a_template_says_how_many_workspaces_are_made_ahead_and_no_more_than_sixteen() {
-    let c = ok(&format!(
-        "[[templates]]\nname = \"py\"\nbase = \"/t\"\npolicy = \"/p.toml\"\nready = 0\n{CLIENT}"
-    ));
-    assert_eq!(c.templates[0].ready, 0);
-    let c = ok(&format!(
-        "[[templates]]\nname = \"py\"\nbase = \"/t\"\npolicy = \"/p.toml\"\nready = 16\n{CLIENT}"
-    ));
-    assert_eq!(c.templates[0].ready, 16);
-    refused(
-        &format!("[[templates]]\nname = \"py\"\nbase = \"/t\"\npolicy = \"/p.toml\"\nready = 17\n{CLIENT}"),
-        "templates[0].ready",
-        5,
-        "at most 16",
-    );
+    const SERVER: &str =
+        "[[servers]]\nname = \"py\"\ntemplate = \"py\"\ncommand = [\"/bin/true\"]\n";
+    let with = |ready: &str| format!("{TEMPLATE}{ready}{SERVER}{CLIENT}");
+    assert_eq!(ok(&with("")).templates[0].ready, DEFAULT_READY);
+    assert_eq!(ok(&with("ready = 0\n")).templates[0].ready, 0);
+    assert_eq!(ok(&with("ready = 16\n")).templates[0].ready, 16);
+    refused(&with("ready = 17\n"), "templates[0].ready", 5, "at most 16");
+    // the effective config writes it out, and reads back the same
+    let c = ok(&with("ready = 3\n"));
+    let text = c.to_toml();
+    assert!(text.contains("ready = 3"), "{text}");
+    assert_eq!(ok(&text).templates[0].ready, 3);
 }
 
 #[test]
