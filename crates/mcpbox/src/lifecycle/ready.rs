@@ -48,6 +48,9 @@ use super::ServerLife;
 /// The folder name prefix of a ready workspace under `<state>/sandboxes`.
 pub const PREFIX: &str = ".ready-";
 
+/// The suffix of one while it is being made.
+pub const MAKING: &str = ".making";
+
 /// How long a server whose ready workspace could not be made waits
 /// before the next try.
 pub const RETRY: Duration = Duration::from_secs(10);
@@ -86,6 +89,9 @@ pub struct Ready {
     dir: PathBuf,
     inner: Mutex<Inner>,
     wake: Condvar,
+    /// The thread that makes them, joined by [`Ready::stop`] so that one
+    /// it was making when `serve` stopped is removed before the exit.
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 fn lock(m: &Mutex<Inner>) -> MutexGuard<'_, Inner> {
@@ -122,12 +128,14 @@ impl Ready {
                 stopping: false,
             }),
             wake: Condvar::new(),
+            thread: Mutex::new(None),
         });
         if !idle {
             let me = ready.clone();
-            std::thread::Builder::new()
+            let handle = std::thread::Builder::new()
                 .name("mcpbox-ready".into())
                 .spawn(move || me.fill_loop())?;
+            *ready.thread.lock().unwrap_or_else(|p| p.into_inner()) = Some(handle);
         }
         Ok(ready)
     }
@@ -182,7 +190,9 @@ impl Ready {
             .map_or(0, |s| s.made.len())
     }
 
-    /// Stops making them and removes every ready one (`serve` stopping).
+    /// Stops making them and removes every ready one (`serve` stopping):
+    /// the one being made, if any, is finished and removed by its thread,
+    /// which this waits for.
     pub fn stop(&self) {
         let all: Vec<Made> = {
             let mut g = lock(&self.inner);
@@ -195,6 +205,12 @@ impl Ready {
         self.wake.notify_all();
         for made in all {
             remove(&made.ws);
+        }
+        let thread = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(t) = thread {
+            if t.join().is_err() {
+                tracing::warn!("the thread that makes ready workspaces panicked");
+            }
         }
     }
 
@@ -261,14 +277,16 @@ impl Ready {
             let mut g = lock(&self.inner);
             let stopping = g.stopping;
             match (made, g.stocks.get_mut(&server)) {
-                (Ok(made), Some(stock)) if !stopping => {
+                (Ok(Some(made)), Some(stock)) if !stopping => {
                     stock.made.push(made);
                     stock.next_try = None;
                 }
-                (Ok(made), _) => {
+                (Ok(Some(made)), _) => {
                     drop(g);
                     remove(&made.ws);
                 }
+                // the base changed while it was copied: made again at once
+                (Ok(None), _) => {}
                 (Err(e), stock) => {
                     tracing::warn!(
                         server,
@@ -286,28 +304,42 @@ impl Ready {
     /// One ready workspace for `life`, made as a new sandbox's would be
     /// (`super::fill`); a `fuse2fs` volume then unmounted (see the module
     /// doc).
-    fn make(&self, life: &ServerLife, size: Option<u64>) -> anyhow::Result<Made> {
+    ///
+    /// It is made as `.ready-<id>.making` and renamed to `.ready-<id>`
+    /// once whole, so that what is ready on disk is what is ready here.
+    /// `None` when the base changed while it was copied (it is removed).
+    fn make(&self, life: &ServerLife, size: Option<u64>) -> anyhow::Result<Option<Made>> {
         let base = life
             .template
             .as_ref()
             .map(|(_, b)| b.clone())
             .ok_or_else(|| anyhow::anyhow!("no template"))?;
         let name = format!("{PREFIX}{}", crate::state::new_id());
-        let ws = Workspace::at(self.dir.join(name));
-        // stamped before the copy: a base changed during it shows at take
-        let stamp = stamp(&base);
-        let made = super::fill(&ws, life, size).and_then(|()| {
-            if crate::volume::bound() == crate::volume::Bound::Fuse {
-                ws.unmount()
-            } else {
-                Ok(())
-            }
-        });
+        let making = Workspace::at(self.dir.join(format!("{name}{MAKING}")));
+        let ws = Workspace::at(self.dir.join(&name));
+        // stamped before the copy, and again after it
+        let before = stamp(&base);
+        let made = super::fill(&making, life, size)
+            .and_then(|()| {
+                if crate::volume::bound() == crate::volume::Bound::Fuse {
+                    making.unmount()
+                } else {
+                    Ok(())
+                }
+            })
+            .and_then(|()| {
+                std::fs::rename(&making.root, &ws.root)
+                    .map_err(|e| anyhow::anyhow!("renaming {}: {e}", making.root.display()))
+            });
         if let Err(e) = made {
-            remove(&ws);
+            remove(&making);
             return Err(e);
         }
-        Ok(Made { ws, stamp })
+        if stamp(&base) != before {
+            remove(&ws);
+            return Ok(None);
+        }
+        Ok(Some(Made { ws, stamp: before }))
     }
 }
 
@@ -378,6 +410,7 @@ mod tests {
         }
     }
 
+    /// Ready workspaces on disk, whole or being made.
     fn ready_dirs(dir: &Path) -> usize {
         std::fs::read_dir(dir)
             .unwrap()

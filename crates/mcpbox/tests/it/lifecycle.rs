@@ -2159,18 +2159,24 @@ fn ready_gateway(ready: &str) -> (Gateway, PathBuf) {
     (Gateway::start_config(dir, &config), base)
 }
 
-/// The workspaces ready now under `state`.
-fn ready_dirs(state: &Path) -> Vec<PathBuf> {
+/// The workspaces ready now under `state` (whole: one being made is
+/// `.ready-<id>.making`), and with `making`, those being made too.
+fn ready_on_disk(state: &Path, making: bool) -> Vec<PathBuf> {
     let mut all: Vec<PathBuf> = std::fs::read_dir(state.join("sandboxes"))
         .map(|d| {
             d.flatten()
-                .filter(|e| e.file_name().to_string_lossy().starts_with(".ready-"))
-                .map(|e| e.path())
+                .map(|e| (e.file_name().to_string_lossy().to_string(), e.path()))
+                .filter(|(n, _)| n.starts_with(".ready-") && (making || !n.ends_with(".making")))
+                .map(|(_, p)| p)
                 .collect()
         })
         .unwrap_or_default();
     all.sort();
     all
+}
+
+fn ready_dirs(state: &Path) -> Vec<PathBuf> {
+    ready_on_disk(state, false)
 }
 
 /// Waits (20 s at most) until exactly `n` workspaces are ready.
@@ -2304,9 +2310,11 @@ fn ready_workspaces_are_removed_at_stop_and_a_killed_runs_at_the_next_start() {
     gw.sigterm();
     let status = gw.wait(Duration::from_secs(30));
     assert!(status.success(), "{status:?}\n{}", gw.stderr());
-    assert_eq!(ready_dirs(&gw.state()), Vec::<PathBuf>::new());
+    assert_eq!(ready_on_disk(&gw.state(), true), Vec::<PathBuf>::new());
+    // (this gateway's: other tests' gateways may have theirs mounted)
     let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    assert!(!mounts.contains("/.ready-"), "{mounts}");
+    let mine = format!("{}/.ready-", gw.state().join("sandboxes").display());
+    assert!(!mounts.contains(&mine), "{mounts}");
     // ready = 0: none is made, and a task still gets its workspace
     let (gw, _base) = ready_gateway("ready = 0");
     let mut a = session(&gw, ALICE);
@@ -2315,5 +2323,5 @@ fn ready_workspaces_are_removed_at_stop_and_a_killed_runs_at_the_next_start() {
         "seed.txt"
     );
     std::thread::sleep(Duration::from_millis(500));
-    assert_eq!(ready_dirs(&gw.state()), Vec::<PathBuf>::new());
+    assert_eq!(ready_on_disk(&gw.state(), true), Vec::<PathBuf>::new());
 }
