@@ -75,8 +75,11 @@ struct Stock {
     size: Option<u64>,
     wanted: usize,
     made: Vec<Made>,
-    /// Not before this, after a failure.
+    /// Not before this, after a failure or a take.
     next_try: Option<Instant>,
+    /// The last failure's root cause, so that one that repeats every
+    /// [`RETRY`] is logged once.
+    failed: Option<String>,
 }
 
 struct Inner {
@@ -116,6 +119,7 @@ impl Ready {
                     wanted,
                     made: Vec::new(),
                     next_try: None,
+                    failed: None,
                 };
                 (name, stock)
             })
@@ -280,6 +284,9 @@ impl Ready {
                 (Ok(Some(made)), Some(stock)) if !stopping => {
                     stock.made.push(made);
                     stock.next_try = None;
+                    if stock.failed.take().is_some() {
+                        tracing::info!(server, "ready workspaces are made again");
+                    }
                 }
                 (Ok(Some(made)), _) => {
                     drop(g);
@@ -288,13 +295,24 @@ impl Ready {
                 // the base changed while it was copied: made again at once
                 (Ok(None), _) => {}
                 (Err(e), stock) => {
-                    tracing::warn!(
-                        server,
-                        "making a ready workspace: {e:#}; retrying in {}s",
-                        RETRY.as_secs()
-                    );
+                    // known by its root cause: the chain names the new
+                    // folder, which differs at each try
+                    let why = e.root_cause().to_string();
+                    let again = stock
+                        .as_ref()
+                        .is_some_and(|s| s.failed.as_deref() == Some(why.as_str()));
+                    if again {
+                        tracing::debug!(server, "making a ready workspace: {e:#}");
+                    } else {
+                        tracing::warn!(
+                            server,
+                            "making a ready workspace: {e:#}; retried every {}s (a new sandbox makes its own meanwhile)",
+                            RETRY.as_secs()
+                        );
+                    }
                     if let Some(stock) = stock {
                         stock.next_try = Some(Instant::now() + RETRY);
+                        stock.failed = Some(why);
                     }
                 }
             }
@@ -483,6 +501,23 @@ mod tests {
             std::fs::read_to_string(ws.input().join("seed.txt")).unwrap(),
             "new!"
         );
+        ready.stop();
+    }
+
+    #[test]
+    fn a_base_that_cannot_be_copied_leaves_nothing_behind_and_gives_nothing() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("sandboxes");
+        std::fs::create_dir(&dir).unwrap();
+        let missing = tmp.path().join("gone");
+        let ready = Ready::start(dir.clone(), vec![("s".into(), life(&missing), None, 2)]).unwrap();
+        until("a failed try", || {
+            lock(&ready.inner).stocks["s"].failed.is_some()
+        });
+        // its next try waits RETRY: nothing made meanwhile, nothing left
+        assert_eq!(ready_dirs(&dir), 0);
+        assert!(ready.take("s", &dir.join("sb-1")).is_none());
+        assert!(!dir.join("sb-1").exists());
         ready.stop();
     }
 
