@@ -185,7 +185,7 @@ impl Ready {
         }
     }
 
-    /// How many are ready for `server` now (for tests and `check`).
+    /// How many are ready for `server` now (for tests).
     #[cfg(test)]
     pub fn count(&self, server: &str) -> usize {
         lock(&self.inner)

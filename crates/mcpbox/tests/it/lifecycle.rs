@@ -2263,8 +2263,8 @@ fn a_ready_workspace_serves_one_task_and_never_carries_what_another_agent_wrote(
 fn a_template_edited_after_its_workspaces_were_made_is_what_the_next_task_gets() {
     let (gw, base) = ready_gateway("ready = 2");
     let stale = ready_until(&gw, 2);
-    // same length, same second: only the stamp's inode, size, ctime or
-    // mtime nanoseconds can tell
+    // the same length, most likely in the same second: only the stamp's
+    // ctime and mtime nanoseconds can tell (and the file added beside it)
     std::fs::write(base.join("seed.txt"), "SEED").unwrap();
     std::fs::write(base.join("new.txt"), "new").unwrap();
     std::fs::set_permissions(base.join("new.txt"), std::fs::Permissions::from_mode(0o644)).unwrap();
