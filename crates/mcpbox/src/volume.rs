@@ -236,6 +236,11 @@ pub fn ensure(dir: &Path, size: u64, bound: &Bound) -> anyhow::Result<PathBuf> {
             return Ok(at);
         }
         make_image(&image, image_size(size), bound)?;
+    } else if let Err(e) = mcpbox_sandbox::volume::refill(&image) {
+        // a kept image with holes (made by an mcpbox that did not refill
+        // after mkfs): it is mounted all the same, its files are the
+        // agent's; its writes may now meet the filesystem's own ENOSPC
+        tracing::warn!(image = %image.display(), "the workspace volume could not be wholly reserved again: {e}");
     }
     match bound {
         Bound::Fuse => fuse_mount(&image, &at)?,
@@ -339,7 +344,18 @@ fn make_image(image: &Path, size: u64, bound: &Bound) -> anyhow::Result<()> {
             image.display()
         )
     })?;
-    if let Err(e) = format(image, bound) {
+    // mkfs punches holes where it zeroes: the reservation is made whole
+    // again before the image is used (crates/sandbox/src/volume.rs)
+    let formatted = format(image, bound).and_then(|()| {
+        mcpbox_sandbox::volume::refill(image).map_err(|e| {
+            anyhow::anyhow!(
+                "reserving {} for the workspace volume {} after mkfs.ext4: {e}",
+                mib(size),
+                image.display()
+            )
+        })
+    });
+    if let Err(e) = formatted {
         let _ = std::fs::remove_file(image);
         return Err(e);
     }

@@ -119,6 +119,10 @@ fn an_agent_writing_without_end_under_serve_fills_its_own_volume_never_the_state
     b.initialize();
     let free_before = fs.as_ref().map(SmallFs::free);
     assert_created_bound(&gw);
+    // the whole bound is reserved: mkfs's zeroing punches holes in the
+    // image, which her first writes would otherwise take from the state
+    // directory's filesystem
+    assert_wholly_reserved(&state.join("sandboxes"), 2);
 
     // alice writes without end in tmp, then in output: both stop, together
     // within her bound, with ENOSPC
@@ -244,6 +248,33 @@ fn assert_created_bound(gw: &Gateway) {
     assert_eq!(rec["detail"]["disk"]["bound"], json!(BOUND), "{rec}");
     let by = if is_root() { "volume" } else { "fuse2fs" };
     assert_eq!(rec["detail"]["disk"]["by"], json!(by), "{rec}");
+}
+
+/// Each of the `count` workspace images under `sandboxes` has every
+/// block of its length allocated (no hole for a write to fill later).
+fn assert_wholly_reserved(sandboxes: &Path, count: usize) {
+    use std::os::unix::fs::MetadataExt;
+    let mut seen = 0;
+    for entry in std::fs::read_dir(sandboxes).unwrap() {
+        let image = entry.unwrap().path().join("volume.img");
+        let Ok(meta) = std::fs::symlink_metadata(&image) else {
+            continue;
+        };
+        assert!(
+            meta.blocks() * 512 >= meta.len(),
+            "{} has {} of its {} bytes allocated",
+            image.display(),
+            meta.blocks() * 512,
+            meta.len()
+        );
+        seen += 1;
+    }
+    assert_eq!(
+        seen,
+        count,
+        "workspace images under {}",
+        sandboxes.display()
+    );
 }
 
 /// The mounts left under `dir` in this (the host's) mount namespace.
