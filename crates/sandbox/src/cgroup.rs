@@ -323,12 +323,25 @@ impl Group {
         Ok(())
     }
 
+    /// The group's directory in the cgroup v2 hierarchy, if it has one:
+    /// the one a process can be born in (clone3(2), `CLONE_INTO_CGROUP`).
+    pub fn v2_dir(&self) -> Option<&Path> {
+        self.dirs
+            .iter()
+            .find(|(v, _)| *v == Version::V2)
+            .map(|(_, d)| d.as_path())
+    }
+
     /// Moves `pid` (the sandbox's init, waiting for it before it does
-    /// anything) into every group, by writing its pid to each
-    /// `cgroup.procs` (cgroups(7)); its children are born there.
-    pub fn add(&self, pid: libc::pid_t) -> Result<()> {
+    /// anything) into every group but `born_in` (the one it was cloned
+    /// into, if any), by writing its pid to each `cgroup.procs`
+    /// (cgroups(7)); its children are born there.
+    pub fn add(&self, pid: libc::pid_t, born_in: Option<&Path>) -> Result<()> {
         let text = pid.to_string();
         for (_, dir) in &self.dirs {
+            if born_in == Some(dir.as_path()) {
+                continue;
+            }
             let path = dir.join("cgroup.procs");
             fs::write(&path, &text).map_err(|source| Error::Cgroup { path, source })?;
         }

@@ -872,7 +872,35 @@ fn spawn_full(spec: &Spec) -> Result<Sandbox> {
         | libc::CLONE_NEWNET
         | libc::CLONE_NEWIPC
         | libc::CLONE_NEWUTS;
-    let init_pid = match sys::clone_into_namespaces(flags) {
+    // Born in its cgroup v2 group where the kernel can (clone3 with
+    // CLONE_INTO_CGROUP), instead of moved there by the supervisor: the
+    // move waits for an RCU grace period, 5-20 ms here (sys.rs). Where
+    // clone3 is refused the init is cloned as before and moved.
+    let v2 = group.as_ref().and_then(Group::v2_dir).and_then(|dir| {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::File::options()
+            .read(true)
+            .custom_flags(libc::O_DIRECTORY)
+            .open(dir)
+            .ok()
+            .map(|f| (OwnedFd::from(f), dir.to_path_buf()))
+    });
+    // (a flag, not the path: the child makes system calls only)
+    let mut born = false;
+    let cloned = match &v2 {
+        Some((fd, _)) => match sys::clone3_into_namespaces(flags, fd.as_fd()) {
+            Ok(fork) => {
+                born = true;
+                Ok(fork)
+            }
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::ENOMEM)) => Err(e),
+            // any other refusal: the way that works everywhere, whose
+            // own errors are the ones reported
+            Err(_) => sys::clone_into_namespaces(flags),
+        },
+        None => sys::clone_into_namespaces(flags),
+    };
+    let init_pid = match cloned {
         // Out of processes or memory: not a matter of namespaces.
         Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::ENOMEM)) => {
             return Err(Error::setup("clone", e));
@@ -887,6 +915,12 @@ fn spawn_full(spec: &Spec) -> Result<Sandbox> {
             })
         }
         Ok(Fork::Child) => {
+            // the host's cgroup directory stays outside (its fd closed; its
+            // path left as it is: after clone, system calls only)
+            if let Some((fd, dir)) = v2 {
+                drop(fd);
+                std::mem::forget(dir);
+            }
             let child_stdio = stdio.map(|[a, b, c]| {
                 drop((a.0, b.0, c.0));
                 [a.1, b.1, c.1]
@@ -898,6 +932,11 @@ fn spawn_full(spec: &Spec) -> Result<Sandbox> {
         }
         Ok(Fork::Parent(pid)) => pid,
     };
+    let v2_dir = v2.map(|(fd, dir)| {
+        drop(fd);
+        dir
+    });
+    let born_in = v2_dir.as_deref().filter(|_| born);
     drop(report_w);
     drop(sync_r);
     drop(status_w);
@@ -918,7 +957,7 @@ fn spawn_full(spec: &Spec) -> Result<Sandbox> {
         through_helper: false,
         reaped: false,
     };
-    match supervise_startup(&mut sb, &prepared, report_r, sync_w) {
+    match supervise_startup(&mut sb, &prepared, born_in, report_r, sync_w) {
         Ok(()) => Ok(sb),
         Err(e) => {
             let _ = sys::kill(init_pid, libc::SIGKILL);
@@ -936,16 +975,18 @@ fn spawn_full(spec: &Spec) -> Result<Sandbox> {
 fn supervise_startup(
     sb: &mut Sandbox,
     prepared: &Prepared,
+    born_in: Option<&Path>,
     report_r: OwnedFd,
     sync_w: OwnedFd,
 ) -> Result<()> {
     // 1. The init waits on the sync pipe: its id maps (only a process
     //    outside its user namespace may write them, user_namespaces(7)),
     //    then its cgroups, moved by pid as cgroup.procs takes it
-    //    (cgroups(7)), before it makes its cgroup namespace.
+    //    (cgroups(7)), before it makes its cgroup namespace; all but the
+    //    v2 group it was born in, if any.
     write_id_maps(sb.init, prepared.as_root)?;
     if let Some(g) = &sb.group {
-        g.add(sb.init)?;
+        g.add(sb.init, born_in)?;
     }
     let mut sync = File::from(sync_w);
     sync.write_all(b"G")

@@ -290,6 +290,177 @@ fn limits_outside_the_parents_hierarchies_still_apply() {
     parent.remove().unwrap();
 }
 
+/// A sandbox's init is born in its cgroup v2 group (clone3 with
+/// CLONE_INTO_CGROUP, sys.rs) rather than moved there; its groups in the
+/// other hierarchies (v1 memory and cpu on a hybrid host) it must still be
+/// moved into. Every process of the sandbox, the init and its command, is
+/// in each of them: none runs outside a limit or outside the group a
+/// pause or a teardown acts on.
+fn no_process_of_a_sandbox_born_in_its_v2_group_is_outside_another_of_its_groups() {
+    if !can_make_cgroups() {
+        return;
+    }
+    let name = unique("born");
+    let parent = Parent::create(&name, Some(Version::V2)).unwrap();
+    let s = limited_spec(&name);
+    // in-process (the launch group is named after this process) and
+    // through the helper (named after the helper)
+    for through_helper in [false, true] {
+        let sb = if through_helper {
+            helper::spawn(&s).unwrap()
+        } else {
+            spawn(&s).unwrap()
+        };
+        assert_every_process_in_its_groups(&parent, &name);
+        stop(sb);
+    }
+    parent.kill_all().unwrap();
+    parent.remove().unwrap();
+}
+
+/// Where clone3 is refused (before Linux 5.3, or under a seccomp profile
+/// such as Docker's default, which answers ENOSYS so that libc falls back
+/// to clone), the init is cloned the old way and moved into every group,
+/// its v2 one included. Run in a child of this test with such a filter
+/// (the fork and the filter are the only unsafe code of these tests).
+#[allow(unsafe_code)]
+fn a_host_that_refuses_clone3_still_gets_every_process_into_its_groups() {
+    if !can_make_cgroups() {
+        return;
+    }
+    let name = unique("noclone3");
+    let parent = Parent::create(&name, Some(Version::V2)).unwrap();
+    let s = limited_spec(&name);
+    // SAFETY: this test binary is single-threaded (harness = false); the
+    // child runs the test and leaves with _exit.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+    if pid == 0 {
+        let ok = std::panic::catch_unwind(|| {
+            refuse_clone3();
+            let sb = spawn(&s).unwrap();
+            assert_every_process_in_its_groups(&parent, &name);
+            stop(sb);
+        })
+        .is_ok();
+        // SAFETY: leaves the forked child without the parent's atexit work
+        unsafe { libc::_exit(i32::from(!ok)) }
+    }
+    let mut status = 0;
+    // SAFETY: waits for the child forked above
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "the test failed in its child (status {status:#x}): see its panic above"
+    );
+    parent.kill_all().unwrap();
+    parent.remove().unwrap();
+}
+
+/// A seccomp filter on this process: clone3 fails with ENOSYS, every
+/// other call is let through (seccomp(2), as Docker's default profile).
+#[allow(unsafe_code)]
+fn refuse_clone3() {
+    let nr = u32::try_from(libc::SYS_clone3).unwrap();
+    let mut code = [
+        // A = the system call's number
+        libc::sock_filter {
+            code: (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16,
+            jt: 0,
+            jf: 0,
+            k: 0,
+        },
+        libc::sock_filter {
+            code: (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16,
+            jt: 0,
+            jf: 1,
+            k: nr,
+        },
+        libc::sock_filter {
+            code: (libc::BPF_RET | libc::BPF_K) as u16,
+            jt: 0,
+            jf: 0,
+            k: libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32,
+        },
+        libc::sock_filter {
+            code: (libc::BPF_RET | libc::BPF_K) as u16,
+            jt: 0,
+            jf: 0,
+            k: libc::SECCOMP_RET_ALLOW,
+        },
+    ];
+    let prog = libc::sock_fprog {
+        len: code.len() as u16,
+        filter: code.as_mut_ptr(),
+    };
+    // SAFETY: prctl(2) with a filter program that outlives the call
+    let rc = unsafe {
+        libc::prctl(
+            libc::PR_SET_SECCOMP,
+            libc::SECCOMP_MODE_FILTER,
+            std::ptr::addr_of!(prog),
+        )
+    };
+    assert_eq!(rc, 0, "seccomp: {}", std::io::Error::last_os_error());
+    // SAFETY: the raw call, to see the filter answer
+    let r = unsafe { libc::syscall(libc::SYS_clone3, std::ptr::null::<u8>(), 0usize) };
+    assert_eq!(
+        (r, std::io::Error::last_os_error().raw_os_error()),
+        (-1, Some(libc::ENOSYS))
+    );
+}
+
+/// A long-lived command below the cgroup parent `name`, with limits whose
+/// controllers are v1 on a hybrid host.
+fn limited_spec(name: &str) -> Spec {
+    let mut s = spec("sleep 1000");
+    s.cgroup_parent = Some(name.to_string());
+    s.limits.memory = Some(64 << 20);
+    s.limits.cpu = Some(0.5);
+    s
+}
+
+/// Every process below `parent` (the init and its command at least) is
+/// in its launch group in the v2 hierarchy and in each v1 hierarchy its
+/// limits use.
+fn assert_every_process_in_its_groups(parent: &Parent, name: &str) {
+    let pids = wait_for(|| {
+        let p = parent.procs();
+        (p.len() >= 2).then_some(p)
+    })
+    .unwrap_or_else(|| panic!("init and sleep in the parent: {:?}", parent.procs()));
+    let layout = mcpbox_sandbox::cgroup::Layout::read();
+    for pid in pids {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
+        if text.is_empty() {
+            continue; // it ended meanwhile
+        }
+        let v2 = text.lines().find(|l| l.starts_with("0::")).unwrap();
+        assert!(v2.contains(&format!("/{name}/mcpbox-")), "{pid}: {text}");
+        for ctrl in [
+            mcpbox_sandbox::cgroup::Controller::Memory,
+            mcpbox_sandbox::cgroup::Controller::Cpu,
+        ] {
+            let Some((Version::V1, _)) = layout.locate(ctrl) else {
+                continue; // on v2: the line checked above
+            };
+            let line = text
+                .lines()
+                .find(|l| {
+                    l.split(':')
+                        .nth(1)
+                        .is_some_and(|c| c.split(',').any(|c| c == ctrl.name()))
+                })
+                .unwrap_or_else(|| panic!("{pid}: no {} line in {text}", ctrl.name()));
+            assert!(
+                line.contains("/mcpbox-"),
+                "{pid} outside its {} group: {text}",
+                ctrl.name()
+            );
+        }
+    }
+}
+
 fn doctor_says_which_freezer_idle_pause_uses() {
     let checks = mcpbox_sandbox::doctor::run();
     let freezer = checks.iter().find(|c| c.name == "cgroup freezer").unwrap();
@@ -338,6 +509,14 @@ fn main() {
         (
             "limits_outside_the_parents_hierarchies_still_apply",
             limits_outside_the_parents_hierarchies_still_apply,
+        ),
+        (
+            "no_process_of_a_sandbox_born_in_its_v2_group_is_outside_another_of_its_groups",
+            no_process_of_a_sandbox_born_in_its_v2_group_is_outside_another_of_its_groups,
+        ),
+        (
+            "a_host_that_refuses_clone3_still_gets_every_process_into_its_groups",
+            a_host_that_refuses_clone3_still_gets_every_process_into_its_groups,
         ),
         (
             "doctor_says_which_freezer_idle_pause_uses",
