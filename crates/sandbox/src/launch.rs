@@ -3,9 +3,9 @@
 //! Two processes take part besides the command:
 //!
 //! ```text
-//! supervisor (single-threaded)   clones the init into new namespaces,
-//!  │                             writes its id maps, moves it into its
-//!  │                             cgroup, waits
+//! supervisor (single-threaded)   clones the init into new namespaces
+//!  │                             (and its v2 cgroup), writes its id maps,
+//!  │                             moves it into its other cgroups, waits
 //!  └─ init (pid 1)               builds the root, then reaps and forwards
 //!      └─ command                the last mile (lastmile.rs), then execve
 //! ```
@@ -18,7 +18,7 @@
 //! Everything the children need is prepared here, before the first fork
 //! ([`Prepared`]): the mount plan compiled to system calls on C strings,
 //! the Landlock ruleset as data, the seccomp program, argv and envp with
-//! their pointer arrays, the rlimits, the cgroup's `cgroup.procs` opened.
+//! their pointer arrays, the rlimits, the cgroup v2 directory opened.
 //! After fork the children only make system calls on that data.
 //!
 //! Each child dies with its parent (PR_SET_PDEATHSIG; the parents are
