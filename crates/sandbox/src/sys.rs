@@ -90,6 +90,11 @@ pub fn clone_into_namespaces(flags: libc::c_int) -> io::Result<Fork> {
             0 as libc::c_ulong, // tls: unused
         )
     };
+    forked(ret)
+}
+
+/// What a raw clone or clone3 returned, as after fork(2).
+fn forked(ret: libc::c_long) -> io::Result<Fork> {
     match ret {
         -1 => Err(io::Error::last_os_error()),
         0 => Ok(Fork::Child),
@@ -158,13 +163,7 @@ pub fn clone3_into_namespaces(flags: libc::c_int, cgroup: BorrowedFd<'_>) -> io:
             std::mem::size_of::<CloneArgs>(),
         )
     };
-    match ret {
-        -1 => Err(io::Error::last_os_error()),
-        0 => Ok(Fork::Child),
-        p => libc::pid_t::try_from(p)
-            .map(Fork::Parent)
-            .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL)),
-    }
+    forked(ret)
 }
 
 /// _exit(2): leaves without running atexit handlers or flushing stdio
