@@ -1439,7 +1439,7 @@ fn validate_templates(ctx: &Ctx, files: Vec<TemplateFile>) -> Result<Vec<Templat
             return Err(ctx.err(
                 &format!("{table}.ready"),
                 format!("template \"{}\" asks for {ready} ready workspaces, more than {MAX_READY}", t.name),
-                "each ready workspace holds a volume image and a copy of the base on disk until a new task uses it: ask for at most 16 (0 for none)",
+                format!("each ready workspace holds a volume image and a copy of the base on disk until a new task uses it: ask for at most {MAX_READY} (0 for none)"),
             ));
         }
         templates.push(Template {

@@ -874,7 +874,7 @@ fn spawn_full(spec: &Spec) -> Result<Sandbox> {
         | libc::CLONE_NEWUTS;
     // Born in its cgroup v2 group where the kernel can (clone3 with
     // CLONE_INTO_CGROUP), instead of moved there by the supervisor: the
-    // move waits for an RCU grace period, 5-20 ms here (sys.rs). Where
+    // move waits for an RCU grace period (sys.rs has the figure). Where
     // clone3 is refused the init is cloned as before and moved.
     let v2 = group.as_ref().and_then(Group::v2_dir).and_then(|dir| {
         use std::os::unix::fs::OpenOptionsExt;

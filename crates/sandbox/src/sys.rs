@@ -128,9 +128,9 @@ const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
 /// directory `cgroup` (clone3(2), `CLONE_INTO_CGROUP`) instead of moved
 /// there afterwards by a write to its `cgroup.procs`. A move takes the
 /// kernel's cgroup_threadgroup_rwsem for writing, which waits for an RCU
-/// grace period: 5-20 ms measured here for every sandbox started (the
-/// bulk of a server's start in a new sandbox), where a clone into the
-/// group takes only the read side. Errors are clone3's own: ENOSYS
+/// grace period, where a clone into the group takes only the read side:
+/// `bench/run`'s builtin section, a fresh sandbox's `initialize` to its
+/// first `exec` result, went from 28.9 to 13.75 ms (median, 2026-12-04). Errors are clone3's own: ENOSYS
 /// before Linux 5.3 or under a seccomp profile that refuses clone3 (as
 /// Docker's does, so that libc falls back to clone), EINVAL or E2BIG
 /// before 5.7; the caller falls back to [`clone_into_namespaces`].

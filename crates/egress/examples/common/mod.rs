@@ -5,10 +5,9 @@
 
 use std::io::Write;
 use std::net::IpAddr;
-
-use mcpbox_audit::{Event, Sink};
 use std::sync::Arc;
 
+use mcpbox_audit::{Event, Sink};
 use mcpbox_egress::{DenyAllApprover, EgressPolicy, Ids, Proxy, SystemConnector, SystemResolver};
 use mcpbox_policy::{Decision, Reason};
 

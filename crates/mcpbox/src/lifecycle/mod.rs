@@ -456,6 +456,7 @@ impl Lifecycle {
         started: Instant,
     ) -> anyhow::Result<Sandbox> {
         let backend = &self.shared.backend;
+        let size = self.workspace_size(life);
         let existing = lock(&self.shared.registry).get(id)?;
         // a new one's `created` record, once it is ready: whether it took
         // a ready workspace
@@ -487,7 +488,7 @@ impl Lifecycle {
                 // folder, or one made now
                 let taken = self.ready.get().and_then(|r| r.take(server, &ws.root));
                 if taken.is_none() {
-                    if let Err(e) = fill(&ws, life, self.workspace_size(life)) {
+                    if let Err(e) = fill(&ws, life, size) {
                         let _ = ws.remove();
                         let _ = lock(&self.shared.registry).remove(id);
                         return Err(e);
@@ -497,7 +498,7 @@ impl Lifecycle {
                 (ws, now, template, State::Created)
             }
         };
-        let made = ws.ensure(self.workspace_size(life)).and_then(|()| {
+        let made = ws.ensure(size).and_then(|()| {
             backend
                 .create(id)
                 .map_err(|e| anyhow::anyhow!("sandbox {id}: {e}"))
@@ -507,7 +508,7 @@ impl Lifecycle {
             // `made_us`: from the session's join to the sandbox ready for
             // its server (workspace mounted, cgroups made), or failed
             let mut detail = json!({"template": template, "workspace": ws.root,
-                "disk": disk_bound(self.workspace_size(life)), "ready": ready,
+                "disk": disk_bound(size), "ready": ready,
                 "made_us": u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX)});
             if let Err(e) = &made {
                 detail["error"] = json!(format!("{e:#}"));

@@ -396,6 +396,7 @@ pub fn stamp(base: &TemplateBase) -> Stamp {
         ] {
             h.update(n.to_le_bytes());
         }
+        Ok(())
     });
     h.finalize().into()
 }

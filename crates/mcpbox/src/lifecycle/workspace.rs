@@ -122,41 +122,24 @@ pub fn copy_template(from: &Path, to: &Path) -> anyhow::Result<u64> {
         bail!("template base {} is not a directory", from.display());
     }
     let mut bytes = 0;
-    let mut failed = None;
     walk_template(from, &mut |rel, m| {
-        if failed.is_some() {
-            return;
-        }
         let (src, dst) = (from.join(rel), to.join(rel));
-        let copied = if m.is_dir() {
+        if m.is_dir() {
             // the root (`to`) exists already
-            let made = if rel.as_os_str().is_empty() {
-                Ok(())
-            } else {
-                fs::create_dir(&dst).with_context(|| format!("creating {}", dst.display()))
-            };
-            made.and_then(|()| {
-                fs::set_permissions(&dst, fs::Permissions::from_mode(0o755))
-                    .with_context(|| format!("chmod {}", dst.display()))
-            })
+            if !rel.as_os_str().is_empty() {
+                fs::create_dir(&dst).with_context(|| format!("creating {}", dst.display()))?;
+            }
+            fs::set_permissions(&dst, fs::Permissions::from_mode(0o755))
+                .with_context(|| format!("chmod {}", dst.display()))
         } else {
-            fs::copy(&src, &dst)
-                .with_context(|| format!("copying {} to {}", src.display(), dst.display()))
-                .and_then(|n| {
-                    bytes += n;
-                    let mode = if m.mode() & 0o111 != 0 { 0o755 } else { 0o644 };
-                    fs::set_permissions(&dst, fs::Permissions::from_mode(mode))
-                        .with_context(|| format!("chmod {}", dst.display()))
-                })
-        };
-        if let Err(e) = copied {
-            failed = Some(e);
+            bytes += fs::copy(&src, &dst)
+                .with_context(|| format!("copying {} to {}", src.display(), dst.display()))?;
+            let mode = if m.mode() & 0o111 != 0 { 0o755 } else { 0o644 };
+            fs::set_permissions(&dst, fs::Permissions::from_mode(mode))
+                .with_context(|| format!("chmod {}", dst.display()))
         }
     })?;
-    match failed {
-        Some(e) => Err(e),
-        None => Ok(bytes),
-    }
+    Ok(bytes)
 }
 
 /// Walks a template's base as a copy takes it: `visit(relative path,
@@ -166,15 +149,16 @@ pub fn copy_template(from: &Path, to: &Path) -> anyhow::Result<u64> {
 /// (a symlink, device, fifo or socket is skipped with a warning: a
 /// template is the operator's, but a link in it would resolve inside
 /// every sandbox made from it, and nothing needs one), at most 64 levels
-/// deep. `copy_template` copies with it, and `ready::stamp` records what
-/// a ready workspace was copied from.
+/// deep. The walk stops at the first error, its own or `visit`'s.
+/// `copy_template` copies with it, and `ready::stamp` records what a ready
+/// workspace was copied from.
 pub fn walk_template(
     root: &Path,
-    visit: &mut dyn FnMut(&Path, &fs::Metadata),
+    visit: &mut dyn FnMut(&Path, &fs::Metadata) -> anyhow::Result<()>,
 ) -> anyhow::Result<()> {
     let meta =
         fs::symlink_metadata(root).with_context(|| format!("template base {}", root.display()))?;
-    visit(Path::new(""), &meta);
+    visit(Path::new(""), &meta)?;
     if meta.is_dir() {
         walk_dir(root, Path::new(""), visit, 0)?;
     }
@@ -184,7 +168,7 @@ pub fn walk_template(
 fn walk_dir(
     root: &Path,
     rel: &Path,
-    visit: &mut dyn FnMut(&Path, &fs::Metadata),
+    visit: &mut dyn FnMut(&Path, &fs::Metadata) -> anyhow::Result<()>,
     depth: usize,
 ) -> anyhow::Result<()> {
     let dir = root.join(rel);
@@ -202,10 +186,10 @@ fn walk_dir(
         let inner = rel.join(entry.file_name());
         let ft = m.file_type();
         if ft.is_dir() {
-            visit(&inner, &m);
+            visit(&inner, &m)?;
             walk_dir(root, &inner, visit, depth + 1)?;
         } else if ft.is_file() {
-            visit(&inner, &m);
+            visit(&inner, &m)?;
         } else {
             tracing::warn!(path = %path.display(), "template: skipping what is not a file or directory");
         }
