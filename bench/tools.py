@@ -232,6 +232,8 @@ def cmd_report(argv):
     print(f"mcpbox benchmarks, {env.get('stamp', '?')}, {env.get('cpus', '?')} CPUs, "
           f"user {env.get('user', '?')}, kernel {env.get('kernel', '?')}, "
           f"load before {env.get('load', '?')}")
+    if env.get("handoff_us"):
+        print(f"a hand-off between two threads, {env['handoff_us']}")
 
     startup = load_rows(out / "startup")
     if startup:

@@ -71,7 +71,7 @@ pub use http::Fault;
 pub use intercept::{Authority, SecretsOut};
 pub use package::{parse_package, registry_for_host, Ecosystem, Package};
 pub use proxy::{CallContext, Ids, Proxy, Shutdown, HEAD_TIMEOUT, RESOLVED_HEADER};
-pub use stream::{ClientStream, Listener, RELAY_BUFFER};
+pub use stream::{relay_tcp, ClientStream, Listener, RELAY_BUFFER};
 pub use swap::{placeholder_for, PlaceholderError, SwapSecret};
 pub use tls::{client_hello, inspect as inspect_client_hello, Hello, ALERT_ACCESS_DENIED};
 pub use traits::{

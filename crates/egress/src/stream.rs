@@ -338,6 +338,20 @@ pub(crate) fn splice_both<A: Socket, B: Socket>(
     Ok((up, down))
 }
 
+/// Joins two TCP connections both ways with the relay the proxy and the
+/// bridge run once a tunnel is open (splice(2), half-close passed through),
+/// and nothing else: no request, no policy, no record. Public for
+/// `examples/egress_bench.rs`, whose `bare relay` row is the ceiling of any
+/// design that carries the bytes through one relay in user space.
+pub fn relay_tcp(a: TcpStream, b: TcpStream) -> io::Result<(u64, u64)> {
+    static POOL: std::sync::OnceLock<crate::pool::Pool> = std::sync::OnceLock::new();
+    splice_both(
+        a,
+        b,
+        POOL.get_or_init(|| crate::pool::Pool::new("egress-relay")),
+    )
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
