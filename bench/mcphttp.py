@@ -497,13 +497,14 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 def _stat(pid):
-    """(ppid, own ticks, reaped children's ticks) from /proc/PID/stat, or None."""
+    """(ppid, own ticks, reaped children's ticks, own + reaped user ticks)
+    from /proc/PID/stat, or None."""
     try:
         f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
         return None
     # after the comm: state ppid ... utime(14) stime(15) cutime(16) cstime(17)
-    return int(f[1]), int(f[11]) + int(f[12]), int(f[13]) + int(f[14])
+    return int(f[1]), int(f[11]) + int(f[12]), int(f[13]) + int(f[14]), int(f[11]) + int(f[13])
 
 
 def _runs(pid, program):
@@ -526,7 +527,8 @@ def tree_cpu(root, upstream):
     the times of the children it has reaped: a process that ends between
     two snapshots leaves its time in its reaper's, so the difference of
     two snapshots stays whole (as long as the reaper is in the same part:
-    the pid sets are returned so the caller can check none changed)."""
+    the pid sets are returned so the caller can check none changed), and
+    of those ticks the ones in user space (the rest is the kernel's)."""
     procs = {}
     for d in os.listdir("/proc"):
         if d.isdigit():
@@ -534,9 +536,9 @@ def tree_cpu(root, upstream):
             if st:
                 procs[int(d)] = st
     children = {}
-    for pid, (ppid, _, _) in procs.items():
+    for pid, (ppid, _, _, _) in procs.items():
         children.setdefault(ppid, []).append(pid)
-    parts = {"gateway": [0, []], "upstream": [0, []]}
+    parts = {"gateway": [0, [], 0], "upstream": [0, [], 0]}
     todo = [(root, False)] if root in procs else []
     while todo:
         pid, up = todo.pop()
@@ -544,8 +546,9 @@ def tree_cpu(root, upstream):
         part = parts["upstream" if up else "gateway"]
         part[0] += procs[pid][1] + procs[pid][2]
         part[1].append(pid)
+        part[2] += procs[pid][3]
         todo.extend((c, up) for c in children.get(pid, []))
-    return {k: (v[0], sorted(v[1])) for k, v in parts.items()}
+    return {k: (v[0], sorted(v[1]), v[2]) for k, v in parts.items()}
 
 
 def machine_cpu():
@@ -762,6 +765,9 @@ def cpu_figures(snaps):
     client = (b["client_s"] - a["client_s"]) * 1e3
     gateway = (b["tree"]["gateway"][0] - a["tree"]["gateway"][0]) * ms
     upstream = (b["tree"]["upstream"][0] - a["tree"]["upstream"][0]) * ms
+    # the gateway's time in user space; the rest is the kernel's (system
+    # calls, and the wake-ups and context switches of its threads)
+    gateway_user = (b["tree"]["gateway"][2] - a["tree"]["gateway"][2]) * ms
     busy, steal, total = (y - x for x, y in zip(a["machine"], b["machine"]))
     # /proc/stat counts every CPU: its jiffies over the window are ~ cores x wall
     machine_busy = busy * ms
@@ -772,6 +778,7 @@ def cpu_figures(snaps):
         "window_s": wall, "calls": calls, "calls_per_s": calls / wall,
         "client_ms": client, "gateway_ms": gateway, "upstream_ms": upstream, "total_ms": ours,
         "client_ms_per_call": per(client), "gateway_ms_per_call": per(gateway),
+        "gateway_user_ms_per_call": per(gateway_user), "gateway_system_ms_per_call": per(gateway - gateway_user),
         "upstream_ms_per_call": per(upstream), "total_ms_per_call": per(ours),
         # everyone's CPU on the machine in the window, and the part that was not ours
         # (other users' work: this machine is shared), both per call of ours

@@ -911,6 +911,10 @@ def serve_cpu_table(out, thr, key, best_cps, clients, stem=None):
             continue
         cores = cpus[0]["cores"]
         m = {k: statistics.median(c[k] for c in cpus if c.get(k) is not None) for k in CPU_KEYS}
+        # user and kernel parts of the gateway's CPU (older results lack them)
+        for k in ("gateway_user_ms_per_call", "gateway_system_ms_per_call"):
+            vals = [c[k] for c in cpus if c.get(k) is not None]
+            m[k] = statistics.median(vals) if vals else None
         m["rounds"] = len(cpus)
         m["round_ceilings"] = [c["ceiling_calls_per_s"] for c in cpus]
         m["pids"] = f"{cpus[0]['gateway_pids']}+{cpus[0]['upstream_pids']}"
@@ -937,12 +941,16 @@ def serve_cpu_table(out, thr, key, best_cps, clients, stem=None):
                "highest_ceiling_x_best_bridge": (top[1]["ceiling_calls_per_s"] or 0) / best if best else None}
     line = None
     if mine and best and mine.get("ceiling_calls_per_s"):
+        split = ""
+        if mine.get("gateway_user_ms_per_call") is not None:
+            split = (f" ({mine['gateway_user_ms_per_call']:.3f} in user space, "
+                     f"{mine['gateway_system_ms_per_call']:.3f} in the kernel)")
         line = (f"the ceiling at {clients} clients on {cores} cores (a gateway costing zero CPU): "
                 f"{cores} / ({mine['client_ms_per_call']:.3f} client + {mine['upstream_ms_per_call']:.3f} servers "
                 f"ms per call) = {mine['ceiling_calls_per_s']:.0f} calls/s = "
                 f"{figures['ceiling_x_best_bridge']:.2f}x {best_cps[0]} ({best:.0f} calls/s); mcpbox-serve "
                 f"reached {mine['calls_per_s']:.0f} calls/s, {mine['calls_per_s'] / mine['ceiling_calls_per_s']:.0%} "
-                f"of it, its own CPU {mine['gateway_ms_per_call']:.3f} ms per call; the highest ceiling of any row "
+                f"of it, its own CPU {mine['gateway_ms_per_call']:.3f} ms per call{split}; the highest ceiling of any row "
                 f"({top[0]}) is {figures['highest_ceiling_x_best_bridge']:.2f}x the better bridge; "
                 f"5x would be {5 * best:.0f} calls/s")
         figures["line"] = line
