@@ -327,7 +327,7 @@ impl HostCommand {
         let limit = self.capture.unwrap_or(0);
         let mut out = Vec::new();
         let mut input: &[u8] = self.stdin.as_deref().unwrap_or(&[]);
-        let exit_fd = exit_fd(pid);
+        let mut exit_fd = exit_fd(pid);
         if let Some(w) = &child.stdin {
             rustix::io::ioctl_fionbio(w.as_fd(), true)?;
         }
@@ -355,6 +355,7 @@ impl HostCommand {
             if out.len() > limit {
                 return Ok((Stop::Over, out));
             }
+            let fired = exit_fd.fired();
             let exited = rustix::process::waitid(
                 WaitId::Pid(pid),
                 WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT,
@@ -362,16 +363,14 @@ impl HostCommand {
             if exited.is_some() {
                 return Ok((Stop::Exited, out));
             }
+            exit_fd.unseen(fired);
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return Ok((Stop::TimedOut, out));
             }
             // woken early by output, its end, or the leader's exit
             let stdout = child.stdout.as_ref().filter(|_| open).map(|r| r.as_fd());
-            wait_for(
-                &[exit_fd.as_ref().map(|f| f.as_fd()), stdout],
-                left.min(TICK),
-            )?;
+            wait_for(&[exit_fd.fd(), stdout], left.min(TICK))?;
         }
     }
 
@@ -528,8 +527,45 @@ fn start_failure(leash: &mut impl Read) -> Option<io::Error> {
 /// (pidfd_open(2), Linux 5.3), so a wait ends when the process does
 /// rather than at the next [`TICK`]; `None` where the kernel has none
 /// (then the waits below fall back to sleeping a tick).
-fn exit_fd(pid: Pid) -> Option<std::os::fd::OwnedFd> {
-    rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).ok()
+fn exit_fd(pid: Pid) -> ExitFd {
+    ExitFd(rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).ok())
+}
+
+/// A command's pidfd (pidfd_open(2)), which polls readable once it has
+/// exited: the waits below poll it so that they wake at once instead of
+/// at the next [`TICK`]. None where the kernel has no pidfds (the waits
+/// tick), or once it was found useless (see [`ExitFd::unseen`]).
+struct ExitFd(Option<std::os::fd::OwnedFd>);
+
+impl ExitFd {
+    fn fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        self.0.as_ref().map(|f| f.as_fd())
+    }
+
+    /// Whether the pidfd says the command exited now (a poll that does
+    /// not wait). Asked before a wait, for [`ExitFd::unseen`].
+    fn fired(&self) -> bool {
+        let Some(fd) = &self.0 else { return false };
+        let mut fds = [rustix::event::PollFd::new(fd, rustix::event::PollFlags::IN)];
+        let zero = rustix::event::Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        matches!(rustix::event::poll(&mut fds, Some(&zero)), Ok(n) if n > 0)
+    }
+
+    /// A wait found no exit although the pidfd had said, before it, that
+    /// the command exited (`fired`): an exit this process cannot wait
+    /// for. A leader ptraced by another process is a zombie only its
+    /// tracer can wait for (wait(2): "a zombie ptracee is only visible to
+    /// its ptracer") while its pidfd stays readable, so polling it would
+    /// return at once, round after round, at full CPU. The pidfd goes;
+    /// the waits tick, as without pidfds, until the tracer lets go.
+    fn unseen(&mut self, fired: bool) {
+        if fired {
+            self.0 = None;
+        }
+    }
 }
 
 /// Waits up to `wait` (under a second) for one of `fds` to poll readable
@@ -559,21 +595,22 @@ fn wait_for(fds: &[Option<std::os::fd::BorrowedFd<'_>>], wait: Duration) -> io::
 /// it did.
 fn wait_exit(pid: Pid, limit: Duration) -> bool {
     let until = Instant::now() + limit;
-    let exit_fd = exit_fd(pid);
+    let mut exit_fd = exit_fd(pid);
     loop {
+        let fired = exit_fd.fired();
         match rustix::process::waitid(
             WaitId::Pid(pid),
             WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT,
         ) {
             Ok(Some(_)) => return true,
-            Ok(None) => {}
+            Ok(None) => exit_fd.unseen(fired),
             Err(_) => return false,
         }
         let left = until.saturating_duration_since(Instant::now());
         if left.is_zero() {
             return false;
         }
-        if wait_for(&[exit_fd.as_ref().map(|f| f.as_fd())], left.min(TICK)).is_err() {
+        if wait_for(&[exit_fd.fd()], left.min(TICK)).is_err() {
             std::thread::sleep(left.min(TICK));
         }
     }
@@ -619,12 +656,14 @@ pub fn supervisor_main(args: &[OsString]) -> u8 {
         }
     };
     let cpid = Pid::from_child(&child);
-    let exit_fd = exit_fd(cpid);
+    let mut exit_fd = exit_fd(cpid);
     let status = loop {
+        let fired = exit_fd.fired();
         if let Some(status) = reap_until(cpid) {
             break Some(status);
         }
-        if leash_dropped(&leash, exit_fd.as_ref().map(|f| f.as_fd())) {
+        exit_fd.unseen(fired);
+        if leash_dropped(&leash, exit_fd.fd()) {
             break None;
         }
     };
@@ -635,10 +674,12 @@ pub fn supervisor_main(args: &[OsString]) -> u8 {
         let _ = rustix::process::kill_process_group(cpid, Signal::TERM);
         let until = Instant::now() + TERM_GRACE;
         while Instant::now() < until {
+            let fired = exit_fd.fired();
             if reap_until(cpid).is_some() {
                 break;
             }
-            if wait_for(&[exit_fd.as_ref().map(|f| f.as_fd())], TICK).is_err() {
+            exit_fd.unseen(fired);
+            if wait_for(&[exit_fd.fd()], TICK).is_err() {
                 std::thread::sleep(TICK);
             }
         }
@@ -882,6 +923,57 @@ mod tests {
         assert!(out.ended.success(), "{:?}", out.ended);
         let pid = std::fs::read_to_string(&file).unwrap().trim().to_string();
         assert!(gone_or_zombie(&pid), "the background {pid} survived");
+    }
+
+    /// The CPU ticks (user + system) of the calling thread so far.
+    fn thread_ticks() -> u64 {
+        let stat = std::fs::read_to_string("/proc/thread-self/stat").unwrap();
+        let after = stat.rsplit_once(')').unwrap().1;
+        let f: Vec<&str> = after.split_whitespace().collect();
+        // after the comm: state(3) ... utime(14) stime(15)
+        f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
+    }
+
+    #[test]
+    fn a_command_whose_zombie_is_held_by_its_tracer_does_not_make_the_wait_spin() {
+        // The command's child seizes it with ptrace(2) and holds on for
+        // 1.5 s after the command exits: the command is then a zombie
+        // that only its tracer can wait for, while its pidfd polls
+        // readable. A wait that kept polling the pidfd would spin at full
+        // CPU for those 1.5 s.
+        let script = r#"
+import ctypes, os, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+r, w = os.pipe()
+if os.fork() == 0:
+    ok = libc.ptrace(0x4206, os.getppid(), None, None)  # PTRACE_SEIZE
+    os.write(w, b"y" if ok == 0 else b"n")
+    time.sleep(1.5)
+    os._exit(0)
+print(os.read(r, 1).decode(), flush=True)
+"#;
+        let argv = vec!["/usr/bin/python3".into(), "-c".into(), script.into()];
+        let cmd = HostCommand::new(&argv, Duration::from_secs(20))
+            .unwrap()
+            .capture(64);
+        let before = thread_ticks();
+        let start = Instant::now();
+        let out = run(cmd);
+        let ticks = thread_ticks() - before;
+        let took = start.elapsed();
+        let said = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        if said == "n" {
+            eprintln!("skipped: ptrace(PTRACE_SEIZE) of the parent is refused here");
+            return;
+        }
+        assert_eq!(said, "y", "{:?}", out.ended);
+        assert!(out.ended.success(), "{:?}", out.ended);
+        assert!(
+            took >= Duration::from_secs(1),
+            "the tracer let go early: {took:?}"
+        );
+        // a tick is 10 ms (USER_HZ 100): a spinning wait takes ~150 of them
+        assert!(ticks < 50, "the wait took {ticks} ticks of CPU in {took:?}");
     }
 
     /// Whether `/proc/PID` is gone or a zombie (state `Z`), after a
