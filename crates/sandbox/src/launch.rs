@@ -895,8 +895,13 @@ fn spawn_full(spec: &Spec) -> Result<Sandbox> {
             }
             Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::ENOMEM)) => Err(e),
             // any other refusal: the way that works everywhere, whose
-            // own errors are the ones reported
-            Err(_) => sys::clone_into_namespaces(flags),
+            // own errors are the ones reported (this one is logged: the
+            // fallback ends the same, only slower, so a broken clone3
+            // would otherwise show nowhere)
+            Err(e) => {
+                tracing::debug!(error = %e, "clone3 into the cgroup refused; cloning, then moving");
+                sys::clone_into_namespaces(flags)
+            }
         },
         None => sys::clone_into_namespaces(flags),
     };

@@ -1603,4 +1603,79 @@ mod tests {
             .expect("a number");
         assert_eq!(super::last_cap(), proc);
     }
+
+    /// `clone3_into_namespaces` must put the child in the group its fd
+    /// names before the child runs: launch.rs falls back to clone and a
+    /// move on any refusal, and ends the same either way, so a broken
+    /// clone_args (its layout, its size, the flag) would only show as a
+    /// slower start. Here nothing moves the child: it is in the group only
+    /// if the kernel put it there.
+    #[test]
+    #[allow(unsafe_code, clippy::unwrap_used)]
+    fn clone3_into_cgroup_puts_the_child_in_the_group_its_fd_names() {
+        use crate::cgroup::{Parent, Version};
+        use std::os::fd::{AsFd, AsRawFd};
+        use std::os::unix::fs::OpenOptionsExt;
+        if !super::is_host_root() {
+            assert_ne!(
+                std::env::var("CI").as_deref(),
+                Ok("true"),
+                "not root, and CI=true"
+            );
+            eprintln!("skipped: not root (making a cgroup needs root)");
+            return;
+        }
+        let name = format!("mcpbox-test-clone3-{}", std::process::id());
+        let parent = Parent::create(&name, Some(Version::V2)).unwrap();
+        let leaf = parent.dirs()[0].join("leaf");
+        std::fs::create_dir(&leaf).unwrap();
+        let dir = std::fs::File::options()
+            .read(true)
+            .custom_flags(libc::O_DIRECTORY)
+            .open(&leaf)
+            .unwrap();
+        let (wait_r, wait_w) = super::pipe().unwrap();
+        let cloned = super::clone3_into_namespaces(0, dir.as_fd());
+        if let Err(e) = &cloned {
+            let _ = std::fs::remove_dir(&leaf);
+            let _ = parent.remove();
+            // a host that refuses clone3 (launch.rs falls back there)
+            assert!(
+                matches!(e.raw_os_error(), Some(libc::ENOSYS | libc::EPERM)),
+                "clone3: {e}"
+            );
+            eprintln!("skipped: clone3 is refused here ({e})");
+            return;
+        }
+        let child = match cloned.unwrap() {
+            super::Fork::Child => {
+                // system calls only: wait for the parent to close its
+                // end (this copy of it closed first), leave
+                let mut b = [0u8; 1];
+                // SAFETY: close and a read into a local buffer on valid
+                // fds; _exit
+                unsafe {
+                    libc::close(wait_w.as_raw_fd());
+                    libc::read(wait_r.as_raw_fd(), b.as_mut_ptr().cast(), 1);
+                    libc::_exit(0)
+                }
+            }
+            super::Fork::Parent(pid) => pid,
+        };
+        let seen = std::fs::read_to_string(format!("/proc/{child}/cgroup")).unwrap();
+        drop(wait_w);
+        let mut status = 0;
+        // SAFETY: waits for the child cloned above
+        assert_eq!(unsafe { libc::waitpid(child, &mut status, 0) }, child);
+        let _ = std::fs::remove_dir(&leaf);
+        let _ = parent.remove();
+        let v2 = seen
+            .lines()
+            .find_map(|l| l.strip_prefix("0::"))
+            .unwrap_or("");
+        assert!(
+            v2.ends_with(&format!("/{name}/leaf")),
+            "the child's v2 group is {v2:?}, not the one its fd named:\n{seen}"
+        );
+    }
 }
