@@ -1,7 +1,9 @@
 //! `mcpbox serve --config FILE`: the HTTP gateway (crates/serve) with the
 //! sandbox lifecycle (crate::lifecycle) behind it.
 //!
-//! At start every server's policy is loaded and checked, every client's
+//! At start the state directory is locked (`<state>/serve.lock`: one
+//! gateway per state directory, a second refused before it touches
+//! anything), every server's policy is loaded and checked, every client's
 //! token read, the sandboxes a previous run left re-adopted (or cleaned
 //! up), the control socket opened and the listen address bound; any
 //! failure stops here with the config key that caused it. Each session
@@ -87,14 +89,22 @@ struct Sandboxes {
 /// Runs the gateway until SIGTERM, SIGINT or SIGHUP.
 pub fn run(config: &Path) -> anyhow::Result<i32> {
     let cfg = ServeConfig::load(config).map_err(|e| anyhow::anyhow!("{e}"))?;
+    // one gateway per state directory, decided before anything in it is
+    // read or changed: the lifecycle's start kills what it finds of the
+    // recorded sandboxes and removes the ready workspaces, which would be
+    // a live gateway's if this one were its twin
+    let held = StateLock::take(&state::state_dir())?;
     raise_open_file_limit();
-    let (mut settings, backend, life) = prepare(&cfg)?;
+    let (mut settings, backend, life) = prepare(&cfg, &held)?;
     // where no volume can bound a workspace, said once at start (and in
     // each sandbox's `created` record), never silently
     if let crate::volume::Bound::Unbounded(why) = crate::volume::bound() {
         eprintln!("mcpbox: warning: [filesystem] tmp does not bound the sandboxes' workspaces here, and new sandboxes are refused unless their policy sets sandbox.dangerously_allow_degraded: {why}");
     }
-    let socket = state::state_dir().join("control.sock");
+    // (a second gateway never gets here: the lock above refused it; the
+    // control socket's own check of a live socket stays, for a gateway of
+    // a version before the lock)
+    let socket = held.dir.join("control.sock");
     let control = mcpbox_lifecycle::control::serve(&socket, life.clone())
         .with_context(|| format!("opening the control socket {}", socket.display()))?;
     // the same control on the per-user socket `mcpbox approvals` looks in
@@ -143,13 +153,84 @@ pub fn run(config: &Path) -> anyhow::Result<i32> {
     drop(control);
     drop(approvals_control);
     life.shutdown();
+    // released only now that every sandbox is torn down and every ready
+    // workspace removed (on an error return above, the process exits
+    // right after, and the kernel releases it with the descriptor)
+    drop(held);
     eprintln!("mcpbox: stopped");
     Ok(0)
 }
 
+/// The name of the lock file in the state directory that one `serve` at a
+/// time holds.
+const LOCK_FILE: &str = "serve.lock";
+
+/// The state directory of this gateway, held: an exclusive flock(2) on
+/// `<state>/serve.lock` for as long as this value lives.
+///
+/// The lock is on the open file description, not a pid written in a file:
+/// the kernel releases it when the process ends however it ends (`kill
+/// -9` included), so a crashed gateway never blocks the next start, and a
+/// pid in another pid namespace (a container) cannot fool it. The file
+/// itself is left in place; its presence means nothing.
+struct StateLock {
+    dir: PathBuf,
+    _file: std::fs::File,
+}
+
+impl StateLock {
+    /// Takes the lock of state directory `dir` (which exists: made
+    /// private by the caller), or fails at once, naming `dir`, if another
+    /// process holds it. Never waits: a second gateway started by mistake
+    /// must say so, not hang until the first one stops.
+    fn take(dir: &Path) -> anyhow::Result<StateLock> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let path = dir.join(LOCK_FILE);
+        // O_NOFOLLOW: a link planted at the name is refused, never
+        // followed to create or lock a file elsewhere; O_NONBLOCK: a fifo
+        // planted there fails the open instead of hanging it (refused
+        // below as not a regular file); O_CLOEXEC: no sandbox or host
+        // command inherits the lock and keeps it past our death
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
+            .open(&path)
+            .with_context(|| format!("opening the state directory's lock {}", path.display()))?;
+        let meta = file
+            .metadata()
+            .with_context(|| format!("checking {}", path.display()))?;
+        if !meta.is_file() {
+            bail!(
+                "{} is not a regular file: it is the lock one `mcpbox serve` holds on its state directory; remove it",
+                path.display()
+            );
+        }
+        match rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => Ok(StateLock {
+                dir: dir.to_path_buf(),
+                _file: file,
+            }),
+            Err(e) if e == rustix::io::Errno::WOULDBLOCK => bail!(
+                "the state directory {} is in use by another `mcpbox serve` (it holds {}); its sandboxes and workspaces were left alone. Stop that gateway first, or give this one a state directory of its own with MCPBOX_STATE_DIR",
+                dir.display(),
+                path.display()
+            ),
+            Err(e) => Err(std::io::Error::from(e))
+                .with_context(|| format!("locking {}", path.display())),
+        }
+    }
+}
+
 /// Checks every server's policy and every client's token, and builds the
-/// gateway's settings and backend.
-fn prepare(cfg: &ServeConfig) -> anyhow::Result<(Settings, Arc<dyn Backend>, Arc<Lifecycle>)> {
+/// gateway's settings and backend. Takes the held state directory, so the
+/// lifecycle (whose start recovers what it finds there) never starts on
+/// one this process does not hold.
+fn prepare(
+    cfg: &ServeConfig,
+    held: &StateLock,
+) -> anyhow::Result<(Settings, Arc<dyn Backend>, Arc<Lifecycle>)> {
     let tls = cfg.listen.tls.is_some();
     let mut settings = Settings::new(
         cfg.listen.address,
@@ -278,21 +359,15 @@ fn prepare(cfg: &ServeConfig) -> anyhow::Result<(Settings, Arc<dyn Backend>, Arc
         }
         settings.clients.push(client);
     }
-    let default = state::state_dir().join("audit.db");
+    let default = held.dir.join("audit.db");
     let audit: Arc<dyn Sink> = match stores.get(&default) {
         Some(a) => a.clone(),
         None => state::open_default_audit()?,
     };
     let local: Arc<dyn lifecycle::Backend> = Arc::new(lifecycle::backend::Local::new());
     let max = usize::try_from(cfg.limits.max_sandboxes_per_client).unwrap_or(usize::MAX);
-    let life = Lifecycle::start(
-        &state::state_dir(),
-        local.clone(),
-        lives,
-        audit.clone(),
-        max,
-    )
-    .context("the sandbox lifecycle")?;
+    let life = Lifecycle::start(&held.dir, local.clone(), lives, audit.clone(), max)
+        .context("the sandbox lifecycle")?;
     // approval records go to the gateway's own audit store
     let broker = Broker::new(audit.clone());
     // `[approvals] notify` of each server's policy, by the server's name

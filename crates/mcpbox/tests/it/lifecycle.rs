@@ -2341,3 +2341,80 @@ fn ready_workspaces_are_removed_at_stop_and_a_killed_runs_at_the_next_start() {
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(ready_on_disk(&gw.state(), true), Vec::<PathBuf>::new());
 }
+
+// ---- one gateway per state directory ----
+
+/// A second `serve` started on a live gateway's state directory (twice
+/// from a shell, a service manager's second unit) must refuse before its
+/// lifecycle starts: its recovery would remove the first gateway's ready
+/// workspaces and kill its sandboxes' processes, and only then find the
+/// control socket taken.
+#[test]
+fn a_second_serve_on_one_state_dir_touches_nothing_and_says_why() {
+    let (gw, _base) = ready_gateway("ready = 2");
+    // a live sandbox, its server running (on a ready workspace it took)
+    let mut a = session(&gw, ALICE);
+    call(
+        &mut a,
+        "write",
+        json!({"path": "/workspace/output/kept.txt", "text": "kept"}),
+    );
+    // and two ready again, the one taken replaced
+    let ready = ready_until(&gw, 2);
+    let id = sandbox_of(&gw, "alice")["id"].as_str().unwrap().to_string();
+    let running = processes_of(&id);
+    if common::is_root() {
+        assert!(!running.is_empty(), "no process of {id} to watch");
+    }
+    let mut second = std::process::Command::new(common::mcpbox())
+        .arg("serve")
+        .arg("--config")
+        .arg(gw.dir.path().join("serve.toml"))
+        .env("MCPBOX_STATE_DIR", gw.state())
+        .env("T_ALICE", ALICE)
+        .env("T_BOB", BOB)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // (a bound on a hang, not a measurement)
+    let until = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(s) = second.try_wait().unwrap() {
+            break s;
+        }
+        if Instant::now() > until {
+            let _ = second.kill();
+            let _ = second.wait();
+            panic!("a second serve on {} did not refuse", gw.state().display());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut second.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(!status.success(), "the second serve exited 0: {err}");
+    // it lost nothing: the same workspaces ready, the same processes
+    // running, the sandbox still the first gateway's
+    assert_eq!(ready_dirs(&gw.state()), ready, "{err}");
+    assert_eq!(processes_of(&id), running, "{err}");
+    assert_eq!(sandbox_of(&gw, "alice")["state"], "running");
+    assert_eq!(
+        call(
+            &mut a,
+            "read",
+            json!({"path": "/workspace/output/kept.txt"})
+        ),
+        "kept"
+    );
+    let adopted = gw
+        .audit()
+        .into_iter()
+        .filter(|e| e["kind"] == "lifecycle" && e["detail"]["action"] == "adopted")
+        .count();
+    assert_eq!(adopted, 0, "the second serve re-adopted a live sandbox");
+    // it says why, names the directory and the way out
+    assert!(err.contains("another `mcpbox serve`"), "{err}");
+    assert!(err.contains(&gw.state().display().to_string()), "{err}");
+    assert!(err.contains("MCPBOX_STATE_DIR"), "{err}");
+}
