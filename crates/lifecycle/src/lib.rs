@@ -36,7 +36,7 @@ pub mod machine;
 pub mod registry;
 pub mod render;
 pub mod snapshot;
-mod walk;
+pub mod walk;
 
 /// Where a sandbox is in its life; the transitions are [`machine`]'s
 /// (its module doc draws them).

@@ -1,5 +1,7 @@
-//! Walking and opening inside a tree a sandbox could write to, without ever
-//! following a symlink.
+//! Walking and opening inside a tree a sandbox could write to (or another
+//! host user: a template's base in a folder they own), without ever
+//! following a symlink. The one walker of such trees: artifacts, snapshots
+//! and the copy of a template (mcpbox's `lifecycle/workspace.rs`) use it.
 //!
 //! Every component is opened relative to its parent's descriptor with
 //! `O_NOFOLLOW` (openat(2)), directories also with `O_DIRECTORY`, so a
@@ -20,7 +22,7 @@ use sha2::{Digest, Sha256};
 
 /// How deep a walk goes; deeper directories are reported, not entered
 /// (each level holds one descriptor open).
-pub(crate) const MAX_DEPTH: usize = 128;
+pub const MAX_DEPTH: usize = 128;
 
 /// Checks a destination a restore or an export will create: it must not
 /// exist, or be an empty directory (never a symlink, never a file), and
@@ -48,7 +50,7 @@ pub(crate) fn fresh_dest(dest: &Path) -> Result<String, String> {
 
 /// What a directory entry is, from lstat.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Kind {
+pub enum Kind {
     File,
     Dir,
     Symlink,
@@ -60,7 +62,7 @@ pub(crate) enum Kind {
 }
 
 impl Kind {
-    pub(crate) fn of(st_mode: u32) -> Kind {
+    pub fn of(st_mode: u32) -> Kind {
         match FileType::from_raw_mode(st_mode) {
             FileType::RegularFile => Kind::File,
             FileType::Directory => Kind::Dir,
@@ -73,7 +75,7 @@ impl Kind {
         }
     }
 
-    pub(crate) fn as_str(self) -> &'static str {
+    pub fn as_str(self) -> &'static str {
         match self {
             Kind::File => "file",
             Kind::Dir => "dir",
@@ -88,7 +90,7 @@ impl Kind {
 }
 
 /// One entry met by [`walk`].
-pub(crate) struct Node<'a> {
+pub struct Node<'a> {
     /// Relative to the walk's root (with its prefix), `/`-separated.
     pub rel: &'a str,
     pub kind: Kind,
@@ -97,13 +99,15 @@ pub(crate) struct Node<'a> {
     /// Permission bits (`st_mode & 0o7777`).
     pub mode: u32,
     pub nlink: u64,
+    /// All that lstat said (inode, times: what a stamp of a tree takes).
+    pub stat: rfs::Stat,
     /// The directory it is in, and its name there, to open it with.
     pub dir: BorrowedFd<'a>,
     pub name: &'a CStr,
 }
 
 /// What [`walk`] hands its visitor.
-pub(crate) enum Visit<'a> {
+pub enum Visit<'a> {
     Node(Node<'a>),
     /// A name that is not UTF-8 (shown lossily): not entered, not opened.
     BadName {
@@ -118,9 +122,21 @@ pub(crate) enum Visit<'a> {
 
 /// An I/O error of a walk or an open, with the relative path it hit.
 #[derive(Debug)]
-pub(crate) struct WalkError {
+pub struct WalkError {
     pub path: String,
     pub source: io::Error,
+}
+
+impl std::fmt::Display for WalkError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.path, self.source)
+    }
+}
+
+impl std::error::Error for WalkError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.source)
+    }
 }
 
 fn at(path: &str) -> impl FnOnce(rustix::io::Errno) -> WalkError + '_ {
@@ -142,7 +158,7 @@ const FILE_FLAGS: OFlags = OFlags::RDONLY
 
 /// Opens the directory `path` (a host path we chose: its parents are
 /// trusted) without following a symlink in its last component.
-pub(crate) fn open_root(path: &Path) -> io::Result<OwnedFd> {
+pub fn open_root(path: &Path) -> io::Result<OwnedFd> {
     Ok(rfs::openat(CWD, path, DIR_FLAGS, Mode::empty())?)
 }
 
@@ -153,7 +169,7 @@ pub(crate) fn open_dir_in(dir: BorrowedFd<'_>, name: &CStr) -> rustix::io::Resul
 
 /// Opens `name` inside `dir` for reading, never through a symlink and
 /// never blocking on a fifo, and fstats what was opened.
-pub(crate) fn open_file_in(
+pub fn open_file_in(
     dir: BorrowedFd<'_>,
     name: &CStr,
 ) -> rustix::io::Result<(std::fs::File, rfs::Stat)> {
@@ -254,7 +270,7 @@ pub(crate) fn create_file_in(dir: BorrowedFd<'_>, name: &str) -> io::Result<std:
 /// an unchanged tree agree), calling `visit` on each entry below it; the
 /// visitor says whether to enter a directory. Entries that vanish between
 /// the listing and their lstat are passed over.
-pub(crate) fn walk<E: From<WalkError>>(
+pub fn walk<E: From<WalkError>>(
     root: BorrowedFd<'_>,
     prefix: &str,
     visit: &mut dyn FnMut(Visit<'_>) -> Result<bool, E>,
@@ -305,6 +321,7 @@ fn walk_dir<E: From<WalkError>>(
             size: u64::try_from(st.st_size).unwrap_or(0),
             mode: st.st_mode & 0o7777,
             nlink: nlink(&st),
+            stat: st,
             dir,
             name: &name,
         };

@@ -35,7 +35,6 @@
 //!   after [`RETRY`], not in a loop.
 
 use std::collections::HashMap;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -380,25 +379,34 @@ pub fn stamp(base: &TemplateBase) -> Stamp {
     use std::os::unix::ffi::OsStrExt;
     let mut h = Sha256::new();
     let (TemplateBase::Dir(root) | TemplateBase::Snapshot(root)) = base;
-    let _ = super::workspace::walk_template(root, &mut |rel, m| {
+    let _ = super::workspace::walk_template(root, &mut |e| {
         // the path's length first: no two lists of entries hash alike
-        let path = rel.as_os_str().as_bytes();
+        let path = e.rel.as_os_str().as_bytes();
         h.update((path.len() as u64).to_le_bytes());
         h.update(path);
-        for n in [
-            i64::from(m.mode()),
-            i64::try_from(m.size()).unwrap_or(i64::MAX),
-            i64::try_from(m.ino()).unwrap_or(i64::MAX),
-            m.mtime(),
-            m.mtime_nsec(),
-            m.ctime(),
-            m.ctime_nsec(),
-        ] {
+        for n in stamp_fields(e.stat) {
             h.update(n.to_le_bytes());
         }
         Ok(())
     });
     h.finalize().into()
+}
+
+/// What a stamp takes of an entry's lstat, as i64: mode, size, inode and
+/// both times (their widths differ between architectures and rustix's
+/// backends, hence the conversions that are no-ops here).
+#[allow(clippy::useless_conversion, clippy::unnecessary_fallible_conversions)]
+fn stamp_fields(st: &rustix::fs::Stat) -> [i64; 7] {
+    let wide = |n: i128| i64::try_from(n).unwrap_or(i64::MAX);
+    [
+        i64::from(st.st_mode),
+        wide(i128::from(st.st_size)),
+        wide(i128::from(st.st_ino)),
+        wide(i128::from(st.st_mtime)),
+        wide(i128::from(st.st_mtime_nsec)),
+        wide(i128::from(st.st_ctime)),
+        wide(i128::from(st.st_ctime_nsec)),
+    ]
 }
 
 #[cfg(test)]
