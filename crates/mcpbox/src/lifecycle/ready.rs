@@ -175,7 +175,7 @@ impl Ready {
             self.discard_stale(server, &now);
             return None;
         }
-        match std::fs::rename(&made.ws.root, to) {
+        match rename_new(&made.ws.root, to) {
             Ok(()) => Some(Workspace::at(to.to_path_buf())),
             Err(e) => {
                 tracing::warn!(server, error = %e, to = %to.display(), "taking a ready workspace");
@@ -345,7 +345,7 @@ impl Ready {
                 }
             })
             .and_then(|()| {
-                std::fs::rename(&making.root, &ws.root)
+                rename_new(&making.root, &ws.root)
                     .map_err(|e| anyhow::anyhow!("renaming {}: {e}", making.root.display()))
             });
         if let Err(e) = made {
@@ -390,6 +390,14 @@ pub fn stamp(base: &TemplateBase) -> Stamp {
         Ok(())
     });
     h.finalize().into()
+}
+
+/// Renames `from` to `to`, which must not exist: rename(2) alone replaces
+/// an empty directory, and a ready workspace is handed over whole or not
+/// at all (renameat2(2) `RENAME_NOREPLACE`: EEXIST instead).
+fn rename_new(from: &Path, to: &Path) -> std::io::Result<()> {
+    use rustix::fs::{renameat_with, RenameFlags, CWD};
+    Ok(renameat_with(CWD, from, CWD, to, RenameFlags::NOREPLACE)?)
 }
 
 /// What a stamp takes of an entry's lstat, as i64: mode, size, inode and
@@ -485,6 +493,13 @@ mod tests {
             std::fs::read_to_string(dir.join("sb-2/mine")).unwrap(),
             "kept"
         );
+        // nor one that is there and empty (rename(2) alone would replace it)
+        until("replaced again", || ready.count("s") == 2);
+        std::fs::create_dir(dir.join("sb-3")).unwrap();
+        use std::os::unix::fs::MetadataExt;
+        let empty = std::fs::metadata(dir.join("sb-3")).unwrap().ino();
+        assert!(ready.take("s", &dir.join("sb-3")).is_none());
+        assert_eq!(std::fs::metadata(dir.join("sb-3")).unwrap().ino(), empty);
         ready.stop();
         assert_eq!(ready_dirs(&dir), 0);
         assert!(
