@@ -159,17 +159,45 @@ pub fn image_size(tmp: u64) -> u64 {
 /// least 1 MiB, at most 256 MiB) must stay free for the audit log and
 /// the registry. The error names the figures.
 pub fn check_room(size: u64, free: u64, total: u64) -> Result<(), String> {
+    room_left(
+        &format!("the workspace needs {} reserved", mib(size)),
+        size,
+        free,
+        total,
+    )
+}
+
+/// [`check_room`] for what `need` says (its figure in it).
+fn room_left(need: &str, size: u64, free: u64, total: u64) -> Result<(), String> {
     let keep = (total / 20).clamp(1 << 20, 256 << 20);
     if free >= size.saturating_add(keep) {
         return Ok(());
     }
     Err(format!(
-        "the workspace needs {} reserved, and the state directory's filesystem has {} free of {} (at least {} of it stays free for the audit log and the registry)",
-        mib(size),
+        "{need}, and the state directory's filesystem has {} free of {} (at least {} of it stays free for the audit log and the registry)",
         mib(free),
         mib(total),
         mib(keep)
     ))
+}
+
+/// The free and total bytes of the filesystem holding `dir` (statvfs(2)),
+/// as an unprivileged writer sees them.
+pub fn space(dir: &Path) -> anyhow::Result<(u64, u64)> {
+    let st = rustix::fs::statvfs(dir).with_context(|| format!("statvfs {}", dir.display()))?;
+    Ok((
+        st.f_bavail.saturating_mul(st.f_frsize),
+        st.f_blocks.saturating_mul(st.f_frsize),
+    ))
+}
+
+/// Whether a copy of `size` bytes (`what`: a template's base) fits in
+/// the state directory's filesystem with [`check_room`]'s share kept
+/// free; `space` is [`space`] (a test's stand-in otherwise).
+pub fn check_copy_room(what: &str, size: u64, space: (u64, u64)) -> anyhow::Result<()> {
+    let (free, total) = space;
+    room_left(&format!("{what} needs {}", mib(size)), size, free, total)
+        .map_err(|e| anyhow::anyhow!("{e}"))
 }
 
 fn mib(n: u64) -> String {
@@ -332,10 +360,7 @@ pub fn release(dir: &Path) -> anyhow::Result<()> {
 /// later inside the sandbox).
 fn make_image(image: &Path, size: u64, bound: &Bound) -> anyhow::Result<()> {
     let parent = image.parent().unwrap_or(Path::new("."));
-    let st =
-        rustix::fs::statvfs(parent).with_context(|| format!("statvfs {}", parent.display()))?;
-    let free = st.f_bavail.saturating_mul(st.f_frsize);
-    let total = st.f_blocks.saturating_mul(st.f_frsize);
+    let (free, total) = space(parent)?;
     check_room(size, free, total).map_err(|e| anyhow::anyhow!("{e}"))?;
     mcpbox_sandbox::volume::reserve(image, size).map_err(|e| {
         anyhow::anyhow!(

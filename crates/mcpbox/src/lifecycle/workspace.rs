@@ -124,12 +124,40 @@ pub fn private_dir(dir: &Path) -> anyhow::Result<()> {
 /// on a fifo, checked on the open descriptor), so an entry swapped for a
 /// link to a host file between the walk's look and the copy is refused,
 /// not copied into the sandbox.
+///
+/// The copy lands on the state directory's filesystem, beside the audit
+/// log: the base's size (each file and folder rounded up to 4 KiB) is
+/// checked against its free space first, with the share
+/// [`crate::volume::check_room`] keeps, so that a base too large is
+/// refused before a byte is written (a ready workspace's maker would
+/// otherwise fill the filesystem, fail and try again).
 pub fn copy_template(from: &Path, to: &Path) -> anyhow::Result<u64> {
+    copy_template_with(from, to, &crate::volume::space)
+}
+
+/// [`copy_template`], with the free space found by `space` (statvfs, or
+/// a test's figures).
+fn copy_template_with(
+    from: &Path,
+    to: &Path,
+    space: &dyn Fn(&Path) -> anyhow::Result<(u64, u64)>,
+) -> anyhow::Result<u64> {
     let meta =
         fs::symlink_metadata(from).with_context(|| format!("template base {}", from.display()))?;
     if !meta.is_dir() {
         bail!("template base {} is not a directory", from.display());
     }
+    let mut need = 0u64;
+    walk_template(from, &mut |e| {
+        let size = u64::try_from(e.stat.st_size).unwrap_or(0);
+        need = need.saturating_add(size.div_ceil(4096).max(1).saturating_mul(4096));
+        Ok(())
+    })?;
+    crate::volume::check_copy_room(
+        &format!("the template base {}", from.display()),
+        need,
+        space(to)?,
+    )?;
     let mut bytes = 0;
     walk_template(from, &mut |e| {
         let dst = to.join(e.rel);
@@ -419,6 +447,25 @@ mod tests {
         })
         .unwrap();
         assert_eq!(refused, 1);
+    }
+
+    /// A base larger than the state directory's free space (less the
+    /// share kept for the audit log) is refused before a byte is copied.
+    #[test]
+    fn a_template_base_larger_than_the_free_space_is_not_copied() {
+        let (t, base, _) = base();
+        let to = t.path().join("to");
+        fs::create_dir(&to).unwrap();
+        // the base needs 20 KiB (five entries of 4 KiB); a 100 MiB
+        // filesystem keeps 5 MiB free, and has only 8 KiB more
+        let tight = (5 << 20) + (8 << 10);
+        let err = copy_template_with(&base, &to, &|_| Ok((tight, 100 << 20))).unwrap_err();
+        let text = format!("{err:#}");
+        assert!(text.contains("the template base"), "{text}");
+        assert!(text.contains("stays free for the audit log"), "{text}");
+        assert!(fs::read_dir(&to).unwrap().next().is_none(), "copied anyway");
+        // with room, the same copy goes through
+        assert!(copy_template_with(&base, &to, &|_| Ok((20 << 20, 100 << 20))).is_ok());
     }
 
     /// A base swapped for a link (its last component) is not followed.
