@@ -5,15 +5,40 @@
 use std::io::Read;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use anyhow::{bail, Context};
 use mcpbox_audit::SqliteStore;
 use mcpbox_policy::Policy;
 
-/// `$MCPBOX_STATE_DIR`, else `$XDG_STATE_HOME/mcpbox`, else
-/// `$HOME/.local/state/mcpbox`, else `/var/lib/mcpbox`.
+/// Where the state directory is: [`configured_state_dir`], absolute and
+/// with every symlink and `..` resolved (as far as it exists: one not
+/// made yet is where it will be made); once [`ensure_private`] has
+/// checked it, that directory, for the rest of the process.
+///
+/// Resolved because the kernel's names are: /proc/self/mountinfo names a
+/// mount point by its resolved path, and a workspace's volume
+/// (`<state>/sandboxes/<id>/volume`) is recognized by comparing the two:
+/// reused when it is mounted, unmounted before its workspace is removed.
+/// A state directory named through a symlink, a relative path or `..`
+/// never matched, and as root the same image was mounted a second time
+/// over the first, and a workspace was emptied through its live mount.
 pub fn state_dir() -> PathBuf {
+    if let Some(dir) = CHECKED.get() {
+        return dir.clone();
+    }
+    resolve(&configured_state_dir())
+}
+
+/// The state directory as [`ensure_private`] checked it (canonical).
+/// Kept, not resolved again: a symlink on the way to it, changed later by
+/// whoever can write where that symlink lives, cannot move mcpbox's pins,
+/// audit log and workspaces to a directory that was never checked.
+static CHECKED: OnceLock<PathBuf> = OnceLock::new();
+
+/// `$MCPBOX_STATE_DIR`, else `$XDG_STATE_HOME/mcpbox`, else
+/// `$HOME/.local/state/mcpbox`, else `/var/lib/mcpbox`, as given.
+fn configured_state_dir() -> PathBuf {
     let var = |k: &str| {
         std::env::var_os(k)
             .filter(|v| !v.is_empty())
@@ -35,17 +60,55 @@ pub fn state_dir() -> PathBuf {
 /// (docs/threat-model.md, "Local users"): created 0700 when missing; when
 /// it exists it must be this user's, and it is tightened: the directory
 /// and everything in it lose every group and other permission bit (a
-/// 0755 directory becomes 0700, a 0644 pin file 0600). Symlinks are not
-/// followed. Below a sandbox's workspace (`sandboxes/<id>/`, and
-/// `builtin/<id>/` of `run --builtin`) and a
+/// 0755 directory becomes 0700, a 0644 pin file 0600). A state directory
+/// given through a symlink is the directory it names: that directory is
+/// the one checked, and the one used from then on ([`state_dir`]).
+/// Symlinks inside it are not followed. Below a sandbox's workspace
+/// (`sandboxes/<id>/`, and `builtin/<id>/` of `run --builtin`) and a
 /// runner's cache (`cache/<policy>/<runner>/`) only that folder itself is
 /// tightened: what is in it is the sandbox's, with the modes its user
 /// needs, and the 0700 folders above keep every other user out.
-/// Returns the directory.
+/// Returns the directory, canonical.
 pub fn ensure_private() -> anyhow::Result<PathBuf> {
-    let dir = state_dir();
-    make_private(&dir)?;
+    let dir = checked_state_dir(&configured_state_dir())?;
+    let kept = CHECKED.get_or_init(|| dir.clone());
+    if *kept != dir {
+        bail!(
+            "the state directory is {} now, and was {} when this mcpbox checked it: a symlink \
+             on its path was changed meanwhile; nothing was written in it, run mcpbox again",
+            dir.display(),
+            kept.display()
+        );
+    }
     Ok(dir)
+}
+
+/// The state directory given as `given` (a symlink, relative, with
+/// `..`), resolved, made private by [`make_private`] and returned
+/// canonical. Resolved first, so that the ownership check and the
+/// tightening are of the directory itself, found through no link; and
+/// canonicalized after, as it exists now, to say that it is still that
+/// directory (a symlink on the way changed between the two is refused,
+/// not followed to wherever it points now).
+fn checked_state_dir(given: &Path) -> anyhow::Result<PathBuf> {
+    let dir = resolve(given);
+    make_private(&dir)?;
+    let real = std::fs::canonicalize(&dir).with_context(|| {
+        format!(
+            "resolving the state directory {} (given as {})",
+            dir.display(),
+            given.display()
+        )
+    })?;
+    if real != dir {
+        bail!(
+            "the state directory {} resolves to {} since it was checked: a symlink on its path \
+             was changed meanwhile; nothing was written in it, run mcpbox again",
+            dir.display(),
+            real.display()
+        );
+    }
+    Ok(real)
 }
 
 /// [`ensure_private`] for the state directory `dir`.
@@ -504,6 +567,63 @@ mod tests {
             resolve(&real.join("link/new/../audit.db")),
             real.join("state/audit.db")
         );
+    }
+
+    /// A state directory named through a symlink or `..` is used by the
+    /// path /proc/self/mountinfo would show for it: a workspace volume's
+    /// mount point under it is then recognized, never mounted twice.
+    #[test]
+    fn a_state_directory_given_through_a_symlink_or_dotdot_is_used_by_its_resolved_path() {
+        let t = tempfile::tempdir().unwrap();
+        let real = std::fs::canonicalize(t.path()).unwrap();
+        std::fs::create_dir(real.join("state")).unwrap();
+        chmod(&real.join("state"), 0o755);
+        std::os::unix::fs::symlink(real.join("state"), real.join("link")).unwrap();
+        assert_eq!(
+            checked_state_dir(&real.join("link")).unwrap(),
+            real.join("state")
+        );
+        // checked and tightened is the directory, not the link
+        assert_eq!(mode(&real.join("state")), 0o700);
+        assert!(std::fs::symlink_metadata(real.join("link"))
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        assert_eq!(
+            checked_state_dir(&real.join("link/../state")).unwrap(),
+            real.join("state")
+        );
+        // one not made yet is made where it resolves to, 0700
+        let fresh = checked_state_dir(&real.join("link/new/../fresh")).unwrap();
+        assert_eq!(fresh, real.join("state/fresh"));
+        assert_eq!(mode(&fresh), 0o700);
+        assert!(!real.join("state/new").exists());
+    }
+
+    /// A symlink must not let mcpbox keep its state in a directory of
+    /// another user: the check is of the directory the link names.
+    #[test]
+    fn a_symlink_to_a_directory_of_another_user_is_refused_as_the_state_directory() {
+        let t = tempfile::tempdir().unwrap();
+        let theirs = if crate::preflight::is_root() {
+            let d = t.path().join("theirs");
+            std::fs::create_dir(&d).unwrap();
+            std::os::unix::fs::chown(&d, Some(65534), None).unwrap();
+            d
+        } else {
+            // rootless: a directory root owns, which this user cannot
+            // change whatever the check says
+            let d = std::env::temp_dir();
+            if std::fs::metadata(&d).unwrap().uid() == crate::preflight::uid() {
+                eprintln!("skipped: {} is this user's own", d.display());
+                return;
+            }
+            d
+        };
+        let link = t.path().join("link");
+        std::os::unix::fs::symlink(&theirs, &link).unwrap();
+        let e = format!("{:#}", checked_state_dir(&link).unwrap_err());
+        assert!(e.contains("belongs to uid") && e.contains("chown"), "{e}");
     }
 
     #[test]

@@ -17,7 +17,7 @@ use std::process::Command;
 
 use common::audit::events;
 use common::mcp::{result_text, Session};
-use common::serve::{text_of, Gateway, ALICE, BOB};
+use common::serve::{text_of, Gateway, Mcp, ALICE, BOB};
 use common::smallfs::SmallFs;
 use common::{is_root, mcpbox};
 use serde_json::{json, Value};
@@ -451,4 +451,150 @@ fn doctor_says_how_workspaces_are_bounded_here() {
     };
     assert!(line.contains("are bounded by [filesystem] tmp"), "{line}");
     assert!(line.contains(how), "{line}");
+}
+
+/// A gateway whose state directory (`MCPBOX_STATE_DIR`, `<dir>/state`)
+/// is a symlink to `<dir>/real`, as `/var/lib/mcpbox` may be one to a
+/// bigger disk: the gateway, the real directory (canonical), and what
+/// unmounts the volumes left there when the test fails (dropped last:
+/// a volume left mounted would outlive the test).
+fn symlinked_state_gateway() -> (Unmount, Gateway, PathBuf, String) {
+    let dir = tempdir("mcpbox-disk-");
+    let real = std::fs::canonicalize(dir.path()).unwrap().join("real");
+    std::fs::create_dir(&real).unwrap();
+    std::fs::set_permissions(&real, std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::os::unix::fs::symlink(&real, dir.path().join("state")).unwrap();
+    let guard = Unmount(real.clone());
+    let config = serve_config(dir.path());
+    let gw = Gateway::start_config(dir, &config);
+    (guard, gw, real, config)
+}
+
+/// Unmounts whatever is left mounted under its directory when dropped,
+/// then removes the test's directory above it (which the gateway's own
+/// removal could not empty while something was mounted in it).
+struct Unmount(PathBuf);
+
+impl Drop for Unmount {
+    fn drop(&mut self) {
+        common::serve::unmount_volumes(&self.0);
+        if let Some(test_dir) = self.0.parent() {
+            let _ = std::fs::remove_dir_all(test_dir);
+        }
+    }
+}
+
+/// How many mounts /proc/self/mountinfo has stacked at `at` (its mount
+/// point field: the kernel's name, symlinks resolved).
+fn mounts_at(at: &Path) -> usize {
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .filter(|l| l.split(' ').nth(4) == Some(&*at.to_string_lossy()))
+        .count()
+}
+
+/// A session of `token` on `ws`, its sandbox started; when it cannot
+/// start, the failure says what is mounted under `real` and what the
+/// gateway logged.
+fn open(gw: &Gateway, token: &str, real: &Path) -> Mcp {
+    let mut m = gw.mcp("ws", Some(token));
+    let msg = m.message(
+        "initialize",
+        json!({"protocolVersion": common::serve::VERSION, "capabilities": {},
+               "clientInfo": {"name": "t", "version": "0"}}),
+    );
+    let r = m.post(&msg);
+    let text = r.text();
+    assert!(
+        r.status == 200 && !text.contains("\"error\""),
+        "the sandbox did not start: {} {text}\nmounted under {}: {:#?}\ngateway log:\n{}",
+        r.status,
+        real.display(),
+        mounts_under(real),
+        gw.stderr()
+    );
+    m.session = Some(r.header("mcp-session-id").unwrap().to_string());
+    let n = m.post(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    assert_eq!(n.status, 202, "initialized: {}", n.text());
+    m
+}
+
+/// The id of `agent`'s one sandbox.
+fn sandbox_id(gw: &Gateway, agent: &str) -> String {
+    let all = gw.cli_json(&["sandboxes", "list"]);
+    let mine: Vec<&Value> = all
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["agent"] == agent)
+        .collect();
+    assert_eq!(mine.len(), 1, "{all}");
+    mine[0]["id"].as_str().unwrap().to_string()
+}
+
+/// Mount recognition compares paths with /proc/self/mountinfo, which
+/// names the real directory: through a symlinked state directory a live
+/// volume was not seen, its workspace was emptied through the mount point
+/// (EBUSY then), and the mount and its loop device were left behind.
+#[test]
+fn a_volume_under_a_symlinked_state_dir_is_unmounted_before_its_workspace_is_removed() {
+    let (_guard, gw, real, _) = symlinked_state_gateway();
+    let mut a = open(&gw, ALICE, &real);
+    let r = a.call(
+        "write",
+        json!({"path": "/workspace/output/a.txt", "text": "alice's"}),
+    );
+    assert_eq!(text_of(&r), "wrote /workspace/output/a.txt", "{r}");
+    assert_created_bound(&gw);
+    let id = sandbox_id(&gw, "alice");
+    let workspace = real.join("sandboxes").join(&id);
+    assert_eq!(mounts_at(&workspace.join("volume")), 1, "{}", gw.stderr());
+    drop(a);
+    let t = gw.cli_json(&["sandboxes", "destroy", &id]);
+    assert_eq!(t["left"], json!([]), "teardown left: {t}");
+    assert_eq!(mounts_under(&real), Vec::<String>::new());
+    assert!(!workspace.exists(), "{} is left", workspace.display());
+    // and serve stopping unmounts the volumes it keeps
+    let mut b = open(&gw, BOB, &real);
+    let r = b.call("count", json!({}));
+    assert_eq!(text_of(&r), "1", "{r}");
+    drop(b);
+    let dir = stop(gw);
+    assert_eq!(mounts_under(&real), Vec::<String>::new());
+    assert_eq!(fuse2fs_under(&real), Vec::<String>::new());
+    drop(dir);
+}
+
+/// A volume already mounted is recognized and kept (as its sandbox
+/// starts, and when a `serve` started again finds what a killed one left
+/// mounted): through a symlinked state directory it was not, and the
+/// image was mounted a second time over the first (two ext4 instances
+/// writing one image; the new sandbox's folders hidden under the second).
+#[test]
+fn a_volume_under_a_symlinked_state_dir_is_never_mounted_twice() {
+    let (_guard, gw, real, config) = symlinked_state_gateway();
+    let mut a = open(&gw, ALICE, &real);
+    let r = a.call(
+        "write",
+        json!({"path": "/workspace/output/a.txt", "text": "alice's"}),
+    );
+    assert_eq!(text_of(&r), "wrote /workspace/output/a.txt", "{r}");
+    let volume = real
+        .join("sandboxes")
+        .join(sandbox_id(&gw, "alice"))
+        .join("volume");
+    assert_eq!(mounts_at(&volume), 1, "{}", gw.stderr());
+    drop(a);
+    let dir = gw.kill9();
+    let gw = Gateway::start_config(dir, &config);
+    let mut a = open(&gw, ALICE, &real);
+    let r = a.call("read", json!({"path": "/workspace/output/a.txt"}));
+    assert_eq!(text_of(&r), "alice's", "{r}");
+    assert_eq!(mounts_at(&volume), 1, "{}", gw.stderr());
+    drop(a);
+    let dir = stop(gw);
+    assert_eq!(mounts_under(&real), Vec::<String>::new());
+    assert_eq!(fuse2fs_under(&real), Vec::<String>::new());
+    drop(dir);
 }
