@@ -167,9 +167,22 @@ pub fn check_room(size: u64, free: u64, total: u64) -> Result<(), String> {
     )
 }
 
+/// What stays free on a filesystem of `total` bytes, for the audit log
+/// and the registry: 1/20 of it, at least 1 MiB, at most 256 MiB.
+fn kept_free(total: u64) -> u64 {
+    (total / 20).clamp(1 << 20, 256 << 20)
+}
+
+/// The bytes a copy may take on the state directory's filesystem, given
+/// its `space` (free, total): what is free less [`kept_free`].
+pub fn copy_room(space: (u64, u64)) -> u64 {
+    let (free, total) = space;
+    free.saturating_sub(kept_free(total))
+}
+
 /// [`check_room`] for what `need` says (its figure in it).
 fn room_left(need: &str, size: u64, free: u64, total: u64) -> Result<(), String> {
-    let keep = (total / 20).clamp(1 << 20, 256 << 20);
+    let keep = kept_free(total);
     if free >= size.saturating_add(keep) {
         return Ok(());
     }

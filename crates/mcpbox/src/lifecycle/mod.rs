@@ -707,8 +707,15 @@ fn fill(ws: &Workspace, life: &ServerLife, size: Option<u64>) -> anyhow::Result<
         Some((name, TemplateBase::Snapshot(archive))) => {
             // a snapshot promoted to a template: its output is the input
             let tmp = ws.root.join(".template");
-            mcpbox_lifecycle::snapshot::restore(archive, &tmp)
-                .map_err(|e| anyhow::anyhow!("template {name}: {e}"))?;
+            let limits = snapshot_limits(archive, crate::volume::space(&ws.root)?)
+                .with_context(|| format!("template {name}"))?;
+            mcpbox_lifecycle::snapshot::restore_with(archive, &tmp, &limits).map_err(|e| {
+                anyhow::anyhow!(
+                    "template {name}: {e} (a restore may take {} bytes of the state directory's \
+                     filesystem, what it has free less what stays free for the audit log)",
+                    limits.max_bytes
+                )
+            })?;
             let from = tmp.join("output");
             if from.is_dir() {
                 std::fs::remove_dir(ws.input()).context("replacing the empty input")?;
@@ -723,6 +730,33 @@ fn fill(ws: &Workspace, life: &ServerLife, size: Option<u64>) -> anyhow::Result<
         }
     }
     Ok(())
+}
+
+/// The limits of a snapshot template's restore: the default, its files'
+/// total bounded by what the state directory's filesystem (`space`: free,
+/// total) has room for after the archive's private copy (the restore
+/// checks a copy of its own), less the share kept free for the audit log
+/// ([`crate::volume::copy_room`]). A manifest adding up to more is
+/// refused before anything is extracted; an archive with no room for its
+/// copy, before it is read.
+fn snapshot_limits(
+    archive: &Path,
+    space: (u64, u64),
+) -> anyhow::Result<mcpbox_lifecycle::snapshot::Limits> {
+    let len = std::fs::metadata(archive)
+        .with_context(|| format!("snapshot {}", archive.display()))?
+        .len();
+    crate::volume::check_copy_room(
+        &format!("a copy of the snapshot {}", archive.display()),
+        len,
+        space,
+    )?;
+    let defaults = mcpbox_lifecycle::snapshot::Limits::default();
+    let room = crate::volume::copy_room(space).saturating_sub(len);
+    Ok(mcpbox_lifecycle::snapshot::Limits {
+        max_bytes: defaults.max_bytes.min(room),
+        ..defaults
+    })
 }
 
 /// An audit record of `kind` about sandbox `id` of `key` (its agent the
@@ -1073,5 +1107,55 @@ mod driver_tests {
         // a torn-down sandbox is gone from the live map: a new session of
         // the same key gets a new one
         assert!(life.show(&id).is_err());
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod snapshot_template_tests {
+    use super::snapshot_limits;
+
+    /// A snapshot template whose files add up to more than the state
+    /// directory's filesystem has room for (less the share kept for the
+    /// audit log) is refused before anything is extracted; one whose
+    /// archive has no room for its copy, before it is read.
+    #[test]
+    fn a_snapshot_template_larger_than_the_free_space_is_not_restored() {
+        let t = tempfile::tempdir().unwrap();
+        let out = t.path().join("output");
+        std::fs::create_dir(&out).unwrap();
+        // incompressible: the archive is about as large as its files
+        let mut bytes = vec![0u8; 256 << 10];
+        let mut x = 0x2545_f491_u32;
+        for b in bytes.iter_mut() {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            *b = x as u8;
+        }
+        std::fs::write(out.join("data"), &bytes).unwrap();
+        let archive = t.path().join("snap.tar.gz");
+        mcpbox_lifecycle::snapshot::write(&[("output", &out)], &archive).unwrap();
+        let len = std::fs::metadata(&archive).unwrap().len();
+        let total = 100 << 20;
+        let keep = 5 << 20;
+        // room for the archive's copy and 64 KiB more: the files are refused
+        let tight = (keep + len + (64 << 10), total);
+        let limits = snapshot_limits(&archive, tight).unwrap();
+        assert_eq!(limits.max_bytes, 64 << 10);
+        let dest = t.path().join("restored");
+        let err = mcpbox_lifecycle::snapshot::restore_with(&archive, &dest, &limits).unwrap_err();
+        assert!(err.to_string().contains("add up to more than"), "{err}");
+        assert!(!dest.exists(), "restored anyway");
+        // no room even for the archive's copy: refused before it is read
+        let err = snapshot_limits(&archive, (keep + len / 2, total)).unwrap_err();
+        assert!(
+            format!("{err:#}").contains("a copy of the snapshot"),
+            "{err:#}"
+        );
+        // with room, the same archive restores
+        let limits = snapshot_limits(&archive, (keep + (4 << 20), total)).unwrap();
+        mcpbox_lifecycle::snapshot::restore_with(&archive, &dest, &limits).unwrap();
+        assert_eq!(std::fs::read(dest.join("output/data")).unwrap(), bytes);
     }
 }
