@@ -116,13 +116,32 @@ fn at(path: &Path, line: usize, column: usize, message: &str) -> String {
     )
 }
 
-/// Whether `command` is mcpbox itself.
-fn runs_mcpbox(command: &str, ours: &str) -> bool {
-    command == ours
+/// Whether an entry running `command args` already runs its server in
+/// mcpbox's sandbox: mcpbox itself (`ours`, or a program named `mcpbox`)
+/// with `run` and a policy, as wrap writes it. A name alone is not
+/// enough: a project's own `./node_modules/.bin/mcpbox`, or `mcpbox
+/// serve`, would be reported as sandboxed while the host runs it as it
+/// is, and a file of such entries refused as already wrapped.
+fn runs_mcpbox(command: &str, args: &[String], ours: &str) -> bool {
+    let mcpbox = command == ours
         || Path::new(command)
             .file_name()
-            .is_some_and(|n| n == "mcpbox")
+            .is_some_and(|n| n == "mcpbox");
+    mcpbox
+        && args.first().is_some_and(|a| a == "run")
+        && args
+            .iter()
+            .take_while(|a| *a != "--")
+            .any(|a| a == "--policy" || a.starts_with("--policy=") || a == "--preset")
 }
+
+/// Why an entry with both a command and a url is left alone: which of the
+/// two the host runs is the host's choice (Claude Desktop knows only
+/// commands, others read `type`), so it is neither wrapped nor pointed at
+/// `serve`, and said.
+const BOTH_COMMAND_AND_URL: &str =
+    "it has both a command and a url, and which one the host uses is \
+     the host's choice: remove the one it does not need and run mcpbox wrap again";
 
 /// A value the host fills in itself: Claude Code's `${VAR}` and
 /// `${VAR:-default}`, VS Code's and Cursor's `${env:VAR}` and `${input:ID}`.
@@ -166,6 +185,9 @@ fn json_entry(node: &Node, ours: &str) -> EntryKind {
         return EntryKind::Other("not an object".into());
     }
     let ty = node.get("type").and_then(Node::as_str);
+    if node.get("url").is_some() && node.get("command").is_some() {
+        return EntryKind::Other(BOTH_COMMAND_AND_URL.into());
+    }
     if let Some(url) = node.get("url").and_then(Node::as_str) {
         return EntryKind::Remote {
             url: url.to_string(),
@@ -178,9 +200,6 @@ fn json_entry(node: &Node, ours: &str) -> EntryKind {
     let Some(command) = node.get("command").and_then(Node::as_str) else {
         return EntryKind::Other("no command".into());
     };
-    if runs_mcpbox(command, ours) {
-        return EntryKind::Wrapped;
-    }
     let mut args = Vec::new();
     if let Some(a) = node.get("args") {
         let Kind::Array(items) = &a.kind else {
@@ -192,6 +211,9 @@ fn json_entry(node: &Node, ours: &str) -> EntryKind {
                 None => return EntryKind::Other("an argument is not a string".into()),
             }
         }
+    }
+    if runs_mcpbox(command, &args, ours) {
+        return EntryKind::Wrapped;
     }
     let mut env = Vec::new();
     if let Some(e) = node.get("env") {
@@ -251,6 +273,9 @@ fn toml_entry(item: &toml_edit::Item, ours: &str) -> EntryKind {
     let Some(t) = item.as_table_like() else {
         return EntryKind::Other("not a table".into());
     };
+    if t.contains_key("url") && t.contains_key("command") {
+        return EntryKind::Other(BOTH_COMMAND_AND_URL.into());
+    }
     if let Some(url) = t.get("url").and_then(|u| u.as_str()) {
         return EntryKind::Remote {
             url: url.to_string(),
@@ -260,12 +285,12 @@ fn toml_entry(item: &toml_edit::Item, ours: &str) -> EntryKind {
     let Some(command) = t.get("command").and_then(|c| c.as_str()) else {
         return EntryKind::Other("no command".into());
     };
-    if runs_mcpbox(command, ours) {
-        return EntryKind::Wrapped;
-    }
     let Some(args) = strings(t.get("args")) else {
         return EntryKind::Other("args is not a list of strings".into());
     };
+    if runs_mcpbox(command, &args, ours) {
+        return EntryKind::Wrapped;
+    }
     let Some(pass) = strings(t.get("env_vars")) else {
         return EntryKind::Other("env_vars is not a list of strings".into());
     };
@@ -501,6 +526,77 @@ mod tests {
         let out = rewrite(Host::Codex, text, &[change()]).unwrap();
         assert!(out.starts_with("# mine\nmodel = \"m\"\n\n[mcp_servers.a]\n# the server\ncommand = \"/bin/mcpbox\"\n"), "{out}");
         assert!(!out.contains("K ="), "{out}");
+    }
+
+    fn kind_of(host: Host, text: &str) -> EntryKind {
+        entries(host, Path::new("/x/c"), text, "/opt/mcpbox")
+            .unwrap()
+            .remove(0)
+            .kind
+    }
+
+    /// An entry with both a command and a url: a host that runs the
+    /// command (Claude Desktop knows only commands) would run it outside
+    /// any sandbox while wrap said it was left alone as a remote server,
+    /// or pointed it at `serve`. It is left alone, and says why.
+    #[test]
+    fn an_entry_with_command_and_url_is_not_taken_as_remote() {
+        for (host, text) in [
+            (
+                Host::ClaudeDesktop,
+                r#"{"mcpServers": {"a": {"type": "stdio", "command": "npx", "args": ["srv"], "url": "https://x.example/mcp"}}}"#,
+            ),
+            (
+                Host::Codex,
+                "[mcp_servers.a]\ncommand = \"npx\"\nurl = \"https://x.example/mcp\"\n",
+            ),
+        ] {
+            match kind_of(host, text) {
+                EntryKind::Other(why) => assert!(why.contains("both a command and a url"), "{why}"),
+                k => panic!("{host:?}: {k:?}"),
+            }
+        }
+    }
+
+    /// A program merely named mcpbox is not mcpbox's sandbox: only `run`
+    /// with a policy, as wrap writes it, counts as already wrapped.
+    #[test]
+    fn a_command_merely_named_mcpbox_is_not_taken_as_wrapped() {
+        let json = |cmd: &str, args: &str| {
+            format!(r#"{{"mcpServers": {{"a": {{"command": "{cmd}", "args": {args}}}}}}}"#)
+        };
+        for (cmd, args) in [
+            ("./node_modules/.bin/mcpbox", r#"["start"]"#),
+            ("/opt/mcpbox", r#"["serve", "--config", "x"]"#),
+            ("mcpbox", r#"["run", "--", "srv", "--policy", "p"]"#),
+            ("mcpbox", "[]"),
+        ] {
+            assert!(
+                matches!(
+                    kind_of(Host::ClaudeCode, &json(cmd, args)),
+                    EntryKind::Stdio(_)
+                ),
+                "{cmd} {args}"
+            );
+        }
+        for (cmd, args) in [
+            (
+                "/opt/mcpbox",
+                r#"["run", "--policy", "/s/a.toml", "--", "srv"]"#,
+            ),
+            (
+                "/usr/bin/mcpbox",
+                r#"["run", "--preset", "fs", "--", "srv"]"#,
+            ),
+        ] {
+            assert!(
+                matches!(
+                    kind_of(Host::ClaudeCode, &json(cmd, args)),
+                    EntryKind::Wrapped
+                ),
+                "{cmd} {args}"
+            );
+        }
     }
 
     #[test]

@@ -571,15 +571,64 @@ fn a_config_whose_servers_all_run_mcpbox_is_refused_as_already_wrapped() {
     assert!(err.contains("already wrapped"), "{err}");
     assert_eq!(std::fs::read_to_string(&file).unwrap(), text);
     // beside a new entry, the wrapped one is left alone
-    let text = r#"{"mcpServers": {"fs": {"command": "mcpbox", "args": ["run"]}, "new": {"command": "npx"}}}"#;
+    let text = r#"{"mcpServers": {"fs": {"command": "mcpbox", "args": ["run", "--policy", "fs.toml", "--", "npx"]}, "new": {"command": "npx"}}}"#;
     let file = case.file("q/.mcp.json", text);
     let out = ok(&case.wrap(&[file.to_str().unwrap()]));
     assert!(out.contains("fs: left alone: already runs mcpbox"), "{out}");
     let doc: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
     assert_eq!(
         doc["mcpServers"]["fs"],
-        json!({"command": "mcpbox", "args": ["run"]})
+        json!({"command": "mcpbox", "args": ["run", "--policy", "fs.toml", "--", "npx"]})
     );
+}
+
+/// A config linked to a fifo or to `/dev/zero` (a checkout can carry such
+/// a link): reading it would hang, or fill the memory. Refused at once,
+/// nothing written.
+#[test]
+fn a_config_linked_to_a_fifo_or_dev_zero_is_refused_at_once() {
+    let case = Case::new();
+    let fifo = case.dir.path().join("fifo");
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    for (rel, target) in [
+        ("a/.mcp.json", fifo.as_path()),
+        ("b/.mcp.json", Path::new("/dev/zero")),
+    ] {
+        let link = case.dir.path().join(rel);
+        std::fs::create_dir_all(link.parent().unwrap()).unwrap();
+        std::os::unix::fs::symlink(target, &link).unwrap();
+        let mut child = Command::new(common::mcpbox())
+            .arg("wrap")
+            .arg(&link)
+            .env("MCPBOX_STATE_DIR", case.state())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while child.try_wait().unwrap().is_none() {
+            if std::time::Instant::now() > until {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "mcpbox wrap {rel} (a link to {}) did not end",
+                    target.display()
+                );
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let err = refused(&child.wait_with_output().unwrap());
+        assert!(err.contains("not a regular file"), "{rel}: {err}");
+    }
+    assert!(case
+        .state_files()
+        .iter()
+        .all(|(p, _)| !p.ends_with("original")));
 }
 
 #[test]
