@@ -80,9 +80,48 @@ fn real_path(config: &Path) -> anyhow::Result<PathBuf> {
     Ok(real)
 }
 
+/// The most a host's config may hold: far above any real one, and a
+/// bound on what is read into memory.
+const MAX_CONFIG: u64 = 16 << 20;
+
+/// A host config's bytes: a regular file (checked on the open
+/// descriptor), opened without waiting (a fifo planted or linked at its
+/// name would hang the read), at most [`MAX_CONFIG`] bytes (a link to
+/// `/dev/zero` would fill the memory).
+pub(super) fn read_config(path: &Path) -> anyhow::Result<Vec<u8>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    let meta = file
+        .metadata()
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    if !meta.is_file() {
+        anyhow::bail!(
+            "{} is not a regular file; the file was left untouched",
+            path.display()
+        );
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_CONFIG + 1)
+        .read_to_end(&mut bytes)
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    if bytes.len() as u64 > MAX_CONFIG {
+        anyhow::bail!(
+            "{} is larger than {} MiB, more than any host's config; the file was left untouched",
+            path.display(),
+            MAX_CONFIG >> 20
+        );
+    }
+    Ok(bytes)
+}
+
 fn wrap(args: &Args) -> anyhow::Result<()> {
     let path = real_path(&args.config)?;
-    let bytes = std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
+    let bytes = read_config(&path)?;
     let text = String::from_utf8(bytes).map_err(|e| {
         anyhow::anyhow!(
             "{}: not UTF-8 text (byte {}); the file was left untouched",

@@ -180,8 +180,7 @@ impl Store {
         };
         let manifest: Manifest = serde_json::from_slice(&json)
             .with_context(|| format!("{} is damaged", manifest_path.display()))?;
-        let current =
-            std::fs::read(config).with_context(|| format!("cannot read {}", config.display()))?;
+        let current = super::read_config(config)?;
         if sha256_hex(&current) != manifest.wrapped_sha256 && !force {
             bail!(
                 "{} changed since mcpbox wrap wrote it, so restoring the original would lose \
