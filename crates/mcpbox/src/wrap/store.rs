@@ -162,7 +162,7 @@ impl Store {
         };
         let json = serde_json::to_vec_pretty(&manifest)?;
         write_new(&self.manifest_path(), &json, 0o600, written)?;
-        replace(config, new.as_bytes(), mode)
+        replace_unchanged(config, old.as_bytes(), new.as_bytes(), mode)
     }
 
     /// Restores the backup over `config` and removes what the wrap wrote;
@@ -222,7 +222,7 @@ impl Store {
         }
         let original = std::fs::read(self.backup_path())
             .with_context(|| format!("cannot read the backup {}", self.backup_path().display()))?;
-        replace(config, &original, manifest.mode)?;
+        replace_unchanged(config, &current, &original, manifest.mode)?;
         let mut removed = 0;
         for f in &manifest.files {
             if std::fs::remove_file(f).is_ok() {
@@ -277,13 +277,29 @@ fn write_new(
 /// `mode` (set explicitly: the umask does not apply), then rename. A reader
 /// sees the old file or the new one, never a part.
 fn replace(path: &Path, bytes: &[u8], mode: u32) -> anyhow::Result<()> {
+    replace_if(path, None, bytes, mode)
+}
+
+/// [`replace`] of a host's config, which must still hold `expected` (what
+/// was read and decided on) when the new file is ready to be renamed over
+/// it: a host rewrites its own config (a settings screen; Claude Code's
+/// `~/.claude.json` all the time), and a write of its between our read and
+/// our rename would be lost without a word. Then nothing is replaced, and
+/// the error says to run the command again. (A write in the microseconds
+/// between this last look and the rename is still lost: the hosts share
+/// no lock with us.)
+fn replace_unchanged(path: &Path, expected: &[u8], bytes: &[u8], mode: u32) -> anyhow::Result<()> {
+    replace_if(path, Some(expected), bytes, mode)
+}
+
+fn replace_if(path: &Path, expected: Option<&[u8]>, bytes: &[u8], mode: u32) -> anyhow::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy())
         .unwrap_or_default();
     let tmp = dir.join(format!(".{name}.mcpbox-wrap.{}", std::process::id()));
-    let result = (|| -> std::io::Result<()> {
+    let result = (|| -> anyhow::Result<()> {
         let mut f = std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
@@ -292,7 +308,17 @@ fn replace(path: &Path, bytes: &[u8], mode: u32) -> anyhow::Result<()> {
         f.write_all(bytes)?;
         f.set_permissions(std::fs::Permissions::from_mode(mode))?;
         f.sync_all()?;
-        std::fs::rename(&tmp, path)
+        if let Some(expected) = expected {
+            if super::read_config(path)? != expected {
+                bail!(
+                    "{} changed while mcpbox wrap was working on it (its host wrote it?): \
+                     nothing was replaced; run the same command again",
+                    path.display()
+                );
+            }
+        }
+        std::fs::rename(&tmp, path)?;
+        Ok(())
     })();
     if result.is_err() {
         let _ = std::fs::remove_file(&tmp);
@@ -335,6 +361,29 @@ impl Names {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The host wrote its config after wrap read it: the new file is not
+    /// renamed over the host's write, nothing is left beside it, and the
+    /// error says to run the command again.
+    #[test]
+    fn a_host_write_during_wrap_is_not_overwritten() {
+        let t = tempfile::tempdir().unwrap();
+        let config = t.path().join("mcp.json");
+        std::fs::write(&config, "read by wrap").unwrap();
+        // the host writes between wrap's read and its rename
+        std::fs::write(&config, "written by the host").unwrap();
+        let err = replace_unchanged(&config, b"read by wrap", b"wrapped", 0o644).unwrap_err();
+        assert!(
+            format!("{err:#}").contains("run the same command again"),
+            "{err:#}"
+        );
+        assert_eq!(std::fs::read(&config).unwrap(), b"written by the host");
+        let left: Vec<_> = std::fs::read_dir(t.path()).unwrap().collect();
+        assert_eq!(left.len(), 1, "a temporary file was left: {left:?}");
+        // unchanged since the read: replaced
+        replace_unchanged(&config, b"written by the host", b"wrapped", 0o644).unwrap();
+        assert_eq!(std::fs::read(&config).unwrap(), b"wrapped");
+    }
 
     #[test]
     fn names_are_safe_and_unique() {
