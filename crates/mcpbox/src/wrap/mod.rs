@@ -149,6 +149,21 @@ fn wrap(args: &Args) -> anyhow::Result<()> {
             args.config.display()
         );
     }
+    if st.dir.exists() {
+        // its manifest is written after everything but the config, and a
+        // failure removes the folder: it is left from a wrap that was
+        // killed before it wrote the manifest, so the config was not
+        // replaced, and the folder's `original` holds it as it was
+        bail!(
+            "{} is left from a wrap of {} that did not finish (it was stopped before it wrote \
+             its manifest; the config itself was not replaced): its `original` holds the config \
+             as it was, secrets included. Check that the config is as you want it, remove {} \
+             and run mcpbox wrap again",
+            st.dir.display(),
+            path.display(),
+            st.dir.display()
+        );
+    }
     let entries = hosts::entries(host, &path, &text, &ours).map_err(anyhow::Error::msg)?;
     let stdio = entries
         .iter()

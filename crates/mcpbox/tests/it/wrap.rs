@@ -582,6 +582,45 @@ fn a_config_whose_servers_all_run_mcpbox_is_refused_as_already_wrapped() {
     );
 }
 
+/// A wrap killed after it made its folder in the state directory and
+/// before it wrote its manifest leaves the folder (and the config as it
+/// was): the next wrap says what happened and what to do, instead of a
+/// bare "File exists", and changes nothing.
+#[test]
+fn a_wrap_killed_before_its_manifest_leaves_a_clear_refusal_not_file_exists() {
+    let case = Case::new();
+    let text = r#"{"mcpServers": {"a": {"command": "npx", "args": ["srv"]}}}"#;
+    let file = case.file("p/.mcp.json", text);
+    // the store's folder: <state>/wrap/<first 16 hex of sha256(real path)>
+    let real = std::fs::canonicalize(&file).unwrap();
+    let sum = Command::new("sha256sum")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write;
+            c.stdin
+                .take()
+                .unwrap()
+                .write_all(real.as_os_str().as_encoded_bytes())?;
+            c.wait_with_output()
+        })
+        .unwrap();
+    let id = String::from_utf8(sum.stdout).unwrap()[..16].to_string();
+    // what the killed wrap left: its folder and the backup, no manifest
+    let dir = case.state().join("wrap").join(&id);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("original"), text).unwrap();
+    let err = refused(&case.wrap(&[file.to_str().unwrap()]));
+    assert!(err.contains("did not finish"), "{err}");
+    assert!(err.contains(&dir.display().to_string()), "{err}");
+    assert!(!err.contains("File exists"), "{err}");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), text);
+    // once the folder is removed, the wrap goes through
+    std::fs::remove_dir_all(&dir).unwrap();
+    ok(&case.wrap(&[file.to_str().unwrap()]));
+}
+
 /// A config linked to a fifo or to `/dev/zero` (a checkout can carry such
 /// a link): reading it would hang, or fill the memory. Refused at once,
 /// nothing written.
