@@ -355,15 +355,15 @@ impl HostCommand {
             if out.len() > limit {
                 return Ok((Stop::Over, out));
             }
-            let fired = exit_fd.fired();
-            let exited = rustix::process::waitid(
-                WaitId::Pid(pid),
-                WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT,
-            )?;
+            let exited = exit_fd.waited(|| {
+                rustix::process::waitid(
+                    WaitId::Pid(pid),
+                    WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT,
+                )
+            })?;
             if exited.is_some() {
                 return Ok((Stop::Exited, out));
             }
-            exit_fd.unseen(fired);
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return Ok((Stop::TimedOut, out));
@@ -534,7 +534,7 @@ fn exit_fd(pid: Pid) -> ExitFd {
 /// A command's pidfd (pidfd_open(2)), which polls readable once it has
 /// exited: the waits below poll it so that they wake at once instead of
 /// at the next [`TICK`]. None where the kernel has no pidfds (the waits
-/// tick), or once it was found useless (see [`ExitFd::unseen`]).
+/// tick), or once it was found useless (see [`ExitFd::waited`]).
 struct ExitFd(Option<std::os::fd::OwnedFd>);
 
 impl ExitFd {
@@ -542,8 +542,29 @@ impl ExitFd {
         self.0.as_ref().map(|f| f.as_fd())
     }
 
+    /// Runs `wait`, a look for the command's exit that does not block, and
+    /// returns what it found. When the pidfd had said, just before, that
+    /// the command exited and the look found nothing, that is an exit this
+    /// process cannot wait for: a leader ptraced by another process is a
+    /// zombie only its tracer can wait for (wait(2): "a zombie ptracee is
+    /// only visible to its ptracer") while its pidfd stays readable, so
+    /// polling it would return at once, round after round, at full CPU.
+    /// The pidfd then goes; the waits tick, as without pidfds, until the
+    /// tracer lets go.
+    fn waited<T, E>(
+        &mut self,
+        wait: impl FnOnce() -> Result<Option<T>, E>,
+    ) -> Result<Option<T>, E> {
+        let fired = self.fired();
+        let found = wait();
+        if fired && matches!(found, Ok(None)) {
+            self.0 = None;
+        }
+        found
+    }
+
     /// Whether the pidfd says the command exited now (a poll that does
-    /// not wait). Asked before a wait, for [`ExitFd::unseen`].
+    /// not wait).
     fn fired(&self) -> bool {
         let Some(fd) = &self.0 else { return false };
         let mut fds = [rustix::event::PollFd::new(fd, rustix::event::PollFlags::IN)];
@@ -552,19 +573,6 @@ impl ExitFd {
             tv_nsec: 0,
         };
         matches!(rustix::event::poll(&mut fds, Some(&zero)), Ok(n) if n > 0)
-    }
-
-    /// A wait found no exit although the pidfd had said, before it, that
-    /// the command exited (`fired`): an exit this process cannot wait
-    /// for. A leader ptraced by another process is a zombie only its
-    /// tracer can wait for (wait(2): "a zombie ptracee is only visible to
-    /// its ptracer") while its pidfd stays readable, so polling it would
-    /// return at once, round after round, at full CPU. The pidfd goes;
-    /// the waits tick, as without pidfds, until the tracer lets go.
-    fn unseen(&mut self, fired: bool) {
-        if fired {
-            self.0 = None;
-        }
     }
 }
 
@@ -597,13 +605,14 @@ fn wait_exit(pid: Pid, limit: Duration) -> bool {
     let until = Instant::now() + limit;
     let mut exit_fd = exit_fd(pid);
     loop {
-        let fired = exit_fd.fired();
-        match rustix::process::waitid(
-            WaitId::Pid(pid),
-            WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT,
-        ) {
+        match exit_fd.waited(|| {
+            rustix::process::waitid(
+                WaitId::Pid(pid),
+                WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT,
+            )
+        }) {
             Ok(Some(_)) => return true,
-            Ok(None) => exit_fd.unseen(fired),
+            Ok(None) => {}
             Err(_) => return false,
         }
         let left = until.saturating_duration_since(Instant::now());
@@ -658,11 +667,9 @@ pub fn supervisor_main(args: &[OsString]) -> u8 {
     let cpid = Pid::from_child(&child);
     let mut exit_fd = exit_fd(cpid);
     let status = loop {
-        let fired = exit_fd.fired();
-        if let Some(status) = reap_until(cpid) {
+        if let Ok(Some(status)) = reap_watched(&mut exit_fd, cpid) {
             break Some(status);
         }
-        exit_fd.unseen(fired);
         if leash_dropped(&leash, exit_fd.fd()) {
             break None;
         }
@@ -674,11 +681,9 @@ pub fn supervisor_main(args: &[OsString]) -> u8 {
         let _ = rustix::process::kill_process_group(cpid, Signal::TERM);
         let until = Instant::now() + TERM_GRACE;
         while Instant::now() < until {
-            let fired = exit_fd.fired();
-            if reap_until(cpid).is_some() {
+            if let Ok(Some(_)) = reap_watched(&mut exit_fd, cpid) {
                 break;
             }
-            exit_fd.unseen(fired);
             if wait_for(&[exit_fd.fd()], TICK).is_err() {
                 std::thread::sleep(TICK);
             }
@@ -733,6 +738,14 @@ const FATAL: [Signal; 18] = [
     Signal::XFSZ,
     Signal::SYS,
 ];
+
+/// [`reap_until`] as a look of [`ExitFd::waited`].
+fn reap_watched(
+    exit_fd: &mut ExitFd,
+    cpid: Pid,
+) -> Result<Option<rustix::process::WaitStatus>, std::convert::Infallible> {
+    exit_fd.waited(|| Ok(reap_until(cpid)))
+}
 
 /// Reaps whatever has ended among this process's children (adopted
 /// orphans included); the command's status once it is among them.

@@ -13,6 +13,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
+use mcpbox_lifecycle::walk::Kind;
 
 /// The three folders of a workspace.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -207,7 +208,7 @@ pub struct TemplateEntry<'a> {
 
 impl TemplateEntry<'_> {
     pub fn is_dir(&self) -> bool {
-        rustix::fs::FileType::from_raw_mode(self.stat.st_mode) == rustix::fs::FileType::Directory
+        Kind::of(self.stat.st_mode) == Kind::Dir
     }
 
     /// Opens the file for reading from its directory's descriptor: never
@@ -222,7 +223,7 @@ impl TemplateEntry<'_> {
         };
         let (file, st) = mcpbox_lifecycle::walk::open_file_in(dir, name)
             .with_context(|| format!("opening {} (a link is never followed)", shown()))?;
-        if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile {
+        if Kind::of(st.st_mode) != Kind::File {
             bail!(
                 "{} changed into something that is not a file while it was copied",
                 shown()
@@ -249,7 +250,7 @@ pub fn walk_template(
     root: &Path,
     visit: &mut dyn FnMut(&TemplateEntry<'_>) -> anyhow::Result<()>,
 ) -> anyhow::Result<()> {
-    use mcpbox_lifecycle::walk::{self, Kind, Visit};
+    use mcpbox_lifecycle::walk::{self, Visit};
     let st =
         rustix::fs::lstat(root).with_context(|| format!("template base {}", root.display()))?;
     let base = TemplateEntry {
@@ -376,6 +377,22 @@ mod tests {
         assert!(fs::symlink_metadata(to.join("fifo")).is_err());
     }
 
+    /// The open of `a.txt` after the walk looked at it (lstat: a file)
+    /// and `swap` replaced it: the open's error (the walk itself goes on).
+    fn open_after_swap(base: &Path, swap: impl Fn(&Path)) -> String {
+        let mut refused = None;
+        walk_template(base, &mut |e| {
+            if e.rel == Path::new("a.txt") {
+                fs::remove_file(base.join("a.txt")).unwrap();
+                swap(&base.join("a.txt"));
+                refused = Some(format!("{:#}", e.open(base).unwrap_err()));
+            }
+            Ok(())
+        })
+        .unwrap();
+        refused.expect("a.txt was not visited")
+    }
+
     /// The window between the walk's look (lstat: a file) and the copy's
     /// open: a host user who can write the base swaps the file for a link
     /// to a host file (as root, `serve` could read anything). The open
@@ -383,22 +400,10 @@ mod tests {
     #[test]
     fn a_template_file_swapped_for_a_symlink_after_the_look_is_not_followed() {
         let (_t, base, host) = base();
-        let mut refused = 0;
-        walk_template(&base, &mut |e| {
-            if e.rel == Path::new("a.txt") {
-                fs::remove_file(base.join("a.txt")).unwrap();
-                std::os::unix::fs::symlink(host.join("shadow"), base.join("a.txt")).unwrap();
-                let err = e.open(&base).unwrap_err();
-                assert!(
-                    format!("{err:#}").contains("a link is never followed"),
-                    "{err:#}"
-                );
-                refused += 1;
-            }
-            Ok(())
-        })
-        .unwrap();
-        assert_eq!(refused, 1);
+        let err = open_after_swap(&base, |p| {
+            std::os::unix::fs::symlink(host.join("shadow"), p).unwrap()
+        });
+        assert!(err.contains("a link is never followed"), "{err}");
     }
 
     /// The same for a folder: swapped for a link to a host folder after
@@ -434,19 +439,8 @@ mod tests {
     #[test]
     fn a_template_file_swapped_for_a_fifo_after_the_look_does_not_block_the_copy() {
         let (_t, base, _) = base();
-        let mut refused = 0;
-        walk_template(&base, &mut |e| {
-            if e.rel == Path::new("a.txt") {
-                fs::remove_file(base.join("a.txt")).unwrap();
-                mkfifo(&base.join("a.txt"));
-                let err = e.open(&base).unwrap_err();
-                assert!(format!("{err:#}").contains("not a file"), "{err:#}");
-                refused += 1;
-            }
-            Ok(())
-        })
-        .unwrap();
-        assert_eq!(refused, 1);
+        let err = open_after_swap(&base, mkfifo);
+        assert!(err.contains("not a file"), "{err}");
     }
 
     /// A base larger than the state directory's free space (less the
